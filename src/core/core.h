@@ -1,0 +1,71 @@
+/* nobubble core: errors, checked allocation, clocks, logging.
+ *
+ * Every failure a user can cause ends in nb_fail(): one line on stderr that names what went
+ * wrong, a hint that says what to do, and the file:line that detected it; then exit(1).
+ * Nothing is half-written when we exit: writers go through temp files + rename (io/). */
+#ifndef NB_CORE_H
+#define NB_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define NB_NORETURN __attribute__((noreturn))
+#define NB_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define NB_NORETURN
+#define NB_PRINTF(a, b)
+#endif
+
+/* Print "nobubble: error: <msg> (hint: <hint>) [file:line]" and exit(1). hint may be NULL. */
+NB_NORETURN void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
+    NB_PRINTF(4, 5);
+#define nb_fail(hint, ...) nb_fail_at(__FILE__, __LINE__, (hint), __VA_ARGS__)
+
+/* Check a condition that user input can break. */
+#define NB_CHECK(cond, hint, ...)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) nb_fail_at(__FILE__, __LINE__, (hint), __VA_ARGS__);                          \
+    } while (0)
+
+/* Internal invariant: a failure here is a nobubble bug, not a user error. */
+#define NB_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            nb_fail_at(__FILE__, __LINE__, "this is a bug in nobubble; please report it",         \
+                       "internal check failed: %s", #cond);                                        \
+    } while (0)
+
+/* Checked libc wrappers: fail with what was being allocated/opened and errno's text. */
+void *nb_malloc_at(const char *file, int line, size_t bytes, const char *what);
+void *nb_calloc_at(const char *file, int line, size_t n, size_t size, const char *what);
+/* 256-byte aligned, zeroed. Free with free(). */
+void *nb_aligned_alloc_at(const char *file, int line, size_t bytes, const char *what);
+FILE *nb_fopen_at(const char *file, int line, const char *path, const char *mode, const char *hint);
+#define nb_malloc(bytes, what) nb_malloc_at(__FILE__, __LINE__, (bytes), (what))
+#define nb_calloc(n, size, what) nb_calloc_at(__FILE__, __LINE__, (n), (size), (what))
+#define nb_aligned_alloc(bytes, what) nb_aligned_alloc_at(__FILE__, __LINE__, (bytes), (what))
+#define nb_fopen(path, mode, hint) nb_fopen_at(__FILE__, __LINE__, (path), (mode), (hint))
+
+#define NB_ALIGN 256
+static inline size_t nb_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Monotonic clock in seconds (CLOCK_MONOTONIC), shared by lanes' spans and step timing. */
+double nb_now(void);
+
+/* Verbosity: 0 quiet, 1 normal (default), 2 debug. nb_log goes to stderr. */
+extern int nb_verbosity;
+void nb_log(int level, const char *fmt, ...) NB_PRINTF(2, 3);
+
+/* Human-readable byte count into buf ("1.50 GiB"). Returns buf. */
+const char *nb_fmt_bytes(char *buf, size_t cap, double bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* Facts about the host: memory, threads. */
+#ifndef NB_HOST_H
+#define NB_HOST_H
+#include <stddef.h>
+/* Bytes of host memory available now (MemAvailable), or 0 when unknown (= no budget).
+ * NB_HOST_MEM_LIMIT (bytes) overrides it. */
+size_t nb_host_mem_available(void);
+/* Threads for OpenMP and OpenBLAS; n <= 0 keeps the default (all cores). Returns the count used. */
+int nb_host_set_threads(int n);
+#endif

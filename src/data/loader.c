@@ -1,0 +1,93 @@
+#include "data/loader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static size_t batch_span(const nb_loader *ld) { return (size_t)ld->B * ld->T; }
+
+/* Position of the batch after one that starts at pos. */
+static size_t advance(const nb_loader *ld, size_t pos) {
+    size_t next = pos + batch_span(ld);
+    return next + batch_span(ld) + 1 > ld->shard.ntok ? 0 : next;
+}
+
+static void fill_slot(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    nb_loader_slot *s = arg;
+    const nb_loader *ld = s->owner;
+    const uint16_t *tok = ld->shard.tokens + s->pos;
+    size_t n = batch_span(ld);
+    for (size_t i = 0; i < n; i++) {
+        s->inputs[i] = tok[i];
+        s->targets[i] = tok[i + 1];
+    }
+}
+
+static void enqueue_fill(nb_loader *ld, nb_loader_slot *s) {
+    s->pos = ld->next_pos;
+    ld->next_pos = advance(ld, ld->next_pos);
+    ld->next_fill++;
+    if (ld->lane) {
+        nb_lane_run(ld->lane, "load batch", NB_SPAN_DATA, -1, fill_slot, s);
+        s->filled = nb_lane_mark(ld->lane);
+    } else {
+        fill_slot(s, NULL);
+    }
+}
+
+void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
+                    nb_lane *lane) {
+    memset(ld, 0, sizeof *ld);
+    NB_ASSERT(depth >= 1 && depth <= NB_LOADER_MAX_DEPTH);
+    nb_shard_load(&ld->shard, path, vocab);
+    ld->B = B;
+    ld->T = T;
+    ld->depth = depth;
+    ld->lane = lane;
+    char hint[160];
+    snprintf(hint, sizeof hint, "use a larger shard or a smaller --batch/--seq (one batch needs %zu tokens)",
+             (size_t)B * T + 1);
+    NB_CHECK(ld->shard.ntok >= (size_t)B * T + 1, hint, "shard '%s' holds %zu tokens, fewer than one batch", path,
+             ld->shard.ntok);
+    NB_CHECK(start_pos + (size_t)B * T + 1 <= ld->shard.ntok, "the checkpoint does not belong to this data; pass the --data it was trained on",
+             "data position %zu is past the end of shard '%s' (%zu tokens)", start_pos, path, ld->shard.ntok);
+    ld->next_pos = start_pos;
+    for (int i = 0; i < depth; i++) {
+        nb_loader_slot *s = &ld->slots[i];
+        s->owner = ld;
+        s->inputs = nb_malloc((size_t)B * T * sizeof(int32_t), "batch inputs");
+        s->targets = nb_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
+        enqueue_fill(ld, s);
+    }
+}
+
+void nb_loader_close(nb_loader *ld) {
+    if (ld->lane) nb_mark_wait_host(nb_lane_mark(ld->lane));
+    for (int i = 0; i < ld->depth; i++) {
+        free(ld->slots[i].inputs);
+        free(ld->slots[i].targets);
+    }
+    nb_shard_free(&ld->shard);
+    memset(ld, 0, sizeof *ld);
+}
+
+nb_loader_slot *nb_loader_take(nb_loader *ld) {
+    NB_ASSERT(ld->next_take < ld->next_fill);
+    return &ld->slots[ld->next_take++ % ld->depth];
+}
+
+void nb_loader_release(nb_loader *ld, nb_loader_slot *slot, nb_mark done) {
+    if (ld->lane) nb_lane_wait(ld->lane, done);
+    enqueue_fill(ld, slot);
+}
+
+size_t nb_loader_position(const nb_loader *ld) {
+    /* the oldest slot not yet taken holds the next batch */
+    return ld->slots[ld->next_take % ld->depth].pos;
+}
+
+size_t nb_loader_batches_per_epoch(const nb_loader *ld) {
+    return (ld->shard.ntok - 1) / batch_span(ld);
+}

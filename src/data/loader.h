@@ -1,0 +1,50 @@
+/* Batches of (inputs, targets) from a token shard, prefetched on a host lane.
+ *
+ * Batch k of a run starts at a position that depends only on the position of batch 0 and k
+ * (llm.c's sequential walk: B*T+1 contiguous tokens, advance by B*T, wrap to the start when
+ * the next batch would run past the end), so a checkpoint that stores the next batch's position
+ * resumes the exact token stream. Fills run on the data lane `depth` batches ahead of the
+ * compute lane; a slot is refilled only after the compute lane has finished with it. */
+#ifndef NB_LOADER_H
+#define NB_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/shard.h"
+#include "lanes/lanes.h"
+
+#define NB_LOADER_MAX_DEPTH 4
+
+typedef struct nb_loader_slot {
+    int32_t *inputs, *targets; /* [B*T] each */
+    size_t pos;                /* shard position of this batch */
+    nb_mark filled;            /* data-lane mark: the slot holds its batch */
+    struct nb_loader *owner;
+} nb_loader_slot;
+
+typedef struct nb_loader {
+    nb_shard shard;
+    int B, T, depth;
+    size_t next_pos;      /* position of the next batch to be enqueued for filling */
+    long long next_fill;  /* index of the next batch to be enqueued */
+    long long next_take;  /* index of the next batch handed to the trainer */
+    nb_lane *lane;        /* NULL: fill synchronously on the caller's thread */
+    nb_loader_slot slots[NB_LOADER_MAX_DEPTH];
+} nb_loader;
+
+/* Open the shard (validated against vocab) and fill the first `depth` batches on `lane`. */
+void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
+                    nb_lane *lane);
+void nb_loader_close(nb_loader *ld);
+/* The slot of the next batch; the caller's lane must nb_lane_wait(lane, slot->filled). */
+nb_loader_slot *nb_loader_take(nb_loader *ld);
+/* The caller is done with the slot once `done` is reached (a compute-lane mark): refill it with
+ * the batch `depth` ahead. */
+void nb_loader_release(nb_loader *ld, nb_loader_slot *slot, nb_mark done);
+/* Position of the batch that the next nb_loader_take returns (what a checkpoint stores). */
+size_t nb_loader_position(const nb_loader *ld);
+/* Number of batches in one pass over the shard. */
+size_t nb_loader_batches_per_epoch(const nb_loader *ld);
+
+#endif

@@ -1,0 +1,108 @@
+#include "data/shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#define SHARD_HINT "regenerate it with 'nobubble tokenize' (or scripts/fetch_data.sh)"
+
+/* The header is little-endian on disk; this code assumes a little-endian host (x86-64, arm64). */
+_Static_assert(sizeof(int32_t) * NB_SHARD_HEADER_INTS == NB_SHARD_HEADER_BYTES, "header size");
+
+static void fsync_parent_dir(const char *path) {
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return; /* the rename is done; a missing dir fsync only weakens crash safety */
+    fsync(fd);
+    close(fd);
+}
+
+void nb_shard_write(const char *path, const int32_t *ids, size_t n) {
+    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
+             "cannot write %zu tokens to '%s': a shard holds at most %d", n, path, INT32_MAX);
+    uint16_t *body = nb_malloc(n * sizeof(uint16_t), "shard tokens");
+    for (size_t i = 0; i < n; i++) {
+        NB_CHECK(ids[i] >= 0 && ids[i] <= 65535, "shards store uint16 tokens (vocabularies up to 65536)",
+                 "cannot write '%s': token %zu is %d, outside 0..65535", path, i, (int)ids[i]);
+        body[i] = (uint16_t)ids[i];
+    }
+    int32_t header[NB_SHARD_HEADER_INTS] = {0};
+    header[0] = NB_SHARD_MAGIC;
+    header[1] = NB_SHARD_VERSION;
+    header[2] = (int32_t)n;
+
+    char tmp[4200];
+    NB_CHECK(snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) < (int)sizeof tmp,
+             "use a shorter path", "shard path too long: '%s'", path);
+    FILE *f = nb_fopen(tmp, "wb", "check that the output folder exists and is writable");
+    int ok = fwrite(header, sizeof header, 1, f) == 1 &&
+             (n == 0 || fwrite(body, sizeof(uint16_t), n, f) == n) && fflush(f) == 0 &&
+             fsync(fileno(f)) == 0;
+    int err = errno;
+    ok = (fclose(f) == 0) && ok;
+    free(body);
+    if (!ok) {
+        unlink(tmp);
+        nb_fail("check free disk space", "cannot write '%s': %s", tmp, strerror(err));
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        unlink(tmp);
+        nb_fail("check that the output folder is writable", "cannot rename '%s' to '%s': %s", tmp,
+                path, strerror(err));
+    }
+    fsync_parent_dir(path);
+}
+
+void nb_shard_load(nb_shard *s, const char *path, int vocab) {
+    NB_CHECK(vocab >= 1 && vocab <= 65536, "this is a bug in the caller",
+             "nb_shard_load: vocab %d is outside 1..65536", vocab);
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    FILE *f = nb_fopen(path, "rb", "check the path; make shards with 'nobubble tokenize'");
+    struct stat st;
+    NB_CHECK(fstat(fileno(f), &st) == 0, NULL, "cannot stat '%s': %s", path, strerror(errno));
+    NB_CHECK(S_ISREG(st.st_mode), "pass a token shard file", "'%s' is not a regular file", path);
+    size_t size = (size_t)st.st_size;
+    NB_CHECK(size >= NB_SHARD_HEADER_BYTES, SHARD_HINT,
+             "token shard '%s' is truncated: %zu bytes, shorter than the %d-byte header", path,
+             size, NB_SHARD_HEADER_BYTES);
+    int32_t h[NB_SHARD_HEADER_INTS];
+    NB_CHECK(fread(h, sizeof h, 1, f) == 1, NULL, "cannot read the header of '%s'", path);
+    NB_CHECK(h[0] == NB_SHARD_MAGIC, "expected an llm.c-format token shard; " SHARD_HINT,
+             "'%s' is not a token shard: magic %d, expected %d", path, (int)h[0], NB_SHARD_MAGIC);
+    NB_CHECK(h[1] == NB_SHARD_VERSION,
+             "version 2 (uint32 tokens, llm.c's Llama 3 shards) is not supported; " SHARD_HINT,
+             "token shard '%s' has version %d, expected %d (uint16 tokens)", path, (int)h[1],
+             NB_SHARD_VERSION);
+    NB_CHECK(h[2] >= 0, SHARD_HINT, "token shard '%s' has a negative token count %d", path,
+             (int)h[2]);
+    size_t ntok = (size_t)h[2];
+    size_t expect = NB_SHARD_HEADER_BYTES + 2 * ntok;
+    NB_CHECK(size == expect, SHARD_HINT,
+             "token shard '%s' is %s: its header says %zu tokens, so %zu bytes, but the file has "
+             "%zu bytes",
+             path, size < expect ? "truncated" : "longer than its header says", ntok, expect, size);
+    s->tokens = nb_malloc(ntok * sizeof(uint16_t), path);
+    NB_CHECK(ntok == 0 || fread(s->tokens, sizeof(uint16_t), ntok, f) == ntok, NULL,
+             "cannot read the %zu tokens of '%s'", ntok, path);
+    fclose(f);
+    for (size_t i = 0; i < ntok; i++)
+        NB_CHECK(s->tokens[i] < vocab, "the shard was made with another tokenizer; " SHARD_HINT,
+                 "token shard '%s': token %zu is %d, outside the vocabulary 0..%d", path, i,
+                 (int)s->tokens[i], vocab - 1);
+    s->ntok = ntok;
+}
+
+void nb_shard_free(nb_shard *s) {
+    free(s->tokens);
+    s->tokens = NULL;
+    s->ntok = 0;
+}

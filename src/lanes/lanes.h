@@ -1,0 +1,114 @@
+/* Lanes: ordered queues of work. On the CPU backend a lane is a worker thread; on CUDA a device
+ * lane is a cudaStream_t (host lanes stay threads). A mark is a point in a lane that other lanes
+ * (or the host) can wait on. Every piece of work is a span in the trace.
+ *
+ * Work is a task: fn(arg, ctx). On a CPU lane the lane's thread calls it, in enqueue order,
+ * after every mark the lane was told to wait on (before the task was enqueued) has been reached.
+ * On a CUDA device lane (lanes_cuda.c) the enqueuing thread calls it at once and fn launches
+ * its kernels on ctx->stream; ordering then comes from the stream and its events.
+ *
+ * Usage (a schedule):
+ *   nb_lane_run(compute, "fwd L0", NB_SPAN_FWD, 0, block_fwd, &args[0]);
+ *   nb_mark m = nb_lane_mark(compute);
+ *   nb_lane_wait(side, m);               // side's next task starts after compute reached m
+ *   nb_lane_run(side, "bwd L0", NB_SPAN_BWD, 0, block_bwd, &args[1]);
+ *   nb_mark_wait_host(nb_lane_mark(side));
+ * A task's arg must stay valid until the task has run (wait on a mark after it first). */
+#ifndef NB_LANES_H
+#define NB_LANES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_lanes nb_lanes; /* the runtime: a set of lanes sharing a trace */
+typedef struct nb_lane nb_lane;
+
+typedef enum { NB_LANE_HOST = 0, NB_LANE_DEVICE = 1 } nb_lane_kind;
+
+/* Span categories: colour and meaning in the trace and timeline. */
+typedef enum {
+    NB_SPAN_FWD = 0,
+    NB_SPAN_BWD,
+    NB_SPAN_LOSS,
+    NB_SPAN_OPTIM,
+    NB_SPAN_H2D,
+    NB_SPAN_D2H,
+    NB_SPAN_DATA,
+    NB_SPAN_COMM,
+    NB_SPAN_OTHER,
+    NB_SPAN_KIND_COUNT
+} nb_span_kind;
+const char *nb_span_kind_name(nb_span_kind k);
+
+typedef struct nb_task_ctx {
+    nb_lane *lane;
+    void *stream; /* cudaStream_t on a CUDA device lane, NULL on CPU lanes */
+} nb_task_ctx;
+typedef void (*nb_task_fn)(void *arg, const nb_task_ctx *ctx);
+
+/* A point in a lane: reached once every task enqueued on the lane before the mark is done. */
+typedef struct nb_mark {
+    nb_lane *lane;
+    uint64_t seq;  /* number of tasks that must have completed on the lane */
+    void *event;   /* cudaEvent_t on CUDA device lanes */
+} nb_mark;
+
+/* Create the runtime. backend: "cpu" (every lane a thread) or "cuda" (device lanes are streams;
+ * only when built with CUDA). trace_capacity: spans kept (0 = tracing off). */
+nb_lanes *nb_lanes_create(const char *backend, size_t trace_capacity);
+void nb_lanes_destroy(nb_lanes *L); /* drains all lanes first */
+nb_lane *nb_lane_create(nb_lanes *L, const char *name, nb_lane_kind kind);
+const char *nb_lane_name(const nb_lane *lane);
+int nb_lane_index(const nb_lane *lane);
+int nb_lanes_count(const nb_lanes *L);
+nb_lane *nb_lanes_get(nb_lanes *L, int index);
+
+/* Enqueue a task. name is copied into the span; step tags the span for per-step statistics. */
+void nb_lane_run(nb_lane *lane, const char *name, nb_span_kind kind, int step, nb_task_fn fn, void *arg);
+/* The mark at the current end of lane's queue. */
+nb_mark nb_lane_mark(nb_lane *lane);
+/* Tasks enqueued on lane after this call start only once m is reached. */
+void nb_lane_wait(nb_lane *lane, nb_mark m);
+/* Block the calling (host) thread until m is reached. */
+void nb_mark_wait_host(nb_mark m);
+/* Non-blocking: has m been reached? */
+int nb_mark_reached(nb_mark m);
+/* Wait until every lane has drained its queue. */
+void nb_lanes_sync(nb_lanes *L);
+
+/* ---- trace (lanes/trace.c) ---- */
+typedef struct nb_span {
+    char name[40];
+    int lane;
+    int step;
+    nb_span_kind kind;
+    double t0, t1; /* seconds, nb_now() clock */
+} nb_span;
+
+/* Copies of recorded spans (after nb_lanes_sync); returns the count, *out valid until the next
+ * call that records. Spans that did not fit in trace_capacity are dropped and counted. */
+size_t nb_lanes_spans(nb_lanes *L, const nb_span **out);
+size_t nb_lanes_spans_dropped(nb_lanes *L);
+void nb_lanes_trace_clear(nb_lanes *L);
+/* Chrome trace JSON (open in Perfetto or chrome://tracing): one row (tid) per lane. */
+void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path);
+
+/* Per-step statistics over [t0, t1] (the step's wall window) for the spans of that step:
+ * bubble_pct = 100 * idle time of `lane` within the window / window;
+ * overlap_pct = 100 * time when two or more lanes were busy / window. */
+typedef struct {
+    double window_s;
+    double busy_s;
+    double bubble_pct;
+    double overlap_pct;
+} nb_step_stats;
+nb_step_stats nb_lanes_step_stats(nb_lanes *L, int step, int lane, double t0, double t1);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

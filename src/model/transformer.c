@@ -1,0 +1,417 @@
+#include "model/transformer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "rng.h"
+
+/* ---------------------------------------------------------------- presets */
+
+typedef struct {
+    const char *name;
+    nb_arch arch;
+    int layers, dim, heads, kv_heads, ffn, vocab, seq;
+} preset_row;
+
+/* ffn = 0 means 4*dim (GPT-2). Tiny presets exist for tests; gpt2-mini is the default model on
+ * the CPU (small enough to learn the default corpus in minutes on two cores); gpt2-proxy is the
+ * 16M-parameter proxy of the benchmarks. */
+static const preset_row presets[] = {
+    {"gpt2-tiny", NB_ARCH_GPT2, 2, 64, 4, 4, 0, 50257, 64},
+    {"gpt2-mini", NB_ARCH_GPT2, 4, 128, 4, 4, 0, 50257, 128},
+    {"gpt2-proxy", NB_ARCH_GPT2, 4, 256, 4, 4, 0, 50257, 256},
+    {"gpt2", NB_ARCH_GPT2, 12, 768, 12, 12, 0, 50257, 1024},
+    {"gpt2-medium", NB_ARCH_GPT2, 24, 1024, 16, 16, 0, 50257, 1024},
+    {"gpt2-large", NB_ARCH_GPT2, 36, 1280, 20, 20, 0, 50257, 1024},
+    {"gpt2-xl", NB_ARCH_GPT2, 48, 1600, 25, 25, 0, 50257, 1024},
+    {"llama-tiny", NB_ARCH_LLAMA, 2, 64, 4, 2, 172, 50304, 64},
+    {"llama-1b", NB_ARCH_LLAMA, 16, 2048, 32, 8, 8192, 50304, 2048},
+    {"llama-8b", NB_ARCH_LLAMA, 32, 4096, 32, 8, 14336, 50304, 2048},
+    {"llama-14b", NB_ARCH_LLAMA, 48, 5120, 40, 8, 13824, 50304, 2048},
+};
+#define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+const char *nb_tf_preset_names(void) {
+    return "gpt2-tiny, gpt2-mini, gpt2-proxy, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, "
+           "llama-1b, llama-8b, llama-14b";
+}
+
+int nb_tf_preset(const char *name, nb_tf_config *cfg) {
+    for (int i = 0; i < NPRESETS; i++) {
+        const preset_row *p = &presets[i];
+        if (strcmp(p->name, name) != 0) continue;
+        memset(cfg, 0, sizeof *cfg);
+        snprintf(cfg->preset, sizeof cfg->preset, "%s", p->name);
+        cfg->arch = p->arch;
+        cfg->layers = p->layers;
+        cfg->dim = p->dim;
+        cfg->heads = p->heads;
+        cfg->kv_heads = p->kv_heads;
+        cfg->ffn = p->ffn ? p->ffn : 4 * p->dim;
+        cfg->vocab = p->vocab;
+        cfg->seq = p->seq;
+        cfg->norm_eps = 1e-5f;
+        cfg->rope_theta = 10000.0f;
+        cfg->tied = p->arch == NB_ARCH_GPT2;
+        nb_tf_config_finalize(cfg);
+        return 1;
+    }
+    return 0;
+}
+
+void nb_tf_config_finalize(nb_tf_config *c) {
+    NB_CHECK(c->layers >= 1 && c->layers <= 4096, "--layers takes 1..4096", "bad layer count %d", c->layers);
+    NB_CHECK(c->dim >= 1, "--dim takes a positive width", "bad width %d", c->dim);
+    NB_CHECK(c->heads >= 1 && c->dim % c->heads == 0, "--dim must be a multiple of --heads",
+             "width %d does not split into %d heads", c->dim, c->heads);
+    NB_CHECK(c->kv_heads >= 1 && c->heads % c->kv_heads == 0, "--heads must be a multiple of --kv-heads",
+             "%d query heads do not group into %d kv heads", c->heads, c->kv_heads);
+    NB_CHECK(c->arch == NB_ARCH_LLAMA || c->kv_heads == c->heads, "GPT-2 layouts have kv-heads == heads",
+             "--kv-heads %d differs from --heads %d for a GPT-2 model", c->kv_heads, c->heads);
+    NB_CHECK(c->ffn >= 1, "--ffn takes a positive width", "bad ffn width %d", c->ffn);
+    NB_CHECK(c->vocab >= 2 && c->vocab <= 65536, "--vocab takes 2..65536 (tokens are stored as uint16)",
+             "bad vocabulary size %d", c->vocab);
+    NB_CHECK(c->seq >= 1, "--seq takes a positive length", "bad sequence length %d", c->seq);
+    c->head_size = c->dim / c->heads;
+    NB_CHECK(c->arch != NB_ARCH_LLAMA || c->head_size % 2 == 0, "RoPE needs an even head size",
+             "head size %d is odd", c->head_size);
+    c->vocab_padded = (c->vocab + 63) / 64 * 64;
+}
+
+void nb_tf_config_print(const nb_tf_config *c, FILE *f) {
+    fprintf(f, "model       %s (%s): layers %d, dim %d, heads %d, kv-heads %d, head size %d, ffn %d, vocab %d (padded %d), seq %d%s\n",
+            c->preset, c->arch == NB_ARCH_GPT2 ? "gpt2 layout" : "llama layout", c->layers, c->dim, c->heads,
+            c->kv_heads, c->head_size, c->ffn, c->vocab, c->vocab_padded, c->seq, c->tied ? ", tied head" : "");
+}
+
+/* ---------------------------------------------------------------- parameter table */
+
+static int qkv_width(const nb_tf_config *c) { return (c->heads + 2 * c->kv_heads) * c->head_size; }
+static int fc_width(const nb_tf_config *c) { return c->arch == NB_ARCH_GPT2 ? c->ffn : 2 * c->ffn; }
+static int att_width(const nb_tf_config *c) { return c->heads * c->head_size; }
+
+static int add_param(nb_tf_model *m, int cap, int group, const char *name, int ndim, int64_t d0, int64_t d1,
+                     int decay) {
+    NB_ASSERT(m->nparams < cap);
+    nb_param *p = &m->params[m->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->group = group;
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 1;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->offset = m->total;
+    p->decay = decay;
+    m->total += nb_align_up(p->numel, NB_ALIGN / sizeof(float));
+    m->n_real += p->numel;
+    return m->nparams++;
+}
+
+void nb_tf_model_init(nb_tf_model *m, const nb_tf_config *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const nb_tf_config *c = &m->cfg;
+    int gpt2 = c->arch == NB_ARCH_GPT2;
+    int cap = 4 + NB_TF_LAYER_TENSORS * c->layers + 4;
+    m->params = nb_calloc((size_t)cap, sizeof *m->params, "parameter table");
+    m->layer_idx = nb_calloc((size_t)c->layers, sizeof *m->layer_idx, "layer table");
+    m->ngroups = c->layers + 2;
+    m->group_offset = nb_calloc((size_t)m->ngroups, sizeof(size_t), "group table");
+    m->group_numel = nb_calloc((size_t)m->ngroups, sizeof(size_t), "group table");
+    for (int k = 0; k < NB_TF_GLOBAL_TENSORS; k++) m->global_idx[k] = -1;
+
+    int C = c->dim;
+    m->group_offset[0] = m->total;
+    m->global_idx[NB_TF_WTE] = add_param(m, cap, 0, "wte", 2, c->vocab_padded, C, 1);
+    if (gpt2) m->global_idx[NB_TF_WPE] = add_param(m, cap, 0, "wpe", 2, c->seq, C, 1);
+    m->group_numel[0] = m->total - m->group_offset[0];
+
+    for (int l = 0; l < c->layers; l++) {
+        int g = 1 + l, *ix = m->layer_idx[l];
+        char nm[64];
+        for (int k = 0; k < NB_TF_LAYER_TENSORS; k++) ix[k] = -1;
+        m->group_offset[g] = m->total;
+#define P(k, suffix, nd, d0, d1, dec)                                                              \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                        \
+        ix[k] = add_param(m, cap, g, nm, nd, d0, d1, dec);                                         \
+    } while (0)
+        P(NB_TF_LN1_W, "ln1.weight", 1, C, 1, 0);
+        if (gpt2) P(NB_TF_LN1_B, "ln1.bias", 1, C, 1, 0);
+        P(NB_TF_QKV_W, "attn.qkv.weight", 2, qkv_width(c), C, 1);
+        if (gpt2) P(NB_TF_QKV_B, "attn.qkv.bias", 1, qkv_width(c), 1, 0);
+        P(NB_TF_PROJ_W, "attn.proj.weight", 2, C, att_width(c), 1);
+        if (gpt2) P(NB_TF_PROJ_B, "attn.proj.bias", 1, C, 1, 0);
+        P(NB_TF_LN2_W, "ln2.weight", 1, C, 1, 0);
+        if (gpt2) P(NB_TF_LN2_B, "ln2.bias", 1, C, 1, 0);
+        P(NB_TF_FC_W, gpt2 ? "mlp.fc.weight" : "mlp.gate_up.weight", 2, fc_width(c), C, 1);
+        if (gpt2) P(NB_TF_FC_B, "mlp.fc.bias", 1, fc_width(c), 1, 0);
+        P(NB_TF_FCPROJ_W, gpt2 ? "mlp.proj.weight" : "mlp.down.weight", 2, C, c->ffn, 1);
+        if (gpt2) P(NB_TF_FCPROJ_B, "mlp.proj.bias", 1, C, 1, 0);
+#undef P
+        m->group_numel[g] = m->total - m->group_offset[g];
+    }
+
+    int gf = c->layers + 1;
+    m->group_offset[gf] = m->total;
+    m->global_idx[NB_TF_LNF_W] = add_param(m, cap, gf, "lnf.weight", 1, C, 1, 0);
+    if (gpt2) m->global_idx[NB_TF_LNF_B] = add_param(m, cap, gf, "lnf.bias", 1, C, 1, 0);
+    if (!c->tied) m->global_idx[NB_TF_LM_HEAD] = add_param(m, cap, gf, "lm_head.weight", 2, c->vocab_padded, C, 1);
+    m->group_numel[gf] = m->total - m->group_offset[gf];
+}
+
+void nb_tf_model_free(nb_tf_model *m) {
+    free(m->params);
+    free(m->layer_idx);
+    free(m->group_offset);
+    free(m->group_numel);
+    memset(m, 0, sizeof *m);
+}
+
+static int is_residual_projection(const char *name) {
+    return strstr(name, "attn.proj.weight") || strstr(name, "mlp.proj.weight") || strstr(name, "mlp.down.weight");
+}
+
+void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed) {
+    memset(slab, 0, m->total * sizeof(float));
+    float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
+    for (int i = 0; i < m->nparams; i++) {
+        const nb_param *p = &m->params[i];
+        float *w = slab + p->offset;
+        if (p->ndim == 1) {
+            /* norm weights start at 1, biases at 0 */
+            if (strstr(p->name, "ln") && strstr(p->name, ".weight"))
+                for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+            continue;
+        }
+        /* Padded vocabulary rows stay zero: no token ever reads them. */
+        size_t n = p->numel;
+        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head.weight")) n = (size_t)m->cfg.vocab * (size_t)p->shape[1];
+        float std = is_residual_projection(p->name) ? resid_std : 0.02f;
+        nb_rng_fill_normal(w, n, seed, nb_rng_stream_id(p->name), 0.0f, std);
+    }
+}
+
+void *nb_tf_param_ptr(const nb_tf_model *m, int i, void *slab, size_t es) {
+    if (i < 0 || !slab) return NULL;
+    return (char *)slab + m->params[i].offset * es;
+}
+
+void *nb_tf_global_ptr(const nb_tf_model *m, int which, void *slab, size_t es) {
+    return nb_tf_param_ptr(m, m->global_idx[which], slab, es);
+}
+
+void nb_tf_bind_layer(const nb_tf_model *m, int layer, void *base, size_t es, nb_tf_layer_view *v) {
+    size_t g0 = m->group_offset[1 + layer];
+    for (int k = 0; k < NB_TF_LAYER_TENSORS; k++) {
+        int i = m->layer_idx[layer][k];
+        v->t[k] = (i < 0 || !base) ? NULL : (char *)base + (m->params[i].offset - g0) * es;
+    }
+}
+
+/* ---------------------------------------------------------------- activations */
+
+typedef struct {
+    char *base, *cur;
+} carver;
+
+static void *carve(carver *cv, size_t bytes) {
+    void *p = cv->cur;
+    cv->cur += nb_align_up(bytes, NB_ALIGN);
+    return cv->base ? p : NULL;
+}
+
+/* One routine both sizes and binds the activation slab, so the two can never disagree. */
+static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
+    const nb_tf_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, L = (size_t)c->layers;
+    carver cv = {buf, buf};
+    if (!buf) cv.base = NULL, cv.cur = (char *)0;
+    void **resid = a ? a->resid : NULL;
+    for (size_t l = 0; l <= L; l++) {
+        void *p = carve(&cv, N * C * es);
+        if (resid) resid[l] = p;
+    }
+    for (size_t l = 0; l < L; l++) {
+        nb_tf_layer_acts tmp, *la = a ? &a->layer[l] : &tmp;
+        la->ln1 = carve(&cv, N * C * es);
+        la->qkv = carve(&cv, N * (size_t)qkv_width(c) * es);
+        la->atty = carve(&cv, N * (size_t)att_width(c) * es);
+        la->res2 = carve(&cv, N * C * es);
+        la->ln2 = carve(&cv, N * C * es);
+        la->fch = carve(&cv, N * (size_t)fc_width(c) * es);
+        la->fca = carve(&cv, N * (size_t)c->ffn * es);
+        la->ln1_mean = carve(&cv, N * sizeof(float));
+        la->ln1_rstd = carve(&cv, N * sizeof(float));
+        la->ln2_mean = carve(&cv, N * sizeof(float));
+        la->ln2_rstd = carve(&cv, N * sizeof(float));
+        la->lse = carve(&cv, (size_t)B * c->heads * T * sizeof(float));
+    }
+    nb_tf_acts tmp, *o = a ? a : &tmp;
+    o->lnf = carve(&cv, N * C * es);
+    o->lnf_mean = carve(&cv, N * sizeof(float));
+    o->lnf_rstd = carve(&cv, N * sizeof(float));
+    o->losses = carve(&cv, N * sizeof(float));
+    o->dres = carve(&cv, N * C * es);
+    o->dln = carve(&cv, N * C * es);
+    o->dqkv = carve(&cv, N * (size_t)qkv_width(c) * es);
+    o->datty = carve(&cv, N * (size_t)att_width(c) * es);
+    o->dfch = carve(&cv, N * (size_t)fc_width(c) * es);
+    o->dfca = carve(&cv, N * (size_t)c->ffn * es);
+    return (size_t)(cv.cur - cv.base);
+}
+
+size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t es) { return acts_layout(m, NULL, NULL, B, T, es); }
+
+void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
+    memset(a, 0, sizeof *a);
+    a->B = B;
+    a->T = T;
+    a->slab = buf;
+    a->resid = nb_calloc((size_t)m->cfg.layers + 1, sizeof(void *), "activation table");
+    a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
+    a->bytes = acts_layout(m, a, buf, B, T, es);
+}
+
+void nb_tf_acts_unbind(nb_tf_acts *a) {
+    free(a->resid);
+    free(a->layer);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static size_t act_es(const nb_backend_i *be) { return nb_dtype_size(be->act_dtype); }
+static void *at(const void *p, size_t elems, size_t es) { return (char *)p + elems * es; }
+
+void nb_tf_embed_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *wte,
+                         const void *wpe, const int32_t *tokens, nb_tf_acts *a) {
+    be->embed_fwd(ctx, a->resid[0], tokens, wte, m->cfg.arch == NB_ARCH_GPT2 ? wpe : NULL, a->B, a->T, m->cfg.dim);
+}
+
+void nb_tf_embed_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *dwte, void *dwpe,
+                          const int32_t *tokens, nb_tf_acts *a) {
+    be->embed_bwd(ctx, dwte, m->cfg.arch == NB_ARCH_GPT2 ? dwpe : NULL, a->dres, tokens, a->B, a->T, m->cfg.dim);
+}
+
+static void norm_fwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *out, float *mean, float *rstd,
+                     const void *x, const void *w, const void *b, int N) {
+    if (m->cfg.arch == NB_ARCH_GPT2)
+        be->layernorm_fwd(ctx, out, mean, rstd, x, w, b, N, m->cfg.dim, m->cfg.norm_eps);
+    else
+        be->rmsnorm_fwd(ctx, out, rstd, x, w, N, m->cfg.dim, m->cfg.norm_eps);
+}
+
+static void norm_bwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *dx, void *dw, void *db,
+                     const void *dout, const void *x, const void *w, const float *mean, const float *rstd, int N) {
+    if (m->cfg.arch == NB_ARCH_GPT2)
+        be->layernorm_bwd(ctx, dx, dw, db, dout, x, w, mean, rstd, N, m->cfg.dim);
+    else
+        be->rmsnorm_bwd(ctx, dx, dw, dout, x, w, rstd, N, m->cfg.dim);
+}
+
+void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                         int l, nb_tf_acts *a) {
+    const nb_tf_config *c = &m->cfg;
+    nb_tf_layer_acts *s = &a->layer[l];
+    int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c);
+    size_t es = act_es(be);
+    const void *x = a->resid[l];
+    void *out = a->resid[l + 1];
+
+    norm_fwd(m, be, ctx, s->ln1, s->ln1_mean, s->ln1_rstd, x, w->t[NB_TF_LN1_W], w->t[NB_TF_LN1_B], N);
+    be->matmul_fwd(ctx, s->qkv, s->ln1, w->t[NB_TF_QKV_W], w->t[NB_TF_QKV_B], N, C, QKV);
+    if (c->arch == NB_ARCH_LLAMA) {
+        /* q and k are rotated in place: attention and its backward both see the rotated values */
+        be->rope_fwd(ctx, s->qkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
+        be->rope_fwd(ctx, at(s->qkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+    }
+    be->attention_fwd(ctx, s->atty, s->lse, s->qkv, B, T, c->heads, c->kv_heads, c->head_size);
+    be->matmul_fwd(ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], N, A, C);
+    be->residual_fwd(ctx, s->res2, x, s->res2, (size_t)N * C);
+
+    norm_fwd(m, be, ctx, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, w->t[NB_TF_LN2_W], w->t[NB_TF_LN2_B], N);
+    be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], w->t[NB_TF_FC_B], N, C, fc_width(c));
+    if (c->arch == NB_ARCH_GPT2)
+        be->gelu_fwd(ctx, s->fca, s->fch, (size_t)N * c->ffn);
+    else
+        be->swiglu_fwd(ctx, s->fca, s->fch, N, c->ffn);
+    be->matmul_fwd(ctx, out, s->fca, w->t[NB_TF_FCPROJ_W], w->t[NB_TF_FCPROJ_B], N, c->ffn, C);
+    be->residual_fwd(ctx, out, s->res2, out, (size_t)N * C);
+}
+
+void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                          const nb_tf_layer_view *dw, int l, nb_tf_acts *a) {
+    const nb_tf_config *c = &m->cfg;
+    const nb_tf_layer_acts *s = &a->layer[l];
+    int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c), FC = fc_width(c);
+    size_t es = act_es(be);
+    const void *x = a->resid[l];
+
+    /* MLP branch: dres is d(out) = d(res2 through the skip) + d(mlp output) */
+    be->zero(ctx, a->dfca, (size_t)N * c->ffn * es);
+    be->matmul_bwd(ctx, a->dfca, dw->t[NB_TF_FCPROJ_W], dw->t[NB_TF_FCPROJ_B], a->dres, s->fca, w->t[NB_TF_FCPROJ_W],
+                   N, c->ffn, C);
+    be->zero(ctx, a->dfch, (size_t)N * FC * es);
+    if (c->arch == NB_ARCH_GPT2)
+        be->gelu_bwd(ctx, a->dfch, s->fch, a->dfca, (size_t)N * c->ffn);
+    else
+        be->swiglu_bwd(ctx, a->dfch, a->dfca, s->fch, N, c->ffn);
+    be->zero(ctx, a->dln, (size_t)N * C * es);
+    be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_FC_W], dw->t[NB_TF_FC_B], a->dfch, s->ln2, w->t[NB_TF_FC_W], N, C, FC);
+    norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN2_W], dw->t[NB_TF_LN2_B], a->dln, s->res2, w->t[NB_TF_LN2_W],
+             s->ln2_mean, s->ln2_rstd, N);
+
+    /* attention branch: dres is now d(res2) */
+    be->zero(ctx, a->datty, (size_t)N * A * es);
+    be->matmul_bwd(ctx, a->datty, dw->t[NB_TF_PROJ_W], dw->t[NB_TF_PROJ_B], a->dres, s->atty, w->t[NB_TF_PROJ_W], N,
+                   A, C);
+    be->zero(ctx, a->dqkv, (size_t)N * QKV * es);
+    be->attention_bwd(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads, c->head_size);
+    if (c->arch == NB_ARCH_LLAMA) {
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
+        be->rope_bwd(ctx, at(a->dqkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+    }
+    be->zero(ctx, a->dln, (size_t)N * C * es);
+    be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C, QKV);
+    norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN1_W], dw->t[NB_TF_LN1_B], a->dln, x, w->t[NB_TF_LN1_W], s->ln1_mean,
+             s->ln1_rstd, N);
+}
+
+void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
+                const void *head, int layer_out, const int32_t *targets, int backward, float grad_scale,
+                void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a) {
+    const nb_tf_config *c = &m->cfg;
+    int N = a->B * a->T, C = c->dim;
+    size_t es = act_es(be);
+    const void *x = a->resid[layer_out];
+    norm_fwd(m, be, ctx, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N);
+    if (!backward) {
+        be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, grad_scale);
+        return;
+    }
+    be->zero(ctx, a->dln, (size_t)N * C * es);
+    be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, grad_scale);
+    be->zero(ctx, a->dres, (size_t)N * C * es);
+    norm_bwd(m, be, ctx, a->dres, dlnf_w, dlnf_b, a->dln, x, lnf_w, a->lnf_mean, a->lnf_rstd, N);
+}
+
+void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
+                       const void *head, int layer_out, nb_tf_acts *a, void *logits) {
+    int N = a->B * a->T, C = m->cfg.dim;
+    norm_fwd(m, be, ctx, a->lnf, a->lnf_mean, a->lnf_rstd, a->resid[layer_out], lnf_w, lnf_b, N);
+    be->matmul_fwd(ctx, logits, at(a->lnf, (size_t)(N - 1) * C, act_es(be)), head, NULL, 1, C, m->cfg.vocab);
+}
+
+double nb_tf_flops_per_token(const nb_tf_model *m, int T) {
+    const nb_tf_config *c = &m->cfg;
+    double C = c->dim, L = c->layers;
+    double per_layer = C * qkv_width(c) + (double)att_width(c) * C + C * fc_width(c) + (double)c->ffn * C;
+    double matmul_params = L * per_layer + (double)c->vocab * C;
+    /* 6 per matmul weight per token (fwd 2, bwd 4) + attention scores and values (fwd 4*T*C per
+     * layer, x3 for training; counted without the causal halving, as in the PaLM paper) */
+    return 6.0 * matmul_params + 12.0 * L * (double)att_width(c) * T;
+}

@@ -1,0 +1,142 @@
+/* Decoder-only transformers: GPT-2 layout (learned positions, LayerNorm, GELU, tied head, biases)
+ * and Llama layout (RoPE, RMSNorm, SwiGLU, grouped-query attention, untied head, no biases).
+ *
+ * A model is a parameter table plus stateless blocks. All parameters live in one slab (llm.c's
+ * "malloc and point"), laid out in groups: group 0 = embeddings, group 1+l = layer l, group L+1 =
+ * final norm and head. Each group is contiguous and every tensor is NB_ALIGN-aligned, so one
+ * layer can be copied, streamed or checkpointed as one piece, and a block binds to whichever
+ * buffer holds its layer (nb_tf_bind_layer). Gradients and optimizer state use the same layout. */
+#ifndef NB_TRANSFORMER_H
+#define NB_TRANSFORMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ops/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { NB_ARCH_GPT2 = 0, NB_ARCH_LLAMA = 1 } nb_arch;
+
+typedef struct nb_tf_config {
+    char preset[32];
+    nb_arch arch;
+    int layers, dim, heads, kv_heads, head_size, ffn;
+    int vocab;        /* real vocabulary (targets and sampling stay below it) */
+    int vocab_padded; /* rows of the embedding / head: vocab rounded up to a multiple of 64 */
+    int seq;          /* context length (rows of the learned position table) */
+    float norm_eps, rope_theta;
+    int tied; /* head shares the token embedding */
+} nb_tf_config;
+
+/* Fill cfg from a preset name; returns 0 if the name is unknown. */
+int nb_tf_preset(const char *name, nb_tf_config *cfg);
+/* Comma-separated preset names, for --help and errors. */
+const char *nb_tf_preset_names(void);
+/* Recompute derived fields (head_size, vocab_padded) and validate; fails with a hint. */
+void nb_tf_config_finalize(nb_tf_config *cfg);
+void nb_tf_config_print(const nb_tf_config *cfg, FILE *f);
+
+/* Per-layer tensors. Llama leaves the biases absent (param index -1). For Llama FC is the fused
+ * gate/up projection [2F, C] (gate rows first) and FCPROJ the down projection [C, F]. */
+enum {
+    NB_TF_LN1_W, NB_TF_LN1_B, NB_TF_QKV_W, NB_TF_QKV_B, NB_TF_PROJ_W, NB_TF_PROJ_B,
+    NB_TF_LN2_W, NB_TF_LN2_B, NB_TF_FC_W, NB_TF_FC_B, NB_TF_FCPROJ_W, NB_TF_FCPROJ_B,
+    NB_TF_LAYER_TENSORS
+};
+/* Global tensors. */
+enum { NB_TF_WTE, NB_TF_WPE, NB_TF_LNF_W, NB_TF_LNF_B, NB_TF_LM_HEAD, NB_TF_GLOBAL_TENSORS };
+
+typedef struct nb_param {
+    char name[64]; /* checkpoint name, e.g. "layers.3.attn.qkv.weight" */
+    int group;
+    int ndim;
+    int64_t shape[2];
+    size_t offset; /* elements from the slab start */
+    size_t numel;
+    int decay; /* AdamW weight decay applies (2-D weights) */
+} nb_param;
+
+typedef struct nb_tf_model {
+    nb_tf_config cfg;
+    int nparams;
+    nb_param *params;
+    int (*layer_idx)[NB_TF_LAYER_TENSORS]; /* [layers][k] -> param index or -1 */
+    int global_idx[NB_TF_GLOBAL_TENSORS];
+    int ngroups;
+    size_t *group_offset, *group_numel; /* elements */
+    size_t total; /* elements in the slab, including alignment padding */
+    size_t n_real; /* elements that are real parameters (without padding) */
+} nb_tf_model;
+
+void nb_tf_model_init(nb_tf_model *m, const nb_tf_config *cfg);
+void nb_tf_model_free(nb_tf_model *m);
+/* GPT-2 init into an fp32 slab: normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
+ * biases 0, norm weights 1. Each tensor draws from its own Philox stream (seed, name). */
+void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed);
+
+/* A layer's tensors bound to a buffer that holds that layer's group (base = group start). */
+typedef struct { void *t[NB_TF_LAYER_TENSORS]; } nb_tf_layer_view;
+void nb_tf_bind_layer(const nb_tf_model *m, int layer, void *group_base, size_t elem_size, nb_tf_layer_view *v);
+/* Pointer to a parameter inside a slab holding the whole model. */
+void *nb_tf_param_ptr(const nb_tf_model *m, int param_index, void *slab, size_t elem_size);
+void *nb_tf_global_ptr(const nb_tf_model *m, int which, void *slab, size_t elem_size);
+
+/* Saved activations of one layer for (B, T). */
+typedef struct {
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fca; /* fca: gelu(fch) or swiglu(fch) */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+} nb_tf_layer_acts;
+
+/* Activations and scratch for a batch shape, in one slab. */
+typedef struct nb_tf_acts {
+    int B, T;
+    size_t bytes;
+    void *slab;
+    void **resid;               /* [layers + 1] residual stream: resid[0] = embeddings */
+    nb_tf_layer_acts *layer;    /* [layers] */
+    void *lnf;                  /* final norm output [N, C] */
+    float *lnf_mean, *lnf_rstd; /* [N] */
+    float *losses;              /* [N] */
+    /* backward scratch, reused by every layer */
+    void *dres, *dln, *dqkv, *datty, *dfch, *dfca;
+} nb_tf_acts;
+
+/* Bytes needed for activations of (B, T) in a given element size. */
+size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t elem_size);
+/* Carve acts out of a caller-provided buffer of nb_tf_acts_bytes bytes. */
+void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size);
+void nb_tf_acts_unbind(nb_tf_acts *a);
+
+/* Blocks. They own no memory; the schedule binds weights, activations and gradients. */
+void nb_tf_embed_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *wte,
+                         const void *wpe, const int32_t *tokens, nb_tf_acts *a);
+void nb_tf_embed_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *dwte, void *dwpe,
+                          const int32_t *tokens, nb_tf_acts *a);
+void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                         int layer, nb_tf_acts *a);
+/* a->dres holds d(output of layer) on entry and d(input of layer) on return. dw may hold NULLs. */
+void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                          const nb_tf_layer_view *dw, int layer, nb_tf_acts *a);
+/* Final norm + unembedding + cross-entropy on x = resid[layer_out]. Writes a->losses. With
+ * backward, a->dres is overwritten with d(x) and dlnf_w/dlnf_b/dhead accumulate; grad_scale is
+ * d(total loss)/d(each token's loss). head = wte (tied) or lm_head. */
+void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
+                const void *head, int layer_out, const int32_t *targets, int backward, float grad_scale,
+                void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a);
+
+/* Logits of the last row of the batch (sampling): final norm of resid[layer_out], then
+ * logits[V] = norm(x_last) @ head[:V]^T. */
+void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
+                       const void *head, int layer_out, nb_tf_acts *a, void *logits);
+
+/* Model FLOPs per token for training (6N + attention), for MFU and the benchmarks. */
+double nb_tf_flops_per_token(const nb_tf_model *m, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,63 @@
+/* A backend is a table of ops (ggml's interface-table style): models and schedules call ops
+ * through it and never know whether they run on the CPU (fp32 reference, the .c files of src/ops) or on a
+ * CUDA stream (the .cu files beside them). Tensors are void* because their element type depends on the
+ * backend's precision (fp32 on the CPU; bf16 or fp32 on CUDA); statistics (mean, rstd, lse,
+ * losses) are always fp32. Every op takes the lane context it runs on (ctx->stream on CUDA).
+ * Semantics are those of ops.h: backward ops accumulate (+=) into gradients; NULL skips one. */
+#ifndef NB_BACKEND_H
+#define NB_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanes/lanes.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef const nb_task_ctx *nb_ctx;
+
+typedef struct nb_backend_i {
+    const char *name;
+    nb_device_kind device;
+    nb_dtype act_dtype; /* element type of activations and compute weights */
+
+    void (*matmul_fwd)(nb_ctx, void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
+    void (*matmul_bwd)(nb_ctx, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                       const void *w, int N, int C, int OC);
+    void (*layernorm_fwd)(nb_ctx, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                          const void *b, int N, int C, float eps);
+    void (*layernorm_bwd)(nb_ctx, void *dinp, void *dw, void *db, const void *dout, const void *inp,
+                          const void *w, const float *mean, const float *rstd, int N, int C);
+    void (*rmsnorm_fwd)(nb_ctx, void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps);
+    void (*rmsnorm_bwd)(nb_ctx, void *dinp, void *dw, const void *dout, const void *inp, const void *w,
+                        const float *rstd, int N, int C);
+    void (*gelu_fwd)(nb_ctx, void *out, const void *inp, size_t n);
+    void (*gelu_bwd)(nb_ctx, void *dinp, const void *inp, const void *dout, size_t n);
+    void (*swiglu_fwd)(nb_ctx, void *out, const void *gu, int N, int F);
+    void (*swiglu_bwd)(nb_ctx, void *dgu, const void *dout, const void *gu, int N, int F);
+    void (*residual_fwd)(nb_ctx, void *out, const void *a, const void *b, size_t n);
+    void (*add_inplace)(nb_ctx, void *dst, const void *src, size_t n);
+    void (*rope_fwd)(nb_ctx, void *x, int B, int T, int nheads, int HS, int row_stride, float theta);
+    void (*rope_bwd)(nb_ctx, void *dx, int B, int T, int nheads, int HS, int row_stride, float theta);
+    void (*attention_fwd)(nb_ctx, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS);
+    void (*attention_bwd)(nb_ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
+                          const float *lse, int B, int T, int NH, int NKV, int HS);
+    void (*embed_fwd)(nb_ctx, void *out, const int32_t *tokens, const void *wte, const void *wpe, int B, int T, int C);
+    void (*embed_bwd)(nb_ctx, void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int B, int T, int C);
+    /* Fused unembedding + cross-entropy (+ gradient when dinp/dw non-NULL). Writes losses[N];
+     * the loss sum is read from losses by the caller once the lane is done (no host sync here). */
+    void (*xent_fwd_bwd)(nb_ctx, void *dinp, void *dw, float *losses, const void *inp, const void *w,
+                         const int32_t *targets, int N, int C, int V, float grad_scale);
+    /* memset 0 of n bytes of backend memory */
+    void (*zero)(nb_ctx, void *ptr, size_t bytes);
+} nb_backend_i;
+
+extern const nb_backend_i nb_backend_cpu;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,266 @@
+/* Linear layer on CUDA: GEMMs through cuBLASLt (bias and GELU fused as epilogues), a
+ * deterministic two-pass bias gradient, and the helpers every .cu shares (stream-ordered
+ * scratch, the column-reduction second pass).
+ *
+ * Row-major [rows, cols] is column-major [cols, rows], so with nn.Linear's w[OC, C]:
+ *   out^T[OC,N]  = w[C,OC]^T . inp^T[C,N]        (transa)
+ *   dinp^T[C,N] += w[C,OC]   . dout^T[OC,N]
+ *   dw^T[C,OC]  += inp^T[C,N] . dout^T[OC,N]^T   (transb)
+ * Every GEMM runs with CUBLAS_COMPUTE_32F (fp32 accumulation; with fp32 operands that is true
+ * fp32, TF32 off). cuBLASLt picks the same algorithm for the same shapes, alignments and
+ * workspace limit, and its split-K reductions are not atomic, so results repeat bit for bit. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ops_cuda_common.cuh"
+
+/* ---- stream-ordered scratch ---- */
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t pool_ready; /* bit d: device d's default pool keeps its memory */
+
+void *nb_cuda_scratch(size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) return NULL;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    /* The default pool returns memory to the driver at every sync unless told to keep it; then
+     * each step would pay for fresh mappings. */
+    NB_CHECK(pthread_mutex_lock(&pool_mu) == 0, NULL, "cannot lock the scratch pool mutex");
+    if (dev < 64 && !((pool_ready >> dev) & 1u)) {
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+        CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        pool_ready |= (uint64_t)1 << dev;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    void *p = NULL;
+    CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
+    return p;
+}
+
+void nb_cuda_scratch_free(void *p, cudaStream_t stream) {
+    if (p) CUDA_CHECK(cudaFreeAsync(p, stream));
+}
+
+/* ---- column reductions, second pass ---- */
+
+static __global__ void col_finish_kernel(float *dst, const float *part, int nparts, int ncols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncols) return;
+    float s = 0.0f;
+    for (int k = 0; k < nparts; k++) s += part[(size_t)k * ncols + c];
+    dst[c] += s;
+}
+
+void nb_col_finish(float *dst, const float *part, int nparts, int ncols, cudaStream_t stream) {
+    col_finish_kernel<<<(ncols + 255) / 256, 256, 0, stream>>>(dst, part, nparts, ncols);
+    CUDA_CHECK_LAUNCH("column reduction (second pass)");
+}
+
+/* ---- cuBLASLt ---- */
+
+static cublasLtHandle_t lt_handle;
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+static void lt_init(void) { CUBLAS_CHECK(cublasLtCreate(&lt_handle)); }
+
+/* Fixed, so the algorithm choice never depends on memory pressure. */
+#define LT_MAX_WORKSPACE ((size_t)32 << 20)
+
+static uint32_t ptr_align(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p % a) != 0) a >>= 1;
+    return a;
+}
+
+int nb_lt_run(const nb_lt_gemm *g, cudaStream_t stream, int may_fail) {
+    NB_CHECK(pthread_once(&lt_once, lt_init) == 0, NULL, "cannot initialize cuBLASLt");
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (g->epi != CUBLASLT_EPILOGUE_DEFAULT)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
+    if (g->bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                                    sizeof g->bias));
+    if (g->aux) {
+        int64_t ldaux = g->ldd;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                                    sizeof g->aux));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g->tab, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->tab, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->td, g->m, g->n, g->ldd));
+
+    /* Tell the heuristic the real alignments: its default assumes 256-byte aligned pointers,
+     * and a view such as qkv + NH*HS is not. */
+    uint32_t al_a = ptr_align(g->A), al_b = ptr_align(g->B), al_d = ptr_align(g->D);
+    size_t max_ws = LT_MAX_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                      sizeof max_ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                      sizeof al_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                      sizeof al_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                      sizeof al_d));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                      sizeof al_d));
+
+    cublasLtMatmulHeuristicResult_t heur;
+    int nres = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, op, la, lb, ld, ld, pref, 1, &heur, &nres);
+    int found = st == CUBLAS_STATUS_SUCCESS && nres > 0;
+    if (!found && !may_fail)
+        nb_fail("a shape or alignment cuBLASLt cannot handle; report the shapes to the nobubble developers",
+                "cuBLASLt has no algorithm for a %dx%dx%d GEMM (transa %d, transb %d, epilogue %d, "
+                "alignments %u/%u/%u): %s",
+                g->m, g->n, g->k, g->transa, g->transb, (int)g->epi, al_a, al_b, al_d,
+                cublasGetStatusString(st));
+    if (found) {
+        float alpha = 1.0f, beta = g->beta;
+        void *ws = nb_cuda_scratch(heur.workspaceSize, stream);
+        CUBLAS_CHECK(cublasLtMatmul(lt_handle, op, &alpha, g->A, la, g->B, lb, &beta, g->D, ld, g->D, ld, &heur.algo,
+                                    ws, heur.workspaceSize, stream));
+        nb_cuda_scratch_free(ws, stream);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+    return found;
+}
+
+/* ---- forward ---- */
+
+static void check_shapes(const char *op, int N, int C, int OC) {
+    NB_CUDA_SHAPE(N >= 0 && C > 0 && OC >= 0, op);
+}
+
+/* out^T = w^T . inp^T (+ bias, GELU per epi). Returns 0 if cuBLASLt had no algorithm and may_fail. */
+static int linear_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                          int OC, cudaDataType_t t, cublasLtEpilogue_t epi, cudaStream_t stream, int may_fail) {
+    nb_lt_gemm g = {};
+    g.m = OC, g.n = N, g.k = C;
+    g.transa = 1, g.transb = 0;
+    g.A = w, g.lda = C;
+    g.B = inp, g.ldb = C;
+    g.D = out, g.ldd = OC;
+    g.tab = t, g.td = t;
+    g.beta = 0.0f;
+    g.epi = epi;
+    g.bias = bias;
+    g.aux = pre;
+    return nb_lt_run(&g, stream, may_fail);
+}
+
+#define DEF_MATMUL_FORWARD(SFX, T, CT)                                                             \
+    extern "C" void nb_cuda_matmul_forward_##SFX(T *out, const T *inp, const T *w, const T *bias, int N, \
+                                                  int C, int OC, nb_stream_t stream) {             \
+        check_shapes("nb_cuda_matmul_forward_" #SFX, N, C, OC);                                    \
+        NB_CUDA_SHAPE(out && inp && w, "nb_cuda_matmul_forward_" #SFX);                            \
+        if (N == 0 || OC == 0) return;                                                             \
+        linear_forward(out, NULL, inp, w, bias, N, C, OC, CT,                                      \
+                       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, stream, 0);      \
+    }
+DEF_MATMUL_FORWARD(f32, float, CUDA_R_32F)
+DEF_MATMUL_FORWARD(bf16, nb_bf16, CUDA_R_16BF)
+
+/* bf16: GELU fused into the GEMM's epilogue (cuBLASLt's tanh GELU; it also writes pre to the
+ * aux buffer), which needs OC divisible by 8 and 16-byte aligned outputs; otherwise, or if
+ * cuBLASLt offers no fused algorithm, the GEMM writes pre and a separate GELU reads it. fp32 is
+ * the tight-parity mode, so it always takes the separate GELU, whose formula is act.c's. */
+#define DEF_MATMUL_GELU_FORWARD(SFX, T, CT, FUSE)                                                  \
+    extern "C" void nb_cuda_matmul_gelu_forward_##SFX(T *out, T *pre, const T *inp, const T *w,    \
+                                                       const T *bias, int N, int C, int OC,        \
+                                                       nb_stream_t stream) {                       \
+        check_shapes("nb_cuda_matmul_gelu_forward_" #SFX, N, C, OC);                               \
+        NB_CUDA_SHAPE(out && pre && inp && w && out != pre, "nb_cuda_matmul_gelu_forward_" #SFX);  \
+        if (N == 0 || OC == 0) return;                                                             \
+        int fusable = FUSE && OC % 8 == 0 && ptr_align(pre) >= 16 && ptr_align(out) >= 16;         \
+        cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX; \
+        if (fusable && linear_forward(out, pre, inp, w, bias, N, C, OC, CT, epi, stream, 1)) return; \
+        if (FUSE)                                                                                  \
+            nb_log(2, "matmul+gelu %dx%dx%d: GELU not fused (OC %% 8 = %d, or no cuBLASLt algorithm)", \
+                   N, C, OC, OC % 8);                                                              \
+        nb_cuda_matmul_forward_##SFX(pre, inp, w, bias, N, C, OC, stream);                         \
+        nb_cuda_gelu_forward_##SFX(out, pre, (size_t)N * OC, stream);                              \
+    }
+DEF_MATMUL_GELU_FORWARD(f32, float, CUDA_R_32F, 0)
+DEF_MATMUL_GELU_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
+
+/* ---- backward ---- */
+
+/* part[blockIdx.y][c] = sum of dout[r][c] over this block's NB_COL_ROWS rows: 32 columns per
+ * block (coalesced), 8 row lanes summed in a fixed order through shared memory. */
+#define DEF_DBIAS_PART(T)                                                                          \
+    static __global__ void dbias_part_kernel(float *part, const T *dout, int N, int OC) {          \
+        __shared__ float sh[8][33];                                                                \
+        int c = blockIdx.x * 32 + threadIdx.x;                                                     \
+        int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);                          \
+        float acc = 0.0f;                                                                          \
+        if (c < OC)                                                                                \
+            for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += nb_ld(dout + (size_t)r * OC + c); \
+        sh[threadIdx.y][threadIdx.x] = acc;                                                        \
+        __syncthreads();                                                                           \
+        if (threadIdx.y == 0 && c < OC) {                                                          \
+            float s = 0.0f;                                                                        \
+            for (int i = 0; i < 8; i++) s += sh[i][threadIdx.x];                                   \
+            part[(size_t)blockIdx.y * OC + c] = s;                                                 \
+        }                                                                                          \
+    }
+NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
+
+#define DEF_MATMUL_BACKWARD(SFX, T, KT, CT)                                                        \
+    extern "C" void nb_cuda_matmul_backward_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
+                                                   const T *inp, const T *w, int N, int C, int OC, \
+                                                   nb_stream_t stream) {                           \
+        const char *name = "nb_cuda_matmul_backward_" #SFX;                                        \
+        check_shapes(name, N, C, OC);                                                              \
+        NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
+        if (N == 0 || OC == 0) return;                                                             \
+        if (dinp) {                                                                                \
+            nb_lt_gemm g = {};                                                                     \
+            g.m = C, g.n = N, g.k = OC;                                                            \
+            g.A = w, g.lda = C;                                                                    \
+            g.B = dout, g.ldb = OC;                                                                \
+            g.D = dinp, g.ldd = C;                                                                 \
+            g.tab = CT, g.td = CT;                                                                 \
+            g.beta = 1.0f;                                                                         \
+            g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
+            nb_lt_run(&g, stream, 0);                                                              \
+        }                                                                                          \
+        if (dw) {                                                                                  \
+            nb_lt_gemm g = {};                                                                     \
+            g.m = C, g.n = OC, g.k = N;                                                            \
+            g.transb = 1;                                                                          \
+            g.A = inp, g.lda = C;                                                                  \
+            g.B = dout, g.ldb = OC;                                                                \
+            g.D = dw, g.ldd = C;                                                                   \
+            g.tab = CT, g.td = CUDA_R_32F;                                                         \
+            g.beta = 1.0f;                                                                         \
+            g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
+            nb_lt_run(&g, stream, 0);                                                              \
+        }                                                                                          \
+        if (dbias) {                                                                               \
+            int nparts = nb_col_parts(N);                                                          \
+            NB_CUDA_SHAPE(nparts <= 65535, name);                                                  \
+            float *part = (float *)nb_cuda_scratch((size_t)nparts * OC * sizeof(float), stream);   \
+            dim3 grid((OC + 31) / 32, nparts);                                                     \
+            dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const KT *)dout, N, OC);    \
+            CUDA_CHECK_LAUNCH("matmul dbias (first pass)");                                        \
+            nb_col_finish(dbias, part, nparts, OC, stream);                                        \
+            nb_cuda_scratch_free(part, stream);                                                    \
+        }                                                                                          \
+    }
+DEF_MATMUL_BACKWARD(f32, float, float, CUDA_R_32F)
+DEF_MATMUL_BACKWARD(bf16, nb_bf16, nb_bf16_t, CUDA_R_16BF)

@@ -1,0 +1,159 @@
+/* CUDA versions of the ops in ops.h and optim.h: same shapes, same semantics, device pointers.
+ *
+ * Conventions, on top of ops.h's (backward ACCUMULATES; a NULL gradient is not computed):
+ * - Every launcher enqueues on `stream` and returns without waiting; it checks shapes at entry
+ *   (nb_fail on a bad one) and checks each launch.
+ * - Two dtype variants of each op: _f32 (everything fp32; GEMMs in true fp32, TF32 off) and _bf16
+ *   (activations, weights and activation gradients in bf16; fp32 accumulation inside every
+ *   kernel; norm statistics, lse and losses in fp32). In both variants the gradients of
+ *   PARAMETERS (dw, dbias, dwte, norm dw/db) are fp32: they accumulate across micro-batches and
+ *   feed the fp32 AdamW slab.
+ * - Deterministic: no float atomics; every reduction has a fixed order, so two runs on the same
+ *   GPU are bitwise identical. Scratch memory comes from the stream-ordered allocator
+ *   (cudaMallocAsync on `stream`), so launchers on different streams never share a buffer.
+ * - Compiles from C: cudaStream_t is `struct CUstream_st *`, declared here without cuda_runtime.h
+ *   when NB_WITH_CUDA is off (the functions then exist only in CUDA builds). */
+#ifndef NB_OPS_CUDA_H
+#define NB_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim/optim.h"
+
+#ifdef NB_WITH_CUDA
+#include <cuda_runtime.h>
+typedef cudaStream_t nb_stream_t;
+#else
+struct CUstream_st;
+typedef struct CUstream_st *nb_stream_t;
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* bfloat16 bits as stored in memory (the top half of an fp32). */
+typedef uint16_t nb_bf16;
+
+/* ---- matmul.cu (cuBLASLt) ---- */
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL; fused as a cuBLASLt epilogue). */
+void nb_cuda_matmul_forward_f32(float *out, const float *inp, const float *w, const float *bias, int N,
+                                int C, int OC, nb_stream_t stream);
+void nb_cuda_matmul_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w, const nb_bf16 *bias,
+                                 int N, int C, int OC, nb_stream_t stream);
+/* pre[N,OC] = inp @ w^T + bias (saved for backward), out = gelu(pre): the GELU of an MLP's first
+ * linear. bf16: fused into the GEMM's epilogue when cuBLASLt can (OC % 8 == 0); fp32, or when it
+ * cannot: a GEMM then nb_cuda_gelu_forward. Same result as nb_matmul_forward + nb_gelu_forward. */
+void nb_cuda_matmul_gelu_forward_f32(float *out, float *pre, const float *inp, const float *w,
+                                     const float *bias, int N, int C, int OC, nb_stream_t stream);
+void nb_cuda_matmul_gelu_forward_bf16(nb_bf16 *out, nb_bf16 *pre, const nb_bf16 *inp, const nb_bf16 *w,
+                                      const nb_bf16 *bias, int N, int C, int OC, nb_stream_t stream);
+/* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout. */
+void nb_cuda_matmul_backward_f32(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                 const float *w, int N, int C, int OC, nb_stream_t stream);
+void nb_cuda_matmul_backward_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
+                                  const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC,
+                                  nb_stream_t stream);
+
+/* ---- norm.cu ---- */
+void nb_cuda_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                   const float *b, int N, int C, float eps, nb_stream_t stream);
+void nb_cuda_layernorm_forward_bf16(nb_bf16 *out, float *mean, float *rstd, const nb_bf16 *inp,
+                                    const nb_bf16 *w, const nb_bf16 *b, int N, int C, float eps,
+                                    nb_stream_t stream);
+void nb_cuda_layernorm_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                    const float *w, const float *mean, const float *rstd, int N, int C,
+                                    nb_stream_t stream);
+void nb_cuda_layernorm_backward_bf16(nb_bf16 *dinp, float *dw, float *db, const nb_bf16 *dout,
+                                     const nb_bf16 *inp, const nb_bf16 *w, const float *mean,
+                                     const float *rstd, int N, int C, nb_stream_t stream);
+void nb_cuda_rmsnorm_forward_f32(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                 float eps, nb_stream_t stream);
+void nb_cuda_rmsnorm_forward_bf16(nb_bf16 *out, float *rstd, const nb_bf16 *inp, const nb_bf16 *w, int N,
+                                  int C, float eps, nb_stream_t stream);
+void nb_cuda_rmsnorm_backward_f32(float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const float *rstd, int N, int C, nb_stream_t stream);
+void nb_cuda_rmsnorm_backward_bf16(nb_bf16 *dinp, float *dw, const nb_bf16 *dout, const nb_bf16 *inp,
+                                   const nb_bf16 *w, const float *rstd, int N, int C, nb_stream_t stream);
+
+/* ---- act.cu ---- */
+void nb_cuda_gelu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream);
+void nb_cuda_gelu_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, size_t n, nb_stream_t stream);
+void nb_cuda_gelu_backward_f32(float *dinp, const float *inp, const float *dout, size_t n, nb_stream_t stream);
+void nb_cuda_gelu_backward_bf16(nb_bf16 *dinp, const nb_bf16 *inp, const nb_bf16 *dout, size_t n,
+                                nb_stream_t stream);
+void nb_cuda_swiglu_forward_f32(float *out, const float *gu, int N, int F, nb_stream_t stream);
+void nb_cuda_swiglu_forward_bf16(nb_bf16 *out, const nb_bf16 *gu, int N, int F, nb_stream_t stream);
+void nb_cuda_swiglu_backward_f32(float *dgu, const float *dout, const float *gu, int N, int F,
+                                 nb_stream_t stream);
+void nb_cuda_swiglu_backward_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
+                                  nb_stream_t stream);
+void nb_cuda_residual_forward_f32(float *out, const float *a, const float *b, size_t n, nb_stream_t stream);
+void nb_cuda_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *a, const nb_bf16 *b, size_t n,
+                                   nb_stream_t stream);
+void nb_cuda_add_inplace_f32(float *dst, const float *src, size_t n, nb_stream_t stream);
+void nb_cuda_add_inplace_bf16(nb_bf16 *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);
+/* dst = src converted (bf16: round to nearest even). */
+void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t n, nb_stream_t stream);
+void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);
+
+/* ---- rope.cu ---- (in place, as nb_rope_forward / nb_rope_backward) */
+void nb_cuda_rope_forward_f32(float *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+                              nb_stream_t stream);
+void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+                               nb_stream_t stream);
+void nb_cuda_rope_backward_f32(float *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+                               nb_stream_t stream);
+void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+                                nb_stream_t stream);
+
+/* ---- attention.cu ---- (causal, GQA, tiled: never stores T x T; HS even and <= 256) */
+void nb_cuda_attention_forward_f32(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                   int HS, nb_stream_t stream);
+void nb_cuda_attention_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH,
+                                    int NKV, int HS, nb_stream_t stream);
+void nb_cuda_attention_backward_f32(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                    const float *lse, int B, int T, int NH, int NKV, int HS,
+                                    nb_stream_t stream);
+void nb_cuda_attention_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                     const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                     int HS, nb_stream_t stream);
+
+/* ---- embed.cu ---- V = rows of wte. A token outside [0, V) makes its output row NaN (forward)
+ * and is skipped (backward): device data cannot be checked on the host without a sync. */
+void nb_cuda_embed_forward_f32(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                               int T, int C, int V, nb_stream_t stream);
+void nb_cuda_embed_forward_bf16(nb_bf16 *out, const int32_t *tokens, const nb_bf16 *wte, const nb_bf16 *wpe,
+                                int B, int T, int C, int V, nb_stream_t stream);
+/* dwte[token] += dout row in token order (one writer per vocabulary row), dwpe[t] += sum over b. */
+void nb_cuda_embed_backward_f32(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+                                int T, int C, int V, nb_stream_t stream);
+void nb_cuda_embed_backward_bf16(float *dwte, float *dwpe, const nb_bf16 *dout, const int32_t *tokens,
+                                 int B, int T, int C, int V, nb_stream_t stream);
+
+/* ---- xent.cu ---- As nb_xent_forward_backward, but losses[N] (required) stays on the device:
+ * nothing is returned, so nothing waits. A target outside [0, V) gives a NaN loss and no
+ * gradient for its row. nb_cuda_sum_f64 turns losses into their sum. */
+void nb_cuda_xent_forward_backward_f32(float *dinp, float *dw, float *losses, const float *inp,
+                                       const float *w, const int32_t *targets, int N, int C, int V,
+                                       float grad_scale, int chunk_rows, nb_stream_t stream);
+void nb_cuda_xent_forward_backward_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp,
+                                        const nb_bf16 *w, const int32_t *targets, int N, int C, int V,
+                                        float grad_scale, int chunk_rows, nb_stream_t stream);
+/* *out = sum of x[0..n) in double, fixed order (out is a device pointer). */
+void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
+
+/* ---- optim/adamw.cu ---- */
+/* nb_adamw_update over n contiguous fp32 elements (a slab of tensors sharing cfg), and, if
+ * params_bf16 != NULL, the bf16 copy of the updated params written in the same pass. */
+void nb_cuda_adamw_update(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
+                          size_t n, nb_adamw_cfg cfg, int t, nb_stream_t stream);
+/* *out = sum of g^2 in double, fixed order (device pointer): the global-norm clip's input. */
+void nb_cuda_sumsq(double *out, const float *g, size_t n, nb_stream_t stream);
+void nb_cuda_scale_inplace(float *g, size_t n, float s, nb_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

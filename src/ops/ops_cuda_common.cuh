@@ -1,0 +1,115 @@
+/* Shared by the .cu files of src/ops and src/optim (not a public header).
+ *
+ * Kernels are written once per dtype through small macros: the only code that knows the element
+ * type is nb_ld / nb_st (overloads for float and bf16, converting at the memory boundary); all
+ * arithmetic is fp32. Reductions use xor-butterfly warp sums and fixed block trees, so every
+ * lane gets the same bits and every run the same result. */
+#ifndef NB_OPS_CUDA_COMMON_CUH
+#define NB_OPS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core.h"
+#include "cuda_check.h"
+#include "ops/ops_cuda.h"
+
+typedef __nv_bfloat16 nb_bf16_t;
+
+/* Stamps out a macro-defined kernel (or helper) for both dtypes. */
+#define NB_FOR_EACH_DTYPE(X) X(float) X(nb_bf16_t)
+
+static __device__ __forceinline__ float nb_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float nb_ld(const nb_bf16_t *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ void nb_st(float *p, float v) { *p = v; }
+/* Round to nearest even, as torch's .to(bfloat16). */
+static __device__ __forceinline__ void nb_st(nb_bf16_t *p, float v) { *p = __float2bfloat16_rn(v); }
+
+static __device__ __forceinline__ float nb_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double nb_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float nb_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32); every thread gets the result. sh: 32 slots.
+ * Callable repeatedly with the same sh (the leading barrier protects the previous use). */
+static __device__ __forceinline__ float nb_block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = nb_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return nb_warp_sum(lane < nw ? sh[lane] : 0.0f);
+}
+static __device__ __forceinline__ double nb_block_sum_d(double v, double *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = nb_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return nb_warp_sum_d(lane < nw ? sh[lane] : 0.0);
+}
+static __device__ __forceinline__ float nb_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = nb_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return nb_warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+/* Fixed-order second pass of a column reduction: dst[c] += sum over k of part[k*ncols + c],
+ * k ascending. The first passes (one partial row per block of input rows) live with their op. */
+void nb_col_finish(float *dst, const float *part, int nparts, int ncols, cudaStream_t stream);
+
+/* Input rows per partial in the column reductions (dbias, norm dw/db). Fixed, so the partials,
+ * and the order they are added in, depend only on the shapes. */
+#define NB_COL_ROWS 128
+static inline int nb_col_parts(int N) { return (N + NB_COL_ROWS - 1) / NB_COL_ROWS; }
+
+/* One cuBLASLt GEMM, column-major: D[m,n] = op(A)[m,k] . op(B)[k,n] + beta * D, then the
+ * epilogue (bias of length m, type td; GELU input to aux, [m, n] with leading dimension ldd).
+ * Compute type fp32 (TF32 off). nb_lt_run returns 0, running nothing, if no algorithm fits and
+ * may_fail; without may_fail that is an nb_fail. (matmul.cu) */
+typedef struct {
+    int m, n, k;
+    int transa, transb;
+    const void *A, *B;
+    void *D;
+    int lda, ldb, ldd;
+    cudaDataType_t tab, td; /* A and B share a type; D (and C = D) may differ */
+    float beta;
+    cublasLtEpilogue_t epi;
+    const void *bias;
+    void *aux;
+} nb_lt_gemm;
+int nb_lt_run(const nb_lt_gemm *g, cudaStream_t stream, int may_fail);
+
+/* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
+ * over the block sums, so the result depends only on n. (optim/adamw.cu) */
+void nb_cuda_reduce_f64(double *out, const float *x, size_t n, int square, cudaStream_t stream);
+
+/* Stream-ordered scratch (cudaMallocAsync on the launch's stream): freed after the kernels that
+ * use it, reused by the pool without a device sync, private to the stream. */
+void *nb_cuda_scratch(size_t bytes, cudaStream_t stream);
+void nb_cuda_scratch_free(void *p, cudaStream_t stream);
+
+/* Blocks for a grid-stride loop over n elements with `threads` per block. */
+static inline unsigned nb_grid_1d(size_t n, int threads) {
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    if (b > 65536u * 8) b = 65536u * 8;
+    return (unsigned)(b ? b : 1);
+}
+
+#define NB_SHAPE_HINT "this is a bug in the caller of this op: pass the shapes ops_cuda.h documents"
+#define NB_CUDA_SHAPE(cond, op)                                                                    \
+    NB_CHECK(cond, NB_SHAPE_HINT, "%s: invalid arguments: %s is false", op, #cond)
+
+#endif

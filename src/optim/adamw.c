@@ -1,0 +1,95 @@
+/* AdamW (PyTorch's formula), global-norm helpers. CPU fp32.
+ *
+ * nb_adamw_update follows torch.optim.AdamW's single-tensor path (_single_tensor_adamw) operation
+ * by operation, so that a parity test against torch only sees rounding-level differences:
+ *   param.mul_(1 - lr*wd)                      p = p * (float)(1 - lr*wd)
+ *   exp_avg.lerp_(grad, 1 - beta1)             m = m + (float)(1-b1) * (g - m)
+ *   exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2)
+ *                                              v = v * (float)b2 ;  v = v + ((float)(1-b2) * g) * g
+ *   step_size = lr / (1 - beta1**t)            scalar math in double, like Python's floats
+ *   denom = (v.sqrt() / sqrt(1 - beta2**t)) + eps
+ *   param.addcdiv_(m, denom, value=-step_size) p = p + ((float)(-step_size) * m) / denom
+ * Scalars are formed in double and rounded to float once, as torch passes Python floats to float
+ * kernels. Known differences from torch: our hyperparameters arrive as float (0.9f is not
+ * Python's 0.9, a relative difference ~3e-8 in beta1), and torch's vectorized lerp uses an FMA;
+ * both are rounding-level. */
+#include "optim/optim.h"
+
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Below this many elements the OpenMP fork/join costs more than the loop. */
+#define OPTIM_PAR_MIN 32768
+
+void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t) {
+    NB_ASSERT(t >= 1);
+    double lr = cfg.lr, b1 = cfg.beta1, b2 = cfg.beta2;
+    double bc1 = 1.0 - pow(b1, (double)t);
+    double bc2 = 1.0 - pow(b2, (double)t);
+    float decay = (float)(1.0 - lr * (double)cfg.weight_decay);
+    float w1 = (float)(1.0 - b1);
+    float fb2 = (float)b2;
+    float w2 = (float)(1.0 - b2);
+    float neg_step = (float)(-(lr / bc1));
+    float bc2_sqrt = (float)sqrt(bc2);
+    float eps = cfg.eps;
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i];
+        float p = params[i] * decay;
+        float mi = m[i] + w1 * (g - m[i]);
+        float vi = v[i] * fb2;
+        vi = vi + (w2 * g) * g;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        params[i] = p + (neg_step * mi) / denom;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+/* Elements per block, and blocks summed per parallel pass. The blocking is fixed, so the set of
+ * partial sums and the order they are added in do not depend on the thread count. */
+#define SUMSQ_BLOCK 4096
+#define SUMSQ_GROUP 256
+
+static double sumsq_block(const float *g, size_t n) {
+    double acc[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) acc[j] += (double)g[i + j] * (double)g[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += (double)g[i] * (double)g[i];
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+double nb_sumsq(const float *g, size_t n) {
+    size_t nblocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_GROUP) {
+        double part[SUMSQ_GROUP];
+        int cnt = nblocks - b0 < SUMSQ_GROUP ? (int)(nblocks - b0) : SUMSQ_GROUP;
+#pragma omp parallel for schedule(static) if (cnt > 8)
+        for (int k = 0; k < cnt; k++) {
+            size_t start = (b0 + (size_t)k) * SUMSQ_BLOCK;
+            size_t len = n - start < SUMSQ_BLOCK ? n - start : SUMSQ_BLOCK;
+            part[k] = sumsq_block(g + start, len);
+        }
+        for (int k = 0; k < cnt; k++) total += part[k];
+    }
+    return total;
+}
+
+void nb_scale_inplace(float *g, size_t n, float s) {
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_MIN)
+    for (size_t i = 0; i < n; i++) g[i] *= s;
+}
+
+/* torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), clamped to <= 1.
+ * A NaN/inf norm yields NaN/0 like torch, so a diverged step shows up instead of being hidden. */
+float nb_clip_factor(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    double f = (double)max_norm / (norm + 1e-6);
+    if (isnan(f)) return NAN;
+    return f < 1.0 ? (float)f : 1.0f;
+}

@@ -1,0 +1,38 @@
+/* Optimizers, gradient clipping and learning-rate schedules (CPU fp32 reference). */
+#ifndef NB_OPTIM_H
+#define NB_OPTIM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} nb_adamw_cfg;
+
+/* PyTorch's torch.optim.AdamW formula (decoupled decay), step t >= 1:
+ *   p -= lr * wd * p
+ *   m = b1*m + (1-b1)*g ;  v = b2*v + (1-b2)*g^2
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+ * Called per tensor; the caller passes weight_decay = 0 for 1-D tensors (biases, norms).
+ * Elementwise, so the result is bitwise the same for any thread count. */
+void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t);
+
+/* Sum of squares of g in double, summed in fixed-size blocks in a fixed order, so the result
+ * does not depend on the thread count. */
+double nb_sumsq(const float *g, size_t n);
+/* g *= s */
+void nb_scale_inplace(float *g, size_t n, float s);
+/* Clip factor for global-norm clipping: min(1, max_norm / (norm + 1e-6)); max_norm <= 0: 1. */
+float nb_clip_factor(double norm, float max_norm);
+
+/* Linear warmup for warmup steps to max_lr, then cosine decay to min_lr at step total.
+ * step counts from 0. Past total: min_lr. */
+float nb_lr_cosine(int step, int warmup, int total, float max_lr, float min_lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

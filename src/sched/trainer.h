@@ -1,0 +1,81 @@
+/* The training run: options, state, and the work items that schedules place on lanes.
+ *
+ * A schedule (plain.c, later erase.c, stream.c) decides which lane runs which work item and
+ * which marks it waits on; the work items (embed, layer l forward/backward, head, optimizer)
+ * are the same for every schedule, so schedules change when work runs, never what is computed. */
+#ifndef NB_TRAINER_H
+#define NB_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/loader.h"
+#include "lanes/lanes.h"
+#include "model/transformer.h"
+#include "ops/backend.h"
+
+#define NB_PATH_MAX 1024
+
+typedef struct nb_train_opts {
+    nb_tf_config model;
+    char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
+    char device[32], schedule[32];
+    int batch, seq, steps, stop_after, warmup, eval_every, eval_batches, ckpt_every, log_every, threads;
+    float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+    int progress; /* 1: progress line on a terminal */
+} nb_train_opts;
+
+void nb_train_opts_defaults(nb_train_opts *o);
+void nb_train_opts_print(const nb_train_opts *o, FILE *f);
+
+typedef struct nb_trainer nb_trainer;
+
+typedef struct nb_work {
+    nb_trainer *tr;
+    int layer;
+} nb_work;
+
+struct nb_trainer {
+    nb_train_opts o;
+    nb_tf_model model;
+    const nb_backend_i *be;
+    float *params, *grads, *m, *v; /* fp32 slabs, model layout */
+    void *acts_buf;
+    nb_tf_acts acts;
+    nb_lanes *lanes;
+    nb_lane *compute, *data;
+    nb_loader train;
+    int has_train, has_val;
+    int step; /* next step to run (0-based) */
+    nb_loader_slot *batch; /* the batch the enqueued work reads */
+    /* per-step results written by the work items */
+    double loss_sum;
+    float lr, grad_norm;
+    nb_work *work; /* [layers] */
+    nb_work whole;
+    FILE *metrics;
+};
+
+void nb_trainer_init(nb_trainer *tr, const nb_train_opts *o);
+void nb_trainer_free(nb_trainer *tr);
+/* Train from tr->step to o.steps (or o.stop_after); writes metrics, checkpoints, loss.svg. */
+void nb_trainer_run(nb_trainer *tr);
+/* Mean loss over n batches of a shard (forward only). */
+double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches);
+
+/* Logits of the last position of tokens[0..T) (batch of one; needs o.batch == 1). */
+void nb_trainer_logits(nb_trainer *tr, const int32_t *tokens, int T, float *logits);
+
+/* Work items (nb_task_fn): the pieces every schedule places on lanes. */
+void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx);
+void nb_work_layer_fwd(void *arg, const nb_task_ctx *ctx);
+void nb_work_head(void *arg, const nb_task_ctx *ctx); /* final norm + loss + its backward */
+void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx);
+void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx);
+void nb_work_optim(void *arg, const nb_task_ctx *ctx); /* clip + AdamW */
+
+/* Schedules: enqueue one training step on the trainer's lanes and return the end mark. */
+nb_mark nb_sched_plain_step(nb_trainer *tr, int step);
+
+#endif

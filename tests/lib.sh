@@ -1,0 +1,35 @@
+# Shared helpers for the shell tests (sourced). NB_BUILD is the build folder (tests/run.sh sets it).
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NB_BUILD=${NB_BUILD:-build}
+case $NB_BUILD in /*) ;; *) NB_BUILD=$ROOT/$NB_BUILD ;; esac
+NB=$NB_BUILD/nobubble
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+finish() { [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }; exit 0; }
+
+# The default corpus; fetched once (the fetch script caches it under data/).
+need_sotu() {
+    if [ ! -f "$ROOT/data/sotu/train.bin" ] || [ ! -f "$ROOT/data/sotu/val.bin" ]; then
+        NB_BUILD=$NB_BUILD bash "$ROOT/scripts/fetch_data.sh" all >/dev/null || { echo "cannot fetch data (npm unreachable?)"; exit 77; }
+    fi
+    TRAIN=$ROOT/data/sotu/train.bin
+    VAL=$ROOT/data/sotu/val.bin
+}
+
+# expect_error NAME PATTERN CMD...: CMD must exit 1 or 2 (not crash); stderr must end with one
+# error line ("nobubble...error:...PATTERN") and hold no other error line (the configuration
+# printed before it is fine).
+expect_error() {
+    local name=$1 pat=$2; shift 2
+    "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    local nerr=$(grep -c "error:" "$TMP/err") last=$(tail -n 1 "$TMP/err")
+    if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then fail "$name: exit code $rc (want 1 or 2)"; tail -5 "$TMP/err"; return; fi
+    if [ "$nerr" -ne 1 ]; then fail "$name: $nerr error lines on stderr (want 1)"; tail -5 "$TMP/err"; return; fi
+    if ! echo "$last" | grep -q "^nobubble.*error:.*$pat"; then fail "$name: last line does not match '$pat':"; tail -3 "$TMP/err"; return; fi
+    pass "$name: $last"
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Bitwise resume: 10 steps, a checkpoint, then resume to 20 gives the same bytes (weights, AdamW
+# moments) and the same losses as 20 steps straight. Also: two runs with one seed are identical.
+source "$(dirname "$0")/lib.sh"
+need_sotu
+COMMON=(--model gpt2-tiny --batch 2 --steps 20 --eval-every 5 --eval-batches 2 --data "$TRAIN" --val-data "$VAL" --no-progress --quiet)
+
+$NB train "${COMMON[@]}" --out "$TMP/straight" || fail "straight run"
+$NB train "${COMMON[@]}" --out "$TMP/again" || fail "second straight run"
+$NB train "${COMMON[@]}" --out "$TMP/split" --stop-after 10 || fail "first half"
+grep -q '"step":9' "$TMP/split/metrics.jsonl" && ! grep -q '"step":10' "$TMP/split/metrics.jsonl" \
+    && pass "stopped after 10 steps" || fail "first half did not stop at step 10"
+$NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "resume"
+
+for f in model.safetensors optim.safetensors; do
+    cmp -s "$TMP/straight/ckpt/$f" "$TMP/again/ckpt/$f" && pass "same seed, same bits: $f" || fail "two runs differ: $f"
+    cmp -s "$TMP/straight/ckpt/$f" "$TMP/split/ckpt/$f" && pass "resume is bitwise: $f" || fail "resumed $f differs"
+done
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*\(,"val_loss":[^,]*\)\?' "$1/metrics.jsonl"; }
+if [ "$(losses "$TMP/straight")" = "$(losses "$TMP/split")" ] && [ "$(losses "$TMP/straight" | wc -l)" -eq 20 ]; then
+    pass "losses of all 20 steps identical (incl. validation)"
+else
+    fail "loss curves differ"; diff <(losses "$TMP/straight") <(losses "$TMP/split") | head
+fi
+grep -q '"step": 20' "$TMP/split/ckpt/state.json" && pass "state.json at step 20" || fail "state.json step"
+ls "$TMP/split" | grep -q 'tmp\|old' && fail "leftover temp dirs: $(ls "$TMP/split")" || pass "no leftover temp files"
+[ -s "$TMP/split/loss.svg" ] && grep -q '</svg>' "$TMP/split/loss.svg" && pass "loss.svg written" || fail "loss.svg"
+finish

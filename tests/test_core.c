@@ -1,0 +1,108 @@
+/* core: Philox known answers, RNG determinism and distribution, arenas that refuse an
+ * over-budget plan with needed vs available, tensor views, byte formatting. */
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core.h"
+#include "rng.h"
+#include "tensor.h"
+
+/* Known-answer vectors of Philox4x32-10 from Random123 (kat_vectors): counter, key -> output.
+ * nb_philox(seed, stream, offset) uses counter = (offset lo, offset hi, stream lo, stream hi)
+ * and key = (seed lo, seed hi). */
+TEST_CASE(test_philox_known_answers) {
+    struct { uint32_t ctr[4], key[2], out[4]; } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        uint64_t offset = kat[i].ctr[0] | (uint64_t)kat[i].ctr[1] << 32;
+        uint64_t stream = kat[i].ctr[2] | (uint64_t)kat[i].ctr[3] << 32;
+        uint64_t seed = kat[i].key[0] | (uint64_t)kat[i].key[1] << 32;
+        nb_u32x4 r = nb_philox(seed, stream, offset);
+        for (int j = 0; j < 4; j++) CHECK(r.v[j] == kat[i].out[j], "vector %zu word %d: %08x != %08x", i, j, r.v[j], kat[i].out[j]);
+    }
+}
+
+TEST_CASE(test_normal_fill) {
+    size_t n = 1 << 18;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+    nb_rng_fill_normal(a, n, 7, nb_rng_stream_id("w"), 0.0f, 1.0f);
+    nb_rng_fill_normal(b, n, 7, nb_rng_stream_id("w"), 0.0f, 1.0f);
+    nb_rng_fill_normal(c, n, 7, nb_rng_stream_id("other"), 0.0f, 1.0f);
+    CHECK(memcmp(a, b, n * sizeof(float)) == 0, "same key, different numbers");
+    CHECK(memcmp(a, c, n * sizeof(float)) != 0, "different streams, same numbers");
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += a[i], s2 += (double)a[i] * a[i];
+    double mean = s / n, var = s2 / n - mean * mean;
+    CHECK(fabs(mean) < 0.01 && fabs(var - 1.0) < 0.01, "mean %g var %g", mean, var);
+    /* element i depends only on (seed, stream, i): a suffix drawn alone matches */
+    CHECK(nb_rng_normal_at(7, nb_rng_stream_id("w"), 12345) == a[12345], "random access differs");
+    float u[1001];
+    nb_rng_fill_uniform(u, 1001, 3, 4, -2.0f, 5.0f);
+    int ok = 1;
+    for (int i = 0; i < 1001; i++) ok &= u[i] >= -2.0f && u[i] < 5.0f;
+    CHECK(ok, "uniform out of range");
+    free(a), free(b), free(c);
+}
+
+TEST_CASE(test_arena_plan_and_views) {
+    nb_arena a;
+    nb_arena_init(&a, "test", (nb_device){NB_DEV_CPU, 0}, 0, nb_host_allocator);
+    int64_t s1[2] = {3, 5}, s2[1] = {7};
+    nb_tensor t1 = nb_arena_plan(&a, "t1", NB_F32, 2, s1);
+    nb_tensor t2 = nb_arena_plan(&a, "t2", NB_BF16, 1, s2);
+    CHECK(t1.offset % NB_ALIGN == 0 && t2.offset % NB_ALIGN == 0, "unaligned offsets");
+    CHECK(nb_tensor_bytes(&t1) == 60 && nb_tensor_bytes(&t2) == 14, "bytes %zu %zu", nb_tensor_bytes(&t1),
+          nb_tensor_bytes(&t2));
+    CHECK(nb_tensor_data(&t1) == NULL, "data before allocation");
+    nb_arena_alloc(&a, "hint");
+    float *p = nb_tensor_data(&t1);
+    CHECK(p && (uintptr_t)p % NB_ALIGN == 0, "data not aligned");
+    CHECK((char *)nb_tensor_data(&t2) >= (char *)p + 60, "tensors overlap");
+    CHECK(!strcmp(nb_dtype_name(NB_BF16), "BF16"), "dtype name");
+    nb_arena_free(&a);
+}
+
+/* Over budget: the process exits 1 with one line naming needed and available bytes. */
+TEST_CASE(test_arena_over_budget) {
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        nb_arena a;
+        nb_arena_init(&a, "device", (nb_device){NB_DEV_CPU, 0}, 1000, nb_host_allocator);
+        nb_arena_plan_bytes(&a, 5000);
+        nb_arena_alloc(&a, "lower --batch");
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[512] = {0};
+    ssize_t n = read(fds[0], buf, sizeof buf - 1);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(n > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d", st);
+    CHECK(strstr(buf, "needs 5.00 KiB but only 1000 B is available") && strstr(buf, "lower --batch"), "message: %s", buf);
+}
+
+TEST_CASE(test_fmt_bytes) {
+    char b[32];
+    CHECK(!strcmp(nb_fmt_bytes(b, sizeof b, 512), "512 B"), "%s", b);
+    CHECK(!strcmp(nb_fmt_bytes(b, sizeof b, 1.5 * 1024 * 1024 * 1024), "1.50 GiB"), "%s", b);
+}
+
+int main(void) {
+    RUN(test_philox_known_answers);
+    RUN(test_normal_fill);
+    RUN(test_arena_plan_and_views);
+    RUN(test_arena_over_budget);
+    RUN(test_fmt_bytes);
+    TEST_EXIT();
+}

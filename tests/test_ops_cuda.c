@@ -1,0 +1,959 @@
+/* CUDA ops against the CPU reference ops (ops.h, optim.h), in fp32 and bf16 modes.
+ *
+ * For every op: random inputs of awkward sizes (not multiples of 8, T not a power of two,
+ * NH != NKV), outputs poisoned with NaN first (an element the kernel forgets stays NaN and fails
+ * the comparison), the CPU op and the CUDA op on the same inputs, then
+ * - fp32 mode: relative error ||gpu - cpu|| / ||cpu|| <= 1e-5 (GEMMs in true fp32, TF32 off);
+ * - bf16 mode: inputs rounded to bf16 on both sides, <= 1e-2 (the outputs' bf16 rounding);
+ * - gradients start from random non-zero values (scaled like the gradient itself) and the
+ *   comparison is on the increments, so a kernel that overwrites instead of accumulating fails;
+ * - a NULL gradient is skipped while the others are still computed;
+ * - determinism: the CUDA op runs twice from the same state and the results must be bitwise equal.
+ * Exits 77 (skipped) without a GPU, or when built without CUDA. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+#ifndef NB_WITH_CUDA
+int main(void) {
+    (void)nb_test_failures;
+    printf("skip: built without CUDA (nvcc was not found when this was compiled)\n");
+    return 77;
+}
+#else
+
+#include <cuda_runtime.h>
+
+#include "core.h"
+#include "cuda_check.h"
+#include "ops/ops.h"
+#include "ops/ops_cuda.h"
+#include "optim/optim.h"
+#include "rng.h"
+
+#define SEED 20250611u
+static const double TOL[2] = {1e-5, 1e-2}; /* [bf] */
+static const char *MODE[2] = {"f32", "bf16"};
+
+static cudaStream_t st;
+static uint64_t next_stream = 1;
+
+/* ---- host helpers ---- */
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                            /* nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float *randn(size_t n, float mean, float std) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    nb_rng_fill_normal(p, n, SEED, next_stream++, mean, std);
+    return p;
+}
+
+static float *copy_of(const float *h, size_t n) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    memcpy(p, h, n * sizeof(float));
+    return p;
+}
+
+static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
+
+/* In bf16 mode the CPU reference must see the same (rounded) values as the GPU. */
+static void round_bf(float *h, size_t n, int bf) {
+    if (bf)
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(f2bf(h[i]));
+}
+
+static double rms(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return n ? sqrt(s / n) : 0;
+}
+
+/* A gradient's starting value: random, on the scale of the increment g0 the op will add. */
+static float *grad_init(const float *g0, size_t n, int bf) {
+    float *p = randn(n, 0.0f, (float)(rms(g0, n) > 0 ? rms(g0, n) : 1.0));
+    round_bf(p, n, bf);
+    return p;
+}
+
+/* ---- device helpers (es = element size: bf16 tensors are 2 bytes, fp32 ones 4) ---- */
+
+static void *dev_up(const float *h, size_t n, int bf) {
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, (n ? n : 1) * (bf ? 2 : 4)));
+    if (bf) {
+        uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
+        for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
+        CUDA_CHECK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
+        free(t);
+    } else {
+        CUDA_CHECK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    }
+    return d;
+}
+
+/* All-ones bytes: NaN in both fp32 and bf16. */
+static void *dev_nan(size_t n, int bf) {
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, (n ? n : 1) * (bf ? 2 : 4)));
+    CUDA_CHECK(cudaMemset(d, 0xff, (n ? n : 1) * (bf ? 2 : 4)));
+    return d;
+}
+
+static void dev_down(float *h, const void *d, size_t n, int bf) {
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    if (bf) {
+        uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
+        CUDA_CHECK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        free(t);
+    } else {
+        CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+    }
+}
+
+static void dev_free(void *d) {
+    if (d) CUDA_CHECK(cudaFree(d));
+}
+
+/* Calls the _f32 or _bf16 launcher (device pointers are void * here). */
+#define CALL(bf, fn, ...)                                                                          \
+    do {                                                                                           \
+        if (bf)                                                                                    \
+            fn##_bf16(__VA_ARGS__);                                                                \
+        else                                                                                       \
+            fn##_f32(__VA_ARGS__);                                                                 \
+    } while (0)
+
+/* ---- comparisons ---- */
+
+static double worst[2]; /* largest error seen per mode, for the summary */
+
+static void expect_close(const char *what, int bf, const float *got, const float *ref, size_t n) {
+    double e = rel_err(got, ref, n);
+    if (e > worst[bf] && isfinite(e)) worst[bf] = e;
+    printf("    %-40s %-4s rel err %.2e\n", what, MODE[bf], e);
+    CHECK(e <= TOL[bf], "%s (%s): relative error %.3g > %.3g", what, MODE[bf], e, TOL[bf]);
+}
+
+/* Compares the increments got - init and ref - init. */
+static void expect_grad(const char *what, int bf, const float *got, const float *ref, const float *init,
+                        size_t n) {
+    float *dg = nb_malloc((n ? n : 1) * sizeof(float), "delta"), *dr = nb_malloc((n ? n : 1) * sizeof(float), "delta");
+    for (size_t i = 0; i < n; i++) {
+        dg[i] = got[i] - init[i];
+        dr[i] = ref[i] - init[i];
+    }
+    expect_close(what, bf, dg, dr, n);
+    free(dg);
+    free(dr);
+}
+
+static void expect_same(const char *what, const float *a, const float *b, size_t n) {
+    CHECK(memcmp(a, b, n * sizeof(float)) == 0, "%s: two GPU runs differ (not deterministic)", what);
+}
+
+static void expect_untouched(const char *what, const float *got, const float *init, size_t n) {
+    CHECK(memcmp(got, init, n * sizeof(float)) == 0, "%s: written although its pointer was NULL or out of range",
+          what);
+}
+
+/* ---- matmul ---- */
+
+static void gpu_matmul_fwd(int bf, float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                           int OC) {
+    void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
+    void *db = bias ? dev_up(bias, OC, bf) : NULL, *dout = dev_nan((size_t)N * OC, bf);
+    CALL(bf, nb_cuda_matmul_forward, dout, di, dw, db, N, C, OC, st);
+    dev_down(out, dout, (size_t)N * OC, bf);
+    dev_free(di), dev_free(dw), dev_free(db), dev_free(dout);
+}
+
+TEST_CASE(test_matmul_forward) {
+    int N = 3 * 101, C = 77, OC = 53;
+    for (int bf = 0; bf <= 1; bf++)
+        for (int with_bias = 0; with_bias <= 1; with_bias++) {
+            float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
+            round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
+            float *ref = zeros((size_t)N * OC), *g1 = zeros((size_t)N * OC), *g2 = zeros((size_t)N * OC);
+            nb_matmul_forward(ref, inp, w, with_bias ? b : NULL, N, C, OC);
+            gpu_matmul_fwd(bf, g1, inp, w, with_bias ? b : NULL, N, C, OC);
+            gpu_matmul_fwd(bf, g2, inp, w, with_bias ? b : NULL, N, C, OC);
+            expect_close(with_bias ? "matmul fwd (bias epilogue) out" : "matmul fwd out", bf, g1, ref, (size_t)N * OC);
+            expect_same("matmul fwd", g1, g2, (size_t)N * OC);
+            free(inp), free(w), free(b), free(ref), free(g1), free(g2);
+        }
+}
+
+static void gpu_matmul_gelu(int bf, float *out, float *pre, const float *inp, const float *w, const float *bias,
+                            int N, int C, int OC) {
+    void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
+    void *db = bias ? dev_up(bias, OC, bf) : NULL;
+    void *dout = dev_nan((size_t)N * OC, bf), *dpre = dev_nan((size_t)N * OC, bf);
+    CALL(bf, nb_cuda_matmul_gelu_forward, dout, dpre, di, dw, db, N, C, OC, st);
+    dev_down(out, dout, (size_t)N * OC, bf);
+    dev_down(pre, dpre, (size_t)N * OC, bf);
+    dev_free(di), dev_free(dw), dev_free(db), dev_free(dout), dev_free(dpre);
+}
+
+/* OC = 64 takes the fused cuBLASLt GELU epilogue (if offered), OC = 53 the GEMM + GELU path. */
+TEST_CASE(test_matmul_gelu_forward) {
+    int N = 3 * 101, C = 80;
+    int ocs[2] = {64, 53};
+    for (int bf = 0; bf <= 1; bf++)
+        for (int k = 0; k < 2; k++)
+            for (int with_bias = 0; with_bias <= 1; with_bias++) {
+                int OC = ocs[k];
+                size_t no = (size_t)N * OC;
+                float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
+                round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
+                float *rpre = zeros(no), *rout = zeros(no);
+                nb_matmul_forward(rpre, inp, w, with_bias ? b : NULL, N, C, OC);
+                /* bf16: the GPU's GELU reads pre as computed in fp32 (fused) or rounded (unfused);
+                 * both are within bf16 rounding of this reference. */
+                nb_gelu_forward(rout, rpre, no);
+                float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
+                gpu_matmul_gelu(bf, o1, p1, inp, w, with_bias ? b : NULL, N, C, OC);
+                gpu_matmul_gelu(bf, o2, p2, inp, w, with_bias ? b : NULL, N, C, OC);
+                char what[96];
+                snprintf(what, sizeof what, "matmul+gelu OC=%d%s pre", OC, with_bias ? " bias" : "");
+                expect_close(what, bf, p1, rpre, no);
+                snprintf(what, sizeof what, "matmul+gelu OC=%d%s out", OC, with_bias ? " bias" : "");
+                expect_close(what, bf, o1, rout, no);
+                expect_same("matmul+gelu out", o1, o2, no);
+                expect_same("matmul+gelu pre", p1, p2, no);
+                free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
+            }
+}
+
+/* Gradients: dinp is an activation gradient (bf16 in bf16 mode), dw and dbias parameter
+ * gradients (always fp32). */
+static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                           const float *w, int N, int C, int OC) {
+    void *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, (size_t)N * C, bf);
+    void *dwt = dev_up(w, (size_t)OC * C, bf);
+    void *gdi = dinp ? dev_up(dinp, (size_t)N * C, bf) : NULL;
+    void *gdw = dw ? dev_up(dw, (size_t)OC * C, 0) : NULL, *gdb = dbias ? dev_up(dbias, OC, 0) : NULL;
+    CALL(bf, nb_cuda_matmul_backward, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, st);
+    if (dinp) dev_down(dinp, gdi, (size_t)N * C, bf);
+    if (dw) dev_down(dw, gdw, (size_t)OC * C, 0);
+    if (dbias) dev_down(dbias, gdb, OC, 0);
+    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
+}
+
+TEST_CASE(test_matmul_backward) {
+    int N = 3 * 101, C = 77, OC = 53; /* N > 2 * 128: several dbias partials */
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *dout = randn((size_t)N * OC, 0, 1), *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.1f);
+        round_bf(dout, (size_t)N * OC, bf), round_bf(inp, ni, bf), round_bf(w, nw, bf);
+        float *g0i = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC);
+        nb_matmul_backward(g0i, g0w, g0b, dout, inp, w, N, C, OC);
+        float *ii = grad_init(g0i, ni, bf), *iw = grad_init(g0w, nw, 0), *ib = grad_init(g0b, OC, 0);
+        float *ri = copy_of(ii, ni), *rw = copy_of(iw, nw), *rb = copy_of(ib, OC);
+        nb_matmul_backward(ri, rw, rb, dout, inp, w, N, C, OC);
+        float *gi[2], *gw[2], *gb[2];
+        for (int run = 0; run < 2; run++) {
+            gi[run] = copy_of(ii, ni), gw[run] = copy_of(iw, nw), gb[run] = copy_of(ib, OC);
+            gpu_matmul_bwd(bf, gi[run], gw[run], gb[run], dout, inp, w, N, C, OC);
+        }
+        expect_grad("matmul bwd dinp", bf, gi[0], ri, ii, ni);
+        expect_grad("matmul bwd dw", bf, gw[0], rw, iw, nw);
+        expect_grad("matmul bwd dbias", bf, gb[0], rb, ib, OC);
+        expect_same("matmul bwd dinp", gi[0], gi[1], ni);
+        expect_same("matmul bwd dw", gw[0], gw[1], nw);
+        expect_same("matmul bwd dbias", gb[0], gb[1], OC);
+        /* NULL dinp and dbias: dw alone, the same bits as before. */
+        float *gw3 = copy_of(iw, nw);
+        gpu_matmul_bwd(bf, NULL, gw3, NULL, dout, inp, w, N, C, OC);
+        expect_same("matmul bwd dw (dinp, dbias NULL)", gw[0], gw3, nw);
+        free(dout), free(inp), free(w), free(g0i), free(g0w), free(g0b), free(ii), free(iw), free(ib);
+        free(ri), free(rw), free(rb), free(gw3);
+        for (int run = 0; run < 2; run++) free(gi[run]), free(gw[run]), free(gb[run]);
+    }
+}
+
+/* ---- layernorm / rmsnorm ---- */
+
+TEST_CASE(test_layernorm) {
+    int N = 3 * 101, C = 77;
+    size_t n = (size_t)N * C;
+    for (int bf = 0; bf <= 1; bf++) {
+        /* mean far from 0: catches a one-pass variance's cancellation */
+        float *inp = randn(n, 3.0f, 1.5f), *w = randn(C, 1, 0.2f), *b = randn(C, 0, 0.2f), *dout = randn(n, 0, 1);
+        round_bf(inp, n, bf), round_bf(w, C, bf), round_bf(b, C, bf), round_bf(dout, n, bf);
+        float *rout = zeros(n), *rmean = zeros(N), *rrstd = zeros(N);
+        nb_layernorm_forward(rout, rmean, rrstd, inp, w, b, N, C, 1e-5f);
+        float *out[2], *mean[2], *rstd[2];
+        for (int run = 0; run < 2; run++) {
+            void *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf), *db = dev_up(b, C, bf);
+            void *dout_ = dev_nan(n, bf), *dm = dev_nan(N, 0), *dr = dev_nan(N, 0);
+            CALL(bf, nb_cuda_layernorm_forward, dout_, dm, dr, di, dw, db, N, C, 1e-5f, st);
+            out[run] = zeros(n), mean[run] = zeros(N), rstd[run] = zeros(N);
+            dev_down(out[run], dout_, n, bf), dev_down(mean[run], dm, N, 0), dev_down(rstd[run], dr, N, 0);
+            dev_free(di), dev_free(dw), dev_free(db), dev_free(dout_), dev_free(dm), dev_free(dr);
+        }
+        expect_close("layernorm fwd out", bf, out[0], rout, n);
+        expect_close("layernorm fwd mean", bf, mean[0], rmean, N);
+        expect_close("layernorm fwd rstd", bf, rstd[0], rrstd, N);
+        expect_same("layernorm fwd out", out[0], out[1], n);
+        expect_same("layernorm fwd rstd", rstd[0], rstd[1], N);
+
+        /* backward from the CPU's saved statistics, on both sides */
+        float *g0i = zeros(n), *g0w = zeros(C), *g0b = zeros(C);
+        nb_layernorm_backward(g0i, g0w, g0b, dout, inp, w, rmean, rrstd, N, C);
+        float *ii = grad_init(g0i, n, bf), *iw = grad_init(g0w, C, 0), *ib = grad_init(g0b, C, 0);
+        float *ri = copy_of(ii, n), *rw = copy_of(iw, C), *rb = copy_of(ib, C);
+        nb_layernorm_backward(ri, rw, rb, dout, inp, w, rmean, rrstd, N, C);
+        float *gi[2], *gw[2], *gb[2];
+        for (int run = 0; run < 2; run++) {
+            void *ddo = dev_up(dout, n, bf), *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf);
+            void *dm = dev_up(rmean, N, 0), *dr = dev_up(rrstd, N, 0);
+            void *gdi = dev_up(ii, n, bf), *gdw = dev_up(iw, C, 0), *gdb = dev_up(ib, C, 0);
+            CALL(bf, nb_cuda_layernorm_backward, gdi, gdw, gdb, ddo, di, dw, dm, dr, N, C, st);
+            gi[run] = zeros(n), gw[run] = zeros(C), gb[run] = zeros(C);
+            dev_down(gi[run], gdi, n, bf), dev_down(gw[run], gdw, C, 0), dev_down(gb[run], gdb, C, 0);
+            /* NULL dinp and dw: db alone must still come out, dw's buffer untouched */
+            if (run == 1) {
+                void *gdb2 = dev_up(ib, C, 0);
+                float *gb2 = zeros(C);
+                CALL(bf, nb_cuda_layernorm_backward, NULL, NULL, gdb2, ddo, di, dw, dm, dr, N, C, st);
+                dev_down(gb2, gdb2, C, 0);
+                expect_same("layernorm bwd db (dinp, dw NULL)", gb[0], gb2, C);
+                dev_free(gdb2), free(gb2);
+            }
+            dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dm), dev_free(dr);
+            dev_free(gdi), dev_free(gdw), dev_free(gdb);
+        }
+        expect_grad("layernorm bwd dinp", bf, gi[0], ri, ii, n);
+        expect_grad("layernorm bwd dw", bf, gw[0], rw, iw, C);
+        expect_grad("layernorm bwd db", bf, gb[0], rb, ib, C);
+        expect_same("layernorm bwd dinp", gi[0], gi[1], n);
+        expect_same("layernorm bwd dw", gw[0], gw[1], C);
+        expect_same("layernorm bwd db", gb[0], gb[1], C);
+        free(inp), free(w), free(b), free(dout), free(rout), free(rmean), free(rrstd);
+        free(g0i), free(g0w), free(g0b), free(ii), free(iw), free(ib), free(ri), free(rw), free(rb);
+        for (int run = 0; run < 2; run++) {
+            free(out[run]), free(mean[run]), free(rstd[run]);
+            free(gi[run]), free(gw[run]), free(gb[run]);
+        }
+    }
+}
+
+TEST_CASE(test_rmsnorm) {
+    int N = 3 * 101, C = 77;
+    size_t n = (size_t)N * C;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *inp = randn(n, 0.5f, 1.5f), *w = randn(C, 1, 0.2f), *dout = randn(n, 0, 1);
+        round_bf(inp, n, bf), round_bf(w, C, bf), round_bf(dout, n, bf);
+        float *rout = zeros(n), *rrstd = zeros(N);
+        nb_rmsnorm_forward(rout, rrstd, inp, w, N, C, 1e-6f);
+        float *out[2], *rstd[2];
+        for (int run = 0; run < 2; run++) {
+            void *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf), *dout_ = dev_nan(n, bf), *dr = dev_nan(N, 0);
+            CALL(bf, nb_cuda_rmsnorm_forward, dout_, dr, di, dw, N, C, 1e-6f, st);
+            out[run] = zeros(n), rstd[run] = zeros(N);
+            dev_down(out[run], dout_, n, bf), dev_down(rstd[run], dr, N, 0);
+            dev_free(di), dev_free(dw), dev_free(dout_), dev_free(dr);
+        }
+        expect_close("rmsnorm fwd out", bf, out[0], rout, n);
+        expect_close("rmsnorm fwd rstd", bf, rstd[0], rrstd, N);
+        expect_same("rmsnorm fwd out", out[0], out[1], n);
+
+        float *g0i = zeros(n), *g0w = zeros(C);
+        nb_rmsnorm_backward(g0i, g0w, dout, inp, w, rrstd, N, C);
+        float *ii = grad_init(g0i, n, bf), *iw = grad_init(g0w, C, 0);
+        float *ri = copy_of(ii, n), *rw = copy_of(iw, C);
+        nb_rmsnorm_backward(ri, rw, dout, inp, w, rrstd, N, C);
+        float *gi[2], *gw[2];
+        for (int run = 0; run < 2; run++) {
+            void *ddo = dev_up(dout, n, bf), *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf);
+            void *dr = dev_up(rrstd, N, 0), *gdi = dev_up(ii, n, bf), *gdw = dev_up(iw, C, 0);
+            CALL(bf, nb_cuda_rmsnorm_backward, gdi, gdw, ddo, di, dw, dr, N, C, st);
+            gi[run] = zeros(n), gw[run] = zeros(C);
+            dev_down(gi[run], gdi, n, bf), dev_down(gw[run], gdw, C, 0);
+            dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dr), dev_free(gdi), dev_free(gdw);
+        }
+        expect_grad("rmsnorm bwd dinp", bf, gi[0], ri, ii, n);
+        expect_grad("rmsnorm bwd dw", bf, gw[0], rw, iw, C);
+        expect_same("rmsnorm bwd dinp", gi[0], gi[1], n);
+        expect_same("rmsnorm bwd dw", gw[0], gw[1], C);
+        free(inp), free(w), free(dout), free(rout), free(rrstd), free(g0i), free(g0w), free(ii), free(iw);
+        free(ri), free(rw);
+        for (int run = 0; run < 2; run++) free(out[run]), free(rstd[run]), free(gi[run]), free(gw[run]);
+    }
+}
+
+/* ---- elementwise ---- */
+
+TEST_CASE(test_gelu) {
+    size_t n = 3 * 101 * 77;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *inp = randn(n, 0, 2), *dout = randn(n, 0, 1);
+        round_bf(inp, n, bf), round_bf(dout, n, bf);
+        float *rout = zeros(n), *g0 = zeros(n);
+        nb_gelu_forward(rout, inp, n);
+        nb_gelu_backward(g0, inp, dout, n);
+        float *init = grad_init(g0, n, bf), *rg = copy_of(init, n);
+        nb_gelu_backward(rg, inp, dout, n);
+        float *out[2], *g[2];
+        for (int run = 0; run < 2; run++) {
+            void *di = dev_up(inp, n, bf), *ddo = dev_up(dout, n, bf), *dout_ = dev_nan(n, bf);
+            void *gd = dev_up(init, n, bf);
+            CALL(bf, nb_cuda_gelu_forward, dout_, di, n, st);
+            CALL(bf, nb_cuda_gelu_backward, gd, di, ddo, n, st);
+            out[run] = zeros(n), g[run] = zeros(n);
+            dev_down(out[run], dout_, n, bf), dev_down(g[run], gd, n, bf);
+            dev_free(di), dev_free(ddo), dev_free(dout_), dev_free(gd);
+        }
+        expect_close("gelu fwd", bf, out[0], rout, n);
+        expect_grad("gelu bwd", bf, g[0], rg, init, n);
+        expect_same("gelu fwd", out[0], out[1], n);
+        expect_same("gelu bwd", g[0], g[1], n);
+        free(inp), free(dout), free(rout), free(g0), free(init), free(rg);
+        for (int run = 0; run < 2; run++) free(out[run]), free(g[run]);
+    }
+}
+
+TEST_CASE(test_swiglu) {
+    int N = 3 * 101, F = 45;
+    size_t nio = (size_t)N * 2 * F, no = (size_t)N * F;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *gu = randn(nio, 0, 2), *dout = randn(no, 0, 1);
+        round_bf(gu, nio, bf), round_bf(dout, no, bf);
+        float *rout = zeros(no), *g0 = zeros(nio);
+        nb_swiglu_forward(rout, gu, N, F);
+        nb_swiglu_backward(g0, dout, gu, N, F);
+        float *init = grad_init(g0, nio, bf), *rg = copy_of(init, nio);
+        nb_swiglu_backward(rg, dout, gu, N, F);
+        float *out[2], *g[2];
+        for (int run = 0; run < 2; run++) {
+            void *dgu = dev_up(gu, nio, bf), *ddo = dev_up(dout, no, bf), *dout_ = dev_nan(no, bf);
+            void *gd = dev_up(init, nio, bf);
+            CALL(bf, nb_cuda_swiglu_forward, dout_, dgu, N, F, st);
+            CALL(bf, nb_cuda_swiglu_backward, gd, ddo, dgu, N, F, st);
+            out[run] = zeros(no), g[run] = zeros(nio);
+            dev_down(out[run], dout_, no, bf), dev_down(g[run], gd, nio, bf);
+            dev_free(dgu), dev_free(ddo), dev_free(dout_), dev_free(gd);
+        }
+        expect_close("swiglu fwd", bf, out[0], rout, no);
+        expect_grad("swiglu bwd dgu", bf, g[0], rg, init, nio);
+        expect_same("swiglu fwd", out[0], out[1], no);
+        expect_same("swiglu bwd", g[0], g[1], nio);
+        free(gu), free(dout), free(rout), free(g0), free(init), free(rg);
+        for (int run = 0; run < 2; run++) free(out[run]), free(g[run]);
+    }
+}
+
+TEST_CASE(test_residual_and_add) {
+    size_t n = 100003;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *a = randn(n, 0, 1), *b = randn(n, 0, 1);
+        round_bf(a, n, bf), round_bf(b, n, bf);
+        float *rsum = zeros(n), *radd = copy_of(a, n);
+        nb_residual_forward(rsum, a, b, n);
+        nb_add_inplace(radd, b, n);
+        void *da = dev_up(a, n, bf), *db = dev_up(b, n, bf), *dout = dev_nan(n, bf);
+        CALL(bf, nb_cuda_residual_forward, dout, da, db, n, st);
+        CALL(bf, nb_cuda_add_inplace, da, db, n, st);
+        float *gsum = zeros(n), *gadd = zeros(n);
+        dev_down(gsum, dout, n, bf), dev_down(gadd, da, n, bf);
+        round_bf(rsum, n, bf), round_bf(radd, n, bf); /* one rounding of an exact-ish sum */
+        expect_close("residual fwd", bf, gsum, rsum, n);
+        expect_close("add in place", bf, gadd, radd, n);
+        if (!bf) expect_same("residual fwd vs CPU (fp32 adds are exact ops)", gsum, rsum, n);
+        dev_free(da), dev_free(db), dev_free(dout);
+        free(a), free(b), free(rsum), free(radd), free(gsum), free(gadd);
+    }
+    /* casts: f32 -> bf16 -> f32 is the host's round to nearest even */
+    float *x = randn(n, 0, 3);
+    void *dx = dev_up(x, n, 0), *dbf = dev_nan(n, 1), *dback = dev_nan(n, 0);
+    nb_cuda_cast_f32_to_bf16(dbf, dx, n, st);
+    nb_cuda_cast_bf16_to_f32(dback, dbf, n, st);
+    float *back = zeros(n);
+    dev_down(back, dback, n, 0);
+    round_bf(x, n, 1);
+    expect_same("cast f32 -> bf16 -> f32 vs host rounding", back, x, n);
+    dev_free(dx), dev_free(dbf), dev_free(dback), free(x), free(back);
+}
+
+/* ---- rope ---- */
+
+static void check_rope(int B, int T, int NH, int NKV, int HS) {
+    int R = (NH + 2 * NKV) * HS;
+    size_t n = (size_t)B * T * R;
+    float theta = 10000.0f;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *x = randn(n, 0, 1);
+        round_bf(x, n, bf);
+        /* q heads and k heads, as the attention block applies it; v heads stay as they are */
+        float *rf = copy_of(x, n), *rb = copy_of(x, n);
+        nb_rope_forward(rf, B, T, NH, HS, R, theta);
+        nb_rope_forward(rf + (size_t)NH * HS, B, T, NKV, HS, R, theta);
+        nb_rope_backward(rb, B, T, NH, HS, R, theta);
+        nb_rope_backward(rb + (size_t)NH * HS, B, T, NKV, HS, R, theta);
+        float *gf[2], *gb[2];
+        for (int run = 0; run < 2; run++) {
+            void *df = dev_up(x, n, bf), *db = dev_up(x, n, bf);
+            size_t koff = (size_t)NH * HS * (bf ? 2 : 4);
+            CALL(bf, nb_cuda_rope_forward, df, B, T, NH, HS, R, theta, st);
+            CALL(bf, nb_cuda_rope_forward, (void *)((char *)df + koff), B, T, NKV, HS, R, theta, st);
+            CALL(bf, nb_cuda_rope_backward, db, B, T, NH, HS, R, theta, st);
+            CALL(bf, nb_cuda_rope_backward, (void *)((char *)db + koff), B, T, NKV, HS, R, theta, st);
+            gf[run] = zeros(n), gb[run] = zeros(n);
+            dev_down(gf[run], df, n, bf), dev_down(gb[run], db, n, bf);
+            dev_free(df), dev_free(db);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "rope fwd T=%d HS=%d", T, HS);
+        expect_close(what, bf, gf[0], rf, n);
+        snprintf(what, sizeof what, "rope bwd T=%d HS=%d", T, HS);
+        expect_close(what, bf, gb[0], rb, n);
+        expect_same("rope fwd", gf[0], gf[1], n);
+        expect_same("rope bwd", gb[0], gb[1], n);
+        /* v columns are not rotated: bit-for-bit the input */
+        for (int r = 0; r < B * T; r++) {
+            size_t off = (size_t)r * R + (size_t)(NH + NKV) * HS;
+            if (memcmp(gf[0] + off, x + off, (size_t)NKV * HS * sizeof(float)) != 0) {
+                CHECK(0, "rope wrote outside its heads (row %d)", r);
+                break;
+            }
+        }
+        free(x), free(rf), free(rb);
+        for (int run = 0; run < 2; run++) free(gf[run]), free(gb[run]);
+    }
+}
+
+TEST_CASE(test_rope) {
+    check_rope(3, 67, 6, 2, 24);
+    check_rope(1, 1029, 2, 1, 64); /* angles up to ~1000 rad */
+}
+
+/* ---- attention ---- */
+
+static void check_attention(int B, int T, int NH, int NKV, int HS) {
+    int R = (NH + 2 * NKV) * HS;
+    size_t nqkv = (size_t)B * T * R, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    char what[128];
+    for (int bf = 0; bf <= 1; bf++) {
+        float *qkv = randn(nqkv, 0, 1), *dout = randn(no, 0, 1);
+        round_bf(qkv, nqkv, bf), round_bf(dout, no, bf);
+        float *rout = zeros(no), *rlse = zeros(nl);
+        nb_attention_forward(rout, rlse, qkv, B, T, NH, NKV, HS);
+        float *out[2], *lse[2];
+        for (int run = 0; run < 2; run++) {
+            void *dq = dev_up(qkv, nqkv, bf), *dout_ = dev_nan(no, bf), *dl = dev_nan(nl, 0);
+            CALL(bf, nb_cuda_attention_forward, dout_, dl, dq, B, T, NH, NKV, HS, st);
+            out[run] = zeros(no), lse[run] = zeros(nl);
+            dev_down(out[run], dout_, no, bf), dev_down(lse[run], dl, nl, 0);
+            dev_free(dq), dev_free(dout_), dev_free(dl);
+        }
+        snprintf(what, sizeof what, "attention fwd out (T=%d NH=%d NKV=%d HS=%d)", T, NH, NKV, HS);
+        expect_close(what, bf, out[0], rout, no);
+        snprintf(what, sizeof what, "attention fwd lse (HS=%d)", HS);
+        expect_close(what, bf, lse[0], rlse, nl);
+        expect_same("attention fwd out", out[0], out[1], no);
+        expect_same("attention fwd lse", lse[0], lse[1], nl);
+
+        /* backward from the CPU's out and lse (rounded like the GPU's out in bf16 mode) */
+        round_bf(rout, no, bf);
+        float *g0 = zeros(nqkv);
+        nb_attention_backward(g0, dout, qkv, rout, rlse, B, T, NH, NKV, HS);
+        float *init = grad_init(g0, nqkv, bf), *rg = copy_of(init, nqkv);
+        nb_attention_backward(rg, dout, qkv, rout, rlse, B, T, NH, NKV, HS);
+        float *g[2];
+        for (int run = 0; run < 2; run++) {
+            void *dq = dev_up(qkv, nqkv, bf), *ddo = dev_up(dout, no, bf), *dout_ = dev_up(rout, no, bf);
+            void *dl = dev_up(rlse, nl, 0), *gd = dev_up(init, nqkv, bf);
+            CALL(bf, nb_cuda_attention_backward, gd, ddo, dq, dout_, dl, B, T, NH, NKV, HS, st);
+            g[run] = zeros(nqkv);
+            dev_down(g[run], gd, nqkv, bf);
+            dev_free(dq), dev_free(ddo), dev_free(dout_), dev_free(dl), dev_free(gd);
+        }
+        snprintf(what, sizeof what, "attention bwd dqkv (HS=%d)", HS);
+        expect_grad(what, bf, g[0], rg, init, nqkv);
+        expect_same("attention bwd dqkv", g[0], g[1], nqkv);
+        free(qkv), free(dout), free(rout), free(rlse), free(g0), free(init), free(rg);
+        for (int run = 0; run < 2; run++) free(out[run]), free(lse[run]), free(g[run]);
+    }
+}
+
+TEST_CASE(test_attention) {
+    check_attention(2, 67, 6, 2, 24);  /* GQA groups of 3, HS < 32 */
+    check_attention(1, 45, 4, 4, 64);  /* plain multi-head */
+    check_attention(2, 50, 3, 1, 130); /* one kv head, HS past 128 */
+    check_attention(1, 33, 2, 1, 256); /* the largest head size */
+}
+
+/* ---- embedding ---- */
+
+TEST_CASE(test_embed) {
+    int B = 3, T = 37, C = 77, V = 301; /* V > 2 * 128: several vocabulary blocks */
+    size_t N = (size_t)B * T, no = N * C;
+    int32_t *tok = nb_malloc(N * sizeof(int32_t), "tokens");
+    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919u) % 41u * 7u); /* repeats, up to 280 */
+    int32_t *dtok = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dtok, N * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpy(dtok, tok, N * sizeof(int32_t), cudaMemcpyHostToDevice));
+    for (int bf = 0; bf <= 1; bf++)
+        for (int with_wpe = 0; with_wpe <= 1; with_wpe++) {
+            float *wte = randn((size_t)V * C, 0, 1), *wpe = randn((size_t)T * C, 0, 1), *dout = randn(no, 0, 1);
+            round_bf(wte, (size_t)V * C, bf), round_bf(wpe, (size_t)T * C, bf), round_bf(dout, no, bf);
+            float *rout = zeros(no);
+            nb_embed_forward(rout, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+            float *g0te = zeros((size_t)V * C), *g0pe = zeros((size_t)T * C);
+            nb_embed_backward(g0te, g0pe, dout, tok, B, T, C);
+            float *ite = grad_init(g0te, (size_t)V * C, 0), *ipe = grad_init(g0pe, (size_t)T * C, 0);
+            float *rte = copy_of(ite, (size_t)V * C), *rpe = copy_of(ipe, (size_t)T * C);
+            nb_embed_backward(rte, with_wpe ? rpe : NULL, dout, tok, B, T, C);
+            float *out[2], *gte[2], *gpe[2];
+            for (int run = 0; run < 2; run++) {
+                void *dte = dev_up(wte, (size_t)V * C, bf), *dpe = with_wpe ? dev_up(wpe, (size_t)T * C, bf) : NULL;
+                void *ddo = dev_up(dout, no, bf), *dout_ = dev_nan(no, bf);
+                void *gdte = dev_up(ite, (size_t)V * C, 0), *gdpe = dev_up(ipe, (size_t)T * C, 0);
+                CALL(bf, nb_cuda_embed_forward, dout_, dtok, dte, dpe, B, T, C, V, st);
+                CALL(bf, nb_cuda_embed_backward, gdte, with_wpe ? gdpe : NULL, ddo, dtok, B, T, C, V, st);
+                out[run] = zeros(no), gte[run] = zeros((size_t)V * C), gpe[run] = zeros((size_t)T * C);
+                dev_down(out[run], dout_, no, bf);
+                dev_down(gte[run], gdte, (size_t)V * C, 0), dev_down(gpe[run], gdpe, (size_t)T * C, 0);
+                dev_free(dte), dev_free(dpe), dev_free(ddo), dev_free(dout_), dev_free(gdte), dev_free(gdpe);
+            }
+            round_bf(rout, no, bf);
+            expect_close(with_wpe ? "embed fwd (wte + wpe)" : "embed fwd (wte only)", bf, out[0], rout, no);
+            expect_grad("embed bwd dwte", bf, gte[0], rte, ite, (size_t)V * C);
+            if (with_wpe) expect_grad("embed bwd dwpe", bf, gpe[0], rpe, ipe, (size_t)T * C);
+            else expect_untouched("embed bwd dwpe (NULL)", gpe[0], ipe, (size_t)T * C);
+            /* the same additions in the same order as embed.c: the same bits */
+            if (!bf) expect_same("embed bwd dwte vs CPU (same order)", gte[0], rte, (size_t)V * C);
+            expect_same("embed fwd", out[0], out[1], no);
+            expect_same("embed bwd dwte", gte[0], gte[1], (size_t)V * C);
+            expect_same("embed bwd dwpe", gpe[0], gpe[1], (size_t)T * C);
+            free(wte), free(wpe), free(dout), free(rout), free(g0te), free(g0pe), free(ite), free(ipe);
+            free(rte), free(rpe);
+            for (int run = 0; run < 2; run++) free(out[run]), free(gte[run]), free(gpe[run]);
+        }
+    /* An out-of-range token: its row is NaN, the others are right, nothing else is read. */
+    float *wte = randn((size_t)V * C, 0, 1), *out = zeros(no);
+    tok[5] = V;
+    CUDA_CHECK(cudaMemcpy(dtok, tok, N * sizeof(int32_t), cudaMemcpyHostToDevice));
+    void *dte = dev_up(wte, (size_t)V * C, 0), *dout_ = dev_nan(no, 0);
+    nb_cuda_embed_forward_f32(dout_, dtok, dte, NULL, B, T, C, V, st);
+    dev_down(out, dout_, no, 0);
+    CHECK(isnan(out[5 * C]) && isnan(out[5 * C + C - 1]), "token %d >= V should give a NaN row", V);
+    CHECK(out[4 * C] == wte[(size_t)tok[4] * C], "rows next to a bad token must be normal");
+    dev_free(dte), dev_free(dout_), free(wte), free(out);
+    CUDA_CHECK(cudaFree(dtok));
+    free(tok);
+}
+
+/* ---- cross-entropy ---- */
+
+static void check_xent(int N, int C, int V, int chunk_rows) {
+    int Vp = V + 3; /* padding rows: NaN in w (must never be read), sentinel in dw (never written) */
+    size_t ni = (size_t)N * C, nw = (size_t)Vp * C, nwv = (size_t)V * C;
+    float gs = 1.0f / N;
+    char what[128];
+    int32_t *tg = nb_malloc((size_t)N * sizeof(int32_t), "targets"), *dtg = NULL;
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+    CUDA_CHECK(cudaMalloc((void **)&dtg, (size_t)N * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpy(dtg, tg, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+    for (int bf = 0; bf <= 1; bf++) {
+        float *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.3f);
+        round_bf(inp, ni, bf), round_bf(w, nw, bf);
+        for (size_t i = nwv; i < nw; i++) w[i] = NAN;
+        float *g0i = zeros(ni), *g0w = zeros(nw), *rl = zeros(N);
+        nb_xent_forward_backward(g0i, g0w, rl, inp, w, tg, N, C, V, gs, chunk_rows);
+        float *ii = grad_init(g0i, ni, bf), *iw = grad_init(g0w, nw, 0);
+        for (size_t i = nwv; i < nw; i++) iw[i] = 7.0f;
+        float *ri = copy_of(ii, ni), *rw = copy_of(iw, nw);
+        double rsum = nb_xent_forward_backward(ri, rw, rl, inp, w, tg, N, C, V, gs, chunk_rows);
+        float *gi[2], *gw[2], *gl[2], *gl_fwd = zeros(N);
+        double gsum[2];
+        for (int run = 0; run < 2; run++) {
+            void *di = dev_up(inp, ni, bf), *dw = dev_up(w, nw, bf), *dl = dev_nan(N, 0);
+            void *gdi = dev_up(ii, ni, bf), *gdw = dev_up(iw, nw, 0);
+            double *dsum = NULL;
+            CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof(double)));
+            CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, st);
+            nb_cuda_sum_f64(dsum, dl, N, st);
+            gi[run] = zeros(ni), gw[run] = zeros(nw), gl[run] = zeros(N);
+            dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gl[run], dl, N, 0);
+            CUDA_CHECK(cudaMemcpy(&gsum[run], dsum, sizeof(double), cudaMemcpyDeviceToHost));
+            if (run == 0) { /* forward only: the same losses, no gradient work */
+                void *dl2 = dev_nan(N, 0);
+                CALL(bf, nb_cuda_xent_forward_backward, NULL, NULL, dl2, di, dw, dtg, N, C, V, gs, chunk_rows, st);
+                dev_down(gl_fwd, dl2, N, 0);
+                dev_free(dl2);
+            }
+            dev_free(di), dev_free(dw), dev_free(dl), dev_free(gdi), dev_free(gdw);
+            CUDA_CHECK(cudaFree(dsum));
+        }
+        snprintf(what, sizeof what, "xent losses (V=%d chunk=%d)", V, chunk_rows);
+        expect_close(what, bf, gl[0], rl, N);
+        expect_close("xent losses, forward only", bf, gl_fwd, rl, N);
+        double se = fabs(gsum[0] - rsum) / fabs(rsum);
+        printf("    %-40s %-4s rel err %.2e\n", "xent loss sum (nb_cuda_sum_f64)", MODE[bf], se);
+        CHECK(se <= TOL[bf], "xent loss sum: %.9g vs CPU %.9g", gsum[0], rsum);
+        expect_grad("xent dinp", bf, gi[0], ri, ii, ni);
+        expect_grad("xent dw[:V]", bf, gw[0], rw, iw, nwv);
+        expect_untouched("xent dw padding rows", gw[0] + nwv, iw + nwv, nw - nwv);
+        expect_same("xent losses", gl[0], gl[1], N);
+        expect_same("xent dinp", gi[0], gi[1], ni);
+        expect_same("xent dw", gw[0], gw[1], nw);
+        CHECK(gsum[0] == gsum[1], "xent loss sum differs between runs");
+        free(inp), free(w), free(g0i), free(g0w), free(rl), free(ii), free(iw), free(ri), free(rw), free(gl_fwd);
+        for (int run = 0; run < 2; run++) free(gi[run]), free(gw[run]), free(gl[run]);
+    }
+    CUDA_CHECK(cudaFree(dtg));
+    free(tg);
+}
+
+TEST_CASE(test_xent) {
+    check_xent(3 * 37, 77, 997, 40); /* three chunks, the last partial */
+    check_xent(45, 64, 1531, 0);     /* default chunking */
+}
+
+/* ---- AdamW and the norm helpers ---- */
+
+TEST_CASE(test_adamw) {
+    size_t n = 100003;
+    nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    float *p = randn(n, 0, 1), *g = randn(n, 0, 0.1f), *m = randn(n, 0, 0.01f), *v = randn(n, 0, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    float *rp = copy_of(p, n), *rm = copy_of(m, n), *rv = copy_of(v, n);
+    nb_adamw_update(rp, g, rm, rv, n, cfg, 7);
+    float *gp[2], *gm[2], *gv[2], *glp = zeros(n);
+    for (int run = 0; run < 2; run++) {
+        void *dp = dev_up(p, n, 0), *dg = dev_up(g, n, 0), *dm = dev_up(m, n, 0), *dv = dev_up(v, n, 0);
+        void *dlp = dev_nan(n, 1);
+        nb_cuda_adamw_update(dp, dg, dm, dv, dlp, n, cfg, 7, st);
+        gp[run] = zeros(n), gm[run] = zeros(n), gv[run] = zeros(n);
+        dev_down(gp[run], dp, n, 0), dev_down(gm[run], dm, n, 0), dev_down(gv[run], dv, n, 0);
+        if (run == 0) dev_down(glp, dlp, n, 1);
+        dev_free(dp), dev_free(dg), dev_free(dm), dev_free(dv), dev_free(dlp);
+    }
+    expect_close("adamw params", 0, gp[0], rp, n);
+    expect_close("adamw m", 0, gm[0], rm, n);
+    expect_close("adamw v", 0, gv[0], rv, n);
+    /* FMA-free, same scalars: the CPU's bits */
+    expect_same("adamw params vs CPU (bitwise)", gp[0], rp, n);
+    expect_same("adamw m vs CPU (bitwise)", gm[0], rm, n);
+    expect_same("adamw v vs CPU (bitwise)", gv[0], rv, n);
+    expect_same("adamw params", gp[0], gp[1], n);
+    float *rlp = copy_of(rp, n);
+    round_bf(rlp, n, 1);
+    expect_same("adamw bf16 copy of params", glp, rlp, n);
+
+    /* sumsq and scale: a slab bigger than one 65536-element reduction block */
+    size_t ns = 3 * 65536 + 12345;
+    float *x = randn(ns, 0, 1);
+    double ref = nb_sumsq(x, ns), got[2];
+    void *dx = dev_up(x, ns, 0);
+    double *dres = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dres, sizeof(double)));
+    for (int run = 0; run < 2; run++) {
+        nb_cuda_sumsq(dres, dx, ns, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        CUDA_CHECK(cudaMemcpy(&got[run], dres, sizeof(double), cudaMemcpyDeviceToHost));
+    }
+    printf("    %-40s %-4s rel err %.2e\n", "sumsq", "f64", fabs(got[0] - ref) / ref);
+    CHECK(fabs(got[0] - ref) <= 1e-12 * ref, "sumsq %.17g vs CPU %.17g", got[0], ref);
+    CHECK(got[0] == got[1], "sumsq differs between runs");
+    nb_cuda_scale_inplace(dx, ns, 0.37f, st);
+    float *gx = zeros(ns);
+    dev_down(gx, dx, ns, 0);
+    nb_scale_inplace(x, ns, 0.37f);
+    expect_same("scale in place vs CPU", gx, x, ns);
+    CUDA_CHECK(cudaFree(dres));
+    dev_free(dx), free(x), free(gx);
+    free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(glp), free(rlp);
+    for (int run = 0; run < 2; run++) free(gp[run]), free(gm[run]), free(gv[run]);
+}
+
+/* ---- timing (test_ops_cuda --bench): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
+ * attention, bf16. Not a test: numbers for planning the tuning work. ---- */
+
+#define BENCH_REPS 10
+
+static void *dev_rand_bf16(size_t n, float scale) {
+    uint16_t *h = nb_malloc(n * 2, "bench staging");
+    uint32_t s = 12345u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u; /* cheap LCG: random enough, fast for 100M+ elements */
+        h[i] = f2bf(scale * ((float)(s >> 8) / 16777216.0f - 0.5f));
+    }
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, n * 2));
+    CUDA_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static void *dev_zero(size_t bytes) {
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, bytes));
+    CUDA_CHECK(cudaMemset(d, 0, bytes));
+    return d;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static cudaEvent_t ev0, ev1;
+
+/* Median of BENCH_REPS timed runs after 2 warm-ups; flop and bytes are what the op must do. */
+#define BENCH(label, flop, bytes, stmt)                                                            \
+    do {                                                                                           \
+        float ms_[BENCH_REPS];                                                                     \
+        for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                   \
+        for (int r_ = 0; r_ < BENCH_REPS; r_++) {                                                  \
+            CUDA_CHECK(cudaEventRecord(ev0, st));                                                  \
+            stmt;                                                                                  \
+            CUDA_CHECK(cudaEventRecord(ev1, st));                                                  \
+            CUDA_CHECK(cudaEventSynchronize(ev1));                                                 \
+            CUDA_CHECK(cudaEventElapsedTime(&ms_[r_], ev0, ev1));                                  \
+        }                                                                                          \
+        qsort(ms_, BENCH_REPS, sizeof(float), cmp_float);                                          \
+        double med_ = (ms_[BENCH_REPS / 2 - 1] + ms_[BENCH_REPS / 2]) / 2;                         \
+        printf("  %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", label, med_, (flop) / med_ / 1e9,    \
+               (bytes) / med_ / 1e6);                                                              \
+    } while (0)
+
+static void bench(void) {
+    CUDA_CHECK(cudaEventCreate(&ev0));
+    CUDA_CHECK(cudaEventCreate(&ev1));
+    printf("bf16 timings, median of %d (TFLOP/s and GB/s from the minimum work and traffic)\n", BENCH_REPS);
+    {
+        int n = 8192;
+        void *a = dev_rand_bf16((size_t)n * n, 1), *b = dev_rand_bf16((size_t)n * n, 1), *c = dev_zero((size_t)n * n * 2);
+        BENCH("matmul 8192^3 (ceiling)", 2.0 * n * n * n, 6.0 * n * n,
+              nb_cuda_matmul_forward_bf16(c, a, b, NULL, n, n, n, st));
+        dev_free(a), dev_free(b), dev_free(c);
+    }
+    int B = 8, T = 1024, C = 768, NH = 12, HS = 64, V = 50257, N = B * T;
+    {
+        int OC = 3 * C;
+        void *inp = dev_rand_bf16((size_t)N * C, 1), *w = dev_rand_bf16((size_t)OC * C, 0.1f);
+        void *bias = dev_rand_bf16(OC, 1), *out = dev_zero((size_t)N * OC * 2), *dout = dev_rand_bf16((size_t)N * OC, 1);
+        void *dinp = dev_zero((size_t)N * C * 2), *dw = dev_zero((size_t)OC * C * 4), *db = dev_zero((size_t)OC * 4);
+        BENCH("matmul fwd +bias N=8192 C=768 OC=2304", 2.0 * N * C * OC, 2.0 * ((double)N * C + (double)OC * C + (double)N * OC),
+              nb_cuda_matmul_forward_bf16(out, inp, w, bias, N, C, OC, st));
+        BENCH("matmul bwd dinp+dw+dbias (same shape)", 4.0 * N * C * OC, 2.0 * N * OC + 4.0 * N * C + 8.0 * OC * C,
+              nb_cuda_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, st));
+        void *pre = dev_zero((size_t)N * 4 * C * 2), *w4 = dev_rand_bf16((size_t)4 * C * C, 0.1f);
+        void *out4 = dev_zero((size_t)N * 4 * C * 2);
+        BENCH("matmul+gelu fwd (fused) N=8192 C=768 OC=3072", 2.0 * N * C * 4 * C, 2.0 * ((double)N * C + 8.0 * N * C),
+              nb_cuda_matmul_gelu_forward_bf16(out4, pre, inp, w4, NULL, N, C, 4 * C, st));
+        BENCH("gelu bwd N*3072", 0, 8.0 * N * 4 * C,
+              nb_cuda_gelu_backward_bf16(out4, pre, pre, (size_t)N * 4 * C, st));
+        dev_free(inp), dev_free(w), dev_free(bias), dev_free(out), dev_free(dout), dev_free(dinp), dev_free(dw);
+        dev_free(db), dev_free(pre), dev_free(w4), dev_free(out4);
+    }
+    {
+        void *x = dev_rand_bf16((size_t)N * C, 1), *w = dev_rand_bf16(C, 1), *b = dev_rand_bf16(C, 1);
+        void *y = dev_zero((size_t)N * C * 2), *dy = dev_rand_bf16((size_t)N * C, 1), *dx = dev_zero((size_t)N * C * 2);
+        void *mean = dev_zero((size_t)N * 4), *rstd = dev_zero((size_t)N * 4), *dw = dev_zero(C * 4), *db = dev_zero(C * 4);
+        BENCH("layernorm fwd N=8192 C=768", 0, 4.0 * N * C, nb_cuda_layernorm_forward_bf16(y, mean, rstd, x, w, b, N, C, 1e-5f, st));
+        BENCH("layernorm bwd (dinp, dw, db)", 0, 8.0 * N * C,
+              nb_cuda_layernorm_backward_bf16(dx, dw, db, dy, x, w, mean, rstd, N, C, st));
+        BENCH("residual fwd N*768", 0, 6.0 * N * C, nb_cuda_residual_forward_bf16(y, x, dy, (size_t)N * C, st));
+        dev_free(x), dev_free(w), dev_free(b), dev_free(y), dev_free(dy), dev_free(dx), dev_free(mean), dev_free(rstd);
+        dev_free(dw), dev_free(db);
+    }
+    for (int cfg = 0; cfg < 2; cfg++) {
+        /* GPT-2 small; then Llama-3-8B-like heads (GQA 32/8, HS 128) at T = 4096 */
+        int b_ = cfg ? 1 : B, t_ = cfg ? 4096 : T, nh = cfg ? 32 : NH, nkv = cfg ? 8 : NH, hs = cfg ? 128 : HS;
+        size_t nqkv = (size_t)b_ * t_ * (nh + 2 * nkv) * hs, no = (size_t)b_ * t_ * nh * hs;
+        void *qkv = dev_rand_bf16(nqkv, 2), *out = dev_zero(no * 2), *lse = dev_zero((size_t)b_ * nh * t_ * 4);
+        void *dout = dev_rand_bf16(no, 1), *dqkv = dev_zero(nqkv * 2);
+        double unit = (double)b_ * nh * t_ * t_ * hs; /* one causal T x T x HS product = 2 * unit / 2 */
+        char label[96];
+        snprintf(label, sizeof label, "attention fwd B=%d T=%d NH=%d NKV=%d HS=%d", b_, t_, nh, nkv, hs);
+        BENCH(label, 2 * unit, 2.0 * (nqkv + no), nb_cuda_attention_forward_bf16(out, lse, qkv, b_, t_, nh, nkv, hs, st));
+        BENCH("attention bwd (same shape)", 5 * unit, 2.0 * (2 * nqkv + 2 * no),
+              nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, b_, t_, nh, nkv, hs, st));
+        dev_free(qkv), dev_free(out), dev_free(lse), dev_free(dout), dev_free(dqkv);
+    }
+    {
+        int32_t *tok = nb_malloc((size_t)N * 4, "bench tokens"), *dtok = NULL;
+        for (int i = 0; i < N; i++) tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+        CUDA_CHECK(cudaMalloc((void **)&dtok, (size_t)N * 4));
+        CUDA_CHECK(cudaMemcpy(dtok, tok, (size_t)N * 4, cudaMemcpyHostToDevice));
+        void *wte = dev_rand_bf16((size_t)V * C, 1), *dout = dev_rand_bf16((size_t)N * C, 1);
+        void *inp = dev_rand_bf16((size_t)N * C, 1), *dinp = dev_zero((size_t)N * C * 2);
+        void *dwte = dev_zero((size_t)V * C * 4), *losses = dev_zero((size_t)N * 4);
+        BENCH("embed bwd dwte N=8192 V=50257 C=768", 0, 2.0 * N * C + 8.0 * N * C,
+              nb_cuda_embed_backward_bf16(dwte, NULL, dout, dtok, B, T, C, V, st));
+        BENCH("xent fwd+bwd N=8192 C=768 V=50257", 6.0 * N * C * V, 2.0 * V * C + 8.0 * V * C,
+              nb_cuda_xent_forward_backward_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, 1.0f / N, 0, st));
+        CUDA_CHECK(cudaFree(dtok));
+        free(tok);
+        dev_free(wte), dev_free(dout), dev_free(inp), dev_free(dinp), dev_free(dwte), dev_free(losses);
+    }
+    {
+        size_t n = 124u * 1000 * 1000;
+        float *p = dev_zero(n * 4), *g = dev_zero(n * 4), *m = dev_zero(n * 4), *v = dev_zero(n * 4);
+        void *lp = dev_zero(n * 2);
+        nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+        BENCH("adamw 124M params (+bf16 copy)", 0, 30.0 * n, nb_cuda_adamw_update(p, g, m, v, lp, n, cfg, 1, st));
+        double *out = dev_zero(8);
+        BENCH("sumsq 124M", 0, 4.0 * n, nb_cuda_sumsq(out, g, n, st));
+        dev_free(p), dev_free(g), dev_free(m), dev_free(v), dev_free(lp), dev_free(out);
+    }
+    CUDA_CHECK(cudaEventDestroy(ev0));
+    CUDA_CHECK(cudaEventDestroy(ev1));
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("skip: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    CUDA_CHECK(cudaStreamCreate(&st));
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        nb_verbosity = 2; /* says whether the GELU epilogue was fused */
+        bench();
+        CUDA_CHECK(cudaStreamDestroy(st));
+        return 0;
+    }
+    double t0 = nb_now();
+    RUN(test_matmul_forward);
+    RUN(test_matmul_gelu_forward);
+    RUN(test_matmul_backward);
+    RUN(test_layernorm);
+    RUN(test_rmsnorm);
+    RUN(test_gelu);
+    RUN(test_swiglu);
+    RUN(test_residual_and_add);
+    RUN(test_rope);
+    RUN(test_attention);
+    RUN(test_embed);
+    RUN(test_xent);
+    RUN(test_adamw);
+    CUDA_CHECK(cudaStreamDestroy(st));
+    printf("largest relative error: f32 %.2e (tol %.0e), bf16 %.2e (tol %.0e); %.1f s\n", worst[0], TOL[0], worst[1],
+           TOL[1], nb_now() - t0);
+    TEST_EXIT();
+}
+#endif

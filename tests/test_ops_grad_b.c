@@ -1,0 +1,553 @@
+/* Gradient and reference tests for rope, attention, cross-entropy, AdamW, global-norm helpers
+ * and the cosine LR schedule.
+ *
+ * Each op's backward is checked against central finite differences of a plain double-precision
+ * forward written here (attention through a materialized T x T score matrix), and each forward
+ * against that same reference. Sizes are odd on purpose (T = 7, V = 37, C = 13, HS = 12) so tail
+ * loops and partial chunks run. */
+#include "check.h"
+#include "ops/ops.h"
+#include "optim/optim.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- small helpers ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* splitmix64 -> [0, 1) */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+static void fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+}
+static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+
+/* ||got - want|| / ||want|| with a double reference. */
+static double rel_err_d(const float *got, const double *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i])) return INFINITY;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-300);
+}
+
+/* Central differences of a scalar function f(x) over every element of x (double). */
+typedef double (*scalar_fn)(const double *x, const void *ctx);
+static void finite_diff(double *grad, double *x, size_t n, scalar_fn f, const void *ctx, double h) {
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + h;
+        double fp = f(x, ctx);
+        x[i] = x0 - h;
+        double fm = f(x, ctx);
+        x[i] = x0;
+        grad[i] = (fp - fm) / (2 * h);
+    }
+}
+
+static void to_double(double *d, const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+}
+
+/* ---- rope ---- */
+
+typedef struct {
+    int B, T, nh, HS, W, off;
+    float theta;
+    const float *wout; /* [B, T, W] weights of the scalar loss sum(wout * y) */
+} rope_ctx;
+
+/* y = x with columns [off, off + nh*HS) of each row rotated (HF rotate_half), the rest passed
+ * through: what nb_rope_forward does to a row of width W. */
+static void rope_ref(double *y, const double *x, const rope_ctx *c) {
+    int h = c->HS / 2;
+    memcpy(y, x, (size_t)c->B * c->T * c->W * sizeof(double));
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->T; t++)
+            for (int hd = 0; hd < c->nh; hd++) {
+                size_t base = ((size_t)b * c->T + t) * c->W + c->off + (size_t)hd * c->HS;
+                for (int i = 0; i < h; i++) {
+                    double ang = t * pow((double)c->theta, -2.0 * i / c->HS);
+                    double a = x[base + i], bb = x[base + i + h];
+                    y[base + i] = a * cos(ang) - bb * sin(ang);
+                    y[base + i + h] = bb * cos(ang) + a * sin(ang);
+                }
+            }
+}
+
+static double rope_loss(const double *x, const void *vctx) {
+    const rope_ctx *c = vctx;
+    size_t n = (size_t)c->B * c->T * c->W;
+    double *y = dalloc(n);
+    rope_ref(y, x, c);
+    double L = 0;
+    for (size_t i = 0; i < n; i++) L += c->wout[i] * y[i];
+    free(y);
+    return L;
+}
+
+TEST_CASE(test_rope) {
+    rope_ctx c = {2, 7, 3, 12, 0, 5, 10000.0f, NULL};
+    c.W = c.off + c.nh * c.HS + 4; /* pass-through columns on both sides of the heads */
+    size_t n = (size_t)c.B * c.T * c.W;
+    float *x = falloc(n), *y = falloc(n), *wout = falloc(n), *dx = falloc(n);
+    double *xd = dalloc(n), *yd = dalloc(n), *gd = dalloc(n);
+    fill(x, n, -1, 1);
+    fill(wout, n, -1, 1);
+    c.wout = wout;
+    to_double(xd, x, n);
+
+    memcpy(y, x, n * sizeof(float));
+    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    rope_ref(yd, xd, &c);
+    double e = rel_err_d(y, yd, n);
+    CHECK(e < 1e-6, "rope forward rel err %.3g", e);
+    for (int r = 0; r < c.B * c.T; r++) /* untouched columns are bitwise untouched */
+        for (int j = 0; j < c.W; j++)
+            if (j < c.off || j >= c.off + c.nh * c.HS)
+                CHECK(y[(size_t)r * c.W + j] == x[(size_t)r * c.W + j], "column %d of row %d changed", j, r);
+
+    memcpy(dx, wout, n * sizeof(float));
+    nb_rope_backward(dx + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    finite_diff(gd, xd, n, rope_loss, &c, 1e-5);
+    e = rel_err_d(dx, gd, n);
+    CHECK(e < 1e-6, "rope backward vs finite differences rel err %.3g", e);
+
+    /* forward then backward on the same buffer is the identity (a rotation's transpose) */
+    memcpy(y, x, n * sizeof(float));
+    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    nb_rope_backward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    double back = rel_err(y, x, n);
+    CHECK(back < 1e-6, "rope backward(forward(x)) != x, rel err %.3g", back);
+    free(x), free(y), free(wout), free(dx), free(xd), free(yd), free(gd);
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    int B, T, NH, NKV, HS;
+    const float *wout; /* [B, T, NH*HS] */
+} attn_ctx;
+
+/* Materialized causal GQA attention in double. out[B,T,NH*HS], lse[B,NH,T]. */
+static void attn_ref(double *out, double *lse, const double *qkv, const attn_ctx *c) {
+    int R = (c->NH + 2 * c->NKV) * c->HS, grp = c->NH / c->NKV;
+    double scale = 1.0 / sqrt((double)c->HS);
+    double *s = dalloc((size_t)c->T * c->T);
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->NH; h++) {
+            int kvh = h / grp;
+            for (int t = 0; t < c->T; t++) {
+                const double *q = qkv + ((size_t)b * c->T + t) * R + h * c->HS;
+                double mx = -INFINITY;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * c->T + j) * R + (c->NH + kvh) * c->HS;
+                    double d = 0;
+                    for (int i = 0; i < c->HS; i++) d += q[i] * k[i];
+                    s[t * c->T + j] = d * scale;
+                    if (d * scale > mx) mx = d * scale;
+                }
+                double sum = 0;
+                for (int j = 0; j <= t; j++) sum += exp(s[t * c->T + j] - mx);
+                double l = mx + log(sum);
+                if (lse) lse[((size_t)b * c->NH + h) * c->T + t] = l;
+                double *o = out + ((size_t)b * c->T + t) * c->NH * c->HS + h * c->HS;
+                for (int i = 0; i < c->HS; i++) o[i] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *v = qkv + ((size_t)b * c->T + j) * R + (c->NH + c->NKV + kvh) * c->HS;
+                    double p = exp(s[t * c->T + j] - l);
+                    for (int i = 0; i < c->HS; i++) o[i] += p * v[i];
+                }
+            }
+        }
+    free(s);
+}
+
+static double attn_loss(const double *qkv, const void *vctx) {
+    const attn_ctx *c = vctx;
+    size_t no = (size_t)c->B * c->T * c->NH * c->HS;
+    double *out = dalloc(no);
+    attn_ref(out, NULL, qkv, c);
+    double L = 0;
+    for (size_t i = 0; i < no; i++) L += c->wout[i] * out[i];
+    free(out);
+    return L;
+}
+
+static void attn_case(int B, int T, int NH, int NKV, int HS) {
+    attn_ctx c = {B, T, NH, NKV, HS, NULL};
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    float *qkv = falloc(nq), *out = falloc(no), *lse = falloc(nl), *dout = falloc(no);
+    float *dqkv = falloc(nq), *acc = falloc(nq), *pre = falloc(nq);
+    double *qd = dalloc(nq), *outd = dalloc(no), *lsed = dalloc(nl), *gd = dalloc(nq);
+    fill(qkv, nq, -1.5f, 1.5f);
+    fill(dout, no, -1, 1);
+    fill(pre, nq, -1, 1);
+    c.wout = dout;
+    to_double(qd, qkv, nq);
+
+    nb_attention_forward(out, lse, qkv, B, T, NH, NKV, HS);
+    attn_ref(outd, lsed, qd, &c);
+    double eo = rel_err_d(out, outd, no), el = rel_err_d(lse, lsed, nl);
+    CHECK(eo < 1e-6 && el < 1e-6, "B%d T%d NH%d NKV%d HS%d: forward rel err out %.3g lse %.3g", B, T, NH,
+          NKV, HS, eo, el);
+
+    nb_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+    finite_diff(gd, qd, nq, attn_loss, &c, 1e-5);
+    double eg = rel_err_d(dqkv, gd, nq);
+    CHECK(eg < 1e-5, "B%d T%d NH%d NKV%d HS%d: dqkv vs finite differences rel err %.3g", B, T, NH, NKV,
+          HS, eg);
+
+    /* backward accumulates: starting from pre it ends at pre + gradient */
+    memcpy(acc, pre, nq * sizeof(float));
+    nb_attention_backward(acc, dout, qkv, out, lse, B, T, NH, NKV, HS);
+    double worst = 0;
+    for (size_t i = 0; i < nq; i++) {
+        double d = fabs((double)acc[i] - ((double)pre[i] + dqkv[i]));
+        if (d > worst) worst = d;
+    }
+    CHECK(worst < 1e-5, "attention backward does not accumulate: max |acc - (pre + g)| = %.3g", worst);
+    nb_attention_backward(NULL, dout, qkv, out, lse, B, T, NH, NKV, HS); /* NULL: nothing to do */
+    free(qkv), free(out), free(lse), free(dout), free(dqkv), free(acc), free(pre);
+    free(qd), free(outd), free(lsed), free(gd);
+}
+
+TEST_CASE(test_attention_gqa) { attn_case(2, 7, 4, 2, 8); }
+TEST_CASE(test_attention_mha) { attn_case(2, 7, 2, 2, 8); }
+TEST_CASE(test_attention_mqa_odd_hs) { attn_case(1, 5, 3, 1, 12); }
+TEST_CASE(test_attention_t1) { attn_case(2, 1, 2, 1, 4); }
+
+/* Same inputs, 1 vs 2 threads and twice with 2: bitwise equal out, lse and dqkv. */
+TEST_CASE(test_attention_deterministic) {
+    int B = 3, T = 33, NH = 4, NKV = 2, HS = 16;
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    float *qkv = falloc(nq), *dout = falloc(no);
+    fill(qkv, nq, -2, 2);
+    fill(dout, no, -1, 1);
+    float *out[3], *lse[3], *dq[3];
+    int threads[3] = {1, 2, 2};
+    int saved = omp_get_max_threads();
+    for (int r = 0; r < 3; r++) {
+        out[r] = falloc(no), lse[r] = falloc(nl), dq[r] = falloc(nq);
+        omp_set_num_threads(threads[r]);
+        nb_attention_forward(out[r], lse[r], qkv, B, T, NH, NKV, HS);
+        nb_attention_backward(dq[r], dout, qkv, out[r], lse[r], B, T, NH, NKV, HS);
+    }
+    omp_set_num_threads(saved);
+    for (int r = 1; r < 3; r++) {
+        CHECK(memcmp(out[0], out[r], no * sizeof(float)) == 0, "attention out differs in run %d", r);
+        CHECK(memcmp(lse[0], lse[r], nl * sizeof(float)) == 0, "attention lse differs in run %d", r);
+        CHECK(memcmp(dq[0], dq[r], nq * sizeof(float)) == 0, "attention dqkv differs in run %d", r);
+    }
+    for (int r = 0; r < 3; r++) free(out[r]), free(lse[r]), free(dq[r]);
+    free(qkv), free(dout);
+}
+
+/* ---- cross-entropy ---- */
+
+typedef struct {
+    int N, C, V;
+    const int32_t *tg;
+    double grad_scale;
+    const double *w;   /* used when differentiating w.r.t. inp */
+    const double *inp; /* used when differentiating w.r.t. w */
+} xent_ctx;
+
+/* losses[N] = -log softmax(inp @ w^T)[target], in double. */
+static double xent_ref(double *losses, const double *inp, const double *w, const xent_ctx *c) {
+    double total = 0;
+    double *z = dalloc((size_t)c->V);
+    for (int r = 0; r < c->N; r++) {
+        double mx = -INFINITY;
+        for (int j = 0; j < c->V; j++) {
+            double d = 0;
+            for (int i = 0; i < c->C; i++) d += inp[(size_t)r * c->C + i] * w[(size_t)j * c->C + i];
+            z[j] = d;
+            if (d > mx) mx = d;
+        }
+        double sum = 0;
+        for (int j = 0; j < c->V; j++) sum += exp(z[j] - mx);
+        double l = mx + log(sum) - z[c->tg[r]];
+        if (losses) losses[r] = l;
+        total += l;
+    }
+    free(z);
+    return total;
+}
+static double xent_loss_inp(const double *inp, const void *v) {
+    const xent_ctx *c = v;
+    return c->grad_scale * xent_ref(NULL, inp, c->w, c);
+}
+static double xent_loss_w(const double *w, const void *v) {
+    const xent_ctx *c = v;
+    return c->grad_scale * xent_ref(NULL, c->inp, w, c);
+}
+
+TEST_CASE(test_xent) {
+    int N = 10, C = 13, V = 37, Vp = 40;
+    float gs = 1.0f / N;
+    float *inp = falloc((size_t)N * C), *w = falloc((size_t)Vp * C), *losses = falloc(N);
+    float *dinp = falloc((size_t)N * C), *dw = falloc((size_t)Vp * C);
+    int32_t tg[10];
+    fill(inp, (size_t)N * C, -1, 1);
+    fill(w, (size_t)V * C, -1, 1);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) w[i] = NAN; /* padding: must never be read */
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) dw[i] = 123.0f;
+    for (int r = 0; r < N; r++) tg[r] = (int32_t)((r * 11 + 3) % V);
+    tg[0] = 0, tg[1] = V - 1;
+    double *inpd = dalloc((size_t)N * C), *wd = dalloc((size_t)V * C), *ld = dalloc(N);
+    double *gi = dalloc((size_t)N * C), *gw = dalloc((size_t)V * C);
+    to_double(inpd, inp, (size_t)N * C);
+    to_double(wd, w, (size_t)V * C);
+    xent_ctx c = {N, C, V, tg, gs, wd, inpd};
+
+    /* chunk_rows 4: chunks of 4, 4, 2 rows */
+    double sum = nb_xent_forward_backward(dinp, dw, losses, inp, w, tg, N, C, V, gs, 4);
+    double sumd = xent_ref(ld, inpd, wd, &c);
+    CHECK(fabs(sum - sumd) < 1e-5 * fabs(sumd), "loss sum %.9g vs reference %.9g", sum, sumd);
+    double el = rel_err_d(losses, ld, N);
+    CHECK(el < 1e-6, "losses rel err %.3g", el);
+    finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
+    finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
+    double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
+    CHECK(ei < 1e-5 && ew < 1e-5, "xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
+    int pad_ok = 1;
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) pad_ok &= dw[i] == 123.0f;
+    CHECK(pad_ok, "padding rows of dw were written");
+
+    /* default chunk, and one chunk bigger than N: same values (GEMM blocking may round differently) */
+    int chunks[2] = {0, 1000};
+    for (int k = 0; k < 2; k++) {
+        float *l2 = falloc(N), *di2 = falloc((size_t)N * C), *dw2 = falloc((size_t)Vp * C);
+        double s2 = nb_xent_forward_backward(di2, dw2, l2, inp, w, tg, N, C, V, gs, chunks[k]);
+        CHECK(fabs(s2 - sum) < 1e-6 * fabs(sum), "chunk_rows %d: sum %.9g vs %.9g", chunks[k], s2, sum);
+        CHECK(rel_err(l2, losses, N) < 1e-6, "chunk_rows %d: losses differ", chunks[k]);
+        CHECK(rel_err(di2, dinp, (size_t)N * C) < 1e-6 && rel_err(dw2, dw, (size_t)V * C) < 1e-6,
+              "chunk_rows %d: gradients differ", chunks[k]);
+        free(l2), free(di2), free(dw2);
+    }
+
+    /* forward only: NULL gradients, bitwise the same losses; deterministic across two runs */
+    float *l3 = falloc(N);
+    double s3 = nb_xent_forward_backward(NULL, NULL, l3, inp, w, tg, N, C, V, gs, 4);
+    CHECK(s3 == sum && memcmp(l3, losses, N * sizeof(float)) == 0, "forward-only run differs");
+
+    /* accumulation: dinp starts at pre, dw at its last value: both add exactly one more gradient */
+    float *di4 = falloc((size_t)N * C), *dw4 = falloc((size_t)Vp * C), *pre = falloc((size_t)N * C);
+    fill(pre, (size_t)N * C, -1, 1);
+    memcpy(di4, pre, (size_t)N * C * sizeof(float));
+    memcpy(dw4, dw, (size_t)Vp * C * sizeof(float));
+    nb_xent_forward_backward(di4, dw4, NULL, inp, w, tg, N, C, V, gs, 4);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)N * C; i++) worst = fmax(worst, fabs(di4[i] - (pre[i] + dinp[i])));
+    for (size_t i = 0; i < (size_t)V * C; i++) worst = fmax(worst, fabs(dw4[i] - 2.0 * dw[i]));
+    CHECK(worst < 1e-6, "xent backward does not accumulate: max err %.3g", worst);
+    free(l3), free(di4), free(dw4), free(pre);
+
+    /* determinism: same call twice, bitwise */
+    float *l5 = falloc(N), *di5 = falloc((size_t)N * C), *dw5 = falloc((size_t)Vp * C);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) dw5[i] = 123.0f;
+    nb_xent_forward_backward(di5, dw5, l5, inp, w, tg, N, C, V, gs, 4);
+    CHECK(memcmp(l5, losses, N * sizeof(float)) == 0 && memcmp(di5, dinp, (size_t)N * C * sizeof(float)) == 0 &&
+              memcmp(dw5, dw, (size_t)Vp * C * sizeof(float)) == 0,
+          "xent is not bitwise reproducible");
+    free(l5), free(di5), free(dw5);
+    free(inp), free(w), free(losses), free(dinp), free(dw), free(inpd), free(wd), free(ld), free(gi), free(gw);
+}
+
+/* Logits near +-2000: exp would overflow without the max subtraction. */
+TEST_CASE(test_xent_large_logits) {
+    int N = 6, C = 8, V = 37;
+    float *inp = falloc((size_t)N * C), *w = falloc((size_t)V * C), *losses = falloc(N);
+    float *dinp = falloc((size_t)N * C);
+    int32_t tg[6] = {0, 5, 36, 17, 17, 2};
+    fill(inp, (size_t)N * C, -30, 30);
+    fill(w, (size_t)V * C, -10, 10);
+    double *inpd = dalloc((size_t)N * C), *wd = dalloc((size_t)V * C), *ld = dalloc(N);
+    to_double(inpd, inp, (size_t)N * C);
+    to_double(wd, w, (size_t)V * C);
+    xent_ctx c = {N, C, V, tg, 1.0, wd, inpd};
+    double s = nb_xent_forward_backward(dinp, NULL, losses, inp, w, tg, N, C, V, 1.0f, 4);
+    double sd = xent_ref(ld, inpd, wd, &c);
+    int finite = isfinite(s);
+    for (size_t i = 0; i < (size_t)N * C; i++) finite &= isfinite(dinp[i]);
+    CHECK(finite, "non-finite loss or gradient at large logits");
+    CHECK(fabs(s - sd) < 1e-4 * fabs(sd) + 1e-3, "large-logit loss %.9g vs reference %.9g", s, sd);
+    free(inp), free(w), free(losses), free(dinp), free(inpd), free(wd), free(ld);
+}
+
+/* A target outside [0, V) is a data error: the process must stop with exit status 1. */
+TEST_CASE(test_xent_bad_target) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        float inp[4] = {0}, w[8] = {0};
+        int32_t tg[2] = {0, 2};
+        nb_xent_forward_backward(NULL, NULL, NULL, inp, w, tg, 2, 2, 2, 1.0f, 0);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/wait failed");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "bad target did not fail cleanly (status %d)", st);
+}
+
+TEST_CASE(test_softmax_inplace) {
+    int V = 37;
+    float temps[2] = {1.0f, 0.7f};
+    for (int k = 0; k < 2; k++) {
+        float x[37];
+        double ref[37], mx = -INFINITY, sum = 0, total = 0;
+        fill(x, V, -5, 5);
+        x[3] = 80.0f; /* expf(80) overflows float without the max subtraction */
+        for (int j = 0; j < V; j++) mx = fmax(mx, x[j] / (double)temps[k]);
+        for (int j = 0; j < V; j++) sum += ref[j] = exp(x[j] / (double)temps[k] - mx);
+        for (int j = 0; j < V; j++) ref[j] /= sum;
+        nb_softmax_inplace(x, V, temps[k]);
+        for (int j = 0; j < V; j++) total += x[j];
+        double e = rel_err_d(x, ref, V);
+        CHECK(e < 1e-6 && fabs(total - 1.0) < 1e-6, "temperature %g: rel err %.3g, sum %.9g", temps[k], e, total);
+    }
+}
+
+/* ---- AdamW, norms, lr ---- */
+
+/* The header's formula in double, from the same float hyperparameters. */
+static void adamw_ref(double *p, const float *g, double *m, double *v, size_t n, nb_adamw_cfg c, int t) {
+    for (size_t i = 0; i < n; i++) {
+        p[i] -= (double)c.lr * c.weight_decay * p[i];
+        m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * g[i];
+        v[i] = c.beta2 * v[i] + (1.0 - c.beta2) * (double)g[i] * g[i];
+        double mh = m[i] / (1.0 - pow(c.beta1, t)), vh = v[i] / (1.0 - pow(c.beta2, t));
+        p[i] -= c.lr * mh / (sqrt(vh) + c.eps);
+    }
+}
+
+static void adamw_case(nb_adamw_cfg cfg) {
+    size_t n = 1000;
+    float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n);
+    double *pd = dalloc(n), *md = dalloc(n), *vd = dalloc(n);
+    fill(p, n, -1, 1);
+    to_double(pd, p, n);
+    for (int t = 1; t <= 6; t++) {
+        fill(g, n, -0.1f, 0.1f);
+        for (size_t i = 0; i < n; i += 17) g[i] = 0.0f; /* eps dominates there at step 1 */
+        nb_adamw_update(p, g, m, v, n, cfg, t);
+        adamw_ref(pd, g, md, vd, n, cfg, t);
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(p[i] - pd[i]));
+        /* a step moves p by ~lr; float rounding of p ~ 1e-7 per step */
+        CHECK(worst < 2e-6, "step %d wd %g: max |p - ref| = %.3g", t, (double)cfg.weight_decay, worst);
+        CHECK(rel_err_d(m, md, n) < 1e-6 && rel_err_d(v, vd, n) < 1e-6, "step %d: moments differ", t);
+    }
+    free(p), free(g), free(m), free(v), free(pd), free(md), free(vd);
+}
+
+TEST_CASE(test_adamw) {
+    nb_adamw_cfg with_wd = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    nb_adamw_cfg no_wd = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.0f};
+    adamw_case(with_wd);
+    adamw_case(no_wd);
+}
+
+TEST_CASE(test_adamw_threads) {
+    size_t n = 100003;
+    nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    float *g = falloc(n), *p0 = falloc(n), *p[2], *m[2], *v[2];
+    fill(g, n, -1, 1);
+    fill(p0, n, -1, 1);
+    int saved = omp_get_max_threads();
+    for (int r = 0; r < 2; r++) {
+        p[r] = falloc(n), m[r] = falloc(n), v[r] = falloc(n);
+        memcpy(p[r], p0, n * sizeof(float));
+        omp_set_num_threads(r + 1);
+        for (int t = 1; t <= 3; t++) nb_adamw_update(p[r], g, m[r], v[r], n, cfg, t);
+    }
+    omp_set_num_threads(saved);
+    CHECK(memcmp(p[0], p[1], n * sizeof(float)) == 0 && memcmp(m[0], m[1], n * sizeof(float)) == 0 &&
+              memcmp(v[0], v[1], n * sizeof(float)) == 0,
+          "AdamW differs between 1 and 2 threads");
+    for (int r = 0; r < 2; r++) free(p[r]), free(m[r]), free(v[r]);
+    free(g), free(p0);
+}
+
+TEST_CASE(test_sumsq) {
+    size_t n = 3000017; /* several blocks and several groups of blocks, plus a ragged tail */
+    float *g = falloc(n);
+    fill(g, n, -1, 1);
+    long double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (long double)g[i] * g[i];
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double s1 = nb_sumsq(g, n);
+    omp_set_num_threads(2);
+    double s2 = nb_sumsq(g, n), s3 = nb_sumsq(g, n);
+    omp_set_num_threads(saved);
+    CHECK(fabs(s1 - (double)ref) < 1e-12 * (double)ref, "sumsq %.17g vs %.17g", s1, (double)ref);
+    CHECK(memcmp(&s1, &s2, sizeof s1) == 0 && memcmp(&s2, &s3, sizeof s2) == 0,
+          "sumsq depends on threads: %.17g %.17g %.17g", s1, s2, s3);
+    float small[3] = {3, -4, 12};
+    CHECK(nb_sumsq(small, 3) == 169.0 && nb_sumsq(small, 0) == 0.0, "sumsq of small vectors wrong");
+
+    nb_scale_inplace(small, 3, 0.5f);
+    CHECK(small[0] == 1.5f && small[1] == -2.0f && small[2] == 6.0f, "scale_inplace wrong");
+    free(g);
+}
+
+TEST_CASE(test_clip_factor) {
+    CHECK(nb_clip_factor(10.0, 1.0f) == (float)(1.0 / (10.0 + 1e-6)), "clip 10 -> 1");
+    CHECK(nb_clip_factor(0.5, 1.0f) == 1.0f, "no clip below max_norm");
+    CHECK(nb_clip_factor(1e9, 0.0f) == 1.0f && nb_clip_factor(1e9, -1.0f) == 1.0f, "max_norm <= 0 disables");
+    CHECK(isnan(nb_clip_factor(NAN, 1.0f)), "NaN norm must propagate");
+    CHECK(nb_clip_factor(INFINITY, 1.0f) == 0.0f, "inf norm gives factor 0 (as torch)");
+}
+
+TEST_CASE(test_lr_cosine) {
+    float mx = 1e-3f, mn = 1e-4f;
+    int warm = 10, total = 110;
+    CHECK(fabsf(nb_lr_cosine(0, warm, total, mx, mn) - mx / 10) < 1e-10f, "step 0 = max_lr / warmup");
+    CHECK(nb_lr_cosine(warm - 1, warm, total, mx, mn) == mx, "last warmup step = max_lr");
+    CHECK(nb_lr_cosine(warm, warm, total, mx, mn) == mx, "decay starts at max_lr");
+    CHECK(fabsf(nb_lr_cosine(60, warm, total, mx, mn) - (mx + mn) / 2) < 1e-10f, "cosine midpoint");
+    CHECK(fabsf(nb_lr_cosine(35, warm, total, mx, mn) - (float)(mn + 0.5 * (1 + cos(M_PI / 4)) * (mx - mn))) <
+              1e-10f,
+          "cosine quarter point");
+    CHECK(nb_lr_cosine(total, warm, total, mx, mn) == mn, "end = min_lr");
+    CHECK(nb_lr_cosine(total + 50, warm, total, mx, mn) == mn, "past the end = min_lr");
+    CHECK(nb_lr_cosine(0, 0, total, mx, mn) == mx, "no warmup starts at max_lr");
+    int mono = 1;
+    for (int s = warm; s < total; s++)
+        mono &= nb_lr_cosine(s + 1, warm, total, mx, mn) <= nb_lr_cosine(s, warm, total, mx, mn);
+    CHECK(mono, "cosine decay is not monotone");
+}
+
+int main(void) {
+    RUN(test_xent_bad_target); /* first: fork before OpenMP/BLAS thread pools exist */
+    RUN(test_rope);
+    RUN(test_attention_gqa);
+    RUN(test_attention_mha);
+    RUN(test_attention_mqa_odd_hs);
+    RUN(test_attention_t1);
+    RUN(test_attention_deterministic);
+    RUN(test_xent);
+    RUN(test_xent_large_logits);
+    RUN(test_softmax_inplace);
+    RUN(test_adamw);
+    RUN(test_adamw_threads);
+    RUN(test_sumsq);
+    RUN(test_clip_factor);
+    RUN(test_lr_cosine);
+    TEST_EXIT();
+}

@@ -1,0 +1,258 @@
+/* Token shards: write -> load round trip, and every malformed shard is refused with one clear
+ * line and exit status 1 (checked in a forked child, since nb_fail exits). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fork, mkdtemp, popen */
+#endif
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core.h"
+#include "data/shard.h"
+
+static char dir[64];
+
+static const char *tmp_path(const char *name) {
+    static char p[4][256];
+    static int k = 0;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    NB_ASSERT(f && fwrite(data, 1, n, f) == n && fclose(f) == 0);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* A valid shard image in memory: header + tokens. Caller frees. */
+static unsigned char *shard_image(int32_t magic, int32_t version, int32_t count,
+                                  const uint16_t *tok, size_t ntok, size_t *len) {
+    *len = NB_SHARD_HEADER_BYTES + 2 * ntok;
+    unsigned char *b = calloc(1, *len);
+    int32_t h[3] = {magic, version, count};
+    memcpy(b, h, sizeof h);
+    memcpy(b + NB_SHARD_HEADER_BYTES, tok, 2 * ntok);
+    return b;
+}
+
+/* Runs fn(arg) in a child with stderr captured; returns its exit status (-1 if it crashed) and
+ * the first line of its stderr in err. */
+static int run_child(void (*fn)(const char *), const char *arg, char *err, size_t cap,
+                     int *lines) {
+    const char *errpath = tmp_path("child.err");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    NB_ASSERT(pid >= 0);
+    if (pid == 0) {
+        NB_ASSERT(freopen(errpath, "w", stderr));
+        fn(arg);
+        _exit(0);
+    }
+    int st;
+    NB_ASSERT(waitpid(pid, &st, 0) == pid);
+    err[0] = 0;
+    *lines = 0;
+    FILE *f = fopen(errpath, "r");
+    char line[2048];
+    while (f && fgets(line, sizeof line, f)) {
+        if (*lines == 0) snprintf(err, cap, "%s", line);
+        (*lines)++;
+    }
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void load_50257(const char *path) {
+    nb_shard s;
+    nb_shard_load(&s, path, 50257);
+    nb_shard_free(&s);
+}
+
+/* The child must exit 1 with exactly one line that names the file and contains want. */
+static void expect_load_error(const char *path, const char *want) {
+    char err[2048];
+    int lines;
+    int rc = run_child(load_50257, path, err, sizeof err, &lines);
+    CHECK(rc == 1, "loading %s: exit status %d, expected 1", path, rc);
+    CHECK(lines == 1, "loading %s: %d lines on stderr, expected 1", path, lines);
+    CHECK(strstr(err, path) != NULL, "error does not name the file: %s", err);
+    CHECK(strstr(err, want) != NULL, "error lacks '%s': %s", want, err);
+    CHECK(strstr(err, "hint:") != NULL, "error has no hint: %s", err);
+}
+
+TEST_CASE(test_roundtrip) {
+    size_t n = 100003;
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = (int32_t)(x >> 16);
+    }
+    ids[0] = 0;
+    ids[1] = 50256;
+    ids[2] = 65535;
+    const char *path = tmp_path("rt.bin");
+    nb_shard_write(path, ids, n);
+    CHECK(file_size(path) == (long)(1024 + 2 * n), "size %ld", file_size(path));
+    FILE *f = fopen(path, "rb");
+    int32_t h[256];
+    CHECK(f && fread(h, sizeof h, 1, f) == 1, "cannot read back the header");
+    if (f) fclose(f);
+    CHECK(h[0] == 20240520 && h[1] == 1 && h[2] == (int32_t)n, "header %d %d %d", h[0], h[1], h[2]);
+    int zeros = 1;
+    for (int i = 3; i < 256; i++) zeros &= h[i] == 0;
+    CHECK(zeros, "header words 3..255 are not zero");
+    nb_shard s;
+    nb_shard_load(&s, path, 65536);
+    CHECK(s.ntok == n, "ntok %zu", s.ntok);
+    size_t bad = 0;
+    for (size_t i = 0; i < n && s.ntok == n; i++) bad += s.tokens[i] != (uint16_t)ids[i];
+    CHECK(bad == 0, "%zu tokens differ after the round trip", bad);
+    CHECK(strcmp(s.path, path) == 0, "path '%s'", s.path);
+    nb_shard_free(&s);
+    CHECK(s.tokens == NULL && s.ntok == 0, "free did not reset the shard");
+    free(ids);
+}
+
+TEST_CASE(test_empty_shard) {
+    const char *path = tmp_path("empty.bin");
+    nb_shard_write(path, NULL, 0);
+    CHECK(file_size(path) == 1024, "size %ld", file_size(path));
+    nb_shard s;
+    nb_shard_load(&s, path, 50257);
+    CHECK(s.ntok == 0, "ntok %zu", s.ntok);
+    nb_shard_free(&s);
+}
+
+TEST_CASE(test_overwrite_is_atomic) {
+    const char *path = tmp_path("over.bin");
+    int32_t a[3] = {1, 2, 3}, b[2] = {7, 8};
+    nb_shard_write(path, a, 3);
+    nb_shard_write(path, b, 2);
+    nb_shard s;
+    nb_shard_load(&s, path, 50257);
+    CHECK(s.ntok == 2 && s.tokens[0] == 7 && s.tokens[1] == 8, "second write not seen");
+    nb_shard_free(&s);
+    /* no temp files left behind */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp", dir);
+    FILE *p = popen(cmd, "r");
+    int ntmp = -1;
+    CHECK(p && fscanf(p, "%d", &ntmp) == 1 && ntmp == 0, "%d temp files left", ntmp);
+    if (p) pclose(p);
+}
+
+TEST_CASE(test_bad_headers) {
+    uint16_t tok[4] = {1, 2, 3, 4};
+    size_t len;
+    unsigned char *b;
+
+    b = shard_image(12345, 1, 4, tok, 4, &len);
+    write_bytes(tmp_path("magic.bin"), b, len);
+    free(b);
+    expect_load_error(tmp_path("magic.bin"), "magic 12345, expected 20240520");
+
+    b = shard_image(20240520, 2, 4, tok, 4, &len);
+    write_bytes(tmp_path("version.bin"), b, len);
+    free(b);
+    expect_load_error(tmp_path("version.bin"), "version 2, expected 1");
+
+    b = shard_image(20240520, 1, 4, tok, 4, &len);
+    write_bytes(tmp_path("trunc.bin"), b, len - 1);
+    expect_load_error(tmp_path("trunc.bin"), "truncated: its header says 4 tokens, so 1032 bytes, "
+                                             "but the file has 1031 bytes");
+    write_bytes(tmp_path("short.bin"), b, 100);
+    expect_load_error(tmp_path("short.bin"), "truncated: 100 bytes, shorter than the 1024-byte");
+    free(b);
+
+    b = shard_image(20240520, 1, 3, tok, 4, &len); /* 4 tokens on disk, header says 3 */
+    write_bytes(tmp_path("long.bin"), b, len);
+    free(b);
+    expect_load_error(tmp_path("long.bin"), "longer than its header says");
+
+    b = shard_image(20240520, 1, -5, tok, 0, &len);
+    write_bytes(tmp_path("neg.bin"), b, len);
+    free(b);
+    expect_load_error(tmp_path("neg.bin"), "negative token count -5");
+}
+
+TEST_CASE(test_token_outside_vocab) {
+    uint16_t tok[5] = {10, 50256, 20, 50257, 9};
+    size_t len;
+    unsigned char *b = shard_image(20240520, 1, 5, tok, 5, &len);
+    write_bytes(tmp_path("vocab.bin"), b, len);
+    free(b);
+    expect_load_error(tmp_path("vocab.bin"), "token 3 is 50257, outside the vocabulary 0..50256");
+    /* the same file is fine for a larger vocabulary */
+    nb_shard s;
+    nb_shard_load(&s, tmp_path("vocab.bin"), 50304);
+    CHECK(s.ntok == 5 && s.tokens[3] == 50257, "load with vocab 50304 failed");
+    nb_shard_free(&s);
+}
+
+TEST_CASE(test_missing_file) {
+    expect_load_error(tmp_path("does-not-exist.bin"), "cannot open");
+}
+
+static void write_bad_id(const char *path) {
+    int32_t ids[3] = {5, 65536, 7};
+    nb_shard_write(path, ids, 3);
+}
+
+static void write_negative_id(const char *path) {
+    int32_t ids[2] = {5, -1};
+    nb_shard_write(path, ids, 2);
+}
+
+TEST_CASE(test_write_refuses_bad_ids) {
+    char err[2048];
+    int lines;
+    const char *path = tmp_path("badid.bin");
+    int rc = run_child(write_bad_id, path, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1, "exit %d, %d lines", rc, lines);
+    CHECK(strstr(err, "token 1 is 65536, outside 0..65535"), "%s", err);
+    CHECK(file_size(path) == -1, "a shard was written despite the bad id");
+    rc = run_child(write_negative_id, path, err, sizeof err, &lines);
+    CHECK(rc == 1 && strstr(err, "token 1 is -1"), "exit %d: %s", rc, err);
+    CHECK(file_size(path) == -1, "a shard was written despite the negative id");
+}
+
+static void write_into_missing_dir(const char *path) {
+    int32_t ids[1] = {1};
+    nb_shard_write(path, ids, 1);
+}
+
+TEST_CASE(test_write_unwritable_dir) {
+    char err[2048], path[256];
+    int lines;
+    snprintf(path, sizeof path, "%s/no/such/dir/x.bin", dir);
+    int rc = run_child(write_into_missing_dir, path, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1 && strstr(err, "cannot open"), "exit %d: %s", rc, err);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/nb_test_shard.XXXXXX");
+    NB_ASSERT(mkdtemp(dir));
+    RUN(test_roundtrip);
+    RUN(test_empty_shard);
+    RUN(test_overwrite_is_atomic);
+    RUN(test_bad_headers);
+    RUN(test_token_outside_vocab);
+    RUN(test_missing_file);
+    RUN(test_write_refuses_bad_ids);
+    RUN(test_write_unwritable_dir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    TEST_EXIT();
+}

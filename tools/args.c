@@ -1,0 +1,114 @@
+#include "args.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void nb_usage_error(const char *cmd, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "nobubble %s: error: %s (hint: run 'nobubble %s --help')\n", cmd, msg, cmd);
+    exit(2);
+}
+
+static const char *kind_meta(const nb_arg *a) {
+    if (a->meta) return a->meta;
+    switch (a->kind) {
+    case ARG_INT: return "N";
+    case ARG_FLOAT: return "X";
+    case ARG_U64: return "N";
+    case ARG_STR: return "S";
+    default: return "";
+    }
+}
+
+void nb_args_help(FILE *f, const char *cmd, const char *summary, const nb_arg *args, int nargs) {
+    fprintf(f, "usage: nobubble %s [options]\n\n%s\n\noptions:\n", cmd, summary);
+    for (int i = 0; i < nargs; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s %s", args[i].name, args[i].kind == ARG_BOOL ? "" : kind_meta(&args[i]));
+        fprintf(f, "  %-24s %s", left, args[i].help);
+        switch (args[i].kind) {
+        case ARG_INT: fprintf(f, " [%d]", *(int *)args[i].dst); break;
+        case ARG_FLOAT: fprintf(f, " [%g]", *(float *)args[i].dst); break;
+        case ARG_U64: fprintf(f, " [%llu]", (unsigned long long)*(uint64_t *)args[i].dst); break;
+        case ARG_STR:
+            if (((char *)args[i].dst)[0]) fprintf(f, " [%s]", (char *)args[i].dst);
+            break;
+        default: break;
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-24s %s\n", "--help", "print this help and exit");
+}
+
+static void set_value(const char *cmd, nb_arg *a, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    switch (a->kind) {
+    case ARG_INT: {
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || errno || x < INT_MIN || x > INT_MAX)
+            nb_usage_error(cmd, "--%s takes an integer, got '%s'", a->name, v);
+        if (x < a->min_int) nb_usage_error(cmd, "--%s takes a value >= %d, got %ld", a->name, a->min_int, x);
+        *(int *)a->dst = (int)x;
+        break;
+    }
+    case ARG_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || v[0] == '-') nb_usage_error(cmd, "--%s takes a non-negative integer, got '%s'", a->name, v);
+        *(uint64_t *)a->dst = x;
+        break;
+    }
+    case ARG_FLOAT: {
+        float x = strtof(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) nb_usage_error(cmd, "--%s takes a number, got '%s'", a->name, v);
+        *(float *)a->dst = x;
+        break;
+    }
+    case ARG_STR:
+        if (strlen(v) >= a->cap) nb_usage_error(cmd, "--%s value is longer than %zu bytes", a->name, a->cap - 1);
+        memcpy(a->dst, v, strlen(v) + 1);
+        break;
+    case ARG_BOOL: *(int *)a->dst = 1; break;
+    }
+    a->seen = 1;
+}
+
+int nb_args_parse(const char *cmd, const char *summary, nb_arg *args, int nargs, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+            nb_args_help(stdout, cmd, summary, args, nargs);
+            return 1;
+        }
+        if (strncmp(s, "--", 2) != 0) nb_usage_error(cmd, "unexpected argument '%s' (flags start with --)", s);
+        const char *name = s + 2, *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        nb_arg *a = NULL;
+        for (int k = 0; k < nargs; k++)
+            if (strlen(args[k].name) == nlen && !strncmp(args[k].name, name, nlen)) a = &args[k];
+        if (!a) nb_usage_error(cmd, "unknown flag '--%.*s'", (int)nlen, name);
+        if (a->kind == ARG_BOOL) {
+            if (eq) nb_usage_error(cmd, "--%s takes no value", a->name);
+            set_value(cmd, a, "");
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) nb_usage_error(cmd, "--%s needs a value", a->name);
+        set_value(cmd, a, v);
+    }
+    return 0;
+}
+
+int nb_args_seen(const nb_arg *args, int nargs, const char *name) {
+    for (int i = 0; i < nargs; i++)
+        if (!strcmp(args[i].name, name)) return args[i].seen;
+    return 0;
+}
