@@ -11,8 +11,8 @@
 #include "rng.h"
 #include "sched/trainer.h"
 
-void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads, nb_train_opts *o, char *resolved,
-                       size_t cap);
+void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads, const char *device, nb_train_opts *o,
+                       char *resolved, size_t cap);
 
 /* Draw from softmax(logits / temperature) restricted to the top_k largest (0: all). */
 static int draw(float *logits, int V, float temperature, int top_k, float u) {
@@ -47,9 +47,11 @@ int nb_cmd_sample(int argc, char **argv) {
     char ckpt[NB_PATH_MAX] = "", prompt[4096] = "", tokdir[NB_PATH_MAX] = "data/gpt2";
     int ntok = 64, top_k = 40, threads = 0;
     float temperature = 1.0f;
+    char device[32] = "cpu";
     uint64_t seed = 42;
     nb_arg args[] = {
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/)", 0, 0},
+        {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0},
         {"prompt", ARG_STR, prompt, sizeof prompt, "TEXT", "text to continue (empty: start of a document)", 0, 0},
         {"tokens", ARG_INT, &ntok, 0, "N", "tokens to generate", 1, 0},
         {"temperature", ARG_FLOAT, &temperature, 0, "X", "softmax temperature (> 0)", 0, 0},
@@ -66,7 +68,7 @@ int nb_cmd_sample(int argc, char **argv) {
     nb_tokenizer *tok = nb_tokenizer_load(tokdir);
     nb_train_opts o;
     char resolved[NB_PATH_MAX];
-    nb_opts_from_ckpt("sample", ckpt, 1, threads, &o, resolved, sizeof resolved);
+    nb_opts_from_ckpt("sample", ckpt, 1, threads, device, &o, resolved, sizeof resolved);
     nb_trainer tr;
     nb_trainer_init(&tr, &o);
     int V = tr.model.cfg.vocab, T = tr.model.cfg.seq;

@@ -86,7 +86,9 @@ int nb_cmd_train(int argc, char **argv) {
         MODEL_ARGS(mf),
         {"data", ARG_STR, o.data, sizeof o.data, "SHARD", "training token shard", 0, 0},
         {"val-data", ARG_STR, val, sizeof val, "SHARD", "validation shard ('none' to skip)", 0, 0},
-        {"device", ARG_STR, o.device, sizeof o.device, "DEV", "cpu (cuda: next release)", 0, 0},
+        {"device", ARG_STR, o.device, sizeof o.device, "DEV", "cpu, cuda or cuda:N", 0, 0},
+        {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 (default on cuda) or fp32 (TF32 off)", 0, 0},
+        {"gpu-mem-limit", ARG_U64, &o.gpu_mem_limit, 0, "BYTES", "cap the GPU memory plan (0: what is free)", 0, 0},
         {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain", 0, 0},
         {"steps", ARG_INT, &o.steps, 0, "N", "total optimizer steps", 1, 0},
         {"stop-after", ARG_INT, &o.stop_after, 0, "N", "stop (with a checkpoint) after this step; resume later", 0, 0},
@@ -141,8 +143,8 @@ int nb_cmd_train(int argc, char **argv) {
 }
 
 /* Options of a checkpoint's run, ready for a forward-only trainer with batch B. */
-void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads, nb_train_opts *o, char *resolved,
-                       size_t cap) {
+void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads, const char *device, nb_train_opts *o,
+                       char *resolved, size_t cap) {
     nb_train_opts_defaults(o);
     nb_ckpt_resolve(dir, resolved, cap);
     nb_ckpt_state st;
@@ -151,6 +153,8 @@ void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads,
     o->data[0] = o->val_data[0] = o->out[0] = o->trace[0] = 0;
     o->batch = batch;
     o->threads = threads;
+    snprintf(o->device, sizeof o->device, "%s", device);
+    o->precision[0] = 0;
     o->seq = o->model.seq;
     (void)cmd;
 }
@@ -158,7 +162,9 @@ void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads,
 int nb_cmd_eval(int argc, char **argv) {
     char ckpt[NB_PATH_MAX] = "", data[NB_PATH_MAX] = "";
     int batch = 4, batches = 0, threads = 0;
+    char device[32] = "cpu";
     nb_arg args[] = {
+        {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0},
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to evaluate", 0, 0},
         {"data", ARG_STR, data, sizeof data, "SHARD", "token shard to evaluate on", 0, 0},
         {"batch", ARG_INT, &batch, 0, "B", "sequences per forward pass", 1, 0},
@@ -173,7 +179,7 @@ int nb_cmd_eval(int argc, char **argv) {
     if (!data[0]) nb_usage_error("eval", "--data SHARD is required");
     nb_train_opts o;
     char resolved[NB_PATH_MAX];
-    nb_opts_from_ckpt("eval", ckpt, batch, threads, &o, resolved, sizeof resolved);
+    nb_opts_from_ckpt("eval", ckpt, batch, threads, device, &o, resolved, sizeof resolved);
     nb_trainer tr;
     nb_trainer_init(&tr, &o);
     double t0 = nb_now();

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "host.h"
+#include "ops/backend.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -15,6 +17,7 @@ static void usage(FILE *f) {
             "  eval      loss of a checkpoint on a token shard\n"
             "  sample    generate text from a checkpoint\n"
             "  tokenize  encode text files with the GPT-2 tokenizer into token shards\n"
+            "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
             "\n"
             "Run 'nobubble <command> --help' for the options of a command.\n");
 }
@@ -22,6 +25,19 @@ static void usage(FILE *f) {
 /* OpenMP threads that spin while waiting for work steal the cores from everything else on the
  * machine; on a loaded 2-core machine spinning made training steps 2-6x slower. libgomp reads
  * OMP_WAIT_POLICY when it is loaded, before main runs, so set it and start again once. */
+/* Exit 0 and list the GPUs when --device cuda can run, exit 3 when it cannot. */
+static int cmd_info(void) {
+    char gpu[256] = "";
+    int n = nb_cuda_device_count(gpu, sizeof gpu);
+#ifdef NB_WITH_CUDA
+    printf("cuda      built with CUDA; %d device(s)%s%s\n", n, n ? ", first: " : "", gpu);
+#else
+    printf("cuda      not in this build (nvcc was not on the PATH when it was built)\n");
+#endif
+    printf("cpu       %d threads, OpenBLAS (OpenMP build)\n", nb_host_set_threads(0));
+    return n > 0 ? 0 : 3;
+}
+
 static void prefer_passive_openmp(char **argv) {
     if (getenv("OMP_WAIT_POLICY")) return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
@@ -43,6 +59,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return nb_cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return nb_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return nb_cmd_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "nobubble: error: unknown command '%s' (hint: run 'nobubble --help')\n", cmd);
     return 2;

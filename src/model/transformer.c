@@ -289,12 +289,14 @@ static void *at(const void *p, size_t elems, size_t es) { return (char *)p + ele
 
 void nb_tf_embed_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *wte,
                          const void *wpe, const int32_t *tokens, nb_tf_acts *a) {
-    be->embed_fwd(ctx, a->resid[0], tokens, wte, m->cfg.arch == NB_ARCH_GPT2 ? wpe : NULL, a->B, a->T, m->cfg.dim);
+    be->embed_fwd(ctx, a->resid[0], tokens, wte, m->cfg.arch == NB_ARCH_GPT2 ? wpe : NULL, a->B, a->T, m->cfg.dim,
+                  m->cfg.vocab_padded);
 }
 
 void nb_tf_embed_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *dwte, void *dwpe,
                           const int32_t *tokens, nb_tf_acts *a) {
-    be->embed_bwd(ctx, dwte, m->cfg.arch == NB_ARCH_GPT2 ? dwpe : NULL, a->dres, tokens, a->B, a->T, m->cfg.dim);
+    be->embed_bwd(ctx, dwte, m->cfg.arch == NB_ARCH_GPT2 ? dwpe : NULL, a->dres, tokens, a->B, a->T, m->cfg.dim,
+                  m->cfg.vocab_padded);
 }
 
 static void norm_fwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, void *out, float *mean, float *rstd,

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "lanes/lanes.h"
+#include "optim/optim.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -45,17 +46,50 @@ typedef struct nb_backend_i {
     void (*attention_fwd)(nb_ctx, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS);
     void (*attention_bwd)(nb_ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T, int NH, int NKV, int HS);
-    void (*embed_fwd)(nb_ctx, void *out, const int32_t *tokens, const void *wte, const void *wpe, int B, int T, int C);
-    void (*embed_bwd)(nb_ctx, void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int B, int T, int C);
+    /* V = rows of wte (tokens must be below it) */
+    void (*embed_fwd)(nb_ctx, void *out, const int32_t *tokens, const void *wte, const void *wpe, int B, int T, int C,
+                      int V);
+    void (*embed_bwd)(nb_ctx, void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int B, int T, int C,
+                      int V);
     /* Fused unembedding + cross-entropy (+ gradient when dinp/dw non-NULL). Writes losses[N];
      * the loss sum is read from losses by the caller once the lane is done (no host sync here). */
     void (*xent_fwd_bwd)(nb_ctx, void *dinp, void *dw, float *losses, const void *inp, const void *w,
                          const int32_t *targets, int N, int C, int V, float grad_scale);
-    /* memset 0 of n bytes of backend memory */
+
+    /* ---- optimizer pieces (parameters, their gradients and AdamW state are fp32 slabs) ---- */
+    /* *out = sum of x[0..n) (out: backend memory; fixed order) */
+    void (*sum_f64)(nb_ctx, double *out, const float *x, size_t n);
+    /* *out = sum of squares of x[0..n) (fixed order) */
+    void (*sumsq_f64)(nb_ctx, double *out, const float *x, size_t n);
+    void (*scale)(nb_ctx, float *x, size_t n, float s);
+    /* AdamW over one tensor; params_lowp (the compute copy in act_dtype) is refreshed when the
+     * backend keeps one (NULL otherwise). */
+    void (*adamw)(nb_ctx, float *params, const float *grads, float *m, float *v, void *params_lowp, size_t n,
+                  nb_adamw_cfg cfg, int t);
+    /* params_lowp[0..n) = params converted to act_dtype (NULL-op for fp32 backends) */
+    void (*cast_params)(nb_ctx, void *params_lowp, const float *params, size_t n);
+
+    /* ---- memory (backend memory: host RAM on the CPU, device memory on CUDA) ---- */
+    void *(*alloc)(size_t bytes, const char *what);
+    void (*free)(void *ptr);
     void (*zero)(nb_ctx, void *ptr, size_t bytes);
+    void (*to_backend)(nb_ctx, void *dst, const void *host_src, size_t bytes); /* ordered on ctx */
+    void (*to_host)(nb_ctx, void *host_dst, const void *src, size_t bytes);    /* returns when done */
+    /* Bytes the backend can still allocate (0: unknown). */
+    size_t (*mem_available)(void);
 } nb_backend_i;
 
 extern const nb_backend_i nb_backend_cpu;
+#ifdef NB_WITH_CUDA
+extern const nb_backend_i nb_backend_cuda_bf16; /* bf16 compute, fp32 master weights and state */
+extern const nb_backend_i nb_backend_cuda_f32;  /* fp32 everywhere, TF32 off: for tight parity */
+#endif
+/* The backend for a device ("cpu", "cuda", "cuda:N") and precision ("bf16", "fp32", or "" for
+ * the device's default); fails with a hint when the build or the machine lacks it. */
+const nb_backend_i *nb_backend_for(const char *device, const char *precision);
+/* Number of usable CUDA devices (0 in a build without CUDA or on a machine without a GPU);
+ * names the first one into name. */
+int nb_cuda_device_count(char *name, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,12 @@
 /* The CPU backend: fp32, the reference. Each entry adapts an ops.h function to the table. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
+#include "host.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
+#include "optim/optim.h"
 
 #define F(p) ((float *)(p))
 #define CF(p) ((const float *)(p))
@@ -54,17 +58,63 @@ static void attention_bwd(nb_ctx c, void *dqkv, const void *dout, const void *qk
                           const float *lse, int B, int T, int NH, int NKV, int HS) {
     nb_attention_backward(F(dqkv), CF(dout), CF(qkv), CF(out), lse, B, T, NH, NKV, HS);
 }
-static void embed_fwd(nb_ctx c, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C) {
+static void embed_fwd(nb_ctx c, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
+                      int V) {
     nb_embed_forward(F(out), tok, CF(wte), CF(wpe), B, T, C);
 }
-static void embed_bwd(nb_ctx c, void *dwte, void *dwpe, const void *dout, const int32_t *tok, int B, int T, int C) {
+static void embed_bwd(nb_ctx c, void *dwte, void *dwpe, const void *dout, const int32_t *tok, int B, int T, int C,
+                      int V) {
     nb_embed_backward(F(dwte), F(dwpe), CF(dout), tok, B, T, C);
 }
 static void xent_fwd_bwd(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,
                          const int32_t *targets, int N, int C, int V, float grad_scale) {
     nb_xent_forward_backward(F(dinp), F(dw), losses, CF(inp), CF(w), targets, N, C, V, grad_scale, 0);
 }
+static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *out = s;
+}
+static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { *out = nb_sumsq(x, n); }
+static void scale(nb_ctx c, float *x, size_t n, float s) { nb_scale_inplace(x, n, s); }
+static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n, nb_adamw_cfg cfg,
+                  int t) {
+    nb_adamw_update(p, g, m, v, n, cfg, t);
+}
+static void cast_params(nb_ctx c, void *lowp, const float *p, size_t n) {}
+static void *alloc(size_t bytes, const char *what) { return nb_aligned_alloc(bytes, what); }
+static void release(void *p) { free(p); }
 static void zero(nb_ctx c, void *p, size_t bytes) { memset(p, 0, bytes); }
+static void copy_in(nb_ctx c, void *dst, const void *src, size_t bytes) {
+    if (dst != src) memcpy(dst, src, bytes);
+}
+static size_t mem_available(void) { return nb_host_mem_available(); }
+
+static const nb_backend_i *cuda_backend(const char *precision);
+
+const nb_backend_i *nb_backend_for(const char *device, const char *precision) {
+    if (!strcmp(device, "cpu")) {
+        NB_CHECK(!precision[0] || !strcmp(precision, "fp32"), "the CPU backend computes in fp32: drop --precision or pass fp32",
+                 "precision '%s' is not available on the CPU", precision);
+        return &nb_backend_cpu;
+    }
+    NB_CHECK(!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5), "use --device cpu or --device cuda[:N]",
+             "unknown device '%s'", device);
+    return cuda_backend(precision);
+}
+
+#ifdef NB_WITH_CUDA
+static const nb_backend_i *cuda_backend(const char *precision) {
+    if (!precision[0] || !strcmp(precision, "bf16")) return &nb_backend_cuda_bf16;
+    NB_CHECK(!strcmp(precision, "fp32"), "use --precision bf16 or --precision fp32", "unknown precision '%s'", precision);
+    return &nb_backend_cuda_f32;
+}
+#else
+static const nb_backend_i *cuda_backend(const char *precision) {
+    nb_fail("install the CUDA toolkit (nvcc on the PATH) and rebuild, or use --device cpu",
+            "this build of nobubble has no CUDA backend");
+}
+#endif
 
 const nb_backend_i nb_backend_cpu = {
     .name = "cpu", .device = NB_DEV_CPU, .act_dtype = NB_F32,
@@ -77,5 +127,8 @@ const nb_backend_i nb_backend_cpu = {
     .rope_fwd = rope_fwd, .rope_bwd = rope_bwd,
     .attention_fwd = attention_fwd, .attention_bwd = attention_bwd,
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,
-    .xent_fwd_bwd = xent_fwd_bwd, .zero = zero,
+    .xent_fwd_bwd = xent_fwd_bwd,
+    .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .scale = scale, .adamw = adamw, .cast_params = cast_params,
+    .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in, .to_host = copy_in,
+    .mem_available = mem_available,
 };

@@ -43,7 +43,7 @@ typedef struct {
 #define FF(k, m) {k, F_FLOAT, offsetof(nb_train_opts, m), sizeof(float)}
 #define FS(k, m) {k, F_STR, offsetof(nb_train_opts, m), sizeof(((nb_train_opts *)0)->m)}
 static const field train_fields[] = {
-    FS("data", data), FS("val_data", val_data), FS("device", device), FS("schedule", schedule),
+    FS("data", data), FS("val_data", val_data), FS("device", device), FS("schedule", schedule), FS("precision", precision),
     FI("batch", batch), FI("seq", seq), FI("steps", steps), FI("warmup", warmup), FI("eval_every", eval_every),
     FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
     FF("weight_decay", weight_decay), FF("beta1", beta1), FF("beta2", beta2), FF("eps", eps),

@@ -13,6 +13,7 @@
 #include "io/svg.h"
 #include "optim/optim.h"
 #include "sched/checkpoint.h"
+#include "sched/trainer.h"
 #include "host.h"
 
 void nb_train_opts_defaults(nb_train_opts *o) {
@@ -45,8 +46,8 @@ static int warmup_steps(const nb_train_opts *o) { return o->warmup >= 0 ? o->war
 void nb_train_opts_print(const nb_train_opts *o, FILE *f) {
     nb_tf_config_print(&o->model, f);
     fprintf(f, "data        train %s, val %s\n", o->data, o->val_data[0] ? o->val_data : "(none)");
-    fprintf(f, "run         device %s, schedule %s, batch %d x seq %d = %d tokens/step, steps %d, seed %llu, threads %d\n",
-            o->device, o->schedule, o->batch, o->seq, o->batch * o->seq, o->steps, (unsigned long long)o->seed,
+    fprintf(f, "run         device %s%s%s, schedule %s, batch %d x seq %d = %d tokens/step, steps %d, seed %llu, threads %d\n",
+            o->device, o->precision[0] ? " " : "", o->precision, o->schedule, o->batch, o->seq, o->batch * o->seq, o->steps, (unsigned long long)o->seed,
             o->threads);
     fprintf(f, "optimizer   adamw lr %g (warmup %d, cosine to %g), betas (%g, %g), eps %g, weight decay %g, clip %g\n",
             o->lr, warmup_steps(o), o->lr * o->min_lr_frac, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip);
@@ -56,24 +57,44 @@ void nb_train_opts_print(const nb_train_opts *o, FILE *f) {
 
 /* ---------------------------------------------------------------- work items */
 
+/* Memory: the host keeps the fp32 master weights and AdamW moments for checkpoints; the backend
+ * (CPU: the same buffers; CUDA: device memory) holds what the step touches: fp32 master weights,
+ * fp32 gradients, fp32 moments, the compute-precision copy of the weights (bf16 on CUDA by
+ * default; the master itself in fp32 modes), activations, and the batch's tokens. */
+
 static nb_trainer *trainer_of(void *arg) { return ((nb_work *)arg)->tr; }
 static size_t es_of(const nb_trainer *tr) { return nb_dtype_size(tr->be->act_dtype); }
-static void *wptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->params, es_of(tr)); }
-static void *gptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->grads, es_of(tr)); }
+static int lowp_weights(const nb_trainer *tr) { return tr->be->act_dtype != NB_F32; }
+static void *wptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_weights, es_of(tr)); }
+static void *gptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_grads, sizeof(float)); }
+
+/* The batch's tokens where the backend reads them: copied in on the lane for a device backend. */
+static void batch_tokens(nb_trainer *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg) {
+    if (!tr->d_tokens) {
+        *in = tr->batch->inputs;
+        *tg = tr->batch->targets;
+        return;
+    }
+    size_t n = (size_t)tr->o.batch * tr->o.seq;
+    tr->be->to_backend(ctx, tr->d_tokens, tr->batch->inputs, n * sizeof(int32_t));
+    tr->be->to_backend(ctx, tr->d_tokens + n, tr->batch->targets, n * sizeof(int32_t));
+    *in = tr->d_tokens;
+    *tg = tr->d_tokens + n;
+}
 
 void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     /* gradients accumulate within a step: they start from zero here, before anything adds */
-    memset(tr->grads, 0, tr->model.total * sizeof(float));
-    nb_tf_embed_forward(&tr->model, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tr->batch->inputs,
-                        &tr->acts);
+    tr->be->zero(ctx, tr->d_grads, tr->model.total * sizeof(float));
+    batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
+    nb_tf_embed_forward(&tr->model, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
 }
 
 static void layer_views(nb_trainer *tr, int l, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
     const nb_tf_model *m = &tr->model;
-    size_t g0 = m->group_offset[1 + l] * es_of(tr);
-    nb_tf_bind_layer(m, l, (char *)tr->params + g0, es_of(tr), w);
-    if (dw) nb_tf_bind_layer(m, l, (char *)tr->grads + g0, es_of(tr), dw);
+    size_t g0 = m->group_offset[1 + l];
+    nb_tf_bind_layer(m, l, (char *)tr->d_weights + g0 * es_of(tr), es_of(tr), w);
+    if (dw) nb_tf_bind_layer(m, l, (char *)tr->d_grads + g0 * sizeof(float), sizeof(float), dw);
 }
 
 void nb_work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
@@ -83,26 +104,15 @@ void nb_work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_layer_forward(&wk->tr->model, wk->tr->be, ctx, &w, wk->layer, &wk->tr->acts);
 }
 
-static const void *head_weight(nb_trainer *tr, float *slab) {
-    int which = tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD;
-    return nb_tf_global_ptr(&tr->model, which, slab, es_of(tr));
-}
-
-static double sum_losses(const nb_trainer *tr) {
-    const float *l = tr->acts.losses;
-    size_t n = (size_t)tr->acts.B * tr->acts.T;
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += l[i];
-    return s;
-}
+static int head_index(const nb_trainer *tr) { return tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD; }
 
 void nb_work_head(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
-    float scale = 1.0f / (float)((size_t)tr->acts.B * tr->acts.T);
-    nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), head_weight(tr, tr->params),
-               tr->model.cfg.layers, tr->batch->targets, 1, scale, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
-               (void *)head_weight(tr, tr->grads), &tr->acts);
-    tr->loss_sum = sum_losses(tr);
+    size_t N = (size_t)tr->acts.B * tr->acts.T;
+    nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
+               tr->model.cfg.layers, tr->tok_tg, 1, 1.0f / (float)N, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
+               gptr(tr, head_index(tr)), &tr->acts);
+    tr->be->sum_f64(ctx, &tr->d_scalars[0], tr->acts.losses, N);
 }
 
 void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
@@ -114,72 +124,138 @@ void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
 
 void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
-    nb_tf_embed_backward(&tr->model, tr->be, ctx, gptr(tr, NB_TF_WTE), gptr(tr, NB_TF_WPE), tr->batch->inputs,
-                         &tr->acts);
+    nb_tf_embed_backward(&tr->model, tr->be, ctx, gptr(tr, NB_TF_WTE), gptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
 }
 
 void nb_work_optim(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
+    const nb_backend_i *be = tr->be;
     const nb_train_opts *o = &tr->o;
     const nb_tf_model *m = &tr->model;
-    /* alignment padding between tensors holds zeros, so the whole slab gives the global norm */
-    double norm = sqrt(nb_sumsq(tr->grads, m->total));
+    /* alignment padding between tensors holds zeros, so the whole slab gives the global norm;
+     * the clip factor needs the norm on the host (one small copy) */
+    be->sumsq_f64(ctx, &tr->d_scalars[1], tr->d_grads, m->total);
+    double sumsq = 0;
+    be->to_host(ctx, &sumsq, &tr->d_scalars[1], sizeof sumsq);
+    double norm = sqrt(sumsq);
     float clip = nb_clip_factor(norm, o->grad_clip);
-    if (clip < 1.0f) nb_scale_inplace(tr->grads, m->total, clip);
+    if (clip < 1.0f) be->scale(ctx, tr->d_grads, m->total, clip);
     float lr = nb_lr_cosine(tr->step, warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
         nb_adamw_cfg c = {lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f};
-        nb_adamw_update(tr->params + p->offset, tr->grads + p->offset, tr->m + p->offset, tr->v + p->offset, p->numel,
-                        c, tr->step + 1);
+        void *lowp = lowp_weights(tr) ? (char *)tr->d_weights + p->offset * es_of(tr) : NULL;
+        be->adamw(ctx, tr->d_params + p->offset, tr->d_grads + p->offset, tr->d_m + p->offset, tr->d_v + p->offset,
+                  lowp, p->numel, c, tr->step + 1);
     }
     tr->lr = lr;
     tr->grad_norm = (float)norm;
 }
 
-/* ---------------------------------------------------------------- setup */
-
-static void plan_memory(nb_trainer *tr, nb_arena *arena) {
-    const nb_tf_model *m = &tr->model;
-    size_t slab = m->total * sizeof(float);
-    size_t acts = nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
-    char b1[32], b2[32], b3[32], b4[32], b5[32];
-    nb_log(1, "memory      params %s + grads %s + adamw %s + activations %s (B=%d, T=%d) = %s host\n",
-            nb_fmt_bytes(b1, sizeof b1, (double)slab), nb_fmt_bytes(b2, sizeof b2, (double)slab),
-            nb_fmt_bytes(b3, sizeof b3, 2.0 * slab), nb_fmt_bytes(b4, sizeof b4, (double)acts), tr->o.batch,
-            tr->o.seq, nb_fmt_bytes(b5, sizeof b5, 4.0 * slab + acts));
-    nb_arena_init(arena, "host", (nb_device){NB_DEV_CPU, 0}, nb_host_mem_available(), nb_host_allocator);
-    size_t off_p = nb_arena_plan_bytes(arena, slab), off_g = nb_arena_plan_bytes(arena, slab);
-    size_t off_m = nb_arena_plan_bytes(arena, slab), off_v = nb_arena_plan_bytes(arena, slab);
-    size_t off_a = nb_arena_plan_bytes(arena, acts);
-    nb_arena_alloc(arena, "lower --batch or --seq, or pick a smaller --model");
-    tr->params = (float *)(arena->base + off_p);
-    tr->grads = (float *)(arena->base + off_g);
-    tr->m = (float *)(arena->base + off_m);
-    tr->v = (float *)(arena->base + off_v);
-    tr->acts_buf = arena->base + off_a;
+/* Reads the step's loss sum into tr->loss_sum, in order on the lane. */
+static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = trainer_of(arg);
+    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_scalars[0], sizeof(double));
 }
 
-static nb_arena host_arena;
+/* Host master state -> backend (start, resume), backend -> host (checkpoints). */
+static void work_upload_state(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = trainer_of(arg);
+    const nb_backend_i *be = tr->be;
+    size_t bytes = tr->model.total * sizeof(float);
+    be->to_backend(ctx, tr->d_params, tr->params, bytes);
+    be->to_backend(ctx, tr->d_m, tr->m, bytes);
+    be->to_backend(ctx, tr->d_v, tr->v, bytes);
+    if (lowp_weights(tr)) be->cast_params(ctx, tr->d_weights, tr->d_params, tr->model.total);
+}
+
+static void work_download_state(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = trainer_of(arg);
+    size_t bytes = tr->model.total * sizeof(float);
+    tr->be->to_host(ctx, tr->params, tr->d_params, bytes);
+    tr->be->to_host(ctx, tr->m, tr->d_m, bytes);
+    tr->be->to_host(ctx, tr->v, tr->d_v, bytes);
+}
+
+static void run_on_compute(nb_trainer *tr, const char *name, nb_task_fn fn, void *arg) {
+    nb_lane_run(tr->compute, name, NB_SPAN_OTHER, -1, fn, arg);
+    nb_mark_wait_host(nb_lane_mark(tr->compute));
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int is_device_backend(const nb_trainer *tr) { return tr->be->device != NB_DEV_CPU; }
+
+static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
+    const nb_tf_model *m = &tr->model;
+    const nb_backend_i *be = tr->be;
+    size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
+    size_t acts = nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
+    size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
+    char b[6][32];
+    int devb = is_device_backend(tr);
+    nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
+           devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
+           nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
+           nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq,
+           nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
+    static const char *hint = "lower --batch or --seq, or pick a smaller --model";
+    /* host: the fp32 master and moments (and, on the CPU, everything else) */
+    nb_arena_init(host, "host", (nb_device){NB_DEV_CPU, 0}, nb_host_mem_available(), nb_host_allocator);
+    size_t hp = nb_arena_plan_bytes(host, slab), hm = nb_arena_plan_bytes(host, slab), hv = nb_arena_plan_bytes(host, slab);
+    size_t hg = devb ? 0 : nb_arena_plan_bytes(host, slab), ha = devb ? 0 : nb_arena_plan_bytes(host, acts);
+    nb_arena_alloc(host, hint);
+    tr->params = (float *)(host->base + hp);
+    tr->m = (float *)(host->base + hm);
+    tr->v = (float *)(host->base + hv);
+    if (!devb) {
+        tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
+        tr->d_grads = (float *)(host->base + hg);
+        tr->d_weights = tr->params;
+        tr->d_acts = host->base + ha;
+        tr->d_scalars = tr->h_scalars;
+        return;
+    }
+    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : be->mem_available();
+    nb_allocator_i da = {NULL, NULL, NULL};
+    nb_arena_init(dev, "GPU", (nb_device){NB_DEV_CUDA, 0}, budget, da);
+    size_t dp = nb_arena_plan_bytes(dev, slab), dg = nb_arena_plan_bytes(dev, slab), dm = nb_arena_plan_bytes(dev, slab);
+    size_t dv = nb_arena_plan_bytes(dev, slab), dw = wl ? nb_arena_plan_bytes(dev, wl) : 0;
+    size_t dac = nb_arena_plan_bytes(dev, acts), dt = nb_arena_plan_bytes(dev, toks);
+    size_t ds = nb_arena_plan_bytes(dev, 4 * sizeof(double));
+    /* the check happens here, before any allocation; --gpu-mem-limit emulates a smaller GPU */
+    if (dev->budget && dev->planned > dev->budget) {
+        char need[32], have[32];
+        nb_fail("lower --batch or --seq, pick a smaller --model, or raise --gpu-mem-limit",
+                "the plan needs %s of GPU memory but %s is available%s", nb_fmt_bytes(need, 32, (double)dev->planned),
+                nb_fmt_bytes(have, 32, (double)dev->budget), tr->o.gpu_mem_limit ? " (--gpu-mem-limit)" : "");
+    }
+    uint8_t *base = be->alloc(dev->planned, "the training state");
+    dev->base = base;
+    tr->d_params = (float *)(base + dp), tr->d_grads = (float *)(base + dg);
+    tr->d_m = (float *)(base + dm), tr->d_v = (float *)(base + dv);
+    tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
+    tr->d_acts = base + dac;
+    tr->d_tokens = (int32_t *)(base + dt);
+    tr->d_scalars = (double *)(base + ds);
+}
+
+static nb_arena host_arena, dev_arena;
 
 void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     memset(tr, 0, sizeof *tr);
     tr->o = *opts;
     nb_train_opts *o = &tr->o;
     if (o->seq <= 0) o->seq = o->model.seq;
-    NB_CHECK(o->seq <= o->model.seq || o->model.arch == NB_ARCH_LLAMA,
-             "lower --seq, or raise the model's context with --model-seq", "--seq %d exceeds the model's context %d",
-             o->seq, o->model.seq);
-    NB_CHECK(!strcmp(o->device, "cpu"), "use --device cpu (the CUDA trainer is not in this build yet)",
-             "device '%s' is not available for training", o->device);
+    NB_CHECK(o->seq <= o->model.seq, "lower --seq", "--seq %d exceeds the model's context %d", o->seq, o->model.seq);
     NB_CHECK(!strcmp(o->schedule, "plain"), "use --schedule plain", "unknown schedule '%s'", o->schedule);
+    tr->be = nb_backend_for(o->device, o->precision);
     nb_host_set_threads(o->threads);
-    tr->be = &nb_backend_cpu;
     nb_tf_model_init(&tr->model, &o->model);
-    plan_memory(tr, &host_arena);
-    nb_tf_acts_bind(&tr->model, &tr->acts, tr->acts_buf, o->batch, o->seq, es_of(tr));
+    plan_memory(tr, &host_arena, &dev_arena);
+    nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
 
-    tr->lanes = nb_lanes_create("cpu", o->trace[0] ? 1 << 20 : 1 << 16);
+    tr->lanes = nb_lanes_create(is_device_backend(tr) ? "cuda" : "cpu", o->trace[0] ? 1 << 20 : 1 << 16);
     tr->compute = nb_lane_create(tr->lanes, "compute", NB_LANE_DEVICE);
     tr->data = nb_lane_create(tr->lanes, "data", NB_LANE_HOST);
     tr->work = nb_calloc((size_t)o->model.layers, sizeof(nb_work), "work items");
@@ -198,6 +274,7 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     } else {
         nb_tf_init_weights(&tr->model, tr->params, o->seed);
     }
+    run_on_compute(tr, "upload state", work_upload_state, &tr->whole);
     if (o->data[0]) {
         nb_loader_open(&tr->train, o->data, o->model.vocab, o->batch, o->seq, start_pos, 2, tr->data);
         tr->has_train = 1;
@@ -218,10 +295,17 @@ void nb_trainer_free(nb_trainer *tr) {
     if (tr->lanes) nb_lanes_destroy(tr->lanes);
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
+    if (dev_arena.base) tr->be->free(dev_arena.base);
+    if (tr->d_logits) tr->be->free(tr->d_logits);
+    memset(&dev_arena, 0, sizeof dev_arena);
     nb_arena_free(&host_arena);
     free(tr->work);
     if (tr->metrics) fclose(tr->metrics);
     memset(tr, 0, sizeof *tr);
+}
+
+void nb_trainer_sync_to_host(nb_trainer *tr) {
+    if (is_device_backend(tr)) run_on_compute(tr, "download state", work_download_state, &tr->whole);
 }
 
 /* ---------------------------------------------------------------- eval */
@@ -229,15 +313,18 @@ void nb_trainer_free(nb_trainer *tr) {
 static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     const nb_tf_model *m = &tr->model;
-    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tr->batch->inputs, &tr->acts);
+    const int32_t *in, *tg;
+    batch_tokens(tr, ctx, &in, &tg);
+    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), in, &tr->acts);
     for (int l = 0; l < m->cfg.layers; l++) {
         nb_tf_layer_view w;
         layer_views(tr, l, &w, NULL);
         nb_tf_layer_forward(m, tr->be, ctx, &w, l, &tr->acts);
     }
-    nb_tf_head(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), head_weight(tr, tr->params),
-               m->cfg.layers, tr->batch->targets, 0, 1.0f, NULL, NULL, NULL, &tr->acts);
-    tr->loss_sum = sum_losses(tr);
+    nb_tf_head(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)), m->cfg.layers,
+               tg, 0, 1.0f, NULL, NULL, NULL, &tr->acts);
+    tr->be->sum_f64(ctx, &tr->d_scalars[0], tr->acts.losses, (size_t)tr->acts.B * tr->acts.T);
+    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_scalars[0], sizeof(double));
 }
 
 double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
@@ -249,8 +336,7 @@ double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
     double total = 0;
     for (int i = 0; i < nbatches; i++) {
         tr->batch = nb_loader_take(&ld);
-        nb_lane_run(tr->compute, "eval", NB_SPAN_FWD, -1, work_eval_batch, &tr->whole);
-        nb_mark_wait_host(nb_lane_mark(tr->compute));
+        run_on_compute(tr, "eval", work_eval_batch, &tr->whole);
         total += tr->loss_sum;
         nb_loader_release(&ld, tr->batch, nb_lane_mark(tr->compute));
     }
@@ -262,6 +348,7 @@ double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
 typedef struct {
     nb_trainer *tr;
     const int32_t *tokens;
+    int T;
     float *logits;
 } logits_job;
 
@@ -269,24 +356,44 @@ static void work_logits(void *arg, const nb_task_ctx *ctx) {
     logits_job *job = arg;
     nb_trainer *tr = job->tr;
     const nb_tf_model *m = &tr->model;
-    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), job->tokens, &tr->acts);
+    int V = m->cfg.vocab;
+    const int32_t *tokens = job->tokens;
+    if (tr->d_tokens) {
+        tr->be->to_backend(ctx, tr->d_tokens, job->tokens, (size_t)job->T * sizeof(int32_t));
+        tokens = tr->d_tokens;
+    }
+    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tokens, &tr->acts);
     for (int l = 0; l < m->cfg.layers; l++) {
         nb_tf_layer_view w;
         layer_views(tr, l, &w, NULL);
         nb_tf_layer_forward(m, tr->be, ctx, &w, l, &tr->acts);
     }
-    nb_tf_logits_last(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), head_weight(tr, tr->params),
-                      m->cfg.layers, &tr->acts, job->logits);
+    void *out = is_device_backend(tr) ? tr->d_logits : job->logits;
+    nb_tf_logits_last(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
+                      m->cfg.layers, &tr->acts, out);
+    if (out == job->logits) return;
+    if (tr->be->act_dtype == NB_F32) {
+        tr->be->to_host(ctx, job->logits, out, (size_t)V * sizeof(float));
+        return;
+    }
+    uint16_t *tmp = nb_malloc((size_t)V * sizeof(uint16_t), "logits");
+    tr->be->to_host(ctx, tmp, out, (size_t)V * sizeof(uint16_t));
+    for (int i = 0; i < V; i++) {
+        uint32_t bits = (uint32_t)tmp[i] << 16;
+        memcpy(&job->logits[i], &bits, sizeof(float));
+    }
+    free(tmp);
 }
 
 void nb_trainer_logits(nb_trainer *tr, const int32_t *tokens, int T, float *logits) {
     NB_ASSERT(tr->o.batch == 1 && T >= 1 && T <= tr->o.seq);
+    if (is_device_backend(tr) && !tr->d_logits)
+        tr->d_logits = tr->be->alloc((size_t)tr->model.cfg.vocab * es_of(tr), "sampling logits");
     /* the slab was sized for the full context; a shorter prefix fits in the same bytes */
     nb_tf_acts_unbind(&tr->acts);
-    nb_tf_acts_bind(&tr->model, &tr->acts, tr->acts_buf, 1, T, es_of(tr));
-    logits_job job = {tr, tokens, logits};
-    nb_lane_run(tr->compute, "sample", NB_SPAN_FWD, -1, work_logits, &job);
-    nb_mark_wait_host(nb_lane_mark(tr->compute));
+    nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, 1, T, es_of(tr));
+    logits_job job = {tr, tokens, T, logits};
+    run_on_compute(tr, "sample", work_logits, &job);
 }
 
 /* ---------------------------------------------------------------- run */
@@ -374,7 +481,9 @@ void nb_trainer_run(nb_trainer *tr) {
         int step = tr->step;
         double t0 = nb_now();
         tr->batch = nb_loader_take(&tr->train);
-        nb_mark done = nb_sched_plain_step(tr, step);
+        nb_sched_plain_step(tr, step);
+        nb_lane_run(tr->compute, "read loss", NB_SPAN_OTHER, step, work_read_loss, &tr->whole);
+        nb_mark done = nb_lane_mark(tr->compute);
         nb_mark_wait_host(done);
         double t1 = nb_now();
         nb_loader_release(&tr->train, tr->batch, done);
@@ -411,6 +520,7 @@ void nb_trainer_run(nb_trainer *tr) {
         int save = o->out[0] && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last);
         if (save) {
             nb_ckpt_state cs = {step + 1, nb_loader_position(&tr->train), o->seed};
+            nb_trainer_sync_to_host(tr);
             nb_ckpt_save(o->out, &tr->model, o, tr->params, tr->m, tr->v, &cs);
         }
         double elapsed = nb_now() - run_t0, per_step = elapsed / (step + 1 - first);

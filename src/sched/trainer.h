@@ -19,7 +19,8 @@
 typedef struct nb_train_opts {
     nb_tf_config model;
     char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
-    char device[32], schedule[32];
+    char device[32], schedule[32], precision[16];
+    uint64_t gpu_mem_limit; /* bytes; 0: what the device has free */
     int batch, seq, steps, stop_after, warmup, eval_every, eval_batches, ckpt_every, log_every, threads;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -40,8 +41,16 @@ struct nb_trainer {
     nb_train_opts o;
     nb_tf_model model;
     const nb_backend_i *be;
-    float *params, *grads, *m, *v; /* fp32 slabs, model layout */
-    void *acts_buf;
+    float *params, *m, *v; /* host fp32 master weights and AdamW moments (checkpoints) */
+    /* backend memory (the same buffers as the host ones on the CPU): */
+    float *d_params, *d_grads, *d_m, *d_v;
+    void *d_weights; /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
+    void *d_acts;
+    int32_t *d_tokens; /* [2, B*T] inputs then targets (device backends only) */
+    double *d_scalars; /* [0] loss sum, [1] gradient sum of squares */
+    double h_scalars[4];
+    void *d_logits; /* sampling only */
+    const int32_t *tok_in, *tok_tg; /* the step's tokens where the backend reads them */
     nb_tf_acts acts;
     nb_lanes *lanes;
     nb_lane *compute, *data;
@@ -64,6 +73,8 @@ void nb_trainer_run(nb_trainer *tr);
 /* Mean loss over n batches of a shard (forward only). */
 double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches);
 
+/* Copy the backend's training state (weights, moments) into the host slabs. */
+void nb_trainer_sync_to_host(nb_trainer *tr);
 /* Logits of the last position of tokens[0..T) (batch of one; needs o.batch == 1). */
 void nb_trainer_logits(nb_trainer *tr, const int32_t *tokens, int T, float *logits);
 

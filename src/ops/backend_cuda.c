@@ -1,0 +1,168 @@
+/* The CUDA backends: every entry launches the ops of ops_cuda.h on the lane's stream. Two
+ * tables: bf16 (activations and compute weights in bf16; fp32 master weights, gradients and
+ * AdamW state) and fp32 (TF32 off, for tight parity with the CPU reference). */
+#include "ops/backend.h"
+
+#ifdef NB_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core.h"
+#include "cuda_check.h"
+#include "ops/ops_cuda.h"
+
+#define S(c) ((nb_stream_t)(c)->stream)
+
+/* ---- entries whose element type follows the precision: generated for f32 and bf16 ---- */
+#define NB_CUDA_BACKEND_OPS(SUF, T)                                                                        \
+    static void matmul_fwd_##SUF(nb_ctx c, void *out, const void *inp, const void *w, const void *bias,       \
+                                 int N, int C, int OC) {                                                     \
+        nb_cuda_matmul_forward_##SUF((T *)out, (const T *)inp, (const T *)w, (const T *)bias, N, C, OC, S(c)); \
+    }                                                                                                        \
+    static void matmul_bwd_##SUF(nb_ctx c, void *dinp, void *dw, void *dbias, const void *dout,              \
+                                 const void *inp, const void *w, int N, int C, int OC) {                     \
+        nb_cuda_matmul_backward_##SUF((T *)dinp, (float *)dw, (float *)dbias, (const T *)dout, (const T *)inp, \
+                                      (const T *)w, N, C, OC, S(c));                                         \
+    }                                                                                                        \
+    static void layernorm_fwd_##SUF(nb_ctx c, void *out, float *mean, float *rstd, const void *inp,          \
+                                    const void *w, const void *b, int N, int C, float eps) {                 \
+        nb_cuda_layernorm_forward_##SUF((T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C, \
+                                        eps, S(c));                                                          \
+    }                                                                                                        \
+    static void layernorm_bwd_##SUF(nb_ctx c, void *dinp, void *dw, void *db, const void *dout,              \
+                                    const void *inp, const void *w, const float *mean, const float *rstd,   \
+                                    int N, int C) {                                                          \
+        nb_cuda_layernorm_backward_##SUF((T *)dinp, (float *)dw, (float *)db, (const T *)dout, (const T *)inp, \
+                                         (const T *)w, mean, rstd, N, C, S(c));                              \
+    }                                                                                                        \
+    static void rmsnorm_fwd_##SUF(nb_ctx c, void *out, float *rstd, const void *inp, const void *w, int N,    \
+                                  int C, float eps) {                                                        \
+        nb_cuda_rmsnorm_forward_##SUF((T *)out, rstd, (const T *)inp, (const T *)w, N, C, eps, S(c));        \
+    }                                                                                                        \
+    static void rmsnorm_bwd_##SUF(nb_ctx c, void *dinp, void *dw, const void *dout, const void *inp,         \
+                                  const void *w, const float *rstd, int N, int C) {                          \
+        nb_cuda_rmsnorm_backward_##SUF((T *)dinp, (float *)dw, (const T *)dout, (const T *)inp, (const T *)w, \
+                                       rstd, N, C, S(c));                                                    \
+    }                                                                                                        \
+    static void gelu_fwd_##SUF(nb_ctx c, void *out, const void *inp, size_t n) {                             \
+        nb_cuda_gelu_forward_##SUF((T *)out, (const T *)inp, n, S(c));                                       \
+    }                                                                                                        \
+    static void gelu_bwd_##SUF(nb_ctx c, void *dinp, const void *inp, const void *dout, size_t n) {          \
+        nb_cuda_gelu_backward_##SUF((T *)dinp, (const T *)inp, (const T *)dout, n, S(c));                    \
+    }                                                                                                        \
+    static void swiglu_fwd_##SUF(nb_ctx c, void *out, const void *gu, int N, int F) {                        \
+        nb_cuda_swiglu_forward_##SUF((T *)out, (const T *)gu, N, F, S(c));                                   \
+    }                                                                                                        \
+    static void swiglu_bwd_##SUF(nb_ctx c, void *dgu, const void *dout, const void *gu, int N, int F) {      \
+        nb_cuda_swiglu_backward_##SUF((T *)dgu, (const T *)dout, (const T *)gu, N, F, S(c));                 \
+    }                                                                                                        \
+    static void residual_fwd_##SUF(nb_ctx c, void *out, const void *a, const void *b, size_t n) {            \
+        nb_cuda_residual_forward_##SUF((T *)out, (const T *)a, (const T *)b, n, S(c));                       \
+    }                                                                                                        \
+    static void add_inplace_##SUF(nb_ctx c, void *dst, const void *src, size_t n) {                          \
+        nb_cuda_add_inplace_##SUF((T *)dst, (const T *)src, n, S(c));                                        \
+    }                                                                                                        \
+    static void rope_fwd_##SUF(nb_ctx c, void *x, int B, int Tt, int nh, int HS, int stride, float theta) {  \
+        nb_cuda_rope_forward_##SUF((T *)x, B, Tt, nh, HS, stride, theta, S(c));                              \
+    }                                                                                                        \
+    static void rope_bwd_##SUF(nb_ctx c, void *dx, int B, int Tt, int nh, int HS, int stride, float theta) { \
+        nb_cuda_rope_backward_##SUF((T *)dx, B, Tt, nh, HS, stride, theta, S(c));                            \
+    }                                                                                                        \
+    static void attention_fwd_##SUF(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, \
+                                    int NKV, int HS) {                                                       \
+        nb_cuda_attention_forward_##SUF((T *)out, lse, (const T *)qkv, B, Tt, NH, NKV, HS, S(c));            \
+    }                                                                                                        \
+    static void attention_bwd_##SUF(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out, \
+                                    const float *lse, int B, int Tt, int NH, int NKV, int HS) {             \
+        nb_cuda_attention_backward_##SUF((T *)dqkv, (const T *)dout, (const T *)qkv, (const T *)out, lse, B, Tt, \
+                                         NH, NKV, HS, S(c));                                                 \
+    }                                                                                                        \
+    static void embed_fwd_##SUF(nb_ctx c, void *out, const int32_t *tok, const void *wte, const void *wpe,   \
+                                int B, int Tt, int C, int V) {                                               \
+        nb_cuda_embed_forward_##SUF((T *)out, tok, (const T *)wte, (const T *)wpe, B, Tt, C, V, S(c));       \
+    }                                                                                                        \
+    static void embed_bwd_##SUF(nb_ctx c, void *dwte, void *dwpe, const void *dout, const int32_t *tok,      \
+                                int B, int Tt, int C, int V) {                                               \
+        nb_cuda_embed_backward_##SUF((float *)dwte, (float *)dwpe, (const T *)dout, tok, B, Tt, C, V, S(c)); \
+    }                                                                                                        \
+    static void xent_##SUF(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,    \
+                           const int32_t *targets, int N, int C, int V, float grad_scale) {                  \
+        nb_cuda_xent_forward_backward_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w,    \
+                                            targets, N, C, V, grad_scale, 0, S(c));                          \
+    }
+
+NB_CUDA_BACKEND_OPS(f32, float)
+NB_CUDA_BACKEND_OPS(bf16, nb_bf16)
+
+/* ---- precision-independent entries ---- */
+static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sum_f64(out, x, n, S(c)); }
+static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sumsq(out, x, n, S(c)); }
+static void scale(nb_ctx c, float *x, size_t n, float s) { nb_cuda_scale_inplace(x, n, s, S(c)); }
+static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n, nb_adamw_cfg cfg,
+                  int t) {
+    nb_cuda_adamw_update(p, g, m, v, (nb_bf16 *)lowp, n, cfg, t, S(c));
+}
+static void cast_bf16(nb_ctx c, void *lowp, const float *p, size_t n) { nb_cuda_cast_f32_to_bf16(lowp, p, n, S(c)); }
+static void cast_none(nb_ctx c, void *lowp, const float *p, size_t n) {}
+
+static void *dev_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        char b[32];
+        nb_fail("lower --batch or --seq, or pick a smaller --model (the plan printed at start shows the bytes)",
+                "out of GPU memory allocating %s for %s (%s)", nb_fmt_bytes(b, sizeof b, (double)bytes), what,
+                cudaGetErrorString(e));
+    }
+    return p;
+}
+static void dev_free(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+static void dev_zero(nb_ctx c, void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, S(c))); }
+static void to_dev(nb_ctx c, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, S(c)));
+}
+static void to_host(nb_ctx c, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(c)));
+    CUDA_CHECK(cudaStreamSynchronize(S(c)));
+}
+static size_t dev_available(void) {
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
+    return free_b;
+}
+
+#define NB_CUDA_BACKEND_TABLE(SUF, DT, CAST)                                                               \
+    {                                                                                                      \
+        .name = "cuda-" #SUF, .device = NB_DEV_CUDA, .act_dtype = DT, .matmul_fwd = matmul_fwd_##SUF,      \
+        .matmul_bwd = matmul_bwd_##SUF, .layernorm_fwd = layernorm_fwd_##SUF,                              \
+        .layernorm_bwd = layernorm_bwd_##SUF, .rmsnorm_fwd = rmsnorm_fwd_##SUF,                            \
+        .rmsnorm_bwd = rmsnorm_bwd_##SUF, .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,          \
+        .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
+        .add_inplace = add_inplace_##SUF, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
+        .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
+        .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
+        .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .scale = scale, .adamw = adamw, .cast_params = CAST,   \
+        .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .to_backend = to_dev, .to_host = to_host,  \
+        .mem_available = dev_available,                                                                    \
+    }
+
+const nb_backend_i nb_backend_cuda_f32 = NB_CUDA_BACKEND_TABLE(f32, NB_F32, cast_none);
+const nb_backend_i nb_backend_cuda_bf16 = NB_CUDA_BACKEND_TABLE(bf16, NB_BF16, cast_bf16);
+
+int nb_cuda_device_count(char *name, size_t cap) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    struct cudaDeviceProp p;
+    if (name && cap && cudaGetDeviceProperties(&p, 0) == cudaSuccess) snprintf(name, cap, "%s", p.name);
+    return n;
+}
+#else
+int nb_cuda_device_count(char *name, size_t cap) {
+    if (name && cap) name[0] = 0;
+    return 0;
+}
+#endif
