@@ -12,6 +12,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fn
 # OpenBLAS's OpenMP build shares libgomp's thread pool with our own parallel loops; the pthread
 # build runs a second pool whose threads spin against ours (measured: 5x slower steps on 2 cores).
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+CFLAGS  += -I$(BLAS_INC)
 LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -lpthread -fopenmp
 
 CUDA_HOME ?= /usr/local/cuda

@@ -6,4 +6,5 @@ int nb_cmd_tokenize(int argc, char **argv); /* src/data/tokenize_cmd.c */
 int nb_cmd_train(int argc, char **argv);    /* tools/cmd_train.c */
 int nb_cmd_eval(int argc, char **argv);     /* tools/cmd_train.c */
 int nb_cmd_sample(int argc, char **argv);   /* tools/cmd_sample.c */
+int nb_cmd_export(int argc, char **argv);   /* tools/cmd_export.c */
 #endif

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  sample    generate text from a checkpoint\n"
             "  tokenize  encode text files with the GPT-2 tokenizer into token shards\n"
             "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
+            "  export    write a checkpoint as a Hugging Face model (config.json + model.safetensors)\n"
             "\n"
             "Run 'nobubble <command> --help' for the options of a command.\n");
 }
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return nb_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return nb_cmd_export(argc - 1, argv + 1);
     fprintf(stderr, "nobubble: error: unknown command '%s' (hint: run 'nobubble --help')\n", cmd);
     return 2;
 }

@@ -1,0 +1,55 @@
+/* Hugging Face export: a model directory (config.json + model.safetensors, F32) that
+ * transformers loads with GPT2LMHeadModel / LlamaForCausalLM.from_pretrained.
+ *
+ * GPT-2 layouts map to GPT2LMHeadModel. Its linear layers are Conv1D modules whose weight is
+ * [in, out] (y = x @ W + b), so our [out, in] weights are written transposed: c_attn [C, 3C],
+ * attn.c_proj [C, C], mlp.c_fc [C, F], mlp.c_proj [F, C]. c_attn's columns are q, k, v in that
+ * order, as in our fused qkv rows. The head is tied to transformer.wte, so lm_head.weight is not
+ * written (what save_pretrained does; from_pretrained ties it back).
+ * Llama layouts map to LlamaForCausalLM. Weights are nn.Linear [out, in] like ours; the fused
+ * qkv rows split into q_proj (first H*hs rows), k_proj (next KV*hs), v_proj (last KV*hs), and
+ * gate_up into gate_proj (first F rows) and up_proj (last F rows). Our RoPE is HF's rotate_half
+ * on heads laid out as q_proj's rows are, so no permutation is needed (llama's original
+ * checkpoints interleave pairs and need one; HF checkpoints and ours do not).
+ * Embedding and head rows >= vocab (our padding to a multiple of 64) are dropped: HF's tables
+ * have exactly vocab_size rows.
+ * Values are written straight from the parameter slab (transposed chunk by chunk), so exporting
+ * needs no second copy of the model in memory. Both files are written crash-safely. */
+#ifndef NB_HF_EXPORT_H
+#define NB_HF_EXPORT_H
+
+#include <stdint.h>
+
+#include "model/transformer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One tensor of the export and where its values come from: rows [row0, row0 + rows) of our
+ * parameter `param` (all of it for 1-D tensors), written as they are or transposed. */
+typedef struct {
+    char name[96]; /* HF state-dict name, e.g. "transformer.h.0.attn.c_attn.weight" */
+    int param;     /* index into model->params */
+    int64_t row0, rows;
+    int transpose; /* HF shape is [cols, rows] (GPT-2 Conv1D) instead of [rows, cols] */
+    int ndim;
+    int64_t shape[2]; /* HF shape */
+} nb_hf_tensor;
+
+/* The export table of a model, in file order. Returns the count; *out is malloc'd (free it). */
+int nb_hf_tensors(const nb_tf_model *m, nb_hf_tensor **out);
+/* "GPT2LMHeadModel" or "LlamaForCausalLM". */
+const char *nb_hf_class_name(const nb_tf_model *m);
+/* config.json text for the model, NUL-terminated, malloc'd (free it). Floats are always
+ * written with a decimal point or an exponent: transformers 5's strict configs reject an
+ * integer where a float is declared. */
+char *nb_hf_config_json(const nb_tf_model *m);
+/* Write out_dir/config.json and out_dir/model.safetensors from fp32 weights in the model's slab
+ * layout; creates out_dir. Returns the number of tensors written. */
+int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,79 @@
+/* nobubble export: a checkpoint as a Hugging Face model directory (io/hf_export.h). */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "args.h"
+#include "commands.h"
+#include "core.h"
+#include "io/hf_export.h"
+#include "sched/checkpoint.h"
+#include "sched/trainer.h"
+
+static const char *EXPORT_SUMMARY =
+    "Write a checkpoint as a Hugging Face model directory: OUT/config.json and OUT/model.safetensors\n"
+    "(fp32 master weights). GPT-2 presets load with transformers' GPT2LMHeadModel.from_pretrained(OUT),\n"
+    "Llama presets with LlamaForCausalLM.from_pretrained(OUT). Existing files of those two names in OUT\n"
+    "are replaced; each is written under a temporary name and swapped in.";
+
+/* Two paths name the same existing directory. */
+static int same_dir(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
+}
+
+/* Nonzero padding rows of the embedding or head are not exported (HF tables have exactly vocab
+ * rows). nobubble keeps them at zero; anything else means the slab was written by other code. */
+static void check_padding(const nb_tf_model *m, const float *slab, const char *dir) {
+    for (int which = NB_TF_WTE; which <= NB_TF_LM_HEAD; which += NB_TF_LM_HEAD - NB_TF_WTE) {
+        int i = m->global_idx[which];
+        if (i < 0) continue;
+        const nb_param *p = &m->params[i];
+        size_t real = (size_t)m->cfg.vocab * (size_t)p->shape[1];
+        for (size_t k = real; k < p->numel; k++)
+            if (slab[p->offset + k] != 0.0f) {
+                fprintf(stderr, "note: %s in %s has nonzero padding rows (>= vocab %d); they are not exported\n", p->name,
+                        dir, m->cfg.vocab);
+                break;
+            }
+    }
+}
+
+int nb_cmd_export(int argc, char **argv) {
+    char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "";
+    nb_arg args[] = {
+        {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to export", 0, 0},
+        {"hf", ARG_STR, out, sizeof out, "OUT", "output directory (created if missing)", 0, 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    if (nb_args_parse("export", EXPORT_SUMMARY, args, nargs, argc, argv)) return 0;
+    if (!ckpt[0]) nb_usage_error("export", "--ckpt DIR is required");
+    if (!out[0]) nb_usage_error("export", "--hf OUT is required");
+
+    char dir[NB_PATH_MAX];
+    nb_ckpt_resolve(ckpt, dir, sizeof dir);
+    /* OUT/model.safetensors would overwrite the checkpoint's own weights file */
+    NB_CHECK(!same_dir(dir, out), "choose another --hf directory", "--hf %s is the checkpoint directory itself", out);
+    struct stat sb;
+    NB_CHECK(stat(out, &sb) != 0 || S_ISDIR(sb.st_mode), "choose another --hf directory",
+             "--hf %s exists and is not a directory", out);
+    nb_train_opts o;
+    nb_train_opts_defaults(&o);
+    nb_ckpt_state st;
+    nb_ckpt_read_state(dir, &o, &st);
+    nb_tf_model m;
+    nb_tf_model_init(&m, &o.model);
+    float *slab = nb_aligned_alloc(m.total * sizeof(float), "model weights");
+    nb_ckpt_load(dir, &m, slab, NULL, NULL, &st);
+    check_padding(&m, slab, dir);
+
+    double t0 = nb_now();
+    int n = nb_hf_export(out, &m, slab);
+    fprintf(stderr, "exported %s (%s layout, step %d, %.2f M parameters, %d tensors) to %s in %.1f s\n", m.cfg.preset,
+            m.cfg.arch == NB_ARCH_GPT2 ? "gpt2" : "llama", st.step, m.n_real / 1e6, n, out, nb_now() - t0);
+    fprintf(stderr, "load it with: transformers.%s.from_pretrained(\"%s\")\n", nb_hf_class_name(&m), out);
+    free(slab);
+    nb_tf_model_free(&m);
+    return 0;
+}
