@@ -11,7 +11,7 @@
  * reference (stored in the file), the noise floor a float32 implementation can reach.
  *
  * Backends are rows of a table (runner): memory and copies of the device, and the op table. The
- * CPU backend is the only row for now; the CUDA row adds cudaMalloc/cudaMemcpy and a stream.
+ * CPU row and, in CUDA builds, the CUDA fp32 row (cudaMalloc/cudaMemcpy and a stream).
  *
  *   test_torch_ref [--ref FILE]... [--backend NAME] [--save-ckpt DIR] [--threads N] [--verbose]
  * --save-ckpt DIR writes each reference's initial weights as a nobubble checkpoint DIR/<name>/
@@ -60,8 +60,40 @@ static void *cpu_alloc(size_t bytes) { return nb_aligned_alloc(bytes ? bytes : 1
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(nb_ctx ctx) { (void)ctx; }
 
+#ifdef NB_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+
+/* The CUDA fp32 backend (TF32 off): the same comparisons, on the GPU. */
+static void *cuda_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 1));
+    return p;
+}
+static void cuda_release(void *p) { CUDA_CHECK(cudaFree(p)); }
+static void cuda_upload(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+static void cuda_download(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+static void cuda_sync(nb_ctx ctx) { CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)ctx->stream)); }
+static void cuda_ctx_init(nb_task_ctx *ctx) {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreate(&s));
+    ctx->stream = s;
+}
+static int cuda_available(void) { return nb_cuda_device_count(NULL, 0) > 0; }
+#endif
+
 static const runner runners[] = {
     {"cpu", &nb_backend_cpu, cpu_alloc, free, cpu_copy, cpu_copy, cpu_sync, NULL, NULL},
+#ifdef NB_WITH_CUDA
+    {"cuda", &nb_backend_cuda_f32, cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_sync, cuda_ctx_init,
+     cuda_available},
+#endif
 };
 #define NRUNNERS ((int)(sizeof runners / sizeof runners[0]))
 

@@ -5,7 +5,8 @@
  * Work is a task: fn(arg, ctx). On a CPU lane the lane's thread calls it, in enqueue order,
  * after every mark the lane was told to wait on (before the task was enqueued) has been reached.
  * On a CUDA device lane (lanes_cuda.c) the enqueuing thread calls it at once and fn launches
- * its kernels on ctx->stream; ordering then comes from the stream and its events.
+ * its kernels on ctx->stream; ordering then comes from the stream and its events, and a device
+ * lane told to wait on a HOST lane's mark blocks the enqueuing thread until that mark is reached.
  *
  * Usage (a schedule):
  *   nb_lane_run(compute, "fwd L0", NB_SPAN_FWD, 0, block_fwd, &args[0]);
@@ -80,6 +81,50 @@ int nb_mark_reached(nb_mark m);
 /* Wait until every lane has drained its queue. */
 void nb_lanes_sync(nb_lanes *L);
 
+/* ---- graphs: capture a segment of work once, replay it many times ----
+ * On CUDA a capture is a multi-stream CUDA graph: it removes per-kernel launch overhead and fixes
+ * the launch order. On the CPU backend the same calls record the tasks and replay them, so a
+ * schedule written for graphs runs, and is tested, without a GPU.
+ *
+ *   nb_lanes_capture_begin(L, compute);         // every device lane of L joins the capture
+ *   nb_lane_run(compute, "fwd", ...);           // recorded, not run
+ *   nb_lane_wait(side, nb_lane_mark(compute));  // marks inside the capture order its branches
+ *   nb_lane_run(side, "bwd", ...);
+ *   nb_graph *g = nb_lanes_capture_end(L);      // joins every device lane back into compute
+ *   for (step...) {
+ *       nb_lane_wait(compute, batch_ready);     // order a replay from outside: before it...
+ *       nb_graph_launch(g, compute, step);
+ *       nb_loader_release(..., nb_lane_mark(compute));  // ...and after it, on the launch lane
+ *   }
+ *   nb_graph_destroy(g);
+ *
+ * Rules (the same on both backends; breaking one ends in nb_fail with a hint):
+ *  - Between begin and end, work on DEVICE lanes is captured; HOST lanes keep running tasks.
+ *    Begin and end are called from the same thread, which does not wait on device lanes' marks
+ *    in between; no lane is created, nothing syncs, and no other capture starts meanwhile.
+ *  - Inside the capture a device lane may wait only on marks taken inside it; a mark taken
+ *    inside the capture can only be waited on by device lanes inside it (not by host lanes, not
+ *    by nb_mark_wait_host / nb_mark_reached, and never after capture_end).
+ *  - A replay behaves as ONE task on the launch lane `on` (a device lane): it starts after what
+ *    was enqueued on `on` before it (tasks and waits) and a mark on `on` taken after the launch
+ *    covers all of it. Marks of the other lanes do not: they never see the replayed work.
+ *    Replays of one graph run one after another. Spans of a replay keep the lanes their tasks
+ *    were captured on and take `step` from the launch.
+ *  - On CUDA a captured task's fn runs once, at capture (its kernels are recorded), and not at
+ *    replays; on the CPU backend fn runs at every replay and not at capture. So a task must not
+ *    depend on host values that change between replays: pass those through memory (e.g. the
+ *    learning rate as a device scalar). On CUDA, fn must only enqueue work on ctx->stream
+ *    (no cudaMalloc, cudaMemcpy, synchronization: they break the capture). */
+typedef struct nb_graph nb_graph;
+/* origin: the device lane the capture forks from and joins back into. */
+void nb_lanes_capture_begin(nb_lanes *L, nb_lane *origin);
+nb_graph *nb_lanes_capture_end(nb_lanes *L);
+/* Enqueue one replay on device lane `on` (of the same runtime); its spans carry `step`. */
+void nb_graph_launch(nb_graph *g, nb_lane *on, int step);
+/* Frees the graph; on the CPU backend waits for its replays to finish first. Destroy every graph
+ * before nb_lanes_destroy. */
+void nb_graph_destroy(nb_graph *g);
+
 /* ---- trace (lanes/trace.c) ---- */
 typedef struct nb_span {
     char name[40];
@@ -90,7 +135,10 @@ typedef struct nb_span {
 } nb_span;
 
 /* Copies of recorded spans (after nb_lanes_sync); returns the count, *out valid until the next
- * call that records. Spans that did not fit in trace_capacity are dropped and counted. */
+ * call that records. Spans that did not fit in trace_capacity are dropped and counted. A CUDA
+ * device lane's span enters the trace once the host has seen its work finish: a mark of a device
+ * lane waited on (nb_mark_wait_host, or by a host lane) or found reached, or nb_lanes_sync. Its
+ * times are GPU event timestamps mapped onto the nb_now() clock (lanes_cuda.c). */
 size_t nb_lanes_spans(nb_lanes *L, const nb_span **out);
 size_t nb_lanes_spans_dropped(nb_lanes *L);
 void nb_lanes_trace_clear(nb_lanes *L);

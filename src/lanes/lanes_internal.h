@@ -1,5 +1,5 @@
 /* Lanes internals shared by lanes_cpu.c (threads, marks, queues), trace.c (span storage and
- * statistics) and a later lanes_cuda.c (device lanes as streams + events). Not for schedules:
+ * statistics) and lanes_cuda.c (device lanes as streams + events). Not for schedules:
  * they use lanes.h only. Plain C with no _Atomic types, so nvcc can include it as C++. */
 #ifndef NB_LANES_INTERNAL_H
 #define NB_LANES_INTERNAL_H
@@ -40,17 +40,27 @@ void nb_lanes_record_span(nb_lanes *L, const char *name, int lane, nb_span_kind 
 /* ---- device lanes hook ----
  * With backend "cuda", lanes of kind NB_LANE_DEVICE are driven through this table; HOST lanes
  * stay worker threads in every backend (lanes_cpu.c). Every entry is required.
+ *   create/destroy: the runtime-wide state (nb_lanes_device_state); destroy runs after every
+ *            lane's lane_fini.
  *   lane_init/lane_fini: create/destroy the lane's stream (store it with nb_lane_set_device).
  *   run:     call fn(arg, &ctx) at once with ctx.stream set, timing it with events; the span goes
- *            into the trace at sync (nb_lanes_record_span).
+ *            into the trace once the host learns the task finished (nb_lanes_record_span).
  *   mark:    record an event on the lane; the returned mark has lane, seq and event set.
  *   wait:    device lane waits for m, which may be a device mark (cudaStreamWaitEvent) or a host
  *            lane's mark (e.g. block the enqueuer with nb_mark_wait_host before returning).
  *   wait_host / reached: host side of a device mark (event synchronize / query).
  *   sync:    drain every device lane, then move their timed spans into the trace.
+ *   mark_class: NB_MARK_PLAIN, or whether a mark taken during a capture belongs to the capture
+ *            in progress (NB_MARK_IN_CAPTURE) or to one that has ended (NB_MARK_STALE).
+ *   capture_begin/capture_end/graph_launch/graph_destroy: the device side of nb_lanes_capture_*
+ *            and nb_graph_* (lanes.h); lanes_cpu.c checks the rules before calling them.
  * A host lane's worker that meets a device mark in its queue calls wait_host. */
+enum { NB_MARK_PLAIN = 0, NB_MARK_IN_CAPTURE = 1, NB_MARK_STALE = 2 };
+
 typedef struct nb_lanes_device_i {
     const char *name;
+    void *(*create)(nb_lanes *L);
+    void (*destroy)(nb_lanes *L);
     void (*lane_init)(nb_lanes *L, nb_lane *lane);
     void (*lane_fini)(nb_lanes *L, nb_lane *lane);
     void (*run)(nb_lane *lane, const char *name, nb_span_kind kind, int step, nb_task_fn fn,
@@ -60,14 +70,23 @@ typedef struct nb_lanes_device_i {
     void (*wait_host)(nb_mark m);
     int (*reached)(nb_mark m);
     void (*sync)(nb_lanes *L);
+    int (*mark_class)(nb_mark m);
+    void *(*capture_begin)(nb_lanes *L, nb_lane *origin);
+    void (*capture_end)(nb_lanes *L, void *graph);
+    void (*graph_launch)(void *graph, nb_lane *on, int step);
+    void (*graph_destroy)(void *graph);
 } nb_lanes_device_i;
 
 #ifdef NB_WITH_CUDA
-/* Defined by lanes_cuda.c. Referenced weakly from lanes_cpu.c so that a CUDA build links before
- * lanes_cuda.c exists; once it does, drop the weak attribute there (a weak reference does not
- * pull an archive member into the link, so keep it strong in the finished tree). */
+/* Defined by lanes_cuda.c (referenced strongly from lanes_cpu.c, so it is always linked in). */
 const nb_lanes_device_i *nb_lanes_cuda_device(void);
+/* CUDA events created so far by a "cuda" runtime (marks, timing, anchors, graph placeholders):
+ * lets tests check that steady-state marks and spans reuse pooled events. */
+size_t nb_lanes_cuda_events_created(nb_lanes *L);
 #endif
+
+/* What the device table's create returned (NULL on the CPU backend). */
+void *nb_lanes_device_state(const nb_lanes *L);
 
 nb_lanes *nb_lane_owner(const nb_lane *lane);
 nb_lane_kind nb_lane_get_kind(const nb_lane *lane);
