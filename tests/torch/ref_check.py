@@ -637,6 +637,9 @@ def main():
     g.add_argument("--seed", type=int, default=1234)
     g.add_argument("--device", default="auto", help="auto, cpu or cuda")
     g.add_argument("--no-final-weights", action="store_true", help="leave out w10.* (weights after the steps)")
+    g.add_argument("--tol-weights", type=float, default=TOL["weights"],
+                   help="tolerance of the float32 weights after the steps against float64; Adam turns float32 "
+                        "rounding of near-zero gradients into whole-lr steps, so large models need more (gpt2: 2e-2)")
     g.add_argument("--allow-no-hf", action="store_true", help="without transformers: plain PyTorch only")
     e = sub.add_parser("check-export", help="load a 'nobubble export' directory with transformers")
     e.add_argument("--hf", required=True, help="directory written by 'nobubble export'")
@@ -645,6 +648,7 @@ def main():
     e.add_argument("--allow-no-hf", action="store_true", help="without transformers: check the files only")
     a = ap.parse_args()
     if a.cmd == "gen":
+        TOL["weights"] = a.tol_weights
         if a.T and a.T > (a.seq or Config(a.preset).seq):
             raise SystemExit("ref_check: --T exceeds the context length")
         cmd_gen(a)

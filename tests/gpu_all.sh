@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one run on a GPU machine (the device tool's H200):
+#   bash tests/gpu_all.sh            (logs and reference files under $OUT, default gpu-out/)
+# Builds with CUDA, runs the CUDA tests, makes the PyTorch reference files (needs torch and
+# transformers), checks the CPU and CUDA backends against them, checks the HF export in
+# transformers, and runs the GPU trainer tests. A summary table comes last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT/logs"
+export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1
+source scripts/device_deps.sh use || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/logs/gpu.txt"
+B=${NB_BUILD:-build-dev}
+t0=$(date +%s)
+# -k: a test program that does not build must not stop the others
+make -k -j"$(nproc)" BUILD="$B" $NB_MAKE_FLAGS > "$OUT/logs/build.log" 2>&1 || { echo "build had errors:"; grep -E "error" "$OUT/logs/build.log" | head -20; }
+[ -x "$B/nobubble" ] || { tail -40 "$OUT/logs/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+NB=$B/nobubble
+$NB info
+summary=()
+step() { # step NAME TIMEOUT CMD...
+    local name=$1 limit=$2; shift 2
+    local s=$(date +%s)
+    timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+    local rc=$? verdict=ok
+    [ $rc -eq 77 ] && verdict=skip
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && verdict="FAIL($rc)"
+    echo "=== $name: $verdict ($(( $(date +%s) - s )) s)"
+    tail -n "${TAILN:-12}" "$OUT/logs/$name.log"
+    summary+=("$(printf '%-16s %-9s %4d s' "$name" "$verdict" $(( $(date +%s) - s )))")
+}
+step lanes_cuda 120 "$B/tests/test_lanes_cuda"
+step lanes_graph 120 "$B/tests/test_lanes_graph"
+step ops_cuda 240 "$B/tests/test_ops_cuda"
+[ -x "$B/tests/test_attention_fa" ] && step attention_fa 240 "$B/tests/test_attention_fa"
+mkdir -p tests/torch/ref
+step ref_gen 240 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors && python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors"
+cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null
+step torch_ref 240 "$B/tests/test_torch_ref" --save-ckpt /tmp/nbref
+step hf_export 240 bash -c "$NB export --ckpt /tmp/nbref/gpt2_tiny --hf /tmp/hf_g && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_g --ref tests/torch/ref/gpt2_tiny.safetensors && $NB export --ckpt /tmp/nbref/llama_tiny --hf /tmp/hf_l && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_l --ref tests/torch/ref/llama_tiny.safetensors"
+TAILN=30 step gpu_train 400 env NB_BUILD="$B" bash tests/gpu_train_test.sh
+if [ -z "${NB_SKIP_GPT2_REF:-}" ]; then
+    step gpt2_ref 300 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2 --T 1024 --no-final-weights --tol-weights 2e-2 --out /tmp/gpt2_ref.safetensors && $B/tests/test_torch_ref --ref /tmp/gpt2_ref.safetensors --threads 16"
+fi
+echo; echo "summary ($(( $(date +%s) - t0 )) s):"; printf '  %s\n' "${summary[@]}"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
