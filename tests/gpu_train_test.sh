@@ -2,6 +2,7 @@
 # The CUDA trainer (runs on a machine with a GPU; skips elsewhere):
 #  - fp32 mode (TF32 off) follows the CPU reference step by step (losses within 1e-4 relative);
 #  - bf16 mode learns; two GPU runs with one seed are bitwise identical; resume is bitwise;
+#  - --graphs replays equal eager steps bitwise; a plan over --gpu-mem-limit fails before training;
 #  - eval and sample run on the GPU.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
@@ -19,6 +20,9 @@ for model in gpt2-tiny llama-tiny; do
     $NB train "${C[@]}" --device cuda --out "$TMP/bf16b-$model" || fail "$model bf16 second run"
     cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/bf16b-$model/ckpt/model.safetensors" \
         && pass "$model: two bf16 GPU runs are bitwise identical" || fail "$model: GPU runs differ"
+    $NB train "${C[@]}" --device cuda --graphs --out "$TMP/graphs-$model" || fail "$model --graphs run"
+    cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/graphs-$model/ckpt/model.safetensors" \
+        && pass "$model: CUDA graph replay (--graphs) is bitwise equal to eager steps" || fail "$model: --graphs differs"
     $NB train "${C[@]}" --device cuda --stop-after 10 --out "$TMP/split-$model" || fail "$model first half"
     $NB train --resume "$TMP/split-$model" --out "$TMP/split-$model" --no-progress --quiet || fail "$model resume"
     cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/split-$model/ckpt/model.safetensors" && \
@@ -28,6 +32,7 @@ for model in gpt2-tiny llama-tiny; do
     last=$(tail -n 1 "$TMP/bf16-$model/metrics.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
     awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 1)}' && pass "$model: bf16 loss $first -> $last" || fail "$model: bf16 loss $first -> $last"
 done
+expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --device cuda --batch 8 --gpu-mem-limit 1000000000 --data "$TRAIN" --val-data none --steps 1
 out=$($NB eval --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --data "$VAL" --batches 2 2>&1) && pass "eval on cuda: $out" || fail "eval on cuda: $out"
 s=$($NB sample --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --prompt "The" --tokens 10 2>&1) && [ ${#s} -gt 5 ] \
     && pass "sample on cuda: $(echo "$s" | tr '\n' ' ' | head -c 100)" || fail "sample on cuda: $s"

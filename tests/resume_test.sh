@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Bitwise resume: 10 steps, a checkpoint, then resume to 20 gives the same bytes (weights, AdamW
-# moments) and the same losses as 20 steps straight. Also: two runs with one seed are identical.
+# moments) and the same losses as 20 steps straight. Also: two runs with one seed are identical,
+# and replaying a captured step (--graphs) computes what the eager steps compute.
 source "$(dirname "$0")/lib.sh"
 need_sotu
 COMMON=(--model gpt2-tiny --batch 2 --steps 20 --eval-every 5 --eval-batches 2 --data "$TRAIN" --val-data "$VAL" --no-progress --quiet)
 
 $NB train "${COMMON[@]}" --out "$TMP/straight" || fail "straight run"
 $NB train "${COMMON[@]}" --out "$TMP/again" || fail "second straight run"
+$NB train "${COMMON[@]}" --out "$TMP/graphs" --graphs || fail "run with --graphs"
 $NB train "${COMMON[@]}" --out "$TMP/split" --stop-after 10 || fail "first half"
 grep -q '"step":9' "$TMP/split/metrics.jsonl" && ! grep -q '"step":10' "$TMP/split/metrics.jsonl" \
     && pass "stopped after 10 steps" || fail "first half did not stop at step 10"
@@ -15,6 +17,7 @@ $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail
 for f in model.safetensors optim.safetensors; do
     cmp -s "$TMP/straight/ckpt/$f" "$TMP/again/ckpt/$f" && pass "same seed, same bits: $f" || fail "two runs differ: $f"
     cmp -s "$TMP/straight/ckpt/$f" "$TMP/split/ckpt/$f" && pass "resume is bitwise: $f" || fail "resumed $f differs"
+    cmp -s "$TMP/straight/ckpt/$f" "$TMP/graphs/ckpt/$f" && pass "captured and replayed steps (--graphs) are bitwise: $f" || fail "--graphs changed $f"
 done
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*\(,"val_loss":[^,]*\)\?' "$1/metrics.jsonl"; }
 if [ "$(losses "$TMP/straight")" = "$(losses "$TMP/split")" ] && [ "$(losses "$TMP/straight" | wc -l)" -eq 20 ]; then

@@ -61,11 +61,13 @@ typedef struct nb_backend_i {
     void (*sum_f64)(nb_ctx, double *out, const float *x, size_t n);
     /* *out = sum of squares of x[0..n) (fixed order) */
     void (*sumsq_f64)(nb_ctx, double *out, const float *x, size_t n);
-    void (*scale)(nb_ctx, float *x, size_t n, float s);
-    /* AdamW over one tensor; params_lowp (the compute copy in act_dtype) is refreshed when the
-     * backend keeps one (NULL otherwise). */
+    /* *clip = nb_clip_factor(sqrt(*sumsq), max_norm) (both in backend memory) */
+    void (*clip_factor)(nb_ctx, float *clip, const double *sumsq, float max_norm);
+    /* AdamW over one tensor with the step's scalars k and the clip factor (both in backend memory,
+     * so a captured graph replays as they change; clip may be NULL). params_lowp (the compute
+     * copy in act_dtype) is refreshed when the backend keeps one (NULL otherwise). */
     void (*adamw)(nb_ctx, float *params, const float *grads, float *m, float *v, void *params_lowp, size_t n,
-                  nb_adamw_cfg cfg, int t);
+                  const nb_adamw_scalars *k, const float *clip);
     /* params_lowp[0..n) = params converted to act_dtype (NULL-op for fp32 backends) */
     void (*cast_params)(nb_ctx, void *params_lowp, const float *params, size_t n);
 
@@ -75,6 +77,9 @@ typedef struct nb_backend_i {
     void (*zero)(nb_ctx, void *ptr, size_t bytes);
     void (*to_backend)(nb_ctx, void *dst, const void *host_src, size_t bytes); /* ordered on ctx */
     void (*to_host)(nb_ctx, void *host_dst, const void *src, size_t bytes);    /* returns when done */
+    /* Host memory the backend copies from and to asynchronously (pinned on CUDA). */
+    void *(*host_alloc)(size_t bytes, const char *what);
+    void (*host_free)(void *ptr);
     /* Bytes the backend can still allocate (0: unknown). */
     size_t (*mem_available)(void);
 } nb_backend_i;

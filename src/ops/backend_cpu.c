@@ -1,4 +1,5 @@
 /* The CPU backend: fp32, the reference. Each entry adapts an ops.h function to the table. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,10 +77,12 @@ static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) {
     *out = s;
 }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { *out = nb_sumsq(x, n); }
-static void scale(nb_ctx c, float *x, size_t n, float s) { nb_scale_inplace(x, n, s); }
-static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n, nb_adamw_cfg cfg,
-                  int t) {
-    nb_adamw_update(p, g, m, v, n, cfg, t);
+static void clip_factor(nb_ctx c, float *clip, const double *sumsq, float max_norm) {
+    *clip = nb_clip_factor(sqrt(*sumsq), max_norm);
+}
+static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n,
+                  const nb_adamw_scalars *k, const float *clip) {
+    nb_adamw_apply(p, g, m, v, n, k, clip ? *clip : 1.0f);
 }
 static void cast_params(nb_ctx c, void *lowp, const float *p, size_t n) {}
 static void *alloc(size_t bytes, const char *what) { return nb_aligned_alloc(bytes, what); }
@@ -128,7 +131,8 @@ const nb_backend_i nb_backend_cpu = {
     .attention_fwd = attention_fwd, .attention_bwd = attention_bwd,
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,
     .xent_fwd_bwd = xent_fwd_bwd,
-    .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .scale = scale, .adamw = adamw, .cast_params = cast_params,
-    .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in, .to_host = copy_in,
+    .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,
+    .cast_params = cast_params, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
+    .to_host = copy_in, .host_alloc = alloc, .host_free = release,
     .mem_available = mem_available,
 };

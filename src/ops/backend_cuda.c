@@ -5,6 +5,7 @@
 
 #ifdef NB_WITH_CUDA
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "core.h"
 #include "cuda_check.h"
@@ -96,10 +97,12 @@ NB_CUDA_BACKEND_OPS(bf16, nb_bf16)
 /* ---- precision-independent entries ---- */
 static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sum_f64(out, x, n, S(c)); }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sumsq(out, x, n, S(c)); }
-static void scale(nb_ctx c, float *x, size_t n, float s) { nb_cuda_scale_inplace(x, n, s, S(c)); }
-static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n, nb_adamw_cfg cfg,
-                  int t) {
-    nb_cuda_adamw_update(p, g, m, v, (nb_bf16 *)lowp, n, cfg, t, S(c));
+static void clip_factor(nb_ctx c, float *clip, const double *sumsq, float max_norm) {
+    nb_cuda_clip_factor(clip, sumsq, max_norm, S(c));
+}
+static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, size_t n,
+                  const nb_adamw_scalars *k, const float *clip) {
+    nb_cuda_adamw_apply(p, g, m, v, (nb_bf16 *)lowp, n, k, clip, S(c));
 }
 static void cast_bf16(nb_ctx c, void *lowp, const float *p, size_t n) { nb_cuda_cast_f32_to_bf16(lowp, p, n, S(c)); }
 static void cast_none(nb_ctx c, void *lowp, const float *p, size_t n) {}
@@ -126,6 +129,20 @@ static void to_host(nb_ctx c, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(c)));
     CUDA_CHECK(cudaStreamSynchronize(S(c)));
 }
+static void *pinned_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        char b[32];
+        nb_fail("lower --batch or --seq", "cannot pin %s of host memory for %s (%s)",
+                nb_fmt_bytes(b, sizeof b, (double)bytes), what, cudaGetErrorString(e));
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+static void pinned_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
 static size_t dev_available(void) {
     size_t free_b = 0, total = 0;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
@@ -142,8 +159,9 @@ static size_t dev_available(void) {
         .add_inplace = add_inplace_##SUF, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
-        .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .scale = scale, .adamw = adamw, .cast_params = CAST,   \
-        .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .to_backend = to_dev, .to_host = to_host,  \
+        .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,            \
+        .cast_params = CAST, .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .to_backend = to_dev, \
+        .to_host = to_host, .host_alloc = pinned_alloc, .host_free = pinned_free,                          \
         .mem_available = dev_available,                                                                    \
     }
 

@@ -149,6 +149,12 @@ void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
  * params_bf16 != NULL, the bf16 copy of the updated params written in the same pass. */
 void nb_cuda_adamw_update(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
                           size_t n, nb_adamw_cfg cfg, int t, nb_stream_t stream);
+/* The same update with the step's scalars (nb_adamw_prepare) and the clip factor in device
+ * memory (clip_dev may be NULL: no clipping): what a captured CUDA graph replays. */
+void nb_cuda_adamw_apply(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16, size_t n,
+                         const nb_adamw_scalars *k_dev, const float *clip_dev, nb_stream_t stream);
+/* *out = nb_clip_factor(sqrt(*sumsq), max_norm), computed on the device (pointers on the device). */
+void nb_cuda_clip_factor(float *out, const double *sumsq, float max_norm, nb_stream_t stream);
 /* *out = sum of g^2 in double, fixed order (device pointer): the global-norm clip's input. */
 void nb_cuda_sumsq(double *out, const float *g, size_t n, nb_stream_t stream);
 void nb_cuda_scale_inplace(float *g, size_t n, float s, nb_stream_t stream);

@@ -23,21 +23,31 @@
 /* Below this many elements the OpenMP fork/join costs more than the loop. */
 #define OPTIM_PAR_MIN 32768
 
-void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t) {
+nb_adamw_scalars nb_adamw_prepare(nb_adamw_cfg cfg, int t) {
     NB_ASSERT(t >= 1);
     double lr = cfg.lr, b1 = cfg.beta1, b2 = cfg.beta2;
     double bc1 = 1.0 - pow(b1, (double)t);
     double bc2 = 1.0 - pow(b2, (double)t);
-    float decay = (float)(1.0 - lr * (double)cfg.weight_decay);
-    float w1 = (float)(1.0 - b1);
-    float fb2 = (float)b2;
-    float w2 = (float)(1.0 - b2);
-    float neg_step = (float)(-(lr / bc1));
-    float bc2_sqrt = (float)sqrt(bc2);
-    float eps = cfg.eps;
+    nb_adamw_scalars k;
+    k.decay = (float)(1.0 - lr * (double)cfg.weight_decay);
+    k.w1 = (float)(1.0 - b1);
+    k.b2 = (float)b2;
+    k.w2 = (float)(1.0 - b2);
+    k.neg_step = (float)(-(lr / bc1));
+    k.bc2_sqrt = (float)sqrt(bc2);
+    k.eps = cfg.eps;
+    k.pad = 0.0f;
+    return k;
+}
+
+void nb_adamw_apply(float *params, const float *grads, float *m, float *v, size_t n, const nb_adamw_scalars *k,
+                    float grad_scale) {
+    const float decay = k->decay, w1 = k->w1, fb2 = k->b2, w2 = k->w2, neg_step = k->neg_step;
+    const float bc2_sqrt = k->bc2_sqrt, eps = k->eps;
+    const int clip = grad_scale < 1.0f;
 #pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = grads[i];
+        float g = clip ? grads[i] * grad_scale : grads[i];
         float p = params[i] * decay;
         float mi = m[i] + w1 * (g - m[i]);
         float vi = v[i] * fb2;
@@ -47,6 +57,11 @@ void nb_adamw_update(float *params, const float *grads, float *m, float *v, size
         m[i] = mi;
         v[i] = vi;
     }
+}
+
+void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t) {
+    nb_adamw_scalars k = nb_adamw_prepare(cfg, t);
+    nb_adamw_apply(params, grads, m, v, n, &k, 1.0f);
 }
 
 /* Elements per block, and blocks summed per parallel pass. The blocking is fixed, so the set of

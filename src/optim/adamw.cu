@@ -56,6 +56,53 @@ extern "C" void nb_cuda_adamw_update(float *params, const float *grads, float *m
     CUDA_CHECK_LAUNCH("adamw update");
 }
 
+/* The same update with the step's scalars and the clip factor read from device memory, so a
+ * captured graph replays correctly as they change (see nb_adamw_scalars in optim.h). */
+static __global__ void adamw_dev_kernel(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp,
+                                        size_t n, const nb_adamw_scalars *ks, const float *clip_p) {
+    const nb_adamw_scalars k = *ks;
+    const float clip = clip_p ? *clip_p : 1.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = grads[i];
+        if (clip < 1.0f) g = __fmul_rn(g, clip);
+        float p = __fmul_rn(params[i], k.decay);
+        float mi = __fadd_rn(m[i], __fmul_rn(k.w1, __fsub_rn(g, m[i])));
+        float vi = __fmul_rn(v[i], k.b2);
+        vi = __fadd_rn(vi, __fmul_rn(__fmul_rn(k.w2, g), g));
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+        p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k.neg_step, mi), denom));
+        params[i] = p;
+        m[i] = mi;
+        v[i] = vi;
+        if (lp) lp[i] = __float2bfloat16_rn(p);
+    }
+}
+
+extern "C" void nb_cuda_adamw_apply(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
+                                    size_t n, const nb_adamw_scalars *k_dev, const float *clip_dev,
+                                    nb_stream_t stream) {
+    NB_CUDA_SHAPE(params && grads && m && v && k_dev, "nb_cuda_adamw_apply");
+    if (n == 0) return;
+    adamw_dev_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(params, grads, m, v, (nb_bf16_t *)params_bf16,
+                                                                     n, k_dev, clip_dev);
+    CUDA_CHECK_LAUNCH("adamw apply");
+}
+
+/* nb_clip_factor (optim/adamw.c) on the device, in the same double arithmetic. */
+static __global__ void clip_factor_kernel(float *out, const double *sumsq, float max_norm) {
+    if (max_norm <= 0.0f) {
+        *out = 1.0f;
+        return;
+    }
+    double f = (double)max_norm / (sqrt(*sumsq) + 1e-6);
+    *out = isnan(f) ? (float)f : f < 1.0 ? (float)f : 1.0f;
+}
+
+extern "C" void nb_cuda_clip_factor(float *out, const double *sumsq, float max_norm, nb_stream_t stream) {
+    clip_factor_kernel<<<1, 1, 0, stream>>>(out, sumsq, max_norm);
+    CUDA_CHECK_LAUNCH("clip factor");
+}
+
 static __global__ void scale_kernel(float *g, size_t n, float s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         g[i] = __fmul_rn(g[i], s);

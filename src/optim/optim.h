@@ -20,6 +20,19 @@ typedef struct {
  * Elementwise, so the result is bitwise the same for any thread count. */
 void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t);
 
+/* The float scalars of one AdamW step, formed on the host in double exactly as nb_adamw_update
+ * forms them. Backends apply them with nb_adamw_apply (CPU) or from device memory (CUDA), so a
+ * captured CUDA graph keeps working when the learning rate and the step change: only these
+ * scalars are rewritten between replays. */
+typedef struct {
+    float decay, w1, b2, w2, neg_step, bc2_sqrt, eps, pad;
+} nb_adamw_scalars;
+nb_adamw_scalars nb_adamw_prepare(nb_adamw_cfg cfg, int t);
+/* One AdamW step from prepared scalars; each gradient is first multiplied by grad_scale when
+ * grad_scale < 1 (the global-norm clip), as nb_scale_inplace would. */
+void nb_adamw_apply(float *params, const float *grads, float *m, float *v, size_t n, const nb_adamw_scalars *k,
+                    float grad_scale);
+
 /* Sum of squares of g in double, summed in fixed-size blocks in a fixed order, so the result
  * does not depend on the thread count. */
 double nb_sumsq(const float *g, size_t n);

@@ -45,7 +45,7 @@ typedef struct {
 static const field train_fields[] = {
     FS("data", data), FS("val_data", val_data), FS("device", device), FS("schedule", schedule), FS("precision", precision),
     FI("batch", batch), FI("seq", seq), FI("steps", steps), FI("warmup", warmup), FI("eval_every", eval_every),
-    FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
+    FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FI("graphs", graphs), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
     FF("weight_decay", weight_decay), FF("beta1", beta1), FF("beta2", beta2), FF("eps", eps),
     FF("grad_clip", grad_clip), {"seed", F_U64, offsetof(nb_train_opts, seed), sizeof(uint64_t)},
 };

@@ -8,7 +8,7 @@ nb_mark nb_sched_plain_step(nb_trainer *tr, int step) {
     nb_lane *c = tr->compute;
     int L = tr->model.cfg.layers;
     char name[40];
-    nb_lane_wait(c, tr->batch->filled);
+    /* the trainer has waited for the batch and staged its tokens before this step */
     nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "fwd L%d", l);

@@ -68,6 +68,17 @@ static int lowp_weights(const nb_trainer *tr) { return tr->be->act_dtype != NB_F
 static void *wptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_weights, es_of(tr)); }
 static void *gptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_grads, sizeof(float)); }
 
+/* Host side, before a step is enqueued: the batch is ready and, for a device backend, its tokens
+ * sit in the pinned staging buffer (a captured graph copies from there on every replay). */
+static void stage_batch(nb_trainer *tr, nb_loader_slot *slot) {
+    tr->batch = slot;
+    if (slot->owner->lane) nb_mark_wait_host(slot->filled);
+    if (!tr->h_tokens) return;
+    size_t n = (size_t)tr->o.batch * tr->o.seq;
+    memcpy(tr->h_tokens, slot->inputs, n * sizeof(int32_t));
+    memcpy(tr->h_tokens + n, slot->targets, n * sizeof(int32_t));
+}
+
 /* The batch's tokens where the backend reads them: copied in on the lane for a device backend. */
 static void batch_tokens(nb_trainer *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg) {
     if (!tr->d_tokens) {
@@ -76,8 +87,7 @@ static void batch_tokens(nb_trainer *tr, nb_ctx ctx, const int32_t **in, const i
         return;
     }
     size_t n = (size_t)tr->o.batch * tr->o.seq;
-    tr->be->to_backend(ctx, tr->d_tokens, tr->batch->inputs, n * sizeof(int32_t));
-    tr->be->to_backend(ctx, tr->d_tokens + n, tr->batch->targets, n * sizeof(int32_t));
+    tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens, 2 * n * sizeof(int32_t));
     *in = tr->d_tokens;
     *tg = tr->d_tokens + n;
 }
@@ -112,7 +122,7 @@ void nb_work_head(void *arg, const nb_task_ctx *ctx) {
     nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
                tr->model.cfg.layers, tr->tok_tg, 1, 1.0f / (float)N, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
                gptr(tr, head_index(tr)), &tr->acts);
-    tr->be->sum_f64(ctx, &tr->d_scalars[0], tr->acts.losses, N);
+    tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, N);
 }
 
 void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
@@ -130,32 +140,39 @@ void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
 void nb_work_optim(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     const nb_backend_i *be = tr->be;
-    const nb_train_opts *o = &tr->o;
     const nb_tf_model *m = &tr->model;
+    nb_step_scalars *d = tr->d_step;
     /* alignment padding between tensors holds zeros, so the whole slab gives the global norm;
-     * the clip factor needs the norm on the host (one small copy) */
-    be->sumsq_f64(ctx, &tr->d_scalars[1], tr->d_grads, m->total);
-    double sumsq = 0;
-    be->to_host(ctx, &sumsq, &tr->d_scalars[1], sizeof sumsq);
-    double norm = sqrt(sumsq);
-    float clip = nb_clip_factor(norm, o->grad_clip);
-    if (clip < 1.0f) be->scale(ctx, tr->d_grads, m->total, clip);
-    float lr = nb_lr_cosine(tr->step, warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
+     * the clip factor stays in backend memory: nothing here waits for the device */
+    be->sumsq_f64(ctx, &d->sumsq, tr->d_grads, m->total);
+    be->clip_factor(ctx, &d->clip, &d->sumsq, tr->o.grad_clip);
+    be->to_backend(ctx, d->k, tr->h_step->k, sizeof d->k);
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
-        nb_adamw_cfg c = {lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f};
         void *lowp = lowp_weights(tr) ? (char *)tr->d_weights + p->offset * es_of(tr) : NULL;
         be->adamw(ctx, tr->d_params + p->offset, tr->d_grads + p->offset, tr->d_m + p->offset, tr->d_v + p->offset,
-                  lowp, p->numel, c, tr->step + 1);
+                  lowp, p->numel, &d->k[p->decay ? 0 : 1], &d->clip);
     }
-    tr->lr = lr;
-    tr->grad_norm = (float)norm;
 }
 
-/* Reads the step's loss sum into tr->loss_sum, in order on the lane. */
+/* Host side, before the step: the AdamW scalars of step tr->step. */
+static void prepare_optim(nb_trainer *tr) {
+    const nb_train_opts *o = &tr->o;
+    float lr = nb_lr_cosine(tr->step, warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
+    nb_adamw_cfg decay = {lr, o->beta1, o->beta2, o->eps, o->weight_decay}, none = decay;
+    none.weight_decay = 0.0f;
+    tr->h_step->k[0] = nb_adamw_prepare(decay, tr->step + 1);
+    tr->h_step->k[1] = nb_adamw_prepare(none, tr->step + 1);
+    tr->lr = lr;
+}
+
+/* Reads the step's loss sum and gradient norm, in order on the lane. */
 static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
-    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_scalars[0], sizeof(double));
+    double two[2];
+    tr->be->to_host(ctx, two, tr->d_step, sizeof two);
+    tr->loss_sum = two[0];
+    tr->grad_norm = (float)sqrt(two[1]);
 }
 
 /* Host master state -> backend (start, resume), backend -> host (checkpoints). */
@@ -213,7 +230,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
         tr->d_grads = (float *)(host->base + hg);
         tr->d_weights = tr->params;
         tr->d_acts = host->base + ha;
-        tr->d_scalars = tr->h_scalars;
+        tr->d_step = tr->h_step = &tr->cpu_step;
         return;
     }
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : be->mem_available();
@@ -222,7 +239,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     size_t dp = nb_arena_plan_bytes(dev, slab), dg = nb_arena_plan_bytes(dev, slab), dm = nb_arena_plan_bytes(dev, slab);
     size_t dv = nb_arena_plan_bytes(dev, slab), dw = wl ? nb_arena_plan_bytes(dev, wl) : 0;
     size_t dac = nb_arena_plan_bytes(dev, acts), dt = nb_arena_plan_bytes(dev, toks);
-    size_t ds = nb_arena_plan_bytes(dev, 4 * sizeof(double));
+    size_t ds = nb_arena_plan_bytes(dev, sizeof(nb_step_scalars));
     /* the check happens here, before any allocation; --gpu-mem-limit emulates a smaller GPU */
     if (dev->budget && dev->planned > dev->budget) {
         char need[32], have[32];
@@ -237,7 +254,9 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
     tr->d_acts = base + dac;
     tr->d_tokens = (int32_t *)(base + dt);
-    tr->d_scalars = (double *)(base + ds);
+    tr->d_step = (nb_step_scalars *)(base + ds);
+    tr->h_step = be->host_alloc(sizeof(nb_step_scalars), "step scalars");
+    tr->h_tokens = be->host_alloc(toks, "token staging");
 }
 
 static nb_arena host_arena, dev_arena;
@@ -292,7 +311,10 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
 
 void nb_trainer_free(nb_trainer *tr) {
     if (tr->has_train) nb_loader_close(&tr->train);
+    if (tr->graph) nb_graph_destroy(tr->graph);
     if (tr->lanes) nb_lanes_destroy(tr->lanes);
+    if (tr->h_tokens) tr->be->host_free(tr->h_tokens);
+    if (tr->h_step && tr->h_step != &tr->cpu_step) tr->be->host_free(tr->h_step);
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
     if (dev_arena.base) tr->be->free(dev_arena.base);
@@ -323,8 +345,8 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     }
     nb_tf_head(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)), m->cfg.layers,
                tg, 0, 1.0f, NULL, NULL, NULL, &tr->acts);
-    tr->be->sum_f64(ctx, &tr->d_scalars[0], tr->acts.losses, (size_t)tr->acts.B * tr->acts.T);
-    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_scalars[0], sizeof(double));
+    tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, (size_t)tr->acts.B * tr->acts.T);
+    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_step->loss_sum, sizeof(double));
 }
 
 double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
@@ -335,7 +357,7 @@ double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
     nb_loader_slot *saved = tr->batch;
     double total = 0;
     for (int i = 0; i < nbatches; i++) {
-        tr->batch = nb_loader_take(&ld);
+        stage_batch(tr, nb_loader_take(&ld));
         run_on_compute(tr, "eval", work_eval_batch, &tr->whole);
         total += tr->loss_sum;
         nb_loader_release(&ld, tr->batch, nb_lane_mark(tr->compute));
@@ -455,6 +477,22 @@ static void open_metrics(nb_trainer *tr) {
     tr->metrics = nb_fopen(path, "a", "choose a writable --out directory");
 }
 
+/* One step: eagerly, or (--graphs) as the replay of a step captured once. The first step of a
+ * run is eager either way: it makes every lazy allocation (cuBLASLt workspaces, pools) before a
+ * capture, where allocations are not allowed. */
+static void run_step(nb_trainer *tr, int step, int first) {
+    if (!tr->o.graphs || step == first) {
+        nb_sched_plain_step(tr, step);
+        return;
+    }
+    if (!tr->graph) {
+        nb_lanes_capture_begin(tr->lanes, tr->compute);
+        nb_sched_plain_step(tr, step);
+        tr->graph = nb_lanes_capture_end(tr->lanes);
+    }
+    nb_graph_launch(tr->graph, tr->compute, step);
+}
+
 static void fmt_eta(char *buf, size_t cap, double s) {
     if (s < 0 || !isfinite(s)) s = 0;
     int h = (int)(s / 3600), mi = (int)(s / 60) % 60, se = (int)s % 60;
@@ -480,8 +518,9 @@ void nb_trainer_run(nb_trainer *tr) {
     for (; tr->step < end; tr->step++) {
         int step = tr->step;
         double t0 = nb_now();
-        tr->batch = nb_loader_take(&tr->train);
-        nb_sched_plain_step(tr, step);
+        stage_batch(tr, nb_loader_take(&tr->train));
+        prepare_optim(tr);
+        run_step(tr, step, first);
         nb_lane_run(tr->compute, "read loss", NB_SPAN_OTHER, step, work_read_loss, &tr->whole);
         nb_mark done = nb_lane_mark(tr->compute);
         nb_mark_wait_host(done);

@@ -13,6 +13,7 @@
 #include "lanes/lanes.h"
 #include "model/transformer.h"
 #include "ops/backend.h"
+#include "optim/optim.h"
 
 #define NB_PATH_MAX 1024
 
@@ -25,12 +26,22 @@ typedef struct nb_train_opts {
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
     int progress; /* 1: progress line on a terminal */
+    int graphs;   /* capture the training step once (CUDA graph) and replay it */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
 void nb_train_opts_print(const nb_train_opts *o, FILE *f);
 
 typedef struct nb_trainer nb_trainer;
+
+/* What a step reads and writes besides tensors, in backend memory: the host writes the AdamW
+ * scalars of the step before it runs (a captured graph copies them in), and reads the loss sum
+ * and the gradient norm after it. */
+typedef struct {
+    double loss_sum, sumsq;
+    float clip, pad[7];
+    nb_adamw_scalars k[2]; /* [0] with weight decay, [1] without */
+} nb_step_scalars;
 
 typedef struct nb_work {
     nb_trainer *tr;
@@ -47,8 +58,10 @@ struct nb_trainer {
     void *d_weights; /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
     void *d_acts;
     int32_t *d_tokens; /* [2, B*T] inputs then targets (device backends only) */
-    double *d_scalars; /* [0] loss sum, [1] gradient sum of squares */
-    double h_scalars[4];
+    int32_t *h_tokens; /* the same, staged in pinned host memory by the host before each step */
+    nb_step_scalars *d_step, *h_step; /* backend copy and host copy (the same on the CPU) */
+    nb_step_scalars cpu_step;
+    struct nb_graph *graph; /* --graphs: the captured step */
     void *d_logits; /* sampling only */
     const int32_t *tok_in, *tok_tg; /* the step's tokens where the backend reads them */
     nb_tf_acts acts;
