@@ -52,7 +52,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu
 
 echo "== build nobubble ($NB_BUILD) $(stamp)"
 if [ $build = 1 ]; then
-    if make -j"$(nproc)" BUILD="$NB_BUILD" "$NB_BUILD/nobubble" >"$OUT/build.log" 2>&1; then
+    source scripts/device_deps.sh use || status=1   # OpenBLAS where Debian's package is absent
+    if make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} "$NB_BUILD/nobubble" >"$OUT/build.log" 2>&1; then
         echo "built $NB_BUILD/nobubble"
     else
         echo "nobubble build failed (the PyTorch anchors still run); last lines of $OUT/build.log:"
@@ -106,8 +107,9 @@ nb_run() {   # MODEL BATCH SEQ STEPS
     local dir="$TMP/nb-$1-b$2"
     echo "== nobubble: $1 B=$2 T=$3 $(stamp)"
     # the final checkpoint of llama-1b is ~14 GB of fp32 state: the timeout leaves room for it
+    # --graphs: nobubble's best mode (one captured step replayed), as the anchor is PyTorch's best
     if timeout 240 "$NB" train --model "$1" --batch "$2" --seq "$3" --steps "$4" --device cuda --data "$SHARD" \
-            --val-data none --out "$dir" --no-progress --quiet >"$dir.log" 2>&1; then
+            --val-data none --out "$dir" --no-ckpt --graphs --no-progress --quiet >"$dir.log" 2>&1; then
         "$PY" bench/torch_anchor.py --collect-nobubble "$dir" --model "$1" --batch "$2" --seq "$3" --skip 5 \
             --device-name "${GPU_NAME:-unknown}" --json "$OUT/nobubble.jsonl" || status=1
     else

@@ -107,6 +107,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"trace", ARG_STR, o.trace, sizeof o.trace, "FILE", "write a Chrome trace of every lane", 0, 0},
         {"threads", ARG_INT, &o.threads, 0, "N", "CPU threads (0: all cores)", 0, 0},
         {"log-every", ARG_INT, &o.log_every, 0, "N", "progress line every N steps when not on a terminal", 0, 0},
+        {"no-ckpt", ARG_BOOL, &o.no_ckpt, 0, NULL, "write no checkpoint (benchmarks; metrics.jsonl still)", 0, 0},
         {"graphs", ARG_BOOL, &o.graphs, 0, NULL, "capture the step once (CUDA graph) and replay it", 0, 0},
         {"no-progress", ARG_BOOL, &no_progress, 0, NULL, "no live progress line", 0, 0},
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "print only errors and the summary", 0, 0},

@@ -262,6 +262,19 @@ static void allow_smem(const void *kernel, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+/* bf16 calls go to the tensor-core kernels of attention_fa.cu when those take the shape (they
+ * return 0 when not: head sizes other than 64 and 128, unaligned tensors); these kernels stay
+ * the fp32 path and the bf16 fallback. */
+extern "C" int nb_cuda_attention_fa_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T,
+                                                  int NH, int NKV, int HS, nb_stream_t stream);
+extern "C" int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                                   const nb_bf16 *out, const float *lse, int B, int T, int NH,
+                                                   int NKV, int HS, nb_stream_t stream);
+#define FA_FORWARD_bf16 nb_cuda_attention_fa_forward_bf16
+#define FA_BACKWARD_bf16 nb_cuda_attention_fa_backward_bf16
+#define FA_FORWARD_f32(...) 0
+#define FA_BACKWARD_f32(...) 0
+
 #define DEF_ATTN_LAUNCHERS(SFX, T, KT)                                                             \
     extern "C" void nb_cuda_attention_forward_##SFX(T *out, float *lse, const T *qkv, int B, int T_, int NH, \
                                                      int NKV, int HS, nb_stream_t stream) {        \
@@ -269,6 +282,7 @@ static void allow_smem(const void *kernel, size_t bytes) {
         attn_dims a = attn_dims_of(name, B, T_, NH, NKV, HS);                                      \
         NB_CUDA_SHAPE(out && lse && qkv, name);                                                    \
         if (B == 0 || T_ == 0) return;                                                             \
+        if (FA_FORWARD_##SFX(out, lse, qkv, B, T_, NH, NKV, HS, stream)) return;                   \
         size_t smem = ((size_t)BR * HS + (size_t)BC * (HS + 1) + (size_t)BC * HS) * sizeof(float); \
         void (*k)(KT *, float *, const KT *, attn_dims) = attn_fwd_kernel;                         \
         allow_smem((const void *)k, smem);                                                         \
@@ -284,6 +298,7 @@ static void allow_smem(const void *kernel, size_t bytes) {
         attn_dims a = attn_dims_of(name, B, T_, NH, NKV, HS);                                      \
         NB_CUDA_SHAPE(dout && qkv && out && lse, name);                                            \
         if (B == 0 || T_ == 0) return;                                                             \
+        if (FA_BACKWARD_##SFX(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HS, stream)) return;      \
         size_t nrows = (size_t)B * T_ * NH;                                                        \
         float *Dv = (float *)nb_cuda_scratch(nrows * sizeof(float), stream);                       \
         attn_d_kernel<<<(unsigned)((nrows + NWARPS - 1) / NWARPS), NWARPS * 32, 0, stream>>>(      \

@@ -556,7 +556,7 @@ void nb_trainer_run(nb_trainer *tr) {
                      strerror(errno));
             nb_json_writer_free(&w);
         }
-        int save = o->out[0] && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last);
+        int save = o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last);
         if (save) {
             nb_ckpt_state cs = {step + 1, nb_loader_position(&tr->train), o->seed};
             nb_trainer_sync_to_host(tr);

@@ -27,6 +27,7 @@ typedef struct nb_train_opts {
     uint64_t seed;
     int progress; /* 1: progress line on a terminal */
     int graphs;   /* capture the training step once (CUDA graph) and replay it */
+    int no_ckpt;  /* write no checkpoint (benchmarks) */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
