@@ -392,11 +392,11 @@ void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const 
     const void *x = a->resid[layer_out];
     norm_fwd(m, be, ctx, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N);
     if (!backward) {
-        be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, grad_scale);
+        be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
         return;
     }
     be->zero(ctx, a->dln, (size_t)N * C * es);
-    be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, grad_scale);
+    be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
     be->zero(ctx, a->dres, (size_t)N * C * es);
     norm_bwd(m, be, ctx, a->dres, dlnf_w, dlnf_b, a->dln, x, lnf_w, a->lnf_mean, a->lnf_rstd, N);
 }

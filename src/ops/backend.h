@@ -51,10 +51,11 @@ typedef struct nb_backend_i {
                       int V);
     void (*embed_bwd)(nb_ctx, void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int B, int T, int C,
                       int V);
-    /* Fused unembedding + cross-entropy (+ gradient when dinp/dw non-NULL). Writes losses[N];
+    /* Fused unembedding + cross-entropy (+ gradient when dinp/dw non-NULL); w has Vp >= V rows
+     * (a backend may use the padding rows to align its GEMMs). Writes losses[N];
      * the loss sum is read from losses by the caller once the lane is done (no host sync here). */
     void (*xent_fwd_bwd)(nb_ctx, void *dinp, void *dw, float *losses, const void *inp, const void *w,
-                         const int32_t *targets, int N, int C, int V, float grad_scale);
+                         const int32_t *targets, int N, int C, int V, int Vp, float grad_scale);
 
     /* ---- optimizer pieces (parameters, their gradients and AdamW state are fp32 slabs) ---- */
     /* *out = sum of x[0..n) (out: backend memory; fixed order) */

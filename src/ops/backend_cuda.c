@@ -86,9 +86,9 @@
         nb_cuda_embed_backward_##SUF((float *)dwte, (float *)dwpe, (const T *)dout, tok, B, Tt, C, V, S(c)); \
     }                                                                                                        \
     static void xent_##SUF(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,    \
-                           const int32_t *targets, int N, int C, int V, float grad_scale) {                  \
-        nb_cuda_xent_forward_backward_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w,    \
-                                            targets, N, C, V, grad_scale, 0, S(c));                          \
+                           const int32_t *targets, int N, int C, int V, int Vp, float grad_scale) {          \
+        nb_cuda_xent_padded_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w, targets, N, C, V, \
+                                  Vp, grad_scale, 0, S(c));                                                  \
     }
 
 NB_CUDA_BACKEND_OPS(f32, float)

@@ -141,6 +141,15 @@ void nb_cuda_xent_forward_backward_f32(float *dinp, float *dw, float *losses, co
 void nb_cuda_xent_forward_backward_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp,
                                         const nb_bf16 *w, const int32_t *targets, int N, int C, int V,
                                         float grad_scale, int chunk_rows, nb_stream_t stream);
+/* The same, for a w with w_rows >= V rows (a padded vocabulary): the GEMMs then run over V
+ * rounded up to 64 columns (aligned, tensor cores) using the padding rows, whose logits are left
+ * out of the softmax and get zero gradient (dw's padding rows only get += 0). */
+void nb_cuda_xent_padded_f32(float *dinp, float *dw, float *losses, const float *inp, const float *w,
+                             const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                             int chunk_rows, nb_stream_t stream);
+void nb_cuda_xent_padded_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
+                              const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                              int chunk_rows, nb_stream_t stream);
 /* *out = sum of x[0..n) in double, fixed order (out is a device pointer). */
 void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
 
