@@ -416,10 +416,14 @@ static void check_reference(const reference *r, const runner *rn) {
             worst_t32 = fmax(worst_t32, fabs((double)r->torch32_losses[s] - r->losses[s]) / fabs(r->losses[s]));
     }
     double t_steps = nb_now() - t1;
-    int ok = worst_step <= tol_losses;
-    printf("  %s %d AdamW steps        loss %.5f -> %.5f (reference %.5f -> %.5f), worst step rel err %.2e [%.2e]  (tol %.0e)\n",
+    /* Over many AdamW steps float32 rounding grows with the model (Adam turns tiny gradient
+     * differences of near-zero elements into whole-lr steps): the bar is the larger of the
+     * tolerance and twice the error PyTorch's own float32 run shows against float64. */
+    double tol_steps = fmax(tol_losses, 2.0 * worst_t32);
+    int ok = worst_step <= tol_steps;
+    printf("  %s %d AdamW steps        loss %.5f -> %.5f (reference %.5f -> %.5f), worst step rel err %.2e [%.2e]  (tol %.1e)\n",
            verdict(ok), r->steps, losses[0], losses[r->steps - 1], r->losses[0], r->losses[r->steps - 1], worst_step,
-           worst_t32, tol_losses);
+           worst_t32, tol_steps);
     if (!ok || verbose)
         for (int s = 0; s < r->steps; s++)
             printf("      step %2d  ours %.7f  reference %.7f  rel err %.2e\n", s, losses[s], r->losses[s],
