@@ -336,11 +336,12 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
     be->residual_fwd(ctx, s->res2, x, s->res2, (size_t)N * C);
 
     norm_fwd(m, be, ctx, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, w->t[NB_TF_LN2_W], w->t[NB_TF_LN2_B], N);
-    be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], w->t[NB_TF_FC_B], N, C, fc_width(c));
-    if (c->arch == NB_ARCH_GPT2)
-        be->gelu_fwd(ctx, s->fca, s->fch, (size_t)N * c->ffn);
-    else
+    if (c->arch == NB_ARCH_GPT2) {
+        be->matmul_gelu_fwd(ctx, s->fca, s->fch, s->ln2, w->t[NB_TF_FC_W], w->t[NB_TF_FC_B], N, C, c->ffn);
+    } else {
+        be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], NULL, N, C, fc_width(c));
         be->swiglu_fwd(ctx, s->fca, s->fch, N, c->ffn);
+    }
     be->matmul_fwd(ctx, out, s->fca, w->t[NB_TF_FCPROJ_W], w->t[NB_TF_FCPROJ_B], N, c->ffn, C);
     be->residual_fwd(ctx, out, s->res2, out, (size_t)N * C);
 }

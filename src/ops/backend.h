@@ -35,6 +35,10 @@ typedef struct nb_backend_i {
     void (*rmsnorm_fwd)(nb_ctx, void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps);
     void (*rmsnorm_bwd)(nb_ctx, void *dinp, void *dw, const void *dout, const void *inp, const void *w,
                         const float *rstd, int N, int C);
+    /* pre[N,OC] = inp @ w^T + bias (kept for backward), out = gelu(pre): an MLP's first linear;
+     * CUDA fuses the GELU into the GEMM epilogue in bf16 */
+    void (*matmul_gelu_fwd)(nb_ctx, void *out, void *pre, const void *inp, const void *w, const void *bias, int N,
+                            int C, int OC);
     void (*gelu_fwd)(nb_ctx, void *out, const void *inp, size_t n);
     void (*gelu_bwd)(nb_ctx, void *dinp, const void *inp, const void *dout, size_t n);
     void (*swiglu_fwd)(nb_ctx, void *out, const void *gu, int N, int F);

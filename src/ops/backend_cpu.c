@@ -35,6 +35,11 @@ static void rmsnorm_bwd(nb_ctx c, void *dinp, void *dw, const void *dout, const 
     nb_rmsnorm_backward(F(dinp), F(dw), CF(dout), CF(inp), CF(w), rstd, N, C);
 }
 static void gelu_fwd(nb_ctx c, void *out, const void *inp, size_t n) { nb_gelu_forward(F(out), CF(inp), n); }
+static void matmul_gelu_fwd(nb_ctx c, void *out, void *pre, const void *inp, const void *w, const void *bias, int N,
+                            int C, int OC) {
+    nb_matmul_forward(F(pre), CF(inp), CF(w), CF(bias), N, C, OC);
+    nb_gelu_forward(F(out), CF(pre), (size_t)N * OC);
+}
 static void gelu_bwd(nb_ctx c, void *dinp, const void *inp, const void *dout, size_t n) {
     nb_gelu_backward(F(dinp), CF(inp), CF(dout), n);
 }
@@ -124,7 +129,7 @@ const nb_backend_i nb_backend_cpu = {
     .matmul_fwd = matmul_fwd, .matmul_bwd = matmul_bwd,
     .layernorm_fwd = layernorm_fwd, .layernorm_bwd = layernorm_bwd,
     .rmsnorm_fwd = rmsnorm_fwd, .rmsnorm_bwd = rmsnorm_bwd,
-    .gelu_fwd = gelu_fwd, .gelu_bwd = gelu_bwd,
+    .matmul_gelu_fwd = matmul_gelu_fwd, .gelu_fwd = gelu_fwd, .gelu_bwd = gelu_bwd,
     .swiglu_fwd = swiglu_fwd, .swiglu_bwd = swiglu_bwd,
     .residual_fwd = residual_fwd, .add_inplace = add_inplace,
     .rope_fwd = rope_fwd, .rope_bwd = rope_bwd,

@@ -44,6 +44,11 @@
         nb_cuda_rmsnorm_backward_##SUF((T *)dinp, (float *)dw, (const T *)dout, (const T *)inp, (const T *)w, \
                                        rstd, N, C, S(c));                                                    \
     }                                                                                                        \
+    static void matmul_gelu_fwd_##SUF(nb_ctx c, void *out, void *pre, const void *inp, const void *w,        \
+                                      const void *bias, int N, int C, int OC) {                              \
+        nb_cuda_matmul_gelu_forward_##SUF((T *)out, (T *)pre, (const T *)inp, (const T *)w, (const T *)bias, N, C, \
+                                          OC, S(c));                                                         \
+    }                                                                                                        \
     static void gelu_fwd_##SUF(nb_ctx c, void *out, const void *inp, size_t n) {                             \
         nb_cuda_gelu_forward_##SUF((T *)out, (const T *)inp, n, S(c));                                       \
     }                                                                                                        \
@@ -154,7 +159,8 @@ static size_t dev_available(void) {
         .name = "cuda-" #SUF, .device = NB_DEV_CUDA, .act_dtype = DT, .matmul_fwd = matmul_fwd_##SUF,      \
         .matmul_bwd = matmul_bwd_##SUF, .layernorm_fwd = layernorm_fwd_##SUF,                              \
         .layernorm_bwd = layernorm_bwd_##SUF, .rmsnorm_fwd = rmsnorm_fwd_##SUF,                            \
-        .rmsnorm_bwd = rmsnorm_bwd_##SUF, .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,          \
+        .rmsnorm_bwd = rmsnorm_bwd_##SUF, .matmul_gelu_fwd = matmul_gelu_fwd_##SUF,                        \
+        .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,                                            \
         .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
         .add_inplace = add_inplace_##SUF, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
