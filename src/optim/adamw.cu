@@ -1,7 +1,7 @@
 /* AdamW and the global-norm helpers on CUDA.
  *
  * nb_cuda_adamw_update runs adamw.c's formula operation by operation, with the host forming the
- * same float scalars in double, and every device operation written as an explicitly rounded
+ * same float scalars (nb_adamw_prepare), and every device operation written as an explicitly rounded
  * intrinsic (__fmul_rn, ...) so nvcc cannot contract a*b+c into an FMA: the GPU result is the
  * CPU result, bit for bit. One thread per element over a contiguous slab, plus the bf16 copy of
  * the new params in the same pass (the weights the next forward reads).
@@ -15,67 +15,50 @@
 #define REDUCE_BLOCK 65536
 #define REDUCE_THREADS 512
 
-typedef struct {
-    float decay, w1, b2, w2, neg_step, bc2_sqrt, eps;
-} adamw_scalars;
+/* One element of AdamW from prepared scalars (nb_adamw_prepare, optim/adamw.c), with the
+ * gradient first multiplied by the clip factor when it is below 1, as the CPU does. */
+static __device__ __forceinline__ void adamw_element(size_t i, float *params, const float *grads, float *m, float *v,
+                                                     nb_bf16_t *lp, const nb_adamw_scalars *k, float clip) {
+    float g = grads[i];
+    if (clip < 1.0f) g = __fmul_rn(g, clip);
+    float p = __fmul_rn(params[i], k->decay);
+    float mi = __fadd_rn(m[i], __fmul_rn(k->w1, __fsub_rn(g, m[i])));
+    float vi = __fmul_rn(v[i], k->b2);
+    vi = __fadd_rn(vi, __fmul_rn(__fmul_rn(k->w2, g), g));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k->bc2_sqrt), k->eps);
+    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k->neg_step, mi), denom));
+    params[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+    if (lp) lp[i] = __float2bfloat16_rn(p);
+}
 
-static __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp,
-                                    size_t n, adamw_scalars k) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grads[i];
-        float p = __fmul_rn(params[i], k.decay);
-        float mi = __fadd_rn(m[i], __fmul_rn(k.w1, __fsub_rn(g, m[i])));
-        float vi = __fmul_rn(v[i], k.b2);
-        vi = __fadd_rn(vi, __fmul_rn(__fmul_rn(k.w2, g), g));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-        p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k.neg_step, mi), denom));
-        params[i] = p;
-        m[i] = mi;
-        v[i] = vi;
-        if (lp) lp[i] = __float2bfloat16_rn(p);
-    }
+/* Scalars by value (formed on the host for this launch). */
+static __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp, size_t n,
+                                    nb_adamw_scalars k) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        adamw_element(i, params, grads, m, v, lp, &k, 1.0f);
 }
 
 extern "C" void nb_cuda_adamw_update(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
                                      size_t n, nb_adamw_cfg cfg, int t, nb_stream_t stream) {
     NB_CUDA_SHAPE(params && grads && m && v && t >= 1, "nb_cuda_adamw_update");
     if (n == 0) return;
-    /* The scalars exactly as adamw.c forms them. */
-    double lr = cfg.lr, b1 = cfg.beta1, b2 = cfg.beta2;
-    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
-    adamw_scalars k;
-    k.decay = (float)(1.0 - lr * (double)cfg.weight_decay);
-    k.w1 = (float)(1.0 - b1);
-    k.b2 = (float)b2;
-    k.w2 = (float)(1.0 - b2);
-    k.neg_step = (float)(-(lr / bc1));
-    k.bc2_sqrt = (float)sqrt(bc2);
-    k.eps = cfg.eps;
+    /* the scalars exactly as adamw.c forms them: the GPU result is the CPU result, bit for bit */
+    nb_adamw_scalars k = nb_adamw_prepare(cfg, t);
     adamw_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(params, grads, m, v, (nb_bf16_t *)params_bf16, n,
                                                                  k);
     CUDA_CHECK_LAUNCH("adamw update");
 }
 
-/* The same update with the step's scalars and the clip factor read from device memory, so a
- * captured graph replays correctly as they change (see nb_adamw_scalars in optim.h). */
+/* Scalars and clip factor read from device memory, so a captured graph replays correctly as they
+ * change (see nb_adamw_scalars in optim.h). */
 static __global__ void adamw_dev_kernel(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp,
                                         size_t n, const nb_adamw_scalars *ks, const float *clip_p) {
     const nb_adamw_scalars k = *ks;
     const float clip = clip_p ? *clip_p : 1.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grads[i];
-        if (clip < 1.0f) g = __fmul_rn(g, clip);
-        float p = __fmul_rn(params[i], k.decay);
-        float mi = __fadd_rn(m[i], __fmul_rn(k.w1, __fsub_rn(g, m[i])));
-        float vi = __fmul_rn(v[i], k.b2);
-        vi = __fadd_rn(vi, __fmul_rn(__fmul_rn(k.w2, g), g));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-        p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k.neg_step, mi), denom));
-        params[i] = p;
-        m[i] = mi;
-        v[i] = vi;
-        if (lp) lp[i] = __float2bfloat16_rn(p);
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        adamw_element(i, params, grads, m, v, lp, &k, clip);
 }
 
 extern "C" void nb_cuda_adamw_apply(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
