@@ -147,6 +147,6 @@ case $what in
     sotu) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
     all) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
     movielens) bash "$ROOT/scripts/fetch_movielens.sh" ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown target '$what' (hint: scripts/fetch_data.sh [tokenizer|sotu|all|movielens])" ;;
 esac
