@@ -1,0 +1,187 @@
+/* Embedding lookups and jagged bags with a deduplicated backward.
+ *
+ * The backward never scatters into the full table: it produces one gradient row per UNIQUE row
+ * the batch touched, which is what the sparse (row-wise) optimizers apply, and what a sharded
+ * table would send to the owner of each row. Determinism without atomics: a segmented reduction.
+ * The lookups are grouped by unique row (a stable counting sort, so position order is kept
+ * inside each group) and each unique row is summed by one thread in position order: every
+ * output element is the same sequence of float additions whatever the thread count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "ops/ops_ctr.h"
+
+/* Checked before any parallel region so that nb_fail exits from the calling thread. */
+static void embag_check_rows(const int64_t *rows, int n, int64_t nrows) {
+    for (int i = 0; i < n; i++)
+        NB_CHECK(rows[i] >= 0 && rows[i] < nrows, "map ids to rows with id mod rows_t before the lookup",
+                 "embedding row %lld at lookup %d is outside the table's %lld rows", (long long)rows[i], i,
+                 (long long)nrows);
+}
+
+static void embag_check_offsets(const int32_t *offsets, int B) {
+    NB_CHECK(offsets[0] == 0, "bag offsets must start at 0", "bag offsets[0] = %d", (int)offsets[0]);
+    for (int b = 0; b < B; b++)
+        NB_CHECK(offsets[b + 1] >= offsets[b], "bag offsets must be non-decreasing",
+                 "bag %d has offsets %d .. %d", b, (int)offsets[b], (int)offsets[b + 1]);
+}
+
+void nb_embag_gather(float *out, const float *table, const int64_t *rows, int n, int64_t nrows, int E) {
+    NB_ASSERT(n >= 0 && E >= 0 && (n == 0 || (out && table && rows)));
+    embag_check_rows(rows, n, nrows);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) memcpy(out + (size_t)i * E, table + (size_t)rows[i] * E, (size_t)E * sizeof(float));
+}
+
+void nb_embag_bag_forward(float *out, const float *table, const int64_t *rows, const int32_t *offsets, int B,
+                          int64_t nrows, int E, nb_embag_mode mode) {
+    NB_ASSERT(out && offsets && B >= 0 && E >= 0);
+    embag_check_offsets(offsets, B);
+    embag_check_rows(rows, offsets[B], nrows);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
+        float *o = out + (size_t)b * E;
+        for (int e = 0; e < E; e++) o[e] = 0.0f;
+        int len = offsets[b + 1] - offsets[b];
+        for (int i = offsets[b]; i < offsets[b + 1]; i++) {
+            const float *t = table + (size_t)rows[i] * E;
+            for (int e = 0; e < E; e++) o[e] += t[e];
+        }
+        if (mode == NB_EMBAG_MEAN && len > 0) {
+            float s = 1.0f / (float)len;
+            for (int e = 0; e < E; e++) o[e] *= s;
+        }
+    }
+}
+
+typedef struct {
+    int64_t row;
+    int32_t pos;
+} embag_key;
+
+/* 11-bit digits: 2 passes cover 4M rows, 3 passes 8G; the counts fit in L1. */
+#define NB_EMBAG_RADIX_BITS 11
+#define NB_EMBAG_RADIX (1 << NB_EMBAG_RADIX_BITS)
+
+/* LSD radix sort of (row, pos) by row. Each pass is stable, and the keys start in position order,
+ * so equal rows end up in position order: the result is a pure function of the input. */
+static embag_key *embag_sort(const int64_t *rows, int n) {
+    embag_key *a = nb_malloc((size_t)n * sizeof(embag_key), "embedding dedup keys");
+    embag_key *b = nb_malloc((size_t)n * sizeof(embag_key), "embedding dedup keys");
+    int64_t maxrow = 0;
+    for (int i = 0; i < n; i++) {
+        NB_CHECK(rows[i] >= 0, "map ids to rows with id mod rows_t before the lookup",
+                 "negative embedding row %lld at lookup %d", (long long)rows[i], i);
+        a[i] = (embag_key){rows[i], i};
+        if (rows[i] > maxrow) maxrow = rows[i];
+    }
+    size_t *count = nb_malloc(NB_EMBAG_RADIX * sizeof(size_t), "radix counts");
+    for (int shift = 0; shift < 63 && (maxrow >> shift) > 0; shift += NB_EMBAG_RADIX_BITS) {
+        for (int d = 0; d < NB_EMBAG_RADIX; d++) count[d] = 0;
+        for (int i = 0; i < n; i++) count[(a[i].row >> shift) & (NB_EMBAG_RADIX - 1)]++;
+        size_t sum = 0;
+        for (int d = 0; d < NB_EMBAG_RADIX; d++) {
+            size_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (int i = 0; i < n; i++) b[count[(a[i].row >> shift) & (NB_EMBAG_RADIX - 1)]++] = a[i];
+        embag_key *t = a;
+        a = b;
+        b = t;
+    }
+    free(count);
+    free(b);
+    return a;
+}
+
+int nb_embag_unique(int64_t *uniq, int32_t *inverse, const int64_t *rows, int n) {
+    NB_ASSERT(n >= 0 && (n == 0 || (uniq && inverse && rows)));
+    if (n == 0) return 0;
+    embag_key *keys = embag_sort(rows, n);
+    int U = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || keys[i].row != keys[i - 1].row) uniq[U++] = keys[i].row;
+        inverse[keys[i].pos] = U - 1;
+    }
+    free(keys);
+    return U;
+}
+
+/* Lookups grouped by unique row, in position order inside each group (a stable counting sort
+ * of the positions by inverse): pos[start[u] .. start[u+1]) are the lookups of unique row u.
+ * Returns U = max inverse + 1. */
+static int embag_groups(const int32_t *inverse, int n, int32_t **start_out, int32_t **pos_out) {
+    int U = 0;
+    for (int i = 0; i < n; i++) {
+        NB_ASSERT(inverse[i] >= 0);
+        if (inverse[i] + 1 > U) U = inverse[i] + 1;
+    }
+    int32_t *start = nb_calloc((size_t)U + 1, sizeof(int32_t), "embedding gradient groups");
+    int32_t *pos = nb_malloc((size_t)n * sizeof(int32_t), "embedding gradient groups");
+    for (int i = 0; i < n; i++) start[inverse[i] + 1]++;
+    for (int u = 0; u < U; u++) start[u + 1] += start[u];
+    int32_t *fill = nb_malloc((size_t)U * sizeof(int32_t), "embedding gradient groups");
+    memcpy(fill, start, (size_t)U * sizeof(int32_t));
+    for (int i = 0; i < n; i++) pos[fill[inverse[i]]++] = i;
+    free(fill);
+    *start_out = start;
+    *pos_out = pos;
+    return U;
+}
+
+/* Each unique row belongs to one thread, which adds its lookups' rows in position order: the
+ * same float additions as a serial scatter-add in position order, for any thread count.
+ * scale[i] (NULL: 1) multiplies lookup i's row of src, which is row src_row[i] (NULL: i). */
+static void embag_segmented_sum(float *dunique, const float *src, const int32_t *src_row, const float *scale,
+                                const int32_t *inverse, int n, int E) {
+    int32_t *start, *pos;
+    int U = embag_groups(inverse, n, &start, &pos);
+#pragma omp parallel for schedule(dynamic, 256)
+    for (int u = 0; u < U; u++) {
+        float *d = dunique + (size_t)u * E;
+        for (int k = start[u]; k < start[u + 1]; k++) {
+            int i = pos[k];
+            const float *g = src + (size_t)(src_row ? src_row[i] : i) * E;
+            if (scale) {
+                float s = scale[i];
+                for (int e = 0; e < E; e++) d[e] += s * g[e];
+            } else {
+                for (int e = 0; e < E; e++) d[e] += g[e];
+            }
+        }
+    }
+    free(start);
+    free(pos);
+}
+
+void nb_embag_backward_unique(float *dunique, const float *dout, const int32_t *inverse, int n, int E) {
+    NB_ASSERT(n >= 0 && E >= 0);
+    if (!dunique || n == 0) return;
+    NB_ASSERT(dout && inverse);
+    embag_segmented_sum(dunique, dout, NULL, NULL, inverse, n, E);
+}
+
+void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32_t *offsets,
+                                  const int32_t *inverse, int B, int E, nb_embag_mode mode) {
+    NB_ASSERT(offsets && B >= 0 && E >= 0);
+    if (!dunique) return;
+    embag_check_offsets(offsets, B);
+    int n = offsets[B];
+    if (n == 0) return;
+    NB_ASSERT(dout && inverse);
+    int32_t *bag = nb_malloc((size_t)n * sizeof(int32_t), "bag of each lookup");
+    float *scale = mode == NB_EMBAG_MEAN ? nb_malloc((size_t)n * sizeof(float), "bag scales") : NULL;
+    for (int b = 0; b < B; b++) {
+        int len = offsets[b + 1] - offsets[b];
+        for (int i = offsets[b]; i < offsets[b + 1]; i++) {
+            bag[i] = b;
+            /* Same factor as the forward's multiply by 1/len: the gradient of o *= s is s. */
+            if (scale) scale[i] = 1.0f / (float)len;
+        }
+    }
+    embag_segmented_sum(dunique, dout, bag, scale, inverse, n, E);
+    free(bag);
+    free(scale);
+}

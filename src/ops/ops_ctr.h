@@ -1,0 +1,98 @@
+/* CPU fp32 ops of the seqctr model (CTR / sequence recommendation) that ops.h does not cover:
+ * embedding lookups and bags with a deduplicated (unique-row) backward, the low-rank DCNv2 cross,
+ * ReLU, BCE-with-logits, masked self-attention over jagged histories and target attention.
+ *
+ * Conventions are those of ops.h: row-major; backward functions ACCUMULATE (+=) into every
+ * gradient they write; a NULL gradient pointer means "not wanted"; deterministic (fixed
+ * accumulation order, results independent of the OpenMP thread count); OpenMP + cblas_sgemm.
+ * Shapes: B batch, L history length (padded), E embedding width, H heads, D cross width, r rank,
+ * n number of lookups, U number of unique rows.
+ *
+ * Embedding tables are addressed by (table, row). These functions take one table's base pointer
+ * and rows already mapped (row = id mod rows_t, missing -> 0) by the caller; a caller that keeps
+ * all tables in one allocation passes global rows (table offset + row) and the base of that
+ * allocation. Rows are int64_t so that a concatenated table or a shard can exceed 2^31 rows. */
+#ifndef NB_OPS_CTR_H
+#define NB_OPS_CTR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- embag.c ---- */
+typedef enum { NB_EMBAG_SUM = 0, NB_EMBAG_MEAN = 1 } nb_embag_mode;
+
+/* out[n, E] = table[rows[i], :]. Every row must be in [0, nrows) (checked: nb_fail). */
+void nb_embag_gather(float *out, const float *table, const int64_t *rows, int n, int64_t nrows, int E);
+/* Jagged bags: bag b holds lookups offsets[b] .. offsets[b+1]-1 (offsets[0] = 0, non-decreasing,
+ * offsets[B] = n). out[b] = sum (or mean) of table[rows[i]] over the bag, summed in position
+ * order; an empty bag gives a zero row. */
+void nb_embag_bag_forward(float *out, const float *table, const int64_t *rows, const int32_t *offsets, int B,
+                          int64_t nrows, int E, nb_embag_mode mode);
+/* Deduplicates rows[n]: writes the U distinct rows in ascending order to uniq[0..U) and
+ * inverse[i] = index in uniq of rows[i], so rows[i] == uniq[inverse[i]]. Returns U. Sort-based
+ * (stable on position), no hashing: the output depends only on the input. uniq needs room for n. */
+int nb_embag_unique(int64_t *uniq, int32_t *inverse, const int64_t *rows, int n);
+/* Unique-row gradient of a gather: dunique[inverse[i]] += dout[i] for i = 0..n-1, duplicates
+ * summed in original position order (each unique row's sum is the same sequence of float adds
+ * whatever the thread count). dunique is [U, E]; this is what the sparse optimizers consume. */
+void nb_embag_backward_unique(float *dunique, const float *dout, const int32_t *inverse, int n, int E);
+/* Same for bags: dunique[inverse[i]] += s_b * dout[b] for every lookup i of bag b, in position
+ * order; s_b = 1 (sum) or 1/len_b (mean). dout is [B, E]. */
+void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32_t *offsets,
+                                  const int32_t *inverse, int B, int E, nb_embag_mode mode);
+
+/* ---- cross.c ---- */
+/* Low-rank DCNv2 cross layer: c = x0 * (U (V^T x) + b) + x, per row.
+ * x0, x, c are [N, D]; Uw and Vw are [D, r]; b is [D] (NULL: no bias). vx[N, r] = x @ Vw (i.e.
+ * V^T x per row) is saved for backward. c must not alias x0 or x (it holds U vx + b first). */
+void nb_cross_forward(float *c, float *vx, const float *x0, const float *x, const float *Uw, const float *Vw,
+                      const float *b, int N, int D, int r);
+/* dx0, dx [N, D], dU, dV [D, r], db [D] (+=; any may be NULL). Recomputes U vx + b from vx. */
+void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc, const float *x0,
+                       const float *x, const float *Uw, const float *Vw, const float *b, const float *vx, int N,
+                       int D, int r);
+
+/* ---- relu.c ---- */
+/* out = max(inp, 0) (out may alias inp). */
+void nb_relu_forward(float *out, const float *inp, size_t n);
+/* dinp += dout where inp > 0. Passing the forward's output as inp gives the same mask. */
+void nb_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* BCE with logits, numerically stable: l_i = max(z,0) - z*y + log1p(exp(-|z|)).
+ * Loss = scale * sum_i w_i * l_i (w NULL: w_i = 1; scale = 1/N gives the mean).
+ * losses[N] (may be NULL) gets the unweighted l_i; dz (may be NULL) += scale * w_i * (sigmoid(z_i) - y_i).
+ * Returns the loss, summed in double in index order. Labels may be any value in [0, 1]. */
+double nb_bce_logits_forward_backward(float *dz, float *losses, const float *z, const float *y, const float *w,
+                                      int N, float scale);
+
+/* ---- seqattn.c ---- */
+/* Masked multi-head self-attention (not causal) over jagged histories padded to L rows.
+ * qkv[B, L, 3E]: q, then k, then v, each E = H * HS wide (head h = columns h*HS..). Sample b has
+ * lengths[b] in [0, L] valid rows; keys j >= lengths[b] are masked out. Scale 1/sqrt(HS).
+ * out[B, L, E]: rows i >= lengths[b] are zero (an empty history gives all zeros).
+ * lse[B, H, L] = log-sum-exp of each valid row's scaled scores (0 for invalid rows). */
+void nb_seqattn_forward(float *out, float *lse, const float *qkv, const int32_t *lengths, int B, int L, int H,
+                        int E);
+/* dqkv[B, L, 3E] += gradient; dout rows beyond the length are ignored and padded rows receive
+ * no gradient. */
+void nb_seqattn_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                         const int32_t *lengths, int B, int L, int H, int E);
+
+/* Target attention: a_j = softmax over j < lengths[b] of (q . k_j / sqrt(E)),
+ * pooled[b] = sum_j a_j v_j (zero for an empty history). q [B, E]; k and v are [B, L, *] with row
+ * stride ldkv (E for separate tensors, 2E for a fused [k | v] projection: pass v = k + E).
+ * attn[B, L] (saved for backward) holds a_j, zero for j >= length. */
+void nb_targetattn_forward(float *pooled, float *attn, const float *q, const float *k, const float *v,
+                           const int32_t *lengths, int B, int L, int E, int ldkv);
+/* dq [B, E], dk, dv (row stride ldkv) += gradient; any may be NULL; padded rows get nothing. */
+void nb_targetattn_backward(float *dq, float *dk, float *dv, const float *dpooled, const float *q, const float *k,
+                            const float *v, const float *attn, const int32_t *lengths, int B, int L, int E,
+                            int ldkv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,687 @@
+/* seqctr CPU ops (ops/ops_ctr.h) and sparse optimizers (optim/optim_sparse.h) against double
+ * references written out here.
+ *
+ * For each differentiable op, with the scalar loss L = sum(out * R) (R random, so dL/dout = R):
+ * - the float forward matches a double reference of the same formula;
+ * - every analytic gradient matches central differences of the double reference;
+ * - a NULL gradient skips that gradient and leaves the others bit-identical; all NULL is a no-op;
+ * - backward accumulates (G0 + 2g after two calls);
+ * - two runs are bitwise equal, and so are runs with 1 and 3 OpenMP threads.
+ * Sizes are awkward on purpose: B=3, L=5 with lengths {0, 5, 2}, E=12, H=3, D=13, r=4.
+ * Padded history rows hold random garbage and R is non-zero there: the masks must hide both. */
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core.h"
+#include "ops/ops_ctr.h"
+#include "optim/optim_sparse.h"
+#include "rng.h"
+
+#define SEED 20261129u
+#define FWD_TOL 1e-5
+#define GRAD_TOL 1e-4
+
+static int default_threads;
+
+/* ---- helpers (same shape as test_ops_grad_a.c) ---- */
+
+static float *randn(size_t n, uint64_t stream, float std) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    nb_rng_fill_normal(p, n, SEED, stream, 0.0f, std);
+    return p;
+}
+static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
+static double *to_double(const float *x, size_t n) {
+    double *d = nb_malloc((n ? n : 1) * sizeof(double), "test tensor");
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* max |a - ref| / max |ref| */
+static double max_rel(const float *a, const double *ref, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i])) return INFINITY;
+        diff = fmax(diff, fabs(a[i] - ref[i]));
+        scale = fmax(scale, fabs(ref[i]));
+    }
+    return diff / fmax(scale, 1e-30);
+}
+
+typedef double (*loss_fn)(const void *ctx);
+
+/* Central differences of f over every element of x (all tensors here are small) vs g. */
+static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
+        x[i] = x0 + h;
+        double lp = f(ctx);
+        x[i] = x0 - h;
+        double lm = f(ctx);
+        x[i] = x0;
+        double fd = (lp - lm) / (2 * h);
+        if (isnan(g[i])) return INFINITY;
+        diff = fmax(diff, fabs(fd - g[i]));
+        scale = fmax(scale, fabs(fd));
+    }
+    return diff / fmax(scale, 1e-30);
+}
+
+#define MAX_GRADS 5
+typedef struct {
+    const char *name;
+    int ngrads;
+    size_t sizes[MAX_GRADS];
+    const char *gname[MAX_GRADS];
+    void (*backward)(const void *ctx, float *const *grads);
+    const void *ctx;
+} grad_op;
+
+/* Gradients from zero into ref[k] (caller frees), plus NULL, accumulation and determinism checks. */
+static void check_grad_semantics(const grad_op *op, float **ref) {
+    float *g[MAX_GRADS] = {0};
+    for (int k = 0; k < op->ngrads; k++) ref[k] = zeros(op->sizes[k]);
+    op->backward(op->ctx, ref);
+    for (int k = 0; k < op->ngrads; k++) g[k] = zeros(op->sizes[k]);
+    op->backward(op->ctx, g);
+    for (int k = 0; k < op->ngrads; k++)
+        CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s differs between two runs", op->name, op->gname[k]);
+    for (int k = 0; k < op->ngrads; k++) {
+        float *only[MAX_GRADS] = {0};
+        only[k] = zeros(op->sizes[k]);
+        op->backward(op->ctx, only);
+        CHECK(same_bits(only[k], ref[k], op->sizes[k]), "%s: %s alone differs", op->name, op->gname[k]);
+        free(only[k]);
+    }
+    float *none[MAX_GRADS] = {0};
+    op->backward(op->ctx, none);
+    for (int k = 0; k < op->ngrads; k++) nb_rng_fill_normal(g[k], op->sizes[k], SEED, 900 + k, 0.0f, 1.0f);
+    op->backward(op->ctx, g);
+    op->backward(op->ctx, g);
+    for (int k = 0; k < op->ngrads; k++) {
+        float *g0 = randn(op->sizes[k], 900 + k, 1.0f);
+        double *want = nb_malloc(op->sizes[k] * sizeof(double), "test tensor");
+        for (size_t i = 0; i < op->sizes[k]; i++) want[i] = (double)g0[i] + 2.0 * ref[k][i];
+        double e = max_rel(g[k], want, op->sizes[k]);
+        CHECK(e < 1e-5, "%s: %s does not accumulate (G0 + 2g): error %.3g", op->name, op->gname[k], e);
+        free(want);
+        free(g0);
+    }
+    int counts[2] = {1, 3};
+    for (int c = 0; c < 2; c++) {
+        omp_set_num_threads(counts[c]);
+        for (int k = 0; k < op->ngrads; k++) memset(g[k], 0, op->sizes[k] * sizeof(float));
+        op->backward(op->ctx, g);
+        for (int k = 0; k < op->ngrads; k++)
+            CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s changes with %d threads", op->name, op->gname[k],
+                  counts[c]);
+    }
+    omp_set_num_threads(default_threads);
+    for (int k = 0; k < op->ngrads; k++) free(g[k]);
+}
+
+static void report(const char *name, double fwd_err, const double *grad_err, const grad_op *op) {
+    printf("  %-16s fwd %.1e", name, fwd_err);
+    for (int k = 0; k < op->ngrads; k++) printf("  %s %.1e", op->gname[k], grad_err[k]);
+    printf("\n");
+}
+
+/* Exit status of fn() run in a child with stderr silenced: nb_fail must exit 1. */
+static int child_status(void (*fn)(void)) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* ---- shared history shapes ---- */
+enum { SB = 3, SL = 5, SE = 12, SH = 3 };
+static const int32_t S_LENGTHS[SB] = {0, 5, 2};
+
+/* ---- embedding lookups, dedup, unique backward ---- */
+
+enum { ENROWS = 9, EE = 70 }; /* E = 70: not a multiple of any vector width */
+/* 11 lookups in 4 bags, one empty; rows repeat within and across bags; row 8 untouched. */
+static const int64_t E_ROWS[11] = {3, 5, 3, 0, 7, 5, 5, 1, 3, 0, 6};
+static const int32_t E_OFFS[5] = {0, 3, 3, 8, 11};
+
+TEST_CASE(test_embag_gather_unique) {
+    int n = 11;
+    float *table = randn((size_t)ENROWS * EE, 1, 1.0f), *out = zeros((size_t)n * EE);
+    nb_embag_gather(out, table, E_ROWS, n, ENROWS, EE);
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok &= same_bits(out + (size_t)i * EE, table + (size_t)E_ROWS[i] * EE, EE);
+    CHECK(ok, "gather does not copy the table rows");
+
+    int64_t uniq[11];
+    int32_t inv[11];
+    int U = nb_embag_unique(uniq, inv, E_ROWS, n);
+    static const int64_t want_uniq[7] = {0, 1, 3, 5, 6, 7};
+    CHECK(U == 6, "U = %d, want 6", U);
+    for (int u = 0; u < U && u < 6; u++) CHECK(uniq[u] == want_uniq[u], "uniq[%d] = %lld", u, (long long)uniq[u]);
+    for (int i = 0; i < n; i++) CHECK(inv[i] >= 0 && inv[i] < U && uniq[inv[i]] == E_ROWS[i], "inverse[%d] wrong", i);
+    CHECK(nb_embag_unique(uniq, inv, E_ROWS, 0) == 0, "empty input must give U = 0");
+
+    /* Unique backward vs a dense scatter-add in double, read back at the unique rows. */
+    float *dout = randn((size_t)n * EE, 2, 1.0f);
+    double *dense = nb_calloc((size_t)ENROWS * EE, sizeof(double), "dense");
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < EE; e++) dense[(size_t)E_ROWS[i] * EE + e] += dout[(size_t)i * EE + e];
+    double *want = nb_malloc((size_t)U * EE * sizeof(double), "want");
+    for (int u = 0; u < U; u++) memcpy(want + (size_t)u * EE, dense + (size_t)uniq[u] * EE, EE * sizeof(double));
+    float *du = zeros((size_t)U * EE);
+    nb_embag_backward_unique(du, dout, inv, n, EE);
+    double e = max_rel(du, want, (size_t)U * EE);
+    CHECK(e < 1e-6, "unique backward vs dense scatter-add: %.3g", e);
+    /* The fixed order: each unique row is its lookups added in position order, from zero. */
+    float row3[EE];
+    memset(row3, 0, sizeof(row3));
+    for (int i = 0; i < n; i++)
+        if (E_ROWS[i] == 3)
+            for (int c = 0; c < EE; c++) row3[c] += dout[(size_t)i * EE + c];
+    CHECK(same_bits(du + (size_t)2 * EE, row3, EE), "row 3's sum is not in position order");
+    /* Accumulation, NULL, thread count. */
+    nb_embag_backward_unique(NULL, dout, inv, n, EE);
+    float *du2 = zeros((size_t)U * EE);
+    omp_set_num_threads(1);
+    nb_embag_backward_unique(du2, dout, inv, n, EE);
+    CHECK(same_bits(du2, du, (size_t)U * EE), "unique backward changes with 1 thread");
+    omp_set_num_threads(default_threads);
+    nb_embag_backward_unique(du2, dout, inv, n, EE);
+    for (size_t i = 0; i < (size_t)U * EE; i++) want[i] = 2.0 * du[i];
+    CHECK(max_rel(du2, want, (size_t)U * EE) < 1e-6, "unique backward does not accumulate");
+    free(table), free(out), free(dout), free(dense), free(want), free(du), free(du2);
+}
+
+typedef struct {
+    nb_embag_mode mode;
+    const float *R;
+    double *xt; /* table in double */
+    const int32_t *inv;
+    int U;
+} bag_case;
+
+static double bag_loss(const void *p) {
+    const bag_case *c = p;
+    double L = 0;
+    for (int b = 0; b < 4; b++) {
+        int len = E_OFFS[b + 1] - E_OFFS[b];
+        for (int e = 0; e < EE; e++) {
+            double s = 0;
+            for (int i = E_OFFS[b]; i < E_OFFS[b + 1]; i++) s += c->xt[(size_t)E_ROWS[i] * EE + e];
+            if (c->mode == NB_EMBAG_MEAN && len > 0) s /= len;
+            L += s * c->R[(size_t)b * EE + e];
+        }
+    }
+    return L;
+}
+
+static void bag_bwd(const void *p, float *const *g) {
+    const bag_case *c = p;
+    nb_embag_bag_backward_unique(g[0], c->R, E_OFFS, c->inv, 4, EE, c->mode);
+}
+
+static void check_bag(nb_embag_mode mode) {
+    float *table = randn((size_t)ENROWS * EE, 3, 1.0f), *out = zeros((size_t)4 * EE);
+    int64_t uniq[11];
+    int32_t inv[11];
+    int U = nb_embag_unique(uniq, inv, E_ROWS, 11);
+    bag_case c = {mode, randn((size_t)4 * EE, 4, 1.0f), to_double(table, (size_t)ENROWS * EE), inv, U};
+    nb_embag_bag_forward(out, table, E_ROWS, E_OFFS, 4, ENROWS, EE, mode);
+    double *want = nb_malloc((size_t)4 * EE * sizeof(double), "want");
+    for (int b = 0; b < 4; b++) {
+        int len = E_OFFS[b + 1] - E_OFFS[b];
+        for (int e = 0; e < EE; e++) {
+            double s = 0;
+            for (int i = E_OFFS[b]; i < E_OFFS[b + 1]; i++) s += table[(size_t)E_ROWS[i] * EE + e];
+            want[(size_t)b * EE + e] = mode == NB_EMBAG_MEAN && len > 0 ? s / len : s;
+        }
+    }
+    double fe = max_rel(out, want, (size_t)4 * EE);
+    CHECK(fe < FWD_TOL, "bag forward error %.3g", fe);
+    int zero = 1;
+    for (int e = 0; e < EE; e++) zero &= out[EE + e] == 0.0f;
+    CHECK(zero, "empty bag must give a zero row");
+
+    grad_op op = {mode == NB_EMBAG_MEAN ? "bag mean" : "bag sum", 1, {(size_t)U * EE}, {"dunique"}, bag_bwd, &c};
+    float *ref[1];
+    check_grad_semantics(&op, ref);
+    /* FD over the whole table: touched rows must match dunique, untouched rows (2, 4, 8) must be 0. */
+    float *dense = zeros((size_t)ENROWS * EE);
+    for (int u = 0; u < U; u++) memcpy(dense + (size_t)uniq[u] * EE, ref[0] + (size_t)u * EE, EE * sizeof(float));
+    double ge[1] = {fd_error(bag_loss, &c, c.xt, dense, (size_t)ENROWS * EE)};
+    CHECK(ge[0] < GRAD_TOL, "%s gradient error %.3g", op.name, ge[0]);
+    report(op.name, fe, ge, &op);
+    free(table), free(out), free(want), free(dense), free(ref[0]), free((void *)c.R), free(c.xt);
+}
+
+TEST_CASE(test_embag_bag) {
+    check_bag(NB_EMBAG_SUM);
+    check_bag(NB_EMBAG_MEAN);
+}
+
+/* Rows that need 3 radix passes (up to ~5M), many duplicates: against brute force. */
+TEST_CASE(test_embag_unique_large) {
+    enum { N = 3000 };
+    int64_t *rows = nb_malloc(N * sizeof(int64_t), "rows"), *uniq = nb_malloc(N * sizeof(int64_t), "uniq");
+    int32_t *inv = nb_malloc(N * sizeof(int32_t), "inv");
+    for (int i = 0; i < N; i++) rows[i] = (int64_t)(nb_philox(SEED, 70, i).v[0] % 61) * 80021 + (i % 3 == 0);
+    int U = nb_embag_unique(uniq, inv, rows, N);
+    int distinct = 0;
+    for (int i = 0; i < N; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = rows[j] == rows[i];
+        distinct += !seen;
+    }
+    CHECK(U == distinct, "U = %d, brute force %d", U, distinct);
+    int ok = 1;
+    for (int u = 1; u < U; u++) ok &= uniq[u] > uniq[u - 1];
+    for (int i = 0; i < N; i++) ok &= inv[i] >= 0 && inv[i] < U && uniq[inv[i]] == rows[i];
+    CHECK(ok, "large dedup: uniq not ascending or inverse wrong");
+    free(rows), free(uniq), free(inv);
+}
+
+static void bad_row(void) {
+    int64_t rows[2] = {1, 9};
+    float table[9 * 2] = {0}, out[4];
+    nb_embag_gather(out, table, rows, 2, 9, 2);
+}
+TEST_CASE(test_embag_rejects_bad_row) {
+    int st = child_status(bad_row);
+    CHECK(st == 1, "row outside the table: want exit 1, got %d", st);
+}
+
+/* ---- cross ---- */
+
+enum { CN = 3, CD = 13, CR = 4 };
+typedef struct {
+    const float *x0, *x, *U, *V, *b, *vx, *R;
+    double *d[5]; /* x0, x, U, V, b */
+} cross_case;
+
+static double cross_ref(const cross_case *c, int n, int d) {
+    double u = c->d[4][d];
+    for (int k = 0; k < CR; k++) {
+        double vx = 0;
+        for (int j = 0; j < CD; j++) vx += c->d[3][(size_t)j * CR + k] * c->d[1][(size_t)n * CD + j];
+        u += c->d[2][(size_t)d * CR + k] * vx;
+    }
+    return c->d[0][(size_t)n * CD + d] * u + c->d[1][(size_t)n * CD + d];
+}
+
+static double cross_loss(const void *p) {
+    const cross_case *c = p;
+    double L = 0;
+    for (int n = 0; n < CN; n++)
+        for (int d = 0; d < CD; d++) L += cross_ref(c, n, d) * c->R[(size_t)n * CD + d];
+    return L;
+}
+
+static void cross_bwd(const void *p, float *const *g) {
+    const cross_case *c = p;
+    nb_cross_backward(g[0], g[1], g[2], g[3], g[4], c->R, c->x0, c->x, c->U, c->V, c->b, c->vx, CN, CD, CR);
+}
+
+TEST_CASE(test_cross) {
+    size_t nx = (size_t)CN * CD, nw = (size_t)CD * CR;
+    cross_case c = {randn(nx, 10, 1.0f), randn(nx, 11, 1.0f), randn(nw, 12, 0.5f), randn(nw, 13, 0.5f),
+                    randn(CD, 14, 1.0f), NULL, randn(nx, 15, 1.0f), {0}};
+    size_t sz[5] = {nx, nx, nw, nw, CD};
+    const float *src[5] = {c.x0, c.x, c.U, c.V, c.b};
+    for (int k = 0; k < 5; k++) c.d[k] = to_double(src[k], sz[k]);
+    float *out = zeros(nx), *vx = zeros((size_t)CN * CR);
+    nb_cross_forward(out, vx, c.x0, c.x, c.U, c.V, c.b, CN, CD, CR);
+    c.vx = vx;
+    double *want = nb_malloc(nx * sizeof(double), "want");
+    for (int n = 0; n < CN; n++)
+        for (int d = 0; d < CD; d++) want[(size_t)n * CD + d] = cross_ref(&c, n, d);
+    double fe = max_rel(out, want, nx);
+    CHECK(fe < FWD_TOL, "cross forward error %.3g", fe);
+
+    grad_op op = {"cross", 5, {nx, nx, nw, nw, CD}, {"dx0", "dx", "dU", "dV", "db"}, cross_bwd, &c};
+    float *ref[5];
+    check_grad_semantics(&op, ref);
+    double ge[5];
+    for (int k = 0; k < 5; k++) {
+        ge[k] = fd_error(cross_loss, &c, c.d[k], ref[k], sz[k]);
+        CHECK(ge[k] < GRAD_TOL, "cross %s error %.3g", op.gname[k], ge[k]);
+    }
+    report("cross", fe, ge, &op);
+    for (int k = 0; k < 5; k++) free(ref[k]), free(c.d[k]), free((void *)src[k]);
+    free(out), free(vx), free(want), free((void *)c.R);
+}
+
+/* ---- relu, BCE ---- */
+
+TEST_CASE(test_relu) {
+    size_t n = 1000;
+    float *x = randn(n, 20, 1.0f), *y = zeros(n), *dout = randn(n, 21, 1.0f), *dx = randn(n, 22, 1.0f);
+    float *dx0 = nb_malloc(n * sizeof(float), "dx0");
+    memcpy(dx0, dx, n * sizeof(float));
+    nb_relu_forward(y, x, n);
+    nb_relu_backward(dx, x, dout, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        ok &= y[i] == (x[i] > 0 ? x[i] : 0.0f);
+        ok &= dx[i] == (x[i] > 0 ? dx0[i] + dout[i] : dx0[i]);
+    }
+    CHECK(ok, "relu forward/backward (accumulating) wrong");
+    nb_relu_backward(NULL, x, dout, n);
+    nb_relu_forward(x, x, n); /* in place */
+    CHECK(same_bits(x, y, n), "relu in place differs");
+    free(x), free(y), free(dout), free(dx), free(dx0);
+}
+
+enum { BN = 9 };
+typedef struct {
+    double *z;
+    const float *y, *w;
+    float scale;
+} bce_case;
+
+static double bce_ref(double z, double y) { return fmax(z, 0) - z * y + log1p(exp(-fabs(z))); }
+
+static double bce_loss(const void *p) {
+    const bce_case *c = p;
+    double L = 0;
+    for (int i = 0; i < BN; i++) L += (c->w ? c->w[i] : 1.0) * bce_ref(c->z[i], c->y[i]);
+    return c->scale * L;
+}
+
+TEST_CASE(test_bce) {
+    /* Large logits of both signs must give finite losses and gradients. */
+    float z[BN] = {-3.0f, 0.5f, 2.0f, -0.1f, 0.0f, 90.0f, -90.0f, 1.5f, -200.0f};
+    float y[BN] = {0, 1, 1, 0, 1, 0, 1, 0.25f, 0};
+    float w[BN] = {1, 2, 0.5f, 1, 3, 1, 1, 1, 1};
+    for (int weighted = 0; weighted < 2; weighted++) {
+        bce_case c = {to_double(z, BN), y, weighted ? w : NULL, weighted ? 1.0f : 1.0f / BN};
+        float losses[BN], dz[BN] = {0}, dz2[BN], acc[BN];
+        double L = nb_bce_logits_forward_backward(dz, losses, z, y, c.w, BN, c.scale);
+        double Lref = bce_loss(&c), lref[BN];
+        for (int i = 0; i < BN; i++) lref[i] = bce_ref(z[i], y[i]);
+        CHECK(fabs(L - Lref) < 1e-6 * fabs(Lref), "bce loss %.9g vs %.9g", L, Lref);
+        CHECK(max_rel(losses, lref, BN) < FWD_TOL, "bce per-sample losses wrong");
+        CHECK(losses[5] > 89.0f && isfinite(losses[5]) && losses[8] < 1e-30, "bce at extreme logits");
+        double ge = fd_error(bce_loss, &c, c.z, dz, BN);
+        CHECK(ge < GRAD_TOL, "bce gradient error %.3g", ge);
+        for (int i = 0; i < BN; i++) CHECK(isfinite(dz[i]), "bce gradient %d not finite", i);
+        memcpy(dz2, dz, sizeof(dz));
+        nb_bce_logits_forward_backward(dz2, NULL, z, y, c.w, BN, c.scale);
+        for (int i = 0; i < BN; i++) acc[i] = 2 * dz[i];
+        CHECK(same_bits(dz2, acc, BN), "bce gradient does not accumulate");
+        double L2 = nb_bce_logits_forward_backward(NULL, NULL, z, y, c.w, BN, c.scale);
+        CHECK(L2 == L, "bce loss without gradient differs");
+        printf("  bce %-12s loss %.6f  err %.1e  dz %.1e\n", weighted ? "weighted" : "mean", L, fabs(L - Lref), ge);
+        free(c.z);
+    }
+}
+
+/* ---- masked self-attention ---- */
+
+typedef struct {
+    double *xq; /* qkv in double */
+    const float *qkv, *out, *lse, *R;
+} sa_case;
+
+static void sa_ref(const sa_case *c, double *out) {
+    int HS = SE / SH;
+    size_t ld = 3 * SE;
+    memset(out, 0, (size_t)SB * SL * SE * sizeof(double));
+    for (int b = 0; b < SB; b++)
+        for (int h = 0; h < SH; h++)
+            for (int i = 0; i < S_LENGTHS[b]; i++) {
+                const double *x = c->xq + (size_t)b * SL * ld;
+                double s[SL], mx = -INFINITY, sum = 0;
+                for (int j = 0; j < S_LENGTHS[b]; j++) {
+                    s[j] = 0;
+                    for (int d = 0; d < HS; d++) s[j] += x[i * ld + h * HS + d] * x[j * ld + SE + h * HS + d];
+                    s[j] /= sqrt(HS);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j < S_LENGTHS[b]; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int j = 0; j < S_LENGTHS[b]; j++)
+                    for (int d = 0; d < HS; d++)
+                        out[((size_t)b * SL + i) * SE + h * HS + d] += s[j] / sum * x[j * ld + 2 * SE + h * HS + d];
+            }
+}
+
+static double sa_loss(const void *p) {
+    const sa_case *c = p;
+    double out[SB * SL * SE], L = 0;
+    sa_ref(c, out);
+    for (int i = 0; i < SB * SL * SE; i++) L += out[i] * c->R[i];
+    return L;
+}
+
+static void sa_bwd(const void *p, float *const *g) {
+    const sa_case *c = p;
+    nb_seqattn_backward(g[0], c->R, c->qkv, c->out, c->lse, S_LENGTHS, SB, SL, SH, SE);
+}
+
+TEST_CASE(test_seqattn) {
+    size_t nq = (size_t)SB * SL * 3 * SE, no = (size_t)SB * SL * SE;
+    float *qkv = randn(nq, 30, 1.0f), *out = randn(no, 31, 1.0f), *lse = zeros((size_t)SB * SH * SL);
+    sa_case c = {to_double(qkv, nq), qkv, out, lse, randn(no, 32, 1.0f)};
+    nb_seqattn_forward(out, lse, qkv, S_LENGTHS, SB, SL, SH, SE);
+    double want[SB * SL * SE];
+    sa_ref(&c, want);
+    double fe = max_rel(out, want, no);
+    CHECK(fe < FWD_TOL, "self-attention forward error %.3g", fe);
+    int zero = 1;
+    for (int b = 0; b < SB; b++)
+        for (int i = S_LENGTHS[b]; i < SL; i++)
+            for (int e = 0; e < SE; e++) zero &= out[((size_t)b * SL + i) * SE + e] == 0.0f;
+    CHECK(zero, "padded rows (and the empty history) must output zeros");
+
+    grad_op op = {"seqattn", 1, {nq}, {"dqkv"}, sa_bwd, &c};
+    float *ref[1];
+    check_grad_semantics(&op, ref);
+    double ge[1] = {fd_error(sa_loss, &c, c.xq, ref[0], nq)};
+    CHECK(ge[0] < GRAD_TOL, "self-attention gradient error %.3g", ge[0]);
+    zero = 1;
+    for (int b = 0; b < SB; b++)
+        for (int i = S_LENGTHS[b]; i < SL; i++)
+            for (int e = 0; e < 3 * SE; e++) zero &= ref[0][((size_t)b * SL + i) * 3 * SE + e] == 0.0f;
+    CHECK(zero, "padded rows must get no gradient");
+    report("seqattn", fe, ge, &op);
+    free(qkv), free(out), free(lse), free(c.xq), free((void *)c.R), free(ref[0]);
+}
+
+/* ---- target attention ---- */
+
+typedef struct {
+    double *d[3]; /* q, k, v */
+    const float *q, *k, *v, *attn, *R;
+} ta_case;
+
+static void ta_ref(const ta_case *c, double *pooled) {
+    memset(pooled, 0, (size_t)SB * SE * sizeof(double));
+    for (int b = 0; b < SB; b++) {
+        int len = S_LENGTHS[b];
+        double s[SL], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < len; j++) {
+            s[j] = 0;
+            for (int e = 0; e < SE; e++) s[j] += c->d[0][b * SE + e] * c->d[1][((size_t)b * SL + j) * SE + e];
+            s[j] /= sqrt(SE);
+            mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j < len; j++) sum += (s[j] = exp(s[j] - mx));
+        for (int j = 0; j < len; j++)
+            for (int e = 0; e < SE; e++) pooled[b * SE + e] += s[j] / sum * c->d[2][((size_t)b * SL + j) * SE + e];
+    }
+}
+
+static double ta_loss(const void *p) {
+    const ta_case *c = p;
+    double pooled[SB * SE], L = 0;
+    ta_ref(c, pooled);
+    for (int i = 0; i < SB * SE; i++) L += pooled[i] * c->R[i];
+    return L;
+}
+
+static void ta_bwd(const void *p, float *const *g) {
+    const ta_case *c = p;
+    nb_targetattn_backward(g[0], g[1], g[2], c->R, c->q, c->k, c->v, c->attn, S_LENGTHS, SB, SL, SE, SE);
+}
+
+TEST_CASE(test_targetattn) {
+    size_t nq = (size_t)SB * SE, nk = (size_t)SB * SL * SE;
+    float *q = randn(nq, 40, 1.0f), *k = randn(nk, 41, 1.0f), *v = randn(nk, 42, 1.0f);
+    float *pooled = randn(nq, 43, 1.0f), *attn = randn((size_t)SB * SL, 44, 1.0f);
+    ta_case c = {{to_double(q, nq), to_double(k, nk), to_double(v, nk)}, q, k, v, attn, randn(nq, 45, 1.0f)};
+    nb_targetattn_forward(pooled, attn, q, k, v, S_LENGTHS, SB, SL, SE, SE);
+    double want[SB * SE];
+    ta_ref(&c, want);
+    double fe = max_rel(pooled, want, nq);
+    CHECK(fe < FWD_TOL, "target attention forward error %.3g", fe);
+    int zero = 1;
+    for (int e = 0; e < SE; e++) zero &= pooled[e] == 0.0f; /* sample 0: empty history */
+    for (int b = 0; b < SB; b++)
+        for (int j = S_LENGTHS[b]; j < SL; j++) zero &= attn[b * SL + j] == 0.0f;
+    CHECK(zero, "empty history must pool to zeros and padded weights must be 0");
+
+    /* Fused [k | v] rows (ldkv = 2E) give bitwise the same result. */
+    float *kv = zeros(2 * nk), *pooled2 = zeros(nq), *attn2 = zeros((size_t)SB * SL);
+    for (size_t r = 0; r < (size_t)SB * SL; r++) {
+        memcpy(kv + r * 2 * SE, k + r * SE, SE * sizeof(float));
+        memcpy(kv + r * 2 * SE + SE, v + r * SE, SE * sizeof(float));
+    }
+    nb_targetattn_forward(pooled2, attn2, q, kv, kv + SE, S_LENGTHS, SB, SL, SE, 2 * SE);
+    CHECK(same_bits(pooled2, pooled, nq), "fused k|v (ldkv = 2E) differs from separate k, v");
+
+    grad_op op = {"targetattn", 3, {nq, nk, nk}, {"dq", "dk", "dv"}, ta_bwd, &c};
+    float *ref[3];
+    check_grad_semantics(&op, ref);
+    double ge[3];
+    size_t sz[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; i++) {
+        ge[i] = fd_error(ta_loss, &c, c.d[i], ref[i], sz[i]);
+        CHECK(ge[i] < GRAD_TOL, "target attention %s error %.3g", op.gname[i], ge[i]);
+    }
+    zero = 1;
+    for (int b = 0; b < SB; b++)
+        for (int j = S_LENGTHS[b]; j < SL; j++)
+            for (int e = 0; e < SE; e++)
+                zero &= ref[1][((size_t)b * SL + j) * SE + e] == 0.0f && ref[2][((size_t)b * SL + j) * SE + e] == 0.0f;
+    CHECK(zero, "padded k, v rows must get no gradient");
+    /* Fused backward: dk, dv interleaved in one [B, L, 2E] buffer match the separate ones. */
+    float *dkv = zeros(2 * nk);
+    nb_targetattn_backward(NULL, dkv, dkv + SE, c.R, q, kv, kv + SE, attn, S_LENGTHS, SB, SL, SE, 2 * SE);
+    int ok = 1;
+    for (size_t r = 0; r < (size_t)SB * SL; r++)
+        ok &= same_bits(dkv + r * 2 * SE, ref[1] + r * SE, SE) && same_bits(dkv + r * 2 * SE + SE, ref[2] + r * SE, SE);
+    CHECK(ok, "fused dk|dv differs from separate");
+    report("targetattn", fe, ge, &op);
+    for (int i = 0; i < 3; i++) free(c.d[i]), free(ref[i]);
+    free(q), free(k), free(v), free(pooled), free(attn), free(kv), free(pooled2), free(attn2), free(dkv);
+    free((void *)c.R);
+}
+
+/* ---- sparse optimizers ---- */
+
+enum { ON = 10, OE = 12, OU = 3 };
+static const int64_t O_ROWS[OU] = {1, 4, 7};
+
+TEST_CASE(test_rowwise_adagrad) {
+    float *table = randn((size_t)ON * OE, 50, 1.0f), *acc = zeros(ON);
+    float *table0 = nb_malloc((size_t)ON * OE * sizeof(float), "t0");
+    memcpy(table0, table, (size_t)ON * OE * sizeof(float));
+    double *wt = to_double(table, (size_t)ON * OE), wacc[ON] = {0};
+    nb_rowwise_adagrad_cfg cfg = {0.05f, 1e-8f};
+    for (int step = 0; step < 5; step++) {
+        float *g = randn((size_t)OU * OE, 51 + step, 1.0f + step);
+        nb_rowwise_adagrad_update(table, acc, O_ROWS, g, OU, OE, ON, cfg);
+        for (int u = 0; u < OU; u++) {
+            int64_t r = O_ROWS[u];
+            double ss = 0;
+            for (int e = 0; e < OE; e++) ss += (double)g[u * OE + e] * g[u * OE + e];
+            wacc[r] += ss / OE;
+            for (int e = 0; e < OE; e++) wt[r * OE + e] -= cfg.lr * g[u * OE + e] / (sqrt(wacc[r]) + cfg.eps);
+        }
+        free(g);
+    }
+    double e = max_rel(table, wt, (size_t)ON * OE);
+    CHECK(e < 1e-6, "row-wise Adagrad vs scalar reference: %.3g", e);
+    CHECK(max_rel(acc, wacc, ON) < 1e-6, "row-wise Adagrad accumulators wrong");
+    for (int r = 0; r < ON; r++) {
+        if (r == 1 || r == 4 || r == 7) continue;
+        CHECK(same_bits(table + r * OE, table0 + r * OE, OE) && acc[r] == 0.0f, "untouched row %d changed", r);
+    }
+    printf("  rowwise adagrad  5 steps err %.1e\n", e);
+    free(table), free(acc), free(table0), free(wt);
+}
+
+TEST_CASE(test_sparse_adam) {
+    float *table = randn((size_t)ON * OE, 60, 1.0f), *m = zeros((size_t)ON * OE), *v = zeros((size_t)ON * OE);
+    float *table0 = nb_malloc((size_t)ON * OE * sizeof(float), "t0");
+    memcpy(table0, table, (size_t)ON * OE * sizeof(float));
+    double *wt = to_double(table, (size_t)ON * OE), *wm = nb_calloc((size_t)ON * OE, sizeof(double), "m"),
+           *wv = nb_calloc((size_t)ON * OE, sizeof(double), "v");
+    nb_sparse_adam_cfg cfg = {0.01f, 0.9f, 0.999f, 1e-8f};
+    for (int t = 1; t <= 5; t++) {
+        /* Row 7 is skipped at steps 2 and 3: lazy, and the step count stays global. */
+        int U = (t == 2 || t == 3) ? 2 : OU;
+        float *g = randn((size_t)OU * OE, 61 + t, 1.0f);
+        nb_sparse_adam_update(table, m, v, O_ROWS, g, U, OE, ON, cfg, t);
+        for (int u = 0; u < U; u++)
+            for (int e = 0; e < OE; e++) {
+                size_t i = (size_t)O_ROWS[u] * OE + e;
+                double gi = g[u * OE + e];
+                wm[i] = 0.9 * wm[i] + 0.1 * gi;
+                wv[i] = 0.999 * wv[i] + 0.001 * gi * gi;
+                wt[i] -= 0.01 * (wm[i] / (1 - pow(0.9, t))) / (sqrt(wv[i] / (1 - pow(0.999, t))) + 1e-8);
+            }
+        free(g);
+    }
+    double e = max_rel(table, wt, (size_t)ON * OE);
+    CHECK(e < 1e-5, "sparse Adam vs scalar reference: %.3g", e);
+    for (int r = 0; r < ON; r++) {
+        if (r == 1 || r == 4 || r == 7) continue;
+        int zero = 1;
+        for (int i = 0; i < OE; i++) zero &= m[r * OE + i] == 0.0f && v[r * OE + i] == 0.0f;
+        CHECK(same_bits(table + r * OE, table0 + r * OE, OE) && zero, "untouched row %d changed", r);
+    }
+    printf("  sparse adam      5 steps err %.1e\n", e);
+    free(table), free(m), free(v), free(table0), free(wt), free(wm), free(wv);
+}
+
+static void unsorted_rows(void) {
+    int64_t rows[2] = {4, 4};
+    float table[10 * 2] = {0}, acc[10] = {0}, g[4] = {1, 1, 1, 1};
+    nb_rowwise_adagrad_update(table, acc, rows, g, 2, 2, 10, (nb_rowwise_adagrad_cfg){0.1f, 1e-8f});
+}
+TEST_CASE(test_sparse_rejects_duplicate_rows) {
+    int st = child_status(unsorted_rows);
+    CHECK(st == 1, "duplicate rows in a sparse update: want exit 1, got %d", st);
+}
+
+int main(void) {
+    default_threads = omp_get_max_threads();
+    double t0 = nb_now();
+    RUN(test_embag_gather_unique);
+    RUN(test_embag_bag);
+    RUN(test_embag_unique_large);
+    RUN(test_embag_rejects_bad_row);
+    RUN(test_cross);
+    RUN(test_relu);
+    RUN(test_bce);
+    RUN(test_seqattn);
+    RUN(test_targetattn);
+    RUN(test_rowwise_adagrad);
+    RUN(test_sparse_adam);
+    RUN(test_sparse_rejects_duplicate_rows);
+    printf("  %.2f s\n", nb_now() - t0);
+    TEST_EXIT();
+}
