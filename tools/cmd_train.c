@@ -67,7 +67,19 @@ static const char *TRAIN_SUMMARY =
     "Presets: gpt2-tiny, gpt2-mini, gpt2-proxy, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny,\n"
     "llama-1b, llama-8b, llama-14b.";
 
+int nb_ctr_train_main(int argc, char **argv); /* tools/cmd_train_ctr.c */
+
+/* --model seqctr has its own flag table and trainer. */
+static int wants_seqctr(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) return !strcmp(argv[i + 1], "seqctr");
+        if (!strncmp(argv[i], "--model=", 8)) return !strcmp(argv[i] + 8, "seqctr");
+    }
+    return 0;
+}
+
 int nb_cmd_train(int argc, char **argv) {
+    if (wants_seqctr(argc, argv)) return nb_ctr_train_main(argc, argv);
     nb_train_opts o;
     nb_train_opts_defaults(&o);
     const char *resume = prescan_resume(argc, argv);

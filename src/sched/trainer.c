@@ -199,6 +199,12 @@ static void run_on_compute(nb_trainer *tr, const char *name, nb_task_fn fn, void
     nb_mark_wait_host(nb_lane_mark(tr->compute));
 }
 
+/* OpenMP's thread count belongs to the calling thread: --threads must be set on the thread that
+ * runs the compute lane's ops (the lane's worker on the CPU backend), not only on main. */
+static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
+    nb_host_set_threads(trainer_of(arg)->o.threads);
+}
+
 /* ---------------------------------------------------------------- setup */
 
 static int is_device_backend(const nb_trainer *tr) { return tr->be->device != NB_DEV_CPU; }
@@ -280,6 +286,7 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     tr->work = nb_calloc((size_t)o->model.layers, sizeof(nb_work), "work items");
     for (int l = 0; l < o->model.layers; l++) tr->work[l] = (nb_work){tr, l};
     tr->whole = (nb_work){tr, -1};
+    run_on_compute(tr, "set threads", work_set_threads, &tr->whole);
 
     size_t start_pos = 0;
     if (o->resume[0]) {

@@ -1,0 +1,119 @@
+/* seqctr: the CTR / sequence-recommendation model of issue 4, CPU fp32 forward and backward.
+ *
+ * Per sample: 13 dense features (already log(1 + max(x, 0)), 0 when missing), 26 categorical
+ * ids, a target item id, a history of 0..max_len item ids (most recent last), a 0/1 label.
+ *   bottom  = MLP 13 -> 512 -> 256 -> E (ReLU between, none after)
+ *   cat_f   = table f [id mod rows_f]          (missing ids are passed as 0 -> row 0)
+ *   t       = item table [target mod item_rows]; h_j = item table [hist_j mod item_rows]
+ *   history encoder: hist_layers pre-norm layers over h (padding-masked, `heads` heads):
+ *     h += proj(seqattn(qkv(LN1(h))));  h += fc2(relu(fc1(LN2(h))))     (fc1: E -> 4E)
+ *   target attention: q = Wq t, k_j = Wk h_j, v_j = Wv h_j, pooled = softmax-weighted sum of v
+ *     over the valid j (zero for an empty history); no biases.
+ *   x0 = [bottom | cat_0 .. cat_25 | t | pooled]   width D0 = 29 E
+ *   block i = 0..blocks-1 (x_{-1} := x0, written x_prev):
+ *     c = x0 * (U_i (V_i^T x_prev) + b_i) + x_prev;  x_i = c + W2_i relu(W1_i c + b1_i) + b2_i
+ *     logit_i = w_i . x_i + beta_i
+ *   loss = mean BCE(logit_last) + aux_weight * sum_{i < last} mean BCE(logit_i)
+ *
+ * Dense parameters live in one fp32 slab (nb_sc_model.params, gradients in .grads, same layout);
+ * each tensor has a name, used verbatim as the checkpoint (safetensors) tensor name:
+ *   bottom.{0,1,2}.weight [out, in] (nn.Linear layout), bottom.{0,1,2}.bias [out]
+ *   hist.{l}.ln1.weight/.bias [E], hist.{l}.qkv.weight [3E, E] (q rows, then k, then v; head h =
+ *     rows h*E/heads ..), hist.{l}.qkv.bias [3E], hist.{l}.proj.weight [E, E], .proj.bias [E],
+ *     hist.{l}.ln2.weight/.bias [E], hist.{l}.fc1.weight [4E, E], .fc1.bias [4E],
+ *     hist.{l}.fc2.weight [E, 4E], .fc2.bias [E]
+ *   target.wq [E, E], target.wk [E, E], target.wv [E, E]   (q = t @ wq^T, as nn.Linear)
+ *   block.{i}.U [D0, r], block.{i}.V [D0, r], block.{i}.b [D0],
+ *   block.{i}.w1 [H, D0], block.{i}.b1 [H], block.{i}.w2 [D0, H], block.{i}.b2 [D0],
+ *   block.{i}.head.w [D0], block.{i}.head.b [1]
+ * Embedding tables (sparse, separately): one allocation `emb` of [total_rows, E]; table t
+ * (0..25 categorical, 26 = items) starts at row emb_off[t], so (table, row) is global row
+ * emb_off[t] + row. Checkpoint names: emb.cat.{f} [rows_f, E], emb.item [item_rows, E]. */
+#ifndef NB_SEQCTR_H
+#define NB_SEQCTR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NB_SC_NDENSE 13
+#define NB_SC_NCAT 26
+#define NB_SC_NTABLES 27 /* 26 categorical + the item table */
+#define NB_SC_ITEM_TABLE 26
+#define NB_SC_BOTTOM1 512
+#define NB_SC_BOTTOM2 256
+#define NB_SC_MAX_TENSORS 512
+
+typedef struct {
+    int E, hist_layers, heads, blocks, cross_rank, block_hidden, max_len;
+    int64_t cat_rows[NB_SC_NCAT]; /* rows of each categorical table (>= 1) */
+    int64_t item_rows;
+    float aux_weight;
+    uint64_t seed; /* weight init */
+} nb_sc_config;
+
+/* Defaults of the issue: E 64, 1 history layer, 4 heads, 6 blocks, rank 256, hidden 512,
+ * max_len 256, tables of 1 row (the caller sets the rows), aux_weight 0. */
+void nb_sc_config_default(nb_sc_config *c);
+
+typedef struct {
+    char name[48];
+    size_t off, n;
+    int rows, cols; /* 1-D tensors: rows = n, cols = 1 */
+    int decay;      /* 1: AdamW weight decay applies (2-D weights) */
+} nb_sc_tensor;
+
+/* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. */
+typedef struct {
+    int B, hist_stride;
+    const float *dense;     /* [B, 13] */
+    const uint32_t *cat;    /* [B, 26] ids (0 = missing) */
+    const uint32_t *target; /* [B] */
+    const uint32_t *hist;   /* [B, hist_stride] */
+    const int32_t *hist_len; /* [B] in 0..max_len */
+    const float *label;     /* [B] in [0, 1] (may be NULL for forward-only) */
+} nb_sc_batch;
+
+typedef struct nb_sc_acts nb_sc_acts;
+
+typedef struct {
+    nb_sc_config cfg;
+    int D0;
+    nb_sc_tensor t[NB_SC_MAX_TENSORS];
+    int ntensors;
+    size_t nparams;
+    float *params, *grads; /* [nparams] */
+    int64_t emb_off[NB_SC_NTABLES + 1]; /* emb_off[27] = total rows */
+    float *emb;                          /* [total rows, E] */
+    /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E] */
+    int64_t *uniq_rows;
+    float *uniq_grads;
+    int nuniq;
+    nb_sc_acts *acts;
+    int max_batch;
+} nb_sc_model;
+
+/* Build the tensor table, allocate and initialise (deterministic from cfg.seed) for batches of
+ * up to max_batch samples. Fails (nb_fail) on an invalid config. */
+void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch);
+void nb_sc_free(nb_sc_model *m);
+/* The tensor with this name, or NULL. */
+const nb_sc_tensor *nb_sc_find(const nb_sc_model *m, const char *name);
+
+/* Forward: logits[B] of the last head (may be NULL) and, when labels are given, the loss (mean
+ * BCE of the last head + aux). Keeps what backward needs. */
+double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits);
+/* Backward of the last forward (same batch): grads += d loss / d params (the caller zeroes
+ * grads), and the embedding gradient into uniq_rows/uniq_grads (overwritten, duplicates summed
+ * in a fixed order). */
+void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b);
+/* Checkpoint: every dense tensor under its name (1-D tensors as [n]) and the tables emb.cat.{f}
+ * [rows_f, E], emb.item [item_rows, E], all F32; metadata "seqctr.config" holds the shape
+ * ("E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
+ * aux_weight=.."). Written atomically. */
+void nb_sc_save(const nb_sc_model *m, const char *path);
+/* Load weights into a model of the same shape (every tensor must exist with its shape). */
+void nb_sc_load(nb_sc_model *m, const char *path);
+/* Dense FLOPs (forward + backward, matmuls only) of one batch with total history rows nh. */
+double nb_sc_flops(const nb_sc_model *m, int B, long nh);
+
+#endif

@@ -1,0 +1,598 @@
+/* seqctr training loop, data sources and evaluation (see ctr_trainer.h). */
+#include "sched/ctr_trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core.h"
+#include "data/criteo.h"
+#include "data/synth.h"
+#include "host.h"
+#include "io/json.h"
+#include "lanes/lanes.h"
+#include "optim/optim.h"
+#include "optim/optim_sparse.h"
+
+#define EVAL_BASE (1ULL << 40) /* synth: first held-out sample index */
+#define POP_SMOOTH 10.0        /* popularity baseline: prior strength, in pseudo-ratings */
+
+void nb_ctr_opts_defaults(nb_ctr_opts *o) {
+    memset(o, 0, sizeof *o);
+    nb_sc_config_default(&o->model);
+    o->model.E = 32;
+    o->model.max_len = 32;
+    snprintf(o->data, sizeof o->data, "synth");
+    snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
+    o->steps = 300;
+    o->batch = 256;
+    o->eval_samples = 16384;
+    o->log_every = 50;
+    o->lr = 1e-3f;
+    o->emb_lr = 0.05f;
+    o->table_cap = 100000;
+}
+
+/* ---- metrics ---- */
+
+typedef struct {
+    float s;
+    long i;
+} scored;
+
+static int cmp_scored(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+double nb_ctr_auc(const float *score, const float *label, long n) {
+    scored *v = nb_malloc((size_t)(n ? n : 1) * sizeof *v, "AUC ranks");
+    for (long i = 0; i < n; i++) v[i] = (scored){score[i], i};
+    qsort(v, (size_t)n, sizeof *v, cmp_scored);
+    double pos = 0, rank_sum = 0;
+    for (long i = 0; i < n;) {
+        long j = i;
+        while (j < n && v[j].s == v[i].s) j++;
+        double avg = 0.5 * (double)(i + 1 + j); /* ranks i+1 .. j */
+        for (long k = i; k < j; k++)
+            if (label[v[k].i] > 0.5f) pos++, rank_sum += avg;
+        i = j;
+    }
+    free(v);
+    double neg = (double)n - pos;
+    if (pos == 0 || neg == 0) return NAN;
+    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+double nb_ctr_ne(double mean_bce, double p) {
+    if (p <= 0 || p >= 1) return NAN;
+    return mean_bce / -(p * log(p) + (1 - p) * log1p(-p));
+}
+
+/* ---- in-memory sample sets (MovieLens, Criteo's held-out head) ---- */
+
+typedef struct {
+    long n, cap;
+    float *dense, *label;
+    uint32_t *cat, *target;
+    long *hoff; /* [n + 1] into hids */
+    uint32_t *hids;
+    long nh, hcap;
+} ctr_set;
+
+static void set_push(ctr_set *s, const float *dense, const uint32_t *cat, uint32_t target, const uint32_t *hist,
+                     int len, float label) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->dense = realloc(s->dense, (size_t)s->cap * NB_SC_NDENSE * sizeof(float));
+        s->label = realloc(s->label, (size_t)s->cap * sizeof(float));
+        s->cat = realloc(s->cat, (size_t)s->cap * NB_SC_NCAT * sizeof(uint32_t));
+        s->target = realloc(s->target, (size_t)s->cap * sizeof(uint32_t));
+        s->hoff = realloc(s->hoff, (size_t)(s->cap + 1) * sizeof(long));
+        NB_CHECK(s->dense && s->label && s->cat && s->target && s->hoff, "use a smaller data set",
+                 "out of memory holding %ld samples", s->cap);
+        s->hoff[0] = 0;
+    }
+    if (s->nh + len > s->hcap) {
+        s->hcap = 2 * (s->nh + len) + 1024;
+        s->hids = realloc(s->hids, (size_t)s->hcap * sizeof(uint32_t));
+        NB_CHECK(s->hids != NULL, "lower --max-len", "out of memory holding histories");
+    }
+    memcpy(s->dense + s->n * NB_SC_NDENSE, dense, NB_SC_NDENSE * sizeof(float));
+    memcpy(s->cat + s->n * NB_SC_NCAT, cat, NB_SC_NCAT * sizeof(uint32_t));
+    s->target[s->n] = target;
+    s->label[s->n] = label;
+    if (len) memcpy(s->hids + s->nh, hist, (size_t)len * sizeof(uint32_t));
+    s->nh += len;
+    s->hoff[++s->n] = s->nh;
+}
+
+static void set_free(ctr_set *s) {
+    free(s->dense), free(s->label), free(s->cat), free(s->target), free(s->hoff), free(s->hids);
+    memset(s, 0, sizeof *s);
+}
+
+/* The batch the model reads: host buffers of the largest batch. */
+typedef struct {
+    float *dense, *label;
+    uint32_t *cat, *target, *hist;
+    int32_t *len;
+    nb_sc_batch b;
+} ctr_batch;
+
+static void batch_alloc(ctr_batch *t, int B, int L) {
+    t->dense = nb_calloc((size_t)B * NB_SC_NDENSE, sizeof(float), "batch");
+    t->label = nb_calloc((size_t)B, sizeof(float), "batch");
+    t->cat = nb_calloc((size_t)B * NB_SC_NCAT, sizeof(uint32_t), "batch");
+    t->target = nb_calloc((size_t)B, sizeof(uint32_t), "batch");
+    t->hist = nb_calloc((size_t)B * (L ? L : 1), sizeof(uint32_t), "batch");
+    t->len = nb_calloc((size_t)B, sizeof(int32_t), "batch");
+    t->b = (nb_sc_batch){.B = B, .hist_stride = L ? L : 1, .dense = t->dense, .cat = t->cat, .target = t->target,
+                         .hist = t->hist, .hist_len = t->len, .label = t->label};
+}
+
+static void batch_free(ctr_batch *t) {
+    free(t->dense), free(t->label), free(t->cat), free(t->target), free(t->hist), free(t->len);
+}
+
+/* Sample i of a set into batch row r (the most recent max_len history items). */
+static void set_get(const ctr_set *s, long i, ctr_batch *t, int r, int max_len) {
+    memcpy(t->dense + (size_t)r * NB_SC_NDENSE, s->dense + i * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
+    memcpy(t->cat + (size_t)r * NB_SC_NCAT, s->cat + i * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
+    t->target[r] = s->target[i];
+    t->label[r] = s->label[i];
+    long a = s->hoff[i], len = s->hoff[i + 1] - a;
+    if (len > max_len) a += len - max_len, len = max_len;
+    t->len[r] = (int32_t)len;
+    if (len) memcpy(t->hist + (size_t)r * t->b.hist_stride, s->hids + a, (size_t)len * sizeof(uint32_t));
+}
+
+/* ---- data sources ---- */
+
+enum { SRC_SYNTH, SRC_CRITEO, SRC_MOVIELENS };
+
+typedef struct {
+    int kind, max_len;
+    nb_synth *g;
+    uint64_t next;
+    nb_criteo_reader *cr;
+    long skip; /* criteo: held-out samples at the head of every pass */
+    ctr_set train, eval;
+    long *perm, pos;
+    uint64_t epoch;
+} ctr_source;
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(ctr_source *s) {
+    uint64_t st = 0x5EED + s->epoch++;
+    for (long i = 0; i < s->train.n; i++) s->perm[i] = i;
+    for (long i = s->train.n - 1; i > 0; i--) {
+        long j = (long)(splitmix(&st) % (uint64_t)(i + 1));
+        long t = s->perm[i];
+        s->perm[i] = s->perm[j];
+        s->perm[j] = t;
+    }
+    s->pos = 0;
+}
+
+static int criteo_next(ctr_source *s, nb_ctr_sample *x) {
+    if (nb_criteo_next(s->cr, x)) return 1;
+    nb_criteo_rewind(s->cr);
+    for (long k = 0; k < s->skip; k++) NB_CHECK(nb_criteo_next(s->cr, x), "use a larger file", "file shrank");
+    return nb_criteo_next(s->cr, x);
+}
+
+static void push_criteo(ctr_set *set, const nb_ctr_sample *x) {
+    set_push(set, x->dense, x->cat, 0, NULL, 0, (float)x->label);
+}
+
+static void fill_train(ctr_source *s, ctr_batch *t, int B) {
+    t->b.B = B;
+    if (s->kind == SRC_SYNTH) {
+        nb_synth_fill(s->g, s->next, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        s->next += (uint64_t)B;
+    } else if (s->kind == SRC_CRITEO) {
+        nb_ctr_sample x;
+        for (int r = 0; r < B; r++) {
+            NB_CHECK(criteo_next(s, &x), "use a file with more samples than --eval-samples",
+                     "no training samples after the %ld held-out ones", s->skip);
+            memcpy(t->dense + (size_t)r * NB_SC_NDENSE, x.dense, sizeof x.dense);
+            memcpy(t->cat + (size_t)r * NB_SC_NCAT, x.cat, sizeof x.cat);
+            t->target[r] = 0;
+            t->len[r] = 0;
+            t->label[r] = (float)x.label;
+        }
+    } else {
+        for (int r = 0; r < B; r++) {
+            if (s->pos == s->train.n) shuffle(s);
+            set_get(&s->train, s->perm[s->pos++], t, r, s->max_len);
+        }
+    }
+}
+
+/* Evaluation samples first .. first + B - 1. */
+static void fill_eval(ctr_source *s, ctr_batch *t, long first, int B) {
+    t->b.B = B;
+    if (s->kind == SRC_SYNTH) {
+        nb_synth_fill(s->g, EVAL_BASE + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label,
+                      NULL);
+    } else {
+        for (int r = 0; r < B; r++) set_get(&s->eval, first + r, t, r, s->max_len);
+    }
+}
+
+static long eval_count(const ctr_source *s, const nb_ctr_opts *o) {
+    return s->kind == SRC_SYNTH ? o->eval_samples : s->eval.n;
+}
+
+/* ---- MovieLens click files ---- */
+
+static const char *ML_HEADER = "label\tuser\titem\tyear\tgenre\thour\tweekday\ttimestamp\thistory";
+static const char *ML_HINT = "regenerate the files with 'bash scripts/fetch_movielens.sh'";
+
+static uint32_t ml_num(const char *path, long line, char **p, char end) {
+    errno = 0;
+    char *e;
+    unsigned long v = strtoul(*p, &e, 10);
+    NB_CHECK(e != *p && errno == 0 && v <= UINT32_MAX && (*e == end || (end == ' ' && (*e == '\t' || !*e))), ML_HINT,
+             "%s:%ld: malformed field near '%.20s'", path, line, *p);
+    *p = e;
+    return (uint32_t)v;
+}
+
+/* Reads one clicks_*.tsv; tracks the largest id of each of the 6 used tables (5 = items). */
+static void ml_read(const char *path, ctr_set *set, uint32_t maxid[6]) {
+    FILE *f = nb_fopen(path, "r", ML_HINT);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long ln = 0;
+    uint32_t *hist = NULL;
+    size_t hcap = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        ln++;
+        if (line[len - 1] == '\n') line[--len] = 0;
+        if (ln == 1) {
+            NB_CHECK(!strcmp(line, ML_HEADER), ML_HINT, "%s: unexpected header (is it a clicks_*.tsv file?)", path);
+            continue;
+        }
+        char *p = line;
+        uint32_t v[8];
+        for (int k = 0; k < 8; k++) {
+            v[k] = ml_num(path, ln, &p, '\t');
+            p++;
+        }
+        NB_CHECK(v[0] <= 1 && v[5] < 24 && v[6] < 7, ML_HINT, "%s:%ld: label/hour/weekday out of range", path, ln);
+        size_t nh = 0;
+        while (*p) {
+            if (nh == hcap) {
+                hcap = hcap ? 2 * hcap : 256;
+                hist = realloc(hist, hcap * sizeof *hist);
+                NB_CHECK(hist != NULL, "free some memory", "out of memory reading %s", path);
+            }
+            hist[nh] = ml_num(path, ln, &p, ' ');
+            if (hist[nh] > maxid[1]) maxid[1] = hist[nh];
+            nh++;
+            if (*p == ' ') p++;
+        }
+        uint32_t cat[NB_SC_NCAT] = {0};
+        cat[0] = v[1], cat[1] = v[2], cat[2] = v[3], cat[3] = v[4], cat[4] = v[5], cat[5] = v[6];
+        for (int k = 0; k < 6; k++)
+            if (cat[k] > maxid[k]) maxid[k] = cat[k];
+        static const float zero_dense[NB_SC_NDENSE];
+        set_push(set, zero_dense, cat, v[2], hist, (int)nh, (float)v[0]);
+    }
+    NB_CHECK(!ferror(f), ML_HINT, "cannot read %s", path);
+    NB_CHECK(set->n > 0, ML_HINT, "%s holds no samples", path);
+    free(line);
+    free(hist);
+    fclose(f);
+}
+
+static int64_t cap_rows(int64_t rows, int64_t cap) { return rows < cap ? rows : cap; }
+
+/* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
+static void source_open(ctr_source *s, const nb_ctr_opts *o, nb_sc_config *mc) {
+    memset(s, 0, sizeof *s);
+    const char *d = o->data;
+    if (!strcmp(d, "synth") || !strncmp(d, "synth:", 6)) {
+        s->kind = SRC_SYNTH;
+        char spec[NB_PATH_MAX + 64];
+        if (strstr(d, "max_len="))
+            snprintf(spec, sizeof spec, "%s", d);
+        else
+            snprintf(spec, sizeof spec, "%s%smax_len=%d", d, strchr(d, ':') ? "," : ":", mc->max_len);
+        s->g = nb_malloc(sizeof *s->g, "synthetic generator");
+        nb_synth_open(s->g, spec);
+        mc->max_len = s->g->o.max_len;
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = cap_rows(s->g->card[f], o->table_cap);
+        mc->item_rows = cap_rows(s->g->o.items, o->table_cap);
+    } else if (!strncmp(d, "criteo:", 7)) {
+        s->kind = SRC_CRITEO;
+        s->cr = nb_criteo_open(d + 7, NB_CRITEO_KAGGLE, o->strict);
+        nb_ctr_sample x;
+        while (s->eval.n < o->eval_samples && nb_criteo_next(s->cr, &x)) push_criteo(&s->eval, &x);
+        NB_CHECK(s->eval.n == o->eval_samples, "lower --eval-samples (the held-out head of the file)",
+                 "%s has only %ld good samples; %d are held out for evaluation", d + 7, s->eval.n, o->eval_samples);
+        s->skip = s->eval.n;
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = o->table_cap;
+        mc->item_rows = 1;
+    } else if (!strcmp(d, "movielens")) {
+        s->kind = SRC_MOVIELENS;
+        uint32_t maxid[6] = {0};
+        ml_read("data/movielens/clicks_train.tsv", &s->train, maxid);
+        ml_read("data/movielens/clicks_test.tsv", &s->eval, maxid);
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = f < 6 ? cap_rows((int64_t)maxid[f] + 1, o->table_cap) : 1;
+        mc->item_rows = mc->cat_rows[1];
+        s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "MovieLens order");
+        shuffle(s);
+    } else {
+        nb_fail("pass --data synth[:k=v,...], criteo:PATH or movielens", "unknown --data '%s'", d);
+    }
+    s->max_len = mc->max_len;
+}
+
+static void source_close(ctr_source *s) {
+    if (s->cr) nb_criteo_close(s->cr);
+    free(s->g);
+    free(s->perm);
+    set_free(&s->train);
+    set_free(&s->eval);
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    const nb_ctr_opts *o;
+    nb_sc_model m;
+    ctr_source src;
+    ctr_batch batch;
+    float *am, *av;       /* AdamW moments */
+    float *eacc, *em, *ev; /* Adagrad accumulators, or sparse Adam moments */
+    int adam, step;
+    double loss;
+} ctr_run;
+
+/* OpenMP's thread count is per calling thread: the lane's worker needs its own setting. */
+static void work_threads(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_run *r = arg;
+    nb_host_set_threads(r->o->threads);
+}
+
+static void work_fwd(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_run *r = arg;
+    memset(r->m.grads, 0, r->m.nparams * sizeof(float));
+    r->loss = nb_sc_forward(&r->m, &r->batch.b, NULL);
+}
+
+static void work_bwd(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_run *r = arg;
+    nb_sc_backward(&r->m, &r->batch.b);
+}
+
+static void work_emb_optim(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_run *r = arg;
+    nb_sc_model *m = &r->m;
+    int64_t rows = m->emb_off[NB_SC_NTABLES];
+    if (r->adam)
+        nb_sparse_adam_update(m->emb, r->em, r->ev, m->uniq_rows, m->uniq_grads, m->nuniq, m->cfg.E, rows,
+                              (nb_sparse_adam_cfg){r->o->emb_lr, 0.9f, 0.999f, 1e-8f}, r->step + 1);
+    else
+        nb_rowwise_adagrad_update(m->emb, r->eacc, m->uniq_rows, m->uniq_grads, m->nuniq, m->cfg.E, rows,
+                                  (nb_rowwise_adagrad_cfg){r->o->emb_lr, 1e-8f});
+}
+
+static void work_adamw(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_run *r = arg;
+    nb_sc_model *m = &r->m;
+    for (int k = 0; k < m->ntensors; k++) {
+        const nb_sc_tensor *t = &m->t[k];
+        nb_adamw_cfg c = {r->o->lr, 0.9f, 0.999f, 1e-8f, t->decay ? r->o->weight_decay : 0.0f};
+        nb_adamw_update(m->params + t->off, m->grads + t->off, r->am + t->off, r->av + t->off, t->n, c, r->step + 1);
+    }
+}
+
+static double bce_prob(double p, float y) {
+    p = fmin(fmax(p, 1e-7), 1 - 1e-7);
+    return y > 0.5f ? -log(p) : -log1p(-p);
+}
+
+static nb_ctr_eval finish_eval(const float *score_logit, const float *label, long n, int logits) {
+    nb_ctr_eval e = {.n = n};
+    double bce = 0, pos = 0;
+    for (long i = 0; i < n; i++) {
+        double z = score_logit[i];
+        bce += logits ? fmax(z, 0) - z * label[i] + log1p(exp(-fabs(z))) : bce_prob(z, label[i]);
+        pos += label[i];
+    }
+    e.loss = bce / (double)n;
+    e.base_rate = pos / (double)n;
+    e.ne = nb_ctr_ne(e.loss, e.base_rate);
+    e.auc = nb_ctr_auc(score_logit, label, n);
+    return e;
+}
+
+static nb_ctr_eval evaluate(ctr_run *r) {
+    long n = eval_count(&r->src, r->o);
+    float *logit = nb_malloc((size_t)n * sizeof(float), "evaluation scores");
+    float *label = nb_malloc((size_t)n * sizeof(float), "evaluation labels");
+    for (long first = 0; first < n; first += r->o->batch) {
+        int B = (int)(n - first < r->o->batch ? n - first : r->o->batch);
+        fill_eval(&r->src, &r->batch, first, B);
+        nb_sc_batch b = r->batch.b;
+        b.label = NULL;
+        nb_sc_forward(&r->m, &b, logit + first);
+        memcpy(label + first, r->batch.label, (size_t)B * sizeof(float));
+    }
+    nb_ctr_eval e = finish_eval(logit, label, n, 1);
+    free(logit);
+    free(label);
+    return e;
+}
+
+/* MovieLens: score each test rating by its movie's smoothed training positive rate. */
+static nb_ctr_eval popularity_baseline(const ctr_source *s) {
+    int64_t rows = 0;
+    for (long i = 0; i < s->train.n; i++) rows = s->train.target[i] >= rows ? s->train.target[i] + 1 : rows;
+    double *pos = nb_calloc((size_t)rows + 1, sizeof(double), "popularity"), *cnt = nb_calloc((size_t)rows + 1, sizeof(double), "popularity");
+    double p0 = 0;
+    for (long i = 0; i < s->train.n; i++) {
+        pos[s->train.target[i]] += s->train.label[i];
+        cnt[s->train.target[i]] += 1;
+        p0 += s->train.label[i];
+    }
+    p0 /= (double)s->train.n;
+    float *score = nb_malloc((size_t)s->eval.n * sizeof(float), "popularity");
+    for (long i = 0; i < s->eval.n; i++) {
+        uint32_t t = s->eval.target[i];
+        double ps = t < rows ? pos[t] : 0, c = t < rows ? cnt[t] : 0;
+        score[i] = (float)((ps + POP_SMOOTH * p0) / (c + POP_SMOOTH));
+    }
+    nb_ctr_eval e = finish_eval(score, s->eval.label, s->eval.n, 0);
+    free(pos), free(cnt), free(score);
+    return e;
+}
+
+static void print_eval(const char *what, int step, const nb_ctr_eval *e) {
+    printf("%s step=%d n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f\n", what, step, e->n, e->loss, e->ne, e->auc,
+           e->base_rate);
+    fflush(stdout);
+}
+
+static FILE *open_metrics(const char *dir) {
+    if (!dir[0]) return NULL;
+    NB_CHECK(mkdir(dir, 0777) == 0 || errno == EEXIST, "choose a writable --out directory", "cannot create %s: %s",
+             dir, strerror(errno));
+    char path[NB_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    return nb_fopen(path, "w", "choose a writable --out directory");
+}
+
+static void write_metrics(FILE *f, int step, double loss, double sps, double ms, double bubble, const nb_ctr_eval *e) {
+    nb_json_writer w;
+    nb_json_writer_init(&w, 0);
+    nb_json_begin_obj(&w);
+    nb_json_kint(&w, "step", step);
+    nb_json_knum(&w, "loss", loss);
+    nb_json_knum(&w, "samples_per_s", sps);
+    nb_json_knum(&w, "ms", ms);
+    nb_json_knum(&w, "bubble_pct", bubble);
+    if (e) {
+        nb_json_knum(&w, "eval_loss", e->loss);
+        if (isfinite(e->ne)) nb_json_knum(&w, "eval_ne", e->ne);
+        if (isfinite(e->auc)) nb_json_knum(&w, "eval_auc", e->auc);
+    }
+    nb_json_end_obj(&w);
+    fprintf(f, "%s\n", nb_json_text(&w));
+    NB_CHECK(fflush(f) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
+    nb_json_writer_free(&w);
+}
+
+static void run_init(ctr_run *r, const nb_ctr_opts *o) {
+    memset(r, 0, sizeof *r);
+    r->o = o;
+    nb_sc_config mc = o->model;
+    source_open(&r->src, o, &mc);
+    nb_sc_init(&r->m, &mc, o->batch);
+    batch_alloc(&r->batch, o->batch, mc.max_len);
+    r->am = nb_calloc(r->m.nparams, sizeof(float), "AdamW moments");
+    r->av = nb_calloc(r->m.nparams, sizeof(float), "AdamW moments");
+    NB_CHECK(!strcmp(o->emb_optim, "adagrad") || !strcmp(o->emb_optim, "adam"), "pass --emb-optim adagrad or adam",
+             "unknown --emb-optim '%s'", o->emb_optim);
+    r->adam = !strcmp(o->emb_optim, "adam");
+    size_t rows = (size_t)r->m.emb_off[NB_SC_NTABLES];
+    if (r->adam) {
+        r->em = nb_calloc(rows * (size_t)mc.E, sizeof(float), "sparse Adam moments");
+        r->ev = nb_calloc(rows * (size_t)mc.E, sizeof(float), "sparse Adam moments");
+    } else {
+        r->eacc = nb_calloc(rows, sizeof(float), "Adagrad accumulators");
+    }
+    if (nb_verbosity > 0)
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows\n",
+                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, r->m.nparams / 1e6,
+                (double)rows / 1e6);
+}
+
+static void run_free(ctr_run *r) {
+    free(r->am), free(r->av), free(r->eacc), free(r->em), free(r->ev);
+    batch_free(&r->batch);
+    nb_sc_free(&r->m);
+    source_close(&r->src);
+}
+
+nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
+    nb_host_set_threads(o->threads);
+    static ctr_run r; /* large; the work items point into it */
+    run_init(&r, o);
+    nb_lanes *lanes = nb_lanes_create("cpu", 1 << 16);
+    nb_lane *compute = nb_lane_create(lanes, "compute", NB_LANE_DEVICE);
+    FILE *metrics = open_metrics(o->out);
+    nb_lane_run(compute, "set threads", NB_SPAN_OTHER, -1, work_threads, &r);
+    nb_mark_wait_host(nb_lane_mark(compute));
+    nb_lanes_trace_clear(lanes);
+    nb_ctr_eval e = {0};
+    double t_start = nb_now();
+    for (int step = 0; step < o->steps; step++) {
+        double t0 = nb_now();
+        r.step = step;
+        fill_train(&r.src, &r.batch, o->batch);
+        nb_lane_run(compute, "forward + loss", NB_SPAN_FWD, step, work_fwd, &r);
+        nb_lane_run(compute, "backward", NB_SPAN_BWD, step, work_bwd, &r);
+        nb_lane_run(compute, "embedding optim", NB_SPAN_OPTIM, step, work_emb_optim, &r);
+        nb_lane_run(compute, "adamw", NB_SPAN_OPTIM, step, work_adamw, &r);
+        nb_mark_wait_host(nb_lane_mark(compute));
+        double t1 = nb_now();
+        nb_step_stats st = nb_lanes_step_stats(lanes, step, nb_lane_index(compute), t0, t1);
+        nb_lanes_trace_clear(lanes);
+        NB_CHECK(isfinite(r.loss), "lower --lr or --emb-lr", "the loss became %g at step %d", r.loss, step);
+        int is_last = step + 1 == o->steps, do_eval = is_last || (o->eval_every > 0 && (step + 1) % o->eval_every == 0);
+        if (do_eval) {
+            e = evaluate(&r);
+            print_eval("eval", step + 1, &e);
+        }
+        if (metrics) write_metrics(metrics, step, r.loss, o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct, do_eval ? &e : NULL);
+        if (nb_verbosity > 0 && o->log_every > 0 && ((step + 1) % o->log_every == 0 || is_last))
+            fprintf(stderr, "step %5d | loss %.5f | %.0f samples/s | %.1f ms | bubble %.1f%%\n", step + 1, r.loss,
+                    o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct);
+    }
+    double secs = nb_now() - t_start;
+    printf("train steps=%d samples_per_s=%.0f (including evaluation)\n", o->steps,
+           (double)o->steps * o->batch / (secs > 0 ? secs : 1e-9));
+    if (r.src.kind == SRC_SYNTH) { /* the best any model can do on this evaluation range */
+        long n = o->eval_samples;
+        float *tl = nb_malloc((size_t)n * sizeof(float), "teacher logits"), *lab = nb_malloc((size_t)n * sizeof(float), "labels");
+        nb_synth_teacher_logit(r.src.g, EVAL_BASE, (int)n, tl);
+        nb_synth_fill(r.src.g, EVAL_BASE, (int)n, NULL, NULL, NULL, NULL, NULL, lab, NULL);
+        nb_ctr_eval te = finish_eval(tl, lab, n, 1);
+        print_eval("teacher", o->steps, &te);
+        free(tl), free(lab);
+    }
+    if (r.src.kind == SRC_MOVIELENS) {
+        nb_ctr_eval pb = popularity_baseline(&r.src);
+        print_eval("baseline-popularity", o->steps, &pb);
+    }
+    if (metrics) {
+        fclose(metrics);
+        char path[NB_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/model.safetensors", o->out);
+        nb_sc_save(&r.m, path);
+    }
+    nb_lanes_destroy(lanes);
+    run_free(&r);
+    return e;
+}
