@@ -27,31 +27,9 @@
 
 static int default_threads;
 
-/* ---- helpers (same shape as test_ops_grad_a.c) ---- */
+/* ---- helpers ---- */
 
-static float *randn(size_t n, uint64_t stream, float std) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, stream, 0.0f, std);
-    return p;
-}
-static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
-static double *to_double(const float *x, size_t n) {
-    double *d = nb_malloc((n ? n : 1) * sizeof(double), "test tensor");
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
-}
-static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
-
-/* max |a - ref| / max |ref| */
-static double max_rel(const float *a, const double *ref, size_t n) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i])) return INFINITY;
-        diff = fmax(diff, fabs(a[i] - ref[i]));
-        scale = fmax(scale, fabs(ref[i]));
-    }
-    return diff / fmax(scale, 1e-30);
-}
+#include "op_test_util.h"
 
 typedef double (*loss_fn)(const void *ctx);
 
@@ -105,7 +83,7 @@ static void check_grad_semantics(const grad_op *op, float **ref) {
     op->backward(op->ctx, g);
     op->backward(op->ctx, g);
     for (int k = 0; k < op->ngrads; k++) {
-        float *g0 = randn(op->sizes[k], 900 + k, 1.0f);
+        float *g0 = randn(op->sizes[k], 900 + k, 0.0f, 1.0f);
         double *want = nb_malloc(op->sizes[k] * sizeof(double), "test tensor");
         for (size_t i = 0; i < op->sizes[k]; i++) want[i] = (double)g0[i] + 2.0 * ref[k][i];
         double e = max_rel(g[k], want, op->sizes[k]);
@@ -159,7 +137,7 @@ static const int32_t E_OFFS[5] = {0, 3, 3, 8, 11};
 
 TEST_CASE(test_embag_gather_unique) {
     int n = 11;
-    float *table = randn((size_t)ENROWS * EE, 1, 1.0f), *out = zeros((size_t)n * EE);
+    float *table = randn((size_t)ENROWS * EE, 1, 0.0f, 1.0f), *out = zeros((size_t)n * EE);
     nb_embag_gather(out, table, E_ROWS, n, ENROWS, EE);
     int ok = 1;
     for (int i = 0; i < n; i++) ok &= same_bits(out + (size_t)i * EE, table + (size_t)E_ROWS[i] * EE, EE);
@@ -175,7 +153,7 @@ TEST_CASE(test_embag_gather_unique) {
     CHECK(nb_embag_unique(uniq, inv, E_ROWS, 0) == 0, "empty input must give U = 0");
 
     /* Unique backward vs a dense scatter-add in double, read back at the unique rows. */
-    float *dout = randn((size_t)n * EE, 2, 1.0f);
+    float *dout = randn((size_t)n * EE, 2, 0.0f, 1.0f);
     double *dense = nb_calloc((size_t)ENROWS * EE, sizeof(double), "dense");
     for (int i = 0; i < n; i++)
         for (int e = 0; e < EE; e++) dense[(size_t)E_ROWS[i] * EE + e] += dout[(size_t)i * EE + e];
@@ -234,11 +212,11 @@ static void bag_bwd(const void *p, float *const *g) {
 }
 
 static void check_bag(nb_embag_mode mode) {
-    float *table = randn((size_t)ENROWS * EE, 3, 1.0f), *out = zeros((size_t)4 * EE);
+    float *table = randn((size_t)ENROWS * EE, 3, 0.0f, 1.0f), *out = zeros((size_t)4 * EE);
     int64_t uniq[11];
     int32_t inv[11];
     int U = nb_embag_unique(uniq, inv, E_ROWS, 11);
-    bag_case c = {mode, randn((size_t)4 * EE, 4, 1.0f), to_double(table, (size_t)ENROWS * EE), inv, U};
+    bag_case c = {mode, randn((size_t)4 * EE, 4, 0.0f, 1.0f), to_double(table, (size_t)ENROWS * EE), inv, U};
     nb_embag_bag_forward(out, table, E_ROWS, E_OFFS, 4, ENROWS, EE, mode);
     double *want = nb_malloc((size_t)4 * EE * sizeof(double), "want");
     for (int b = 0; b < 4; b++) {
@@ -336,8 +314,8 @@ static void cross_bwd(const void *p, float *const *g) {
 
 TEST_CASE(test_cross) {
     size_t nx = (size_t)CN * CD, nw = (size_t)CD * CR;
-    cross_case c = {randn(nx, 10, 1.0f), randn(nx, 11, 1.0f), randn(nw, 12, 0.5f), randn(nw, 13, 0.5f),
-                    randn(CD, 14, 1.0f), NULL, randn(nx, 15, 1.0f), {0}};
+    cross_case c = {randn(nx, 10, 0.0f, 1.0f), randn(nx, 11, 0.0f, 1.0f), randn(nw, 12, 0.0f, 0.5f), randn(nw, 13, 0.0f, 0.5f),
+                    randn(CD, 14, 0.0f, 1.0f), NULL, randn(nx, 15, 0.0f, 1.0f), {0}};
     size_t sz[5] = {nx, nx, nw, nw, CD};
     const float *src[5] = {c.x0, c.x, c.U, c.V, c.b};
     for (int k = 0; k < 5; k++) c.d[k] = to_double(src[k], sz[k]);
@@ -367,7 +345,7 @@ TEST_CASE(test_cross) {
 
 TEST_CASE(test_relu) {
     size_t n = 1000;
-    float *x = randn(n, 20, 1.0f), *y = zeros(n), *dout = randn(n, 21, 1.0f), *dx = randn(n, 22, 1.0f);
+    float *x = randn(n, 20, 0.0f, 1.0f), *y = zeros(n), *dout = randn(n, 21, 0.0f, 1.0f), *dx = randn(n, 22, 0.0f, 1.0f);
     float *dx0 = nb_malloc(n * sizeof(float), "dx0");
     memcpy(dx0, dx, n * sizeof(float));
     nb_relu_forward(y, x, n);
@@ -472,8 +450,8 @@ static void sa_bwd(const void *p, float *const *g) {
 
 TEST_CASE(test_seqattn) {
     size_t nq = (size_t)SB * SL * 3 * SE, no = (size_t)SB * SL * SE;
-    float *qkv = randn(nq, 30, 1.0f), *out = randn(no, 31, 1.0f), *lse = zeros((size_t)SB * SH * SL);
-    sa_case c = {to_double(qkv, nq), qkv, out, lse, randn(no, 32, 1.0f)};
+    float *qkv = randn(nq, 30, 0.0f, 1.0f), *out = randn(no, 31, 0.0f, 1.0f), *lse = zeros((size_t)SB * SH * SL);
+    sa_case c = {to_double(qkv, nq), qkv, out, lse, randn(no, 32, 0.0f, 1.0f)};
     nb_seqattn_forward(out, lse, qkv, S_LENGTHS, SB, SL, SH, SE);
     double want[SB * SL * SE];
     sa_ref(&c, want);
@@ -538,9 +516,9 @@ static void ta_bwd(const void *p, float *const *g) {
 
 TEST_CASE(test_targetattn) {
     size_t nq = (size_t)SB * SE, nk = (size_t)SB * SL * SE;
-    float *q = randn(nq, 40, 1.0f), *k = randn(nk, 41, 1.0f), *v = randn(nk, 42, 1.0f);
-    float *pooled = randn(nq, 43, 1.0f), *attn = randn((size_t)SB * SL, 44, 1.0f);
-    ta_case c = {{to_double(q, nq), to_double(k, nk), to_double(v, nk)}, q, k, v, attn, randn(nq, 45, 1.0f)};
+    float *q = randn(nq, 40, 0.0f, 1.0f), *k = randn(nk, 41, 0.0f, 1.0f), *v = randn(nk, 42, 0.0f, 1.0f);
+    float *pooled = randn(nq, 43, 0.0f, 1.0f), *attn = randn((size_t)SB * SL, 44, 0.0f, 1.0f);
+    ta_case c = {{to_double(q, nq), to_double(k, nk), to_double(v, nk)}, q, k, v, attn, randn(nq, 45, 0.0f, 1.0f)};
     nb_targetattn_forward(pooled, attn, q, k, v, S_LENGTHS, SB, SL, SE, SE);
     double want[SB * SE];
     ta_ref(&c, want);
@@ -595,13 +573,13 @@ enum { ON = 10, OE = 12, OU = 3 };
 static const int64_t O_ROWS[OU] = {1, 4, 7};
 
 TEST_CASE(test_rowwise_adagrad) {
-    float *table = randn((size_t)ON * OE, 50, 1.0f), *acc = zeros(ON);
+    float *table = randn((size_t)ON * OE, 50, 0.0f, 1.0f), *acc = zeros(ON);
     float *table0 = nb_malloc((size_t)ON * OE * sizeof(float), "t0");
     memcpy(table0, table, (size_t)ON * OE * sizeof(float));
     double *wt = to_double(table, (size_t)ON * OE), wacc[ON] = {0};
     nb_rowwise_adagrad_cfg cfg = {0.05f, 1e-8f};
     for (int step = 0; step < 5; step++) {
-        float *g = randn((size_t)OU * OE, 51 + step, 1.0f + step);
+        float *g = randn((size_t)OU * OE, 51 + step, 0.0f, 1.0f + step);
         nb_rowwise_adagrad_update(table, acc, O_ROWS, g, OU, OE, ON, cfg);
         for (int u = 0; u < OU; u++) {
             int64_t r = O_ROWS[u];
@@ -624,7 +602,7 @@ TEST_CASE(test_rowwise_adagrad) {
 }
 
 TEST_CASE(test_sparse_adam) {
-    float *table = randn((size_t)ON * OE, 60, 1.0f), *m = zeros((size_t)ON * OE), *v = zeros((size_t)ON * OE);
+    float *table = randn((size_t)ON * OE, 60, 0.0f, 1.0f), *m = zeros((size_t)ON * OE), *v = zeros((size_t)ON * OE);
     float *table0 = nb_malloc((size_t)ON * OE * sizeof(float), "t0");
     memcpy(table0, table, (size_t)ON * OE * sizeof(float));
     double *wt = to_double(table, (size_t)ON * OE), *wm = nb_calloc((size_t)ON * OE, sizeof(double), "m"),
@@ -633,7 +611,7 @@ TEST_CASE(test_sparse_adam) {
     for (int t = 1; t <= 5; t++) {
         /* Row 7 is skipped at steps 2 and 3: lazy, and the step count stays global. */
         int U = (t == 2 || t == 3) ? 2 : OU;
-        float *g = randn((size_t)OU * OE, 61 + t, 1.0f);
+        float *g = randn((size_t)OU * OE, 61 + t, 0.0f, 1.0f);
         nb_sparse_adam_update(table, m, v, O_ROWS, g, U, OE, ON, cfg, t);
         for (int u = 0; u < U; u++)
             for (int e = 0; e < OE; e++) {

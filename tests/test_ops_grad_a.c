@@ -31,32 +31,7 @@ static int default_threads;
 
 /* ---- helpers ---- */
 
-static float *randn(size_t n, uint64_t stream, float mean, float std) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, stream, mean, std);
-    return p;
-}
-
-static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
-
-static double *to_double(const float *x, size_t n) {
-    double *d = nb_malloc((n ? n : 1) * sizeof(double), "test tensor");
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
-}
-
-static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
-
-/* max |a - ref| / max |ref|: the error relative to the tensor's scale. */
-static double max_rel(const float *a, const double *ref, size_t n) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i])) return INFINITY;
-        diff = fmax(diff, fabs(a[i] - ref[i]));
-        scale = fmax(scale, fabs(ref[i]));
-    }
-    return diff / fmax(scale, 1e-30);
-}
+#include "op_test_util.h"
 
 typedef double (*loss_fn)(const void *ctx);
 
