@@ -61,6 +61,12 @@ if [ -f "$CRITEO" ]; then
         || fail "criteo with a bad line: '$out'"
     expect_error "criteo --strict" "bad.tsv:1: bad Criteo line" $NB train --model seqctr --data "criteo:$TMP/bad.tsv" \
         --strict --steps 1 --eval-samples 10 $SMALL
+    # every label 0: training runs, and the undefined NE / AUC are reported as such (no NaN in metrics)
+    sed 's/^1\t/0\t/' "$CRITEO" > "$TMP/zeros.tsv"
+    out=$($NB train --model seqctr --data "criteo:$TMP/zeros.tsv" --eval-samples 40 --steps 3 --batch 16 \
+        --table-cap 1000 --out "$TMP/zeros" $SMALL) && echo "$out" | grep -q "labels are all 0: NE and AUC are undefined" \
+        && ! grep -qi "nan" "$TMP/zeros/metrics.jsonl" && pass "all-equal labels: reported, no NaN in metrics.jsonl" \
+        || fail "all-equal labels: '$out'"
 fi
 
 expect_error "unknown --emb-optim" "emb-optim" $NB train --model seqctr --emb-optim sgd --steps 1

@@ -471,6 +471,11 @@ static nb_ctr_eval popularity_baseline(const ctr_source *s) {
 static void print_eval(const char *what, int step, const nb_ctr_eval *e) {
     printf("%s step=%d n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f\n", what, step, e->n, e->loss, e->ne, e->auc,
            e->base_rate);
+    /* NE and AUC are undefined when the held-out labels are all equal: say so instead of
+     * leaving a bare nan for the reader to interpret */
+    if (!isfinite(e->ne) || !isfinite(e->auc))
+        printf("note: the %ld held-out labels are all %s: NE and AUC are undefined (metrics.jsonl leaves them out)\n",
+               e->n, e->base_rate > 0.5 ? "1" : "0");
     fflush(stdout);
 }
 
