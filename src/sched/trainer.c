@@ -265,7 +265,6 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     tr->h_tokens = be->host_alloc(toks, "token staging");
 }
 
-static nb_arena host_arena, dev_arena;
 
 void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     memset(tr, 0, sizeof *tr);
@@ -277,7 +276,7 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     tr->be = nb_backend_for(o->device, o->precision);
     nb_host_set_threads(o->threads);
     nb_tf_model_init(&tr->model, &o->model);
-    plan_memory(tr, &host_arena, &dev_arena);
+    plan_memory(tr, &tr->host_arena, &tr->dev_arena);
     nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
 
     tr->lanes = nb_lanes_create(is_device_backend(tr) ? "cuda" : "cpu", o->trace[0] ? 1 << 20 : 1 << 16);
@@ -324,10 +323,10 @@ void nb_trainer_free(nb_trainer *tr) {
     if (tr->h_step && tr->h_step != &tr->cpu_step) tr->be->host_free(tr->h_step);
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
-    if (dev_arena.base) tr->be->free(dev_arena.base);
+    if (tr->dev_arena.base) tr->be->free(tr->dev_arena.base);
     if (tr->d_logits) tr->be->free(tr->d_logits);
-    memset(&dev_arena, 0, sizeof dev_arena);
-    nb_arena_free(&host_arena);
+    nb_arena_free(&tr->host_arena);
+    free(tr->train_hist.step), free(tr->train_hist.loss), free(tr->val_hist.step), free(tr->val_hist.loss);
     free(tr->work);
     if (tr->metrics) fclose(tr->metrics);
     memset(tr, 0, sizeof *tr);
@@ -427,12 +426,7 @@ void nb_trainer_logits(nb_trainer *tr, const int32_t *tokens, int T, float *logi
 
 /* ---------------------------------------------------------------- run */
 
-typedef struct {
-    double *step, *loss;
-    size_t n, cap;
-} series;
-
-static void series_push(series *s, double x, double y) {
+static void series_push(nb_series *s, double x, double y) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 256;
         s->step = realloc(s->step, s->cap * sizeof(double));
@@ -443,18 +437,17 @@ static void series_push(series *s, double x, double y) {
     s->loss[s->n++] = y;
 }
 
-static series train_hist, val_hist;
 
 static void draw_loss_svg(const nb_trainer *tr) {
     char path[NB_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/loss.svg", tr->o.out);
     nb_svg_series s[2] = {
-        {"train loss", "#1f77b4", (int)train_hist.n, train_hist.step, train_hist.loss},
-        {"validation loss", "#d62728", (int)val_hist.n, val_hist.step, val_hist.loss},
+        {"train loss", "#1f77b4", (int)tr->train_hist.n, tr->train_hist.step, tr->train_hist.loss},
+        {"validation loss", "#d62728", (int)tr->val_hist.n, tr->val_hist.step, tr->val_hist.loss},
     };
     char title[128];
     snprintf(title, sizeof title, "nobubble: %s", tr->model.cfg.preset);
-    nb_svg_line_plot(path, title, "step", "loss (nats)", s, val_hist.n ? 2 : 1);
+    nb_svg_line_plot(path, title, "step", "loss (nats)", s, tr->val_hist.n ? 2 : 1);
 }
 
 /* Keep only the metrics lines of steps before `step` (a resumed run rewrites what follows). */
@@ -472,8 +465,8 @@ static void open_metrics(nb_trainer *tr) {
             if (s >= 0 && s < tr->step) {
                 nb_sbuf_puts(&kept, line);
                 double loss = nb_json_get_num(j, "loss", NAN), val = nb_json_get_num(j, "val_loss", NAN);
-                if (!isnan(loss)) series_push(&train_hist, (double)s, loss);
-                if (!isnan(val)) series_push(&val_hist, (double)s, val);
+                if (!isnan(loss)) series_push(&tr->train_hist, (double)s, loss);
+                if (!isnan(val)) series_push(&tr->val_hist, (double)s, val);
             }
             nb_json_free(j);
         }
@@ -536,13 +529,13 @@ void nb_trainer_run(nb_trainer *tr) {
         nb_step_stats st = nb_lanes_step_stats(tr->lanes, step, nb_lane_index(tr->compute), t0, t1);
         double loss = tr->loss_sum / tokens, ms = 1e3 * (t1 - t0);
         NB_CHECK(isfinite(loss), "lower --lr, or check the data", "the loss became %g at step %d", loss, step);
-        series_push(&train_hist, step, loss);
+        series_push(&tr->train_hist, step, loss);
 
         int is_last = step + 1 == end;
         double val = NAN;
         if (tr->has_val && o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || is_last)) {
             val = nb_trainer_eval_shard(tr, o->val_data, o->eval_batches);
-            series_push(&val_hist, step, val);
+            series_push(&tr->val_hist, step, val);
             last_val = val;
         }
         if (tr->metrics) {
@@ -596,7 +589,7 @@ void nb_trainer_run(nb_trainer *tr) {
         nb_lanes_write_chrome_trace(tr->lanes, o->trace);
         fprintf(stderr, "trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace);
     }
-    if (o->out[0] && train_hist.n) {
+    if (o->out[0] && tr->train_hist.n) {
         draw_loss_svg(tr);
         if (nb_verbosity > 0) fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg, ckpt/\n", o->out);
     }

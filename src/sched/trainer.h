@@ -44,6 +44,11 @@ typedef struct {
     nb_adamw_scalars k[2]; /* [0] with weight decay, [1] without */
 } nb_step_scalars;
 
+typedef struct {
+    double *step, *loss;
+    size_t n, cap;
+} nb_series; /* a loss curve, for loss.svg */
+
 typedef struct nb_work {
     nb_trainer *tr;
     int layer;
@@ -78,6 +83,8 @@ struct nb_trainer {
     nb_work *work; /* [layers] */
     nb_work whole;
     FILE *metrics;
+    nb_arena host_arena, dev_arena;
+    nb_series train_hist, val_hist;
 };
 
 void nb_trainer_init(nb_trainer *tr, const nb_train_opts *o);
