@@ -3,8 +3,8 @@
 #   bash bench/cpu_train.sh [STEPS]        (default 40 steps per preset; run on an idle machine)
 # Prints a table: preset, tokens per step, median tokens/s over the steps after the first 5,
 # GFLOP/s (model FLOPs: 6 N + attention, the formula in src/model/transformer.c).
-# No anchor runs here: PyTorch cannot be installed on these CPU machines (only Debian and npm
-# packages are reachable), so the CPU numbers are absolute; the GPU benchmarks compare with PyTorch.
+# No anchor runs here yet (PyPI is unreachable; Debian's python3-torch 1.13 CPU is the candidate),
+# so the CPU numbers are absolute; the GPU benchmarks compare with PyTorch.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
