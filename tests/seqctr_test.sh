@@ -55,6 +55,12 @@ if [ -f "$CRITEO" ]; then
     ev=$(echo "$out" | grep "^eval step=20")
     echo "$ev" | grep -q "n=50 " && awk -v a="$(get auc "$ev")" 'BEGIN {exit !(a >= 0 && a <= 1)}' \
         && pass "criteo sample: $ev" || fail "criteo sample: '$ev'"
+    # the binary format holds the same samples: the same run gives the same evaluation
+    $NB criteo-convert --in "$CRITEO" --out "$TMP/criteo.bin" >/dev/null || fail "criteo-convert"
+    ev_bin=$($NB train --model seqctr --data "criteo:$TMP/criteo.bin" --eval-samples 50 --steps 20 --batch 32 \
+        --table-cap 1000 $SMALL | grep "^eval step=20")
+    [ -n "$ev" ] && [ "$ev" = "$ev_bin" ] && pass "criteo-convert: training from the binary file matches the TSV" \
+        || fail "binary vs TSV: '$ev_bin' vs '$ev'"
     { printf '1\t2\n'; cat "$CRITEO"; } > "$TMP/bad.tsv"
     out=$($NB train --model seqctr --data "criteo:$TMP/bad.tsv" --eval-samples 50 --steps 5 --batch 32 \
         --table-cap 1000 $SMALL) && echo "$out" | grep -q "^eval step=5 n=50 " && pass "criteo: a bad line is skipped" \
