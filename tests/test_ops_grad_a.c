@@ -33,28 +33,8 @@ static int default_threads;
 
 #include "op_test_util.h"
 
-typedef double (*loss_fn)(const void *ctx);
-
-/* Central differences of the double loss f(ctx) with respect to x[i] (x lives inside ctx),
- * against the analytic gradient g. Returns max |fd - g| / max |fd| over the checked elements. */
 static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, size_t n, uint64_t stream) {
-    size_t nchk = n <= FD_ALL ? n : FD_SAMPLE;
-    double diff = 0, scale = 0;
-    for (size_t k = 0; k < nchk; k++) {
-        size_t i = n <= FD_ALL ? k : nb_philox(SEED, stream, k).v[0] % n;
-        double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
-        double xp = x0 + h, xm = x0 - h;
-        x[i] = xp;
-        double lp = f(ctx);
-        x[i] = xm;
-        double lm = f(ctx);
-        x[i] = x0;
-        double fd = (lp - lm) / (xp - xm);
-        if (isnan(g[i])) return INFINITY;
-        diff = fmax(diff, fabs(fd - g[i]));
-        scale = fmax(scale, fabs(fd));
-    }
-    return diff / fmax(scale, 1e-30);
+    return fd_error_sampled(f, ctx, x, g, n, FD_ALL, FD_SAMPLE, stream);
 }
 
 /* ---- gradient semantics shared by every op ---- */
