@@ -3,8 +3,10 @@
  * nb_sc_forward/backward and nobubble's own optimizers, and compares:
  *   logits of the last head (rel 1e-5), loss (rel 1e-5), every dense gradient (rel 1e-4 per
  *   tensor, norm-wise), the touched embedding rows (same rows) and their gradients (rel 1e-4),
- *   then 10 steps on the same batch (nb_adamw_update per tensor, decay on 2-D tensors only;
- *   nb_rowwise_adagrad_update on the touched rows): each step's loss (rel 1e-4).
+ *   then 10 steps on the same batch (the model's optimizers: AdamW per tensor, decay on 2-D
+ *   tensors only; row-wise Adagrad on the touched rows): each step's loss (rel 1e-4).
+ * On the CPU backend always; with a GPU also on CUDA fp32 (the same tolerances) and CUDA bf16
+ * (bf16 tolerances: logits and losses 3e-2, gradients 1e-1).
  *   test_seqctr_ref [--ref FILE] [--verbose]
  * Beside the errors it prints torch's own float32 run against the same float64 reference.
  * Without the reference file: exit 77. */
@@ -20,15 +22,15 @@
 #include "core.h"
 #include "io/safetensors.h"
 #include "model/seqctr.h"
+#include "ops/backend.h"
 #include "optim/optim.h"
-#include "optim/optim_sparse.h"
 
 #define REGEN_HINT "regenerate it with /usr/bin/python3 tests/torch/seqctr_ref.py gen (see tests/torch/README.md)"
 #define NSTEPS 10
 /* the reference's optimizer settings (seqctr_ref.py ADAMW / ADAGRAD): the CTR trainer's lr,
  * betas, eps and --emb-lr default; weight decay 0.1 so the 2-D-only rule is exercised */
 static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.999f, EPS = 1e-8f, WD = 0.1f, EMB_LR = 0.05f, EMB_EPS = 1e-8f;
-static const double TOL_LOGITS = 1e-5, TOL_LOSS = 1e-5, TOL_GRAD = 1e-4, TOL_LOSSES = 1e-4;
+static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
 
 static const char *ref_path;
 static int verbose;
@@ -76,7 +78,7 @@ static void table_name(char *buf, size_t cap, int t) {
         snprintf(buf, cap, "w.emb.cat.%d", t);
 }
 
-static void setup(void) {
+static void setup(const nb_backend_i *be) {
     nb_sc_config c;
     nb_sc_config_default(&c);
     c.E = meta_int("E");
@@ -97,7 +99,7 @@ static void setup(void) {
         cr = *end == ',' ? end + 1 : end;
     }
     int B = meta_int("B");
-    nb_sc_init(&M, &c, B);
+    nb_sc_init_on(&M, &c, B, be);
     for (int i = 0; i < M.ntensors; i++) {
         char name[64];
         snprintf(name, sizeof name, "w.%s", M.t[i].name);
@@ -109,6 +111,7 @@ static void setup(void) {
         int64_t rows = M.emb_off[t + 1] - M.emb_off[t];
         read_bf16(name, M.emb + (size_t)M.emb_off[t] * c.E, rows * c.E);
     }
+    nb_sc_to_device(&M);
     int L = c.max_len;
     dense = read_raw("batch.dense", NB_F32, (int64_t)B * NB_SC_NDENSE);
     cat = read_raw("batch.cat", NB_I32, (int64_t)B * NB_SC_NCAT);
@@ -131,7 +134,7 @@ static int row(const char *what, double err, double tol) {
 TEST_CASE(forward_backward_matches_torch) {
     int B = BT.B, E = M.cfg.E;
     float *logits = nb_malloc((size_t)B * sizeof(float), "logits");
-    memset(M.grads, 0, M.nparams * sizeof(float));
+    nb_sc_zero_grads(&M);
     double loss = nb_sc_forward(&M, &BT, logits);
     nb_sc_backward(&M, &BT);
     const float *ref_logits = need("logits", NB_F32, (int64_t)M.cfg.blocks * B)->data;
@@ -179,30 +182,33 @@ TEST_CASE(forward_backward_matches_torch) {
 
 TEST_CASE(ten_steps_match_torch) {
     const float *ref = need("losses10", NB_F32, NSTEPS)->data;
-    int64_t nrows = M.emb_off[NB_SC_NTABLES];
-    float *am = nb_calloc(M.nparams, sizeof(float), "adam m"), *av = nb_calloc(M.nparams, sizeof(float), "adam v");
-    float *acc = nb_calloc((size_t)nrows, sizeof(float), "adagrad accumulators");
+    nb_sc_optim o = {.lr = LR, .beta1 = B1, .beta2 = B2, .eps = EPS, .weight_decay = WD, .emb_lr = EMB_LR,
+                     .emb_eps = EMB_EPS};
     int bad = 0;
     for (int step = 0; step < NSTEPS; step++) {
-        memset(M.grads, 0, M.nparams * sizeof(float));
+        nb_sc_zero_grads(&M);
         double loss = nb_sc_forward(&M, &BT, NULL);
-        nb_sc_backward(&M, &BT);
-        for (int k = 0; k < M.ntensors; k++) {
-            const nb_sc_tensor *t = &M.t[k];
-            nb_adamw_cfg c = {LR, B1, B2, EPS, t->decay ? WD : 0.0f};
-            nb_adamw_update(M.params + t->off, M.grads + t->off, am + t->off, av + t->off, t->n, c, step + 1);
-        }
-        nb_rowwise_adagrad_update(M.emb, acc, M.uniq_rows, M.uniq_grads, M.nuniq, M.cfg.E, nrows,
-                                  (nb_rowwise_adagrad_cfg){EMB_LR, EMB_EPS});
+        nb_sc_backward_enqueue(&M);
+        nb_sc_optim_enqueue(&M, &o, step + 1);
         double e = rel1(loss, ref[step]);
         int b = !(e <= TOL_LOSSES);
         bad += b;
         if (b || verbose) printf("  step %d loss %.9f torch %.9f rel err %.3e %s\n", step, loss, (double)ref[step], e, b ? "FAIL" : "ok");
     }
     CHECK(bad == 0, "%d of %d step losses out of tolerance %.0e", bad, NSTEPS, TOL_LOSSES);
-    free(am);
-    free(av);
-    free(acc);
+}
+
+/* Both cases on one backend, from a fresh model. */
+static void run_on(const nb_backend_i *be, double tol_scale_logits, double tol_grad) {
+    printf("backend %s\n", be->name);
+    TOL_LOGITS = TOL_LOSS = tol_scale_logits;
+    TOL_GRAD = tol_grad;
+    TOL_LOSSES = tol_scale_logits > 1e-5 ? tol_scale_logits : 1e-4;
+    setup(be);
+    RUN(forward_backward_matches_torch);
+    RUN(ten_steps_match_torch);
+    nb_sc_free(&M);
+    free(dense), free(cat), free(target), free(hist), free(hist_len), free(label);
 }
 
 static int exists(const char *p) { return access(p, R_OK) == 0; }
@@ -235,11 +241,15 @@ int main(int argc, char **argv) {
         return 77;
     }
     F = nb_st_open(ref_path);
-    setup();
-    RUN(forward_backward_matches_torch);
-    RUN(ten_steps_match_torch);
-    nb_sc_free(&M);
+    run_on(&nb_backend_cpu, 1e-5, 1e-4);
+#ifdef NB_WITH_CUDA
+    if (nb_cuda_device_count(NULL, 0) > 0) {
+        run_on(nb_backend_for("cuda", "fp32"), 1e-5, 1e-4);
+        run_on(nb_backend_for("cuda", "bf16"), 3e-2, 1e-1);
+    } else {
+        printf("no GPU: the CUDA half of this test did not run\n");
+    }
+#endif
     nb_st_close(F);
-    free(dense), free(cat), free(target), free(hist), free(hist_len), free(label);
     TEST_EXIT();
 }

@@ -9,7 +9,7 @@
 int nb_ctr_train_main(int argc, char **argv);
 
 static const char *CTR_SUMMARY =
-    "Train the seqctr CTR / sequence-recommendation model on the CPU (issue 4) and report held-out NE\n"
+    "Train the seqctr CTR / sequence-recommendation model on the CPU or a GPU and report held-out NE\n"
     "and AUC. --data synth[:k=v,...] (synthetic, evaluated on a fixed index range never trained on),\n"
     "criteo:PATH (the first --eval-samples samples are held out; no histories) or movielens\n"
     "(data/movielens/clicks_{train,test}.tsv; also prints an item-popularity baseline).";
@@ -23,6 +23,8 @@ int nb_ctr_train_main(int argc, char **argv) {
     nb_arg args[] = {
         {"model", ARG_STR, model, sizeof model, "NAME", "seqctr", 0, 0},
         {"data", ARG_STR, o.data, sizeof o.data, "SRC", "synth[:k=v,...], criteo:PATH or movielens", 0, 0},
+        {"device", ARG_STR, o.device, sizeof o.device, "DEV", "cpu, cuda or cuda:N", 0, 0},
+        {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 or fp32 (GPU; default bf16)", 0, 0},
         {"steps", ARG_INT, &o.steps, 0, "N", "optimizer steps", 1, 0},
         {"batch", ARG_INT, &o.batch, 0, "B", "samples per step (and per evaluation forward)", 1, 0},
         {"lr", ARG_FLOAT, &o.lr, 0, "X", "AdamW learning rate of the dense parameters", 0, 0},

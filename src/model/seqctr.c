@@ -1,4 +1,15 @@
-/* seqctr forward and backward on the CPU (see seqctr.h for the model and the tensor names). */
+/* seqctr forward and backward on any backend (see seqctr.h for the model and the tensor names).
+ *
+ * The host turns a batch into index lists (nb_sc_prepare): the embedding rows to gather and where
+ * each goes, the packed history offsets, and the deduplicated rows with their lookups grouped
+ * for a fixed-order gradient sum. The backend then only gathers, computes and scatters by those
+ * lists, so the device never sorts and the result does not depend on the backend's threads.
+ *
+ * Lookup list of a batch of B samples with nh history items (global rows, one table set):
+ *   [0, 27B)          sample i's 26 categorical rows and its target row, into x0[i, E..28E)
+ *   [27B, 28B)        the target row again: the gradient that reaches it through target.wq
+ *   [28B, 28B + nh)   the history items, packed in (sample, position) order, into h0
+ * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh]. */
 #include "model/seqctr.h"
 
 #include <math.h>
@@ -8,31 +19,62 @@
 
 #include "core.h"
 #include "io/safetensors.h"
-#include "ops/ops.h"
+#include "ops/backend.h"
+#include "ops/backend_ctr.h"
 #include "ops/ops_ctr.h"
+#include "optim/optim.h"
 #include "rng.h"
 
 #define LN_EPS 1e-5f
+#define NLK_PER_SAMPLE (NB_SC_NTABLES + 1) /* 26 categorical + target, + target via wq */
 
 typedef struct {
-    float *ln1, *mean1, *rstd1, *qkv, *att, *lse, *x1, *ln2, *mean2, *rstd2, *f1;
+    void *ln1, *qkv, *att, *x1, *ln2, *f1;
+    float *mean1, *rstd1, *lse, *mean2, *rstd2;
 } enc_acts;
 
+/* Every backend and pinned host allocation of a model, freed together. */
+typedef struct {
+    void *dev[384];
+    int ndev;
+    void *host[32];
+    int nhost;
+} sc_mem;
 struct nb_sc_acts {
-    float *a1, *a2, *bot, *x0, *dx0;
-    float *embg, *temb, *q, *kv, *attn, *pooled;
-    float **h; /* [layers + 1] encoder inputs; h[layers] is the output */
+    sc_mem mem;
+    void *dense, *a1, *a2, *bot, *x0;
+    void *temb, *q, *kv, *pooled;
+    float *attn;
+    void **h; /* [layers + 1] encoder inputs; h[layers] is the output */
     enc_acts *enc;
-    float **xs, **c, **vx, **hid, **logit, **dz;
-    /* lookups: B*27 categorical + target, then the valid history positions in (b, j) order */
-    int64_t *lk_rows;
-    int32_t *inverse;
-    float *dlk;
-    int nlk, Lb; /* of the last forward */
-    /* backward scratch */
-    float *dcur, *dprev, *dc, *dhid, *dhidp, *dbot, *da2, *da2p, *da1, *da1p;
-    float *dtemb, *dq, *dpooled, *dkv, *dh, *dx1, *datt, *dqkv, *dln, *df1, *df1p;
+    void **xs, **c, **vx, **hid;
+    float **logit, **dz;
+    /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)] */
+    void *dsrc, *dx0, *dtemb, *dh;
+    void *dcur, *dprev, *dc, *dhid, *dhidp, *dbot, *da2, *da2p, *da1, *da1p;
+    void *dq, *dpooled, *dkv, *dx1, *datt, *dqkv, *dln, *df1, *df1p;
 };
+
+/* The batch as index lists: host arrays (h_) and their backend copies (d_; the same memory on
+ * the CPU). */
+struct nb_sc_stage {
+    int B, nh, nlk, nuniq; /* of the prepared batch */
+    int has_label;
+    float *h_dense, *h_label;
+    int64_t *h_rows, *h_dst, *h_src, *h_uniq;
+    int32_t *h_order, *h_seg, *h_off, *h_inverse;
+    float *d_dense, *d_label;
+    int64_t *d_rows, *d_dst, *d_src;
+    int32_t *d_order, *d_seg, *d_off;
+    int64_t *d_uniq;
+};
+
+static const nb_task_ctx default_ctx = {NULL, NULL};
+static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &default_ctx; }
+static int on_cpu(const nb_sc_model *m) { return m->be->device == NB_DEV_CPU; }
+static size_t act_es(const nb_sc_model *m) { return nb_dtype_size(m->be->act_dtype); }
+/* element i of an act_dtype buffer */
+static void *AT(const nb_sc_model *m, void *p, size_t i) { return (char *)p + i * act_es(m); }
 
 void nb_sc_config_default(nb_sc_config *c) {
     memset(c, 0, sizeof *c);
@@ -62,7 +104,9 @@ static void add_tensor(nb_sc_model *m, int *kinds, int kind, int rows, int cols,
     t->off = m->nparams;
     t->decay = cols > 1;
     kinds[m->ntensors++] = kind;
-    m->nparams += t->n;
+    /* 64-element (128-byte in bf16) alignment: GEMMs and vector loads want aligned weights */
+    m->nparams += (t->n + 63) / 64 * 64;
+    m->nparams_used += t->n;
 }
 
 static void build_tensors(nb_sc_model *m, int *kinds) {
@@ -110,14 +154,16 @@ const nb_sc_tensor *nb_sc_find(const nb_sc_model *m, const char *name) {
     return NULL;
 }
 
-/* Parameter (or gradient, from base) pointer of a named tensor; the name must exist. */
-static float *P(const nb_sc_model *m, float *base, const char *fmt, int idx) {
+static const nb_sc_tensor *T(const nb_sc_model *m, const char *fmt, int idx) {
     char name[48];
     snprintf(name, sizeof name, fmt, idx);
     const nb_sc_tensor *t = nb_sc_find(m, name);
     NB_ASSERT(t != NULL);
-    return base + t->off;
+    return t;
 }
+/* compute weight (act dtype) and fp32 gradient of a named tensor */
+static void *W(const nb_sc_model *m, const char *fmt, int idx) { return AT(m, m->d_w, T(m, fmt, idx)->off); }
+static float *G(const nb_sc_model *m, const char *fmt, int idx) { return m->d_grads + T(m, fmt, idx)->off; }
 
 static void init_params(nb_sc_model *m, const int *kinds) {
     for (int i = 0; i < m->ntensors; i++) {
@@ -140,83 +186,140 @@ static void init_params(nb_sc_model *m, const int *kinds) {
     }
 }
 
-static float *fa(size_t n, const char *what) { return nb_aligned_alloc((n ? n : 1) * sizeof(float), what); }
+static sc_mem *mem_of(nb_sc_model *m) { return &m->acts->mem; }
 
+static void *dalloc(nb_sc_model *m, size_t bytes, const char *what) {
+    sc_mem *g = mem_of(m);
+    NB_ASSERT(g->ndev < (int)(sizeof g->dev / sizeof g->dev[0]));
+    void *p = m->be->alloc(bytes ? bytes : 16, what);
+    m->be->zero(CTX(m), p, bytes ? bytes : 16);
+    return g->dev[g->ndev++] = p;
+}
+static void *halloc(nb_sc_model *m, size_t bytes, const char *what) {
+    sc_mem *g = mem_of(m);
+    NB_ASSERT(g->nhost < (int)(sizeof g->host / sizeof g->host[0]));
+    void *p = m->be->host_alloc(bytes ? bytes : 16, what);
+    memset(p, 0, bytes ? bytes : 16);
+    return g->host[g->nhost++] = p;
+}
+static void *A(nb_sc_model *m, size_t n, const char *what) { return dalloc(m, n * act_es(m), what); }
+static float *F32(nb_sc_model *m, size_t n, const char *what) { return dalloc(m, n * sizeof(float), what); }
+
+/* Activations and scratch for batches of max_batch samples and up to max_batch * max_len
+ * history rows (the packed worst case). */
 static void alloc_acts(nb_sc_model *m) {
     const nb_sc_config *c = &m->cfg;
-    size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0, ML = (size_t)c->max_len;
-    size_t N = MB * ML, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
-    nb_sc_acts *a = nb_calloc(1, sizeof *a, "seqctr activations");
-    a->a1 = fa(MB * NB_SC_BOTTOM1, "seqctr");
-    a->a2 = fa(MB * NB_SC_BOTTOM2, "seqctr");
-    a->bot = fa(MB * E, "seqctr");
-    a->x0 = fa(MB * D0, "seqctr");
-    a->dx0 = fa(MB * D0, "seqctr");
-    a->embg = fa(MB * NB_SC_NTABLES * E, "seqctr");
-    a->temb = fa(MB * E, "seqctr");
-    a->q = fa(MB * E, "seqctr");
-    a->kv = fa(N * 2 * E, "seqctr");
-    a->attn = fa(N, "seqctr");
-    a->pooled = fa(MB * E, "seqctr");
+    nb_sc_acts *a = m->acts;
+    size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0;
+    size_t NH = MB * (size_t)c->max_len, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
+    a->dense = on_cpu(m) ? NULL : A(m, MB * NB_SC_NDENSE, "seqctr dense inputs");
+    a->a1 = A(m, MB * NB_SC_BOTTOM1, "seqctr bottom");
+    a->a2 = A(m, MB * NB_SC_BOTTOM2, "seqctr bottom");
+    a->bot = A(m, MB * E, "seqctr bottom");
+    a->x0 = A(m, MB * D0, "seqctr x0");
+    a->temb = A(m, MB * E, "seqctr target");
+    a->q = A(m, MB * E, "seqctr target");
+    a->kv = A(m, NH * 2 * E, "seqctr target attention");
+    a->attn = F32(m, NH, "seqctr target attention");
+    a->pooled = A(m, MB * E, "seqctr target attention");
     int nl = c->hist_layers;
-    a->h = nb_calloc((size_t)nl + 1, sizeof(float *), "seqctr");
+    a->h = nb_calloc((size_t)nl + 1, sizeof(void *), "seqctr");
     a->enc = nb_calloc((size_t)(nl ? nl : 1), sizeof(enc_acts), "seqctr");
-    for (int l = 0; l <= nl; l++) a->h[l] = fa(N * E, "seqctr history");
+    for (int l = 0; l <= nl; l++) a->h[l] = A(m, NH * E, "seqctr history (lower --batch or --max-len)");
     for (int l = 0; l < nl; l++) {
         enc_acts *e = &a->enc[l];
-        e->ln1 = fa(N * E, "seqctr");
-        e->mean1 = fa(N, "seqctr");
-        e->rstd1 = fa(N, "seqctr");
-        e->qkv = fa(N * 3 * E, "seqctr");
-        e->att = fa(N * E, "seqctr");
-        e->lse = fa(MB * (size_t)c->heads * ML, "seqctr");
-        e->x1 = fa(N * E, "seqctr");
-        e->ln2 = fa(N * E, "seqctr");
-        e->mean2 = fa(N, "seqctr");
-        e->rstd2 = fa(N, "seqctr");
-        e->f1 = fa(N * 4 * E, "seqctr");
+        e->ln1 = A(m, NH * E, "seqctr encoder");
+        e->mean1 = F32(m, NH, "seqctr encoder");
+        e->rstd1 = F32(m, NH, "seqctr encoder");
+        e->qkv = A(m, NH * 3 * E, "seqctr encoder");
+        e->att = A(m, NH * E, "seqctr encoder");
+        e->lse = F32(m, NH * (size_t)c->heads, "seqctr encoder");
+        e->x1 = A(m, NH * E, "seqctr encoder");
+        e->ln2 = A(m, NH * E, "seqctr encoder");
+        e->mean2 = F32(m, NH, "seqctr encoder");
+        e->rstd2 = F32(m, NH, "seqctr encoder");
+        e->f1 = A(m, NH * 4 * E, "seqctr encoder");
     }
     int nb = c->blocks;
-    float ***lists[] = {&a->xs, &a->c, &a->vx, &a->hid, &a->logit, &a->dz};
-    size_t sizes[] = {MB * D0, MB * D0, MB * r, MB * H, MB, MB};
-    for (int k = 0; k < 6; k++) {
-        *lists[k] = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
-        for (int i = 0; i < nb; i++) (*lists[k])[i] = fa(sizes[k], "seqctr blocks");
+    a->xs = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
+    a->c = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
+    a->vx = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
+    a->hid = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
+    a->logit = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
+    a->dz = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
+    for (int i = 0; i < nb; i++) {
+        a->xs[i] = A(m, MB * D0, "seqctr blocks");
+        a->c[i] = A(m, MB * D0, "seqctr blocks");
+        a->vx[i] = A(m, MB * r, "seqctr blocks");
+        a->hid[i] = A(m, MB * H, "seqctr blocks");
+        a->logit[i] = F32(m, MB, "seqctr blocks");
+        a->dz[i] = F32(m, MB, "seqctr blocks");
     }
-    size_t nlk = MB * NB_SC_NTABLES + N;
-    a->lk_rows = nb_malloc(nlk * sizeof(int64_t), "seqctr lookups");
-    a->inverse = nb_malloc(nlk * sizeof(int32_t), "seqctr lookups");
-    a->dlk = fa(nlk * E, "seqctr lookup gradients");
-    m->uniq_rows = nb_malloc(nlk * sizeof(int64_t), "seqctr unique rows");
-    m->uniq_grads = fa(nlk * E, "seqctr unique gradients");
-    a->dcur = fa(MB * D0, "seqctr");
-    a->dprev = fa(MB * D0, "seqctr");
-    a->dc = fa(MB * D0, "seqctr");
-    a->dhid = fa(MB * H, "seqctr");
-    a->dhidp = fa(MB * H, "seqctr");
-    a->dbot = fa(MB * E, "seqctr");
-    a->da2 = fa(MB * NB_SC_BOTTOM2, "seqctr");
-    a->da2p = fa(MB * NB_SC_BOTTOM2, "seqctr");
-    a->da1 = fa(MB * NB_SC_BOTTOM1, "seqctr");
-    a->da1p = fa(MB * NB_SC_BOTTOM1, "seqctr");
-    a->dtemb = fa(MB * E, "seqctr");
-    a->dq = fa(MB * E, "seqctr");
-    a->dpooled = fa(MB * E, "seqctr");
-    a->dkv = fa(N * 2 * E, "seqctr");
-    a->dh = fa(N * E, "seqctr");
-    a->dx1 = fa(N * E, "seqctr");
-    a->datt = fa(N * E, "seqctr");
-    a->dqkv = fa(N * 3 * E, "seqctr");
-    a->dln = fa(N * E, "seqctr");
-    a->df1 = fa(N * 4 * E, "seqctr");
-    a->df1p = fa(N * 4 * E, "seqctr");
-    m->acts = a;
+    a->dsrc = A(m, MB * D0 + MB * E + NH * E, "seqctr gradients");
+    a->dx0 = a->dsrc;
+    a->dtemb = AT(m, a->dsrc, MB * D0);
+    a->dh = AT(m, a->dsrc, MB * D0 + MB * E);
+    a->dcur = A(m, MB * D0, "seqctr gradients");
+    a->dprev = A(m, MB * D0, "seqctr gradients");
+    a->dc = A(m, MB * D0, "seqctr gradients");
+    a->dhid = A(m, MB * H, "seqctr gradients");
+    a->dhidp = A(m, MB * H, "seqctr gradients");
+    a->dbot = A(m, MB * E, "seqctr gradients");
+    a->da2 = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
+    a->da2p = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
+    a->da1 = A(m, MB * NB_SC_BOTTOM1, "seqctr gradients");
+    a->da1p = A(m, MB * NB_SC_BOTTOM1, "seqctr gradients");
+    a->dq = A(m, MB * E, "seqctr gradients");
+    a->dpooled = A(m, MB * E, "seqctr gradients");
+    a->dkv = A(m, NH * 2 * E, "seqctr gradients");
+    a->dx1 = A(m, NH * E, "seqctr gradients");
+    a->datt = A(m, NH * E, "seqctr gradients");
+    a->dqkv = A(m, NH * 3 * E, "seqctr gradients");
+    a->dln = A(m, NH * E, "seqctr gradients");
+    a->df1 = A(m, NH * 4 * E, "seqctr gradients");
+    a->df1p = A(m, NH * 4 * E, "seqctr gradients");
 }
 
-void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    const nb_sc_config *c = &m->cfg;
+/* Host index lists and their backend copies. Two host stages, so the host can prepare the next
+ * batch while the copies of the current one are in flight; on CUDA they share one set of device
+ * arrays (the copies and every use are ordered on the model's lane), on the CPU each stage's
+ * "backend copy" is its host array itself. */
+static nb_sc_stage *alloc_stage(nb_sc_model *m, const nb_sc_stage *dev) {
+    size_t MB = (size_t)m->max_batch, NLK = MB * NLK_PER_SAMPLE + MB * (size_t)m->cfg.max_len;
+    nb_sc_stage *s = nb_calloc(1, sizeof *s, "seqctr batch");
+    s->h_dense = halloc(m, MB * NB_SC_NDENSE * sizeof(float), "seqctr batch");
+    s->h_label = halloc(m, MB * sizeof(float), "seqctr batch");
+    s->h_rows = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+    s->h_dst = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+    s->h_src = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+    s->h_uniq = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+    s->h_order = halloc(m, NLK * sizeof(int32_t), "seqctr lookups");
+    s->h_seg = halloc(m, (NLK + 1) * sizeof(int32_t), "seqctr lookups");
+    s->h_off = halloc(m, (MB + 1) * sizeof(int32_t), "seqctr lookups");
+    s->h_inverse = nb_malloc(NLK * sizeof(int32_t), "seqctr lookups");
+    if (on_cpu(m)) {
+        s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
+        s->d_src = s->h_src, s->d_order = s->h_order, s->d_seg = s->h_seg, s->d_off = s->h_off;
+        s->d_uniq = s->h_uniq;
+    } else if (dev) {
+        s->d_dense = dev->d_dense, s->d_label = dev->d_label, s->d_rows = dev->d_rows, s->d_dst = dev->d_dst;
+        s->d_src = dev->d_src, s->d_order = dev->d_order, s->d_seg = dev->d_seg, s->d_off = dev->d_off;
+        s->d_uniq = dev->d_uniq;
+    } else {
+        s->d_dense = F32(m, MB * NB_SC_NDENSE, "seqctr batch");
+        s->d_label = F32(m, MB, "seqctr batch");
+        s->d_rows = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+        s->d_dst = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+        s->d_src = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+        s->d_uniq = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
+        s->d_order = dalloc(m, NLK * sizeof(int32_t), "seqctr lookups");
+        s->d_seg = dalloc(m, (NLK + 1) * sizeof(int32_t), "seqctr lookups");
+        s->d_off = dalloc(m, (MB + 1) * sizeof(int32_t), "seqctr lookups");
+    }
+    return s;
+}
+
+static void check_config(const nb_sc_config *c, int max_batch) {
     static const char *hint = "check the seqctr flags (--emb-dim, --blocks, --cross-rank, --block-hidden, --max-len)";
     NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint,
              "embedding width %d must be a positive multiple of the %d heads", c->E, c->heads);
@@ -224,15 +327,29 @@ void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
              "need hist_layers >= 0, blocks >= 1, cross_rank >= 1, block_hidden >= 1");
     NB_CHECK(c->max_len >= 0 && c->max_len <= 65536, hint, "max_len %d out of 0..65536", c->max_len);
     NB_CHECK(max_batch >= 1, "pass --batch >= 1", "batch %d", max_batch);
+    NB_CHECK((double)max_batch * (NLK_PER_SAMPLE + c->max_len) < 2147483647.0, "lower --batch or --max-len",
+             "a batch of %d samples with histories of up to %d items has too many lookups for 32-bit indices",
+             max_batch, c->max_len);
     NB_CHECK(c->aux_weight >= 0 && isfinite(c->aux_weight), "pass --aux-weight >= 0", "aux weight %g",
              (double)c->aux_weight);
+}
+
+void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
+    nb_sc_init_on(m, cfg, max_batch, &nb_backend_cpu);
+}
+
+void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be) {
+    memset(m, 0, sizeof *m);
+    check_config(cfg, max_batch);
+    m->cfg = *cfg;
+    const nb_sc_config *c = &m->cfg;
+    m->be = be;
+    m->co = nb_ctr_ops_for(be);
     m->max_batch = max_batch;
     m->D0 = 29 * c->E;
+    m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
     int kinds[NB_SC_MAX_TENSORS];
     build_tensors(m, kinds);
-    m->params = fa(m->nparams, "seqctr parameters");
-    m->grads = fa(m->nparams, "seqctr gradients");
-    init_params(m, kinds);
     m->emb_off[0] = 0;
     for (int t = 0; t < NB_SC_NTABLES; t++) {
         int64_t rows = t < NB_SC_NCAT ? c->cat_rows[t] : c->item_rows;
@@ -240,44 +357,73 @@ void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
     size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)c->E;
-    m->emb = fa(nemb, "seqctr embedding tables (lower the table cap)");
+    size_t MB = (size_t)max_batch, NLK = MB * NLK_PER_SAMPLE + MB * (size_t)c->max_len;
+    m->d_params = F32(m, m->nparams, "seqctr parameters");
+    m->d_grads = F32(m, m->nparams, "seqctr gradients");
+    m->d_am = F32(m, m->nparams, "seqctr AdamW moments");
+    m->d_av = F32(m, m->nparams, "seqctr AdamW moments");
+    m->d_emb = F32(m, nemb, "seqctr embedding tables (lower --table-cap)");
+    m->d_uniq_grads = F32(m, NLK * (size_t)c->E, "seqctr embedding gradients");
+    m->d_w = be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams, "seqctr compute weights");
+    m->d_loss = dalloc(m, sizeof(double), "seqctr loss");
+    m->d_k = dalloc(m, 2 * sizeof(nb_adamw_scalars), "seqctr AdamW scalars");
+    m->h_k = on_cpu(m) ? m->d_k : halloc(m, 2 * sizeof(nb_adamw_scalars), "seqctr AdamW scalars");
+    if (on_cpu(m)) {
+        m->params = m->d_params, m->grads = m->d_grads, m->emb = m->d_emb, m->uniq_grads = m->d_uniq_grads;
+    } else {
+        m->params = nb_calloc(m->nparams, sizeof(float), "seqctr parameters (host)");
+        m->grads = nb_calloc(m->nparams, sizeof(float), "seqctr gradients (host)");
+        m->emb = nb_malloc(nemb * sizeof(float), "seqctr embedding tables (host)");
+        m->uniq_grads = nb_malloc(NLK * (size_t)c->E * sizeof(float), "seqctr embedding gradients (host)");
+    }
+    init_params(m, kinds);
     nb_rng_fill_normal(m->emb, nemb, c->seed, nb_rng_stream_id("emb"), 0.0f, 0.05f);
+    m->stages[0] = alloc_stage(m, NULL);
+    m->stages[1] = alloc_stage(m, m->stages[0]);
+    m->stage = m->stages[0];
+    m->uniq_rows = m->stage->h_uniq;
     alloc_acts(m);
+    nb_sc_to_device(m);
 }
 
 void nb_sc_free(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
-    if (a) {
-        const nb_sc_config *c = &m->cfg;
-        for (int l = 0; l <= c->hist_layers; l++) free(a->h[l]);
-        for (int l = 0; l < c->hist_layers; l++) {
-            enc_acts *e = &a->enc[l];
-            float *ps[] = {e->ln1, e->mean1, e->rstd1, e->qkv, e->att, e->lse, e->x1, e->ln2, e->mean2, e->rstd2, e->f1};
-            for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) free(ps[k]);
-        }
-        free(a->h);
-        free(a->enc);
-        float **lists[] = {a->xs, a->c, a->vx, a->hid, a->logit, a->dz};
-        for (int k = 0; k < 6; k++) {
-            for (int i = 0; i < c->blocks; i++) free(lists[k][i]);
-            free(lists[k]);
-        }
-        float *ps[] = {a->a1, a->a2, a->bot, a->x0, a->dx0, a->embg, a->temb, a->q, a->kv, a->attn, a->pooled,
-                       a->dlk, a->dcur, a->dprev, a->dc, a->dhid, a->dhidp, a->dbot, a->da2, a->da2p, a->da1,
-                       a->da1p, a->dtemb, a->dq, a->dpooled, a->dkv, a->dh, a->dx1, a->datt, a->dqkv, a->dln,
-                       a->df1, a->df1p};
-        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) free(ps[k]);
-        free(a->lk_rows);
-        free(a->inverse);
-        free(a);
+    if (!a) return;
+    for (int i = a->mem.ndev - 1; i >= 0; i--) m->be->free(a->mem.dev[i]);
+    for (int i = a->mem.nhost - 1; i >= 0; i--) m->be->host_free(a->mem.host[i]);
+    free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
+    for (int k = 0; k < 2; k++) {
+        if (m->stages[k]) free(m->stages[k]->h_inverse);
+        free(m->stages[k]);
     }
-    free(m->uniq_rows);
-    free(m->uniq_grads);
-    free(m->params);
-    free(m->grads);
-    free(m->emb);
+    if (!on_cpu(m)) free(m->params), free(m->grads), free(m->emb), free(m->uniq_grads);
+    free(a);
     memset(m, 0, sizeof *m);
 }
+
+void nb_sc_set_ctx(nb_sc_model *m, const nb_task_ctx *ctx) { m->ctx = ctx; }
+
+void nb_sc_to_device(nb_sc_model *m) {
+    nb_ctx c = CTX(m);
+    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    if (!on_cpu(m)) {
+        m->be->to_backend(c, m->d_params, m->params, m->nparams * sizeof(float));
+        m->be->to_backend(c, m->d_emb, m->emb, nemb * sizeof(float));
+    }
+    if (m->d_w != (void *)m->d_params) m->be->cast_params(c, m->d_w, m->d_params, m->nparams);
+}
+
+void nb_sc_to_host(nb_sc_model *m) {
+    if (on_cpu(m)) return;
+    nb_ctx c = CTX(m);
+    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    m->be->to_host(c, m->params, m->d_params, m->nparams * sizeof(float));
+    m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
+    m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
+    m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
+}
+
+void nb_sc_zero_grads(nb_sc_model *m) { m->be->zero(CTX(m), m->d_grads, m->nparams * sizeof(float)); }
 
 static void check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
     NB_CHECK(b->B >= 1 && b->B <= m->max_batch, "pass a batch no larger than the model was built for",
@@ -289,242 +435,403 @@ static void check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
     }
 }
 
-/* Lookup rows: per sample 26 categorical + the target, then the valid history items in
- * (sample, position) order; also gathers the history into h0 [B, Lb, E] (padding zeroed). */
-static int build_lookups(nb_sc_model *m, const nb_sc_batch *b, int Lb) {
-    nb_sc_acts *a = m->acts;
-    int E = m->cfg.E, B = b->B;
+/* Host side of a step: the lookup lists (see the top of this file) and their deduplication. */
+void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
+    check_batch(m, b);
+    nb_sc_stage *s = m->stages[m->prep];
+    m->prep ^= 1;
+    m->prepared = s;
+    int B = b->B, E = m->cfg.E, D0 = m->D0;
+    size_t MB = (size_t)m->max_batch;
     const int64_t *off = m->emb_off;
-    int64_t item_rows = m->cfg.item_rows;
+    uint64_t item_rows = (uint64_t)m->cfg.item_rows;
+    s->B = B;
+    s->has_label = b->label != NULL;
+    memcpy(s->h_dense, b->dense, (size_t)B * NB_SC_NDENSE * sizeof(float));
+    if (b->label) memcpy(s->h_label, b->label, (size_t)B * sizeof(float));
     for (int i = 0; i < B; i++) {
-        for (int f = 0; f < NB_SC_NCAT; f++)
-            a->lk_rows[(size_t)i * NB_SC_NTABLES + f] = off[f] + (int64_t)(b->cat[(size_t)i * NB_SC_NCAT + f] % (uint64_t)m->cfg.cat_rows[f]);
-        a->lk_rows[(size_t)i * NB_SC_NTABLES + NB_SC_NCAT] = off[NB_SC_ITEM_TABLE] + (int64_t)(b->target[i] % (uint64_t)item_rows);
-    }
-    int n = B * NB_SC_NTABLES;
-    float *h0 = a->h[0];
-    memset(h0, 0, (size_t)B * Lb * E * sizeof(float));
-    for (int i = 0; i < B; i++)
-        for (int j = 0; j < b->hist_len[i]; j++) {
-            int64_t row = off[NB_SC_ITEM_TABLE] + (int64_t)(b->hist[(size_t)i * b->hist_stride + j] % (uint64_t)item_rows);
-            a->lk_rows[n++] = row;
-            memcpy(h0 + ((size_t)i * Lb + j) * E, m->emb + (size_t)row * E, (size_t)E * sizeof(float));
+        for (int f = 0; f < NB_SC_NTABLES; f++) {
+            size_t k = (size_t)i * NB_SC_NTABLES + f;
+            uint64_t id = f < NB_SC_NCAT ? b->cat[(size_t)i * NB_SC_NCAT + f] : b->target[i];
+            uint64_t rows = f < NB_SC_NCAT ? (uint64_t)m->cfg.cat_rows[f] : item_rows;
+            s->h_rows[k] = off[f] + (int64_t)(id % rows);
+            s->h_dst[k] = s->h_src[k] = (int64_t)i * D0 + (int64_t)(1 + f) * E;
         }
-    return n;
+        size_t k = (size_t)B * NB_SC_NTABLES + i;
+        s->h_rows[k] = s->h_rows[(size_t)i * NB_SC_NTABLES + NB_SC_NCAT];
+        s->h_dst[k] = -1; /* not gathered: only its gradient (through wq) is summed */
+        s->h_src[k] = (int64_t)(MB * D0) + (int64_t)i * E;
+    }
+    size_t k = (size_t)B * NLK_PER_SAMPLE;
+    s->h_off[0] = 0;
+    for (int i = 0; i < B; i++) {
+        for (int j = 0; j < b->hist_len[i]; j++, k++) {
+            int64_t row = (int64_t)(k - (size_t)B * NLK_PER_SAMPLE);
+            s->h_rows[k] = off[NB_SC_ITEM_TABLE] + (int64_t)(b->hist[(size_t)i * b->hist_stride + j] % item_rows);
+            s->h_dst[k] = row * E;
+            s->h_src[k] = (int64_t)(MB * D0 + MB * E) + row * E;
+        }
+        s->h_off[i + 1] = (int32_t)(k - (size_t)B * NLK_PER_SAMPLE);
+    }
+    s->nh = s->h_off[B];
+    m->stage_nh = s->nh;
+    s->nlk = (int)k;
+    s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, s->nlk);
 }
 
-static void encoder_fwd(nb_sc_model *m, int l, int B, int Lb, const int32_t *lens) {
+/* Copies the prepared lists in (nothing to copy on the CPU). */
+static void upload_batch(nb_sc_model *m) {
+    if (on_cpu(m)) return;
+    nb_sc_stage *s = m->stage;
+    nb_ctx c = CTX(m);
+    const nb_backend_i *be = m->be;
+    size_t n = (size_t)s->nlk, U = (size_t)s->nuniq;
+    be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * NB_SC_NDENSE * sizeof(float));
+    if (s->has_label) be->to_backend(c, s->d_label, s->h_label, (size_t)s->B * sizeof(float));
+    be->to_backend(c, s->d_rows, s->h_rows, n * sizeof(int64_t));
+    be->to_backend(c, s->d_dst, s->h_dst, n * sizeof(int64_t));
+    be->to_backend(c, s->d_src, s->h_src, n * sizeof(int64_t));
+    be->to_backend(c, s->d_order, s->h_order, n * sizeof(int32_t));
+    be->to_backend(c, s->d_seg, s->h_seg, (U + 1) * sizeof(int32_t));
+    be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
+    be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
+}
+
+static void encoder_fwd(nb_sc_model *m, int l, int N) {
     nb_sc_acts *a = m->acts;
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
     enc_acts *e = &a->enc[l];
-    int E = m->cfg.E, N = B * Lb;
-    float *w = m->params;
-    float *hin = a->h[l], *hout = a->h[l + 1];
-    nb_layernorm_forward(e->ln1, e->mean1, e->rstd1, hin, P(m, w, "hist.%d.ln1.weight", l), P(m, w, "hist.%d.ln1.bias", l),
-                         N, E, LN_EPS);
-    nb_matmul_forward(e->qkv, e->ln1, P(m, w, "hist.%d.qkv.weight", l), P(m, w, "hist.%d.qkv.bias", l), N, E, 3 * E);
-    nb_seqattn_forward(e->att, e->lse, e->qkv, lens, B, Lb, m->cfg.heads, E);
-    nb_matmul_forward(hout, e->att, P(m, w, "hist.%d.proj.weight", l), P(m, w, "hist.%d.proj.bias", l), N, E, E);
-    nb_residual_forward(e->x1, hin, hout, (size_t)N * E);
-    nb_layernorm_forward(e->ln2, e->mean2, e->rstd2, e->x1, P(m, w, "hist.%d.ln2.weight", l),
-                         P(m, w, "hist.%d.ln2.bias", l), N, E, LN_EPS);
-    nb_matmul_forward(e->f1, e->ln2, P(m, w, "hist.%d.fc1.weight", l), P(m, w, "hist.%d.fc1.bias", l), N, E, 4 * E);
-    nb_relu_forward(e->f1, e->f1, (size_t)N * 4 * E);
-    nb_matmul_forward(hout, e->f1, P(m, w, "hist.%d.fc2.weight", l), P(m, w, "hist.%d.fc2.bias", l), N, 4 * E, E);
-    nb_residual_forward(hout, e->x1, hout, (size_t)N * E);
+    int E = m->cfg.E;
+    void *hin = a->h[l], *hout = a->h[l + 1];
+    be->layernorm_fwd(c, e->ln1, e->mean1, e->rstd1, hin, W(m, "hist.%d.ln1.weight", l), W(m, "hist.%d.ln1.bias", l),
+                      N, E, LN_EPS);
+    be->matmul_fwd(c, e->qkv, e->ln1, W(m, "hist.%d.qkv.weight", l), W(m, "hist.%d.qkv.bias", l), N, E, 3 * E);
+    m->co->seqattn_fwd(c, e->att, e->lse, e->qkv, m->stage->d_off, m->stage->B, m->cfg.max_len, m->cfg.heads, E);
+    be->matmul_fwd(c, hout, e->att, W(m, "hist.%d.proj.weight", l), W(m, "hist.%d.proj.bias", l), N, E, E);
+    be->residual_fwd(c, e->x1, hin, hout, (size_t)N * E);
+    be->layernorm_fwd(c, e->ln2, e->mean2, e->rstd2, e->x1, W(m, "hist.%d.ln2.weight", l),
+                      W(m, "hist.%d.ln2.bias", l), N, E, LN_EPS);
+    be->matmul_fwd(c, e->f1, e->ln2, W(m, "hist.%d.fc1.weight", l), W(m, "hist.%d.fc1.bias", l), N, E, 4 * E);
+    m->co->relu_fwd(c, e->f1, e->f1, (size_t)N * 4 * E);
+    be->matmul_fwd(c, hout, e->f1, W(m, "hist.%d.fc2.weight", l), W(m, "hist.%d.fc2.bias", l), N, 4 * E, E);
+    be->residual_fwd(c, hout, e->x1, hout, (size_t)N * E);
 }
-
-static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 
 /* dh: gradient of encoder layer l's output in, of its input out (in place). */
-static void encoder_bwd(nb_sc_model *m, int l, int B, int Lb, const int32_t *lens, float *dh) {
+static void encoder_bwd(nb_sc_model *m, int l, int N, void *dh) {
     nb_sc_acts *a = m->acts;
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
     enc_acts *e = &a->enc[l];
-    int E = m->cfg.E, N = B * Lb;
-    size_t NE = (size_t)N * E;
-    float *w = m->params, *g = m->grads;
-    float *hin = a->h[l];
-    memcpy(a->dx1, dh, NE * sizeof(float));
-    zero(a->df1, NE * 4);
-    nb_matmul_backward(a->df1, P(m, g, "hist.%d.fc2.weight", l), P(m, g, "hist.%d.fc2.bias", l), dh, e->f1,
-                       P(m, w, "hist.%d.fc2.weight", l), N, 4 * E, E);
-    zero(a->df1p, NE * 4);
-    nb_relu_backward(a->df1p, e->f1, a->df1, NE * 4);
-    zero(a->dln, NE);
-    nb_matmul_backward(a->dln, P(m, g, "hist.%d.fc1.weight", l), P(m, g, "hist.%d.fc1.bias", l), a->df1p, e->ln2,
-                       P(m, w, "hist.%d.fc1.weight", l), N, E, 4 * E);
-    nb_layernorm_backward(a->dx1, P(m, g, "hist.%d.ln2.weight", l), P(m, g, "hist.%d.ln2.bias", l), a->dln, e->x1,
-                          P(m, w, "hist.%d.ln2.weight", l), e->mean2, e->rstd2, N, E);
-    memcpy(dh, a->dx1, NE * sizeof(float));
-    zero(a->datt, NE);
-    nb_matmul_backward(a->datt, P(m, g, "hist.%d.proj.weight", l), P(m, g, "hist.%d.proj.bias", l), a->dx1, e->att,
-                       P(m, w, "hist.%d.proj.weight", l), N, E, E);
-    zero(a->dqkv, NE * 3);
-    nb_seqattn_backward(a->dqkv, a->datt, e->qkv, e->att, e->lse, lens, B, Lb, m->cfg.heads, E);
-    zero(a->dln, NE);
-    nb_matmul_backward(a->dln, P(m, g, "hist.%d.qkv.weight", l), P(m, g, "hist.%d.qkv.bias", l), a->dqkv, e->ln1,
-                       P(m, w, "hist.%d.qkv.weight", l), N, E, 3 * E);
-    nb_layernorm_backward(dh, P(m, g, "hist.%d.ln1.weight", l), P(m, g, "hist.%d.ln1.bias", l), a->dln, hin,
-                          P(m, w, "hist.%d.ln1.weight", l), e->mean1, e->rstd1, N, E);
+    int E = m->cfg.E;
+    size_t NE = (size_t)N * E, es = act_es(m);
+    m->co->copy_cols(c, a->dx1, E, dh, E, N, E);
+    be->zero(c, a->df1, NE * 4 * es);
+    be->matmul_bwd(c, a->df1, G(m, "hist.%d.fc2.weight", l), G(m, "hist.%d.fc2.bias", l), dh, e->f1,
+                   W(m, "hist.%d.fc2.weight", l), N, 4 * E, E);
+    be->zero(c, a->df1p, NE * 4 * es);
+    m->co->relu_bwd(c, a->df1p, e->f1, a->df1, NE * 4);
+    be->zero(c, a->dln, NE * es);
+    be->matmul_bwd(c, a->dln, G(m, "hist.%d.fc1.weight", l), G(m, "hist.%d.fc1.bias", l), a->df1p, e->ln2,
+                   W(m, "hist.%d.fc1.weight", l), N, E, 4 * E);
+    be->layernorm_bwd(c, a->dx1, G(m, "hist.%d.ln2.weight", l), G(m, "hist.%d.ln2.bias", l), a->dln, e->x1,
+                      W(m, "hist.%d.ln2.weight", l), e->mean2, e->rstd2, N, E);
+    m->co->copy_cols(c, dh, E, a->dx1, E, N, E);
+    be->zero(c, a->datt, NE * es);
+    be->matmul_bwd(c, a->datt, G(m, "hist.%d.proj.weight", l), G(m, "hist.%d.proj.bias", l), a->dx1, e->att,
+                   W(m, "hist.%d.proj.weight", l), N, E, E);
+    be->zero(c, a->dqkv, NE * 3 * es);
+    m->co->seqattn_bwd(c, a->dqkv, a->datt, e->qkv, e->att, e->lse, m->stage->d_off, m->stage->B, m->cfg.max_len,
+                       m->cfg.heads, E);
+    be->zero(c, a->dln, NE * es);
+    be->matmul_bwd(c, a->dln, G(m, "hist.%d.qkv.weight", l), G(m, "hist.%d.qkv.bias", l), a->dqkv, e->ln1,
+                   W(m, "hist.%d.qkv.weight", l), N, E, 3 * E);
+    be->layernorm_bwd(c, dh, G(m, "hist.%d.ln1.weight", l), G(m, "hist.%d.ln1.bias", l), a->dln, a->h[l],
+                      W(m, "hist.%d.ln1.weight", l), e->mean1, e->rstd1, N, E);
 }
 
-static void bottom_fwd(nb_sc_model *m, const nb_sc_batch *b) {
+static void bottom_fwd(nb_sc_model *m, int B) {
     nb_sc_acts *a = m->acts;
-    float *w = m->params;
-    int B = b->B, E = m->cfg.E;
-    nb_matmul_forward(a->a1, b->dense, P(m, w, "bottom.%d.weight", 0), P(m, w, "bottom.%d.bias", 0), B, NB_SC_NDENSE,
-                      NB_SC_BOTTOM1);
-    nb_relu_forward(a->a1, a->a1, (size_t)B * NB_SC_BOTTOM1);
-    nb_matmul_forward(a->a2, a->a1, P(m, w, "bottom.%d.weight", 1), P(m, w, "bottom.%d.bias", 1), B, NB_SC_BOTTOM1,
-                      NB_SC_BOTTOM2);
-    nb_relu_forward(a->a2, a->a2, (size_t)B * NB_SC_BOTTOM2);
-    nb_matmul_forward(a->bot, a->a2, P(m, w, "bottom.%d.weight", 2), P(m, w, "bottom.%d.bias", 2), B, NB_SC_BOTTOM2, E);
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
+    int E = m->cfg.E;
+    const void *dense = m->stage->d_dense;
+    if (a->dense) {
+        be->cast_params(c, a->dense, m->stage->d_dense, (size_t)B * NB_SC_NDENSE);
+        dense = a->dense;
+    }
+    be->matmul_fwd(c, a->a1, dense, W(m, "bottom.%d.weight", 0), W(m, "bottom.%d.bias", 0), B, NB_SC_NDENSE,
+                   NB_SC_BOTTOM1);
+    m->co->relu_fwd(c, a->a1, a->a1, (size_t)B * NB_SC_BOTTOM1);
+    be->matmul_fwd(c, a->a2, a->a1, W(m, "bottom.%d.weight", 1), W(m, "bottom.%d.bias", 1), B, NB_SC_BOTTOM1,
+                   NB_SC_BOTTOM2);
+    m->co->relu_fwd(c, a->a2, a->a2, (size_t)B * NB_SC_BOTTOM2);
+    be->matmul_fwd(c, a->bot, a->a2, W(m, "bottom.%d.weight", 2), W(m, "bottom.%d.bias", 2), B, NB_SC_BOTTOM2, E);
 }
 
-static void bottom_bwd(nb_sc_model *m, const nb_sc_batch *b) {
+static void bottom_bwd(nb_sc_model *m, int B) {
     nb_sc_acts *a = m->acts;
-    float *w = m->params, *g = m->grads;
-    int B = b->B, E = m->cfg.E;
-    zero(a->da2, (size_t)B * NB_SC_BOTTOM2);
-    nb_matmul_backward(a->da2, P(m, g, "bottom.%d.weight", 2), P(m, g, "bottom.%d.bias", 2), a->dbot, a->a2,
-                       P(m, w, "bottom.%d.weight", 2), B, NB_SC_BOTTOM2, E);
-    zero(a->da2p, (size_t)B * NB_SC_BOTTOM2);
-    nb_relu_backward(a->da2p, a->a2, a->da2, (size_t)B * NB_SC_BOTTOM2);
-    zero(a->da1, (size_t)B * NB_SC_BOTTOM1);
-    nb_matmul_backward(a->da1, P(m, g, "bottom.%d.weight", 1), P(m, g, "bottom.%d.bias", 1), a->da2p, a->a1,
-                       P(m, w, "bottom.%d.weight", 1), B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
-    zero(a->da1p, (size_t)B * NB_SC_BOTTOM1);
-    nb_relu_backward(a->da1p, a->a1, a->da1, (size_t)B * NB_SC_BOTTOM1);
-    nb_matmul_backward(NULL, P(m, g, "bottom.%d.weight", 0), P(m, g, "bottom.%d.bias", 0), a->da1p, b->dense,
-                       P(m, w, "bottom.%d.weight", 0), B, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
+    int E = m->cfg.E;
+    size_t es = act_es(m);
+    const void *dense = a->dense ? a->dense : (const void *)m->stage->d_dense;
+    be->zero(c, a->da2, (size_t)B * NB_SC_BOTTOM2 * es);
+    be->matmul_bwd(c, a->da2, G(m, "bottom.%d.weight", 2), G(m, "bottom.%d.bias", 2), a->dbot, a->a2,
+                   W(m, "bottom.%d.weight", 2), B, NB_SC_BOTTOM2, E);
+    be->zero(c, a->da2p, (size_t)B * NB_SC_BOTTOM2 * es);
+    m->co->relu_bwd(c, a->da2p, a->a2, a->da2, (size_t)B * NB_SC_BOTTOM2);
+    be->zero(c, a->da1, (size_t)B * NB_SC_BOTTOM1 * es);
+    be->matmul_bwd(c, a->da1, G(m, "bottom.%d.weight", 1), G(m, "bottom.%d.bias", 1), a->da2p, a->a1,
+                   W(m, "bottom.%d.weight", 1), B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
+    be->zero(c, a->da1p, (size_t)B * NB_SC_BOTTOM1 * es);
+    m->co->relu_bwd(c, a->da1p, a->a1, a->da1, (size_t)B * NB_SC_BOTTOM1);
+    be->matmul_bwd(c, NULL, G(m, "bottom.%d.weight", 0), G(m, "bottom.%d.bias", 0), a->da1p, dense,
+                   W(m, "bottom.%d.weight", 0), B, NB_SC_NDENSE, NB_SC_BOTTOM1);
 }
 
 /* Whether head i contributes to the loss. */
 static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 1 || m->cfg.aux_weight > 0; }
 
-double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits) {
-    check_batch(m, b);
+/* x0 = [bottom | 26 categorical | target | (pooled, later)] and the target embedding. */
+void nb_sc_begin_step(nb_sc_model *m) {
+    NB_CHECK(m->prepared != NULL, "call nb_sc_prepare before each forward", "seqctr forward without a prepared batch");
+    m->stage = m->prepared;
+    m->prepared = NULL;
+    m->uniq_rows = m->stage->h_uniq;
+    m->nuniq = m->stage->nuniq;
+}
+
+static void embedding_fwd(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
-    const nb_sc_config *c = &m->cfg;
-    int B = b->B, E = c->E, D0 = m->D0;
-    float *w = m->params;
-    int Lb = 0;
-    for (int i = 0; i < B; i++) Lb = b->hist_len[i] > Lb ? b->hist_len[i] : Lb;
-    a->Lb = Lb;
-    a->nlk = build_lookups(m, b, Lb);
+    nb_sc_stage *s = m->stage;
+    const nb_ctr_ops_i *co = m->co;
+    nb_ctx c = CTX(m);
+    int B = s->B, E = m->cfg.E, D0 = m->D0;
+    upload_batch(m);
+    m->be->zero(c, m->d_loss, sizeof(double));
+    bottom_fwd(m, B);
+    co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
+    co->emb_gather(c, a->x0, s->d_dst, m->d_emb, s->d_rows, B * NB_SC_NTABLES, E);
+    co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + NB_SC_NCAT) * E), D0, B, E);
+}
 
-    bottom_fwd(m, b);
-    nb_embag_gather(a->embg, m->emb, a->lk_rows, B * NB_SC_NTABLES, m->emb_off[NB_SC_NTABLES], E);
-    for (int i = 0; i < B; i++) {
-        float *x = a->x0 + (size_t)i * D0;
-        memcpy(x, a->bot + (size_t)i * E, (size_t)E * sizeof(float));
-        memcpy(x + E, a->embg + (size_t)i * NB_SC_NTABLES * E, (size_t)NB_SC_NTABLES * E * sizeof(float));
-        memcpy(a->temb + (size_t)i * E, x + (size_t)(1 + NB_SC_NCAT) * E, (size_t)E * sizeof(float));
+/* The history encoder and target attention: pooled into x0. */
+static void history_fwd(nb_sc_model *m) {
+    nb_sc_acts *a = m->acts;
+    nb_sc_stage *s = m->stage;
+    const nb_backend_i *be = m->be;
+    const nb_ctr_ops_i *co = m->co;
+    nb_ctx c = CTX(m);
+    const nb_sc_config *cf = &m->cfg;
+    int B = s->B, E = cf->E, D0 = m->D0, nh = s->nh;
+    if (nh > 0) {
+        size_t first = (size_t)B * NLK_PER_SAMPLE;
+        co->emb_gather(c, a->h[0], s->d_dst + first, m->d_emb, s->d_rows + first, nh, E);
+        for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, l, nh);
+        be->matmul_fwd(c, a->q, a->temb, W(m, "target.wq", 0), NULL, B, E, E);
+        be->matmul_fwd(c, a->kv, a->h[cf->hist_layers], W(m, "target.wk", 0), NULL, nh, E, 2 * E);
+        co->targetattn_fwd(c, a->pooled, a->attn, a->q, a->kv, AT(m, a->kv, (size_t)E), s->d_off, B, cf->max_len, E,
+                           2 * E);
+    } else {
+        be->zero(c, a->pooled, (size_t)B * E * act_es(m));
     }
-    zero(a->pooled, (size_t)B * E);
-    if (Lb > 0) {
-        for (int l = 0; l < c->hist_layers; l++) encoder_fwd(m, l, B, Lb, b->hist_len);
-        nb_matmul_forward(a->q, a->temb, P(m, w, "target.wq", 0), NULL, B, E, E);
-        nb_matmul_forward(a->kv, a->h[c->hist_layers], P(m, w, "target.wk", 0), NULL, B * Lb, E, 2 * E);
-        nb_targetattn_forward(a->pooled, a->attn, a->q, a->kv, a->kv + E, b->hist_len, B, Lb, E, 2 * E);
-    }
-    for (int i = 0; i < B; i++)
-        memcpy(a->x0 + (size_t)i * D0 + (size_t)28 * E, a->pooled + (size_t)i * E, (size_t)E * sizeof(float));
+    co->copy_cols(c, AT(m, a->x0, (size_t)28 * E), D0, a->pooled, E, B, E);
+}
 
-    double loss = 0;
-    int r = c->cross_rank, H = c->block_hidden, last = c->blocks - 1;
+/* The chain of blocks, their heads and losses. */
+static void dense_fwd(nb_sc_model *m) {
+    nb_sc_acts *a = m->acts;
+    nb_sc_stage *s = m->stage;
+    const nb_backend_i *be = m->be;
+    const nb_ctr_ops_i *co = m->co;
+    nb_ctx c = CTX(m);
+    const nb_sc_config *cf = &m->cfg;
+    int B = s->B, D0 = m->D0;
+    int r = cf->cross_rank, H = cf->block_hidden, last = cf->blocks - 1;
     for (int i = 0; i <= last; i++) {
-        const float *xprev = i ? a->xs[i - 1] : a->x0;
-        nb_cross_forward(a->c[i], a->vx[i], a->x0, xprev, P(m, w, "block.%d.U", i), P(m, w, "block.%d.V", i),
-                         P(m, w, "block.%d.b", i), B, D0, r);
-        nb_matmul_forward(a->hid[i], a->c[i], P(m, w, "block.%d.w1", i), P(m, w, "block.%d.b1", i), B, D0, H);
-        nb_relu_forward(a->hid[i], a->hid[i], (size_t)B * H);
-        nb_matmul_forward(a->xs[i], a->hid[i], P(m, w, "block.%d.w2", i), P(m, w, "block.%d.b2", i), B, H, D0);
-        nb_residual_forward(a->xs[i], a->xs[i], a->c[i], (size_t)B * D0);
-        nb_matmul_forward(a->logit[i], a->xs[i], P(m, w, "block.%d.head.w", i), P(m, w, "block.%d.head.b", i), B, D0, 1);
-        if (b->label && head_used(m, i)) {
-            float scale = (i == last ? 1.0f : c->aux_weight) / (float)B;
-            zero(a->dz[i], (size_t)B);
-            loss += nb_bce_logits_forward_backward(a->dz[i], NULL, a->logit[i], b->label, NULL, B, scale);
+        const void *xprev = i ? a->xs[i - 1] : a->x0;
+        co->cross_fwd(c, a->c[i], a->vx[i], a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i),
+                      W(m, "block.%d.b", i), B, D0, r);
+        be->matmul_fwd(c, a->hid[i], a->c[i], W(m, "block.%d.w1", i), W(m, "block.%d.b1", i), B, D0, H);
+        co->relu_fwd(c, a->hid[i], a->hid[i], (size_t)B * H);
+        be->matmul_fwd(c, a->xs[i], a->hid[i], W(m, "block.%d.w2", i), W(m, "block.%d.b2", i), B, H, D0);
+        be->residual_fwd(c, a->xs[i], a->xs[i], a->c[i], (size_t)B * D0);
+        co->linear1_fwd(c, a->logit[i], a->xs[i], W(m, "block.%d.head.w", i), W(m, "block.%d.head.b", i), B, D0);
+        if (s->has_label && head_used(m, i)) {
+            float scale = (i == last ? 1.0f : cf->aux_weight) / (float)B;
+            be->zero(c, a->dz[i], (size_t)B * sizeof(float));
+            co->bce(c, a->dz[i], m->d_loss, a->logit[i], s->d_label, B, scale);
         }
     }
-    if (logits) memcpy(logits, a->logit[last], (size_t)B * sizeof(float));
+}
+
+void nb_sc_forward_enqueue(nb_sc_model *m) {
+    nb_sc_begin_step(m);
+    embedding_fwd(m);
+    history_fwd(m);
+    dense_fwd(m);
+}
+
+double nb_sc_loss(nb_sc_model *m) {
+    double loss;
+    m->be->to_host(CTX(m), &loss, m->d_loss, sizeof loss);
     return loss;
+}
+
+void nb_sc_logits(nb_sc_model *m, float *logits) {
+    m->be->to_host(CTX(m), logits, m->acts->logit[m->cfg.blocks - 1], (size_t)m->stage->B * sizeof(float));
+}
+
+double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits) {
+    nb_sc_prepare(m, b);
+    nb_sc_forward_enqueue(m);
+    if (logits) nb_sc_logits(m, logits);
+    return b->label ? nb_sc_loss(m) : 0.0;
 }
 
 static void blocks_bwd(nb_sc_model *m, int B) {
     nb_sc_acts *a = m->acts;
-    const nb_sc_config *c = &m->cfg;
-    int D0 = m->D0, r = c->cross_rank, H = c->block_hidden;
-    size_t BD = (size_t)B * D0;
-    float *w = m->params, *g = m->grads;
-    zero(a->dcur, BD);
-    zero(a->dx0, BD);
-    for (int i = c->blocks - 1; i >= 0; i--) {
+    const nb_backend_i *be = m->be;
+    const nb_ctr_ops_i *co = m->co;
+    nb_ctx c = CTX(m);
+    const nb_sc_config *cf = &m->cfg;
+    int D0 = m->D0, r = cf->cross_rank, H = cf->block_hidden;
+    size_t BD = (size_t)B * D0, es = act_es(m);
+    be->zero(c, a->dcur, BD * es);
+    for (int i = cf->blocks - 1; i >= 0; i--) {
         if (head_used(m, i))
-            nb_matmul_backward(a->dcur, P(m, g, "block.%d.head.w", i), P(m, g, "block.%d.head.b", i), a->dz[i],
-                               a->xs[i], P(m, w, "block.%d.head.w", i), B, D0, 1);
-        memcpy(a->dc, a->dcur, BD * sizeof(float));
-        zero(a->dhid, (size_t)B * H);
-        nb_matmul_backward(a->dhid, P(m, g, "block.%d.w2", i), P(m, g, "block.%d.b2", i), a->dcur, a->hid[i],
-                           P(m, w, "block.%d.w2", i), B, H, D0);
-        zero(a->dhidp, (size_t)B * H);
-        nb_relu_backward(a->dhidp, a->hid[i], a->dhid, (size_t)B * H);
-        nb_matmul_backward(a->dc, P(m, g, "block.%d.w1", i), P(m, g, "block.%d.b1", i), a->dhidp, a->c[i],
-                           P(m, w, "block.%d.w1", i), B, D0, H);
-        const float *xprev = i ? a->xs[i - 1] : a->x0;
-        zero(a->dprev, BD);
-        nb_cross_backward(a->dx0, a->dprev, P(m, g, "block.%d.U", i), P(m, g, "block.%d.V", i), P(m, g, "block.%d.b", i),
-                          a->dc, a->x0, xprev, P(m, w, "block.%d.U", i), P(m, w, "block.%d.V", i),
-                          P(m, w, "block.%d.b", i), a->vx[i], B, D0, r);
-        float *t = a->dcur;
+            co->linear1_bwd(c, a->dcur, G(m, "block.%d.head.w", i), G(m, "block.%d.head.b", i), a->dz[i], a->xs[i],
+                            W(m, "block.%d.head.w", i), B, D0);
+        co->copy_cols(c, a->dc, D0, a->dcur, D0, B, D0);
+        be->zero(c, a->dhid, (size_t)B * H * es);
+        be->matmul_bwd(c, a->dhid, G(m, "block.%d.w2", i), G(m, "block.%d.b2", i), a->dcur, a->hid[i],
+                       W(m, "block.%d.w2", i), B, H, D0);
+        be->zero(c, a->dhidp, (size_t)B * H * es);
+        co->relu_bwd(c, a->dhidp, a->hid[i], a->dhid, (size_t)B * H);
+        be->matmul_bwd(c, a->dc, G(m, "block.%d.w1", i), G(m, "block.%d.b1", i), a->dhidp, a->c[i],
+                       W(m, "block.%d.w1", i), B, D0, H);
+        const void *xprev = i ? a->xs[i - 1] : a->x0;
+        be->zero(c, a->dprev, BD * es);
+        co->cross_bwd(c, a->dx0, a->dprev, G(m, "block.%d.U", i), G(m, "block.%d.V", i), G(m, "block.%d.b", i), a->dc,
+                      a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i), W(m, "block.%d.b", i), a->vx[i], B,
+                      D0, r);
+        void *t = a->dcur;
         a->dcur = a->dprev;
         a->dprev = t;
     }
-    nb_add_inplace(a->dx0, a->dcur, BD); /* block 0's x_prev is x0 itself */
+    be->add_inplace(c, a->dx0, a->dcur, BD); /* block 0's x_prev is x0 itself */
+}
+
+static void dense_bwd(nb_sc_model *m) {
+    nb_sc_acts *a = m->acts;
+    nb_sc_stage *s = m->stage;
+    nb_ctx c = CTX(m);
+    NB_CHECK(s->has_label, "pass labels to the forward before a backward", "seqctr backward without labels");
+    int B = s->B, E = m->cfg.E, D0 = m->D0;
+    size_t MB = (size_t)m->max_batch;
+    m->be->zero(c, a->dsrc, (MB * D0 + MB * E + (size_t)s->nh * E) * act_es(m));
+    blocks_bwd(m, B);
+    m->co->copy_cols(c, a->dbot, E, a->dx0, D0, B, E);
+    m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)28 * E), D0, B, E);
+}
+
+static void history_bwd(nb_sc_model *m) {
+    nb_sc_acts *a = m->acts;
+    nb_sc_stage *s = m->stage;
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
+    const nb_sc_config *cf = &m->cfg;
+    int B = s->B, E = cf->E, nh = s->nh;
+    if (nh == 0) return;
+    size_t es = act_es(m), NE = (size_t)nh * E;
+    be->zero(c, a->dq, (size_t)B * E * es);
+    be->zero(c, a->dkv, NE * 2 * es);
+    m->co->targetattn_bwd(c, a->dq, a->dkv, AT(m, a->dkv, (size_t)E), a->dpooled, a->q, a->kv, AT(m, a->kv, (size_t)E),
+                          a->attn, s->d_off, B, cf->max_len, E, 2 * E);
+    be->matmul_bwd(c, a->dtemb, G(m, "target.wq", 0), NULL, a->dq, a->temb, W(m, "target.wq", 0), B, E, E);
+    be->matmul_bwd(c, a->dh, G(m, "target.wk", 0), NULL, a->dkv, a->h[cf->hist_layers], W(m, "target.wk", 0), nh, E,
+                   2 * E);
+    for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, l, nh, a->dh);
+}
+
+/* The bottom MLP and the embedding rows: one dedup over all lookups, so an item row's target
+ * and history gradients are summed. */
+static void embedding_bwd(nb_sc_model *m) {
+    nb_sc_stage *s = m->stage;
+    bottom_bwd(m, s->B);
+    m->co->emb_grad_unique(CTX(m), m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, s->nuniq, m->cfg.E);
+}
+
+void nb_sc_backward_enqueue(nb_sc_model *m) {
+    dense_bwd(m);
+    history_bwd(m);
+    embedding_bwd(m);
 }
 
 void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
-    NB_CHECK(b->label != NULL, "pass labels to the forward before a backward", "seqctr backward without labels");
-    nb_sc_acts *a = m->acts;
-    const nb_sc_config *c = &m->cfg;
-    int B = b->B, E = c->E, D0 = m->D0, Lb = a->Lb;
-    float *w = m->params, *g = m->grads;
-    blocks_bwd(m, B);
+    (void)b;
+    nb_sc_backward_enqueue(m);
+    if (!on_cpu(m)) nb_sc_to_host(m);
+}
 
-    size_t ncat = (size_t)NB_SC_NTABLES * E;
-    for (int i = 0; i < B; i++) {
-        const float *dx = a->dx0 + (size_t)i * D0;
-        memcpy(a->dbot + (size_t)i * E, dx, (size_t)E * sizeof(float));
-        memcpy(a->dlk + (size_t)i * ncat, dx + E, ncat * sizeof(float));
-        memcpy(a->dpooled + (size_t)i * E, dx + (size_t)28 * E, (size_t)E * sizeof(float));
+static void optim_emb(nb_sc_model *m, const nb_sc_optim *o, int t) {
+    nb_ctx c = CTX(m);
+    nb_sc_stage *s = m->stage;
+    int E = m->cfg.E;
+    size_t rows = (size_t)m->emb_off[NB_SC_NTABLES];
+    if (o->emb_adam) {
+        if (!m->d_em) {
+            m->d_em = F32(m, rows * E, "seqctr sparse Adam moments");
+            m->d_ev = F32(m, rows * E, "seqctr sparse Adam moments");
+        }
+        m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->beta1,
+                           o->beta2, o->emb_eps, t);
+    } else {
+        if (!m->d_eacc) m->d_eacc = F32(m, rows, "seqctr Adagrad accumulators");
+        m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->emb_eps);
     }
-    bottom_bwd(m, b);
+}
 
-    int n0 = B * NB_SC_NTABLES;
-    if (Lb > 0) {
-        size_t NE = (size_t)B * Lb * E;
-        zero(a->dq, (size_t)B * E);
-        zero(a->dkv, NE * 2);
-        nb_targetattn_backward(a->dq, a->dkv, a->dkv + E, a->dpooled, a->q, a->kv, a->kv + E, a->attn, b->hist_len, B,
-                               Lb, E, 2 * E);
-        zero(a->dtemb, (size_t)B * E);
-        nb_matmul_backward(a->dtemb, P(m, g, "target.wq", 0), NULL, a->dq, a->temb, P(m, w, "target.wq", 0), B, E, E);
-        zero(a->dh, NE);
-        nb_matmul_backward(a->dh, P(m, g, "target.wk", 0), NULL, a->dkv, a->h[c->hist_layers], P(m, w, "target.wk", 0),
-                           B * Lb, E, 2 * E);
-        for (int l = c->hist_layers - 1; l >= 0; l--) encoder_bwd(m, l, B, Lb, b->hist_len, a->dh);
-        for (int i = 0; i < B; i++)
-            nb_add_inplace(a->dlk + ((size_t)i * NB_SC_NTABLES + NB_SC_NCAT) * E, a->dtemb + (size_t)i * E, (size_t)E);
-        int n = n0;
-        for (int i = 0; i < B; i++)
-            for (int j = 0; j < b->hist_len[i]; j++, n++)
-                memcpy(a->dlk + (size_t)n * E, a->dh + ((size_t)i * Lb + j) * E, (size_t)E * sizeof(float));
-        NB_ASSERT(n == a->nlk);
+static void optim_dense(nb_sc_model *m, const nb_sc_optim *o, int t) {
+    const nb_backend_i *be = m->be;
+    nb_ctx c = CTX(m);
+    nb_adamw_scalars *k = m->h_k;
+    k[0] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, t);
+    k[1] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, 0.0f}, t);
+    if (m->d_k != m->h_k) be->to_backend(c, m->d_k, m->h_k, 2 * sizeof(nb_adamw_scalars));
+    const nb_adamw_scalars *dk = m->d_k;
+    for (int i = 0; i < m->ntensors; i++) {
+        const nb_sc_tensor *tt = &m->t[i];
+        void *lowp = m->d_w != (void *)m->d_params ? AT(m, m->d_w, tt->off) : NULL;
+        be->adamw(c, m->d_params + tt->off, m->d_grads + tt->off, m->d_am + tt->off, m->d_av + tt->off, lowp, tt->n,
+                  &dk[tt->decay ? 0 : 1], NULL);
     }
-    /* one dedup over all lookups: the item table's rows get target and history gradients summed */
-    m->nuniq = nb_embag_unique(m->uniq_rows, a->inverse, a->lk_rows, a->nlk);
-    zero(m->uniq_grads, (size_t)m->nuniq * E);
-    nb_embag_backward_unique(m->uniq_grads, a->dlk, a->inverse, a->nlk, E);
+}
+
+void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
+    optim_emb(m, o, t);
+    optim_dense(m, o, t);
+}
+
+static const char *PHASE_NAMES[NB_SC_NPHASES] = {"embedding fwd", "history fwd", "dense fwd", "dense bwd",
+                                                  "history bwd", "embedding bwd", "embedding optim", "dense optim"};
+
+const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
+
+void nb_sc_enqueue_phase(nb_sc_model *m, nb_sc_phase p, const nb_sc_optim *o, int t) {
+    switch (p) {
+    case NB_SC_FWD_EMB: embedding_fwd(m); break;
+    case NB_SC_FWD_HIST: history_fwd(m); break;
+    case NB_SC_FWD_DENSE: dense_fwd(m); break;
+    case NB_SC_BWD_DENSE: dense_bwd(m); break;
+    case NB_SC_BWD_HIST: history_bwd(m); break;
+    case NB_SC_BWD_EMB: embedding_bwd(m); break;
+    case NB_SC_OPT_EMB: optim_emb(m, o, t); break;
+    case NB_SC_OPT_DENSE: optim_dense(m, o, t); break;
+    default: NB_ASSERT(0);
+    }
 }
 
 double nb_sc_flops(const nb_sc_model *m, int B, long nh) {
@@ -585,4 +892,5 @@ void nb_sc_load(nb_sc_model *m, const char *path) {
         nb_st_read_shaped(f, name, NB_F32, 2, sh, m->emb + (size_t)m->emb_off[t] * m->cfg.E);
     }
     nb_st_close(f);
+    nb_sc_to_device(m);
 }

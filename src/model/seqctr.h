@@ -1,4 +1,5 @@
-/* seqctr: the CTR / sequence-recommendation model of issue 4, CPU fp32 forward and backward.
+/* seqctr: the CTR / sequence-recommendation model of issue 4, forward and backward on any backend
+ * (CPU fp32; CUDA bf16 or fp32). Histories are packed (no padding) inside the model.
  *
  * Per sample: 13 dense features (already log(1 + max(x, 0)), 0 when missing), 26 categorical
  * ids, a target item id, a history of 0..max_len item ids (most recent last), a 0/1 label.
@@ -74,44 +75,122 @@ typedef struct {
 } nb_sc_batch;
 
 typedef struct nb_sc_acts nb_sc_acts;
+typedef struct nb_sc_stage nb_sc_stage;
+struct nb_backend_i;
+struct nb_ctr_ops_i;
+struct nb_task_ctx;
 
+/* The optimizers of a step: AdamW on the dense slab (weight decay on 2-D tensors only), and on
+ * the embedding rows the batch touched row-wise Adagrad (accumulators start at 0) or, with
+ * emb_adam, lazy sparse Adam with the same betas. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float emb_lr, emb_eps;
+    int emb_adam;
+} nb_sc_optim;
+
+/* A model lives on one backend (backend.h + backend_ctr.h). On the CPU backend the host arrays
+ * below ARE the backend's memory; on CUDA they are host mirrors, filled by nb_sc_to_host and
+ * pushed by nb_sc_to_device (checkpoints and tests use them). */
 typedef struct {
     nb_sc_config cfg;
     int D0;
     nb_sc_tensor t[NB_SC_MAX_TENSORS];
     int ntensors;
-    size_t nparams;
-    float *params, *grads; /* [nparams] */
+    size_t nparams;       /* slab length: every tensor starts 64-element aligned (padding is 0) */
+    size_t nparams_used;  /* parameters without the padding */
+    float *params, *grads; /* [nparams] host */
     int64_t emb_off[NB_SC_NTABLES + 1]; /* emb_off[27] = total rows */
-    float *emb;                          /* [total rows, E] */
-    /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E] */
+    float *emb;                          /* [total rows, E] host */
+    /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
+     * (uniq_rows is built on the host with the batch; uniq_grads is a mirror on CUDA) */
     int64_t *uniq_rows;
     float *uniq_grads;
     int nuniq;
+    /* backend side */
+    const struct nb_backend_i *be;
+    const struct nb_ctr_ops_i *co;
+    const struct nb_task_ctx *ctx; /* the lane ops run on (nb_sc_set_ctx); a default one if NULL */
+    float *d_params, *d_grads, *d_emb, *d_uniq_grads;
+    void *d_w;                  /* compute weights in the backend's act dtype (d_params when fp32) */
+    float *d_am, *d_av;         /* AdamW moments */
+    float *d_eacc, *d_em, *d_ev; /* Adagrad accumulators, or sparse Adam moments (allocated on first use) */
+    double *d_loss;             /* the last forward's loss */
+    void *d_k, *h_k;            /* AdamW scalars (nb_adamw_scalars[2]) in backend / host memory */
+    nb_sc_stage *stage;      /* the batch the last forward read */
+    nb_sc_stage *stages[2];  /* host staging, alternated by nb_sc_prepare */
+    nb_sc_stage *prepared;   /* the batch the next forward reads */
+    int prep;
+    int stage_nh; /* history rows of the prepared batch */
     nb_sc_acts *acts;
     int max_batch;
 } nb_sc_model;
 
 /* Build the tensor table, allocate and initialise (deterministic from cfg.seed) for batches of
- * up to max_batch samples. Fails (nb_fail) on an invalid config. */
+ * up to max_batch samples, on the CPU backend. Fails (nb_fail) on an invalid config. */
 void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch);
+/* The same on any backend (the weights are initialised on the host, then copied). */
+void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be);
 void nb_sc_free(nb_sc_model *m);
 /* The tensor with this name, or NULL. */
 const nb_sc_tensor *nb_sc_find(const nb_sc_model *m, const char *name);
+/* Ops of later calls run on this lane (NULL: the backend's default stream / the calling thread). */
+void nb_sc_set_ctx(nb_sc_model *m, const struct nb_task_ctx *ctx);
 
 /* Forward: logits[B] of the last head (may be NULL) and, when labels are given, the loss (mean
- * BCE of the last head + aux). Keeps what backward needs. */
+ * BCE of the last head + aux). Keeps what backward needs. On CUDA it waits for the result. */
 double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits);
 /* Backward of the last forward (same batch): grads += d loss / d params (the caller zeroes
- * grads), and the embedding gradient into uniq_rows/uniq_grads (overwritten, duplicates summed
- * in a fixed order). */
+ * grads), and the embedding gradient into uniq_rows / the backend's uniq gradients (overwritten,
+ * duplicates summed in a fixed order). */
 void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b);
+
+/* The same split for a training loop that keeps the device busy:
+ *   nb_sc_prepare (host: index lists of the batch, deduplication) ->
+ *   nb_sc_forward_enqueue -> nb_sc_backward_enqueue -> nb_sc_optim_enqueue ->
+ *   nb_sc_loss (waits). prepare alternates between two host buffers, which the enqueued
+ * copies read: the batch after next may be prepared only once the step that read the
+ * buffer before it has finished (so: prepare k+1 while step k runs, wait for step k, go on). */
+void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b);
+void nb_sc_forward_enqueue(nb_sc_model *m);
+void nb_sc_backward_enqueue(nb_sc_model *m);
+/* One optimizer step t >= 1 on the gradients of the last backward. */
+void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t);
+void nb_sc_zero_grads(nb_sc_model *m);
+/* The step in phases, in this order (a schedule or a trace can tell them apart); the three
+ * groups are exactly forward_enqueue, backward_enqueue and optim_enqueue. o and t are read by
+ * the optimizer phases only. */
+typedef enum {
+    NB_SC_FWD_EMB,   /* copy the batch in, bottom MLP, embedding gather into x0 */
+    NB_SC_FWD_HIST,  /* history gather, encoder, target attention */
+    NB_SC_FWD_DENSE, /* the blocks, heads and losses */
+    NB_SC_BWD_DENSE,
+    NB_SC_BWD_HIST,
+    NB_SC_BWD_EMB,   /* bottom MLP and the unique-row embedding gradient */
+    NB_SC_OPT_EMB,   /* sparse optimizer on the touched rows */
+    NB_SC_OPT_DENSE, /* AdamW */
+    NB_SC_NPHASES
+} nb_sc_phase;
+void nb_sc_enqueue_phase(nb_sc_model *m, nb_sc_phase p, const nb_sc_optim *o, int t);
+/* With the phases: makes the prepared batch the step's (forward_enqueue does it itself). Call
+ * it from the thread that prepares, before the step's first phase is enqueued. */
+void nb_sc_begin_step(nb_sc_model *m);
+const char *nb_sc_phase_name(nb_sc_phase p);
+/* The last forward's loss / last-head logits (wait for the lane). */
+double nb_sc_loss(nb_sc_model *m);
+void nb_sc_logits(nb_sc_model *m, float *logits);
+/* Mirrors: backend -> host (params, grads, emb, uniq_grads) and host -> backend (params, emb;
+ * refreshes the compute weights). No-ops on the CPU backend. */
+void nb_sc_to_host(nb_sc_model *m);
+void nb_sc_to_device(nb_sc_model *m);
+
 /* Checkpoint: every dense tensor under its name (1-D tensors as [n]) and the tables emb.cat.{f}
  * [rows_f, E], emb.item [item_rows, E], all F32; metadata "seqctr.config" holds the shape
  * ("E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
- * aux_weight=.."). Written atomically. */
+ * aux_weight=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
 void nb_sc_save(const nb_sc_model *m, const char *path);
-/* Load weights into a model of the same shape (every tensor must exist with its shape). */
+/* Load weights into a model of the same shape (every tensor must exist with its shape), and
+ * push them to the backend. */
 void nb_sc_load(nb_sc_model *m, const char *path);
 /* Dense FLOPs (forward + backward, matmuls only) of one batch with total history rows nh. */
 double nb_sc_flops(const nb_sc_model *m, int B, long nh);

@@ -131,6 +131,19 @@ static int embag_groups(const int32_t *inverse, int n, int32_t **start_out, int3
     return U;
 }
 
+int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
+                           int n) {
+    int U = nb_embag_unique(uniq, inverse, rows, n);
+    memset(seg, 0, ((size_t)U + 1) * sizeof(int32_t));
+    for (int i = 0; i < n; i++) seg[inverse[i] + 1]++;
+    for (int u = 0; u < U; u++) seg[u + 1] += seg[u];
+    int32_t *fill = nb_malloc(((size_t)U + 1) * sizeof(int32_t), "embedding gradient groups");
+    memcpy(fill, seg, ((size_t)U + 1) * sizeof(int32_t));
+    for (int i = 0; i < n; i++) order[fill[inverse[i]]++] = i; /* position order inside each group */
+    free(fill);
+    return U;
+}
+
 /* Each unique row belongs to one thread, which adds its lookups' rows in position order: the
  * same float additions as a serial scatter-add in position order, for any thread count.
  * scale[i] (NULL: 1) multiplies lookup i's row of src, which is row src_row[i] (NULL: i). */

@@ -36,6 +36,11 @@ void nb_embag_bag_forward(float *out, const float *table, const int64_t *rows, c
  * inverse[i] = index in uniq of rows[i], so rows[i] == uniq[inverse[i]]. Returns U. Sort-based
  * (stable on position), no hashing: the output depends only on the input. uniq needs room for n. */
 int nb_embag_unique(int64_t *uniq, int32_t *inverse, const int64_t *rows, int n);
+/* nb_embag_unique plus the lookups grouped by unique row: order[seg[u] .. seg[u+1]) are the
+ * positions i with rows[i] == uniq[u], ascending (what nb_ctr_ops_i.emb_grad_unique reads).
+ * uniq, order, inverse need room for n, seg for n + 1. Returns U. */
+int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
+                           int n);
 /* Unique-row gradient of a gather: dunique[inverse[i]] += dout[i] for i = 0..n-1, duplicates
  * summed in original position order (each unique row's sum is the same sequence of float adds
  * whatever the thread count). dunique is [U, E]; this is what the sparse optimizers consume. */

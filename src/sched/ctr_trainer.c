@@ -27,6 +27,7 @@ void nb_ctr_opts_defaults(nb_ctr_opts *o) {
     o->model.max_len = 32;
     snprintf(o->data, sizeof o->data, "synth");
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
+    snprintf(o->device, sizeof o->device, "cpu");
     o->steps = 300;
     o->batch = 256;
     o->eval_samples = 16384;
@@ -357,54 +358,41 @@ typedef struct {
     nb_sc_model m;
     ctr_source src;
     ctr_batch batch;
-    float *am, *av;       /* AdamW moments */
-    float *eacc, *em, *ev; /* Adagrad accumulators, or sparse Adam moments */
-    int adam, step;
-    double loss;
+    nb_sc_optim optim;
+    nb_task_ctx ctx; /* the compute lane's, kept for the model's later calls from the host */
+    int step;
 } ctr_run;
 
 /* OpenMP's thread count is per calling thread: the lane's worker needs its own setting. */
 static void work_threads(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
     ctr_run *r = arg;
+    r->ctx = *ctx;
+    nb_sc_set_ctx(&r->m, &r->ctx);
     nb_host_set_threads(r->o->threads);
 }
 
-static void work_fwd(void *arg, const nb_task_ctx *ctx) {
+/* One phase of the step (seqctr.h's nb_sc_phase): a span of its own, so the trace gives the
+ * step breakdown. */
+typedef struct {
+    ctr_run *r;
+    nb_sc_phase phase;
+} ctr_work;
+
+static void work_phase(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
-    ctr_run *r = arg;
-    memset(r->m.grads, 0, r->m.nparams * sizeof(float));
-    r->loss = nb_sc_forward(&r->m, &r->batch.b, NULL);
+    ctr_work *w = arg;
+    ctr_run *r = w->r;
+    if (w->phase == NB_SC_FWD_EMB) nb_sc_zero_grads(&r->m);
+    nb_sc_enqueue_phase(&r->m, w->phase, &r->optim, r->step + 1);
 }
 
-static void work_bwd(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
-    ctr_run *r = arg;
-    nb_sc_backward(&r->m, &r->batch.b);
+static void next_batch(ctr_run *r) {
+    fill_train(&r->src, &r->batch, r->o->batch);
+    nb_sc_prepare(&r->m, &r->batch.b);
 }
 
-static void work_emb_optim(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
-    ctr_run *r = arg;
-    nb_sc_model *m = &r->m;
-    int64_t rows = m->emb_off[NB_SC_NTABLES];
-    if (r->adam)
-        nb_sparse_adam_update(m->emb, r->em, r->ev, m->uniq_rows, m->uniq_grads, m->nuniq, m->cfg.E, rows,
-                              (nb_sparse_adam_cfg){r->o->emb_lr, 0.9f, 0.999f, 1e-8f}, r->step + 1);
-    else
-        nb_rowwise_adagrad_update(m->emb, r->eacc, m->uniq_rows, m->uniq_grads, m->nuniq, m->cfg.E, rows,
-                                  (nb_rowwise_adagrad_cfg){r->o->emb_lr, 1e-8f});
-}
-
-static void work_adamw(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
-    ctr_run *r = arg;
-    nb_sc_model *m = &r->m;
-    for (int k = 0; k < m->ntensors; k++) {
-        const nb_sc_tensor *t = &m->t[k];
-        nb_adamw_cfg c = {r->o->lr, 0.9f, 0.999f, 1e-8f, t->decay ? r->o->weight_decay : 0.0f};
-        nb_adamw_update(m->params + t->off, m->grads + t->off, r->am + t->off, r->av + t->off, t->n, c, r->step + 1);
-    }
+static nb_span_kind phase_kind(nb_sc_phase p) {
+    return p <= NB_SC_FWD_DENSE ? NB_SPAN_FWD : p <= NB_SC_BWD_EMB ? NB_SPAN_BWD : NB_SPAN_OPTIM;
 }
 
 static double bce_prob(double p, float y) {
@@ -513,71 +501,127 @@ static void run_init(ctr_run *r, const nb_ctr_opts *o) {
     r->o = o;
     nb_sc_config mc = o->model;
     source_open(&r->src, o, &mc);
-    nb_sc_init(&r->m, &mc, o->batch);
-    batch_alloc(&r->batch, o->batch, mc.max_len);
-    r->am = nb_calloc(r->m.nparams, sizeof(float), "AdamW moments");
-    r->av = nb_calloc(r->m.nparams, sizeof(float), "AdamW moments");
     NB_CHECK(!strcmp(o->emb_optim, "adagrad") || !strcmp(o->emb_optim, "adam"), "pass --emb-optim adagrad or adam",
              "unknown --emb-optim '%s'", o->emb_optim);
-    r->adam = !strcmp(o->emb_optim, "adam");
+    const nb_backend_i *be = nb_backend_for(o->device, o->precision);
+    nb_sc_init_on(&r->m, &mc, o->batch, be);
+    batch_alloc(&r->batch, o->batch, mc.max_len);
+    r->optim = (nb_sc_optim){.lr = o->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                             .weight_decay = o->weight_decay, .emb_lr = o->emb_lr, .emb_eps = 1e-8f,
+                             .emb_adam = !strcmp(o->emb_optim, "adam")};
     size_t rows = (size_t)r->m.emb_off[NB_SC_NTABLES];
-    if (r->adam) {
-        r->em = nb_calloc(rows * (size_t)mc.E, sizeof(float), "sparse Adam moments");
-        r->ev = nb_calloc(rows * (size_t)mc.E, sizeof(float), "sparse Adam moments");
-    } else {
-        r->eacc = nb_calloc(rows, sizeof(float), "Adagrad accumulators");
-    }
     if (nb_verbosity > 0)
-        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows\n",
-                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, r->m.nparams / 1e6,
-                (double)rows / 1e6);
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s)\n",
+                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len,
+                r->m.nparams_used / 1e6, (double)rows / 1e6, be->name, o->device);
 }
 
 static void run_free(ctr_run *r) {
-    free(r->am), free(r->av), free(r->eacc), free(r->em), free(r->ev);
     batch_free(&r->batch);
     nb_sc_free(&r->m);
     source_close(&r->src);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Steps left out of the throughput statistics: the first ones pay for allocation, cuBLAS
+ * heuristics and caches. */
+static int warmup_steps(int steps) { return steps >= 20 ? 10 : steps / 2; }
+
+/* Adds the step's span durations to their phase (spans are named by nb_sc_phase_name). */
+static void add_breakdown(nb_lanes *lanes, double *phase_s) {
+    const nb_span *sp;
+    size_t n = nb_lanes_spans(lanes, &sp);
+    for (size_t i = 0; i < n; i++)
+        for (int p = 0; p < NB_SC_NPHASES; p++)
+            if (!strcmp(sp[i].name, nb_sc_phase_name(p))) phase_s[p] += sp[i].t1 - sp[i].t0;
+}
+
+static void print_breakdown(const double *phase_s, int steps) {
+    if (steps < 1) return;
+    double total = 0;
+    for (int p = 0; p < NB_SC_NPHASES; p++) total += phase_s[p];
+    printf("breakdown ms/step:");
+    for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * phase_s[p] / steps);
+    printf(" total=%.3f\n", 1e3 * total / steps);
+}
+
+/* p90 samples/s: the batch over the 90th percentile of the step times after warm-up, i.e. the
+ * throughput that 90% of the steps reach (the ERASE paper's p90 QPS, read conservatively). */
+static void print_throughput(const double *secs, int steps, int batch) {
+    int warm = warmup_steps(steps), n = steps - warm;
+    if (n < 1) return;
+    double *t = nb_malloc((size_t)n * sizeof(double), "step times");
+    memcpy(t, secs + warm, (size_t)n * sizeof(double));
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    double p90 = t[(int)ceil(0.9 * n) - 1], med = t[n / 2];
+    printf("throughput steps=%d warmup=%d p90_samples_per_s=%.0f median_samples_per_s=%.0f p90_step_ms=%.3f\n", n,
+           warm, batch / p90, batch / med, 1e3 * p90);
+    free(t);
 }
 
 nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
     nb_host_set_threads(o->threads);
     static ctr_run r; /* large; the work items point into it */
     run_init(&r, o);
-    nb_lanes *lanes = nb_lanes_create("cpu", 1 << 16);
+    nb_lanes *lanes = nb_lanes_create(r.m.be->device == NB_DEV_CUDA ? "cuda" : "cpu", 1 << 16);
     nb_lane *compute = nb_lane_create(lanes, "compute", NB_LANE_DEVICE);
     FILE *metrics = open_metrics(o->out);
     nb_lane_run(compute, "set threads", NB_SPAN_OTHER, -1, work_threads, &r);
     nb_mark_wait_host(nb_lane_mark(compute));
     nb_lanes_trace_clear(lanes);
     nb_ctr_eval e = {0};
+    double *step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
+    ctr_work works[NB_SC_NPHASES];
+    double phase_s[NB_SC_NPHASES] = {0}, hist_rows = 0;
+    for (int p = 0; p < NB_SC_NPHASES; p++) works[p] = (ctr_work){&r, (nb_sc_phase)p};
     double t_start = nb_now();
+    next_batch(&r);
     for (int step = 0; step < o->steps; step++) {
         double t0 = nb_now();
         r.step = step;
-        fill_train(&r.src, &r.batch, o->batch);
-        nb_lane_run(compute, "forward + loss", NB_SPAN_FWD, step, work_fwd, &r);
-        nb_lane_run(compute, "backward", NB_SPAN_BWD, step, work_bwd, &r);
-        nb_lane_run(compute, "embedding optim", NB_SPAN_OPTIM, step, work_emb_optim, &r);
-        nb_lane_run(compute, "adamw", NB_SPAN_OPTIM, step, work_adamw, &r);
-        nb_mark_wait_host(nb_lane_mark(compute));
-        double t1 = nb_now();
-        nb_step_stats st = nb_lanes_step_stats(lanes, step, nb_lane_index(compute), t0, t1);
-        nb_lanes_trace_clear(lanes);
-        NB_CHECK(isfinite(r.loss), "lower --lr or --emb-lr", "the loss became %g at step %d", r.loss, step);
+        if (step >= warmup_steps(o->steps)) hist_rows += (double)r.m.stage_nh;
+        nb_sc_begin_step(&r.m);
+        for (int p = 0; p < NB_SC_NPHASES; p++)
+            nb_lane_run(compute, nb_sc_phase_name(p), phase_kind(p), step, work_phase, &works[p]);
+        /* the next batch is made on the host while this step runs (after an evaluation, which
+         * uses the model's batch buffers itself) */
         int is_last = step + 1 == o->steps, do_eval = is_last || (o->eval_every > 0 && (step + 1) % o->eval_every == 0);
+        if (!is_last && !do_eval) next_batch(&r);
+        nb_mark_wait_host(nb_lane_mark(compute));
+        double loss = nb_sc_loss(&r.m);
+        double t1 = nb_now();
+        step_secs[step] = t1 - t0;
+        nb_step_stats st = nb_lanes_step_stats(lanes, step, nb_lane_index(compute), t0, t1);
+        if (step >= warmup_steps(o->steps)) add_breakdown(lanes, phase_s);
+        nb_lanes_trace_clear(lanes);
+        NB_CHECK(isfinite(loss), "lower --lr or --emb-lr", "the loss became %g at step %d", loss, step);
         if (do_eval) {
             e = evaluate(&r);
             print_eval("eval", step + 1, &e);
+            if (!is_last) next_batch(&r);
         }
-        if (metrics) write_metrics(metrics, step, r.loss, o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct, do_eval ? &e : NULL);
+        if (metrics) write_metrics(metrics, step, loss, o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct, do_eval ? &e : NULL);
         if (nb_verbosity > 0 && o->log_every > 0 && ((step + 1) % o->log_every == 0 || is_last))
-            fprintf(stderr, "step %5d | loss %.5f | %.0f samples/s | %.1f ms | bubble %.1f%%\n", step + 1, r.loss,
+            fprintf(stderr, "step %5d | loss %.5f | %.0f samples/s | %.1f ms | bubble %.1f%%\n", step + 1, loss,
                     o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct);
     }
     double secs = nb_now() - t_start;
     printf("train steps=%d samples_per_s=%.0f (including evaluation)\n", o->steps,
            (double)o->steps * o->batch / (secs > 0 ? secs : 1e-9));
+    print_throughput(step_secs, o->steps, o->batch);
+    print_breakdown(phase_s, o->steps - warmup_steps(o->steps));
+    if (o->steps > warmup_steps(o->steps)) {
+        int n = o->steps - warmup_steps(o->steps);
+        double fl = nb_sc_flops(&r.m, o->batch, (long)(hist_rows / n)), busy = 0;
+        for (int p = 0; p < NB_SC_NPHASES; p++) busy += phase_s[p];
+        printf("flops: %.1f GFLOP/step (matmuls, forward + backward, %.1f history rows per sample); %.1f TFLOP/s over "
+               "the phases\n", fl / 1e9, hist_rows / n / o->batch, busy > 0 ? fl * n / busy / 1e12 : 0.0);
+    }
+    free(step_secs);
     if (r.src.kind == SRC_SYNTH) { /* the best any model can do on this evaluation range */
         long n = o->eval_samples;
         float *tl = nb_malloc((size_t)n * sizeof(float), "teacher logits"), *lab = nb_malloc((size_t)n * sizeof(float), "labels");
@@ -595,6 +639,7 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
         fclose(metrics);
         char path[NB_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out);
+        nb_sc_to_host(&r.m);
         nb_sc_save(&r.m, path);
     }
     nb_lanes_destroy(lanes);

@@ -1,4 +1,5 @@
-/* Training and held-out evaluation of the seqctr model on the CPU (`nobubble train --model seqctr`).
+/* Training and held-out evaluation of the seqctr model on the CPU or a GPU
+ * (`nobubble train --model seqctr [--device cuda]`).
  *
  * Data (--data):
  *   synth[:k=v,...]  nb_synth; training reads samples 0, B, 2B, ... in order; evaluation reads the
@@ -33,6 +34,7 @@
 typedef struct {
     nb_sc_config model;
     char data[NB_PATH_MAX], out[NB_PATH_MAX], emb_optim[16];
+    char device[32], precision[16]; /* backend.h's nb_backend_for: "cpu" / "cuda[:N]", "" / "bf16" / "fp32" */
     int steps, batch, eval_every, eval_samples, threads, log_every;
     int strict; /* criteo: the first bad line is fatal */
     float lr, emb_lr, weight_decay;

@@ -1,0 +1,101 @@
+/* The seqctr model's ops that backend.h does not have, as a second table with backend.h's
+ * conventions: the same nb_ctx (lane), element type of activations and compute weights =
+ * the backend's act_dtype (fp32 on the CPU; bf16 or fp32 on CUDA), parameter gradients fp32,
+ * backward ops ACCUMULATE (+=) into gradients unless the entry says "overwrites", NULL skips
+ * a gradient, deterministic (fixed summation order, no float atomics).
+ *
+ * Histories are PACKED (jagged, no padding): sample b's history rows are rows
+ * off[b] .. off[b+1]-1 of a [nh, *] tensor, off[0] = 0, off[B] = nh, most recent last. Index
+ * arrays (rows, offsets, order, segments) are int64/int32 in backend memory; the host builds
+ * them (the lookup lists and their deduplication depend only on the batch's ids) and copies
+ * them in, so the device never sorts.
+ *
+ * Embedding tables are fp32 in backend memory, all tables in one allocation addressed by
+ * global row (table offset + row), as ops_ctr.h. */
+#ifndef NB_BACKEND_CTR_H
+#define NB_BACKEND_CTR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_ctr_ops_i {
+    const char *name;
+
+    /* ---- embeddings ---- */
+    /* out[dst[i] + e] = table[rows[i] * E + e] (converted to act_dtype) for i < n, e < E;
+     * dst[i] are element offsets into out (so one call fills strided slices of x0). */
+    void (*emb_gather)(nb_ctx, void *out, const int64_t *dst, const float *table, const int64_t *rows, int n, int E);
+    /* Unique-row gradient, OVERWRITES dunique [U, E] (fp32):
+     *   dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1, in k order, of src[src_off[order[k]] + e]
+     * src is act_dtype; src_off[i] element offsets into src (one per lookup i); order lists the
+     * lookups grouped by unique row (within a group by position); seg[U] = number of lookups. */
+    void (*emb_grad_unique)(nb_ctx, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
+                            const int32_t *seg, int U, int E);
+    /* optim_sparse.h's formulas on the U listed rows (strictly increasing global rows) */
+    void (*rowwise_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
+                            float lr, float eps);
+    void (*sparse_adam)(nb_ctx, float *table, float *m, float *v, const int64_t *rows, const float *grads, int U,
+                        int E, float lr, float beta1, float beta2, float eps, int t);
+
+    /* ---- dense pieces ---- */
+    /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,
+     * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype).
+     * Backward: dx0, dx (act_dtype, +=), dU, dV, db (fp32, +=); any may be NULL. */
+    void (*cross_fwd)(nb_ctx, void *c, void *vx, const void *x0, const void *x, const void *Uw, const void *Vw,
+                      const void *b, int N, int D, int r);
+    void (*cross_bwd)(nb_ctx, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, const void *x0,
+                      const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, int N, int D,
+                      int r);
+    /* out = max(inp, 0) (out may alias inp); dinp += dout where inp > 0 */
+    void (*relu_fwd)(nb_ctx, void *out, const void *inp, size_t n);
+    void (*relu_bwd)(nb_ctx, void *dinp, const void *inp, const void *dout, size_t n);
+    /* One-output linear (a logit head): z[i] = w . x[i] + b[0], z fp32 [N]; x [N, D], w [D], b [1].
+     * Backward: dx += dz[i] * w (act_dtype), dw += sum_i dz[i] x[i], db += sum_i dz[i] (fp32). */
+    void (*linear1_fwd)(nb_ctx, float *z, const void *x, const void *w, const void *b, int N, int D);
+    void (*linear1_bwd)(nb_ctx, void *dx, float *dw, float *db, const float *dz, const void *x, const void *w, int N,
+                        int D);
+    /* BCE with logits (nb_bce_logits_forward_backward): dz[i] += scale * (sigmoid(z[i]) - y[i]) and
+     * *loss += scale * sum_i l_i, the sum taken in double in index order (dz, loss: backend
+     * memory, fp32 z/y/dz, loss a double; dz or loss may be NULL). */
+    void (*bce)(nb_ctx, float *dz, double *loss, const float *z, const float *y, int N, float scale);
+    /* dst[i * ld_dst + j] = src[i * ld_src + j], i < rows, j < cols (act_dtype; slices of x0) */
+    void (*copy_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
+    /* dst[i * ld_dst + j] += src[i * ld_src + j] */
+    void (*add_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
+
+    /* ---- attention over packed histories ---- */
+    /* Self-attention of every sample's history over itself (not causal), H heads of E / H,
+     * scale 1/sqrt(E / H): qkv [nh, 3E] (q | k | v, head h = columns h*E/H ..), out [nh, E],
+     * lse [nh * H] fp32 (sample b's block starts at off[b] * H, head-major: + h * len_b + i). */
+    void (*seqattn_fwd)(nb_ctx, void *out, float *lse, const void *qkv, const int32_t *off, int B, int max_len, int H,
+                        int E);
+    void (*seqattn_bwd)(nb_ctx, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                        const int32_t *off, int B, int max_len, int H, int E);
+    /* Target attention (nb_targetattn_forward on packed rows): q [B, E]; k, v rows off[b].. of
+     * [nh, *] with row stride ldkv; pooled [B, E] (zero for an empty history); attn [nh] fp32
+     * (the softmax weights, saved). max_len bounds off[b+1] - off[b]. */
+    void (*targetattn_fwd)(nb_ctx, void *pooled, float *attn, const void *q, const void *k, const void *v,
+                           const int32_t *off, int B, int max_len, int E, int ldkv);
+    void (*targetattn_bwd)(nb_ctx, void *dq, void *dk, void *dv, const void *dpooled, const void *q, const void *k,
+                           const void *v, const float *attn, const int32_t *off, int B, int max_len, int E,
+                           int ldkv);
+} nb_ctr_ops_i;
+
+extern const nb_ctr_ops_i nb_ctr_ops_cpu;
+#ifdef NB_WITH_CUDA
+extern const nb_ctr_ops_i nb_ctr_ops_cuda_bf16;
+extern const nb_ctr_ops_i nb_ctr_ops_cuda_f32;
+#endif
+/* The table that goes with a backend of backend.h (fails for one without ctr ops). */
+const nb_ctr_ops_i *nb_ctr_ops_for(const nb_backend_i *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

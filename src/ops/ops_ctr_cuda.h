@@ -1,0 +1,113 @@
+/* CUDA versions of the seqctr ops (backend_ctr.h's table; CPU references in ops_ctr.h and
+ * optim_sparse.h). Same shapes and semantics as the table entries, device pointers, and
+ * ops_cuda.h's conventions: every launcher enqueues on `stream` and returns without waiting;
+ * _f32 (true fp32, TF32 off) and _bf16 (bf16 activations and compute weights, fp32 accumulation)
+ * variants; parameter gradients and embedding tables are fp32; backward ACCUMULATES (+=) unless
+ * the entry says it overwrites; a NULL gradient is not computed; no float atomics, so two runs on
+ * one GPU give the same bits. Scratch comes from ops_cuda.h's stream-ordered pool.
+ *
+ * Index arrays (rows, dst/src offsets, order, seg, history offsets) are device memory the host
+ * filled; the kernels cannot check them without a sync, so a bad one is the caller's bug. A
+ * history offset pair with off[b+1] < off[b] is an empty history; a length above max_len only
+ * costs speed (max_len sizes shared-memory tiles, it does not bound the loops). */
+#ifndef NB_OPS_CTR_CUDA_H
+#define NB_OPS_CTR_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ops_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- embeddings (ctr.cu) ---- */
+/* out[dst[i] + e] = table[rows[i] * E + e] for i < n, e < E */
+void nb_cuda_emb_gather_f32(float *out, const int64_t *dst, const float *table, const int64_t *rows, int n, int E,
+                            nb_stream_t stream);
+void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const float *table, const int64_t *rows, int n,
+                             int E, nb_stream_t stream);
+/* dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1 in k order of src[src_off[order[k]] + e]
+ * (OVERWRITES dunique [U, E], fp32) */
+void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off, const int32_t *order,
+                                 const int32_t *seg, int U, int E, nb_stream_t stream);
+void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off, const int32_t *order,
+                                  const int32_t *seg, int U, int E, nb_stream_t stream);
+
+/* ---- sparse optimizers (optim/sparse.cu): optim_sparse.h's formulas on U strictly increasing
+ * rows; the CPU's float operations one by one (no FMA contraction), so results match it. ---- */
+void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
+                             float lr, float eps, nb_stream_t stream);
+void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, int U, int E,
+                         float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
+
+/* ---- DCNv2 low-rank cross (ctr.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved) ---- */
+void nb_cuda_cross_forward_f32(float *c, float *vx, const float *x0, const float *x, const float *Uw,
+                               const float *Vw, const float *b, int N, int D, int r, nb_stream_t stream);
+void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw,
+                                const nb_bf16 *Vw, const nb_bf16 *b, int N, int D, int r, nb_stream_t stream);
+/* dx0, dx (act dtype), dU, dV, db (fp32): +=, each may be NULL */
+void nb_cuda_cross_backward_f32(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc,
+                                const float *x0, const float *x, const float *Uw, const float *Vw, const float *b,
+                                const float *vx, int N, int D, int r, nb_stream_t stream);
+void nb_cuda_cross_backward_bf16(nb_bf16 *dx0, nb_bf16 *dx, float *dU, float *dV, float *db, const nb_bf16 *dc,
+                                 const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw, const nb_bf16 *Vw,
+                                 const nb_bf16 *b, const nb_bf16 *vx, int N, int D, int r, nb_stream_t stream);
+
+/* ---- ReLU, one-output linear, BCE, column slices (ctr.cu) ---- */
+void nb_cuda_relu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream);
+void nb_cuda_relu_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, size_t n, nb_stream_t stream);
+void nb_cuda_relu_backward_f32(float *dinp, const float *inp, const float *dout, size_t n, nb_stream_t stream);
+void nb_cuda_relu_backward_bf16(nb_bf16 *dinp, const nb_bf16 *inp, const nb_bf16 *dout, size_t n,
+                                nb_stream_t stream);
+/* z[i] = w . x[i] + b[0] (b may be NULL) */
+void nb_cuda_linear1_forward_f32(float *z, const float *x, const float *w, const float *b, int N, int D,
+                                 nb_stream_t stream);
+void nb_cuda_linear1_forward_bf16(float *z, const nb_bf16 *x, const nb_bf16 *w, const nb_bf16 *b, int N, int D,
+                                  nb_stream_t stream);
+/* dx += dz[i] w; dw += sum_i dz[i] x[i]; db += sum_i dz[i] */
+void nb_cuda_linear1_backward_f32(float *dx, float *dw, float *db, const float *dz, const float *x, const float *w,
+                                  int N, int D, nb_stream_t stream);
+void nb_cuda_linear1_backward_bf16(nb_bf16 *dx, float *dw, float *db, const float *dz, const nb_bf16 *x,
+                                   const nb_bf16 *w, int N, int D, nb_stream_t stream);
+/* dz[i] += scale * (sigmoid(z[i]) - y[i]); *loss += scale * sum_i l_i (double, fixed order) */
+void nb_cuda_bce_logits(float *dz, double *loss, const float *z, const float *y, int N, float scale,
+                        nb_stream_t stream);
+/* dst[i * ld_dst + j] = (or +=) src[i * ld_src + j] */
+void nb_cuda_copy_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols,
+                           nb_stream_t stream);
+void nb_cuda_copy_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
+                            nb_stream_t stream);
+void nb_cuda_add_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols,
+                          nb_stream_t stream);
+void nb_cuda_add_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
+                           nb_stream_t stream);
+
+/* ---- attention over packed histories (ctr.cu); E / H <= 64 ---- */
+void nb_cuda_seqattn_forward_f32(float *out, float *lse, const float *qkv, const int32_t *off, int B, int max_len,
+                                 int H, int E, nb_stream_t stream);
+void nb_cuda_seqattn_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, const int32_t *off, int B,
+                                  int max_len, int H, int E, nb_stream_t stream);
+void nb_cuda_seqattn_backward_f32(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, const int32_t *off, int B, int max_len, int H, int E,
+                                  nb_stream_t stream);
+void nb_cuda_seqattn_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
+                                   const float *lse, const int32_t *off, int B, int max_len, int H, int E,
+                                   nb_stream_t stream);
+void nb_cuda_targetattn_forward_f32(float *pooled, float *attn, const float *q, const float *k, const float *v,
+                                    const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
+void nb_cuda_targetattn_forward_bf16(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k,
+                                     const nb_bf16 *v, const int32_t *off, int B, int max_len, int E, int ldkv,
+                                     nb_stream_t stream);
+void nb_cuda_targetattn_backward_f32(float *dq, float *dk, float *dv, const float *dpooled, const float *q,
+                                     const float *k, const float *v, const float *attn, const int32_t *off, int B,
+                                     int max_len, int E, int ldkv, nb_stream_t stream);
+void nb_cuda_targetattn_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
+                                      const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
+                                      const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
