@@ -31,6 +31,18 @@ ev=$(echo "$out" | grep "^eval step=300"); ne=$(get ne "$ev"); auc=$(get auc "$e
 awk -v ne="$ne" -v auc="$auc" 'BEGIN {exit !(ne < 1.0 && auc > 0.6)}' && pass "GPU sparse Adam: NE $ne AUC $auc" \
     || fail "GPU sparse Adam: NE $ne AUC $auc"
 
+# ERASE on the GPU: the same bits as plain, and the side streams really overlap the main one
+E=(--model seqctr --data "$SYNTH" --batch 1024 --steps 20 --eval-samples 1024 --detach all --emb-dim 32 --quiet --device cuda)
+$NB train "${E[@]}" --schedule plain --out "$TMP/e-plain" >/dev/null || fail "gpu detached plain"
+for d in blocking async; do
+    $NB train "${E[@]}" --schedule erase --erase-dispatch $d --out "$TMP/e-$d" >/dev/null || fail "gpu erase $d"
+    cmp -s "$TMP/e-plain/model.safetensors" "$TMP/e-$d/model.safetensors" && [ "$(losses "$TMP/e-plain")" = "$(losses "$TMP/e-$d")" ] \
+        && pass "GPU: erase ($d dispatch) is bitwise equal to plain" || fail "GPU: erase ($d) differs from plain"
+done
+ov=$(grep -o '"overlap_pct":[0-9.e+-]*' "$TMP/e-blocking/metrics.jsonl" | tail -n 10 | cut -d: -f2 | sort -g | tail -n 1)
+awk -v o="$ov" 'BEGIN {exit !(o > 0)}' && pass "GPU erase: side-lane work overlaps the main lane (overlap_pct up to $ov)" \
+    || fail "GPU erase: no overlap ($ov)"
+
 if [ -f "$ROOT/data/movielens/clicks_train.tsv" ]; then
     out=$(cd "$ROOT" && $NB train --model seqctr --data movielens --device cuda --steps 200 --batch 256 --max-len 32 \
         --table-cap 200000 $SMALL) || fail "movielens run"

@@ -40,6 +40,12 @@ typedef struct {
     void *host[32];
     int nhost;
 } sc_mem;
+/* A segment's backward scratch; dx0 is its share of x0's gradient (segment 0's is x0's gradient
+ * itself, the others are added to it in segment order by the join). */
+typedef struct {
+    void *dcur, *dprev, *dc, *dhid, *dhidp, *dx0;
+} seg_scratch;
+
 struct nb_sc_acts {
     sc_mem mem;
     void *dense, *a1, *a2, *bot, *x0;
@@ -51,7 +57,8 @@ struct nb_sc_acts {
     float **logit, **dz;
     /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)] */
     void *dsrc, *dx0, *dtemb, *dh;
-    void *dcur, *dprev, *dc, *dhid, *dhidp, *dbot, *da2, *da2p, *da1, *da1p;
+    seg_scratch *seg; /* [segments]: each segment's backward has its own, so segments can run at once */
+    void *dbot, *da2, *da2p, *da1, *da1p;
     void *dq, *dpooled, *dkv, *dx1, *datt, *dqkv, *dln, *df1, *df1p;
 };
 
@@ -259,11 +266,16 @@ static void alloc_acts(nb_sc_model *m) {
     a->dx0 = a->dsrc;
     a->dtemb = AT(m, a->dsrc, MB * D0);
     a->dh = AT(m, a->dsrc, MB * D0 + MB * E);
-    a->dcur = A(m, MB * D0, "seqctr gradients");
-    a->dprev = A(m, MB * D0, "seqctr gradients");
-    a->dc = A(m, MB * D0, "seqctr gradients");
-    a->dhid = A(m, MB * H, "seqctr gradients");
-    a->dhidp = A(m, MB * H, "seqctr gradients");
+    a->seg = nb_calloc((size_t)m->nseg, sizeof(seg_scratch), "seqctr");
+    for (int k = 0; k < m->nseg; k++) {
+        seg_scratch *g = &a->seg[k];
+        g->dcur = A(m, MB * D0, "seqctr gradients");
+        g->dprev = A(m, MB * D0, "seqctr gradients");
+        g->dc = A(m, MB * D0, "seqctr gradients");
+        g->dhid = A(m, MB * H, "seqctr gradients");
+        g->dhidp = A(m, MB * H, "seqctr gradients");
+        g->dx0 = k ? A(m, MB * D0, "seqctr gradients") : a->dx0;
+    }
     a->dbot = A(m, MB * E, "seqctr gradients");
     a->da2 = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
     a->da2p = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
@@ -332,6 +344,13 @@ static void check_config(const nb_sc_config *c, int max_batch) {
              max_batch, c->max_len);
     NB_CHECK(c->aux_weight >= 0 && isfinite(c->aux_weight), "pass --aux-weight >= 0", "aux weight %g",
              (double)c->aux_weight);
+    NB_CHECK(c->blocks <= NB_SC_MAX_BLOCKS, hint, "at most %d blocks", NB_SC_MAX_BLOCKS);
+    NB_CHECK(!(c->detach & 1), "detach blocks 1 and up (block 0 reads x0, which stays attached)",
+             "block 0 cannot be detached");
+    NB_CHECK(c->detach >> c->blocks == 0, "detach only blocks that exist (--detach)",
+             "a detached block index is not below the %d blocks", c->blocks);
+    NB_CHECK(!c->detach || c->aux_weight > 0, "pass --aux-weight > 0 with --detach",
+             "detached blocks need their own loss: aux weight is 0");
 }
 
 void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
@@ -347,6 +366,10 @@ void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const
     m->co = nb_ctr_ops_for(be);
     m->max_batch = max_batch;
     m->D0 = 29 * c->E;
+    m->nseg = 0;
+    for (int i = 0; i < c->blocks; i++)
+        if (i == 0 || (c->detach >> i & 1)) m->seg_first[m->nseg++] = i;
+    m->seg_first[m->nseg] = c->blocks;
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
     int kinds[NB_SC_MAX_TENSORS];
     build_tensors(m, kinds);
@@ -391,7 +414,7 @@ void nb_sc_free(nb_sc_model *m) {
     if (!a) return;
     for (int i = a->mem.ndev - 1; i >= 0; i--) m->be->free(a->mem.dev[i]);
     for (int i = a->mem.nhost - 1; i >= 0; i--) m->be->host_free(a->mem.host[i]);
-    free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
+    free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
     for (int k = 0; k < 2; k++) {
         if (m->stages[k]) free(m->stages[k]->h_inverse);
         free(m->stages[k]);
@@ -480,10 +503,9 @@ void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */
-static void upload_batch(nb_sc_model *m) {
+static void upload_batch(nb_sc_model *m, nb_ctx c) {
     if (on_cpu(m)) return;
     nb_sc_stage *s = m->stage;
-    nb_ctx c = CTX(m);
     const nb_backend_i *be = m->be;
     size_t n = (size_t)s->nlk, U = (size_t)s->nuniq;
     be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * NB_SC_NDENSE * sizeof(float));
@@ -497,10 +519,9 @@ static void upload_batch(nb_sc_model *m) {
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
 }
 
-static void encoder_fwd(nb_sc_model *m, int l, int N) {
+static void encoder_fwd(nb_sc_model *m, nb_ctx c, int l, int N) {
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     enc_acts *e = &a->enc[l];
     int E = m->cfg.E;
     void *hin = a->h[l], *hout = a->h[l + 1];
@@ -519,10 +540,9 @@ static void encoder_fwd(nb_sc_model *m, int l, int N) {
 }
 
 /* dh: gradient of encoder layer l's output in, of its input out (in place). */
-static void encoder_bwd(nb_sc_model *m, int l, int N, void *dh) {
+static void encoder_bwd(nb_sc_model *m, nb_ctx c, int l, int N, void *dh) {
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     enc_acts *e = &a->enc[l];
     int E = m->cfg.E;
     size_t NE = (size_t)N * E, es = act_es(m);
@@ -551,10 +571,9 @@ static void encoder_bwd(nb_sc_model *m, int l, int N, void *dh) {
                       W(m, "hist.%d.ln1.weight", l), e->mean1, e->rstd1, N, E);
 }
 
-static void bottom_fwd(nb_sc_model *m, int B) {
+static void bottom_fwd(nb_sc_model *m, nb_ctx c, int B) {
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     int E = m->cfg.E;
     const void *dense = m->stage->d_dense;
     if (a->dense) {
@@ -570,10 +589,9 @@ static void bottom_fwd(nb_sc_model *m, int B) {
     be->matmul_fwd(c, a->bot, a->a2, W(m, "bottom.%d.weight", 2), W(m, "bottom.%d.bias", 2), B, NB_SC_BOTTOM2, E);
 }
 
-static void bottom_bwd(nb_sc_model *m, int B) {
+static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     int E = m->cfg.E;
     size_t es = act_es(m);
     const void *dense = a->dense ? a->dense : (const void *)m->stage->d_dense;
@@ -603,33 +621,34 @@ void nb_sc_begin_step(nb_sc_model *m) {
     m->nuniq = m->stage->nuniq;
 }
 
-static void embedding_fwd(nb_sc_model *m) {
+static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_ctr_ops_i *co = m->co;
-    nb_ctx c = CTX(m);
     int B = s->B, E = m->cfg.E, D0 = m->D0;
-    upload_batch(m);
+    upload_batch(m, c);
     m->be->zero(c, m->d_loss, sizeof(double));
-    bottom_fwd(m, B);
+    /* the gradient region is zeroed here, on the forward's lane, so that the segments' backward
+     * passes (on any lane, after their forward) can accumulate into it */
+    m->be->zero(c, a->dsrc, ((size_t)m->max_batch * (D0 + E) + (size_t)s->nh * E) * act_es(m));
+    bottom_fwd(m, c, B);
     co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
     co->emb_gather(c, a->x0, s->d_dst, m->d_emb, s->d_rows, B * NB_SC_NTABLES, E);
     co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + NB_SC_NCAT) * E), D0, B, E);
 }
 
 /* The history encoder and target attention: pooled into x0. */
-static void history_fwd(nb_sc_model *m) {
+static void history_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_backend_i *be = m->be;
     const nb_ctr_ops_i *co = m->co;
-    nb_ctx c = CTX(m);
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, D0 = m->D0, nh = s->nh;
     if (nh > 0) {
         size_t first = (size_t)B * NLK_PER_SAMPLE;
         co->emb_gather(c, a->h[0], s->d_dst + first, m->d_emb, s->d_rows + first, nh, E);
-        for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, l, nh);
+        for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, c, l, nh);
         be->matmul_fwd(c, a->q, a->temb, W(m, "target.wq", 0), NULL, B, E, E);
         be->matmul_fwd(c, a->kv, a->h[cf->hist_layers], W(m, "target.wk", 0), NULL, nh, E, 2 * E);
         co->targetattn_fwd(c, a->pooled, a->attn, a->q, a->kv, AT(m, a->kv, (size_t)E), s->d_off, B, cf->max_len, E,
@@ -640,17 +659,16 @@ static void history_fwd(nb_sc_model *m) {
     co->copy_cols(c, AT(m, a->x0, (size_t)28 * E), D0, a->pooled, E, B, E);
 }
 
-/* The chain of blocks, their heads and losses. */
-static void dense_fwd(nb_sc_model *m) {
+/* Blocks seg_first[k] .. seg_first[k+1]-1, their heads and losses. */
+static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_backend_i *be = m->be;
     const nb_ctr_ops_i *co = m->co;
-    nb_ctx c = CTX(m);
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, D0 = m->D0;
     int r = cf->cross_rank, H = cf->block_hidden, last = cf->blocks - 1;
-    for (int i = 0; i <= last; i++) {
+    for (int i = m->seg_first[k]; i < m->seg_first[k + 1]; i++) {
         const void *xprev = i ? a->xs[i - 1] : a->x0;
         co->cross_fwd(c, a->c[i], a->vx[i], a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i),
                       W(m, "block.%d.b", i), B, D0, r);
@@ -668,10 +686,11 @@ static void dense_fwd(nb_sc_model *m) {
 }
 
 void nb_sc_forward_enqueue(nb_sc_model *m) {
+    nb_ctx c = CTX(m);
     nb_sc_begin_step(m);
-    embedding_fwd(m);
-    history_fwd(m);
-    dense_fwd(m);
+    embedding_fwd(m, c);
+    history_fwd(m, c);
+    for (int k = 0; k < m->nseg; k++) segment_fwd(m, c, k);
 }
 
 double nb_sc_loss(nb_sc_model *m) {
@@ -691,57 +710,61 @@ double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits) {
     return b->label ? nb_sc_loss(m) : 0.0;
 }
 
-static void blocks_bwd(nb_sc_model *m, int B) {
+/* Backward of segment k, from its heads down to its first block; a segment that starts at block
+ * 0 sends its last dx_prev to x0 (block 0 reads x0), a detached one drops it. Writes only the
+ * segment's parameter gradients and its own scratch and dx0 share. */
+static void segment_bwd(nb_sc_model *m, nb_ctx c, int k) {
     nb_sc_acts *a = m->acts;
+    seg_scratch *g = &a->seg[k];
     const nb_backend_i *be = m->be;
     const nb_ctr_ops_i *co = m->co;
-    nb_ctx c = CTX(m);
     const nb_sc_config *cf = &m->cfg;
-    int D0 = m->D0, r = cf->cross_rank, H = cf->block_hidden;
+    NB_CHECK(m->stage->has_label, "pass labels to the forward before a backward", "seqctr backward without labels");
+    int B = m->stage->B, D0 = m->D0, r = cf->cross_rank, H = cf->block_hidden;
+    int first = m->seg_first[k], end = m->seg_first[k + 1];
     size_t BD = (size_t)B * D0, es = act_es(m);
-    be->zero(c, a->dcur, BD * es);
-    for (int i = cf->blocks - 1; i >= 0; i--) {
+    if (k) be->zero(c, g->dx0, BD * es);
+    be->zero(c, g->dcur, BD * es);
+    for (int i = end - 1; i >= first; i--) {
         if (head_used(m, i))
-            co->linear1_bwd(c, a->dcur, G(m, "block.%d.head.w", i), G(m, "block.%d.head.b", i), a->dz[i], a->xs[i],
+            co->linear1_bwd(c, g->dcur, G(m, "block.%d.head.w", i), G(m, "block.%d.head.b", i), a->dz[i], a->xs[i],
                             W(m, "block.%d.head.w", i), B, D0);
-        co->copy_cols(c, a->dc, D0, a->dcur, D0, B, D0);
-        be->zero(c, a->dhid, (size_t)B * H * es);
-        be->matmul_bwd(c, a->dhid, G(m, "block.%d.w2", i), G(m, "block.%d.b2", i), a->dcur, a->hid[i],
+        co->copy_cols(c, g->dc, D0, g->dcur, D0, B, D0);
+        be->zero(c, g->dhid, (size_t)B * H * es);
+        be->matmul_bwd(c, g->dhid, G(m, "block.%d.w2", i), G(m, "block.%d.b2", i), g->dcur, a->hid[i],
                        W(m, "block.%d.w2", i), B, H, D0);
-        be->zero(c, a->dhidp, (size_t)B * H * es);
-        co->relu_bwd(c, a->dhidp, a->hid[i], a->dhid, (size_t)B * H);
-        be->matmul_bwd(c, a->dc, G(m, "block.%d.w1", i), G(m, "block.%d.b1", i), a->dhidp, a->c[i],
+        be->zero(c, g->dhidp, (size_t)B * H * es);
+        co->relu_bwd(c, g->dhidp, a->hid[i], g->dhid, (size_t)B * H);
+        be->matmul_bwd(c, g->dc, G(m, "block.%d.w1", i), G(m, "block.%d.b1", i), g->dhidp, a->c[i],
                        W(m, "block.%d.w1", i), B, D0, H);
         const void *xprev = i ? a->xs[i - 1] : a->x0;
-        be->zero(c, a->dprev, BD * es);
-        co->cross_bwd(c, a->dx0, a->dprev, G(m, "block.%d.U", i), G(m, "block.%d.V", i), G(m, "block.%d.b", i), a->dc,
-                      a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i), W(m, "block.%d.b", i), a->vx[i], B,
-                      D0, r);
-        void *t = a->dcur;
-        a->dcur = a->dprev;
-        a->dprev = t;
+        int keep_prev = i > first || first == 0; /* the detached input's gradient is not needed */
+        if (keep_prev) be->zero(c, g->dprev, BD * es);
+        co->cross_bwd(c, g->dx0, keep_prev ? g->dprev : NULL, G(m, "block.%d.U", i), G(m, "block.%d.V", i),
+                      G(m, "block.%d.b", i), g->dc, a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i),
+                      W(m, "block.%d.b", i), a->vx[i], B, D0, r);
+        if (keep_prev) {
+            void *t = g->dcur;
+            g->dcur = g->dprev;
+            g->dprev = t;
+        }
     }
-    be->add_inplace(c, a->dx0, a->dcur, BD); /* block 0's x_prev is x0 itself */
+    if (first == 0) be->add_inplace(c, g->dx0, g->dcur, BD); /* block 0's x_prev is x0 itself */
 }
 
-static void dense_bwd(nb_sc_model *m) {
+/* x0's gradient = the segments' shares in segment order; then its bottom and pooled slices. */
+static void join_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
-    nb_sc_stage *s = m->stage;
-    nb_ctx c = CTX(m);
-    NB_CHECK(s->has_label, "pass labels to the forward before a backward", "seqctr backward without labels");
-    int B = s->B, E = m->cfg.E, D0 = m->D0;
-    size_t MB = (size_t)m->max_batch;
-    m->be->zero(c, a->dsrc, (MB * D0 + MB * E + (size_t)s->nh * E) * act_es(m));
-    blocks_bwd(m, B);
+    int B = m->stage->B, E = m->cfg.E, D0 = m->D0;
+    for (int k = 1; k < m->nseg; k++) m->be->add_inplace(c, a->dx0, a->seg[k].dx0, (size_t)B * D0);
     m->co->copy_cols(c, a->dbot, E, a->dx0, D0, B, E);
     m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)28 * E), D0, B, E);
 }
 
-static void history_bwd(nb_sc_model *m) {
+static void history_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, nh = s->nh;
     if (nh == 0) return;
@@ -753,21 +776,23 @@ static void history_bwd(nb_sc_model *m) {
     be->matmul_bwd(c, a->dtemb, G(m, "target.wq", 0), NULL, a->dq, a->temb, W(m, "target.wq", 0), B, E, E);
     be->matmul_bwd(c, a->dh, G(m, "target.wk", 0), NULL, a->dkv, a->h[cf->hist_layers], W(m, "target.wk", 0), nh, E,
                    2 * E);
-    for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, l, nh, a->dh);
+    for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, c, l, nh, a->dh);
 }
 
 /* The bottom MLP and the embedding rows: one dedup over all lookups, so an item row's target
  * and history gradients are summed. */
-static void embedding_bwd(nb_sc_model *m) {
+static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
-    bottom_bwd(m, s->B);
-    m->co->emb_grad_unique(CTX(m), m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, s->nuniq, m->cfg.E);
+    bottom_bwd(m, c, s->B);
+    m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, s->nuniq, m->cfg.E);
 }
 
 void nb_sc_backward_enqueue(nb_sc_model *m) {
-    dense_bwd(m);
-    history_bwd(m);
-    embedding_bwd(m);
+    nb_ctx c = CTX(m);
+    for (int k = m->nseg - 1; k >= 0; k--) segment_bwd(m, c, k);
+    join_bwd(m, c);
+    history_bwd(m, c);
+    embedding_bwd(m, c);
 }
 
 void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
@@ -776,8 +801,7 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
     if (!on_cpu(m)) nb_sc_to_host(m);
 }
 
-static void optim_emb(nb_sc_model *m, const nb_sc_optim *o, int t) {
-    nb_ctx c = CTX(m);
+static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
     size_t rows = (size_t)m->emb_off[NB_SC_NTABLES];
@@ -794,9 +818,8 @@ static void optim_emb(nb_sc_model *m, const nb_sc_optim *o, int t) {
     }
 }
 
-static void optim_dense(nb_sc_model *m, const nb_sc_optim *o, int t) {
+static void optim_dense(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     const nb_backend_i *be = m->be;
-    nb_ctx c = CTX(m);
     nb_adamw_scalars *k = m->h_k;
     k[0] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, t);
     k[1] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, 0.0f}, t);
@@ -811,25 +834,30 @@ static void optim_dense(nb_sc_model *m, const nb_sc_optim *o, int t) {
 }
 
 void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
-    optim_emb(m, o, t);
-    optim_dense(m, o, t);
+    nb_ctx c = CTX(m);
+    optim_emb(m, c, o, t);
+    optim_dense(m, c, o, t);
 }
 
-static const char *PHASE_NAMES[NB_SC_NPHASES] = {"embedding fwd", "history fwd", "dense fwd", "dense bwd",
+static const char *PHASE_NAMES[NB_SC_NPHASES] = {"embedding fwd", "history fwd", "dense fwd", "dense bwd", "join bwd",
                                                   "history bwd", "embedding bwd", "embedding optim", "dense optim"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 
-void nb_sc_enqueue_phase(nb_sc_model *m, nb_sc_phase p, const nb_sc_optim *o, int t) {
+void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, int seg, const nb_sc_optim *o,
+                         int t) {
+    nb_ctx c = ctx ? ctx : CTX(m);
+    NB_ASSERT(seg >= 0 && seg < m->nseg);
     switch (p) {
-    case NB_SC_FWD_EMB: embedding_fwd(m); break;
-    case NB_SC_FWD_HIST: history_fwd(m); break;
-    case NB_SC_FWD_DENSE: dense_fwd(m); break;
-    case NB_SC_BWD_DENSE: dense_bwd(m); break;
-    case NB_SC_BWD_HIST: history_bwd(m); break;
-    case NB_SC_BWD_EMB: embedding_bwd(m); break;
-    case NB_SC_OPT_EMB: optim_emb(m, o, t); break;
-    case NB_SC_OPT_DENSE: optim_dense(m, o, t); break;
+    case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
+    case NB_SC_FWD_HIST: history_fwd(m, c); break;
+    case NB_SC_FWD_SEG: segment_fwd(m, c, seg); break;
+    case NB_SC_BWD_SEG: segment_bwd(m, c, seg); break;
+    case NB_SC_BWD_JOIN: join_bwd(m, c); break;
+    case NB_SC_BWD_HIST: history_bwd(m, c); break;
+    case NB_SC_BWD_EMB: embedding_bwd(m, c); break;
+    case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
+    case NB_SC_OPT_DENSE: optim_dense(m, c, o, t); break;
     default: NB_ASSERT(0);
     }
 }

@@ -43,13 +43,15 @@
 #define NB_SC_BOTTOM1 512
 #define NB_SC_BOTTOM2 256
 #define NB_SC_MAX_TENSORS 512
+#define NB_SC_MAX_BLOCKS 64
 
 typedef struct {
     int E, hist_layers, heads, blocks, cross_rank, block_hidden, max_len;
     int64_t cat_rows[NB_SC_NCAT]; /* rows of each categorical table (>= 1) */
     int64_t item_rows;
     float aux_weight;
-    uint64_t seed; /* weight init */
+    uint64_t detach; /* bit i: block i reads a detached (stop-gradient) x_{i-1}; bit 0 must be 0 */
+    uint64_t seed;   /* weight init */
 } nb_sc_config;
 
 /* Defaults of the issue: E 64, 1 history layer, 4 heads, 6 blocks, rank 256, hidden 512,
@@ -117,6 +119,7 @@ typedef struct {
     float *d_eacc, *d_em, *d_ev; /* Adagrad accumulators, or sparse Adam moments (allocated on first use) */
     double *d_loss;             /* the last forward's loss */
     void *d_k, *h_k;            /* AdamW scalars (nb_adamw_scalars[2]) in backend / host memory */
+    int nseg, seg_first[NB_SC_MAX_BLOCKS + 1]; /* segments: blocks seg_first[k] .. seg_first[k+1]-1 */
     nb_sc_stage *stage;      /* the batch the last forward read */
     nb_sc_stage *stages[2];  /* host staging, alternated by nb_sc_prepare */
     nb_sc_stage *prepared;   /* the batch the next forward reads */
@@ -157,21 +160,25 @@ void nb_sc_backward_enqueue(nb_sc_model *m);
 /* One optimizer step t >= 1 on the gradients of the last backward. */
 void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t);
 void nb_sc_zero_grads(nb_sc_model *m);
-/* The step in phases, in this order (a schedule or a trace can tell them apart); the three
- * groups are exactly forward_enqueue, backward_enqueue and optim_enqueue. o and t are read by
- * the optimizer phases only. */
+/* The step in phases (a schedule places them on lanes; a trace tells them apart). The blocks
+ * form segments: a segment starts at block 0 and at every detached block, and its backward
+ * depends only on its own forward, so segments' backward passes may run on side lanes while
+ * later segments run forward (ERASE). forward_enqueue / backward_enqueue / optim_enqueue run
+ * the phases in order on one lane. seg is read by the SEG phases, o and t by the optimizers. */
 typedef enum {
-    NB_SC_FWD_EMB,   /* copy the batch in, bottom MLP, embedding gather into x0 */
-    NB_SC_FWD_HIST,  /* history gather, encoder, target attention */
-    NB_SC_FWD_DENSE, /* the blocks, heads and losses */
-    NB_SC_BWD_DENSE,
+    NB_SC_FWD_EMB,  /* copy the batch in, bottom MLP, embedding gather into x0 */
+    NB_SC_FWD_HIST, /* history gather, encoder, target attention */
+    NB_SC_FWD_SEG,  /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
+    NB_SC_BWD_SEG,  /* one segment's backward: any order, any lane, once its forward is done */
+    NB_SC_BWD_JOIN, /* x0's gradient from the segments' shares, after every segment's backward */
     NB_SC_BWD_HIST,
     NB_SC_BWD_EMB,   /* bottom MLP and the unique-row embedding gradient */
     NB_SC_OPT_EMB,   /* sparse optimizer on the touched rows */
     NB_SC_OPT_DENSE, /* AdamW */
     NB_SC_NPHASES
 } nb_sc_phase;
-void nb_sc_enqueue_phase(nb_sc_model *m, nb_sc_phase p, const nb_sc_optim *o, int t);
+void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_phase p, int seg, const nb_sc_optim *o,
+                         int t);
 /* With the phases: makes the prepared batch the step's (forward_enqueue does it itself). Call
  * it from the thread that prepares, before the step's first phase is enqueued. */
 void nb_sc_begin_step(nb_sc_model *m);

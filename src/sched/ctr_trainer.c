@@ -28,6 +28,9 @@ void nb_ctr_opts_defaults(nb_ctr_opts *o) {
     snprintf(o->data, sizeof o->data, "synth");
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
     snprintf(o->device, sizeof o->device, "cpu");
+    snprintf(o->schedule, sizeof o->schedule, "plain");
+    snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
+    o->side_lanes = 4;
     o->steps = 300;
     o->batch = 256;
     o->eval_samples = 16384;
@@ -371,19 +374,24 @@ static void work_threads(void *arg, const nb_task_ctx *ctx) {
     nb_host_set_threads(r->o->threads);
 }
 
-/* One phase of the step (seqctr.h's nb_sc_phase): a span of its own, so the trace gives the
- * step breakdown. */
+/* One phase of the step (seqctr.h's nb_sc_phase; seg for the per-segment ones): a span of its
+ * own, so the trace gives the step breakdown and the timeline. */
 typedef struct {
     ctr_run *r;
     nb_sc_phase phase;
+    int seg;
+    char name[40];
 } ctr_work;
 
 static void work_phase(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
     ctr_work *w = arg;
     ctr_run *r = w->r;
     if (w->phase == NB_SC_FWD_EMB) nb_sc_zero_grads(&r->m);
-    nb_sc_enqueue_phase(&r->m, w->phase, &r->optim, r->step + 1);
+    nb_sc_enqueue_phase(&r->m, ctx, w->phase, w->seg, &r->optim, r->step + 1);
+}
+
+static nb_span_kind phase_kind(nb_sc_phase p) {
+    return p <= NB_SC_FWD_SEG ? NB_SPAN_FWD : p <= NB_SC_BWD_EMB ? NB_SPAN_BWD : NB_SPAN_OPTIM;
 }
 
 static void next_batch(ctr_run *r) {
@@ -391,8 +399,106 @@ static void next_batch(ctr_run *r) {
     nb_sc_prepare(&r->m, &r->batch.b);
 }
 
-static nb_span_kind phase_kind(nb_sc_phase p) {
-    return p <= NB_SC_FWD_DENSE ? NB_SPAN_FWD : p <= NB_SC_BWD_EMB ? NB_SPAN_BWD : NB_SPAN_OPTIM;
+/* The lanes of a run and the work items they run (built once; the items are reused every step). */
+typedef struct {
+    nb_lanes *lanes;
+    nb_lane *main, *side[NB_SC_MAX_BLOCKS], *dispatch[NB_SC_MAX_BLOCKS];
+    int nside, erase, async;
+    ctr_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS];
+} ctr_sched;
+
+/* async dispatch: a host lane hands one segment's backward to its side lane */
+typedef struct {
+    nb_lane *side;
+    nb_mark after;
+    ctr_work *w;
+    int step;
+} ctr_dispatch;
+static ctr_dispatch dispatches[NB_SC_MAX_BLOCKS];
+
+static void work_dispatch(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    ctr_dispatch *d = arg;
+    nb_lane_wait(d->side, d->after);
+    nb_lane_run(d->side, d->w->name, NB_SPAN_BWD, d->step, work_phase, d->w);
+}
+
+static void side_threads(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    nb_host_set_threads(((ctr_run *)arg)->o->threads);
+}
+
+static void run_fixed(ctr_sched *S, nb_sc_phase p, int step) {
+    nb_lane_run(S->main, S->fixed[p].name, phase_kind(p), step, work_phase, &S->fixed[p]);
+}
+
+/* One step. plain: every phase on the main lane, segments forward then backward. erase: each
+ * segment's backward goes to side lane (k mod K) as soon as its forward is enqueued, waiting on a
+ * mark, while the main lane goes on with the next segment's forward; the join waits for all. */
+static void enqueue_step(ctr_sched *S, ctr_run *r, int step) {
+    int nseg = r->m.nseg;
+    run_fixed(S, NB_SC_FWD_EMB, step);
+    run_fixed(S, NB_SC_FWD_HIST, step);
+    nb_mark dispatched[NB_SC_MAX_BLOCKS];
+    for (int k = 0; k < nseg; k++) {
+        nb_lane_run(S->main, S->fwd[k].name, NB_SPAN_FWD, step, work_phase, &S->fwd[k]);
+        if (!S->erase) continue;
+        int j = k % S->nside;
+        nb_mark done = nb_lane_mark(S->main);
+        if (S->async) {
+            dispatches[k] = (ctr_dispatch){S->side[j], done, &S->bwd[k], step};
+            nb_lane_run(S->dispatch[j], "dispatch", NB_SPAN_OTHER, step, work_dispatch, &dispatches[k]);
+            dispatched[j] = nb_lane_mark(S->dispatch[j]);
+        } else {
+            nb_lane_wait(S->side[j], done);
+            nb_lane_run(S->side[j], S->bwd[k].name, NB_SPAN_BWD, step, work_phase, &S->bwd[k]);
+        }
+    }
+    if (S->erase) {
+        int used = nseg < S->nside ? nseg : S->nside;
+        for (int j = 0; j < used; j++) {
+            /* the side lane's mark must be taken after its dispatcher queued the work there */
+            if (S->async) nb_mark_wait_host(dispatched[j]);
+            nb_lane_wait(S->main, nb_lane_mark(S->side[j]));
+        }
+    } else {
+        for (int k = nseg - 1; k >= 0; k--)
+            nb_lane_run(S->main, S->bwd[k].name, NB_SPAN_BWD, step, work_phase, &S->bwd[k]);
+    }
+    for (int p = NB_SC_BWD_JOIN; p < NB_SC_NPHASES; p++) run_fixed(S, (nb_sc_phase)p, step);
+}
+
+static void sched_init(ctr_sched *S, ctr_run *r, const nb_ctr_opts *o) {
+    memset(S, 0, sizeof *S);
+    S->erase = !strcmp(o->schedule, "erase");
+    S->async = !strcmp(o->erase_dispatch, "async");
+    S->lanes = nb_lanes_create(r->m.be->device == NB_DEV_CUDA ? "cuda" : "cpu", 1 << 16);
+    S->main = nb_lane_create(S->lanes, "main", NB_LANE_DEVICE);
+    nb_lane_run(S->main, "set threads", NB_SPAN_OTHER, -1, work_threads, r);
+    if (S->erase) {
+        S->nside = o->side_lanes;
+        for (int j = 0; j < S->nside; j++) {
+            char name[32];
+            snprintf(name, sizeof name, "side %d", j);
+            S->side[j] = nb_lane_create(S->lanes, name, NB_LANE_DEVICE);
+            nb_lane_run(S->side[j], "set threads", NB_SPAN_OTHER, -1, side_threads, r);
+            if (S->async) {
+                snprintf(name, sizeof name, "dispatch %d", j);
+                S->dispatch[j] = nb_lane_create(S->lanes, name, NB_LANE_HOST);
+            }
+        }
+    }
+    nb_lanes_sync(S->lanes);
+    for (int p = 0; p < NB_SC_NPHASES; p++) {
+        S->fixed[p] = (ctr_work){r, (nb_sc_phase)p, 0, ""};
+        snprintf(S->fixed[p].name, sizeof S->fixed[p].name, "%s", nb_sc_phase_name(p));
+    }
+    for (int k = 0; k < r->m.nseg; k++) {
+        S->fwd[k] = (ctr_work){r, NB_SC_FWD_SEG, k, ""};
+        S->bwd[k] = (ctr_work){r, NB_SC_BWD_SEG, k, ""};
+        snprintf(S->fwd[k].name, sizeof S->fwd[k].name, "%s %d", nb_sc_phase_name(NB_SC_FWD_SEG), k);
+        snprintf(S->bwd[k].name, sizeof S->bwd[k].name, "%s %d", nb_sc_phase_name(NB_SC_BWD_SEG), k);
+    }
 }
 
 static double bce_prob(double p, float y) {
@@ -476,7 +582,8 @@ static FILE *open_metrics(const char *dir) {
     return nb_fopen(path, "w", "choose a writable --out directory");
 }
 
-static void write_metrics(FILE *f, int step, double loss, double sps, double ms, double bubble, const nb_ctr_eval *e) {
+static void write_metrics(FILE *f, int step, double loss, double sps, double ms, const nb_step_stats *st,
+                          const nb_ctr_eval *e) {
     nb_json_writer w;
     nb_json_writer_init(&w, 0);
     nb_json_begin_obj(&w);
@@ -484,7 +591,8 @@ static void write_metrics(FILE *f, int step, double loss, double sps, double ms,
     nb_json_knum(&w, "loss", loss);
     nb_json_knum(&w, "samples_per_s", sps);
     nb_json_knum(&w, "ms", ms);
-    nb_json_knum(&w, "bubble_pct", bubble);
+    nb_json_knum(&w, "bubble_pct", st->bubble_pct);
+    nb_json_knum(&w, "overlap_pct", st->overlap_pct);
     if (e) {
         nb_json_knum(&w, "eval_loss", e->loss);
         if (isfinite(e->ne)) nb_json_knum(&w, "eval_ne", e->ne);
@@ -531,13 +639,19 @@ static int cmp_double(const void *a, const void *b) {
  * heuristics and caches. */
 static int warmup_steps(int steps) { return steps >= 20 ? 10 : steps / 2; }
 
+/* "dense fwd 3" is a span of the phase "dense fwd" */
+static int phase_named(const char *span, const char *phase) {
+    size_t n = strlen(phase);
+    return !strncmp(span, phase, n) && (span[n] == 0 || span[n] == ' ');
+}
+
 /* Adds the step's span durations to their phase (spans are named by nb_sc_phase_name). */
 static void add_breakdown(nb_lanes *lanes, double *phase_s) {
     const nb_span *sp;
     size_t n = nb_lanes_spans(lanes, &sp);
     for (size_t i = 0; i < n; i++)
         for (int p = 0; p < NB_SC_NPHASES; p++)
-            if (!strcmp(sp[i].name, nb_sc_phase_name(p))) phase_s[p] += sp[i].t1 - sp[i].t0;
+            if (phase_named(sp[i].name, nb_sc_phase_name(p))) phase_s[p] += sp[i].t1 - sp[i].t0;
 }
 
 static void print_breakdown(const double *phase_s, int steps) {
@@ -567,17 +681,15 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
     nb_host_set_threads(o->threads);
     static ctr_run r; /* large; the work items point into it */
     run_init(&r, o);
-    nb_lanes *lanes = nb_lanes_create(r.m.be->device == NB_DEV_CUDA ? "cuda" : "cpu", 1 << 16);
-    nb_lane *compute = nb_lane_create(lanes, "compute", NB_LANE_DEVICE);
+    static ctr_sched S;
+    sched_init(&S, &r, o);
+    nb_lanes *lanes = S.lanes;
+    nb_lane *compute = S.main;
     FILE *metrics = open_metrics(o->out);
-    nb_lane_run(compute, "set threads", NB_SPAN_OTHER, -1, work_threads, &r);
-    nb_mark_wait_host(nb_lane_mark(compute));
     nb_lanes_trace_clear(lanes);
     nb_ctr_eval e = {0};
     double *step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
-    ctr_work works[NB_SC_NPHASES];
-    double phase_s[NB_SC_NPHASES] = {0}, hist_rows = 0;
-    for (int p = 0; p < NB_SC_NPHASES; p++) works[p] = (ctr_work){&r, (nb_sc_phase)p};
+    double phase_s[NB_SC_NPHASES] = {0}, hist_rows = 0, overlap_sum = 0;
     double t_start = nb_now();
     next_batch(&r);
     for (int step = 0; step < o->steps; step++) {
@@ -585,8 +697,7 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
         r.step = step;
         if (step >= warmup_steps(o->steps)) hist_rows += (double)r.m.stage_nh;
         nb_sc_begin_step(&r.m);
-        for (int p = 0; p < NB_SC_NPHASES; p++)
-            nb_lane_run(compute, nb_sc_phase_name(p), phase_kind(p), step, work_phase, &works[p]);
+        enqueue_step(&S, &r, step);
         /* the next batch is made on the host while this step runs (after an evaluation, which
          * uses the model's batch buffers itself) */
         int is_last = step + 1 == o->steps, do_eval = is_last || (o->eval_every > 0 && (step + 1) % o->eval_every == 0);
@@ -595,8 +706,13 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
         double loss = nb_sc_loss(&r.m);
         double t1 = nb_now();
         step_secs[step] = t1 - t0;
+        nb_lanes_sync(lanes); /* side and dispatch lanes too: their spans enter the trace */
         nb_step_stats st = nb_lanes_step_stats(lanes, step, nb_lane_index(compute), t0, t1);
-        if (step >= warmup_steps(o->steps)) add_breakdown(lanes, phase_s);
+        if (step >= warmup_steps(o->steps)) {
+            add_breakdown(lanes, phase_s);
+            overlap_sum += st.overlap_pct;
+        }
+        if (is_last && o->trace[0]) nb_lanes_write_chrome_trace(lanes, o->trace);
         nb_lanes_trace_clear(lanes);
         NB_CHECK(isfinite(loss), "lower --lr or --emb-lr", "the loss became %g at step %d", loss, step);
         if (do_eval) {
@@ -604,7 +720,8 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
             print_eval("eval", step + 1, &e);
             if (!is_last) next_batch(&r);
         }
-        if (metrics) write_metrics(metrics, step, loss, o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct, do_eval ? &e : NULL);
+        if (metrics)
+            write_metrics(metrics, step, loss, o->batch / (t1 - t0), 1e3 * (t1 - t0), &st, do_eval ? &e : NULL);
         if (nb_verbosity > 0 && o->log_every > 0 && ((step + 1) % o->log_every == 0 || is_last))
             fprintf(stderr, "step %5d | loss %.5f | %.0f samples/s | %.1f ms | bubble %.1f%%\n", step + 1, loss,
                     o->batch / (t1 - t0), 1e3 * (t1 - t0), st.bubble_pct);
@@ -614,6 +731,9 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
            (double)o->steps * o->batch / (secs > 0 ? secs : 1e-9));
     print_throughput(step_secs, o->steps, o->batch);
     print_breakdown(phase_s, o->steps - warmup_steps(o->steps));
+    if (S.erase && o->steps > warmup_steps(o->steps))
+        printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
+               overlap_sum / (o->steps - warmup_steps(o->steps)));
     if (o->steps > warmup_steps(o->steps)) {
         int n = o->steps - warmup_steps(o->steps);
         double fl = nb_sc_flops(&r.m, o->batch, (long)(hist_rows / n)), busy = 0;

@@ -35,6 +35,10 @@ typedef struct {
     nb_sc_config model;
     char data[NB_PATH_MAX], out[NB_PATH_MAX], emb_optim[16];
     char device[32], precision[16]; /* backend.h's nb_backend_for: "cpu" / "cuda[:N]", "" / "bf16" / "fp32" */
+    char schedule[16];       /* plain or erase */
+    char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async (a thread per side lane) */
+    char trace[NB_PATH_MAX]; /* Chrome trace of the last step ("" off) */
+    int side_lanes;          /* erase: side lanes for the segments' backward (round robin) */
     int steps, batch, eval_every, eval_samples, threads, log_every;
     int strict; /* criteo: the first bad line is fatal */
     float lr, emb_lr, weight_decay;
