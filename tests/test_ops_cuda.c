@@ -126,6 +126,17 @@ static void dev_down(float *h, const void *d, size_t n, int bf) {
     }
 }
 
+/* h uploaded one element past the start of a fresh allocation (*base, to free): a tensor whose
+ * rows are not 16-byte aligned, so ops take their scalar path. */
+static void *dev_up_shifted(const float *h, size_t n, int bf, void **base) {
+    float *t = nb_malloc((n + 1) * sizeof(float), "shifted staging");
+    t[0] = 0.0f;
+    memcpy(t + 1, h, n * sizeof(float));
+    *base = dev_up(t, n + 1, bf);
+    free(t);
+    return (char *)*base + (bf ? 2 : 4);
+}
+
 static void dev_free(void *d) {
     if (d) CUDA_CHECK(cudaFree(d));
 }
@@ -289,9 +300,9 @@ TEST_CASE(test_matmul_backward) {
 
 /* ---- layernorm / rmsnorm ---- */
 
-TEST_CASE(test_layernorm) {
-    int N = 3 * 101, C = 77;
+static void check_layernorm(int N, int C) {
     size_t n = (size_t)N * C;
+    char what[96];
     for (int bf = 0; bf <= 1; bf++) {
         /* mean far from 0: catches a one-pass variance's cancellation */
         float *inp = randn(n, 3.0f, 1.5f), *w = randn(C, 1, 0.2f), *b = randn(C, 0, 0.2f), *dout = randn(n, 0, 1);
@@ -335,11 +346,24 @@ TEST_CASE(test_layernorm) {
                 dev_down(gb2, gdb2, C, 0);
                 expect_same("layernorm bwd db (dinp, dw NULL)", gb[0], gb2, C);
                 dev_free(gdb2), free(gb2);
+                /* rows not 16-byte aligned: scalar accesses, the same dw and db bits */
+                void *b1, *b2, *b3;
+                void *sdo = dev_up_shifted(dout, n, bf, &b1), *sdi = dev_up_shifted(inp, n, bf, &b2);
+                void *sgi = dev_up_shifted(ii, n, bf, &b3), *gdw3 = dev_up(iw, C, 0), *gdb3 = dev_up(ib, C, 0);
+                CALL(bf, nb_cuda_layernorm_backward, sgi, gdw3, gdb3, sdo, sdi, dw, dm, dr, N, C, st);
+                float *gi3 = zeros(n), *gw3 = zeros(C), *gb3 = zeros(C);
+                dev_down(gi3, sgi, n, bf), dev_down(gw3, gdw3, C, 0), dev_down(gb3, gdb3, C, 0);
+                expect_grad("layernorm bwd dinp (unaligned rows)", bf, gi3, ri, ii, n);
+                expect_same("layernorm bwd dw (unaligned rows: same bits)", gw[0], gw3, C);
+                expect_same("layernorm bwd db (unaligned rows: same bits)", gb[0], gb3, C);
+                dev_free(b1), dev_free(b2), dev_free(b3), dev_free(gdw3), dev_free(gdb3);
+                free(gi3), free(gw3), free(gb3);
             }
             dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dm), dev_free(dr);
             dev_free(gdi), dev_free(gdw), dev_free(gdb);
         }
-        expect_grad("layernorm bwd dinp", bf, gi[0], ri, ii, n);
+        snprintf(what, sizeof what, "layernorm bwd dinp (N=%d C=%d)", N, C);
+        expect_grad(what, bf, gi[0], ri, ii, n);
         expect_grad("layernorm bwd dw", bf, gw[0], rw, iw, C);
         expect_grad("layernorm bwd db", bf, gb[0], rb, ib, C);
         expect_same("layernorm bwd dinp", gi[0], gi[1], n);
@@ -352,6 +376,14 @@ TEST_CASE(test_layernorm) {
             free(gi[run]), free(gw[run]), free(gb[run]);
         }
     }
+}
+
+TEST_CASE(test_layernorm) {
+    check_layernorm(3 * 101, 77);  /* odd width: scalar accesses */
+    check_layernorm(3 * 101, 768); /* GPT-2's width: 16-byte accesses, rows kept in registers */
+    check_layernorm(1000, 256);    /* the proxy's width; 63 blocks of rows, the last partial */
+    check_layernorm(77, 1600);     /* 7 slots per lane in bf16, 13 in fp32 (some read twice); 3 warps */
+    check_layernorm(40, 6400);     /* wider than the fused kernel's shared memory: the two-kernel path */
 }
 
 TEST_CASE(test_rmsnorm) {
@@ -662,8 +694,13 @@ TEST_CASE(test_embed) {
 
 /* ---- cross-entropy ---- */
 
-static void check_xent(int N, int C, int V, int chunk_rows) {
-    int Vp = V + 3; /* padding rows: NaN in w (must never be read), sentinel in dw (never written) */
+/* padded = 0: w has 3 padding rows, NaN (must never be read), and the op sees w_rows = V;
+ * padded = 1: w has the model's padding to a multiple of 64 (zero rows) and the op sees them
+ * (nb_cuda_xent_padded): the GEMMs run over them (aligned, vectorized rows), their columns stay
+ * out of the softmax and their gradient rows get += 0. Either way dw's padding rows hold a
+ * sentinel that must come back unchanged. */
+static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
+    int Vp = padded ? (V + 63) / 64 * 64 : V + 3;
     size_t ni = (size_t)N * C, nw = (size_t)Vp * C, nwv = (size_t)V * C;
     float gs = 1.0f / N;
     char what[128];
@@ -674,7 +711,7 @@ static void check_xent(int N, int C, int V, int chunk_rows) {
     for (int bf = 0; bf <= 1; bf++) {
         float *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.3f);
         round_bf(inp, ni, bf), round_bf(w, nw, bf);
-        for (size_t i = nwv; i < nw; i++) w[i] = NAN;
+        for (size_t i = nwv; i < nw; i++) w[i] = padded ? 0.0f : NAN;
         float *g0i = zeros(ni), *g0w = zeros(nw), *rl = zeros(N);
         nb_xent_forward_backward(g0i, g0w, rl, inp, w, tg, N, C, V, gs, chunk_rows);
         float *ii = grad_init(g0i, ni, bf), *iw = grad_init(g0w, nw, 0);
@@ -688,21 +725,28 @@ static void check_xent(int N, int C, int V, int chunk_rows) {
             void *gdi = dev_up(ii, ni, bf), *gdw = dev_up(iw, nw, 0);
             double *dsum = NULL;
             CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof(double)));
-            CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, st);
+            if (padded)
+                CALL(bf, nb_cuda_xent_padded, gdi, gdw, dl, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, st);
+            else
+                CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, st);
             nb_cuda_sum_f64(dsum, dl, N, st);
             gi[run] = zeros(ni), gw[run] = zeros(nw), gl[run] = zeros(N);
             dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gl[run], dl, N, 0);
             CUDA_CHECK(cudaMemcpy(&gsum[run], dsum, sizeof(double), cudaMemcpyDeviceToHost));
             if (run == 0) { /* forward only: the same losses, no gradient work */
                 void *dl2 = dev_nan(N, 0);
-                CALL(bf, nb_cuda_xent_forward_backward, NULL, NULL, dl2, di, dw, dtg, N, C, V, gs, chunk_rows, st);
+                if (padded)
+                    CALL(bf, nb_cuda_xent_padded, NULL, NULL, dl2, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, st);
+                else
+                    CALL(bf, nb_cuda_xent_forward_backward, NULL, NULL, dl2, di, dw, dtg, N, C, V, gs, chunk_rows,
+                         st);
                 dev_down(gl_fwd, dl2, N, 0);
                 dev_free(dl2);
             }
             dev_free(di), dev_free(dw), dev_free(dl), dev_free(gdi), dev_free(gdw);
             CUDA_CHECK(cudaFree(dsum));
         }
-        snprintf(what, sizeof what, "xent losses (V=%d chunk=%d)", V, chunk_rows);
+        snprintf(what, sizeof what, "xent losses (V=%d%s chunk=%d)", V, padded ? " padded" : "", chunk_rows);
         expect_close(what, bf, gl[0], rl, N);
         expect_close("xent losses, forward only", bf, gl_fwd, rl, N);
         double se = fabs(gsum[0] - rsum) / fabs(rsum);
@@ -723,8 +767,11 @@ static void check_xent(int N, int C, int V, int chunk_rows) {
 }
 
 TEST_CASE(test_xent) {
-    check_xent(3 * 37, 77, 997, 40); /* three chunks, the last partial */
-    check_xent(45, 64, 1531, 0);     /* default chunking */
+    check_xent(3 * 37, 77, 997, 40, 0); /* three chunks, the last partial; odd rows (scalar path) */
+    check_xent(45, 64, 1531, 0, 0);     /* default chunking */
+    check_xent(3 * 37, 80, 997, 40, 1); /* padded to 1024 columns: 16-byte rows, 27 padding columns */
+    check_xent(45, 64, 1531, 0, 1);     /* padded to 1536, one chunk */
+    check_xent(7, 48, 40, 0, 1);        /* V < 64: most vectors are padding; rows of 64 columns */
 }
 
 /* ---- AdamW and the norm helpers ---- */
@@ -782,6 +829,89 @@ TEST_CASE(test_adamw) {
     dev_free(dx), free(x), free(gx);
     free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(glp), free(rlp);
     for (int run = 0; run < 2; run++) free(gp[run]), free(gm[run]), free(gv[run]);
+}
+
+/* AdamW over a slab of tensors in one call against the CPU's per-tensor nb_adamw_apply: the same
+ * bits. Tensors of awkward sizes, not all starting at a multiple of 4 elements, with gaps between
+ * them (sentinels that must stay), both scalar sets, the clip factor formed on the device from a
+ * sum of squares (below 1, so the gradients are scaled), more tensors than one launch takes, and
+ * an unaligned slab (scalar path). */
+static void check_adamw_spans(int nspans, int shift, int clip) {
+    static const size_t sizes[] = {1, 3, 77, 64, 4096, 4099, 5, 768, 65536 + 13, 2, 4095, 130};
+    nb_adamw_span *sp = nb_malloc((size_t)nspans * sizeof *sp, "spans");
+    size_t total = 0;
+    for (int i = 0; i < nspans; i++) {
+        total += (size_t)(i % 5); /* gaps of 0..4 elements */
+        sp[i].offset = total;
+        sp[i].numel = sizes[i % (int)(sizeof sizes / sizeof sizes[0])];
+        sp[i].scalars = i % 3 == 0 ? 1 : 0;
+        total += sp[i].numel;
+    }
+    total += 7;
+    nb_adamw_scalars k[2];
+    k[0] = nb_adamw_prepare((nb_adamw_cfg){1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 7);
+    k[1] = nb_adamw_prepare((nb_adamw_cfg){1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 7);
+    float *p = randn(total, 0, 1), *g = randn(total, 0, 0.1f), *m = randn(total, 0, 0.01f), *v = randn(total, 0, 0.01f);
+    for (size_t i = 0; i < total; i++) v[i] = v[i] * v[i];
+    double sumsq = nb_sumsq(g, total);
+    float max_norm = clip ? (float)(0.5 * sqrt(sumsq)) : 0.0f; /* clip: factor ~0.5 */
+    float cf = nb_clip_factor(sqrt(sumsq), max_norm);
+    CHECK(!clip || cf < 1.0f, "the test's clip factor should be below 1");
+    float *rp = copy_of(p, total), *rm = copy_of(m, total), *rv = copy_of(v, total);
+    for (int i = 0; i < nspans; i++)
+        nb_adamw_apply(rp + sp[i].offset, g + sp[i].offset, rm + sp[i].offset, rv + sp[i].offset, sp[i].numel,
+                       &k[sp[i].scalars], cf);
+    float *rlp = copy_of(rp, total);
+    round_bf(rlp, total, 1);
+    float *lp_init = randn(total, 0, 1);
+    round_bf(lp_init, total, 1);
+    nb_adamw_scalars *dk = NULL;
+    double *dsum = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dk, sizeof k));
+    CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof sumsq));
+    CUDA_CHECK(cudaMemcpy(dk, k, sizeof k, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dsum, &sumsq, sizeof sumsq, cudaMemcpyHostToDevice));
+    float *gp[2], *gm[2], *gv[2], *glp[2];
+    for (int run = 0; run < 2; run++) {
+        void *b[5], *dp, *dg, *dm, *dv, *dlp;
+        if (shift) {
+            dp = dev_up_shifted(p, total, 0, &b[0]), dg = dev_up_shifted(g, total, 0, &b[1]);
+            dm = dev_up_shifted(m, total, 0, &b[2]), dv = dev_up_shifted(v, total, 0, &b[3]);
+            dlp = dev_up_shifted(lp_init, total, 1, &b[4]);
+        } else {
+            b[0] = dp = dev_up(p, total, 0), b[1] = dg = dev_up(g, total, 0), b[2] = dm = dev_up(m, total, 0);
+            b[3] = dv = dev_up(v, total, 0), b[4] = dlp = dev_up(lp_init, total, 1);
+        }
+        nb_cuda_adamw_apply_spans(dp, dg, dm, dv, dlp, sp, nspans, dk, clip ? dsum : NULL, max_norm, st);
+        gp[run] = zeros(total), gm[run] = zeros(total), gv[run] = zeros(total), glp[run] = zeros(total);
+        dev_down(gp[run], dp, total, 0), dev_down(gm[run], dm, total, 0), dev_down(gv[run], dv, total, 0);
+        dev_down(glp[run], dlp, total, 1);
+        for (int j = 0; j < 5; j++) dev_free(b[j]);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "adamw spans x%d%s%s", nspans, shift ? " unaligned" : "", clip ? " clipped" : "");
+    expect_close(what, 0, gp[0], rp, total);
+    expect_same("adamw spans params vs CPU per tensor (bitwise)", gp[0], rp, total);
+    expect_same("adamw spans m vs CPU per tensor (bitwise)", gm[0], rm, total);
+    expect_same("adamw spans v vs CPU per tensor (bitwise)", gv[0], rv, total);
+    /* the bf16 copy: the new params where a span is, the old bits in the gaps */
+    for (size_t i = 0, s = 0; i < total; i++) {
+        while (s < (size_t)nspans && sp[s].offset + sp[s].numel <= i) s++;
+        if (s == (size_t)nspans || i < sp[s].offset) rlp[i] = lp_init[i];
+    }
+    expect_same("adamw spans bf16 copy (gaps untouched)", glp[0], rlp, total);
+    expect_same("adamw spans params (two runs)", gp[0], gp[1], total);
+    free(sp), free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(rlp), free(lp_init);
+    CUDA_CHECK(cudaFree(dk));
+    CUDA_CHECK(cudaFree(dsum));
+    for (int run = 0; run < 2; run++) free(gp[run]), free(gm[run]), free(gv[run]), free(glp[run]);
+}
+
+TEST_CASE(test_adamw_spans) {
+    check_adamw_spans(12, 0, 1);
+    check_adamw_spans(12, 0, 0);  /* no clipping (sumsq NULL) */
+    check_adamw_spans(12, 1, 1);  /* unaligned slabs: every element on the scalar path */
+    check_adamw_spans(600, 0, 1); /* three launches of up to 256 tensors */
 }
 
 /* ---- timing (test_ops_cuda --bench): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
@@ -895,26 +1025,53 @@ static void bench(void) {
         for (int i = 0; i < N; i++) tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
         CUDA_CHECK(cudaMalloc((void **)&dtok, (size_t)N * 4));
         CUDA_CHECK(cudaMemcpy(dtok, tok, (size_t)N * 4, cudaMemcpyHostToDevice));
-        void *wte = dev_rand_bf16((size_t)V * C, 1), *dout = dev_rand_bf16((size_t)N * C, 1);
+        int Vp = (V + 63) / 64 * 64; /* the model's padded vocabulary */
+        void *wte = dev_rand_bf16((size_t)Vp * C, 1), *dout = dev_rand_bf16((size_t)N * C, 1);
         void *inp = dev_rand_bf16((size_t)N * C, 1), *dinp = dev_zero((size_t)N * C * 2);
-        void *dwte = dev_zero((size_t)V * C * 4), *losses = dev_zero((size_t)N * 4);
+        void *dwte = dev_zero((size_t)Vp * C * 4), *losses = dev_zero((size_t)N * 4);
         BENCH("embed bwd dwte N=8192 V=50257 C=768", 0, 2.0 * N * C + 8.0 * N * C,
               nb_cuda_embed_backward_bf16(dwte, NULL, dout, dtok, B, T, C, V, st));
         BENCH("xent fwd+bwd N=8192 C=768 V=50257", 6.0 * N * C * V, 2.0 * V * C + 8.0 * V * C,
               nb_cuda_xent_forward_backward_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, 1.0f / N, 0, st));
+        BENCH("xent fwd+bwd, padded to 50304 (the trainer's)", 6.0 * N * C * Vp, 2.0 * Vp * C + 8.0 * Vp * C,
+              nb_cuda_xent_padded_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, Vp, 1.0f / N, 0, st));
         CUDA_CHECK(cudaFree(dtok));
         free(tok);
         dev_free(wte), dev_free(dout), dev_free(inp), dev_free(dinp), dev_free(dwte), dev_free(losses);
     }
     {
-        size_t n = 124u * 1000 * 1000;
+        size_t n = 125u * 1000 * 1000; /* GPT-2 124M's slab (below) fits */
         float *p = dev_zero(n * 4), *g = dev_zero(n * 4), *m = dev_zero(n * 4), *v = dev_zero(n * 4);
         void *lp = dev_zero(n * 2);
         nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-        BENCH("adamw 124M params (+bf16 copy)", 0, 30.0 * n, nb_cuda_adamw_update(p, g, m, v, lp, n, cfg, 1, st));
+        BENCH("adamw 125M params (+bf16 copy)", 0, 30.0 * n, nb_cuda_adamw_update(p, g, m, v, lp, n, cfg, 1, st));
         double *out = dev_zero(8);
-        BENCH("sumsq 124M", 0, 4.0 * n, nb_cuda_sumsq(out, g, n, st));
-        dev_free(p), dev_free(g), dev_free(m), dev_free(v), dev_free(lp), dev_free(out);
+        BENCH("sumsq 125M", 0, 4.0 * n, nb_cuda_sumsq(out, g, n, st));
+        /* GPT-2 124M's tensor table (offsets aligned to 64 elements, as the model's slab) */
+        nb_adamw_span sp[160];
+        int ns = 0;
+        size_t off = 0, lay[12] = {768, 768, 2304 * 768, 2304, 768 * 768, 768, 768, 768, 3072 * 768, 3072,
+                                   768 * 3072, 768};
+#define ADD_SPAN(nel, dec) (sp[ns++] = (nb_adamw_span){off, (nel), (dec) ? 0 : 1}, off += ((nel) + 63) / 64 * 64)
+        ADD_SPAN((size_t)50304 * 768, 1);
+        ADD_SPAN((size_t)1024 * 768, 1);
+        for (int l = 0; l < 12; l++)
+            for (int t = 0; t < 12; t++) ADD_SPAN(lay[t], lay[t] > 3072);
+        ADD_SPAN(768, 0);
+        ADD_SPAN(768, 0);
+#undef ADD_SPAN
+        NB_CHECK(off <= n, NULL, "bench: the GPT-2 table (%zu elements) exceeds the slab", off);
+        nb_adamw_scalars hk[2] = {nb_adamw_prepare(cfg, 1), nb_adamw_prepare(cfg, 1)}, *dk = dev_zero(sizeof hk);
+        CUDA_CHECK(cudaMemcpy(dk, hk, sizeof hk, cudaMemcpyHostToDevice));
+        char label[96];
+        snprintf(label, sizeof label, "adamw %d tensors, one launch each", ns);
+        BENCH(label, 0, 30.0 * off,
+              for (int i = 0; i < ns; i++) nb_cuda_adamw_apply(p + sp[i].offset, g + sp[i].offset, m + sp[i].offset,
+                                                               v + sp[i].offset, (nb_bf16 *)lp + sp[i].offset,
+                                                               sp[i].numel, &dk[sp[i].scalars], NULL, st));
+        snprintf(label, sizeof label, "adamw %d tensors, one launch (spans)", ns);
+        BENCH(label, 0, 30.0 * off, nb_cuda_adamw_apply_spans(p, g, m, v, lp, sp, ns, dk, out, 1.0f, st));
+        dev_free(p), dev_free(g), dev_free(m), dev_free(v), dev_free(lp), dev_free(out), dev_free(dk);
     }
     CUDA_CHECK(cudaEventDestroy(ev0));
     CUDA_CHECK(cudaEventDestroy(ev1));
@@ -951,6 +1108,7 @@ int main(int argc, char **argv) {
     RUN(test_embed);
     RUN(test_xent);
     RUN(test_adamw);
+    RUN(test_adamw_spans);
     CUDA_CHECK(cudaStreamDestroy(st));
     printf("largest relative error: f32 %.2e (tol %.0e), bf16 %.2e (tol %.0e); %.1f s\n", worst[0], TOL[0], worst[1],
            TOL[1], nb_now() - t0);

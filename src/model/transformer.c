@@ -255,6 +255,8 @@ static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B,
     o->lnf_mean = carve(&cv, N * sizeof(float));
     o->lnf_rstd = carve(&cv, N * sizeof(float));
     o->losses = carve(&cv, N * sizeof(float));
+    /* backward scratch: carved last and in this order, so that nb_tf_layer_backward and
+     * nb_tf_head zero runs of it with one memset each (see zero_from) */
     o->dres = carve(&cv, N * C * es);
     o->dln = carve(&cv, N * C * es);
     o->dqkv = carve(&cv, N * (size_t)qkv_width(c) * es);
@@ -346,6 +348,17 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
     be->residual_fwd(ctx, out, s->res2, out, (size_t)N * C);
 }
 
+/* Zeroes the backward scratch from p (one of dres, dln) to the end of `last` (of `bytes`), in one
+ * launch instead of one per buffer: the buffers lie in carve order dres, dln, dqkv, datty, dfch,
+ * dfca (acts_layout); the alignment gaps between them are unused. */
+static void zero_from(const nb_backend_i *be, nb_ctx ctx, const nb_tf_acts *a, void *p, const void *last,
+                      size_t bytes) {
+    const char *c[6] = {a->dres, a->dln, a->dqkv, a->datty, a->dfch, a->dfca};
+    for (int i = 0; i < 5; i++) NB_ASSERT(c[i] < c[i + 1]);
+    NB_ASSERT((const char *)p <= (const char *)last);
+    be->zero(ctx, p, (size_t)((const char *)last - (const char *)p) + bytes);
+}
+
 void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
                           const nb_tf_layer_view *dw, int l, nb_tf_acts *a) {
     const nb_tf_config *c = &m->cfg;
@@ -354,25 +367,25 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
     size_t es = act_es(be);
     const void *x = a->resid[l];
 
+    /* The ops below accumulate into dfca, dfch, dln, datty and dqkv, each starting from zero:
+     * one memset here for all five; dln, the only one used twice, is zeroed again before its
+     * second use. */
+    zero_from(be, ctx, a, a->dln, a->dfca, (size_t)N * c->ffn * es);
+
     /* MLP branch: dres is d(out) = d(res2 through the skip) + d(mlp output) */
-    be->zero(ctx, a->dfca, (size_t)N * c->ffn * es);
     be->matmul_bwd(ctx, a->dfca, dw->t[NB_TF_FCPROJ_W], dw->t[NB_TF_FCPROJ_B], a->dres, s->fca, w->t[NB_TF_FCPROJ_W],
                    N, c->ffn, C);
-    be->zero(ctx, a->dfch, (size_t)N * FC * es);
     if (c->arch == NB_ARCH_GPT2)
         be->gelu_bwd(ctx, a->dfch, s->fch, a->dfca, (size_t)N * c->ffn);
     else
         be->swiglu_bwd(ctx, a->dfch, a->dfca, s->fch, N, c->ffn);
-    be->zero(ctx, a->dln, (size_t)N * C * es);
     be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_FC_W], dw->t[NB_TF_FC_B], a->dfch, s->ln2, w->t[NB_TF_FC_W], N, C, FC);
     norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN2_W], dw->t[NB_TF_LN2_B], a->dln, s->res2, w->t[NB_TF_LN2_W],
              s->ln2_mean, s->ln2_rstd, N);
 
     /* attention branch: dres is now d(res2) */
-    be->zero(ctx, a->datty, (size_t)N * A * es);
     be->matmul_bwd(ctx, a->datty, dw->t[NB_TF_PROJ_W], dw->t[NB_TF_PROJ_B], a->dres, s->atty, w->t[NB_TF_PROJ_W], N,
                    A, C);
-    be->zero(ctx, a->dqkv, (size_t)N * QKV * es);
     be->attention_bwd(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads, c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
         be->rope_bwd(ctx, a->dqkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
@@ -396,9 +409,8 @@ void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const 
         be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
         return;
     }
-    be->zero(ctx, a->dln, (size_t)N * C * es);
+    zero_from(be, ctx, a, a->dres, a->dln, (size_t)N * C * es); /* dres and dln: both accumulate */
     be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
-    be->zero(ctx, a->dres, (size_t)N * C * es);
     norm_bwd(m, be, ctx, a->dres, dlnf_w, dlnf_b, a->dln, x, lnf_w, a->lnf_mean, a->lnf_rstd, N);
 }
 

@@ -73,6 +73,16 @@ typedef struct nb_backend_i {
      * copy in act_dtype) is refreshed when the backend keeps one (NULL otherwise). */
     void (*adamw)(nb_ctx, float *params, const float *grads, float *m, float *v, void *params_lowp, size_t n,
                   const nb_adamw_scalars *k, const float *clip);
+    /* AdamW over every tensor of a slab in one pass (one launch on CUDA): span i updates elements
+     * [offset, offset + numel) of params, grads, m, v (and params_lowp) with k[spans[i].scalars]
+     * (k in backend memory). The gradients are scaled by nb_clip_factor(sqrt(*sumsq), max_norm)
+     * when it is below 1, formed where it is used (sumsq in backend memory; NULL: no clipping),
+     * so no launch of its own. spans is host memory, read during the call (a captured graph keeps
+     * its values); ascending and disjoint; elements between spans are not touched. The same bits
+     * as adamw over each span with clip_factor's result. */
+    void (*adamw_spans)(nb_ctx, float *params, const float *grads, float *m, float *v, void *params_lowp,
+                        const nb_adamw_span *spans, int nspans, const nb_adamw_scalars *k, const double *sumsq,
+                        float max_norm);
     /* params_lowp[0..n) = params converted to act_dtype (NULL-op for fp32 backends) */
     void (*cast_params)(nb_ctx, void *params_lowp, const float *params, size_t n);
 

@@ -89,6 +89,11 @@ static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *
                   const nb_adamw_scalars *k, const float *clip) {
     nb_adamw_apply(p, g, m, v, n, k, clip ? *clip : 1.0f);
 }
+static void adamw_spans(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, const nb_adamw_span *spans,
+                        int nspans, const nb_adamw_scalars *k, const double *sumsq, float max_norm) {
+    float clip = sumsq ? nb_clip_factor(sqrt(*sumsq), max_norm) : 1.0f;
+    nb_adamw_apply_spans(p, g, m, v, spans, nspans, k, clip);
+}
 static void cast_params(nb_ctx c, void *lowp, const float *p, size_t n) {}
 static void *alloc(size_t bytes, const char *what) { return nb_aligned_alloc(bytes, what); }
 static void release(void *p) { free(p); }
@@ -137,6 +142,7 @@ const nb_backend_i nb_backend_cpu = {
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,
     .xent_fwd_bwd = xent_fwd_bwd,
     .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,
+    .adamw_spans = adamw_spans,
     .cast_params = cast_params, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
     .to_host = copy_in, .host_alloc = alloc, .host_free = release,
     .mem_available = mem_available,

@@ -109,6 +109,10 @@ static void adamw(nb_ctx c, float *p, const float *g, float *m, float *v, void *
                   const nb_adamw_scalars *k, const float *clip) {
     nb_cuda_adamw_apply(p, g, m, v, (nb_bf16 *)lowp, n, k, clip, S(c));
 }
+static void adamw_spans(nb_ctx c, float *p, const float *g, float *m, float *v, void *lowp, const nb_adamw_span *spans,
+                        int nspans, const nb_adamw_scalars *k, const double *sumsq, float max_norm) {
+    nb_cuda_adamw_apply_spans(p, g, m, v, (nb_bf16 *)lowp, spans, nspans, k, sumsq, max_norm, S(c));
+}
 static void cast_bf16(nb_ctx c, void *lowp, const float *p, size_t n) { nb_cuda_cast_f32_to_bf16(lowp, p, n, S(c)); }
 static void cast_none(nb_ctx c, void *lowp, const float *p, size_t n) {}
 
@@ -166,8 +170,9 @@ static size_t dev_available(void) {
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
         .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,            \
-        .cast_params = CAST, .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .to_backend = to_dev, \
-        .to_host = to_host, .host_alloc = pinned_alloc, .host_free = pinned_free,                          \
+        .adamw_spans = adamw_spans, .cast_params = CAST, .alloc = dev_alloc, .free = dev_free,             \
+        .zero = dev_zero, .to_backend = to_dev, .to_host = to_host, .host_alloc = pinned_alloc,            \
+        .host_free = pinned_free,                                                                          \
         .mem_available = dev_available,                                                                    \
     }
 

@@ -2,8 +2,14 @@
  *
  * Row kernels: one warp per row (8 rows per 256-thread block); row statistics in fp32, two-pass
  * variance (no cancellation when |mean| >> std), warp sums by xor butterfly. The dw / db
- * reductions over rows run in two fixed-order passes: partial sums over NB_COL_ROWS rows per
- * block, then nb_col_finish adds the partials in order. No atomics anywhere. */
+ * reductions over rows run in two fixed-order passes: partial sums over a fixed block of rows,
+ * then a second pass adds the partials in order. No atomics anywhere.
+ *
+ * LayerNorm backward is one fused pass (ln_bwd_kernel): each warp reads its rows once with
+ * 16-byte loads, keeps them in registers for dinp's second sweep, and adds dout * xhat and dout
+ * into per-warp column sums in shared memory; the block then writes one partial row of dw and
+ * db, and ln_finish_kernel adds the partials in a fixed order. Two launches, ~8 bytes of traffic
+ * per bf16 element (the old path: four launches, dout and inp read twice with 2-byte loads). */
 #include "ops_cuda_common.cuh"
 
 #define ROWS_PER_BLOCK 8
@@ -90,6 +96,224 @@ NB_FOR_EACH_DTYPE(DEF_LN_DINP)
     }
 NB_FOR_EACH_DTYPE(DEF_LN_DPARAMS)
 
+/* ---- LayerNorm backward, fused ---- */
+
+/* Vector access: RAW is what one lane loads (16 bytes, or one element in the scalar variant),
+ * ln_unpack turns it into fp32 (bf16 -> fp32 is exact), ln_st* rounds back (nearest even). */
+static __device__ __forceinline__ float ln_bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+static __device__ __forceinline__ float ln_bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+static __device__ __forceinline__ unsigned ln_bf_pack(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+static __device__ __forceinline__ void ln_unpack(float a, float *v) { v[0] = a; }
+static __device__ __forceinline__ void ln_unpack(nb_bf16_t a, float *v) { v[0] = __bfloat162float(a); }
+static __device__ __forceinline__ void ln_unpack(float4 a, float *v) { v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w; }
+static __device__ __forceinline__ void ln_unpack(uint4 a, float *v) {
+    v[0] = ln_bf_lo(a.x), v[1] = ln_bf_hi(a.x), v[2] = ln_bf_lo(a.y), v[3] = ln_bf_hi(a.y);
+    v[4] = ln_bf_lo(a.z), v[5] = ln_bf_hi(a.z), v[6] = ln_bf_lo(a.w), v[7] = ln_bf_hi(a.w);
+}
+static __device__ __forceinline__ void ln_st1(float *p, const float *v) { *p = v[0]; }
+static __device__ __forceinline__ void ln_st1(nb_bf16_t *p, const float *v) { *p = __float2bfloat16_rn(v[0]); }
+static __device__ __forceinline__ void ln_st4(float *p, const float *v) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void ln_st8(nb_bf16_t *p, const float *v) {
+    *(uint4 *)p = make_uint4(ln_bf_pack(v[0], v[1]), ln_bf_pack(v[2], v[3]), ln_bf_pack(v[4], v[5]),
+                             ln_bf_pack(v[6], v[7]));
+}
+
+/* Layout. A row is nv = C / VEC vectors; lane l of a warp owns vectors l, l + 32, ... (slot k
+ * holds vector 32k + l). Slots below LNB_KEEP stay in registers (raw, 4 registers per slot and
+ * tensor) between the two sweeps over a row (C <= 2048 in bf16, 1024 in fp32); further slots
+ * are read again (L1/L2 hits).
+ * Column sums: warp q of the block owns 2 * Cp floats of shared memory (dw sums, then db sums),
+ * Cp = 32 * VEC * slots; the sum of column (vector 32k + l, element e) sits at index
+ * (k * VEC + e) * 32 + l: every lane only ever touches its own indices (no races, no barrier,
+ * no bank conflicts). Warps per block W depend on C alone (LNB_SMEM_FLOATS bounds W * 2 * Cp),
+ * and block b sums rows [b * R, b * R + R) with R from N alone, warp q taking rows q, q + W, ...:
+ * the partial sums, hence dw and db, have the same bits whatever the vector width or which of
+ * dinp / dw / db are wanted (their products use explicitly rounded intrinsics). */
+#define LNB_KEEP 8
+#define LNB_MAX_WARPS 8
+#define LNB_SMEM_FLOATS 12288 /* 48 KB: the static shared-memory limit, no opt-in needed */
+
+static int lnb_pad_cols(int C) { return (C + 255) / 256 * 256; } /* >= Cp for every VEC */
+static int lnb_warps(int C) {
+    int w = LNB_SMEM_FLOATS / (2 * lnb_pad_cols(C));
+    return w > LNB_MAX_WARPS ? LNB_MAX_WARPS : w; /* 0: C too wide, the unfused path */
+}
+/* rows per block: about 512 blocks for large N (enough to fill the GPU, few partials), at
+ * least 16 rows (two per warp) */
+static int lnb_rows(int N) {
+    int r = (N + 511) / 512;
+    return r < 16 ? 16 : r;
+}
+
+/* Sweep 1 over vector v (slot k) of a row, xv / dv / wv unpacked: row sums of g = w * dout and
+ * g * xhat, and (sums) the column sums of dout * xhat and dout. */
+#define LNB_SWEEP1(VEC)                                                                            \
+    _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                              \
+        const float xhat = __fmul_rn(__fsub_rn(xv[e], m), r), g = __fmul_rn(wv[e], dv[e]);         \
+        sg += g;                                                                                   \
+        sgx += g * xhat;                                                                           \
+        if (sums) {                                                                                \
+            const int si = (k * VEC + e) * 32 + lane;                                              \
+            aw[si] = __fadd_rn(aw[si], __fmul_rn(dv[e], xhat));                                    \
+            ab[si] = __fadd_rn(ab[si], dv[e]);                                                     \
+        }                                                                                          \
+    }
+/* Sweep 2 over vector v: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+#define LNB_SWEEP2(RAW, VEC)                                                                       \
+    {                                                                                              \
+        float ov[VEC];                                                                             \
+        ln_unpack(*(const RAW *)(dx + (size_t)v * VEC), ov);                                       \
+        _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                          \
+            const float xhat = (xv[e] - m) * r, g = wv[e] * dv[e];                                 \
+            ov[e] = ov[e] + (g - mg - xhat * mgx) * r;                                             \
+        }                                                                                          \
+        ln_st##VEC(dx + (size_t)v * VEC, ov);                                                      \
+    }
+
+#define DEF_LN_BWD(NAME, T, RAW, VEC)                                                              \
+    static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)                                \
+        NAME(T *dinp, float *part_w, float *part_b, const T *dout, const T *inp, const T *w,       \
+             const float *mean, const float *rstd, int N, int C, int R) {                          \
+        extern __shared__ float lnb_sh[];                                                          \
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;            \
+        const int nv = C / VEC, K = (nv + 31) >> 5, Cp = K * 32 * VEC;                             \
+        const int sums = part_w != NULL;                                                           \
+        float *aw = lnb_sh + (size_t)wid * 2 * Cp, *ab = aw + Cp;                                  \
+        if (sums) /* this lane's own indices: i % 32 == lane */                                    \
+            for (int i = lane; i < 2 * Cp; i += 32) aw[i] = 0.0f;                                  \
+        const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);                                        \
+        for (int row = r0 + wid; row < r1; row += W) {                                             \
+            const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                      \
+            const float m = mean[row], r = rstd[row];                                              \
+            RAW kx[LNB_KEEP], kd[LNB_KEEP];                                                        \
+            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) { /* all loads in flight first */ \
+                const int v = k * 32 + lane;                                                       \
+                if (v < nv) {                                                                      \
+                    kx[k] = *(const RAW *)(x + (size_t)v * VEC);                                   \
+                    kd[k] = *(const RAW *)(dy + (size_t)v * VEC);                                  \
+                }                                                                                  \
+            }                                                                                      \
+            float sg = 0.0f, sgx = 0.0f;                                                           \
+            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
+                const int v = k * 32 + lane;                                                       \
+                if (v < nv) {                                                                      \
+                    float xv[VEC], dv[VEC], wv[VEC];                                               \
+                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
+                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
+                    LNB_SWEEP1(VEC)                                                                \
+                }                                                                                  \
+            }                                                                                      \
+            for (int k = LNB_KEEP; k < K; k++) {                                                   \
+                const int v = k * 32 + lane;                                                       \
+                if (v >= nv) break;                                                                \
+                float xv[VEC], dv[VEC], wv[VEC];                                                   \
+                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
+                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
+                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
+                LNB_SWEEP1(VEC)                                                                    \
+            }                                                                                      \
+            if (!dinp) continue; /* uniform over the warp */                                       \
+            const float mg = nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;                      \
+            T *dx = dinp + (size_t)row * C;                                                        \
+            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
+                const int v = k * 32 + lane;                                                       \
+                if (v < nv) {                                                                      \
+                    float xv[VEC], dv[VEC], wv[VEC];                                               \
+                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
+                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
+                    LNB_SWEEP2(RAW, VEC)                                                           \
+                }                                                                                  \
+            }                                                                                      \
+            for (int k = LNB_KEEP; k < K; k++) {                                                   \
+                const int v = k * 32 + lane;                                                       \
+                if (v >= nv) break;                                                                \
+                float xv[VEC], dv[VEC], wv[VEC];                                                   \
+                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
+                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
+                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
+                LNB_SWEEP2(RAW, VEC)                                                               \
+            }                                                                                      \
+        }                                                                                          \
+        if (!sums) return;                                                                         \
+        __syncthreads();                                                                           \
+        /* the block's partial row: warps added in order 0..W-1 */                                 \
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {                                        \
+            const int v = c / VEC, e = c - v * VEC, si = ((v >> 5) * VEC + e) * 32 + (v & 31);     \
+            float s1 = 0.0f, s2 = 0.0f;                                                            \
+            for (int q = 0; q < W; q++) {                                                          \
+                s1 = __fadd_rn(s1, lnb_sh[(size_t)q * 2 * Cp + si]);                               \
+                s2 = __fadd_rn(s2, lnb_sh[(size_t)q * 2 * Cp + Cp + si]);                          \
+            }                                                                                      \
+            part_w[(size_t)blockIdx.x * C + c] = s1;                                               \
+            part_b[(size_t)blockIdx.x * C + c] = s2;                                               \
+        }                                                                                          \
+    }
+DEF_LN_BWD(ln_bwd_f32_v4, float, float4, 4)
+DEF_LN_BWD(ln_bwd_f32_v1, float, float, 1)
+DEF_LN_BWD(ln_bwd_bf16_v8, nb_bf16_t, uint4, 8)
+DEF_LN_BWD(ln_bwd_bf16_v1, nb_bf16_t, nb_bf16_t, 1)
+
+/* dw[c] += sum of part_w[k][c] over k, db likewise (blockIdx.y picks which): 16 row lanes add
+ * parts k = lane, lane + 16, ... in order, then lanes 0..15 are added in order. */
+#define LNF_ROWS 16
+static __global__ void ln_finish_kernel(float *dw, float *db, const float *part_w, const float *part_b, int nparts,
+                                        int C) {
+    __shared__ float sh[LNF_ROWS][33];
+    float *dst = blockIdx.y ? db : dw;
+    const float *part = blockIdx.y ? part_b : part_w;
+    if (!dst) return; /* uniform over the block */
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (c < C)
+        for (int k = threadIdx.y; k < nparts; k += LNF_ROWS) s += part[(size_t)k * C + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int i = 0; i < LNF_ROWS; i++) t += sh[i][threadIdx.x];
+        dst[c] += t;
+    }
+}
+
+static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* The fused backward; returns 0 (nothing launched) when C is too wide for its shared memory. */
+#define DEF_LN_BWD_LAUNCH(SFX, KT, VEC)                                                            \
+    static int ln_bwd_fused_##SFX(KT *dinp, float *dw, float *db, const KT *dout, const KT *inp,   \
+                                  const KT *w, const float *mean, const float *rstd, int N, int C, \
+                                  cudaStream_t stream) {                                           \
+        const int W = lnb_warps(C);                                                                \
+        if (W < 1) return 0;                                                                       \
+        const int vec = C % VEC == 0 && ln_aligned16(dout) && ln_aligned16(inp) && ln_aligned16(w) && \
+                        (!dinp || ln_aligned16(dinp));                                             \
+        const int v = vec ? VEC : 1, K = (C / v + 31) / 32, Cp = K * 32 * v;                       \
+        const int R = lnb_rows(N), nparts = (N + R - 1) / R, sums = dw || db;                      \
+        float *part = sums ? (float *)nb_cuda_scratch(2 * (size_t)nparts * C * sizeof(float), stream) : NULL; \
+        float *part_b = sums ? part + (size_t)nparts * C : NULL;                                   \
+        size_t smem = sums ? (size_t)W * 2 * Cp * sizeof(float) : 0;                               \
+        if (vec)                                                                                   \
+            ln_bwd_##SFX##_v##VEC<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, \
+                                                                  N, C, R);                        \
+        else                                                                                       \
+            ln_bwd_##SFX##_v1<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, \
+                                                              C, R);                               \
+        CUDA_CHECK_LAUNCH("layernorm backward (fused)");                                           \
+        if (sums) {                                                                                \
+            ln_finish_kernel<<<dim3((C + 31) / 32, 2), dim3(32, LNF_ROWS), 0, stream>>>(dw, db, part, part_b, \
+                                                                                    nparts, C);    \
+            CUDA_CHECK_LAUNCH("layernorm backward (dw/db partials)");                              \
+            nb_cuda_scratch_free(part, stream);                                                    \
+        }                                                                                          \
+        return 1;                                                                                  \
+    }
+DEF_LN_BWD_LAUNCH(f32, float, 4)
+DEF_LN_BWD_LAUNCH(bf16, nb_bf16_t, 8)
+
 #define DEF_LN_LAUNCHERS(SFX, T, KT)                                                               \
     extern "C" void nb_cuda_layernorm_forward_##SFX(T *out, float *mean, float *rstd, const T *inp, \
                                                      const T *w, const T *b, int N, int C, float eps, \
@@ -107,6 +331,10 @@ NB_FOR_EACH_DTYPE(DEF_LN_DPARAMS)
         const char *name = "nb_cuda_layernorm_backward_" #SFX;                                     \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && mean && rstd, name);                  \
         if (N == 0) return;                                                                        \
+        if (ln_bwd_fused_##SFX((KT *)dinp, dw, db, (const KT *)dout, (const KT *)inp, (const KT *)w, mean, \
+                               rstd, N, C, stream))                                                \
+            return;                                                                                \
+        /* C too wide for the fused kernel's shared memory: row kernel, then column sums */        \
         if (dinp) {                                                                                \
             ln_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                     \
                 (KT *)dinp, (const KT *)dout, (const KT *)inp, (const KT *)w, mean, rstd, N, C);   \

@@ -134,7 +134,9 @@ void nb_cuda_embed_backward_bf16(float *dwte, float *dwpe, const nb_bf16 *dout, 
 
 /* ---- xent.cu ---- As nb_xent_forward_backward, but losses[N] (required) stays on the device:
  * nothing is returned, so nothing waits. A target outside [0, V) gives a NaN loss and no
- * gradient for its row. nb_cuda_sum_f64 turns losses into their sum. */
+ * gradient for its row. nb_cuda_sum_f64 turns losses into their sum. The bf16 variant keeps
+ * the logits in bf16 (the GEMM's output, as torch autocast) and computes in fp32 from them: its
+ * loss and gradient are those of the bf16-rounded logits. */
 void nb_cuda_xent_forward_backward_f32(float *dinp, float *dw, float *losses, const float *inp,
                                        const float *w, const int32_t *targets, int N, int C, int V,
                                        float grad_scale, int chunk_rows, nb_stream_t stream);
@@ -162,6 +164,14 @@ void nb_cuda_adamw_update(float *params, const float *grads, float *m, float *v,
  * memory (clip_dev may be NULL: no clipping): what a captured CUDA graph replays. */
 void nb_cuda_adamw_apply(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16, size_t n,
                          const nb_adamw_scalars *k_dev, const float *clip_dev, nb_stream_t stream);
+/* nb_adamw_apply_spans in one launch (several past 256 tensors): span i updates elements
+ * [offset, offset + numel) of the fp32 slabs (and of params_bf16 when not NULL) with
+ * k_dev[spans[i].scalars]. The clip factor nb_clip_factor(sqrt(*sumsq_dev), max_norm) is formed
+ * in the kernel (sumsq_dev NULL: no clipping). spans is host memory, read before this returns
+ * (a captured graph keeps its values); ascending, disjoint. Bitwise nb_adamw_apply per span. */
+void nb_cuda_adamw_apply_spans(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
+                               const nb_adamw_span *spans, int nspans, const nb_adamw_scalars *k_dev,
+                               const double *sumsq_dev, float max_norm, nb_stream_t stream);
 /* *out = nb_clip_factor(sqrt(*sumsq), max_norm), computed on the device (pointers on the device). */
 void nb_cuda_clip_factor(float *out, const double *sumsq, float max_norm, nb_stream_t stream);
 /* *out = sum of g^2 in double, fixed order (device pointer): the global-norm clip's input. */

@@ -1,51 +1,191 @@
 /* Fused unembedding + softmax cross-entropy on CUDA, chunked over rows like xent.c:
- *   logits[rows, V] = inp_chunk @ w[:V]^T      cuBLASLt, fp32 output in both variants, so the
- *                                              loss never sees bf16-rounded logits
- *   one block per row: max, sum of exp (double), loss = max + log(sum) - logit[target], and
- *   dlogits = grad_scale * (softmax - onehot(target)) (over the logits in fp32; into a bf16
- *   buffer in the bf16 variant, since the gradient GEMMs take bf16 operands)
- *   dinp_chunk += dlogits @ w[:V],  dw[:V] += dlogits^T @ inp_chunk   (nb_cuda_matmul_backward)
- * At most chunk_rows x V logits exist at once; rows V..Vp-1 of w and dw are never touched.
- * Block reductions are fixed trees and the chunks run in order: deterministic. */
+ *   logits[rows, Vg] = inp_chunk @ w[:Vg]^T    cuBLASLt; Vg is V rounded up to 64 when w has
+ *                                              the padding rows (aligned, tensor cores)
+ *   one block per row, two passes over its logits (llm.c's fused classifier does the same):
+ *     1. online softmax (Milakov & Gimelshein 2018): a running max and a sum of exp(x - max),
+ *        rescaled when the max grows, so max and sum come from one read; then
+ *        loss = max + log(sum) - logit[target]
+ *     2. dlogits = grad_scale * (softmax - onehot(target)), written over the logits (the row
+ *        was read just before by the same block, so this read is mostly an L2 hit)
+ *   dinp_chunk += dlogits @ w[:Vg],  dw[:Vg] += dlogits^T @ inp_chunk   (nb_cuda_matmul_backward)
+ * The logits are fp32 in the f32 variant and bf16 in the bf16 variant (XENT_BF16_LOGITS), as
+ * torch autocast and llm.c keep them: half the bytes in the GEMM's output and in both passes,
+ * and the gradient GEMMs take bf16 operands anyway. All arithmetic is fp32 (the sum of exp in
+ * double, as xent.c); the loss and its gradient are those of the bf16-rounded logits, a
+ * rounding-level change of the loss (rel ~1e-3 per row, unbiased). Columns V..Vg-1 come from
+ * w's padding rows: left out of the softmax by index (never by arithmetic, so NaN there cannot
+ * leak in) and given zero gradient, so dw's padding rows only ever get += 0.
+ * At most chunk_rows x Vg logits exist at once. Block reductions are fixed trees, every thread's
+ * share of a row is fixed, and the chunks run in order: deterministic. */
 #include "ops_cuda_common.cuh"
 
 #define ROW_THREADS 512
-/* Default chunk: about 64 MB of fp32 logits (330 rows of GPT-2's 50257). */
-#define CHUNK_BYTES ((size_t)512 << 20) /* ~2600 rows at V = 50257: wide GEMMs, few launches */
+/* Logits per chunk: ~512 MB (about 5000 rows of bf16 logits at Vg = 50304), split evenly over
+ * the chunks: wide GEMMs, few launches. */
+#define CHUNK_BYTES ((size_t)512 << 20)
+/* 1: the bf16 variant keeps its logits in bf16 (see above); 0: in fp32, with a separate bf16
+ * dlogits buffer (3x the row kernel's traffic; for checking the loss against bf16 logits). */
+#ifndef XENT_BF16_LOGITS
+#define XENT_BF16_LOGITS 1
+#endif
 
-/* A target outside [0, V) gives a NaN loss (the caller sees it) and a zero gradient row. */
-#define DEF_XENT_ROW(G)                                                                            \
+/* ---- 16-byte (and 8-byte) vector access, converted to / from fp32 at the memory boundary.
+ * Named by element count; bf16 -> fp32 is exact (a shift), fp32 -> bf16 rounds to nearest even.
+ * Stores are evict-first: the dlogits are read next by the gradient GEMMs, long after this
+ * row's neighbours, whose logits should stay in L2 for their second pass. */
+static __device__ __forceinline__ unsigned bf_pack(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+static __device__ __forceinline__ void xent_ld4(const float *p, float *v) {
+    float4 a = *(const float4 *)p;
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+static __device__ __forceinline__ void xent_st4(float *p, const float *v) {
+    __stcs((float4 *)p, make_float4(v[0], v[1], v[2], v[3]));
+}
+#if XENT_BF16_LOGITS
+static __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+static __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+static __device__ __forceinline__ void xent_ld8(const nb_bf16_t *p, float *v) {
+    uint4 a = *(const uint4 *)p;
+    v[0] = bf_lo(a.x), v[1] = bf_hi(a.x), v[2] = bf_lo(a.y), v[3] = bf_hi(a.y);
+    v[4] = bf_lo(a.z), v[5] = bf_hi(a.z), v[6] = bf_lo(a.w), v[7] = bf_hi(a.w);
+}
+static __device__ __forceinline__ void xent_st8(nb_bf16_t *p, const float *v) {
+    __stcs((uint4 *)p,
+           make_uint4(bf_pack(v[0], v[1]), bf_pack(v[2], v[3]), bf_pack(v[4], v[5]), bf_pack(v[6], v[7])));
+}
+#else
+static __device__ __forceinline__ void xent_st4(nb_bf16_t *p, const float *v) {
+    __stcs((uint2 *)p, make_uint2(bf_pack(v[0], v[1]), bf_pack(v[2], v[3])));
+}
+#endif
+
+/* Online softmax update of a thread's (m, s) by a vector v of VEC columns, all below V: the max
+ * moves first and s is rescaled to it unconditionally (by exp(0) = 1 when it stays: exact, and
+ * no branch between the loads of a batch); the VEC terms (each <= 1) are summed in fp32, then
+ * added to s in double. */
+#define XENT_ONLINE(v, VEC)                                                                        \
+    {                                                                                              \
+        float lm_ = v[0];                                                                          \
+        _Pragma("unroll") for (int e = 1; e < VEC; e++) lm_ = fmaxf(lm_, v[e]);                    \
+        const float nm_ = fmaxf(m, lm_);                                                           \
+        s *= (double)expf(m - nm_);                                                                \
+        m = nm_;                                                                                   \
+        float t_ = 0.0f;                                                                           \
+        _Pragma("unroll") for (int e = 0; e < VEC; e++) t_ += expf(v[e] - m);                      \
+        s += (double)t_;                                                                           \
+    }
+/* v (columns j0.., all below V) -> grad_scale * (softmax - onehot(target)) */
+#define XENT_GRAD(v, j0, VEC)                                                                      \
+    _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                              \
+        const float d_ = expf(v[e] - mx) * scale;                                                  \
+        v[e] = (j0) + e == tj ? d_ - grad_scale : d_;                                              \
+    }
+
+/* Row kernel: LT = logits type, GT = dlogits type (the same buffer when LT == GT), VEC = LT
+ * elements per 16 bytes. vec: rows are 16-byte aligned (ld % VEC == 0, aligned bases), else
+ * every access is scalar. A target outside [0, V) gives a NaN loss and a zero gradient row. */
+#define DEF_XENT_ROW(NAME, LT, GT, VEC)                                                            \
     static __global__ void __launch_bounds__(ROW_THREADS)                                          \
-        xent_row_kernel(G *dlogits, float *losses, const float *logits, const int32_t *targets, int V, \
-                        int ld, float grad_scale, int want_grad) {                                 \
+        NAME(GT *dlogits, float *losses, const LT *logits, const int32_t *targets, int V, int ld,  \
+             float grad_scale, int want_grad, int vec) {                                           \
         __shared__ float shf[32];                                                                  \
         __shared__ double shd[32];                                                                 \
-        const float *x = logits + (size_t)blockIdx.x * ld;                                         \
-        G *dx = dlogits + (size_t)blockIdx.x * ld;                                                 \
-        int target = targets[blockIdx.x];                                                          \
-        int ok = target >= 0 && target < V;                                                        \
-        /* read before the barriers: in place, other threads overwrite x once they are passed */   \
-        float tlogit = ok ? x[target] : 0.0f;                                                      \
-        float mx = -INFINITY;                                                                      \
-        for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);                    \
-        mx = nb_block_max(mx, shf);                                                                \
-        double sum = 0.0;                                                                          \
-        for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(x[j] - mx);          \
-        sum = nb_block_sum_d(sum, shd);                                                            \
-        if (threadIdx.x == 0)                                                                      \
-            losses[blockIdx.x] = ok ? (float)((double)mx + log(sum) - (double)tlogit)              \
-                                    : __int_as_float(0x7fc00000);                                  \
-        if (!want_grad) return;                                                                    \
-        float scale = ok ? (float)((double)grad_scale / sum) : 0.0f;                               \
-        for (int j = threadIdx.x; j < V; j += blockDim.x) {                                        \
-            float v = expf(x[j] - mx) * scale;                                                     \
-            if (ok && j == target) v -= grad_scale;                                                \
-            nb_st(dx + j, v);                                                                      \
+        /* last rows first: the GEMM wrote them last, so they are the likeliest to be in L2 */     \
+        const int row = gridDim.x - 1 - blockIdx.x;                                                \
+        const LT *x = logits + (size_t)row * ld;                                                   \
+        GT *dx = dlogits + (size_t)row * ld;                                                       \
+        const int target = targets[row];                                                           \
+        const int ok = target >= 0 && target < V;                                                  \
+        /* read before the barriers: in place, other threads overwrite x once they are past them */ \
+        const float tlogit = ok ? nb_ld(x + target) : 0.0f;                                        \
+        /* vectors [0, nfull) lie below V: no masks, no branches, so the loads of several          \
+         * iterations go out together; [nfull, nvec) reach into the padding columns; the scalar    \
+         * loops take what no vector covers (everything when !vec) */                              \
+        const int nvec = vec ? ld / VEC : 0, nfull = vec ? V / VEC : 0;                            \
+        /* pass 1: this thread's running max m and sum s of exp(x - m) (s in double) */            \
+        float m = -INFINITY;                                                                       \
+        double s = 0.0;                                                                            \
+        const int bd = blockDim.x;                                                                 \
+        int i = threadIdx.x;                                                                       \
+        for (; i + 3 * bd < nfull; i += 4 * bd) { /* four loads in flight, then the math */        \
+            float v0[VEC], v1[VEC], v2[VEC], v3[VEC];                                              \
+            xent_ld##VEC(x + (size_t)i * VEC, v0), xent_ld##VEC(x + (size_t)(i + bd) * VEC, v1);   \
+            xent_ld##VEC(x + (size_t)(i + 2 * bd) * VEC, v2);                                      \
+            xent_ld##VEC(x + (size_t)(i + 3 * bd) * VEC, v3);                                      \
+            XENT_ONLINE(v0, VEC) XENT_ONLINE(v1, VEC) XENT_ONLINE(v2, VEC) XENT_ONLINE(v3, VEC)    \
         }                                                                                          \
-        /* alignment columns (see xent_gemm_width) carry no gradient */                            \
-        for (int j = V + threadIdx.x; j < ld; j += blockDim.x) nb_st(dx + j, 0.0f);               \
+        for (; i < nfull; i += bd) {                                                               \
+            float v0[VEC];                                                                         \
+            xent_ld##VEC(x + (size_t)i * VEC, v0);                                                 \
+            XENT_ONLINE(v0, VEC)                                                                   \
+        }                                                                                          \
+        for (i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */          \
+            float v[VEC];                                                                          \
+            xent_ld##VEC(x + (size_t)i * VEC, v);                                                  \
+            const int j0 = i * VEC;                                                                \
+            float lm = m;                                                                          \
+            _Pragma("unroll") for (int e = 0; e < VEC; e++) if (j0 + e < V) lm = fmaxf(lm, v[e]);  \
+            if (lm > m) {                                                                          \
+                s *= (double)expf(m - lm);                                                         \
+                m = lm;                                                                            \
+            }                                                                                      \
+            float t = 0.0f;                                                                        \
+            _Pragma("unroll") for (int e = 0; e < VEC; e++) if (j0 + e < V) t += expf(v[e] - m);   \
+            s += (double)t;                                                                        \
+        }                                                                                          \
+        for (int j = nvec * VEC + threadIdx.x; j < V; j += blockDim.x) {                           \
+            float xj = nb_ld(x + j);                                                               \
+            if (xj > m) {                                                                          \
+                s *= (double)expf(m - xj);                                                         \
+                m = xj;                                                                            \
+            }                                                                                      \
+            s += (double)expf(xj - m);                                                             \
+        }                                                                                          \
+        const float mx = nb_block_max(m, shf);                                                     \
+        /* a thread that saw no column has m = -inf, s = 0: it adds 0 (mx is finite) */            \
+        const double sum = nb_block_sum_d(s * (double)expf(m - mx), shd);                          \
+        if (threadIdx.x == 0)                                                                      \
+            losses[row] = ok ? (float)((double)mx + log(sum) - (double)tlogit) : __int_as_float(0x7fc00000); \
+        if (!want_grad) return;                                                                    \
+        /* pass 2: the gradient, over every column of the row (zero past V) */                     \
+        const float scale = ok ? (float)((double)grad_scale / sum) : 0.0f;                         \
+        const int tj = ok ? target : -1;                                                           \
+        for (i = threadIdx.x; i + bd < nfull; i += 2 * bd) { /* two loads in flight */             \
+            float v0[VEC], v1[VEC];                                                                \
+            xent_ld##VEC(x + (size_t)i * VEC, v0), xent_ld##VEC(x + (size_t)(i + bd) * VEC, v1);   \
+            XENT_GRAD(v0, i * VEC, VEC) XENT_GRAD(v1, (i + bd) * VEC, VEC)                         \
+            xent_st##VEC(dx + (size_t)i * VEC, v0), xent_st##VEC(dx + (size_t)(i + bd) * VEC, v1); \
+        }                                                                                          \
+        for (; i < nfull; i += bd) {                                                               \
+            float v0[VEC];                                                                         \
+            xent_ld##VEC(x + (size_t)i * VEC, v0);                                                 \
+            XENT_GRAD(v0, i * VEC, VEC)                                                            \
+            xent_st##VEC(dx + (size_t)i * VEC, v0);                                                \
+        }                                                                                          \
+        for (i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */          \
+            float v[VEC];                                                                          \
+            xent_ld##VEC(x + (size_t)i * VEC, v);                                                  \
+            const int j0 = i * VEC;                                                                \
+            _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                      \
+                const float d = j0 + e < V ? expf(v[e] - mx) * scale : 0.0f;                       \
+                v[e] = j0 + e == tj ? d - grad_scale : d;                                          \
+            }                                                                                      \
+            xent_st##VEC(dx + (size_t)i * VEC, v);                                                 \
+        }                                                                                          \
+        for (int j = nvec * VEC + threadIdx.x; j < ld; j += blockDim.x) {                          \
+            const float d = j < V ? expf(nb_ld(x + j) - mx) * scale : 0.0f;                        \
+            nb_st(dx + j, j == tj ? d - grad_scale : d);                                           \
+        }                                                                                          \
     }
-NB_FOR_EACH_DTYPE(DEF_XENT_ROW)
+DEF_XENT_ROW(xent_row_f32, float, float, 4)
+#if XENT_BF16_LOGITS
+DEF_XENT_ROW(xent_row_bf16, nb_bf16_t, nb_bf16_t, 8)
+#else
+DEF_XENT_ROW(xent_row_bf16, float, nb_bf16_t, 4)
+#endif
 
 /* GEMM width: V rounded up to a multiple of 64 when w has that many rows. Tensor-core GEMMs
  * need 16-byte aligned leading dimensions; at V = 50257 (odd) cuBLASLt fell back to kernels
@@ -56,29 +196,38 @@ static int xent_gemm_width(int V, int w_rows) {
     return w_rows >= aligned ? aligned : V;
 }
 
-static int xent_chunk_rows(int chunk_rows, int N, int V) {
-    if (chunk_rows <= 0) {
-        size_t rows = CHUNK_BYTES / ((size_t)V * sizeof(float));
-        chunk_rows = rows < 1 ? 1 : rows > (size_t)N ? N : (int)rows;
-    }
-    return chunk_rows > N ? N : chunk_rows;
+/* Rows per chunk: chunk_rows if given, else CHUNK_BYTES of logits, spread evenly over the
+ * chunks (no thin last GEMM). A function of the shapes only: the same chunks on every run. */
+static int xent_chunk_rows(int chunk_rows, int N, int Vg, size_t elem) {
+    if (chunk_rows > 0) return chunk_rows > N ? N : chunk_rows;
+    size_t rows = CHUNK_BYTES / ((size_t)Vg * elem);
+    if (rows < 1) rows = 1;
+    if (rows >= (size_t)N) return N;
+    size_t nchunks = ((size_t)N + rows - 1) / rows;
+    return (int)(((size_t)N + nchunks - 1) / nchunks);
 }
 
-/* SAME_BUF: fp32 writes dlogits over its logits; bf16 needs its own buffer. */
-#define DEF_XENT_LAUNCHER(SFX, T, KT, CT, SAME_BUF)                                                \
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* T: operand type; LT, LCT: logits type and its cuBLASLt type; GT: dlogits type; VEC: LT
+ * elements per 16 bytes. */
+#define DEF_XENT_LAUNCHER(SFX, T, LT, LCT, GT, VEC, CT)                                            \
     extern "C" void nb_cuda_xent_padded_##SFX(T *dinp, float *dw, float *losses, const T *inp, const T *w, \
                                               const int32_t *targets, int N, int C, int V, int w_rows, \
                                               float grad_scale, int chunk_rows, nb_stream_t stream) { \
         const char *name = "nb_cuda_xent_forward_backward_" #SFX;                                  \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && V > 0 && w_rows >= V && losses && inp && w && targets, name); \
         if (N == 0) return;                                                                        \
+        const int in_place = sizeof(LT) == sizeof(GT);                                             \
         int Vg = xent_gemm_width(V, w_rows);                                                       \
-        int rows_max = xent_chunk_rows(chunk_rows, N, Vg);                                         \
+        int rows_max = xent_chunk_rows(chunk_rows, N, Vg, sizeof(LT));                             \
         int want_grad = dinp != NULL || dw != NULL;                                                \
         size_t cells = (size_t)rows_max * Vg;                                                      \
-        float *logits = (float *)nb_cuda_scratch(cells * sizeof(float), stream);                   \
-        KT *dlogits = SAME_BUF ? (KT *)logits                                                      \
-                               : want_grad ? (KT *)nb_cuda_scratch(cells * sizeof(KT), stream) : NULL; \
+        LT *logits = (LT *)nb_cuda_scratch(cells * sizeof(LT), stream);                            \
+        GT *dlogits = in_place ? (GT *)logits                                                      \
+                               : want_grad ? (GT *)nb_cuda_scratch(cells * sizeof(GT), stream) : NULL; \
+        /* rows start 16-byte aligned when Vg is a multiple of VEC (scratch is 256-byte aligned) */ \
+        int vec = Vg % VEC == 0 && aligned16(logits) && (!dlogits || aligned16(dlogits));          \
         for (int r0 = 0; r0 < N; r0 += rows_max) {                                                 \
             int rows = N - r0 < rows_max ? N - r0 : rows_max;                                      \
             const T *x = inp + (size_t)r0 * C;                                                     \
@@ -88,18 +237,18 @@ static int xent_chunk_rows(int chunk_rows, int N, int V) {
             g.A = w, g.lda = C;                                                                    \
             g.B = x, g.ldb = C;                                                                    \
             g.D = logits, g.ldd = Vg;                                                              \
-            g.tab = CT, g.td = CUDA_R_32F;                                                         \
+            g.tab = CT, g.td = LCT;                                                                \
             g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
             nb_lt_run(&g, stream, 0);                                                              \
-            xent_row_kernel<<<rows, ROW_THREADS, 0, stream>>>(dlogits ? dlogits : (KT *)logits,    \
-                                                             losses + r0, logits, targets + r0, V, \
-                                                             Vg, grad_scale, want_grad);           \
+            xent_row_##SFX<<<rows, ROW_THREADS, 0, stream>>>(dlogits ? dlogits : (GT *)logits, losses + r0, \
+                                                            logits, targets + r0, V, Vg, grad_scale, \
+                                                            want_grad, vec);                       \
             CUDA_CHECK_LAUNCH("cross-entropy softmax rows");                                       \
             if (want_grad)                                                                         \
                 nb_cuda_matmul_backward_##SFX(dinp ? dinp + (size_t)r0 * C : NULL, dw, NULL,       \
                                               (const T *)dlogits, x, w, rows, C, Vg, stream);      \
         }                                                                                          \
-        if (!SAME_BUF) nb_cuda_scratch_free(dlogits, stream);                                      \
+        if (!in_place) nb_cuda_scratch_free(dlogits, stream);                                      \
         nb_cuda_scratch_free(logits, stream);                                                      \
     }                                                                                              \
     extern "C" void nb_cuda_xent_forward_backward_##SFX(T *dinp, float *dw, float *losses, const T *inp, \
@@ -108,8 +257,12 @@ static int xent_chunk_rows(int chunk_rows, int N, int V) {
                                                          nb_stream_t stream) {                     \
         nb_cuda_xent_padded_##SFX(dinp, dw, losses, inp, w, targets, N, C, V, V, grad_scale, chunk_rows, stream); \
     }
-DEF_XENT_LAUNCHER(f32, float, float, CUDA_R_32F, 1)
-DEF_XENT_LAUNCHER(bf16, nb_bf16, nb_bf16_t, CUDA_R_16BF, 0)
+DEF_XENT_LAUNCHER(f32, float, float, CUDA_R_32F, float, 4, CUDA_R_32F)
+#if XENT_BF16_LOGITS
+DEF_XENT_LAUNCHER(bf16, nb_bf16, nb_bf16_t, CUDA_R_16BF, nb_bf16_t, 8, CUDA_R_16BF)
+#else
+DEF_XENT_LAUNCHER(bf16, nb_bf16, float, CUDA_R_32F, nb_bf16_t, 4, CUDA_R_16BF)
+#endif
 
 extern "C" void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream) {
     NB_CUDA_SHAPE(out && (x || n == 0), "nb_cuda_sum_f64");

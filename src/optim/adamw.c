@@ -59,6 +59,17 @@ void nb_adamw_apply(float *params, const float *grads, float *m, float *v, size_
     }
 }
 
+void nb_adamw_apply_spans(float *params, const float *grads, float *m, float *v, const nb_adamw_span *spans,
+                          int nspans, const nb_adamw_scalars *k, float grad_scale) {
+    NB_ASSERT(nspans >= 0 && (spans || nspans == 0) && k);
+    for (int i = 0; i < nspans; i++) {
+        const nb_adamw_span *s = &spans[i];
+        NB_ASSERT(s->scalars >= 0);
+        nb_adamw_apply(params + s->offset, grads + s->offset, m + s->offset, v + s->offset, s->numel, &k[s->scalars],
+                       grad_scale);
+    }
+}
+
 void nb_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, nb_adamw_cfg cfg, int t) {
     nb_adamw_scalars k = nb_adamw_prepare(cfg, t);
     nb_adamw_apply(params, grads, m, v, n, &k, 1.0f);

@@ -5,32 +5,72 @@
  * intrinsic (__fmul_rn, ...) so nvcc cannot contract a*b+c into an FMA: the GPU result is the
  * CPU result, bit for bit. One thread per element over a contiguous slab, plus the bf16 copy of
  * the new params in the same pass (the weights the next forward reads).
+ * nb_cuda_adamw_apply_spans does the same over every tensor of a model in one launch: the
+ * tensor table travels in the kernel's parameters, each block takes a fixed run of the slab,
+ * finds its first tensor by binary search, and updates the tensors it overlaps with 16-byte
+ * accesses (the same per-element operations, so the same bits).
  * The reductions (sum, sum of squares) go in fixed blocks of REDUCE_BLOCK elements, then one
  * block adds the block sums in a fixed tree: the result depends only on n. */
 #include "ops/ops_cuda_common.cuh"
 
 #include <math.h>
+#include <string.h>
 
 #define THREADS 256
 #define REDUCE_BLOCK 65536
 #define REDUCE_THREADS 512
 
-/* One element of AdamW from prepared scalars (nb_adamw_prepare, optim/adamw.c), with the
- * gradient first multiplied by the clip factor when it is below 1, as the CPU does. */
-static __device__ __forceinline__ void adamw_element(size_t i, float *params, const float *grads, float *m, float *v,
-                                                     nb_bf16_t *lp, const nb_adamw_scalars *k, float clip) {
-    float g = grads[i];
+/* One element of AdamW from prepared scalars (nb_adamw_prepare, optim/adamw.c), in registers,
+ * with the gradient first multiplied by the clip factor when it is below 1, as the CPU does. */
+static __device__ __forceinline__ void adamw_math(float *pp, float g, float *mp, float *vp, const nb_adamw_scalars *k,
+                                                  float clip) {
     if (clip < 1.0f) g = __fmul_rn(g, clip);
-    float p = __fmul_rn(params[i], k->decay);
-    float mi = __fadd_rn(m[i], __fmul_rn(k->w1, __fsub_rn(g, m[i])));
-    float vi = __fmul_rn(v[i], k->b2);
+    const float m0 = *mp;
+    float p = __fmul_rn(*pp, k->decay);
+    float mi = __fadd_rn(m0, __fmul_rn(k->w1, __fsub_rn(g, m0)));
+    float vi = __fmul_rn(*vp, k->b2);
     vi = __fadd_rn(vi, __fmul_rn(__fmul_rn(k->w2, g), g));
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k->bc2_sqrt), k->eps);
-    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k->neg_step, mi), denom));
+    *pp = __fadd_rn(p, __fdiv_rn(__fmul_rn(k->neg_step, mi), denom));
+    *mp = mi;
+    *vp = vi;
+}
+
+static __device__ __forceinline__ void adamw_element(size_t i, float *params, const float *grads, float *m, float *v,
+                                                     nb_bf16_t *lp, const nb_adamw_scalars *k, float clip) {
+    float p = params[i], mi = m[i], vi = v[i];
+    adamw_math(&p, grads[i], &mi, &vi, k, clip);
     params[i] = p;
     m[i] = mi;
     v[i] = vi;
     if (lp) lp[i] = __float2bfloat16_rn(p);
+}
+
+static __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+/* Elements i..i+3 (i % 4 == 0, 16-byte aligned slabs, 8-byte aligned bf16 copy). */
+static __device__ __forceinline__ void adamw_vec4(size_t i, float *params, const float *grads, float *m, float *v,
+                                                  nb_bf16_t *lp, const nb_adamw_scalars *k, float clip) {
+    float4 p = *(const float4 *)(params + i), g = *(const float4 *)(grads + i);
+    float4 mm = *(const float4 *)(m + i), vv = *(const float4 *)(v + i);
+    adamw_math(&p.x, g.x, &mm.x, &vv.x, k, clip);
+    adamw_math(&p.y, g.y, &mm.y, &vv.y, k, clip);
+    adamw_math(&p.z, g.z, &mm.z, &vv.z, k, clip);
+    adamw_math(&p.w, g.w, &mm.w, &vv.w, k, clip);
+    *(float4 *)(params + i) = p;
+    *(float4 *)(m + i) = mm;
+    *(float4 *)(v + i) = vv;
+    if (lp) *(uint2 *)(lp + i) = make_uint2(bf16x2_bits(p.x, p.y), bf16x2_bits(p.z, p.w));
+}
+
+/* nb_clip_factor (optim/adamw.c) in the same double arithmetic. */
+static __device__ __forceinline__ float clip_factor_of(double sumsq, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    double f = (double)max_norm / (sqrt(sumsq) + 1e-6);
+    return isnan(f) ? (float)f : f < 1.0 ? (float)f : 1.0f;
 }
 
 /* Scalars by value (formed on the host for this launch). */
@@ -71,19 +111,110 @@ extern "C" void nb_cuda_adamw_apply(float *params, const float *grads, float *m,
     CUDA_CHECK_LAUNCH("adamw apply");
 }
 
-/* nb_clip_factor (optim/adamw.c) on the device, in the same double arithmetic. */
 static __global__ void clip_factor_kernel(float *out, const double *sumsq, float max_norm) {
-    if (max_norm <= 0.0f) {
-        *out = 1.0f;
-        return;
-    }
-    double f = (double)max_norm / (sqrt(*sumsq) + 1e-6);
-    *out = isnan(f) ? (float)f : f < 1.0 ? (float)f : 1.0f;
+    *out = clip_factor_of(*sumsq, max_norm);
 }
 
 extern "C" void nb_cuda_clip_factor(float *out, const double *sumsq, float max_norm, nb_stream_t stream) {
     clip_factor_kernel<<<1, 1, 0, stream>>>(out, sumsq, max_norm);
     CUDA_CHECK_LAUNCH("clip factor");
+}
+
+/* ---- AdamW over the tensors of a slab, one launch ---- */
+
+#define SPAN_THREADS 256
+#define SPAN_ELEMS 4096       /* slab elements per block (4 float4 per thread) */
+#define SPANS_PER_LAUNCH 256  /* the table below stays under the 4 KB of kernel parameters */
+#define SPAN_MAX_NUMEL (1u << 30) /* longer tensors take several table entries */
+
+/* Non-empty tensors in ascending, non-overlapping order; the launch covers [lo, hi). */
+typedef struct {
+    unsigned long long off[SPANS_PER_LAUNCH]; /* first element */
+    unsigned int n[SPANS_PER_LAUNCH];         /* elements */
+    unsigned char kix[SPANS_PER_LAUNCH];      /* which scalars */
+    unsigned long long lo, hi;
+    int count;
+} adamw_span_table;
+static_assert(sizeof(adamw_span_table) + 64 <= 4096, "the span table must fit the kernel parameters");
+
+static __global__ void __launch_bounds__(SPAN_THREADS)
+    adamw_spans_kernel(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp,
+                       const __grid_constant__ adamw_span_table t, const nb_adamw_scalars *ks, const double *sumsq,
+                       float max_norm, int vec) {
+    const unsigned long long c0 = t.lo + (unsigned long long)blockIdx.x * SPAN_ELEMS;
+    const unsigned long long c1 = c0 + SPAN_ELEMS < t.hi ? c0 + SPAN_ELEMS : t.hi;
+    const float clip = sumsq ? clip_factor_of(*sumsq, max_norm) : 1.0f;
+    /* the first tensor that ends after c0 (ends ascend with the offsets) */
+    int a = 0, b = t.count - 1;
+    while (a < b) {
+        int mid = (a + b) >> 1;
+        if (t.off[mid] + t.n[mid] > c0)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    for (int s = a; s < t.count && t.off[s] < c1; s++) {
+        const unsigned long long s0 = t.off[s] > c0 ? t.off[s] : c0;
+        const unsigned long long e = t.off[s] + t.n[s], s1 = e < c1 ? e : c1;
+        if (s0 >= s1) continue;
+        const nb_adamw_scalars k = ks[t.kix[s]];
+        size_t body = s0; /* [s0, body): scalar head up to a multiple of 4; then float4; then the tail */
+        if (vec) {
+            body = (s0 + 3) & ~3ull;
+            if (body > s1) body = s1;
+        }
+        for (size_t i = s0 + threadIdx.x; i < body; i += blockDim.x)
+            adamw_element(i, params, grads, m, v, lp, &k, clip);
+        const size_t n4 = vec ? (s1 - body) >> 2 : 0;
+        for (size_t j = threadIdx.x; j < n4; j += blockDim.x)
+            adamw_vec4(body + 4 * j, params, grads, m, v, lp, &k, clip);
+        for (size_t i = body + 4 * n4 + threadIdx.x; i < s1; i += blockDim.x)
+            adamw_element(i, params, grads, m, v, lp, &k, clip);
+    }
+}
+
+static void spans_launch(float *params, const float *grads, float *m, float *v, nb_bf16_t *lp, adamw_span_table *t,
+                         const nb_adamw_scalars *k_dev, const double *sumsq_dev, float max_norm, int vec,
+                         cudaStream_t stream) {
+    if (t->count == 0) return;
+    t->lo = t->off[0];
+    t->hi = t->off[t->count - 1] + t->n[t->count - 1];
+    unsigned long long blocks = (t->hi - t->lo + SPAN_ELEMS - 1) / SPAN_ELEMS;
+    NB_CUDA_SHAPE(blocks <= 0x7fffffffull, "nb_cuda_adamw_apply_spans");
+    adamw_spans_kernel<<<(unsigned)blocks, SPAN_THREADS, 0, stream>>>(params, grads, m, v, lp, *t, k_dev, sumsq_dev,
+                                                                      max_norm, vec);
+    CUDA_CHECK_LAUNCH("adamw over a slab's tensors");
+    memset(t, 0, sizeof *t);
+}
+
+extern "C" void nb_cuda_adamw_apply_spans(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,
+                                          const nb_adamw_span *spans, int nspans, const nb_adamw_scalars *k_dev,
+                                          const double *sumsq_dev, float max_norm, nb_stream_t stream) {
+    const char *name = "nb_cuda_adamw_apply_spans";
+    NB_CUDA_SHAPE(params && grads && m && v && k_dev && nspans >= 0 && (spans || nspans == 0), name);
+    nb_bf16_t *lp = (nb_bf16_t *)params_bf16;
+    const int vec = ((uintptr_t)params & 15u) == 0 && ((uintptr_t)grads & 15u) == 0 && ((uintptr_t)m & 15u) == 0 &&
+                    ((uintptr_t)v & 15u) == 0 && ((uintptr_t)lp & 7u) == 0;
+    adamw_span_table t;
+    memset(&t, 0, sizeof t);
+    size_t end = 0;
+    for (int i = 0; i < nspans; i++) {
+        const nb_adamw_span *sp = &spans[i];
+        /* ascending and disjoint: the kernel's binary search relies on it */
+        NB_CUDA_SHAPE(sp->offset >= end && sp->scalars >= 0 && sp->scalars < 256, name);
+        end = sp->offset + sp->numel;
+        for (size_t done = 0; done < sp->numel;) {
+            size_t n = sp->numel - done < SPAN_MAX_NUMEL ? sp->numel - done : SPAN_MAX_NUMEL;
+            if (t.count == SPANS_PER_LAUNCH)
+                spans_launch(params, grads, m, v, lp, &t, k_dev, sumsq_dev, max_norm, vec, stream);
+            t.off[t.count] = sp->offset + done;
+            t.n[t.count] = (unsigned)n;
+            t.kix[t.count] = (unsigned char)sp->scalars;
+            t.count++;
+            done += n;
+        }
+    }
+    spans_launch(params, grads, m, v, lp, &t, k_dev, sumsq_dev, max_norm, vec, stream);
 }
 
 static __global__ void scale_kernel(float *g, size_t n, float s) {

@@ -33,6 +33,17 @@ nb_adamw_scalars nb_adamw_prepare(nb_adamw_cfg cfg, int t);
 void nb_adamw_apply(float *params, const float *grads, float *m, float *v, size_t n, const nb_adamw_scalars *k,
                     float grad_scale);
 
+/* One tensor of a slab for nb_adamw_apply_spans: elements [offset, offset + numel), updated with
+ * the scalars k[scalars] (the trainer passes k[0] with weight decay, k[1] without). */
+typedef struct {
+    size_t offset, numel;
+    int scalars;
+} nb_adamw_span;
+/* nb_adamw_apply over each span in turn, with its own scalars: the same bits as one call per
+ * tensor. Elements outside every span (alignment padding) are not touched. */
+void nb_adamw_apply_spans(float *params, const float *grads, float *m, float *v, const nb_adamw_span *spans,
+                          int nspans, const nb_adamw_scalars *k, float grad_scale);
+
 /* Sum of squares of g in double, summed in fixed-size blocks in a fixed order, so the result
  * does not depend on the thread count. */
 double nb_sumsq(const float *g, size_t n);

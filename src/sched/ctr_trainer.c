@@ -14,6 +14,7 @@
 #include "host.h"
 #include "io/json.h"
 #include "lanes/lanes.h"
+#include "sched/timeline.h"
 #include "optim/optim.h"
 #include "optim/optim_sparse.h"
 
@@ -639,6 +640,16 @@ static int cmp_double(const void *a, const void *b) {
  * heuristics and caches. */
 static int warmup_steps(int steps) { return steps >= 20 ? 10 : steps / 2; }
 
+/* timeline.svg of one step in the run directory */
+static void write_timeline(nb_lanes *lanes, const nb_ctr_opts *o, int step) {
+    char path[NB_PATH_MAX + 32], title[256];
+    snprintf(path, sizeof path, "%s/timeline.svg", o->out);
+    snprintf(title, sizeof title, "seqctr step %d: --schedule %s%s, batch %d, %s", step, o->schedule,
+             strcmp(o->schedule, "erase") ? "" : (!strcmp(o->erase_dispatch, "async") ? " (async)" : " (blocking)"),
+             o->batch, o->device);
+    nb_timeline_write(lanes, path, title);
+}
+
 /* "dense fwd 3" is a span of the phase "dense fwd" */
 static int phase_named(const char *span, const char *phase) {
     size_t n = strlen(phase);
@@ -713,6 +724,7 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
             overlap_sum += st.overlap_pct;
         }
         if (is_last && o->trace[0]) nb_lanes_write_chrome_trace(lanes, o->trace);
+        if (is_last && o->out[0]) write_timeline(lanes, o, step);
         nb_lanes_trace_clear(lanes);
         NB_CHECK(isfinite(loss), "lower --lr or --emb-lr", "the loss became %g at step %d", loss, step);
         if (do_eval) {

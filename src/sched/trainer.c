@@ -143,16 +143,19 @@ void nb_work_optim(void *arg, const nb_task_ctx *ctx) {
     const nb_tf_model *m = &tr->model;
     nb_step_scalars *d = tr->d_step;
     /* alignment padding between tensors holds zeros, so the whole slab gives the global norm;
-     * the clip factor stays in backend memory: nothing here waits for the device */
+     * the clip factor is formed from it inside the AdamW pass: nothing here waits for the device */
     be->sumsq_f64(ctx, &d->sumsq, tr->d_grads, m->total);
-    be->clip_factor(ctx, &d->clip, &d->sumsq, tr->o.grad_clip);
     be->to_backend(ctx, d->k, tr->h_step->k, sizeof d->k);
+    /* every tensor in one pass (one launch on CUDA, instead of one per tensor); the table is read
+     * during the call (a captured graph keeps it), so it can go right after */
+    nb_adamw_span *spans = nb_malloc((size_t)m->nparams * sizeof *spans, "AdamW tensor table");
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
-        void *lowp = lowp_weights(tr) ? (char *)tr->d_weights + p->offset * es_of(tr) : NULL;
-        be->adamw(ctx, tr->d_params + p->offset, tr->d_grads + p->offset, tr->d_m + p->offset, tr->d_v + p->offset,
-                  lowp, p->numel, &d->k[p->decay ? 0 : 1], &d->clip);
+        spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
     }
+    be->adamw_spans(ctx, tr->d_params, tr->d_grads, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, spans,
+                    m->nparams, d->k, &d->sumsq, tr->o.grad_clip);
+    free(spans);
 }
 
 /* Host side, before the step: the AdamW scalars of step tr->step. */
