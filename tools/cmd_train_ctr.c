@@ -67,6 +67,7 @@ int nb_ctr_train_main(int argc, char **argv) {
         {"eval-samples", ARG_INT, &o.eval_samples, 0, "N", "held-out samples (synth, criteo)", 1, 0},
         {"strict", ARG_BOOL, &o.strict, 0, NULL, "criteo: stop at the first bad line (default: skip and count)", 0, 0},
         {"out", ARG_STR, o.out, sizeof o.out, "DIR", "run directory: metrics.jsonl, model.safetensors", 0, 0},
+        {"no-ckpt", ARG_BOOL, &o.no_ckpt, 0, NULL, "write no model.safetensors (benchmarks)", 0, 0},
         {"threads", ARG_INT, &o.threads, 0, "N", "CPU threads (0: all cores)", 0, 0},
         {"log-every", ARG_INT, &o.log_every, 0, "N", "progress line every N steps (0: none)", 0, 0},
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "print only errors and the eval lines", 0, 0},

@@ -219,7 +219,8 @@ static void alloc_acts(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
     size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0;
     size_t NH = MB * (size_t)c->max_len, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
-    a->dense = on_cpu(m) ? NULL : A(m, MB * NB_SC_NDENSE, "seqctr dense inputs");
+    /* fp32 backends read the fp32 inputs directly; others get a converted copy */
+    a->dense = m->be->act_dtype == NB_F32 ? NULL : A(m, MB * NB_SC_NDENSE, "seqctr dense inputs");
     a->a1 = A(m, MB * NB_SC_BOTTOM1, "seqctr bottom");
     a->a2 = A(m, MB * NB_SC_BOTTOM2, "seqctr bottom");
     a->bot = A(m, MB * E, "seqctr bottom");

@@ -767,8 +767,8 @@ nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {
         nb_ctr_eval pb = popularity_baseline(&r.src);
         print_eval("baseline-popularity", o->steps, &pb);
     }
-    if (metrics) {
-        fclose(metrics);
+    if (metrics) fclose(metrics);
+    if (metrics && !o->no_ckpt) {
         char path[NB_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out);
         nb_sc_to_host(&r.m);

@@ -39,6 +39,7 @@ typedef struct {
     char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async (a thread per side lane) */
     char trace[NB_PATH_MAX]; /* Chrome trace of the last step ("" off) */
     int side_lanes;          /* erase: side lanes for the segments' backward (round robin) */
+    int no_ckpt;             /* write no model.safetensors (benchmarks) */
     int steps, batch, eval_every, eval_samples, threads, log_every;
     int strict; /* criteo: the first bad line is fatal */
     float lr, emb_lr, weight_decay;
