@@ -110,7 +110,7 @@ for B in ${batches//,/ }; do
     fi
     # --out in $TMP: the run ends with a checkpoint of every embedding table (GBs at these sizes)
     timeout "$t" "$NB" train --model seqctr --device "$DEVICE" --data "$SPEC" --emb-dim "$EMB" --max-len "$MAX_LEN" \
-        --table-cap "$TABLE_CAP" --batch "$B" --steps $(( steps + WARM )) --eval-samples 4096 --out "$TMP/nb-b$B" \
+        --table-cap "$TABLE_CAP" --batch "$B" --steps $(( steps + WARM )) --eval-samples 4096 --no-ckpt --out "$TMP/nb-b$B" \
         >"$dir/train.log" 2>&1
     rc=$?
     cp "$TMP/nb-b$B/metrics.jsonl" "$dir/" 2>/dev/null
