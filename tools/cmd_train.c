@@ -104,6 +104,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain", 0, 0},
         {"steps", ARG_INT, &o.steps, 0, "N", "total optimizer steps", 1, 0},
         {"stop-after", ARG_INT, &o.stop_after, 0, "N", "stop (with a checkpoint) after this step; resume later", 0, 0},
+        {"time-limit", ARG_FLOAT, &o.time_limit, 0, "S", "stop (with a checkpoint) once S seconds of training have passed", 0, 0},
         {"batch", ARG_INT, &o.batch, 0, "B", "sequences per step", 1, 0},
         {"lr", ARG_FLOAT, &o.lr, 0, "X", "peak learning rate", 0, 0},
         {"min-lr-frac", ARG_FLOAT, &o.min_lr_frac, 0, "X", "final lr as a fraction of --lr", 0, 0},

@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "core.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "ops/ops_ctr.h"
 
 /* Checked before any parallel region so that nb_fail exits from the calling thread. */
@@ -131,16 +134,92 @@ static int embag_groups(const int32_t *inverse, int n, int32_t **start_out, int3
     return U;
 }
 
+/* Stable parallel LSD radix sort of keys (row << 32 | position) by row: each thread counts and
+ * scatters one contiguous chunk, and the chunks' slots are laid out in chunk order, so the result
+ * is the serial stable sort's for any thread count. */
+/* The sorted keys end in a after an even number of passes, in b after an odd one. */
+static void radix_sort_rows(uint64_t *a, uint64_t *b, int n, int64_t maxrow) {
+    int nt = 1;
+#ifdef _OPENMP
+    nt = n < 65536 ? 1 : omp_get_max_threads();
+    if (nt > 64) nt = 64;
+#endif
+    size_t *count = nb_malloc((size_t)nt * NB_EMBAG_RADIX * sizeof(size_t), "radix counts");
+    for (int shift = 32; shift < 64 && (maxrow >> (shift - 32)) > 0; shift += NB_EMBAG_RADIX_BITS) {
+#pragma omp parallel num_threads(nt)
+        {
+            int t = 0;
+#ifdef _OPENMP
+            t = omp_get_thread_num();
+#endif
+            int lo = (int)((int64_t)n * t / nt), hi = (int)((int64_t)n * (t + 1) / nt);
+            size_t *c = count + (size_t)t * NB_EMBAG_RADIX;
+            memset(c, 0, NB_EMBAG_RADIX * sizeof(size_t));
+            for (int i = lo; i < hi; i++) c[(a[i] >> shift) & (NB_EMBAG_RADIX - 1)]++;
+#pragma omp barrier
+#pragma omp single
+            {
+                size_t sum = 0;
+                for (int d = 0; d < NB_EMBAG_RADIX; d++)
+                    for (int u = 0; u < nt; u++) {
+                        size_t v = count[(size_t)u * NB_EMBAG_RADIX + d];
+                        count[(size_t)u * NB_EMBAG_RADIX + d] = sum;
+                        sum += v;
+                    }
+            }
+            for (int i = lo; i < hi; i++) b[c[(a[i] >> shift) & (NB_EMBAG_RADIX - 1)]++] = a[i];
+        }
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    free(count);
+}
+
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
                            int n) {
-    int U = nb_embag_unique(uniq, inverse, rows, n);
-    memset(seg, 0, ((size_t)U + 1) * sizeof(int32_t));
-    for (int i = 0; i < n; i++) seg[inverse[i] + 1]++;
-    for (int u = 0; u < U; u++) seg[u + 1] += seg[u];
-    int32_t *fill = nb_malloc(((size_t)U + 1) * sizeof(int32_t), "embedding gradient groups");
-    memcpy(fill, seg, ((size_t)U + 1) * sizeof(int32_t));
-    for (int i = 0; i < n; i++) order[fill[inverse[i]]++] = i; /* position order inside each group */
-    free(fill);
+    NB_ASSERT(n >= 0 && (n == 0 || (uniq && order && seg && inverse && rows)));
+    int64_t maxrow = 0;
+    for (int i = 0; i < n; i++) {
+        NB_CHECK(rows[i] >= 0, "map ids to rows with id mod rows_t before the lookup",
+                 "negative embedding row %lld at lookup %d", (long long)rows[i], i);
+        if (rows[i] > maxrow) maxrow = rows[i];
+    }
+    seg[0] = 0;
+    if (n == 0) return 0;
+    if (maxrow >= ((int64_t)1 << 32)) { /* rare: too many rows to pack; the general path */
+        int U = nb_embag_unique(uniq, inverse, rows, n);
+        memset(seg, 0, ((size_t)U + 1) * sizeof(int32_t));
+        for (int i = 0; i < n; i++) seg[inverse[i] + 1]++;
+        for (int u = 0; u < U; u++) seg[u + 1] += seg[u];
+        int32_t *fill = nb_malloc(((size_t)U + 1) * sizeof(int32_t), "embedding gradient groups");
+        memcpy(fill, seg, ((size_t)U + 1) * sizeof(int32_t));
+        for (int i = 0; i < n; i++) order[fill[inverse[i]]++] = i; /* position order inside each group */
+        free(fill);
+        return U;
+    }
+    uint64_t *a = nb_malloc((size_t)n * sizeof(uint64_t), "embedding dedup keys");
+    uint64_t *b = nb_malloc((size_t)n * sizeof(uint64_t), "embedding dedup keys");
+    for (int i = 0; i < n; i++) a[i] = (uint64_t)rows[i] << 32 | (uint32_t)i;
+    int passes = 0;
+    for (int shift = 32; shift < 64 && (maxrow >> (shift - 32)) > 0; shift += NB_EMBAG_RADIX_BITS) passes++;
+    radix_sort_rows(a, b, n, maxrow);
+    const uint64_t *sorted = passes % 2 ? b : a;
+    /* sorted by row, equal rows in position order: the groups, in order, are the unique rows */
+    int U = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t row = (int64_t)(sorted[k] >> 32);
+        int32_t pos = (int32_t)(sorted[k] & 0xffffffffu);
+        if (k == 0 || row != uniq[U - 1]) {
+            seg[U] = k;
+            uniq[U++] = row;
+        }
+        order[k] = pos;
+        inverse[pos] = U - 1;
+    }
+    seg[U] = n;
+    free(a);
+    free(b);
     return U;
 }
 

@@ -534,7 +534,9 @@ void nb_trainer_run(nb_trainer *tr) {
         NB_CHECK(isfinite(loss), "lower --lr, or check the data", "the loss became %g at step %d", loss, step);
         series_push(&tr->train_hist, step, loss);
 
-        int is_last = step + 1 == end;
+        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint) */
+        int out_of_time = o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit;
+        int is_last = step + 1 == end || out_of_time;
         double val = NAN;
         if (tr->has_val && o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || is_last)) {
             val = nb_trainer_eval_shard(tr, o->val_data, o->eval_batches);
@@ -581,6 +583,13 @@ void nb_trainer_run(nb_trainer *tr) {
                     eta);
         }
         if (!o->trace[0]) nb_lanes_trace_clear(tr->lanes); /* keep memory flat on long runs */
+        if (out_of_time && step + 1 < end) {
+            tr->step++;
+            end = tr->step;
+            fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
+                    (double)o->time_limit, end);
+            break;
+        }
     }
     double wall = nb_now() - run_t0;
     if (end > first)

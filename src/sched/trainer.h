@@ -28,6 +28,7 @@ typedef struct nb_train_opts {
     int progress; /* 1: progress line on a terminal */
     int graphs;   /* capture the training step once (CUDA graph) and replay it */
     int no_ckpt;  /* write no checkpoint (benchmarks) */
+    float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
