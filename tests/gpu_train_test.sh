@@ -3,7 +3,9 @@
 #  - fp32 mode (TF32 off) follows the CPU reference step by step (losses within 1e-4 relative);
 #  - bf16 mode learns; two GPU runs with one seed are bitwise identical; resume is bitwise;
 #  - --graphs replays equal eager steps bitwise; a plan over --gpu-mem-limit fails before training;
-#  - eval and sample run on the GPU.
+#  - eval and sample run on the GPU;
+#  - ERASE (--detach, --schedule erase, both dispatch modes and --graphs) is bitwise plain and
+#    overlaps (overlap_pct > 0).
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
 need_sotu
@@ -32,6 +34,18 @@ for model in gpt2-tiny llama-tiny; do
     last=$(tail -n 1 "$TMP/bf16-$model/metrics.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
     awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 1)}' && pass "$model: bf16 loss $first -> $last" || fail "$model: bf16 loss $first -> $last"
 done
+# ERASE on the GPU: detached segments' backward on side streams gives plain's bits and overlaps
+E=(--model gpt2-proxy --layers 4 --detach 1,2 --batch 8 --steps 20 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --device cuda)
+$NB train "${E[@]}" --schedule plain --out "$TMP/e-plain" || fail "gpu detached plain"
+for v in "--erase-dispatch blocking" "--erase-dispatch async" "--graphs"; do
+    d=$TMP/e-$(echo $v | tr -dc 'a-z')
+    $NB train "${E[@]}" --schedule erase $v --out "$d" || fail "gpu erase $v"
+    cmp -s "$TMP/e-plain/ckpt/model.safetensors" "$d/ckpt/model.safetensors" \
+        && pass "GPU erase ($v) is bitwise equal to detached plain" || fail "GPU erase ($v) differs from plain"
+done
+ov=$(grep -o '"overlap_pct":[0-9.e+-]*' "$TMP/e-erasedispatchblocking/metrics.jsonl" | tail -n 10 | cut -d: -f2 | sort -g | tail -n 1)
+awk -v o="$ov" 'BEGIN {exit !(o > 0)}' && pass "GPU erase: side-stream work overlaps the main stream (overlap_pct up to $ov)" \
+    || fail "GPU erase: no overlap ($ov)"
 expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --device cuda --batch 8 --gpu-mem-limit 1000000000 --data "$TRAIN" --val-data none --steps 1
 out=$($NB eval --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --data "$VAL" --batches 2 2>&1) && pass "eval on cuda: $out" || fail "eval on cuda: $out"
 s=$($NB sample --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --prompt "The" --tokens 10 2>&1) && [ ${#s} -gt 5 ] \

@@ -101,7 +101,11 @@ int nb_cmd_train(int argc, char **argv) {
         {"device", ARG_STR, o.device, sizeof o.device, "DEV", "cpu, cuda or cuda:N", 0, 0},
         {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 (default on cuda) or fp32 (TF32 off)", 0, 0},
         {"gpu-mem-limit", ARG_U64, &o.gpu_mem_limit, 0, "BYTES", "cap the GPU memory plan (0: what is free)", 0, 0},
-        {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain", 0, 0},
+        {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain, or erase (detached segments' backward on side lanes)", 0, 0},
+        {"detach", ARG_STR, o.detach, sizeof o.detach, "CUTS", "detach the residual stream after these layer counts, like 2,4 (local heads)", 0, 0},
+        {"aux-weight", ARG_FLOAT, &o.aux_weight, 0, "X", "weight of the local heads' losses (with --detach)", 0, 0},
+        {"side-lanes", ARG_INT, &o.side_lanes, 0, "K", "erase: side lanes, round robin over the segments", 1, 0},
+        {"erase-dispatch", ARG_STR, o.erase_dispatch, sizeof o.erase_dispatch, "MODE", "erase: blocking or async (a thread per side lane)", 0, 0},
         {"steps", ARG_INT, &o.steps, 0, "N", "total optimizer steps", 1, 0},
         {"stop-after", ARG_INT, &o.stop_after, 0, "N", "stop (with a checkpoint) after this step; resume later", 0, 0},
         {"time-limit", ARG_FLOAT, &o.time_limit, 0, "S", "stop (with a checkpoint) once S seconds of training have passed", 0, 0},
@@ -135,6 +139,10 @@ int nb_cmd_train(int argc, char **argv) {
     if (quiet) nb_verbosity = 0;
     if (resume) snprintf(o.resume, sizeof o.resume, "%s", ckpt_dir);
 
+    if (o.graphs && !strcmp(o.schedule, "erase") && !strcmp(o.erase_dispatch, "async"))
+        nb_usage_error("train", "--graphs captures the step once, so its dispatch is fixed: use --erase-dispatch blocking with --graphs");
+    if (!strcmp(o.schedule, "erase") && !o.detach[0])
+        fprintf(stderr, "note: --schedule erase without --detach: one segment, nothing to overlap\n");
     static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
     NB_CHECK(file_exists(o.data), fetch_hint, "training data '%s' not found", o.data);
     if (o.val_data[0] && !nb_args_seen(args, nargs, "val-data") && !file_exists(o.val_data)) {
@@ -171,6 +179,9 @@ void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads,
     snprintf(o->device, sizeof o->device, "%s", device);
     o->precision[0] = 0;
     o->seq = o->model.seq;
+    /* forward only: no segments, no side lanes */
+    o->detach[0] = 0;
+    snprintf(o->schedule, sizeof o->schedule, "plain");
     (void)cmd;
 }
 

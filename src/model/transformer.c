@@ -225,6 +225,23 @@ static void *carve(carver *cv, size_t bytes) {
 }
 
 /* One routine both sizes and binds the activation slab, so the two can never disagree. */
+/* The head's buffers and the backward scratch. Carved last and in this order, so that
+ * nb_tf_layer_backward and nb_tf_head zero runs of the scratch with one memset each (zero_from). */
+static void head_scratch_layout(const nb_tf_model *m, nb_tf_acts *o, carver *cv, size_t N, size_t es) {
+    const nb_tf_config *c = &m->cfg;
+    size_t C = (size_t)c->dim;
+    o->lnf = carve(cv, N * C * es);
+    o->lnf_mean = carve(cv, N * sizeof(float));
+    o->lnf_rstd = carve(cv, N * sizeof(float));
+    o->losses = carve(cv, N * sizeof(float));
+    o->dres = carve(cv, N * C * es);
+    o->dln = carve(cv, N * C * es);
+    o->dqkv = carve(cv, N * (size_t)qkv_width(c) * es);
+    o->datty = carve(cv, N * (size_t)att_width(c) * es);
+    o->dfch = carve(cv, N * (size_t)fc_width(c) * es);
+    o->dfca = carve(cv, N * (size_t)c->ffn * es);
+}
+
 static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
     const nb_tf_config *c = &m->cfg;
     size_t N = (size_t)B * T, C = (size_t)c->dim, L = (size_t)c->layers;
@@ -251,18 +268,7 @@ static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B,
         la->lse = carve(&cv, (size_t)B * c->heads * T * sizeof(float));
     }
     nb_tf_acts tmp, *o = a ? a : &tmp;
-    o->lnf = carve(&cv, N * C * es);
-    o->lnf_mean = carve(&cv, N * sizeof(float));
-    o->lnf_rstd = carve(&cv, N * sizeof(float));
-    o->losses = carve(&cv, N * sizeof(float));
-    /* backward scratch: carved last and in this order, so that nb_tf_layer_backward and
-     * nb_tf_head zero runs of it with one memset each (see zero_from) */
-    o->dres = carve(&cv, N * C * es);
-    o->dln = carve(&cv, N * C * es);
-    o->dqkv = carve(&cv, N * (size_t)qkv_width(c) * es);
-    o->datty = carve(&cv, N * (size_t)att_width(c) * es);
-    o->dfch = carve(&cv, N * (size_t)fc_width(c) * es);
-    o->dfca = carve(&cv, N * (size_t)c->ffn * es);
+    head_scratch_layout(m, o, &cv, N, es);
     return (size_t)(cv.cur - cv.base);
 }
 
@@ -276,6 +282,20 @@ void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int 
     a->resid = nb_calloc((size_t)m->cfg.layers + 1, sizeof(void *), "activation table");
     a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
     a->bytes = acts_layout(m, a, buf, B, T, es);
+}
+
+size_t nb_tf_seg_scratch_bytes(const nb_tf_model *m, int B, int T, size_t es) {
+    nb_tf_acts tmp;
+    carver cv = {NULL, (char *)0};
+    head_scratch_layout(m, &tmp, &cv, (size_t)B * T, es);
+    return (size_t)(cv.cur - cv.base);
+}
+
+void nb_tf_seg_view(const nb_tf_model *m, const nb_tf_acts *shared, nb_tf_acts *view, void *buf, size_t es) {
+    *view = *shared; /* the forward activations (resid, layer) are shared */
+    view->slab = NULL; /* not the owner: nb_tf_acts_unbind must not run on a view */
+    carver cv = {buf, buf};
+    head_scratch_layout(m, view, &cv, (size_t)shared->B * shared->T, es);
 }
 
 void nb_tf_acts_unbind(nb_tf_acts *a) {

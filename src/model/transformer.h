@@ -110,6 +110,11 @@ size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t elem_size);
 /* Carve acts out of a caller-provided buffer of nb_tf_acts_bytes bytes. */
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size);
 void nb_tf_acts_unbind(nb_tf_acts *a);
+/* A segment's view for detached training (ERASE): the shared forward activations with its own
+ * final-norm output, losses and backward scratch, carved from buf (nb_tf_seg_scratch_bytes),
+ * so several segments' heads and backward passes can run at once. */
+size_t nb_tf_seg_scratch_bytes(const nb_tf_model *m, int B, int T, size_t elem_size);
+void nb_tf_seg_view(const nb_tf_model *m, const nb_tf_acts *shared, nb_tf_acts *view, void *buf, size_t elem_size);
 
 /* Blocks. They own no memory; the schedule binds weights, activations and gradients. */
 void nb_tf_embed_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *wte,

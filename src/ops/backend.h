@@ -45,6 +45,8 @@ typedef struct nb_backend_i {
     void (*swiglu_bwd)(nb_ctx, void *dgu, const void *dout, const void *gu, int N, int F);
     void (*residual_fwd)(nb_ctx, void *out, const void *a, const void *b, size_t n);
     void (*add_inplace)(nb_ctx, void *dst, const void *src, size_t n);
+    /* dst += src on fp32 buffers whatever act_dtype is (gradient partials) */
+    void (*add_f32)(nb_ctx, float *dst, const float *src, size_t n);
     void (*rope_fwd)(nb_ctx, void *x, int B, int T, int nheads, int HS, int row_stride, float theta);
     void (*rope_bwd)(nb_ctx, void *dx, int B, int T, int nheads, int HS, int row_stride, float theta);
     void (*attention_fwd)(nb_ctx, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS);

@@ -51,6 +51,7 @@ static void residual_fwd(nb_ctx c, void *out, const void *a, const void *b, size
     nb_residual_forward(F(out), CF(a), CF(b), n);
 }
 static void add_inplace(nb_ctx c, void *dst, const void *src, size_t n) { nb_add_inplace(F(dst), CF(src), n); }
+static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_add_inplace(dst, src, n); }
 static void rope_fwd(nb_ctx c, void *x, int B, int T, int nh, int HS, int stride, float theta) {
     nb_rope_forward(F(x), B, T, nh, HS, stride, theta);
 }
@@ -136,7 +137,7 @@ const nb_backend_i nb_backend_cpu = {
     .rmsnorm_fwd = rmsnorm_fwd, .rmsnorm_bwd = rmsnorm_bwd,
     .matmul_gelu_fwd = matmul_gelu_fwd, .gelu_fwd = gelu_fwd, .gelu_bwd = gelu_bwd,
     .swiglu_fwd = swiglu_fwd, .swiglu_bwd = swiglu_bwd,
-    .residual_fwd = residual_fwd, .add_inplace = add_inplace,
+    .residual_fwd = residual_fwd, .add_inplace = add_inplace, .add_f32 = add_f32,
     .rope_fwd = rope_fwd, .rope_bwd = rope_bwd,
     .attention_fwd = attention_fwd, .attention_bwd = attention_bwd,
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,

@@ -166,7 +166,7 @@ static size_t dev_available(void) {
         .rmsnorm_bwd = rmsnorm_bwd_##SUF, .matmul_gelu_fwd = matmul_gelu_fwd_##SUF,                        \
         .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,                                            \
         .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
-        .add_inplace = add_inplace_##SUF, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
+        .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
         .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,            \
@@ -175,6 +175,8 @@ static size_t dev_available(void) {
         .host_free = pinned_free,                                                                          \
         .mem_available = dev_available,                                                                    \
     }
+
+static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_cuda_add_inplace_f32(dst, src, n, S(c)); }
 
 const nb_backend_i nb_backend_cuda_f32 = NB_CUDA_BACKEND_TABLE(f32, NB_F32, cast_none);
 const nb_backend_i nb_backend_cuda_bf16 = NB_CUDA_BACKEND_TABLE(bf16, NB_BF16, cast_bf16);

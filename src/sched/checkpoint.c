@@ -48,7 +48,10 @@ static const field train_fields[] = {
     FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FI("graphs", graphs), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
     FF("weight_decay", weight_decay), FF("beta1", beta1), FF("beta2", beta2), FF("eps", eps),
     FF("grad_clip", grad_clip), {"seed", F_U64, offsetof(nb_train_opts, seed), sizeof(uint64_t)},
+    /* added with ERASE: a checkpoint written before them lacks them (the defaults then apply) */
+    FS("detach", detach), FF("aux_weight", aux_weight), FI("side_lanes", side_lanes), FS("erase_dispatch", erase_dispatch),
 };
+#define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])
 
 static void write_model_config(nb_json_writer *w, const nb_tf_config *c) {
@@ -109,6 +112,7 @@ static void read_train_opts(const nb_json *j, nb_train_opts *o) {
     for (size_t i = 0; i < NFIELDS; i++) {
         const field *f = &train_fields[i];
         char *p = (char *)o + f->offset;
+        if (i >= FIRST_OPTIONAL && !nb_json_get(j, f->key)) continue;
         switch (f->kind) {
         case F_INT: *(int *)p = (int)nb_json_req_int(j, f->key); break;
         case F_FLOAT: *(float *)p = (float)nb_json_req_num(j, f->key); break;

@@ -7,8 +7,11 @@
 #include "core.h"
 #include "io/svg.h"
 
-/* the trailing number of "dense bwd 3", or 0 */
+/* The segment of a span: an "S<k>" word in its name ("bwd S1 L3", "head S0"), else a trailing
+ * number ("dense bwd 3"), else 0. */
 static int segment_of(const char *name) {
+    for (const char *p = name; *p; p++)
+        if (*p == 'S' && (p == name || p[-1] == ' ') && p[1] >= '0' && p[1] <= '9') return atoi(p + 1);
     const char *sp = strrchr(name, ' ');
     if (!sp || !sp[1]) return 0;
     char *end;

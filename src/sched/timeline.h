@@ -6,7 +6,8 @@
 #include "lanes/lanes.h"
 
 /* Draws every recorded span of L: one row per lane, time in microseconds from the first span.
- * Colour: forward and backward spans of segment k (a trailing " k" in the span name, else 0)
+ * Colour: forward and backward spans of segment k ("S<k>" or a trailing " k" in the span name,
+ * else 0)
  * get palette colours 2k and 2k+1, optimizer spans 8, the rest 9; the label is the span name. */
 void nb_timeline_write(nb_lanes *L, const char *path, const char *title);
 

@@ -1,4 +1,5 @@
 #include "sched/trainer.h"
+#include "sched/timeline.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,6 +24,9 @@ void nb_train_opts_defaults(nb_train_opts *o) {
     snprintf(o->val_data, sizeof o->val_data, "data/sotu/val.bin");
     snprintf(o->device, sizeof o->device, "cpu");
     snprintf(o->schedule, sizeof o->schedule, "plain");
+    snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
+    o->aux_weight = 1.0f;
+    o->side_lanes = 2;
     o->batch = 8;
     o->seq = 0; /* 0: the model's context length */
     o->steps = 400;
@@ -96,6 +100,8 @@ void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     /* gradients accumulate within a step: they start from zero here, before anything adds */
     tr->be->zero(ctx, tr->d_grads, tr->model.total * sizeof(float));
+    if (tr->nseg > 1)
+        tr->be->zero(ctx, tr->d_head_part, (size_t)(tr->nseg - 1) * tr->head_part_stride * sizeof(float));
     batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
     nb_tf_embed_forward(&tr->model, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
 }
@@ -127,14 +133,50 @@ void nb_work_head(void *arg, const nb_task_ctx *ctx) {
 
 void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_work *wk = arg;
+    nb_trainer *tr = wk->tr;
     nb_tf_layer_view w, dw;
-    layer_views(wk->tr, wk->layer, &w, &dw);
-    nb_tf_layer_backward(&wk->tr->model, wk->tr->be, ctx, &w, &dw, wk->layer, &wk->tr->acts);
+    layer_views(tr, wk->layer, &w, &dw);
+    nb_tf_layer_backward(&tr->model, tr->be, ctx, &w, &dw, wk->layer, &tr->seg_acts[tr->layer_seg[wk->layer]]);
+}
+
+/* where segment s's partial head gradients start, and each tensor's place in them */
+static float *head_part(nb_trainer *tr, int s, int which) {
+    const nb_tf_model *m = &tr->model;
+    float *p = tr->d_head_part + (size_t)s * tr->head_part_stride;
+    int order[3] = {NB_TF_LNF_W, NB_TF_LNF_B, head_index(tr)};
+    for (int k = 0; k < 3; k++) {
+        if (m->global_idx[order[k]] < 0) continue;
+        if (order[k] == which) return p;
+        p += nb_align_up(m->params[m->global_idx[order[k]]].numel, 64);
+    }
+    return NULL; /* the model has no such tensor (RMSNorm: no bias) */
+}
+
+void nb_work_seg_head(void *arg, const nb_task_ctx *ctx) {
+    nb_work *wk = arg;
+    nb_trainer *tr = wk->tr;
+    int s = wk->layer;
+    size_t N = (size_t)tr->acts.B * tr->acts.T;
+    nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
+               tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight / (float)N, head_part(tr, s, NB_TF_LNF_W),
+               head_part(tr, s, NB_TF_LNF_B), head_part(tr, s, head_index(tr)), &tr->seg_acts[s]);
+}
+
+void nb_work_join(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = trainer_of(arg);
+    const nb_tf_model *m = &tr->model;
+    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, head_index(tr)};
+    for (int s = 0; s + 1 < tr->nseg; s++)
+        for (int k = 0; k < 3; k++)
+            if (m->global_idx[which[k]] >= 0)
+                tr->be->add_f32(ctx, gptr(tr, which[k]), head_part(tr, s, which[k]),
+                                m->params[m->global_idx[which[k]]].numel);
 }
 
 void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
-    nb_tf_embed_backward(&tr->model, tr->be, ctx, gptr(tr, NB_TF_WTE), gptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
+    /* the embeddings' gradient is segment 0's input gradient */
+    nb_tf_embed_backward(&tr->model, tr->be, ctx, gptr(tr, NB_TF_WTE), gptr(tr, NB_TF_WPE), tr->tok_in, &tr->seg_acts[0]);
 }
 
 void nb_work_optim(void *arg, const nb_task_ctx *ctx) {
@@ -212,12 +254,74 @@ static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
 
 static int is_device_backend(const nb_trainer *tr) { return tr->be->device != NB_DEV_CPU; }
 
+/* --detach "2,4": cut points 1 .. layers-1, increasing; segments between them. */
+static void set_segments(nb_trainer *tr) {
+    const nb_train_opts *o = &tr->o;
+    int L = tr->model.cfg.layers;
+    static const char *hint = "pass --detach as increasing layer counts between 1 and layers-1, like 2,4";
+    tr->nseg = 1;
+    tr->seg_first[0] = 0;
+    for (const char *p = o->detach; *p;) {
+        char *end;
+        long cut = strtol(p, &end, 10);
+        NB_CHECK(end != p && (*end == ',' || !*end), hint, "--detach '%s' is not a list of numbers", o->detach);
+        NB_CHECK(cut >= 1 && cut < L, hint, "--detach cut %ld is outside 1..%d", cut, L - 1);
+        NB_CHECK(cut > tr->seg_first[tr->nseg - 1], hint, "--detach '%s' is not increasing", o->detach);
+        NB_CHECK(tr->nseg < NB_MAX_SEGMENTS, hint, "at most %d segments", NB_MAX_SEGMENTS);
+        tr->seg_first[tr->nseg++] = (int)cut;
+        p = *end ? end + 1 : end;
+    }
+    tr->seg_first[tr->nseg] = L;
+    NB_CHECK(tr->nseg == 1 || o->aux_weight > 0, "pass --aux-weight > 0 with --detach",
+             "detached segments learn from their local heads only: --aux-weight is %g", (double)o->aux_weight);
+    tr->layer_seg = nb_malloc((size_t)L * sizeof(int), "segments");
+    for (int s = 0; s < tr->nseg; s++)
+        for (int l = tr->seg_first[s]; l < tr->seg_first[s + 1]; l++) tr->layer_seg[l] = s;
+    const nb_tf_model *m = &tr->model;
+    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, m->cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD};
+    tr->head_part_stride = 0;
+    for (int k = 0; k < 3; k++)
+        if (m->global_idx[which[k]] >= 0) tr->head_part_stride += nb_align_up(m->params[m->global_idx[which[k]]].numel, 64);
+    for (int s = 0; s < tr->nseg; s++) tr->seg_work[s] = (nb_work){tr, s};
+}
+
+/* Segment views over the scratch planned after the activations: [scratch 0 .. scratch S-2 |
+ * partial gradients]; the last segment uses the activations' own buffers. */
+static void bind_segments(nb_trainer *tr) {
+    tr->seg_acts = nb_calloc((size_t)tr->nseg, sizeof(nb_tf_acts), "segments");
+    size_t sb = nb_tf_seg_scratch_bytes(&tr->model, tr->o.batch, tr->o.seq, es_of(tr));
+    for (int s = 0; s + 1 < tr->nseg; s++)
+        nb_tf_seg_view(&tr->model, &tr->acts, &tr->seg_acts[s], (char *)tr->d_segs + (size_t)s * sb, es_of(tr));
+    tr->seg_acts[tr->nseg - 1] = tr->acts;
+    tr->d_head_part = tr->nseg > 1 ? (float *)((char *)tr->d_segs + (size_t)(tr->nseg - 1) * sb) : NULL;
+}
+
+static void create_side_lanes(nb_trainer *tr) {
+    tr->nside = tr->o.side_lanes;
+    NB_CHECK(tr->nside >= 1 && tr->nside <= NB_MAX_SEGMENTS, "pass --side-lanes between 1 and 64",
+             "--side-lanes %d", tr->nside);
+    for (int j = 0; j < tr->nside; j++) {
+        char name[32];
+        snprintf(name, sizeof name, "side %d", j);
+        tr->side[j] = nb_lane_create(tr->lanes, name, NB_LANE_DEVICE);
+        nb_lane_run(tr->side[j], "set threads", NB_SPAN_OTHER, -1, work_set_threads, &tr->whole);
+        if (!strcmp(tr->o.erase_dispatch, "async")) {
+            snprintf(name, sizeof name, "dispatch %d", j);
+            tr->dispatch[j] = nb_lane_create(tr->lanes, name, NB_LANE_HOST);
+        }
+    }
+    nb_lanes_sync(tr->lanes);
+}
+
 static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     const nb_tf_model *m = &tr->model;
     const nb_backend_i *be = tr->be;
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
     size_t acts = nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
     size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
+    size_t segb = (size_t)(tr->nseg - 1) * (nb_tf_seg_scratch_bytes(m, tr->o.batch, tr->o.seq, es_of(tr)) +
+                                            tr->head_part_stride * sizeof(float));
+    acts += segb; /* printed and planned with the activations */
     char b[6][32];
     int devb = is_device_backend(tr);
     nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
@@ -239,6 +343,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
         tr->d_grads = (float *)(host->base + hg);
         tr->d_weights = tr->params;
         tr->d_acts = host->base + ha;
+        tr->d_segs = tr->nseg > 1 ? host->base + ha + (acts - segb) : NULL;
         tr->d_step = tr->h_step = &tr->cpu_step;
         return;
     }
@@ -262,6 +367,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     tr->d_m = (float *)(base + dm), tr->d_v = (float *)(base + dv);
     tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
     tr->d_acts = base + dac;
+    tr->d_segs = tr->nseg > 1 ? base + dac + (acts - segb) : NULL;
     tr->d_tokens = (int32_t *)(base + dt);
     tr->d_step = (nb_step_scalars *)(base + ds);
     tr->h_step = be->host_alloc(sizeof(nb_step_scalars), "step scalars");
@@ -275,12 +381,17 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     nb_train_opts *o = &tr->o;
     if (o->seq <= 0) o->seq = o->model.seq;
     NB_CHECK(o->seq <= o->model.seq, "lower --seq", "--seq %d exceeds the model's context %d", o->seq, o->model.seq);
-    NB_CHECK(!strcmp(o->schedule, "plain"), "use --schedule plain", "unknown schedule '%s'", o->schedule);
+    NB_CHECK(!strcmp(o->schedule, "plain") || !strcmp(o->schedule, "erase"), "use --schedule plain or erase",
+             "unknown schedule '%s'", o->schedule);
+    NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
+             "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     tr->be = nb_backend_for(o->device, o->precision);
     nb_host_set_threads(o->threads);
     nb_tf_model_init(&tr->model, &o->model);
+    set_segments(tr);
     plan_memory(tr, &tr->host_arena, &tr->dev_arena);
     nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
+    bind_segments(tr);
 
     tr->lanes = nb_lanes_create(is_device_backend(tr) ? "cuda" : "cpu", o->trace[0] ? 1 << 20 : 1 << 16);
     tr->compute = nb_lane_create(tr->lanes, "compute", NB_LANE_DEVICE);
@@ -289,6 +400,7 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     for (int l = 0; l < o->model.layers; l++) tr->work[l] = (nb_work){tr, l};
     tr->whole = (nb_work){tr, -1};
     run_on_compute(tr, "set threads", work_set_threads, &tr->whole);
+    if (!strcmp(o->schedule, "erase")) create_side_lanes(tr);
 
     size_t start_pos = 0;
     if (o->resume[0]) {
@@ -331,6 +443,8 @@ void nb_trainer_free(nb_trainer *tr) {
     nb_arena_free(&tr->host_arena);
     free(tr->train_hist.step), free(tr->train_hist.loss), free(tr->val_hist.step), free(tr->val_hist.loss);
     free(tr->work);
+    free(tr->layer_seg);
+    free(tr->seg_acts);
     if (tr->metrics) fclose(tr->metrics);
     memset(tr, 0, sizeof *tr);
 }
@@ -483,17 +597,53 @@ static void open_metrics(nb_trainer *tr) {
 /* One step: eagerly, or (--graphs) as the replay of a step captured once. The first step of a
  * run is eager either way: it makes every lazy allocation (cuBLASLt workspaces, pools) before a
  * capture, where allocations are not allowed. */
+static void enqueue_step(nb_trainer *tr, int step) {
+    if (!strcmp(tr->o.schedule, "erase"))
+        nb_sched_erase_step(tr, step);
+    else
+        nb_sched_plain_step(tr, step);
+}
+
 static void run_step(nb_trainer *tr, int step, int first) {
     if (!tr->o.graphs || step == first) {
-        nb_sched_plain_step(tr, step);
+        enqueue_step(tr, step);
         return;
     }
     if (!tr->graph) {
         nb_lanes_capture_begin(tr->lanes, tr->compute);
-        nb_sched_plain_step(tr, step);
+        enqueue_step(tr, step);
         tr->graph = nb_lanes_capture_end(tr->lanes);
     }
     nb_graph_launch(tr->graph, tr->compute, step);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up steps (the
+ * first ones pay for allocation, heuristics and graph capture) */
+static void print_p90(const double *ms, int n, double tokens) {
+    int warm = n >= 20 ? 10 : n / 2, k = n - warm;
+    if (k < 1 || nb_verbosity == 0) return;
+    double *t = nb_malloc((size_t)k * sizeof(double), "step times");
+    memcpy(t, ms + warm, (size_t)k * sizeof(double));
+    qsort(t, (size_t)k, sizeof(double), cmp_double);
+    double p90 = t[(int)ceil(0.9 * k) - 1], med = t[k / 2];
+    fprintf(stderr, "throughput  p90 %.0f tokens/s (%.2f ms), median %.0f tokens/s (%.2f ms), over %d steps after %d warm-up\n",
+            tokens / (p90 / 1e3), p90, tokens / (med / 1e3), med, k, warm);
+    free(t);
+}
+
+/* timeline.svg of one step in the run directory: lanes as rows, spans coloured by segment */
+static void write_timeline(nb_trainer *tr, int step) {
+    char path[NB_PATH_MAX + 32], title[256];
+    nb_lanes_sync(tr->lanes);
+    snprintf(path, sizeof path, "%s/timeline.svg", tr->o.out);
+    snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s, batch %d x %d, %s", tr->model.cfg.preset, step,
+             tr->o.schedule, tr->o.detach[0] ? ", --detach " : "", tr->o.detach, tr->o.batch, tr->o.seq, tr->o.device);
+    nb_timeline_write(tr->lanes, path, title);
 }
 
 static void fmt_eta(char *buf, size_t cap, double s) {
@@ -517,6 +667,7 @@ void nb_trainer_run(nb_trainer *tr) {
     int log_every = o->log_every > 0 ? o->log_every : (end - tr->step > 20 ? (end - tr->step) / 20 : 1);
     double tokens = (double)o->batch * o->seq, run_t0 = nb_now(), last_val = NAN;
     int first = tr->step;
+    double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
     if (tr->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", tr->step, end);
     for (; tr->step < end; tr->step++) {
         int step = tr->step;
@@ -555,6 +706,7 @@ void nb_trainer_run(nb_trainer *tr) {
             nb_json_knum(&w, "ms", ms);
             nb_json_knum(&w, "tokens_per_s", tokens / (t1 - t0));
             nb_json_knum(&w, "bubble_pct", st.bubble_pct);
+            nb_json_knum(&w, "overlap_pct", st.overlap_pct);
             nb_json_end_obj(&w);
             fprintf(tr->metrics, "%s\n", nb_json_text(&w));
             NB_CHECK(fflush(tr->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s",
@@ -582,6 +734,8 @@ void nb_trainer_run(nb_trainer *tr) {
             fprintf(stderr, " | %.0f tok/s | %.0f ms | bubble %.1f%% | ETA %s\n", tokens / (t1 - t0), ms, st.bubble_pct,
                     eta);
         }
+        step_ms[step - first] = ms;
+        if (is_last && o->out[0]) write_timeline(tr, step);
         if (!o->trace[0]) nb_lanes_trace_clear(tr->lanes); /* keep memory flat on long runs */
         if (out_of_time && step + 1 < end) {
             tr->step++;
@@ -596,6 +750,8 @@ void nb_trainer_run(nb_trainer *tr) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f tokens/s%s", end - first, wall,
                 tokens * (end - first) / wall, isnan(last_val) ? "\n" : "");
     if (end > first && !isnan(last_val)) fprintf(stderr, ", final validation loss %.4f\n", last_val);
+    print_p90(step_ms, end - first, tokens);
+    free(step_ms);
     if (o->trace[0]) {
         nb_lanes_sync(tr->lanes);
         nb_lanes_write_chrome_trace(tr->lanes, o->trace);

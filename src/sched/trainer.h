@@ -29,6 +29,13 @@ typedef struct nb_train_opts {
     int graphs;   /* capture the training step once (CUDA graph) and replay it */
     int no_ckpt;  /* write no checkpoint (benchmarks) */
     float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
+    /* ERASE (detached segments): cut points after which the residual stream is detached, as
+     * given ("2,4": layers 0-1, 2-3, 4-..; "" none); each segment but the last gets a local head
+     * (the final norm and the unembedding, shared) whose loss is weighted aux_weight */
+    char detach[64];
+    float aux_weight;
+    int side_lanes;          /* --schedule erase: side lanes for the segments' backward */
+    char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
@@ -52,8 +59,10 @@ typedef struct {
 
 typedef struct nb_work {
     nb_trainer *tr;
-    int layer;
+    int layer; /* or the segment, for the per-segment items */
 } nb_work;
+
+#define NB_MAX_SEGMENTS 64
 
 struct nb_trainer {
     nb_train_opts o;
@@ -64,6 +73,7 @@ struct nb_trainer {
     float *d_params, *d_grads, *d_m, *d_v;
     void *d_weights; /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
     void *d_acts;
+    void *d_segs; /* the segments' scratch and partial gradients (ERASE), after the activations */
     int32_t *d_tokens; /* [2, B*T] inputs then targets (device backends only) */
     int32_t *h_tokens; /* the same, staged in pinned host memory by the host before each step */
     nb_step_scalars *d_step, *h_step; /* backend copy and host copy (the same on the CPU) */
@@ -83,6 +93,15 @@ struct nb_trainer {
     float lr, grad_norm;
     nb_work *work; /* [layers] */
     nb_work whole;
+    /* segments (ERASE): layers seg_first[s] .. seg_first[s+1]-1; one segment when not detached */
+    int nseg, seg_first[NB_MAX_SEGMENTS + 1];
+    int *layer_seg;            /* [layers] -> segment */
+    nb_tf_acts *seg_acts;      /* [nseg] views; the last is acts itself */
+    float *d_head_part;        /* [nseg-1] partial gradients of the final norm and head, in backend memory */
+    size_t head_part_stride;   /* floats per segment in d_head_part */
+    nb_work seg_work[NB_MAX_SEGMENTS];
+    nb_lane *side[NB_MAX_SEGMENTS], *dispatch[NB_MAX_SEGMENTS];
+    int nside;
     FILE *metrics;
     nb_arena host_arena, dev_arena;
     nb_series train_hist, val_hist;
@@ -107,8 +126,17 @@ void nb_work_head(void *arg, const nb_task_ctx *ctx); /* final norm + loss + its
 void nb_work_layer_bwd(void *arg, const nb_task_ctx *ctx);
 void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx);
 void nb_work_optim(void *arg, const nb_task_ctx *ctx); /* clip + AdamW */
+/* ERASE: segment s's local head (final norm + unembedding + loss and their backward), into its
+ * own partial gradients; and the join that adds those partials to the gradients in segment
+ * order (after every segment's backward). arg: &tr->seg_work[s] / &tr->whole. */
+void nb_work_seg_head(void *arg, const nb_task_ctx *ctx);
+void nb_work_join(void *arg, const nb_task_ctx *ctx);
 
 /* Schedules: enqueue one training step on the trainer's lanes and return the end mark. */
 nb_mark nb_sched_plain_step(nb_trainer *tr, int step);
+nb_mark nb_sched_erase_step(nb_trainer *tr, int step);
+/* Enqueue segment s's layers' backward (and, for all but the last segment, its local head first)
+ * on lane; shared by both schedules so they run the same items. */
+void nb_sched_segment_backward(nb_trainer *tr, nb_lane *lane, int s, int step);
 
 #endif
