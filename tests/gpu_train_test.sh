@@ -5,7 +5,9 @@
 #  - --graphs replays equal eager steps bitwise; a plan over --gpu-mem-limit fails before training;
 #  - eval and sample run on the GPU;
 #  - ERASE (--detach, --schedule erase, both dispatch modes and --graphs) is bitwise plain and
-#    overlaps (overlap_pct > 0).
+#    overlaps (overlap_pct > 0);
+#  - --schedule stream follows plain in fp32 (host AdamW vs device AdamW) and its trace shows
+#    uploads and downloads running during compute.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
 need_sotu
@@ -46,6 +48,19 @@ done
 ov=$(grep -o '"overlap_pct":[0-9.e+-]*' "$TMP/e-erasedispatchblocking/metrics.jsonl" | tail -n 10 | cut -d: -f2 | sort -g | tail -n 1)
 awk -v o="$ov" 'BEGIN {exit !(o > 0)}' && pass "GPU erase: side-stream work overlaps the main stream (overlap_pct up to $ov)" \
     || fail "GPU erase: no overlap ($ov)"
+# stream (MegaTrain): the model's state in host memory, layers streamed through two device slots
+S=(--model gpt2-proxy --layers 8 --batch 8 --steps 20 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --device cuda)
+$NB train "${S[@]}" --precision fp32 --out "$TMP/s-plain" || fail "gpu fp32 plain"
+$NB train "${S[@]}" --precision fp32 --schedule stream --out "$TMP/s-stream" || fail "gpu fp32 stream"
+worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-plain/metrics.jsonl" | cut -d: -f2) \
+              <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-stream/metrics.jsonl" | cut -d: -f2) |
+        awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}')
+awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' \
+    && pass "GPU stream (host AdamW) vs plain (device AdamW), fp32: worst loss rel diff $worst over 20 steps" \
+    || fail "GPU stream vs plain, fp32: loss rel diff $worst"
+$NB train "${S[@]}" --schedule stream --steps 12 --trace "$TMP/stream.json" --out "$TMP/s-bf16" || fail "gpu bf16 stream"
+python3 "$ROOT/tests/trace_overlap.py" "$TMP/stream.json" 11 > "$TMP/ov.txt" 2>&1 \
+    && pass "GPU stream overlaps: $(cat "$TMP/ov.txt")" || fail "GPU stream: no overlap in the trace ($(cat "$TMP/ov.txt"))"
 expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --device cuda --batch 8 --gpu-mem-limit 1000000000 --data "$TRAIN" --val-data none --steps 1
 out=$($NB eval --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --data "$VAL" --batches 2 2>&1) && pass "eval on cuda: $out" || fail "eval on cuda: $out"
 s=$($NB sample --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --prompt "The" --tokens 10 2>&1) && [ ${#s} -gt 5 ] \

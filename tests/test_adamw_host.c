@@ -10,6 +10,7 @@
  *
  * `test_adamw_host --bench` instead times each path at 1<<26 parameters next to this host's
  * memory bandwidth measured in the same program (see bench_main). */
+#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -369,36 +370,70 @@ static void bench_fill(float *x, size_t n, uint32_t salt, float lo, float hi) {
     }
 }
 
-/* Host memory bandwidth at `threads` threads over arrays of n floats each (much larger than L3):
- * read (sum), in-place a += s*b (read 2, write 1 to lines already read: the access pattern of
- * AdamW, no write-allocate traffic hidden from the count) and STREAM's triad a = b + s*c
- * (counted as 12 bytes like STREAM; the write-allocate read of a is real traffic on top). */
-static void bench_bandwidth(int threads, size_t n, float *a, float *b, float *c, double gbs[3]) {
+/* Host memory bandwidth at `threads` threads over four arrays of n floats each (each much
+ * larger than the L3), GB/s counted as the bytes the loop reads and writes:
+ *   read      sum of a                       4 B/elem (4 SSE sums: not latency-bound)
+ *   copy      memcpy b <- a, per thread      8 B/elem
+ *   triad     c = a + s*b (STREAM)           12 B/elem (+4 of write-allocate, uncounted, as STREAM)
+ *   adamw-rw  a += d, b += d, c += d         28 B/elem: AdamW's streams (read 4, write 3 back to
+ *             lines just read, so no write-allocate) without its arithmetic: the roofline of the
+ *             optimizer's access pattern on this host. */
+#define BW_KERNELS 4
+static const char *const BW_NAMES[BW_KERNELS] = {"read", "copy", "triad", "adamw-rw"};
+static const double BW_BYTES[BW_KERNELS] = {4.0, 8.0, 12.0, 28.0};
+
+static void bench_bandwidth(int threads, size_t n, float *a, float *b, float *c, float *d, double gbs[BW_KERNELS]) {
     omp_set_num_threads(threads);
-    double t[3][BENCH_REPS];
+    double t[BW_KERNELS][BENCH_REPS];
     volatile float sink = 0.0f;
     for (int r = -1; r < BENCH_REPS; r++) { /* r = -1: warm-up */
         double t0 = nb_now();
-        float s = 0.0f;
-#pragma omp parallel for simd schedule(static) reduction(+ : s)
-        for (size_t i = 0; i < n; i++) s += a[i];
-        sink += s;
+        float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+        {
+            /* four independent SSE sums (gcc keeps a float array of accumulators on the stack) */
+            __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < n / 16; i++) {
+                const float *q = a + 16 * i;
+                s0 = _mm_add_ps(s0, _mm_load_ps(q));
+                s1 = _mm_add_ps(s1, _mm_load_ps(q + 4));
+                s2 = _mm_add_ps(s2, _mm_load_ps(q + 8));
+                s3 = _mm_add_ps(s3, _mm_load_ps(q + 12));
+            }
+            float part[4];
+            _mm_storeu_ps(part, _mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+            total += part[0] + part[1] + part[2] + part[3];
+        }
+        sink += total;
         double t1 = nb_now();
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) a[i] += 1e-3f * b[i];
+#pragma omp parallel
+        {
+            int id = omp_get_thread_num(), nt = omp_get_num_threads();
+            size_t lo = n / (size_t)nt * (size_t)id, hi = id == nt - 1 ? n : n / (size_t)nt * (size_t)(id + 1);
+            memcpy(b + lo, a + lo, (hi - lo) * sizeof(float));
+        }
         double t2 = nb_now();
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) c[i] = a[i] + 0.5f * b[i];
         double t3 = nb_now();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float x = d[i];
+            a[i] += x;
+            b[i] += x;
+            c[i] += x;
+        }
+        double t4 = nb_now();
         if (r >= 0) {
             t[0][r] = t1 - t0;
             t[1][r] = t2 - t1;
             t[2][r] = t3 - t2;
+            t[3][r] = t4 - t3;
         }
     }
     (void)sink;
-    const double bytes[3] = {4.0 * n, 12.0 * n, 12.0 * n};
-    for (int j = 0; j < 3; j++) gbs[j] = bytes[j] / best_of(BENCH_REPS, t[j]) / 1e9;
+    for (int j = 0; j < BW_KERNELS; j++) gbs[j] = BW_BYTES[j] * (double)n / best_of(BENCH_REPS, t[j]) / 1e9;
 }
 
 static void cpu_model(char *out, size_t cap) {
@@ -433,31 +468,32 @@ static int bench_main(void) {
     for (int t = 1; t < tmax && nt < 15; t *= 2) tcounts[nt++] = t;
     tcounts[nt++] = tmax;
 
-    /* memory bandwidth: three arrays each at least twice the L3 (so no pass is served from it)
+    /* memory bandwidth: four arrays each at least twice the L3 (so no pass is served from it)
      * and at least 256 MiB, within a quarter of the available memory */
     size_t bw_bytes = (size_t)(l3 > 0 ? 2 * l3 : 0);
     if (bw_bytes < ((size_t)256 << 20)) bw_bytes = (size_t)256 << 20;
-    if (avail && 3 * bw_bytes > avail / 4) bw_bytes = avail / 12;
-    size_t bw_n = bw_bytes / sizeof(float);
-    float *a = nb_aligned_alloc(bw_n * sizeof(float), "bandwidth array a");
-    float *b = nb_aligned_alloc(bw_n * sizeof(float), "bandwidth array b");
-    float *c = nb_aligned_alloc(bw_n * sizeof(float), "bandwidth array c");
-    bench_fill(a, bw_n, 1, -1.0f, 1.0f);
-    bench_fill(b, bw_n, 2, -1.0f, 1.0f);
-    bench_fill(c, bw_n, 3, -1.0f, 1.0f);
-    printf("\nmemory bandwidth, 3 arrays of %s, best of %d (GB/s = 1e9 bytes/s):\n", nb_fmt_bytes(buf[0], 32, (double)bw_bytes),
-           BENCH_REPS);
-    printf("%8s %10s %14s %12s\n", "threads", "read", "in-place a+=sb", "triad");
-    double bw_inplace[16];
-    for (int i = 0; i < nt; i++) {
-        double gbs[3];
-        bench_bandwidth(tcounts[i], bw_n, a, b, c, gbs);
-        bw_inplace[i] = gbs[1];
-        printf("%8d %10.1f %14.1f %12.1f\n", tcounts[i], gbs[0], gbs[1], gbs[2]);
+    if (avail && 4 * bw_bytes > avail / 4) bw_bytes = avail / 16;
+    size_t bw_n = bw_bytes / sizeof(float) / 16 * 16;
+    float *bw[4];
+    for (int j = 0; j < 4; j++) {
+        bw[j] = nb_aligned_alloc(bw_n * sizeof(float), "bandwidth array");
+        bench_fill(bw[j], bw_n, (uint32_t)j + 1, -1.0f, 1.0f);
     }
-    free(a);
-    free(b);
-    free(c);
+    printf("\nmemory bandwidth, 4 arrays of %s, best of %d (GB/s = 1e9 bytes/s):\n",
+           nb_fmt_bytes(buf[0], 32, (double)bw_bytes), BENCH_REPS);
+    printf("%8s", "threads");
+    for (int j = 0; j < BW_KERNELS; j++) printf(" %9s", BW_NAMES[j]);
+    printf("\n");
+    double bw_rw[16];
+    for (int i = 0; i < nt; i++) {
+        double gbs[BW_KERNELS];
+        bench_bandwidth(tcounts[i], bw_n, bw[0], bw[1], bw[2], bw[3], gbs);
+        bw_rw[i] = gbs[3];
+        printf("%8d", tcounts[i]);
+        for (int j = 0; j < BW_KERNELS; j++) printf(" %9.1f", gbs[j]);
+        printf("\n");
+    }
+    for (int j = 0; j < 4; j++) free(bw[j]);
 
     /* AdamW: 1<<26 params, or fewer when memory is short (18 bytes a param with the bf16 copy) */
     size_t n = (size_t)1 << 26;
@@ -475,7 +511,7 @@ static int bench_main(void) {
     memset(lp, 0, n * sizeof(uint16_t));
     nb_adamw_scalars k = nb_adamw_prepare((nb_adamw_cfg){1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f}, 10);
     printf("\nAdamW, n = %zu params (%s of fp32 state), best of %d; traffic = 28 bytes/param (read p g m v, write p "
-           "m v), 30 with the bf16 copy;\n%% = of the in-place bandwidth at the same thread count\n",
+           "m v), 30 with the bf16 copy;\n%% = of adamw-rw (the same streams without the arithmetic) at the same thread count\n",
            n, nb_fmt_bytes(buf[0], 32, 16.0 * (double)n), BENCH_REPS);
     printf("%-22s %7s %5s %9s %8s %6s\n", "path", "threads", "bf16", "ms", "GB/s", "%");
     for (int path = -1; path < NISA; path++) { /* -1: the library's nb_adamw_apply (what trains today) */
@@ -498,8 +534,36 @@ static int bench_main(void) {
                 }
                 double s = best_of(BENCH_REPS, t), gbs = (with_bf16 ? 30.0 : 28.0) * (double)n / s / 1e9;
                 printf("%-22s %7d %5s %9.2f %8.1f %5.0f%%\n", path < 0 ? "nb_adamw_apply (ref)" : ISAS[path],
-                       tcounts[ti], with_bf16 ? "yes" : "no", s * 1e3, gbs, 100.0 * gbs / bw_inplace[ti]);
+                       tcounts[ti], with_bf16 ? "yes" : "no", s * 1e3, gbs, 100.0 * gbs / bw_rw[ti]);
             }
+        }
+    }
+    /* The same paths on 1<<15 params (576 KB with the copy, inside L2), one thread, 400 steps:
+     * what the arithmetic alone costs, i.e. how much headroom each path has under the memory. */
+    const size_t nc = (size_t)1 << 15;
+    const int creps = 400;
+    printf("\nAdamW in L2 (n = %zu, one thread, best of %d x %d steps): the compute ceiling of each path\n", nc,
+           BENCH_REPS, creps);
+    printf("%-22s %5s %12s %8s\n", "path", "bf16", "Mparams/s", "GB/s");
+    for (int path = -1; path < NISA; path++) {
+        if (path >= 0 && !isa_on[path]) continue;
+        if (path >= 0) NB_ASSERT(nb_adamw_host_force(ISAS[path]) == 0);
+        for (int with_bf16 = 0; with_bf16 < (path < 0 ? 1 : 2); with_bf16++) {
+            double t[BENCH_REPS];
+            omp_set_num_threads(1);
+            for (int r = -1; r < BENCH_REPS; r++) {
+                double t0 = nb_now();
+                for (int j = 0; j < creps; j++) {
+                    if (path < 0)
+                        nb_adamw_apply(p, g, m, v, nc, &k, 1.0f);
+                    else
+                        nb_adamw_host_apply(p, g, m, v, with_bf16 ? lp : NULL, nc, &k, 1.0f, 1);
+                }
+                if (r >= 0) t[r] = (nb_now() - t0) / creps;
+            }
+            double sec = best_of(BENCH_REPS, t);
+            printf("%-22s %5s %12.0f %8.1f\n", path < 0 ? "nb_adamw_apply (ref)" : ISAS[path], with_bf16 ? "yes" : "no",
+                   (double)nc / sec / 1e6, (with_bf16 ? 30.0 : 28.0) * (double)nc / sec / 1e9);
         }
     }
     NB_ASSERT(nb_adamw_host_force("auto") == 0);

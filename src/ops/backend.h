@@ -94,6 +94,9 @@ typedef struct nb_backend_i {
     void (*zero)(nb_ctx, void *ptr, size_t bytes);
     void (*to_backend)(nb_ctx, void *dst, const void *host_src, size_t bytes); /* ordered on ctx */
     void (*to_host)(nb_ctx, void *host_dst, const void *src, size_t bytes);    /* returns when done */
+    /* ordered on ctx and returns at once (host_dst from host_alloc); a mark of the lane after it
+     * says when the bytes are there */
+    void (*to_host_async)(nb_ctx, void *host_dst, const void *src, size_t bytes);
     /* Host memory the backend copies from and to asynchronously (pinned on CUDA). */
     void *(*host_alloc)(size_t bytes, const char *what);
     void (*host_free)(void *ptr);

@@ -145,6 +145,6 @@ const nb_backend_i nb_backend_cpu = {
     .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,
     .adamw_spans = adamw_spans,
     .cast_params = cast_params, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
-    .to_host = copy_in, .host_alloc = alloc, .host_free = release,
+    .to_host = copy_in, .to_host_async = copy_in, .host_alloc = alloc, .host_free = release,
     .mem_available = mem_available,
 };

@@ -138,6 +138,9 @@ static void to_host(nb_ctx c, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(c)));
     CUDA_CHECK(cudaStreamSynchronize(S(c)));
 }
+static void to_host_async(nb_ctx c, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(c)));
+}
 static void *pinned_alloc(size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
@@ -166,13 +169,14 @@ static size_t dev_available(void) {
         .rmsnorm_bwd = rmsnorm_bwd_##SUF, .matmul_gelu_fwd = matmul_gelu_fwd_##SUF,                        \
         .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,                                            \
         .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
-        .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .rope_fwd = rope_fwd_##SUF, .rope_bwd = rope_bwd_##SUF,          \
+        .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .rope_fwd = rope_fwd_##SUF,                  \
+        .rope_bwd = rope_bwd_##SUF,                                                                        \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
         .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,            \
         .adamw_spans = adamw_spans, .cast_params = CAST, .alloc = dev_alloc, .free = dev_free,             \
         .zero = dev_zero, .to_backend = to_dev, .to_host = to_host, .host_alloc = pinned_alloc,            \
-        .host_free = pinned_free,                                                                          \
+        .to_host_async = to_host_async, .host_free = pinned_free,                                          \
         .mem_available = dev_available,                                                                    \
     }
 

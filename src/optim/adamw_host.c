@@ -70,7 +70,13 @@ static inline __attribute__((always_inline)) void adamw_one(float *params, const
 static void range_scalar(float *params, const float *grads, float *m, float *v, uint16_t *lp, size_t i0, size_t i1,
                          const nb_adamw_scalars *k, float grad_scale) {
     const int clip = grad_scale < 1.0f;
-    for (size_t i = i0; i < i1; i++) adamw_one(params, grads, m, v, lp, i, k, grad_scale, clip);
+    /* two loops, so the one without the copy has no store under a condition and gcc vectorizes
+     * it for the baseline ISA (SSE) as it does adamw.c's loop: the same bits, 2x faster (the
+     * loop with the copy stays scalar: gcc sees control flow in it) */
+    if (lp)
+        for (size_t i = i0; i < i1; i++) adamw_one(params, grads, m, v, lp, i, k, grad_scale, clip);
+    else
+        for (size_t i = i0; i < i1; i++) adamw_one(params, grads, m, v, NULL, i, k, grad_scale, clip);
 }
 
 #if NB_ADAMW_X86
@@ -136,7 +142,7 @@ static inline NB_AVX512 __attribute__((always_inline)) void step_avx512(float *p
     __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, params + i), c->decay);
     __m512 mi = _mm512_add_ps(m0, _mm512_mul_ps(c->w1, _mm512_sub_ps(g, m0)));
     __m512 vi = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, v + i), c->b2);
-    vi = _mm512_fmadd_ps(_mm512_mul_ps(c->w2, g), g, vi);
+    vi = _mm512_add_ps(vi, _mm512_mul_ps(_mm512_mul_ps(c->w2, g), g));
     __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), c->bc2), c->eps);
     p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(c->neg_step, mi), denom));
     _mm512_mask_storeu_ps(params + i, mask, p);

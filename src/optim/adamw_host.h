@@ -5,7 +5,11 @@
  * Bitwise contract: for every n, pointer alignment, thread count and ISA, params/m/v are the
  * bits nb_adamw_apply gives and params_bf16[i] == nb_bf16_from_f32(params[i]). The vector code
  * does the reference's operations in the reference's order (mul, add, sub, sqrt, div: each
- * correctly rounded in IEEE fp32, no FMA), so only the instruction width differs. */
+ * correctly rounded in IEEE fp32, no FMA), so only the instruction width differs. One thing C
+ * leaves open: when two NaNs with different payloads meet in one add or multiply (a NaN
+ * gradient arriving on state that is already NaN), which payload survives is the compiler's
+ * choice of operand order, in adamw.c as much as here; the result is NaN either way, and the
+ * bf16 copy (every NaN is 0x7fff there) is still bitwise. */
 #ifndef NB_ADAMW_HOST_H
 #define NB_ADAMW_HOST_H
 
@@ -20,11 +24,13 @@ extern "C" {
 #endif
 
 /* float -> bf16 bits, round to nearest even: CUDA's __float2bfloat16_rn (cuda_bf16.hpp), the
- * cast the CUDA backend's AdamW uses for its bf16 copy. A NaN becomes 0x7fff, as that header's
- * emulation path (the one written to match the sm_80+ cvt.rn.bf16.f32) returns. Overflow rounds
- * to infinity, subnormals are rounded, not flushed (which is why the vector code does this in
- * integer arithmetic rather than with AVX512-BF16's vcvtneps2bf16: that one flushes subnormal
- * inputs to zero). */
+ * cast the CUDA backend's AdamW uses for its bf16 copy. Overflow rounds to infinity, subnormals
+ * are rounded, not flushed (which is why the vector code does this in integer arithmetic rather
+ * than with AVX512-BF16's vcvtneps2bf16: that one flushes subnormal inputs to zero). A NaN
+ * becomes 0x7fff, what that header's software path returns; on sm_80+ the cast is the
+ * cvt.rn.bf16.f32 instruction, whose NaN bits have not been checked against this (the CUDA
+ * tests' helpers keep the sign and payload instead, (u >> 16) | 0x40): only NaN params can
+ * differ. */
 static inline uint16_t nb_bf16_from_f32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);

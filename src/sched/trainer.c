@@ -69,8 +69,14 @@ void nb_train_opts_print(const nb_train_opts *o, FILE *f) {
 static nb_trainer *trainer_of(void *arg) { return ((nb_work *)arg)->tr; }
 static size_t es_of(const nb_trainer *tr) { return nb_dtype_size(tr->be->act_dtype); }
 static int lowp_weights(const nb_trainer *tr) { return tr->be->act_dtype != NB_F32; }
-static void *wptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_weights, es_of(tr)); }
-static void *gptr(nb_trainer *tr, int which) { return nb_tf_global_ptr(&tr->model, which, tr->d_grads, sizeof(float)); }
+static void *wptr(nb_trainer *tr, int which) {
+    if (tr->stream) return nb_stream_global_w(tr, which);
+    return nb_tf_global_ptr(&tr->model, which, tr->d_weights, es_of(tr));
+}
+static void *gptr(nb_trainer *tr, int which) {
+    if (tr->stream) return nb_stream_global_g(tr, which);
+    return nb_tf_global_ptr(&tr->model, which, tr->d_grads, sizeof(float));
+}
 
 /* Host side, before a step is enqueued: the batch is ready and, for a device backend, its tokens
  * sit in the pinned staging buffer (a captured graph copies from there on every replay). */
@@ -99,7 +105,10 @@ static void batch_tokens(nb_trainer *tr, nb_ctx ctx, const int32_t **in, const i
 void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     /* gradients accumulate within a step: they start from zero here, before anything adds */
-    tr->be->zero(ctx, tr->d_grads, tr->model.total * sizeof(float));
+    if (tr->stream)
+        nb_stream_zero_global_grads(tr, ctx); /* layer gradients: zeroed in their slot */
+    else
+        tr->be->zero(ctx, tr->d_grads, tr->model.total * sizeof(float));
     if (tr->nseg > 1)
         tr->be->zero(ctx, tr->d_head_part, (size_t)(tr->nseg - 1) * tr->head_part_stride * sizeof(float));
     batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
@@ -217,13 +226,18 @@ static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
     double two[2];
     tr->be->to_host(ctx, two, tr->d_step, sizeof two);
     tr->loss_sum = two[0];
-    tr->grad_norm = (float)sqrt(two[1]);
+    /* stream: the host summed the norm (the step's end waited for it) */
+    tr->grad_norm = (float)sqrt(tr->stream ? nb_stream_sumsq(tr) : two[1]);
 }
 
 /* Host master state -> backend (start, resume), backend -> host (checkpoints). */
 static void work_upload_state(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = trainer_of(arg);
     const nb_backend_i *be = tr->be;
+    if (tr->stream) {
+        nb_stream_upload_globals(tr, ctx);
+        return;
+    }
     size_t bytes = tr->model.total * sizeof(float);
     be->to_backend(ctx, tr->d_params, tr->params, bytes);
     be->to_backend(ctx, tr->d_m, tr->m, bytes);
@@ -323,7 +337,15 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
                                             tr->head_part_stride * sizeof(float));
     acts += segb; /* printed and planned with the activations */
     char b[6][32];
-    int devb = is_device_backend(tr);
+    int devb = is_device_backend(tr), streaming = !strcmp(tr->o.schedule, "stream");
+    if (streaming) {
+        nb_log(1, "memory      host: params %s + adamw %s + grads %s; %s: activations %s (B=%d, T=%d), all kept\n",
+               nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, 2.0 * slab), nb_fmt_bytes(b[2], 32, (double)slab),
+               devb ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), tr->o.batch, tr->o.seq);
+        NB_CHECK(!tr->o.host_mem_limit || 4.0 * slab <= (double)tr->o.host_mem_limit, "pick a smaller --model, or raise --host-mem-limit",
+                 "the host state needs %s but --host-mem-limit is %s", nb_fmt_bytes(b[4], 32, 4.0 * slab),
+                 nb_fmt_bytes(b[5], 32, (double)tr->o.host_mem_limit));
+    } else
     nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
            devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
            nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
@@ -331,13 +353,18 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
            nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
     static const char *hint = "lower --batch or --seq, or pick a smaller --model";
     /* host: the fp32 master and moments (and, on the CPU, everything else) */
-    nb_arena_init(host, "host", (nb_device){NB_DEV_CPU, 0}, nb_host_mem_available(), nb_host_allocator);
+    size_t host_cap = tr->o.host_mem_limit ? (size_t)tr->o.host_mem_limit : nb_host_mem_available();
+    nb_arena_init(host, "host", (nb_device){NB_DEV_CPU, 0}, host_cap, nb_host_allocator);
     size_t hp = nb_arena_plan_bytes(host, slab), hm = nb_arena_plan_bytes(host, slab), hv = nb_arena_plan_bytes(host, slab);
-    size_t hg = devb ? 0 : nb_arena_plan_bytes(host, slab), ha = devb ? 0 : nb_arena_plan_bytes(host, acts);
-    nb_arena_alloc(host, hint);
+    size_t hg = devb && !streaming ? 0 : nb_arena_plan_bytes(host, slab), ha = devb ? 0 : nb_arena_plan_bytes(host, acts);
+    nb_arena_alloc(host, streaming ? "pick a smaller --model (the stream schedule keeps 16 bytes per parameter in host memory)" : hint);
     tr->params = (float *)(host->base + hp);
     tr->m = (float *)(host->base + hm);
     tr->v = (float *)(host->base + hv);
+    if (streaming) {
+        tr->h_grads = (float *)(host->base + hg);
+        memset(tr->h_grads, 0, slab); /* alignment gaps stay zero: the global norm sums them */
+    }
     if (!devb) {
         tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
         tr->d_grads = (float *)(host->base + hg);
@@ -350,8 +377,9 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : be->mem_available();
     nb_allocator_i da = {NULL, NULL, NULL};
     nb_arena_init(dev, "GPU", (nb_device){NB_DEV_CUDA, 0}, budget, da);
-    size_t dp = nb_arena_plan_bytes(dev, slab), dg = nb_arena_plan_bytes(dev, slab), dm = nb_arena_plan_bytes(dev, slab);
-    size_t dv = nb_arena_plan_bytes(dev, slab), dw = wl ? nb_arena_plan_bytes(dev, wl) : 0;
+    size_t dslab = streaming ? 0 : slab, dwl = streaming ? 0 : wl; /* stream: the model stays on the host */
+    size_t dp = nb_arena_plan_bytes(dev, dslab), dg = nb_arena_plan_bytes(dev, dslab), dm = nb_arena_plan_bytes(dev, dslab);
+    size_t dv = nb_arena_plan_bytes(dev, dslab), dw = dwl ? nb_arena_plan_bytes(dev, dwl) : 0;
     size_t dac = nb_arena_plan_bytes(dev, acts), dt = nb_arena_plan_bytes(dev, toks);
     size_t ds = nb_arena_plan_bytes(dev, sizeof(nb_step_scalars));
     /* the check happens here, before any allocation; --gpu-mem-limit emulates a smaller GPU */
@@ -365,7 +393,8 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     dev->base = base;
     tr->d_params = (float *)(base + dp), tr->d_grads = (float *)(base + dg);
     tr->d_m = (float *)(base + dm), tr->d_v = (float *)(base + dv);
-    tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
+    tr->d_weights = dwl ? (void *)(base + dw) : (void *)tr->d_params;
+    if (streaming) tr->d_params = tr->d_grads = tr->d_m = tr->d_v = NULL, tr->d_weights = NULL;
     tr->d_acts = base + dac;
     tr->d_segs = tr->nseg > 1 ? base + dac + (acts - segb) : NULL;
     tr->d_tokens = (int32_t *)(base + dt);
@@ -381,8 +410,12 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     nb_train_opts *o = &tr->o;
     if (o->seq <= 0) o->seq = o->model.seq;
     NB_CHECK(o->seq <= o->model.seq, "lower --seq", "--seq %d exceeds the model's context %d", o->seq, o->model.seq);
-    NB_CHECK(!strcmp(o->schedule, "plain") || !strcmp(o->schedule, "erase"), "use --schedule plain or erase",
-             "unknown schedule '%s'", o->schedule);
+    NB_CHECK(!strcmp(o->schedule, "plain") || !strcmp(o->schedule, "erase") || !strcmp(o->schedule, "stream"),
+             "use --schedule plain, erase or stream", "unknown schedule '%s'", o->schedule);
+    int streaming = !strcmp(o->schedule, "stream");
+    NB_CHECK(!streaming || !o->detach[0], "drop --detach with --schedule stream", "stream does not split the model yet");
+    NB_CHECK(!streaming || !o->graphs, "drop --graphs with --schedule stream",
+             "stream replays are not captured as graphs yet");
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
              "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     tr->be = nb_backend_for(o->device, o->precision);
@@ -401,6 +434,7 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     tr->whole = (nb_work){tr, -1};
     run_on_compute(tr, "set threads", work_set_threads, &tr->whole);
     if (!strcmp(o->schedule, "erase")) create_side_lanes(tr);
+    if (streaming) nb_stream_init(tr, tr->dev_arena.planned);
 
     size_t start_pos = 0;
     if (o->resume[0]) {
@@ -433,6 +467,8 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
 void nb_trainer_free(nb_trainer *tr) {
     if (tr->has_train) nb_loader_close(&tr->train);
     if (tr->graph) nb_graph_destroy(tr->graph);
+    if (tr->lanes) nb_lanes_sync(tr->lanes);
+    nb_stream_free(tr);
     if (tr->lanes) nb_lanes_destroy(tr->lanes);
     if (tr->h_tokens) tr->be->host_free(tr->h_tokens);
     if (tr->h_step && tr->h_step != &tr->cpu_step) tr->be->host_free(tr->h_step);
@@ -450,6 +486,7 @@ void nb_trainer_free(nb_trainer *tr) {
 }
 
 void nb_trainer_sync_to_host(nb_trainer *tr) {
+    if (tr->stream) return; /* the host holds the master state */
     if (is_device_backend(tr)) run_on_compute(tr, "download state", work_download_state, &tr->whole);
 }
 
@@ -463,7 +500,10 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), in, &tr->acts);
     for (int l = 0; l < m->cfg.layers; l++) {
         nb_tf_layer_view w;
-        layer_views(tr, l, &w, NULL);
+        if (tr->stream)
+            nb_stream_bind_sync(tr, ctx, l, &w);
+        else
+            layer_views(tr, l, &w, NULL);
         nb_tf_layer_forward(m, tr->be, ctx, &w, l, &tr->acts);
     }
     nb_tf_head(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)), m->cfg.layers,
@@ -598,7 +638,9 @@ static void open_metrics(nb_trainer *tr) {
  * run is eager either way: it makes every lazy allocation (cuBLASLt workspaces, pools) before a
  * capture, where allocations are not allowed. */
 static void enqueue_step(nb_trainer *tr, int step) {
-    if (!strcmp(tr->o.schedule, "erase"))
+    if (tr->stream)
+        nb_sched_stream_step(tr, step);
+    else if (!strcmp(tr->o.schedule, "erase"))
         nb_sched_erase_step(tr, step);
     else
         nb_sched_plain_step(tr, step);

@@ -22,6 +22,7 @@ typedef struct nb_train_opts {
     char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
     char device[32], schedule[32], precision[16];
     uint64_t gpu_mem_limit; /* bytes; 0: what the device has free */
+    uint64_t host_mem_limit; /* bytes; 0: what the host reports available */
     int batch, seq, steps, stop_after, warmup, eval_every, eval_batches, ckpt_every, log_every, threads;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -64,6 +65,8 @@ typedef struct nb_work {
 
 #define NB_MAX_SEGMENTS 64
 
+typedef struct nb_stream nb_stream; /* sched/stream.c */
+
 struct nb_trainer {
     nb_train_opts o;
     nb_tf_model model;
@@ -102,6 +105,9 @@ struct nb_trainer {
     nb_work seg_work[NB_MAX_SEGMENTS];
     nb_lane *side[NB_MAX_SEGMENTS], *dispatch[NB_MAX_SEGMENTS];
     int nside;
+    /* --schedule stream: the state lives on the host (stream.c) */
+    nb_stream *stream;
+    float *h_grads; /* host gradient slab (stream) */
     FILE *metrics;
     nb_arena host_arena, dev_arena;
     nb_series train_hist, val_hist;
@@ -135,6 +141,18 @@ void nb_work_join(void *arg, const nb_task_ctx *ctx);
 /* Schedules: enqueue one training step on the trainer's lanes and return the end mark. */
 nb_mark nb_sched_plain_step(nb_trainer *tr, int step);
 nb_mark nb_sched_erase_step(nb_trainer *tr, int step);
+nb_mark nb_sched_stream_step(nb_trainer *tr, int step);
+
+/* stream.c: setup (other_device_bytes: what the trainer already planned on the device), the
+ * resident part's pointers, and the pieces the trainer's shared work items call */
+void nb_stream_init(nb_trainer *tr, size_t other_device_bytes);
+void nb_stream_free(nb_trainer *tr);
+void *nb_stream_global_w(nb_trainer *tr, int which);
+float *nb_stream_global_g(nb_trainer *tr, int which);
+void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx);
+void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx);
+void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int layer, nb_tf_layer_view *w);
+double nb_stream_sumsq(const nb_trainer *tr);
 /* Enqueue segment s's layers' backward (and, for all but the last segment, its local head first)
  * on lane; shared by both schedules so they run the same items. */
 void nb_sched_segment_backward(nb_trainer *tr, nb_lane *lane, int s, int step);

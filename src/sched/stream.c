@@ -1,0 +1,390 @@
+/* stream: train a transformer whose state lives in host memory (MegaTrain, issue 6).
+ *
+ * Where things live:
+ *  - host: the fp32 master weights, AdamW moments and gradients of the whole model (the trainer's
+ *    host slabs, in the model's slab layout, so the global gradient norm is summed exactly as
+ *    plain sums it), and a bounded pool of pinned staging slabs (2 up, 2 down, one layer each,
+ *    plus one for the embeddings/final norm/head);
+ *  - device: the embeddings, final norm and head stay resident (compute copy + fp32 gradient),
+ *    two weight slots that layers stream through, two gradient slots, the activations.
+ *
+ * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), host (a thread).
+ *   forward:  host copies layer l's master into an up slab; h2d copies it into a weight slot
+ *             (and casts it to bf16 on the device in bf16 mode) once the slot's last user is done;
+ *             compute runs layer l as soon as its slot is filled. Layer l+1 loads while l runs.
+ *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
+ *             others load again. Layer l's gradient goes into a zeroed gradient slot; d2h copies
+ *             it into a down slab as soon as the layer's backward ends; host adds it to the host
+ *             gradient slab. The embeddings' and head's gradients follow the same way at the end.
+ *   optimizer: clipping needs the global norm, so the host runs AdamW when the last gradient has
+ *             landed: the norm over the host gradient slab (nb_sumsq, as plain), then every tensor
+ *             (nb_adamw_apply_spans, as plain) on the host's threads. Then the resident part is
+ *             copied up again. With the CPU backend (host and "device" are both RAM, the copies
+ *             still go through the lanes) the result is bitwise plain's (tests/stream_test.sh).
+ *
+ * Not yet (issue 6): recomputation (--ckpt-interval: all activations stay on the device), bf16
+ * uploads (fp32 crosses PCIe and is cast on the device: twice the bytes), AdamW of a layer as
+ * soon as its gradient lands when clipping is off, and the next step's forward overlapping this
+ * step's optimizer. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "host.h"
+#include "sched/trainer.h"
+
+#define NSLOT 2
+
+typedef struct {
+    nb_mark m;
+    int set;
+} opt_mark;
+
+/* a forward or backward of one layer, bound to its slots */
+typedef struct {
+    nb_trainer *tr;
+    int layer, wslot, gslot, dslot;
+} stream_item;
+
+/* a layer upload: master -> up slab (host lane), up slab -> weight slot (h2d lane) */
+typedef struct {
+    nb_trainer *tr;
+    int layer, uslot, wslot;
+} load_item;
+
+struct nb_stream {
+    size_t layer_numel;           /* elements of one layer group (all layers are alike) */
+    size_t glob_numel;            /* embeddings + final group, packed */
+    void *d_glob_w;               /* compute copy of the resident part */
+    float *d_glob_f32;            /* fp32 landing buffer of the resident part (bf16 mode) */
+    float *d_glob_g;              /* its gradients */
+    void *d_wslot[NSLOT];         /* layer weights in compute precision */
+    float *d_wstage[NSLOT];       /* fp32 landing buffers (bf16 mode) */
+    float *d_gslot[NSLOT];        /* layer gradients */
+    float *h_up[NSLOT], *h_down[NSLOT], *h_glob; /* pinned staging */
+    nb_lane *h2d, *d2h, *host;
+    opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready;
+    int wslot_layer[NSLOT], next_wslot, next_gslot, next_up, next_down;
+    stream_item *fwd, *bwd;       /* [layers] */
+    load_item *loads;             /* [2 * layers]: forward and backward loads */
+    int nloads;
+    double sumsq;                 /* the step's global gradient norm squared (host) */
+    size_t device_bytes, pinned_bytes;
+};
+
+static nb_stream *S(nb_trainer *tr) { return tr->stream; }
+static size_t es(const nb_trainer *tr) { return nb_dtype_size(tr->be->act_dtype); }
+static int lowp(const nb_trainer *tr) { return tr->be->act_dtype != NB_F32; }
+
+/* ---- the resident part: groups 0 (embeddings) and L+1 (final norm, head), packed ---- */
+
+static size_t glob_offset(const nb_tf_model *m, size_t slab_offset) {
+    int gf = m->cfg.layers + 1;
+    if (slab_offset < m->group_offset[0] + m->group_numel[0]) return slab_offset - m->group_offset[0];
+    NB_ASSERT(slab_offset >= m->group_offset[gf]);
+    return m->group_numel[0] + (slab_offset - m->group_offset[gf]);
+}
+
+void *nb_stream_global_w(nb_trainer *tr, int which) {
+    const nb_tf_model *m = &tr->model;
+    int i = m->global_idx[which];
+    return i < 0 ? NULL : (char *)S(tr)->d_glob_w + glob_offset(m, m->params[i].offset) * es(tr);
+}
+
+float *nb_stream_global_g(nb_trainer *tr, int which) {
+    const nb_tf_model *m = &tr->model;
+    int i = m->global_idx[which];
+    return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
+}
+
+/* host slab <-> packed resident part */
+static void glob_pack(const nb_trainer *tr, float *packed, const float *slab) {
+    const nb_tf_model *m = &tr->model;
+    int gf = m->cfg.layers + 1;
+    memcpy(packed, slab + m->group_offset[0], m->group_numel[0] * sizeof(float));
+    memcpy(packed + m->group_numel[0], slab + m->group_offset[gf], m->group_numel[gf] * sizeof(float));
+}
+
+static void glob_unpack(const nb_trainer *tr, float *slab, const float *packed) {
+    const nb_tf_model *m = &tr->model;
+    int gf = m->cfg.layers + 1;
+    memcpy(slab + m->group_offset[0], packed, m->group_numel[0] * sizeof(float));
+    memcpy(slab + m->group_offset[gf], packed + m->group_numel[0], m->group_numel[gf] * sizeof(float));
+}
+
+/* ---- setup ---- */
+
+static void *dev(nb_trainer *tr, size_t bytes, const char *what) {
+    S(tr)->device_bytes += bytes;
+    return tr->be->alloc(bytes, what);
+}
+
+static void *pinned(nb_trainer *tr, size_t bytes, const char *what) {
+    S(tr)->pinned_bytes += bytes;
+    return tr->be->host_alloc(bytes, what);
+}
+
+void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
+    const nb_tf_model *m = &tr->model;
+    nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
+    tr->stream = st;
+    int L = m->cfg.layers, gf = L + 1;
+    st->layer_numel = L ? m->group_numel[1] : 0;
+    for (int l = 0; l < L; l++) NB_ASSERT(m->group_numel[1 + l] == st->layer_numel);
+    st->glob_numel = m->group_numel[0] + m->group_numel[gf];
+    size_t lw = st->layer_numel, gw = st->glob_numel;
+    /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
+    size_t need = gw * (es(tr) + 4 + (lowp(tr) ? 4 : 0)) + NSLOT * lw * (es(tr) + 4 + (lowp(tr) ? 4 : 0));
+    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
+    if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
+        char a[32], b[32];
+        nb_fail("lower --batch or --seq, or raise --gpu-mem-limit", "--schedule stream needs %s of GPU memory but %s is available",
+                nb_fmt_bytes(a, 32, (double)(need + other_device_bytes)), nb_fmt_bytes(b, 32, (double)budget));
+    }
+    st->d_glob_g = dev(tr, gw * sizeof(float), "resident gradients");
+    if (lowp(tr)) {
+        st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
+        st->d_glob_f32 = dev(tr, gw * sizeof(float), "resident weights (fp32 landing)");
+    } else {
+        st->d_glob_w = st->d_glob_f32 = dev(tr, gw * sizeof(float), "resident weights");
+    }
+    for (int k = 0; k < NSLOT; k++) {
+        st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
+        if (lowp(tr)) {
+            st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
+            st->d_wstage[k] = dev(tr, lw * sizeof(float), "layer weight slot (fp32 landing)");
+        } else {
+            st->d_wslot[k] = st->d_wstage[k] = dev(tr, lw * sizeof(float), "layer weight slot");
+        }
+        st->h_up[k] = pinned(tr, lw * sizeof(float), "upload staging");
+        st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
+        st->wslot_layer[k] = -1;
+    }
+    st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
+    st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
+    st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
+    st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
+    st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
+    st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
+    st->loads = nb_calloc((size_t)(2 * L + 1), sizeof(load_item), "stream items");
+    char a[32], b[32], c[32], d[32];
+    double host_bytes = 16.0 * (double)m->total;
+    nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
+              "device: %s for weights and gradients (embeddings, final norm and head resident; 2 layer slots of %s) "
+              "+ activations\n",
+           nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
+           nb_fmt_bytes(c, 32, (double)st->device_bytes), nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
+}
+
+void nb_stream_free(nb_trainer *tr) {
+    nb_stream *st = S(tr);
+    if (!st) return;
+    const nb_backend_i *be = tr->be;
+    be->free(st->d_glob_g);
+    if (lowp(tr)) be->free(st->d_glob_f32);
+    be->free(st->d_glob_w);
+    for (int k = 0; k < NSLOT; k++) {
+        be->free(st->d_gslot[k]);
+        if (lowp(tr)) be->free(st->d_wstage[k]);
+        be->free(st->d_wslot[k]);
+        be->host_free(st->h_up[k]);
+        be->host_free(st->h_down[k]);
+    }
+    be->host_free(st->h_glob);
+    free(st->fwd), free(st->bwd), free(st->loads);
+    free(st);
+    tr->stream = NULL;
+}
+
+/* ---- work items ---- */
+
+static void land(nb_trainer *tr, nb_ctx ctx, void *dst_w, float *landing, const float *src, size_t n) {
+    tr->be->to_backend(ctx, landing, src, n * sizeof(float));
+    if (lowp(tr)) tr->be->cast_params(ctx, dst_w, landing, n);
+}
+
+/* The resident part from the host master, on ctx (start, resume, after every optimizer step). */
+void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
+    nb_stream *st = S(tr);
+    glob_pack(tr, st->h_glob, tr->params);
+    land(tr, ctx, st->d_glob_w, st->d_glob_f32, st->h_glob, st->glob_numel);
+}
+
+void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
+    tr->be->zero(ctx, S(tr)->d_glob_g, S(tr)->glob_numel * sizeof(float));
+}
+
+static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
+    load_item *it = arg;
+    nb_trainer *tr = it->tr;
+    memcpy(S(tr)->h_up[it->uslot], tr->params + tr->model.group_offset[1 + it->layer],
+           S(tr)->layer_numel * sizeof(float));
+}
+
+static void work_h2d(void *arg, const nb_task_ctx *ctx) {
+    load_item *it = arg;
+    nb_trainer *tr = it->tr;
+    nb_stream *st = S(tr);
+    land(tr, ctx, st->d_wslot[it->wslot], st->d_wstage[it->wslot], st->h_up[it->uslot], st->layer_numel);
+}
+
+static void bind(nb_trainer *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
+    nb_tf_bind_layer(&tr->model, it->layer, S(tr)->d_wslot[it->wslot], es(tr), w);
+    if (dw) nb_tf_bind_layer(&tr->model, it->layer, S(tr)->d_gslot[it->gslot], sizeof(float), dw);
+}
+
+static void work_fwd(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_tf_layer_view w;
+    bind(it->tr, it, &w, NULL);
+    nb_tf_layer_forward(&it->tr->model, it->tr->be, ctx, &w, it->layer, &it->tr->acts);
+}
+
+static void work_bwd(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_trainer *tr = it->tr;
+    nb_tf_layer_view w, dw;
+    bind(tr, it, &w, &dw);
+    tr->be->zero(ctx, S(tr)->d_gslot[it->gslot], S(tr)->layer_numel * sizeof(float));
+    nb_tf_layer_backward(&tr->model, tr->be, ctx, &w, &dw, it->layer, &tr->acts);
+}
+
+static void work_d2h(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_stream *st = S(it->tr);
+    it->tr->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
+}
+
+static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_trainer *tr = it->tr;
+    memcpy(tr->h_grads + tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot],
+           S(tr)->layer_numel * sizeof(float));
+}
+
+static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    tr->be->to_host_async(ctx, S(tr)->h_glob, S(tr)->d_glob_g, S(tr)->glob_numel * sizeof(float));
+}
+
+static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    glob_unpack(tr, tr->h_grads, S(tr)->h_glob);
+}
+
+/* Host AdamW over the whole model, exactly as the CPU backend's plain step does it. */
+static void work_host_optim(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    const nb_tf_model *m = &tr->model;
+    nb_host_set_threads(tr->o.threads);
+    S(tr)->sumsq = nb_sumsq(tr->h_grads, m->total);
+    float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
+    nb_adamw_span *spans = nb_malloc((size_t)m->nparams * sizeof *spans, "AdamW tensor table");
+    for (int i = 0; i < m->nparams; i++) spans[i] = (nb_adamw_span){m->params[i].offset, m->params[i].numel, m->params[i].decay ? 0 : 1};
+    nb_adamw_apply_spans(tr->params, tr->h_grads, tr->m, tr->v, spans, m->nparams, tr->h_step->k, clip);
+    free(spans);
+    glob_pack(tr, S(tr)->h_glob, tr->params);
+}
+
+static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    land(tr, ctx, S(tr)->d_glob_w, S(tr)->d_glob_f32, S(tr)->h_glob, S(tr)->glob_numel);
+}
+
+/* ---- the step ---- */
+
+static void wait_if(nb_lane *lane, opt_mark m) {
+    if (m.set) nb_lane_wait(lane, m.m);
+}
+
+static opt_mark mark(nb_lane *lane) { return (opt_mark){nb_lane_mark(lane), 1}; }
+
+/* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
+ * and returns the slot; the compute lane is told to wait for it. */
+static int load(nb_trainer *tr, int l, int step) {
+    nb_stream *st = S(tr);
+    for (int k = 0; k < NSLOT; k++)
+        if (st->wslot_layer[k] == l) return k;
+    int w = st->next_wslot, u = st->next_up;
+    st->next_wslot = (w + 1) % NSLOT;
+    st->next_up = (u + 1) % NSLOT;
+    load_item *it = &st->loads[st->nloads++];
+    *it = (load_item){tr, l, u, w};
+    char name[40];
+    wait_if(st->host, st->up_free[u]); /* the slab's previous upload has left it */
+    snprintf(name, sizeof name, "stage L%d", l);
+    nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_stage_up, it);
+    nb_lane_wait(st->h2d, nb_lane_mark(st->host));
+    wait_if(st->h2d, st->wslot_free[w]); /* the slot's last reader is done */
+    snprintf(name, sizeof name, "h2d L%d", l);
+    nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
+    st->up_free[u] = mark(st->h2d);
+    nb_lane_wait(tr->compute, nb_lane_mark(st->h2d));
+    st->wslot_layer[w] = l;
+    return w;
+}
+
+nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
+    nb_stream *st = S(tr);
+    nb_lane *c = tr->compute;
+    int L = tr->model.cfg.layers;
+    char name[40];
+    st->nloads = 0;
+    for (int k = 0; k < NSLOT; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
+    wait_if(c, st->glob_ready);
+    nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
+    for (int l = 0; l < L; l++) {
+        stream_item *it = &st->fwd[l];
+        *it = (stream_item){tr, l, load(tr, l, step), 0, 0};
+        snprintf(name, sizeof name, "fwd L%d", l);
+        nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
+        st->wslot_free[it->wslot] = mark(c);
+    }
+    nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
+    for (int l = L - 1; l >= 0; l--) {
+        stream_item *it = &st->bwd[l];
+        int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
+        st->next_gslot = (g + 1) % NSLOT;
+        st->next_down = (d + 1) % NSLOT;
+        *it = (stream_item){tr, l, w, g, d};
+        wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
+        snprintf(name, sizeof name, "bwd L%d", l);
+        nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
+        st->wslot_free[w] = mark(c);
+        nb_lane_wait(st->d2h, nb_lane_mark(c));
+        wait_if(st->d2h, st->down_free[d]);
+        snprintf(name, sizeof name, "d2h L%d", l);
+        nb_lane_run(st->d2h, name, NB_SPAN_D2H, step, work_d2h, it);
+        st->gslot_free[g] = mark(st->d2h);
+        nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+        snprintf(name, sizeof name, "grad L%d", l);
+        nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
+        st->down_free[d] = mark(st->host);
+    }
+    nb_lane_run(c, "embed bwd", NB_SPAN_BWD, step, nb_work_embed_bwd, &tr->whole);
+    nb_lane_wait(st->d2h, nb_lane_mark(c));
+    nb_lane_run(st->d2h, "d2h resident", NB_SPAN_D2H, step, work_glob_d2h, &tr->whole);
+    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+    nb_lane_run(st->host, "grad resident", NB_SPAN_OTHER, step, work_glob_land, &tr->whole);
+    nb_lane_run(st->host, "adamw (host)", NB_SPAN_OPTIM, step, work_host_optim, &tr->whole);
+    nb_lane_wait(st->h2d, nb_lane_mark(st->host));
+    nb_lane_run(st->h2d, "h2d resident", NB_SPAN_H2D, step, work_glob_h2d, &tr->whole);
+    st->glob_ready = mark(st->h2d);
+    /* the step ends when the updated resident part is back on the device */
+    nb_lane_wait(c, st->glob_ready.m);
+    for (int k = 0; k < NSLOT; k++) st->up_free[k].set = st->down_free[k].set = 0;
+    return nb_lane_mark(c);
+}
+
+double nb_stream_sumsq(const nb_trainer *tr) { return tr->stream->sumsq; }
+
+/* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
+void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
+    nb_stream *st = S(tr);
+    memcpy(st->h_up[0], tr->params + tr->model.group_offset[1 + l], st->layer_numel * sizeof(float));
+    land(tr, ctx, st->d_wslot[0], st->d_wstage[0], st->h_up[0], st->layer_numel);
+    st->wslot_layer[0] = -1;
+    nb_tf_bind_layer(&tr->model, l, st->d_wslot[0], es(tr), w);
+}
