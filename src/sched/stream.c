@@ -33,6 +33,7 @@
 
 #include "core.h"
 #include "host.h"
+#include "optim/adamw_host.h"
 #include "sched/trainer.h"
 
 #define NSLOT 2
@@ -274,17 +275,20 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     glob_unpack(tr, tr->h_grads, S(tr)->h_glob);
 }
 
-/* Host AdamW over the whole model, exactly as the CPU backend's plain step does it. */
+/* Host AdamW over the whole model with the vectorized, multi-threaded nb_adamw_host_apply: the
+ * same bits as the CPU backend's plain step (the norm over the same slab, the same per-element
+ * formula), so CPU runs of stream and plain stay bitwise equal. */
 static void work_host_optim(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = ((nb_work *)arg)->tr;
     const nb_tf_model *m = &tr->model;
     nb_host_set_threads(tr->o.threads);
     S(tr)->sumsq = nb_sumsq(tr->h_grads, m->total);
     float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
-    nb_adamw_span *spans = nb_malloc((size_t)m->nparams * sizeof *spans, "AdamW tensor table");
-    for (int i = 0; i < m->nparams; i++) spans[i] = (nb_adamw_span){m->params[i].offset, m->params[i].numel, m->params[i].decay ? 0 : 1};
-    nb_adamw_apply_spans(tr->params, tr->h_grads, tr->m, tr->v, spans, m->nparams, tr->h_step->k, clip);
-    free(spans);
+    for (int i = 0; i < m->nparams; i++) {
+        const nb_param *p = &m->params[i];
+        nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, NULL,
+                            p->numel, &tr->h_step->k[p->decay ? 0 : 1], clip, tr->o.threads);
+    }
     glob_pack(tr, S(tr)->h_glob, tr->params);
 }
 
