@@ -3,6 +3,7 @@
 # through the h2d / d2h / host lanes, so the schedule's ordering is what is tested):
 #  - stream vs plain, gpt2-tiny and llama-tiny, 20 steps with gradient clipping and evaluation:
 #    bitwise-identical losses, gradient norms, validation losses, weights and AdamW state;
+#  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too;
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
 #  - the trace and timeline.svg show the h2d, d2h and host lanes at work;
 #  - a host plan over --host-mem-limit, and flags stream cannot honour yet, end in one clear line.
@@ -22,6 +23,13 @@ for model in gpt2-tiny llama-tiny; do
         || fail "$model stream"
     same "$model: stream vs plain, 20 steps" "$TMP/$model-plain" "$TMP/$model-stream"
 done
+# recompute: every K-th layer's input kept, blocks of K layers recomputed before their backward
+$NB train "${C[@]}" --model gpt2-tiny --layers 5 --out "$TMP/k-plain" || fail "5-layer plain"
+for K in 1 2 3; do
+    $NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval $K --out "$TMP/k-$K" \
+        || fail "stream --ckpt-interval $K"
+    same "5 layers: stream with --ckpt-interval $K (recompute) vs plain" "$TMP/k-plain" "$TMP/k-$K"
+done
 $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stop-after 10 --out "$TMP/split" || fail "stream first half"
 $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "stream resume"
 cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.safetensors" \
@@ -36,5 +44,6 @@ done
 expect_error "host plan over --host-mem-limit" "host-mem-limit" $NB train "${C[@]}" --model gpt2-tiny --schedule stream \
     --host-mem-limit 1000000
 expect_error "stream with --detach" "stream does not split" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --detach 1
+expect_error "recompute without stream" "stream schedule only" $NB train "${C[@]}" --model gpt2-tiny --ckpt-interval 2
 expect_error "stream with --graphs" "not captured as graphs" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --graphs
 finish

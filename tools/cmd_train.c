@@ -101,6 +101,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"device", ARG_STR, o.device, sizeof o.device, "DEV", "cpu, cuda or cuda:N", 0, 0},
         {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 (default on cuda) or fp32 (TF32 off)", 0, 0},
         {"gpu-mem-limit", ARG_U64, &o.gpu_mem_limit, 0, "BYTES", "cap the GPU memory plan (0: what is free)", 0, 0},
+        {"ckpt-interval", ARG_INT, &o.ckpt_interval, 0, "K", "stream: keep every K-th layer's input and recompute the rest (0: keep all)", 0, 0},
         {"host-mem-limit", ARG_U64, &o.host_mem_limit, 0, "BYTES", "host memory the plan may use (0: what the host reports)", 0, 0},
         {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain, erase (detached segments' backward on side lanes) or stream (state in host memory)", 0, 0},
         {"detach", ARG_STR, o.detach, sizeof o.detach, "CUTS", "detach the residual stream after these layer counts, like 2,4 (local heads)", 0, 0},
@@ -180,8 +181,9 @@ void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads,
     snprintf(o->device, sizeof o->device, "%s", device);
     o->precision[0] = 0;
     o->seq = o->model.seq;
-    /* forward only: no segments, no side lanes */
+    /* forward only: no segments, no side lanes, no streaming */
     o->detach[0] = 0;
+    o->ckpt_interval = 0;
     snprintf(o->schedule, sizeof o->schedule, "plain");
     (void)cmd;
 }

@@ -274,6 +274,62 @@ static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B,
 
 size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t es) { return acts_layout(m, NULL, NULL, B, T, es); }
 
+static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver *cv, int B, int T, size_t es) {
+    const nb_tf_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->dim;
+    la->ln1 = carve(cv, N * C * es);
+    la->qkv = carve(cv, N * (size_t)qkv_width(c) * es);
+    la->atty = carve(cv, N * (size_t)att_width(c) * es);
+    la->res2 = carve(cv, N * C * es);
+    la->ln2 = carve(cv, N * C * es);
+    la->fch = carve(cv, N * (size_t)fc_width(c) * es);
+    la->fca = carve(cv, N * (size_t)c->ffn * es);
+    la->ln1_mean = carve(cv, N * sizeof(float));
+    la->ln1_rstd = carve(cv, N * sizeof(float));
+    la->ln2_mean = carve(cv, N * sizeof(float));
+    la->ln2_rstd = carve(cv, N * sizeof(float));
+    la->lse = carve(cv, (size_t)B * c->heads * T * sizeof(float));
+}
+
+/* Checkpointed layout: resid[l] has its own slot when l is a multiple of K (and for l = layers);
+ * the other resid[l] share K-1 window slots and layer l's activations share K slots (l mod K),
+ * so a block of K layers can be recomputed from its checkpoint. */
+static size_t acts_layout_window(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
+    const nb_tf_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->dim;
+    int L = c->layers;
+    carver cv = {buf, buf};
+    if (!buf) cv.base = NULL, cv.cur = (char *)0;
+    void *win[NB_TF_MAX_CKPT_INTERVAL];
+    for (int k = 0; k + 1 < K; k++) win[k] = carve(&cv, N * C * es);
+    for (int l = 0; l <= L; l++) {
+        void *p = (l % K == 0 || l == L) ? carve(&cv, N * C * es) : win[l % K - 1];
+        if (a) a->resid[l] = p;
+    }
+    nb_tf_layer_acts slots[NB_TF_MAX_CKPT_INTERVAL];
+    for (int k = 0; k < K && k < L; k++) layer_acts_layout(m, &slots[k], &cv, B, T, es);
+    if (a)
+        for (int l = 0; l < L; l++) a->layer[l] = slots[l % K];
+    nb_tf_acts tmp, *o = a ? a : &tmp;
+    head_scratch_layout(m, o, &cv, N, es);
+    return (size_t)(cv.cur - cv.base);
+}
+
+size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t es, int K) {
+    return acts_layout_window(m, NULL, NULL, B, T, es, K);
+}
+
+void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
+    NB_ASSERT(K >= 1 && K <= NB_TF_MAX_CKPT_INTERVAL);
+    memset(a, 0, sizeof *a);
+    a->B = B;
+    a->T = T;
+    a->slab = buf;
+    a->resid = nb_calloc((size_t)m->cfg.layers + 1, sizeof(void *), "activation table");
+    a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
+    a->bytes = acts_layout_window(m, a, buf, B, T, es, K);
+}
+
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
     memset(a, 0, sizeof *a);
     a->B = B;

@@ -110,6 +110,12 @@ size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t elem_size);
 /* Carve acts out of a caller-provided buffer of nb_tf_acts_bytes bytes. */
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size);
 void nb_tf_acts_unbind(nb_tf_acts *a);
+/* Activations checkpointed every K layers (1 <= K <= NB_TF_MAX_CKPT_INTERVAL): only resid[l] for l
+ * a multiple of K (and resid[layers]) keep their values through a step; a block of K layers is
+ * recomputed from its checkpoint before its backward (the stream schedule). */
+#define NB_TF_MAX_CKPT_INTERVAL 64
+size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t elem_size, int K);
+void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size, int K);
 /* A segment's view for detached training (ERASE): the shared forward activations with its own
  * final-norm output, losses and backward scratch, carved from buf (nb_tf_seg_scratch_bytes),
  * so several segments' heads and backward passes can run at once. */

@@ -22,7 +22,11 @@
  *             copied up again. With the CPU backend (host and "device" are both RAM, the copies
  *             still go through the lanes) the result is bitwise plain's (tests/stream_test.sh).
  *
- * Not yet (issue 6): recomputation (--ckpt-interval: all activations stay on the device), bf16
+ *   recompute (--ckpt-interval K): only every K-th layer's input is kept through the step; before
+ *             the backward of a block of K layers, its forward runs again from that checkpoint
+ *             (the last block's activations are still there and are not recomputed).
+ *
+ * Not yet (issue 6): bf16
  * uploads (fp32 crosses PCIe and is cast on the device: twice the bytes), AdamW of a layer as
  * soon as its gradient lands when clipping is off, and the next step's forward overlapping this
  * step's optimizer. */
@@ -68,7 +72,7 @@ struct nb_stream {
     nb_lane *h2d, *d2h, *host;
     opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready;
     int wslot_layer[NSLOT], next_wslot, next_gslot, next_up, next_down;
-    stream_item *fwd, *bwd;       /* [layers] */
+    stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
     load_item *loads;             /* [2 * layers]: forward and backward loads */
     int nloads;
     double sumsq;                 /* the step's global gradient norm squared (host) */
@@ -169,7 +173,8 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
-    st->loads = nb_calloc((size_t)(2 * L + 1), sizeof(load_item), "stream items");
+    st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
+    st->loads = nb_calloc((size_t)(3 * L + 1), sizeof(load_item), "stream items");
     char a[32], b[32], c[32], d[32];
     double host_bytes = 16.0 * (double)m->total;
     nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
@@ -194,7 +199,7 @@ void nb_stream_free(nb_trainer *tr) {
         be->host_free(st->h_down[k]);
     }
     be->host_free(st->h_glob);
-    free(st->fwd), free(st->bwd), free(st->loads);
+    free(st->fwd), free(st->rec), free(st->bwd), free(st->loads);
     free(st);
     tr->stream = NULL;
 }
@@ -330,6 +335,31 @@ static int load(nb_trainer *tr, int l, int step) {
     return w;
 }
 
+/* Layer l's backward into a gradient slot, then its gradient out: d2h, then into the host slab. */
+static void backward_layer(nb_trainer *tr, int l, int step) {
+    nb_stream *st = S(tr);
+    nb_lane *c = tr->compute;
+    char name[40];
+    stream_item *it = &st->bwd[l];
+    int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
+    st->next_gslot = (g + 1) % NSLOT;
+    st->next_down = (d + 1) % NSLOT;
+    *it = (stream_item){tr, l, w, g, d};
+    wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
+    snprintf(name, sizeof name, "bwd L%d", l);
+    nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
+    st->wslot_free[w] = mark(c);
+    nb_lane_wait(st->d2h, nb_lane_mark(c));
+    wait_if(st->d2h, st->down_free[d]);
+    snprintf(name, sizeof name, "d2h L%d", l);
+    nb_lane_run(st->d2h, name, NB_SPAN_D2H, step, work_d2h, it);
+    st->gslot_free[g] = mark(st->d2h);
+    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+    snprintf(name, sizeof name, "grad L%d", l);
+    nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
+    st->down_free[d] = mark(st->host);
+}
+
 nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     nb_stream *st = S(tr);
     nb_lane *c = tr->compute;
@@ -347,25 +377,20 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
         st->wslot_free[it->wslot] = mark(c);
     }
     nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
-    for (int l = L - 1; l >= 0; l--) {
-        stream_item *it = &st->bwd[l];
-        int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
-        st->next_gslot = (g + 1) % NSLOT;
-        st->next_down = (d + 1) % NSLOT;
-        *it = (stream_item){tr, l, w, g, d};
-        wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
-        snprintf(name, sizeof name, "bwd L%d", l);
-        nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
-        st->wslot_free[w] = mark(c);
-        nb_lane_wait(st->d2h, nb_lane_mark(c));
-        wait_if(st->d2h, st->down_free[d]);
-        snprintf(name, sizeof name, "d2h L%d", l);
-        nb_lane_run(st->d2h, name, NB_SPAN_D2H, step, work_d2h, it);
-        st->gslot_free[g] = mark(st->d2h);
-        nb_lane_wait(st->host, nb_lane_mark(st->d2h));
-        snprintf(name, sizeof name, "grad L%d", l);
-        nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
-        st->down_free[d] = mark(st->host);
+    int K = tr->o.ckpt_interval > 0 ? tr->o.ckpt_interval : L; /* 0: every activation kept */
+    for (int b = (L - 1) / K * K; b >= 0 && L > 0; b -= K) {
+        int e = b + K < L ? b + K : L;
+        /* the last block's activations are still there from the forward; the others are
+         * recomputed from their checkpoint, and the weights loaded for that serve the backward
+         * of the same layers when they are still in their slots */
+        for (int l = b; l < e && e < L; l++) {
+            stream_item *it = &st->rec[l];
+            *it = (stream_item){tr, l, load(tr, l, step), 0, 0};
+            snprintf(name, sizeof name, "refwd L%d", l);
+            nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
+            st->wslot_free[it->wslot] = mark(c);
+        }
+        for (int l = e - 1; l >= b; l--) backward_layer(tr, l, step);
     }
     nb_lane_run(c, "embed bwd", NB_SPAN_BWD, step, nb_work_embed_bwd, &tr->whole);
     nb_lane_wait(st->d2h, nb_lane_mark(c));

@@ -331,7 +331,9 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     const nb_tf_model *m = &tr->model;
     const nb_backend_i *be = tr->be;
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
-    size_t acts = nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
+    int K = tr->o.ckpt_interval;
+    size_t acts = K > 0 ? nb_tf_acts_bytes_ckpt(m, tr->o.batch, tr->o.seq, es_of(tr), K)
+                        : nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
     size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
     size_t segb = (size_t)(tr->nseg - 1) * (nb_tf_seg_scratch_bytes(m, tr->o.batch, tr->o.seq, es_of(tr)) +
                                             tr->head_part_stride * sizeof(float));
@@ -339,9 +341,14 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     char b[6][32];
     int devb = is_device_backend(tr), streaming = !strcmp(tr->o.schedule, "stream");
     if (streaming) {
-        nb_log(1, "memory      host: params %s + adamw %s + grads %s; %s: activations %s (B=%d, T=%d), all kept\n",
+        char kept[64];
+        if (K > 0)
+            snprintf(kept, sizeof kept, "layer inputs kept every %d layer%s, the rest recomputed", K, K == 1 ? "" : "s");
+        else
+            snprintf(kept, sizeof kept, "all kept");
+        nb_log(1, "memory      host: params %s + adamw %s + grads %s; %s: activations %s (B=%d, T=%d), %s\n",
                nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, 2.0 * slab), nb_fmt_bytes(b[2], 32, (double)slab),
-               devb ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), tr->o.batch, tr->o.seq);
+               devb ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), tr->o.batch, tr->o.seq, kept);
         NB_CHECK(!tr->o.host_mem_limit || 4.0 * slab <= (double)tr->o.host_mem_limit, "pick a smaller --model, or raise --host-mem-limit",
                  "the host state needs %s but --host-mem-limit is %s", nb_fmt_bytes(b[4], 32, 4.0 * slab),
                  nb_fmt_bytes(b[5], 32, (double)tr->o.host_mem_limit));
@@ -416,6 +423,10 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     NB_CHECK(!streaming || !o->detach[0], "drop --detach with --schedule stream", "stream does not split the model yet");
     NB_CHECK(!streaming || !o->graphs, "drop --graphs with --schedule stream",
              "stream replays are not captured as graphs yet");
+    NB_CHECK(o->ckpt_interval == 0 || streaming, "use --ckpt-interval with --schedule stream",
+             "--ckpt-interval recomputes activations in the stream schedule only");
+    NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
+             "pass --ckpt-interval between 0 (keep all) and 64", "--ckpt-interval %d", o->ckpt_interval);
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
              "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     tr->be = nb_backend_for(o->device, o->precision);
@@ -423,7 +434,10 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     nb_tf_model_init(&tr->model, &o->model);
     set_segments(tr);
     plan_memory(tr, &tr->host_arena, &tr->dev_arena);
-    nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
+    if (o->ckpt_interval > 0)
+        nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), o->ckpt_interval);
+    else
+        nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
     bind_segments(tr);
 
     tr->lanes = nb_lanes_create(is_device_backend(tr) ? "cuda" : "cpu", o->trace[0] ? 1 << 20 : 1 << 16);

@@ -37,6 +37,7 @@ typedef struct nb_train_opts {
     float aux_weight;
     int side_lanes;          /* --schedule erase: side lanes for the segments' backward */
     char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async */
+    int ckpt_interval;       /* stream: keep every K-th layer's input, recompute the rest (0: keep all) */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
