@@ -4,7 +4,8 @@
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
 # "MFLOP per token" (6 N + attention) x tokens/s. Also writes one step's trace and timeline.svg of
 # each stream run to $OUT (default bench/out/stream) and checks the overlap in the trace
-# (tests/trace_overlap.py). The FSDP2 CPU-offload anchor is not in this script yet.
+# (tests/trace_overlap.py). Stream runs use --ckpt-interval $CKPT (default 1). The FSDP2
+# CPU-offload anchor is not in this script yet.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1
@@ -31,7 +32,7 @@ for model in ${models//,/ }; do
     for sched in plain stream; do
         log="$OUT/$model-$sched.log"
         extra=(); [ $sched = stream ] && extra=(--trace "$OUT/$model-stream.json")
-        "$NB" train --model "$model" --device cuda --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" \
+        "$NB" train --model "$model" --device cuda --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $( [ $sched = stream ] && echo --ckpt-interval "${CKPT:-1}" ) \
             --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$sched" "${extra[@]}" > "$log" 2>&1 \
             || { echo "| $model | ${batch} x ${seq} | $sched | failed: $(tail -n 1 "$log") | | | |" >> "$table"; continue; }
         line=$(grep '^throughput' "$log"); mf=$(grep -o '[0-9.]* MFLOP per token' "$log" | cut -d' ' -f1)
