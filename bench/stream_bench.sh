@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
         --seq) seq=$2; shift ;;
         --steps) steps=$2; shift ;;
         --no-build) build=0 ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
