@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 OUT=${OUT:-bench/out/erase}; mkdir -p "$OUT"
 NB_BUILD=${NB_BUILD:-build}; NB=$NB_BUILD/nobubble
-[ $build = 1 ] && { make -j"$(nproc)" BUILD="$NB_BUILD" > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
+[ $build = 1 ] && { source scripts/device_deps.sh use >/dev/null; make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
 DEV=${DEVICE:-cuda}
 SPEC=${SPEC:-synth:cap=1000000,max_len=256} TABLE_CAP=${TABLE_CAP:-1000000} EMB=${EMB:-64}
 BASE=(--model seqctr --device "$DEV" --data "$SPEC" --emb-dim "$EMB" --table-cap "$TABLE_CAP"

@@ -22,7 +22,7 @@ done
 OUT=${OUT:-bench/out/erase-tf}; mkdir -p "$OUT"
 NB_BUILD=${NB_BUILD:-build}; NB=$NB_BUILD/nobubble
 DEV=${DEVICE:-cuda}
-[ $build = 1 ] && { make -j"$(nproc)" BUILD="$NB_BUILD" > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
+[ $build = 1 ] && { source scripts/device_deps.sh use >/dev/null; make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
 [ -f data/sotu/train.bin ] || { echo "erase_transformer.sh: run 'bash scripts/fetch_data.sh' first" >&2; exit 1; }
 table="$OUT/table.md"
 printf '| model | configuration | p90 tokens/s | median tokens/s | gain vs baseline (p90) | mean overlap %% |\n|---|---|---|---|---|---|\n' > "$table"

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
 done
 OUT=${OUT:-bench/out/stream}; mkdir -p "$OUT"
 NB_BUILD=${NB_BUILD:-build}; NB=$NB_BUILD/nobubble
-[ $build = 1 ] && { make -j"$(nproc)" BUILD="$NB_BUILD" > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
+[ $build = 1 ] && { source scripts/device_deps.sh use >/dev/null; make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
 [ -f data/sotu/train.bin ] || { echo "stream_bench.sh: run 'bash scripts/fetch_data.sh' first" >&2; exit 1; }
 table="$OUT/table.md"
 printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | stream / resident |\n|---|---|---|---|---|---|---|\n' > "$table"
