@@ -6,7 +6,7 @@
 #  - erase without --detach is plain; detaching changes the training (it is a different model);
 #  - erase records side-lane work overlapping the main lane (overlap_pct), timeline.svg and the
 #    p90 line are written;
-#  - the same schedules run clean under ThreadSanitizer (a -fsanitize=thread build of nobubble,
+#  - the same schedules (and --schedule stream) run clean under ThreadSanitizer (a -fsanitize=thread build of nobubble,
 #    OpenMP at one thread: libgomp is not instrumented), for the transformer and for seqctr;
 #  - bad --detach / --erase-dispatch combinations end in one clear error line.
 source "$(dirname "$0")/lib.sh"
@@ -68,6 +68,12 @@ if make -s NB_CUDA=0 BUILD="$TS" OPT="-O1 -g -fsanitize=thread" \
     "$TS/nobubble" train --model seqctr --steps 4 --batch 32 --emb-dim 16 --blocks 3 --cross-rank 16 --block-hidden 16 \
         --detach all --schedule erase --erase-dispatch async --eval-samples 64 --quiet --out "$TMP/ts3" > "$TMP/ts.log" 2>&1 \
         && pass "TSan: seqctr erase (async dispatch) is race-free" || { fail "TSan seqctr"; tail -30 "$TMP/ts.log"; }
+    # the stream schedule's lanes too (h2d, d2h, host, optim; evaluation between steps)
+    "$TS/nobubble" train --batch 2 --steps 4 --data "$TRAIN" --val-data "$VAL" --eval-every 2 --eval-batches 1 \
+        --no-progress --quiet --model gpt2-tiny --layers 3 --schedule stream --ckpt-interval 2 --out "$TMP/ts4" \
+        > "$TMP/ts.log" 2>&1 \
+        && pass "TSan: stream schedule (recompute, overlapped optimizer, evaluation) is race-free" \
+        || { fail "TSan stream"; tail -30 "$TMP/ts.log"; }
 else
     fail "ThreadSanitizer build of nobubble"; tail -20 "$TMP/tsan-build.log"
 fi

@@ -8,28 +8,28 @@
  *  - device: the embeddings, final norm and head stay resident (compute copy + fp32 gradient),
  *    two weight slots that layers stream through, two gradient slots, the activations.
  *
- * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), host (a thread).
+ * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), host and optim (threads).
  *   forward:  host copies layer l's master into an up slab; h2d copies it into a weight slot
  *             (and casts it to bf16 on the device in bf16 mode) once the slot's last user is done;
  *             compute runs layer l as soon as its slot is filled. Layer l+1 loads while l runs.
  *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
  *             others load again. Layer l's gradient goes into a zeroed gradient slot; d2h copies
- *             it into a down slab as soon as the layer's backward ends; host adds it to the host
+ *             it into a down slab as soon as the layer's backward ends; host puts it into the host
  *             gradient slab. The embeddings' and head's gradients follow the same way at the end.
- *   optimizer: clipping needs the global norm, so the host runs AdamW when the last gradient has
- *             landed: the norm over the host gradient slab (nb_sumsq, as plain), then every tensor
- *             (nb_adamw_apply_spans, as plain) on the host's threads. Then the resident part is
- *             copied up again. With the CPU backend (host and "device" are both RAM, the copies
- *             still go through the lanes) the result is bitwise plain's (tests/stream_test.sh).
- *
  *   recompute (--ckpt-interval K): only every K-th layer's input is kept through the step; before
  *             the backward of a block of K layers, its forward runs again from that checkpoint
  *             (the last block's activations are still there and are not recomputed).
+ *   optimizer: clipping needs the global norm, so the optim lane starts when the last gradient
+ *             has landed: the norm over the host gradient slab (nb_sumsq, as plain), AdamW of the
+ *             resident part (then copied up), then each layer's AdamW in order, each a task of its
+ *             own (nb_adamw_host_apply: the per-element formula of plain, vectorized). The step
+ *             ends once the norm is known; the next step's upload of layer l waits only for layer
+ *             l's update, so the next forward overlaps the rest of the optimizer.
+ *   With the CPU backend (host and "device" are both RAM, the copies still go through the lanes)
+ *   the result is bitwise plain's (tests/stream_test.sh).
  *
- * Not yet (issue 6): bf16
- * uploads (fp32 crosses PCIe and is cast on the device: twice the bytes), AdamW of a layer as
- * soon as its gradient lands when clipping is off, and the next step's forward overlapping this
- * step's optimizer. */
+ * Not yet (issue 6): bf16 uploads (fp32 crosses PCIe and is cast on the device: twice the bytes),
+ * and a layer's AdamW as soon as its gradient lands when clipping is off. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +53,13 @@ typedef struct {
     int layer, wslot, gslot, dslot;
 } stream_item;
 
+/* one AdamW task: a layer (or -1: the resident part) with its step's scalars */
+typedef struct opt_item {
+    nb_trainer *tr;
+    int layer;
+    const nb_adamw_scalars *k;
+} opt_item;
+
 /* a layer upload: master -> up slab (host lane), up slab -> weight slot (h2d lane) */
 typedef struct {
     nb_trainer *tr;
@@ -70,7 +77,13 @@ struct nb_stream {
     float *d_gslot[NSLOT];        /* layer gradients */
     float *h_up[NSLOT], *h_down[NSLOT], *h_glob; /* pinned staging */
     nb_lane *h2d, *d2h, *host;
-    opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready;
+    opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready, norm_done;
+    opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
+    nb_lane *optim;               /* host lane of the optimizer, beside the staging lane */
+    /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
+     * while step s's updates may still run */
+    nb_adamw_scalars k[2][2];
+    struct opt_item *opt_items[2]; /* [layers + 1]: the layers, then the resident part */
     int wslot_layer[NSLOT], next_wslot, next_gslot, next_up, next_down;
     stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
     load_item *loads;             /* [2 * layers]: forward and backward loads */
@@ -171,6 +184,9 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
     st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
+    st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
+    st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
+    for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 1, sizeof(opt_item), "stream items");
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
@@ -199,7 +215,7 @@ void nb_stream_free(nb_trainer *tr) {
         be->host_free(st->h_down[k]);
     }
     be->host_free(st->h_glob);
-    free(st->fwd), free(st->rec), free(st->bwd), free(st->loads);
+    free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->opt_items[0]), free(st->opt_items[1]);
     free(st);
     tr->stream = NULL;
 }
@@ -280,21 +296,39 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     glob_unpack(tr, tr->h_grads, S(tr)->h_glob);
 }
 
-/* Host AdamW over the whole model with the vectorized, multi-threaded nb_adamw_host_apply: the
- * same bits as the CPU backend's plain step (the norm over the same slab, the same per-element
- * formula), so CPU runs of stream and plain stay bitwise equal. */
-static void work_host_optim(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
+/* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
+ * backend's plain step (the norm over the same slab, the same per-element formula), so CPU runs of
+ * stream and plain stay bitwise equal. First the norm (it needs every gradient), then the
+ * resident part (the next step's first need), then the layers in the order the next forward
+ * wants them, each its own task so that layer l's upload waits only on layer l's update. */
+static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k) {
     const nb_tf_model *m = &tr->model;
-    nb_host_set_threads(tr->o.threads);
-    S(tr)->sumsq = nb_sumsq(tr->h_grads, m->total);
     float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
+        if (p->group != group) continue;
         nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, NULL,
-                            p->numel, &tr->h_step->k[p->decay ? 0 : 1], clip, tr->o.threads);
+                            p->numel, &k[p->decay ? 0 : 1], clip, tr->o.threads);
     }
+}
+
+static void work_norm(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    nb_host_set_threads(tr->o.threads);
+    S(tr)->sumsq = nb_sumsq(tr->h_grads, tr->model.total);
+}
+
+static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
+    opt_item *it = arg;
+    nb_trainer *tr = it->tr;
+    adamw_range(tr, 0, it->k);
+    adamw_range(tr, tr->model.cfg.layers + 1, it->k);
     glob_pack(tr, S(tr)->h_glob, tr->params);
+}
+
+static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
+    opt_item *it = arg;
+    adamw_range(it->tr, 1 + it->layer, it->k);
 }
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
@@ -322,7 +356,8 @@ static int load(nb_trainer *tr, int l, int step) {
     load_item *it = &st->loads[st->nloads++];
     *it = (load_item){tr, l, u, w};
     char name[40];
-    wait_if(st->host, st->up_free[u]); /* the slab's previous upload has left it */
+    wait_if(st->host, st->up_free[u]);  /* the slab's previous upload has left it */
+    wait_if(st->host, st->updated[l]);  /* the previous step's AdamW of this layer is done */
     snprintf(name, sizeof name, "stage L%d", l);
     nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_stage_up, it);
     nb_lane_wait(st->h2d, nb_lane_mark(st->host));
@@ -397,17 +432,40 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     nb_lane_run(st->d2h, "d2h resident", NB_SPAN_D2H, step, work_glob_d2h, &tr->whole);
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
     nb_lane_run(st->host, "grad resident", NB_SPAN_OTHER, step, work_glob_land, &tr->whole);
-    nb_lane_run(st->host, "adamw (host)", NB_SPAN_OPTIM, step, work_host_optim, &tr->whole);
-    nb_lane_wait(st->h2d, nb_lane_mark(st->host));
+    nb_lane_wait(st->optim, nb_lane_mark(st->host)); /* every gradient is in the host slab */
+    nb_lane_run(st->optim, "grad norm", NB_SPAN_OPTIM, step, work_norm, &tr->whole);
+    st->norm_done = mark(st->optim);
+    int par = step & 1;
+    memcpy(st->k[par], tr->h_step->k, sizeof st->k[par]);
+    opt_item *items = st->opt_items[par];
+    items[L] = (opt_item){tr, -1, st->k[par]};
+    nb_lane_run(st->optim, "adamw resident", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
+    nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d resident", NB_SPAN_H2D, step, work_glob_h2d, &tr->whole);
     st->glob_ready = mark(st->h2d);
-    /* the step ends when the updated resident part is back on the device */
-    nb_lane_wait(c, st->glob_ready.m);
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "adamw L%d", l);
+        items[l] = (opt_item){tr, l, st->k[par]};
+        nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, &items[l]);
+        st->updated[l] = mark(st->optim);
+    }
+    /* the step ends with its loss and norm; the layers' updates run on while the next step's
+     * forward starts (each upload waits for its own layer) */
+    nb_lane_wait(c, st->norm_done.m);
     for (int k = 0; k < NSLOT; k++) st->up_free[k].set = st->down_free[k].set = 0;
     return nb_lane_mark(c);
 }
 
 double nb_stream_sumsq(const nb_trainer *tr) { return tr->stream->sumsq; }
+
+/* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
+ * the end read the host master). */
+void nb_stream_quiesce(nb_trainer *tr) {
+    nb_stream *st = tr->stream;
+    if (!st) return;
+    nb_mark_wait_host(nb_lane_mark(st->optim));
+    if (st->glob_ready.set) nb_mark_wait_host(st->glob_ready.m);
+}
 
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {

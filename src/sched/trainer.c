@@ -500,7 +500,10 @@ void nb_trainer_free(nb_trainer *tr) {
 }
 
 void nb_trainer_sync_to_host(nb_trainer *tr) {
-    if (tr->stream) return; /* the host holds the master state */
+    if (tr->stream) { /* the host holds the master state, once the optimizer is done with it */
+        nb_stream_quiesce(tr);
+        return;
+    }
     if (is_device_backend(tr)) run_on_compute(tr, "download state", work_download_state, &tr->whole);
 }
 
@@ -527,6 +530,7 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
 }
 
 double nb_trainer_eval_shard(nb_trainer *tr, const char *path, int nbatches) {
+    nb_stream_quiesce(tr); /* evaluation reads the host master */
     nb_loader ld;
     nb_loader_open(&ld, path, tr->model.cfg.vocab, tr->o.batch, tr->o.seq, 0, 1, NULL);
     size_t per_epoch = nb_loader_batches_per_epoch(&ld);
@@ -801,6 +805,7 @@ void nb_trainer_run(nb_trainer *tr) {
             break;
         }
     }
+    nb_stream_quiesce(tr);
     double wall = nb_now() - run_t0;
     if (end > first)
         fprintf(stderr, "done: %d steps in %.1f s, %.0f tokens/s%s", end - first, wall,

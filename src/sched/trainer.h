@@ -154,6 +154,8 @@ void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx);
 void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx);
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int layer, nb_tf_layer_view *w);
 double nb_stream_sumsq(const nb_trainer *tr);
+/* Waits until the optimizer has finished (before reading the host master: evaluation, checkpoints). */
+void nb_stream_quiesce(nb_trainer *tr);
 /* Enqueue segment s's layers' backward (and, for all but the last segment, its local head first)
  * on lane; shared by both schedules so they run the same items. */
 void nb_sched_segment_backward(nb_trainer *tr, nb_lane *lane, int s, int step);
