@@ -32,7 +32,7 @@ for model in ${models//,/ }; do
     for sched in plain stream; do
         log="$OUT/$model-$sched.log"
         extra=(); [ $sched = stream ] && extra=(--trace "$OUT/$model-stream.json")
-        "$NB" train --model "$model" --device cuda --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $( [ $sched = stream ] && echo --ckpt-interval "${CKPT:-1}" ) \
+        "$NB" train --model "$model" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $( [ $sched = stream ] && echo --ckpt-interval "${CKPT:-1}" ) \
             --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$sched" "${extra[@]}" > "$log" 2>&1 \
             || { echo "| $model | ${batch} x ${seq} | $sched | failed: $(tail -n 1 "$log") | | | |" >> "$table"; continue; }
         line=$(grep '^throughput' "$log"); mf=$(grep -o '[0-9.]* MFLOP per token' "$log" | cut -d' ' -f1)
