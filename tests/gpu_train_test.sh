@@ -58,7 +58,15 @@ worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-plain/metrics.jsonl" | cut -
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' \
     && pass "GPU stream (host AdamW) vs plain (device AdamW), fp32: worst loss rel diff $worst over 20 steps" \
     || fail "GPU stream vs plain, fp32: loss rel diff $worst"
-$NB train "${S[@]}" --schedule stream --steps 12 --trace "$TMP/stream.json" --out "$TMP/s-bf16" || fail "gpu bf16 stream"
+$NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain"
+$NB train "${S[@]}" --schedule stream --ckpt-interval 2 --steps 12 --trace "$TMP/stream.json" --out "$TMP/s-bf16" \
+    || fail "gpu bf16 stream"
+worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-bf16-plain/metrics.jsonl" | cut -d: -f2) \
+              <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-bf16/metrics.jsonl" | cut -d: -f2) |
+        awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}')
+awk -v w="$worst" 'BEGIN {exit !(w < 1e-2)}' \
+    && pass "GPU stream bf16 (host bf16 copy, recompute) vs plain bf16: worst loss rel diff $worst over 12 steps" \
+    || fail "GPU stream bf16 vs plain: loss rel diff $worst"
 python3 "$ROOT/tests/trace_overlap.py" "$TMP/stream.json" 11 > "$TMP/ov.txt" 2>&1 \
     && pass "GPU stream overlaps: $(cat "$TMP/ov.txt")" || fail "GPU stream: no overlap in the trace ($(cat "$TMP/ov.txt"))"
 expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --device cuda --batch 8 --gpu-mem-limit 1000000000 --data "$TRAIN" --val-data none --steps 1

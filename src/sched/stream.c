@@ -9,8 +9,8 @@
  *    two weight slots that layers stream through, two gradient slots, the activations.
  *
  * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), host and optim (threads).
- *   forward:  host copies layer l's master into an up slab; h2d copies it into a weight slot
- *             (and casts it to bf16 on the device in bf16 mode) once the slot's last user is done;
+ *   forward:  host copies layer l's compute-precision weights into an up slab; h2d copies them
+ *             into a weight slot once the slot's last user is done;
  *             compute runs layer l as soon as its slot is filled. Layer l+1 loads while l runs.
  *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
  *             others load again. Layer l's gradient goes into a zeroed gradient slot; d2h copies
@@ -28,9 +28,13 @@
  *   With the CPU backend (host and "device" are both RAM, the copies still go through the lanes)
  *   the result is bitwise plain's (tests/stream_test.sh).
  *
- * Not yet (issue 6): bf16 uploads (fp32 crosses PCIe and is cast on the device: twice the bytes),
- * and a layer's AdamW as soon as its gradient lands when clipping is off. */
+ *   bf16 (the CUDA default): the host keeps a bf16 copy of every weight, written by AdamW as it
+ *             updates the master (round to nearest even, as the device cast), so only 2 bytes per
+ *             parameter cross PCIe upwards.
+ *
+ * Not yet (issue 6): a layer's AdamW as soon as its gradient lands when clipping is off. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,12 +74,12 @@ struct nb_stream {
     size_t layer_numel;           /* elements of one layer group (all layers are alike) */
     size_t glob_numel;            /* embeddings + final group, packed */
     void *d_glob_w;               /* compute copy of the resident part */
-    float *d_glob_f32;            /* fp32 landing buffer of the resident part (bf16 mode) */
+    uint16_t *h_w16;              /* bf16 mode: the host's bf16 copy of every weight, kept by AdamW */
     float *d_glob_g;              /* its gradients */
     void *d_wslot[NSLOT];         /* layer weights in compute precision */
-    float *d_wstage[NSLOT];       /* fp32 landing buffers (bf16 mode) */
     float *d_gslot[NSLOT];        /* layer gradients */
-    float *h_up[NSLOT], *h_down[NSLOT], *h_glob; /* pinned staging */
+    void *h_up[NSLOT];            /* pinned staging: weights up (compute precision) */
+    float *h_down[NSLOT], *h_glob; /* gradients down; the resident part both ways */
     nb_lane *h2d, *d2h, *host;
     opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready, norm_done;
     opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
@@ -117,14 +121,7 @@ float *nb_stream_global_g(nb_trainer *tr, int which) {
     return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
 }
 
-/* host slab <-> packed resident part */
-static void glob_pack(const nb_trainer *tr, float *packed, const float *slab) {
-    const nb_tf_model *m = &tr->model;
-    int gf = m->cfg.layers + 1;
-    memcpy(packed, slab + m->group_offset[0], m->group_numel[0] * sizeof(float));
-    memcpy(packed + m->group_numel[0], slab + m->group_offset[gf], m->group_numel[gf] * sizeof(float));
-}
-
+/* packed resident part -> host slab */
 static void glob_unpack(const nb_trainer *tr, float *slab, const float *packed) {
     const nb_tf_model *m = &tr->model;
     int gf = m->cfg.layers + 1;
@@ -154,7 +151,7 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->glob_numel = m->group_numel[0] + m->group_numel[gf];
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
-    size_t need = gw * (es(tr) + 4 + (lowp(tr) ? 4 : 0)) + NSLOT * lw * (es(tr) + 4 + (lowp(tr) ? 4 : 0));
+    size_t need = gw * (es(tr) + 4) + NSLOT * lw * (es(tr) + 4);
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
     if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
         char a[32], b[32];
@@ -162,24 +159,16 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
                 nb_fmt_bytes(a, 32, (double)(need + other_device_bytes)), nb_fmt_bytes(b, 32, (double)budget));
     }
     st->d_glob_g = dev(tr, gw * sizeof(float), "resident gradients");
-    if (lowp(tr)) {
-        st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
-        st->d_glob_f32 = dev(tr, gw * sizeof(float), "resident weights (fp32 landing)");
-    } else {
-        st->d_glob_w = st->d_glob_f32 = dev(tr, gw * sizeof(float), "resident weights");
-    }
+    st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
     for (int k = 0; k < NSLOT; k++) {
         st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
-        if (lowp(tr)) {
-            st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
-            st->d_wstage[k] = dev(tr, lw * sizeof(float), "layer weight slot (fp32 landing)");
-        } else {
-            st->d_wslot[k] = st->d_wstage[k] = dev(tr, lw * sizeof(float), "layer weight slot");
-        }
-        st->h_up[k] = pinned(tr, lw * sizeof(float), "upload staging");
+        st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
+        st->h_up[k] = pinned(tr, lw * es(tr), "upload staging");
         st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
         st->wslot_layer[k] = -1;
     }
+    /* bf16: the compute copy is made on the host by AdamW itself, so half the bytes go up */
+    if (lowp(tr)) st->h_w16 = nb_malloc(m->total * sizeof(uint16_t), "host bf16 weights (lower the model size)");
     st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
@@ -192,11 +181,12 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->loads = nb_calloc((size_t)(3 * L + 1), sizeof(load_item), "stream items");
     char a[32], b[32], c[32], d[32];
-    double host_bytes = 16.0 * (double)m->total;
-    nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
+    int bpp = lowp(tr) ? 18 : 16;
+    double host_bytes = (double)bpp * (double)m->total;
+    nb_log(1, "stream      host: %s (%d bytes/param: fp32 weights, 2 AdamW moments, gradients%s) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; 2 layer slots of %s) "
               "+ activations\n",
-           nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
+           nb_fmt_bytes(a, 32, host_bytes), bpp, lowp(tr) ? ", bf16 copy" : "", nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
            nb_fmt_bytes(c, 32, (double)st->device_bytes), nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
 }
 
@@ -205,11 +195,10 @@ void nb_stream_free(nb_trainer *tr) {
     if (!st) return;
     const nb_backend_i *be = tr->be;
     be->free(st->d_glob_g);
-    if (lowp(tr)) be->free(st->d_glob_f32);
     be->free(st->d_glob_w);
+    free(st->h_w16);
     for (int k = 0; k < NSLOT; k++) {
         be->free(st->d_gslot[k]);
-        if (lowp(tr)) be->free(st->d_wstage[k]);
         be->free(st->d_wslot[k]);
         be->host_free(st->h_up[k]);
         be->host_free(st->h_down[k]);
@@ -222,16 +211,35 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* ---- work items ---- */
 
-static void land(nb_trainer *tr, nb_ctx ctx, void *dst_w, float *landing, const float *src, size_t n) {
-    tr->be->to_backend(ctx, landing, src, n * sizeof(float));
-    if (lowp(tr)) tr->be->cast_params(ctx, dst_w, landing, n);
+/* The host's compute-precision weights of a slab range: the fp32 master, or its bf16 copy. */
+static const void *host_w(const nb_trainer *tr, size_t offset) {
+    return S((nb_trainer *)tr)->h_w16 ? (const void *)(S((nb_trainer *)tr)->h_w16 + offset) : (const void *)(tr->params + offset);
 }
 
-/* The resident part from the host master, on ctx (start, resume, after every optimizer step). */
+/* Compute-precision weights of the resident part, packed into the staging slab. */
+static void glob_pack_w(const nb_trainer *tr, void *packed) {
+    const nb_tf_model *m = &tr->model;
+    int gf = m->cfg.layers + 1;
+    size_t e = es(tr);
+    memcpy(packed, host_w(tr, m->group_offset[0]), m->group_numel[0] * e);
+    memcpy((char *)packed + m->group_numel[0] * e, host_w(tr, m->group_offset[gf]), m->group_numel[gf] * e);
+}
+
+/* bf16 copy of the whole master (start and resume; AdamW keeps it up to date afterwards) */
+static void refresh_w16(nb_trainer *tr) {
+    nb_stream *st = S(tr);
+    if (!st->h_w16) return;
+    size_t n = tr->model.total;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) st->h_w16[i] = nb_bf16_from_f32(tr->params[i]);
+}
+
+/* The resident part from the host master, on ctx (start, resume). */
 void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     nb_stream *st = S(tr);
-    glob_pack(tr, st->h_glob, tr->params);
-    land(tr, ctx, st->d_glob_w, st->d_glob_f32, st->h_glob, st->glob_numel);
+    refresh_w16(tr);
+    glob_pack_w(tr, st->h_glob);
+    tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
 }
 
 void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
@@ -241,15 +249,14 @@ void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
 static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
     nb_trainer *tr = it->tr;
-    memcpy(S(tr)->h_up[it->uslot], tr->params + tr->model.group_offset[1 + it->layer],
-           S(tr)->layer_numel * sizeof(float));
+    memcpy(S(tr)->h_up[it->uslot], host_w(tr, tr->model.group_offset[1 + it->layer]), S(tr)->layer_numel * es(tr));
 }
 
 static void work_h2d(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
-    land(tr, ctx, st->d_wslot[it->wslot], st->d_wstage[it->wslot], st->h_up[it->uslot], st->layer_numel);
+    tr->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(tr));
 }
 
 static void bind(nb_trainer *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
@@ -307,7 +314,8 @@ static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k) {
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
         if (p->group != group) continue;
-        nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, NULL,
+        uint16_t *w16 = S(tr)->h_w16 ? S(tr)->h_w16 + p->offset : NULL;
+        nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, w16,
                             p->numel, &k[p->decay ? 0 : 1], clip, tr->o.threads);
     }
 }
@@ -323,7 +331,7 @@ static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     adamw_range(tr, 0, it->k);
     adamw_range(tr, tr->model.cfg.layers + 1, it->k);
-    glob_pack(tr, S(tr)->h_glob, tr->params);
+    glob_pack_w(tr, S(tr)->h_glob);
 }
 
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
@@ -333,7 +341,7 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = ((nb_work *)arg)->tr;
-    land(tr, ctx, S(tr)->d_glob_w, S(tr)->d_glob_f32, S(tr)->h_glob, S(tr)->glob_numel);
+    tr->be->to_backend(ctx, S(tr)->d_glob_w, S(tr)->h_glob, S(tr)->glob_numel * es(tr));
 }
 
 /* ---- the step ---- */
@@ -470,8 +478,8 @@ void nb_stream_quiesce(nb_trainer *tr) {
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
     nb_stream *st = S(tr);
-    memcpy(st->h_up[0], tr->params + tr->model.group_offset[1 + l], st->layer_numel * sizeof(float));
-    land(tr, ctx, st->d_wslot[0], st->d_wstage[0], st->h_up[0], st->layer_numel);
+    memcpy(st->h_up[0], host_w(tr, tr->model.group_offset[1 + l]), st->layer_numel * es(tr));
+    tr->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(tr));
     st->wslot_layer[0] = -1;
     nb_tf_bind_layer(&tr->model, l, st->d_wslot[0], es(tr), w);
 }
