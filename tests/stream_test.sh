@@ -3,7 +3,8 @@
 # through the h2d / d2h / host lanes, so the schedule's ordering is what is tested):
 #  - stream vs plain, gpt2-tiny and llama-tiny, 20 steps with gradient clipping and evaluation:
 #    bitwise-identical losses, gradient norms, validation losses, weights and AdamW state;
-#  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too;
+#  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too, and
+#    without clipping (each layer's AdamW then runs during the backward);
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
 #  - the trace and timeline.svg show the h2d, d2h and host lanes at work;
 #  - a host plan over --host-mem-limit, and flags stream cannot honour yet, end in one clear line.
@@ -30,6 +31,11 @@ for K in 1 2 3; do
         || fail "stream --ckpt-interval $K"
     same "5 layers: stream with --ckpt-interval $K (recompute) vs plain" "$TMP/k-plain" "$TMP/k-$K"
 done
+# no clipping: each layer's AdamW runs as soon as its gradient lands, during the backward
+$NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --out "$TMP/nc-plain" || fail "no-clip plain"
+$NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --ckpt-interval 2 --out "$TMP/nc-stream" \
+    || fail "no-clip stream"
+same "--grad-clip 0: stream (AdamW during the backward) vs plain" "$TMP/nc-plain" "$TMP/nc-stream"
 $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stop-after 10 --out "$TMP/split" || fail "stream first half"
 $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "stream resume"
 cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.safetensors" \

@@ -32,7 +32,8 @@
  *             updates the master (round to nearest even, as the device cast), so only 2 bytes per
  *             parameter cross PCIe upwards.
  *
- * Not yet (issue 6): a layer's AdamW as soon as its gradient lands when clipping is off. */
+ *   no clipping (--grad-clip 0): nothing waits for the norm, so each layer's AdamW runs as soon
+ *             as its gradient has landed, during the rest of the backward. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -401,6 +402,14 @@ static void backward_layer(nb_trainer *tr, int l, int step) {
     snprintf(name, sizeof name, "grad L%d", l);
     nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
     st->down_free[d] = mark(st->host);
+    if (tr->o.grad_clip <= 0) { /* no clipping: nothing waits for the norm, update the layer now */
+        opt_item *u = &st->opt_items[step & 1][l];
+        *u = (opt_item){tr, l, st->k[step & 1]};
+        nb_lane_wait(st->optim, st->down_free[d].m);
+        snprintf(name, sizeof name, "adamw L%d", l);
+        nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, u);
+        st->updated[l] = mark(st->optim);
+    }
 }
 
 nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
@@ -410,6 +419,7 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     char name[40];
     st->nloads = 0;
     for (int k = 0; k < NSLOT; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
+    memcpy(st->k[step & 1], tr->h_step->k, sizeof st->k[0]); /* this step's AdamW scalars */
     wait_if(c, st->glob_ready);
     nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
     for (int l = 0; l < L; l++) {
@@ -444,14 +454,13 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     nb_lane_run(st->optim, "grad norm", NB_SPAN_OPTIM, step, work_norm, &tr->whole);
     st->norm_done = mark(st->optim);
     int par = step & 1;
-    memcpy(st->k[par], tr->h_step->k, sizeof st->k[par]);
     opt_item *items = st->opt_items[par];
     items[L] = (opt_item){tr, -1, st->k[par]};
     nb_lane_run(st->optim, "adamw resident", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d resident", NB_SPAN_H2D, step, work_glob_h2d, &tr->whole);
     st->glob_ready = mark(st->h2d);
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
         snprintf(name, sizeof name, "adamw L%d", l);
         items[l] = (opt_item){tr, l, st->k[par]};
         nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, &items[l]);
