@@ -97,7 +97,7 @@ struct nb_stream {
     size_t device_bytes, pinned_bytes;
 };
 
-static nb_stream *S(nb_trainer *tr) { return tr->stream; }
+static nb_stream *S(const nb_trainer *tr) { return tr->stream; }
 static size_t es(const nb_trainer *tr) { return nb_dtype_size(tr->be->act_dtype); }
 static int lowp(const nb_trainer *tr) { return tr->be->act_dtype != NB_F32; }
 
@@ -214,7 +214,7 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* The host's compute-precision weights of a slab range: the fp32 master, or its bf16 copy. */
 static const void *host_w(const nb_trainer *tr, size_t offset) {
-    return S((nb_trainer *)tr)->h_w16 ? (const void *)(S((nb_trainer *)tr)->h_w16 + offset) : (const void *)(tr->params + offset);
+    return S(tr)->h_w16 ? (const void *)(S(tr)->h_w16 + offset) : (const void *)(tr->params + offset);
 }
 
 /* Compute-precision weights of the resident part, packed into the staging slab. */
