@@ -168,8 +168,15 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
         st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
         st->wslot_layer[k] = -1;
     }
-    /* bf16: the compute copy is made on the host by AdamW itself, so half the bytes go up */
-    if (lowp(tr)) st->h_w16 = nb_malloc(m->total * sizeof(uint16_t), "host bf16 weights (lower the model size)");
+    /* bf16: the compute copy is made on the host by AdamW itself, so half the bytes go up; when
+     * the host cannot hold the copy (2 more bytes per parameter), uploads round the master on
+     * the way instead (same bits, more host work per upload) */
+    size_t w16 = m->total * sizeof(uint16_t), used = 4 * m->total * sizeof(float), lim = (size_t)tr->o.host_mem_limit;
+    size_t avail = lim ? (lim > used ? lim - used : 0) : nb_host_mem_available();
+    if (lowp(tr) && avail > w16 + (w16 >> 3)) /* an eighth to spare */
+        st->h_w16 = nb_malloc(w16, "host bf16 weights");
+    else if (lowp(tr))
+        nb_log(1, "stream      no room for a host bf16 copy: uploads round the fp32 master on the way\n");
     st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
@@ -182,12 +189,12 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->loads = nb_calloc((size_t)(3 * L + 1), sizeof(load_item), "stream items");
     char a[32], b[32], c[32], d[32];
-    int bpp = lowp(tr) ? 18 : 16;
+    int bpp = st->h_w16 ? 18 : 16;
     double host_bytes = (double)bpp * (double)m->total;
     nb_log(1, "stream      host: %s (%d bytes/param: fp32 weights, 2 AdamW moments, gradients%s) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; 2 layer slots of %s) "
               "+ activations\n",
-           nb_fmt_bytes(a, 32, host_bytes), bpp, lowp(tr) ? ", bf16 copy" : "", nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
+           nb_fmt_bytes(a, 32, host_bytes), bpp, st->h_w16 ? ", bf16 copy" : "", nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
            nb_fmt_bytes(c, 32, (double)st->device_bytes), nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
 }
 
@@ -212,9 +219,21 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* ---- work items ---- */
 
-/* The host's compute-precision weights of a slab range: the fp32 master, or its bf16 copy. */
-static const void *host_w(const nb_trainer *tr, size_t offset) {
-    return S(tr)->h_w16 ? (const void *)(S(tr)->h_w16 + offset) : (const void *)(tr->params + offset);
+/* n compute-precision weights from slab offset into dst: the fp32 master itself, its bf16 copy,
+ * or (bf16 without the copy, when host memory is short) the master rounded on the way, with the
+ * same rounding as the copy, so the bits are the same either way. */
+static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
+    nb_stream *st = S(tr);
+    if (!lowp(tr)) {
+        memcpy(dst, tr->params + offset, n * sizeof(float));
+    } else if (st->h_w16) {
+        memcpy(dst, st->h_w16 + offset, n * sizeof(uint16_t));
+    } else {
+        uint16_t *d = dst;
+        const float *p = tr->params + offset;
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
+    }
 }
 
 /* Compute-precision weights of the resident part, packed into the staging slab. */
@@ -222,8 +241,8 @@ static void glob_pack_w(const nb_trainer *tr, void *packed) {
     const nb_tf_model *m = &tr->model;
     int gf = m->cfg.layers + 1;
     size_t e = es(tr);
-    memcpy(packed, host_w(tr, m->group_offset[0]), m->group_numel[0] * e);
-    memcpy((char *)packed + m->group_numel[0] * e, host_w(tr, m->group_offset[gf]), m->group_numel[gf] * e);
+    stage_w(tr, packed, m->group_offset[0], m->group_numel[0]);
+    stage_w(tr, (char *)packed + m->group_numel[0] * e, m->group_offset[gf], m->group_numel[gf]);
 }
 
 /* bf16 copy of the whole master (start and resume; AdamW keeps it up to date afterwards) */
@@ -250,7 +269,8 @@ void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
 static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
     nb_trainer *tr = it->tr;
-    memcpy(S(tr)->h_up[it->uslot], host_w(tr, tr->model.group_offset[1 + it->layer]), S(tr)->layer_numel * es(tr));
+    nb_host_set_threads(tr->o.threads);
+    stage_w(tr, S(tr)->h_up[it->uslot], tr->model.group_offset[1 + it->layer], S(tr)->layer_numel);
 }
 
 static void work_h2d(void *arg, const nb_task_ctx *ctx) {
@@ -487,7 +507,7 @@ void nb_stream_quiesce(nb_trainer *tr) {
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
     nb_stream *st = S(tr);
-    memcpy(st->h_up[0], host_w(tr, tr->model.group_offset[1 + l]), st->layer_numel * es(tr));
+    stage_w(tr, st->h_up[0], tr->model.group_offset[1 + l], st->layer_numel);
     tr->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(tr));
     st->wslot_layer[0] = -1;
     nb_tf_bind_layer(&tr->model, l, st->d_wslot[0], es(tr), w);
