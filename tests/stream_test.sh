@@ -44,7 +44,7 @@ cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.saf
 for s in '"h2d L1"' '"d2h L0"' '"grad norm"' '"adamw L0"' '"adamw resident"' '"h2d resident"'; do
     grep -q "$s" "$TMP/gpt2-tiny.json" && pass "trace has $s" || fail "trace lacks $s"
 done
-for lane in h2d d2h host; do
+for lane in h2d d2h host optim; do
     grep -q ">$lane<" "$TMP/gpt2-tiny-stream/timeline.svg" && pass "timeline.svg has the $lane lane" || fail "timeline.svg lacks $lane"
 done
 expect_error "host plan over --host-mem-limit" "host-mem-limit" $NB train "${C[@]}" --model gpt2-tiny --schedule stream \
