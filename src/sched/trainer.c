@@ -352,12 +352,13 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
         NB_CHECK(!tr->o.host_mem_limit || 4.0 * slab <= (double)tr->o.host_mem_limit, "pick a smaller --model, or raise --host-mem-limit",
                  "the host state needs %s but --host-mem-limit is %s", nb_fmt_bytes(b[4], 32, 4.0 * slab),
                  nb_fmt_bytes(b[5], 32, (double)tr->o.host_mem_limit));
-    } else
-    nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
-           devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
-           nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
-           nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq,
-           nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
+    } else {
+        nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
+               devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
+               nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
+               nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq,
+               nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
+    }
     static const char *hint = "lower --batch or --seq, or pick a smaller --model";
     /* host: the fp32 master and moments (and, on the CPU, everything else) */
     size_t host_cap = tr->o.host_mem_limit ? (size_t)tr->o.host_mem_limit : nb_host_mem_available();
