@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Resident (plain) vs --schedule stream on one GPU (issue 6), same model, batch and tokens:
 #   bash bench/stream_bench.sh [--models llama-1b,llama-8b] [--batch B] [--seq T] [--steps S] [--no-build]
+#                              [--anchor] [--anchor-only] [--anchor-steps S] [--anchor-warmup W] [--budget S]
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
 # "MFLOP per token" (6 N + attention) x tokens/s. Also writes one step's trace and timeline.svg of
 # each stream run to $OUT (default bench/out/stream) and checks the overlap in the trace
-# (tests/trace_overlap.py). Stream runs use --ckpt-interval $CKPT (default 1). The FSDP2
-# CPU-offload anchor is not in this script yet.
+# (tests/trace_overlap.py). Stream runs use --ckpt-interval $CKPT (default 1).
+# --anchor: after nobubble's runs, PyTorch FSDP2 with CPU offload (bench/fsdp_offload.py with
+#   $PYTHON, default python3) on each model, same batch and seq, --anchor-steps timed steps (6) after
+#   --anchor-warmup (2); a row "fsdp2 cpu-offload" per model with stream / fsdp2 tokens/s. $FSDP_ARGS
+#   is added to its command line (e.g. FSDP_ARGS="--adamw fused"). Slow: ~2 s/step for llama-1b,
+#   ~12 s for llama-8b at 8 x 2048. --anchor-only: the anchor alone (no build, no nobubble run);
+#   the ratio then reads $OUT/<model>-stream.log of an earlier run if there is one.
+# --budget S: no anchor step starts that would end more than S seconds after this script started.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1
+models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1 anchor=0 nbruns=1 asteps=6 awarm=2 budget=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --models) models=$2; shift ;;
@@ -16,35 +23,106 @@ while [ $# -gt 0 ]; do
         --seq) seq=$2; shift ;;
         --steps) steps=$2; shift ;;
         --no-build) build=0 ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --anchor) anchor=1 ;;
+        --anchor-only) anchor=1 nbruns=0 build=0 ;;
+        --anchor-steps) asteps=$2; shift ;;
+        --anchor-warmup) awarm=$2; shift ;;
+        --budget) budget=$2; shift ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$budget" in ''|*[!0-9]*) echo "stream_bench.sh: --budget takes whole seconds, got '$budget'" >&2; exit 2 ;; esac
+start=$(date +%s)
 OUT=${OUT:-bench/out/stream}; mkdir -p "$OUT"
 NB_BUILD=${NB_BUILD:-build}; NB=$NB_BUILD/nobubble
+PY=${PYTHON:-python3}
 [ $build = 1 ] && { source scripts/device_deps.sh use >/dev/null; make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
-[ -f data/sotu/train.bin ] || { echo "stream_bench.sh: run 'bash scripts/fetch_data.sh' first" >&2; exit 1; }
+[ $nbruns = 0 ] || [ -f data/sotu/train.bin ] || { echo "stream_bench.sh: run 'bash scripts/fetch_data.sh' first" >&2; exit 1; }
 table="$OUT/table.md"
-printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | stream / resident |\n|---|---|---|---|---|---|---|\n' > "$table"
+printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | stream / resident | stream / fsdp2 |\n|---|---|---|---|---|---|---|---|\n' > "$table"
+declare -A smed   # stream median tokens/s per model, for the fsdp2 rows
+
+nb_row() {   # MODEL SCHED LABEL [RC]: one table row from the trainer's log; sets med
+    local log="$OUT/$1-$2.log" line mf p90 tf ratio
+    med=""
+    line=$( [ "${4:-0}" = 0 ] && grep '^throughput' "$log" 2>/dev/null) || { echo "| $1 | ${batch} x ${seq} | $3 | failed: $(tail -n 1 "$log" 2>/dev/null | tr '|' '/') | | | | |" >> "$table"; return 1; }
+    mf=$(grep -o '[0-9.]* MFLOP per token' "$log" | cut -d' ' -f1)
+    p90=$(echo "$line" | awk '{print $3}'); med=$(echo "$line" | awk '{for (i=1;i<=NF;i++) if ($i=="median") print $(i+1)}')
+    tf=$(awk -v t="$med" -v f="$mf" 'BEGIN {printf "%.0f", t * f / 1e6}')
+    [ "$2" = plain ] && res=$med
+    ratio=$( [ -n "$res" ] && awk -v a="$med" -v b="$res" 'BEGIN {printf "%.2f", a / b}' || echo -)
+    echo "| $1 | ${batch} x ${seq} | $3 | $med | $p90 | $tf | $ratio | |" >> "$table"
+}
+
 for model in ${models//,/ }; do
     res=""
     for sched in plain stream; do
         log="$OUT/$model-$sched.log"
+        if [ $nbruns = 0 ]; then   # --anchor-only: rows of an earlier run's logs, if any
+            [ -f "$log" ] && nb_row "$model" "$sched" "$sched (earlier log)" && [ $sched = stream ] && smed[$model]=$med
+            continue
+        fi
         extra=(); [ $sched = stream ] && extra=(--trace "$OUT/$model-stream.json")
         "$NB" train --model "$model" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $( [ $sched = stream ] && echo --ckpt-interval "${CKPT:-1}" ) \
-            --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$sched" "${extra[@]}" > "$log" 2>&1 \
-            || { echo "| $model | ${batch} x ${seq} | $sched | failed: $(tail -n 1 "$log") | | | |" >> "$table"; continue; }
-        line=$(grep '^throughput' "$log"); mf=$(grep -o '[0-9.]* MFLOP per token' "$log" | cut -d' ' -f1)
-        p90=$(echo "$line" | awk '{print $3}'); med=$(echo "$line" | awk '{for (i=1;i<=NF;i++) if ($i=="median") print $(i+1)}')
-        tf=$(awk -v t="$med" -v f="$mf" 'BEGIN {printf "%.0f", t * f / 1e6}')
-        [ $sched = plain ] && res=$med
-        ratio=$( [ -n "$res" ] && awk -v a="$med" -v b="$res" 'BEGIN {printf "%.2f", a / b}' || echo -)
-        echo "| $model | ${batch} x ${seq} | $sched | $med | $p90 | $tf | $ratio |" >> "$table"
+            --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$sched" "${extra[@]}" > "$log" 2>&1
+        nb_row "$model" "$sched" "$sched" $? || continue
         if [ $sched = stream ]; then
+            smed[$model]=$med
             cp "$OUT/$model-stream/timeline.svg" "$OUT/timeline-$model-stream.svg" 2>/dev/null
             python3 tests/trace_overlap.py "$OUT/$model-stream.json" $((steps - 1)) | sed "s/^/  [$model] /"
         fi
     done
 done
+
+# PyTorch FSDP2 + CPU offload on the same shapes (bench/fsdp_offload.py), after all nobubble runs
+if [ $anchor = 1 ]; then
+    deadline=(); [ "$budget" -gt 0 ] && deadline=(--deadline $((start + budget)))
+    for model in ${models//,/ }; do
+        alog="$OUT/$model-fsdp2.log" ajson="$OUT/$model-fsdp2.jsonl"
+        rm -f "$ajson"
+        echo "== fsdp2 cpu-offload: $model B=$batch T=$seq, $awarm + $asteps steps [$(( $(date +%s) - start )) s]"
+        # shellcheck disable=SC2086  # FSDP_ARGS is a list of flags
+        "$PY" bench/fsdp_offload.py --model "$model" --batch "$batch" --seq "$seq" --steps "$asteps" --warmup "$awarm" \
+            --json "$ajson" "${deadline[@]}" ${FSDP_ARGS:-} > "$alog" 2>&1
+        arc=$?
+        grep '^fsdp2-cpu-offload' "$alog" | tail -n 1 | sed 's/^/  /'
+        "$PY" - "$model" "$ajson" "$alog" "$arc" "${smed[$model]:-}" "$batch" "$seq" >> "$table" <<'PYEOF'
+import json, math, sys
+model, path, log, rc, smed, B, T = sys.argv[1:8]
+B, T = int(B), int(T)
+head = f"| {model} | {B} x {T} | fsdp2 cpu-offload"
+clean = lambda s: str(s).replace("|", "/").replace("\n", " ")[:160]
+rec = None
+try:
+    with open(path) as f:
+        lines = [l for l in f if l.strip()]
+    rec = json.loads(lines[-1]) if lines else None
+except (OSError, ValueError):
+    pass
+if rec is None:   # no result line: killed (the OOM killer: exit 137) or crashed before writing it
+    try:
+        with open(log) as f:
+            tail = f.read().strip().splitlines()[-1]
+    except (OSError, IndexError):
+        tail = ""
+    why = "killed (host out of memory?)" if rc == "137" else f"failed (exit {rc})"
+    print(f"{head} | {why}: {clean(tail)} | | | | |")
+elif rec.get("status") not in ("ok", "nonfinite loss"):
+    print(f"{head} | {clean(rec.get('status'))}" + (f": {clean(rec['error'])}" if rec.get("error") else "") + " | | | | |")
+else:
+    # the trainer's rules (print_p90, src/sched/trainer.c): sorted step times t, median t[n/2],
+    # p90 t[ceil(0.9 n) - 1]; FLOPs per token: the same formula as the trainer's
+    t = sorted(rec["step_ms"])
+    n = len(t)
+    tps, tp90 = B * T / (t[n // 2] / 1e3), B * T / (t[math.ceil(0.9 * n) - 1] / 1e3)
+    ratio = f"{float(smed) / tps:.2f}" if smed else "-"
+    note = "" if rec["status"] == "ok" else " (nonfinite loss)"
+    if rec.get("stopped_early"):
+        note += f" ({n} of {rec['steps_planned']} steps: --budget)"
+    print(f"{head}{note} | {tps:.0f} | {tp90:.0f} | {tps * rec['flops_per_token'] / 1e12:.0f} | | {ratio} |")
+PYEOF
+    done
+fi
 echo; cat "$table"
