@@ -14,6 +14,7 @@
 #include "host.h"
 #include "io/json.h"
 #include "lanes/lanes.h"
+#include "sched/step_stats.h"
 #include "sched/timeline.h"
 #include "optim/optim.h"
 #include "optim/optim_sparse.h"
@@ -637,14 +638,8 @@ static void run_free(ctr_run *r) {
     source_close(&r->src);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Steps left out of the throughput statistics: the first ones pay for allocation, cuBLAS
- * heuristics and caches. */
-static int warmup_steps(int steps) { return steps >= 20 ? 10 : steps / 2; }
+/* Steps left out of the throughput statistics (step_stats.h). */
+static int warmup_steps(int steps) { return nb_step_warmup(steps); }
 
 /* timeline.svg of one step in the run directory */
 static void write_timeline(nb_lanes *lanes, const nb_ctr_opts *o, int step) {
@@ -683,15 +678,10 @@ static void print_breakdown(const double *phase_s, int steps) {
 /* p90 samples/s: the batch over the 90th percentile of the step times after warm-up, i.e. the
  * throughput that 90% of the steps reach (the ERASE paper's p90 QPS, read conservatively). */
 static void print_throughput(const double *secs, int steps, int batch) {
-    int warm = warmup_steps(steps), n = steps - warm;
-    if (n < 1) return;
-    double *t = nb_malloc((size_t)n * sizeof(double), "step times");
-    memcpy(t, secs + warm, (size_t)n * sizeof(double));
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    double p90 = t[(int)ceil(0.9 * n) - 1], med = t[n / 2];
-    printf("throughput steps=%d warmup=%d p90_samples_per_s=%.0f median_samples_per_s=%.0f p90_step_ms=%.3f\n", n,
-           warm, batch / p90, batch / med, 1e3 * p90);
-    free(t);
+    nb_step_times st = nb_step_times_of(secs, steps);
+    if (!st.n) return;
+    printf("throughput steps=%d warmup=%d p90_samples_per_s=%.0f median_samples_per_s=%.0f p90_step_ms=%.3f\n", st.n,
+           st.warmup, batch / st.p90, batch / st.median, 1e3 * st.p90);
 }
 
 nb_ctr_eval nb_ctr_train(const nb_ctr_opts *o) {

@@ -1,4 +1,5 @@
 #include "sched/trainer.h"
+#include "sched/step_stats.h"
 #include "sched/timeline.h"
 
 #include <errno.h>
@@ -678,23 +679,12 @@ static void run_step(nb_trainer *tr, int step, int first) {
     nb_graph_launch(tr->graph, tr->compute, step);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up steps (the
- * first ones pay for allocation, heuristics and graph capture) */
+/* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up (step_stats.h) */
 static void print_p90(const double *ms, int n, double tokens) {
-    int warm = n >= 20 ? 10 : n / 2, k = n - warm;
-    if (k < 1 || nb_verbosity == 0) return;
-    double *t = nb_malloc((size_t)k * sizeof(double), "step times");
-    memcpy(t, ms + warm, (size_t)k * sizeof(double));
-    qsort(t, (size_t)k, sizeof(double), cmp_double);
-    double p90 = t[(int)ceil(0.9 * k) - 1], med = t[k / 2];
+    nb_step_times st = nb_step_times_of(ms, n);
+    if (!st.n || nb_verbosity == 0) return;
     fprintf(stderr, "throughput  p90 %.0f tokens/s (%.2f ms), median %.0f tokens/s (%.2f ms), over %d steps after %d warm-up\n",
-            tokens / (p90 / 1e3), p90, tokens / (med / 1e3), med, k, warm);
-    free(t);
+            tokens / (st.p90 / 1e3), st.p90, tokens / (st.median / 1e3), st.median, st.n, st.warmup);
 }
 
 /* timeline.svg of one step in the run directory: lanes as rows, spans coloured by segment */
