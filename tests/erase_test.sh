@@ -12,7 +12,6 @@
 source "$(dirname "$0")/lib.sh"
 need_sotu
 C=(--batch 2 --steps 20 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --seed 7)
-losses() { grep -o '"loss":[0-9.e+-]*' "$1/metrics.jsonl" | cut -d: -f2; }
 same() { # same NAME DIR_A DIR_B
     [ -n "$(losses "$2")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] \
         && cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" \

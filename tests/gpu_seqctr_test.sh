@@ -9,7 +9,6 @@ source "$(dirname "$0")/lib.sh"
 SMALL="--emb-dim 16 --blocks 2 --cross-rank 32 --block-hidden 64 --quiet"
 SYNTH="synth:cap=1000,items=2000,calib=16384,max_len=16"
 get() { echo "$2" | tr ' ' '\n' | grep "^$1=" | cut -d= -f2; }
-losses() { grep -o '"loss":[0-9.e+-]*' "$1/metrics.jsonl" | cut -d: -f2; }
 
 C=(--model seqctr --data "$SYNTH" --batch 256 --eval-samples 4096 $SMALL)
 $NB train "${C[@]}" --steps 20 --device cpu --out "$TMP/cpu" >/dev/null || fail "cpu run"

@@ -15,9 +15,7 @@ for model in gpt2-tiny llama-tiny; do
     C=(--model $model --batch 4 --steps 20 --eval-every 10 --eval-batches 2 --data "$TRAIN" --val-data "$VAL" --no-progress --quiet)
     $NB train "${C[@]}" --device cpu --out "$TMP/cpu-$model" || fail "$model cpu run"
     $NB train "${C[@]}" --device cuda --precision fp32 --out "$TMP/f32-$model" || fail "$model cuda fp32 run"
-    worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/cpu-$model/metrics.jsonl" | cut -d: -f2) \
-                  <(grep -o '"loss":[0-9.e+-]*' "$TMP/f32-$model/metrics.jsonl" | cut -d: -f2) |
-            awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}')
+    worst=$(worst_loss_diff "$TMP/cpu-$model" "$TMP/f32-$model")
     awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' && pass "$model: cuda fp32 follows the cpu for 20 steps (worst loss rel diff $worst)" \
         || fail "$model: cuda fp32 vs cpu loss rel diff $worst"
     $NB train "${C[@]}" --device cuda --out "$TMP/bf16-$model" || fail "$model bf16 run"
@@ -52,18 +50,14 @@ awk -v o="$ov" 'BEGIN {exit !(o > 0)}' && pass "GPU erase: side-stream work over
 S=(--model gpt2-proxy --layers 8 --batch 8 --steps 20 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --device cuda)
 $NB train "${S[@]}" --precision fp32 --out "$TMP/s-plain" || fail "gpu fp32 plain"
 $NB train "${S[@]}" --precision fp32 --schedule stream --out "$TMP/s-stream" || fail "gpu fp32 stream"
-worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-plain/metrics.jsonl" | cut -d: -f2) \
-              <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-stream/metrics.jsonl" | cut -d: -f2) |
-        awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}')
+worst=$(worst_loss_diff "$TMP/s-plain" "$TMP/s-stream")
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' \
     && pass "GPU stream (host AdamW) vs plain (device AdamW), fp32: worst loss rel diff $worst over 20 steps" \
     || fail "GPU stream vs plain, fp32: loss rel diff $worst"
 $NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain"
 $NB train "${S[@]}" --schedule stream --ckpt-interval 2 --steps 12 --trace "$TMP/stream.json" --out "$TMP/s-bf16" \
     || fail "gpu bf16 stream"
-worst=$(paste <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-bf16-plain/metrics.jsonl" | cut -d: -f2) \
-              <(grep -o '"loss":[0-9.e+-]*' "$TMP/s-bf16/metrics.jsonl" | cut -d: -f2) |
-        awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}')
+worst=$(worst_loss_diff "$TMP/s-bf16-plain" "$TMP/s-bf16")
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-2)}' \
     && pass "GPU stream bf16 (host bf16 copy, recompute) vs plain bf16: worst loss rel diff $worst over 12 steps" \
     || fail "GPU stream bf16 vs plain: loss rel diff $worst"

@@ -11,6 +11,13 @@ pass() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; fails=$((fails+1)); }
 finish() { [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }; exit 0; }
 
+# losses DIR: the per-step training losses of a run directory's metrics.jsonl, one per line.
+losses() { grep -o '"loss":[0-9.e+-]*' "$1/metrics.jsonl" | cut -d: -f2; }
+# worst_loss_diff DIR_A DIR_B: the largest relative difference between the two runs' step losses.
+worst_loss_diff() {
+    paste <(losses "$1") <(losses "$2") | awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}'
+}
+
 # The default corpus; fetched once (the fetch script caches it under data/).
 need_sotu() {
     if [ ! -f "$ROOT/data/sotu/train.bin" ] || [ ! -f "$ROOT/data/sotu/val.bin" ]; then

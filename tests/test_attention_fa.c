@@ -26,6 +26,7 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include "bf16_host.h"
 #include "check.h"
 #include "core.h"
 #include "ops/ops.h"
@@ -55,21 +56,6 @@ static uint64_t next_stream = 1;
 static double worst;
 
 /* ---- host helpers ---- */
-
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                            /* nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* Normal values already rounded to bf16, so the CPU sees what the GPU sees. */
 static float *randn_bf(size_t n, float std) {

@@ -271,7 +271,7 @@ TEST_CASE(test_embag_unique_groups_parallel) {
     int U = nb_embag_unique(u1, inv1, rows, N);
     for (int t = 1; t <= 4; t += 3) {
         omp_set_num_threads(t);
-        int U2 = nb_embag_unique_groups(u2, ord, seg, inv2, rows, N);
+        int U2 = nb_embag_unique_groups(u2, ord, seg, inv2, rows, N, NULL);
         int ok = U2 == U && !memcmp(u1, u2, (size_t)U * sizeof(int64_t)) && !memcmp(inv1, inv2, N * sizeof(int32_t));
         ok &= seg[0] == 0 && seg[U2] == N;
         for (int u = 0; ok && u < U2; u++)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bf16_host.h"
 #include "check.h"
 
 #ifndef NB_WITH_CUDA
@@ -51,21 +52,6 @@ static uint64_t next_stream = 1;
 static const nb_ctr_ops_i *gpu(int bf) { return bf ? &nb_ctr_ops_cuda_bf16 : &nb_ctr_ops_cuda_f32; }
 
 /* ---- host helpers ---- */
-
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                            /* nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static float *randn(size_t n, float mean, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
@@ -270,7 +256,7 @@ static void check_emb_grad_unique(int E) {
         rows[i] = i % 5 < 2 ? 7 : i % 5 == 2 ? 1000 + i : (int64_t)(rand_u32(s, (uint64_t)i) % 50);
         src_off[i] = (int64_t)((i * 7919) % n) * ld + i % 3;
     }
-    int U = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n);
+    int U = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n, NULL);
     void *doff = dev_raw(src_off, (size_t)n * 8), *dord = dev_raw(order, (size_t)n * 4);
     void *dseg = dev_raw(seg, ((size_t)U + 1) * 4);
     size_t nsrc = (size_t)n * ld, nu = (size_t)U * E;
@@ -1021,7 +1007,7 @@ static void bn_batch(void) {
         }
         BT.off[i + 1] = (int32_t)(k - (size_t)B * (NB_SC_NTABLES + 1));
     }
-    BT.U = nb_embag_unique_groups(BT.uniq, BT.order, BT.seg, BT.inverse, BT.rows, BT.nlk);
+    BT.U = nb_embag_unique_groups(BT.uniq, BT.order, BT.seg, BT.inverse, BT.rows, BT.nlk, NULL);
     for (int u = 0; u < BT.U; u++) {
         int cnt = BT.seg[u + 1] - BT.seg[u];
         if (cnt > BT.max_group) BT.max_group = cnt;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bf16_host.h"
 #include "check.h"
 
 #ifndef NB_WITH_CUDA
@@ -41,21 +42,6 @@ static cudaStream_t st;
 static uint64_t next_stream = 1;
 
 /* ---- host helpers ---- */
-
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                            /* nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static float *randn(size_t n, float mean, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");

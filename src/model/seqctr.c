@@ -70,6 +70,7 @@ struct nb_sc_stage {
     float *h_dense, *h_label;
     int64_t *h_rows, *h_dst, *h_src, *h_uniq;
     int32_t *h_order, *h_seg, *h_off, *h_inverse;
+    uint64_t *h_keys; /* [2 * lookups] deduplication scratch */
     float *d_dense, *d_label;
     int64_t *d_rows, *d_dst, *d_src;
     int32_t *d_order, *d_seg, *d_off;
@@ -310,6 +311,7 @@ static nb_sc_stage *alloc_stage(nb_sc_model *m, const nb_sc_stage *dev) {
     s->h_seg = halloc(m, (NLK + 1) * sizeof(int32_t), "seqctr lookups");
     s->h_off = halloc(m, (MB + 1) * sizeof(int32_t), "seqctr lookups");
     s->h_inverse = nb_malloc(NLK * sizeof(int32_t), "seqctr lookups");
+    s->h_keys = nb_malloc(2 * NLK * sizeof(uint64_t), "seqctr lookups");
     if (on_cpu(m)) {
         s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
         s->d_src = s->h_src, s->d_order = s->h_order, s->d_seg = s->h_seg, s->d_off = s->h_off;
@@ -417,7 +419,7 @@ void nb_sc_free(nb_sc_model *m) {
     for (int i = a->mem.nhost - 1; i >= 0; i--) m->be->host_free(a->mem.host[i]);
     free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
     for (int k = 0; k < 2; k++) {
-        if (m->stages[k]) free(m->stages[k]->h_inverse);
+        if (m->stages[k]) free(m->stages[k]->h_inverse), free(m->stages[k]->h_keys);
         free(m->stages[k]);
     }
     if (!on_cpu(m)) free(m->params), free(m->grads), free(m->emb), free(m->uniq_grads);
@@ -500,7 +502,7 @@ void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
     s->nh = s->h_off[B];
     m->stage_nh = s->nh;
     s->nlk = (int)k;
-    s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, s->nlk);
+    s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, s->nlk, s->h_keys);
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */

@@ -177,7 +177,7 @@ static void radix_sort_rows(uint64_t *a, uint64_t *b, int n, int64_t maxrow) {
 }
 
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
-                           int n) {
+                           int n, uint64_t *scratch) {
     NB_ASSERT(n >= 0 && (n == 0 || (uniq && order && seg && inverse && rows)));
     int64_t maxrow = 0;
     for (int i = 0; i < n; i++) {
@@ -198,8 +198,8 @@ int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t 
         free(fill);
         return U;
     }
-    uint64_t *a = nb_malloc((size_t)n * sizeof(uint64_t), "embedding dedup keys");
-    uint64_t *b = nb_malloc((size_t)n * sizeof(uint64_t), "embedding dedup keys");
+    uint64_t *own = scratch ? NULL : nb_malloc(2 * (size_t)n * sizeof(uint64_t), "embedding dedup keys");
+    uint64_t *a = scratch ? scratch : own, *b = a + n;
     for (int i = 0; i < n; i++) a[i] = (uint64_t)rows[i] << 32 | (uint32_t)i;
     int passes = 0;
     for (int shift = 32; shift < 64 && (maxrow >> (shift - 32)) > 0; shift += NB_EMBAG_RADIX_BITS) passes++;
@@ -218,8 +218,7 @@ int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t 
         inverse[pos] = U - 1;
     }
     seg[U] = n;
-    free(a);
-    free(b);
+    free(own);
     return U;
 }
 

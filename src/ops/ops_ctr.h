@@ -38,9 +38,10 @@ void nb_embag_bag_forward(float *out, const float *table, const int64_t *rows, c
 int nb_embag_unique(int64_t *uniq, int32_t *inverse, const int64_t *rows, int n);
 /* nb_embag_unique plus the lookups grouped by unique row: order[seg[u] .. seg[u+1]) are the
  * positions i with rows[i] == uniq[u], ascending (what nb_ctr_ops_i.emb_grad_unique reads).
- * uniq, order, inverse need room for n, seg for n + 1. Returns U. */
+ * uniq, order, inverse need room for n, seg for n + 1; scratch for 2n keys (NULL: allocated and
+ * freed here; a training step passes its own, so the step allocates nothing). Returns U. */
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
-                           int n);
+                           int n, uint64_t *scratch);
 /* Unique-row gradient of a gather: dunique[inverse[i]] += dout[i] for i = 0..n-1, duplicates
  * summed in original position order (each unique row's sum is the same sequence of float adds
  * whatever the thread count). dunique is [U, E]; this is what the sparse optimizers consume. */

@@ -198,16 +198,9 @@ void nb_work_optim(void *arg, const nb_task_ctx *ctx) {
      * the clip factor is formed from it inside the AdamW pass: nothing here waits for the device */
     be->sumsq_f64(ctx, &d->sumsq, tr->d_grads, m->total);
     be->to_backend(ctx, d->k, tr->h_step->k, sizeof d->k);
-    /* every tensor in one pass (one launch on CUDA, instead of one per tensor); the table is read
-     * during the call (a captured graph keeps it), so it can go right after */
-    nb_adamw_span *spans = nb_malloc((size_t)m->nparams * sizeof *spans, "AdamW tensor table");
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
-        spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
-    }
-    be->adamw_spans(ctx, tr->d_params, tr->d_grads, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, spans,
+    /* every tensor in one pass (one launch on CUDA, instead of one per tensor) */
+    be->adamw_spans(ctx, tr->d_params, tr->d_grads, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, tr->spans,
                     m->nparams, d->k, &d->sumsq, tr->o.grad_clip);
-    free(spans);
 }
 
 /* Host side, before the step: the AdamW scalars of step tr->step. */
@@ -448,6 +441,12 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     tr->work = nb_calloc((size_t)o->model.layers, sizeof(nb_work), "work items");
     for (int l = 0; l < o->model.layers; l++) tr->work[l] = (nb_work){tr, l};
     tr->whole = (nb_work){tr, -1};
+    /* AdamW's tensor table, built once (the step reads it; a captured graph keeps a copy) */
+    tr->spans = nb_malloc((size_t)tr->model.nparams * sizeof *tr->spans, "AdamW tensor table");
+    for (int i = 0; i < tr->model.nparams; i++) {
+        const nb_param *p = &tr->model.params[i];
+        tr->spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
+    }
     run_on_compute(tr, "set threads", work_set_threads, &tr->whole);
     if (!strcmp(o->schedule, "erase")) create_side_lanes(tr);
     if (streaming) nb_stream_init(tr, tr->dev_arena.planned);
@@ -497,6 +496,7 @@ void nb_trainer_free(nb_trainer *tr) {
     free(tr->work);
     free(tr->layer_seg);
     free(tr->seg_acts);
+    free(tr->spans);
     if (tr->metrics) fclose(tr->metrics);
     memset(tr, 0, sizeof *tr);
 }

@@ -96,6 +96,7 @@ struct nb_trainer {
     double loss_sum;
     float lr, grad_norm;
     nb_work *work; /* [layers] */
+    nb_adamw_span *spans; /* [model.nparams]: AdamW's tensor table */
     nb_work whole;
     /* segments (ERASE): layers seg_first[s] .. seg_first[s+1]-1; one segment when not detached */
     int nseg, seg_first[NB_MAX_SEGMENTS + 1];
