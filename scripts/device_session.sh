@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine: unpack the carried data, then run the named stages in order,
+# each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
+# (the device tool returns at most 8 files).
+#   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
+# Stages: gpu_all, ctr_ops_bench, stream1b, stream8b, stream14b, stream_parts, erase_tf,
+#   erase_ctr, erase_quality. --deadline S: no stage starts after S seconds, and each stage's
+#   limit is cut to what is left (default 570, under the tool's 600 s per call).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+deadline=570
+[ "${1:-}" = --deadline ] && { deadline=$2; shift 2; }
+start=$(date +%s)
+R=${OUT:-gpu-out}/res; mkdir -p "$R"
+[ -f data/movielens_clicks.tgz ] && [ ! -f data/movielens/clicks_train.tsv ] && tar xzf data/movielens_clicks.tgz
+source scripts/device_deps.sh use || exit 1
+export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NB_BUILD=${NB_BUILD:-build-dev}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$R/gpu.txt"
+grep -E 'MemTotal|MemAvailable' /proc/meminfo | tee -a "$R/gpu.txt"; nproc | tee -a "$R/gpu.txt"
+git log --oneline -1 2>/dev/null | tee -a "$R/gpu.txt"
+built=0
+build() {
+    [ $built = 1 ] && return 0
+    make -j"$(nproc)" BUILD="$NB_BUILD" $NB_MAKE_FLAGS > "$R/build.log" 2>&1 || { tail -20 "$R/build.log"; return 1; }
+    built=1
+}
+stage() { # NAME: the commands of one stage (output to $R/NAME.log)
+    case $1 in
+        gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
+        ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
+        stream1b) build && OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --steps 10 --anchor --budget 130 ;;
+        stream8b) build && OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --steps 8 ${STREAM_ARGS:-} ;;
+        stream14b) build && OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --steps 6 --stream-only ;;
+        stream_parts) build && OUT=$R/parts bash bench/stream_bench.sh --no-build --models llama-1b --steps 8 --parts ;;
+        erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
+        erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
+        erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;
+        *) echo "device_session.sh: unknown stage '$1'" >&2; return 2 ;;
+    esac
+}
+for arg in "$@"; do
+    name=${arg%%:*} limit=${arg#*:}; [ "$limit" = "$arg" ] && limit=600
+    left=$((deadline - ($(date +%s) - start)))
+    [ $left -lt 20 ] && { echo "=== $name: not run (${left} s left)"; continue; }
+    [ "$limit" -gt $left ] && limit=$left
+    s=$(date +%s)
+    timeout --kill-after 10 "$limit" bash -c "$(declare -f build stage); built=$built; R=$R; stage $name" > "$R/$name.log" 2>&1
+    rc=$?
+    [ -x "$NB_BUILD/nobubble" ] && built=1
+    echo "=== $name: rc=$rc ($(( $(date +%s) - s )) s of $limit)"
+    tail -n "${TAILN:-25}" "$R/$name.log"
+done
+find "$R" -name '*.bin' -size +1M -delete 2>/dev/null
+tar czf "${OUT:-gpu-out}/res.tgz" -C "$(dirname "$R")" res && echo "packed $(du -h "${OUT:-gpu-out}/res.tgz" | cut -f1)"
