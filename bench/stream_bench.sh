@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Resident (plain) vs --schedule stream on one GPU (issue 6), same model, batch and tokens:
 #   bash bench/stream_bench.sh [--models llama-1b,llama-8b] [--batch B] [--seq T] [--steps S] [--no-build]
-#                              [--anchor] [--anchor-only] [--anchor-steps S] [--anchor-warmup W] [--budget S]
+#                              [--stream-only] [--parts] [--anchor] [--anchor-only] [--anchor-steps S]
+#                              [--anchor-warmup W] [--budget S]
+# --stream-only: no resident (plain) run (models whose state does not fit the GPU). --parts: after
+# the stream run, the effect of each part: --ckpt-interval 2, 4, 8, one device slot (no double
+# buffering), one and four pinned slabs, and --grad-clip 0 (AdamW during the backward).
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
 # "MFLOP per token" (6 N + attention) x tokens/s. Also writes one step's trace and timeline.svg of
 # each stream run to $OUT (default bench/out/stream) and checks the overlap in the trace
@@ -15,7 +19,7 @@
 # --budget S: no anchor step starts that would end more than S seconds after this script started.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1 anchor=0 nbruns=1 asteps=6 awarm=2 budget=0
+models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1 anchor=0 nbruns=1 asteps=6 awarm=2 budget=0 scheds='plain stream' parts=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --models) models=$2; shift ;;
@@ -23,12 +27,14 @@ while [ $# -gt 0 ]; do
         --seq) seq=$2; shift ;;
         --steps) steps=$2; shift ;;
         --no-build) build=0 ;;
+        --stream-only) scheds=stream ;;
+        --parts) parts=1 ;;
         --anchor) anchor=1 ;;
         --anchor-only) anchor=1 nbruns=0 build=0 ;;
         --anchor-steps) asteps=$2; shift ;;
         --anchor-warmup) awarm=$2; shift ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -44,7 +50,7 @@ table="$OUT/table.md"
 printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | stream / resident | stream / fsdp2 |\n|---|---|---|---|---|---|---|---|\n' > "$table"
 declare -A smed   # stream median tokens/s per model, for the fsdp2 rows
 
-nb_row() {   # MODEL SCHED LABEL [RC]: one table row from the trainer's log; sets med
+nb_row() {   # MODEL TAG LABEL [RC]: one table row from the trainer's log; sets med
     local log="$OUT/$1-$2.log" line mf p90 tf ratio
     med=""
     line=$( [ "${4:-0}" = 0 ] && grep '^throughput' "$log" 2>/dev/null) || { echo "| $1 | ${batch} x ${seq} | $3 | failed: $(tail -n 1 "$log" 2>/dev/null | tr '|' '/') | | | | |" >> "$table"; return 1; }
@@ -56,24 +62,41 @@ nb_row() {   # MODEL SCHED LABEL [RC]: one table row from the trainer's log; set
     echo "| $1 | ${batch} x ${seq} | $3 | $med | $p90 | $tf | $ratio | |" >> "$table"
 }
 
+# a stuck lane fails the run with a report of every lane instead of hanging it
+export NB_LANES_TIMEOUT=${NB_LANES_TIMEOUT:-300}
+variants() {   # the runs of one model: name|schedule|flags
+    for sc in $scheds; do
+        [ "$sc" = plain ] && echo "plain|plain|"
+        [ "$sc" = stream ] && echo "stream|stream|--ckpt-interval ${CKPT:-1}"
+    done
+    [ $parts = 1 ] && printf '%s\n' "stream K=2|stream|--ckpt-interval 2" "stream K=4|stream|--ckpt-interval 4" \
+        "stream K=8|stream|--ckpt-interval 8" "stream, 1 device slot|stream|--ckpt-interval ${CKPT:-1} --stream-slots 1" \
+        "stream, 1 pinned slab|stream|--ckpt-interval ${CKPT:-1} --pinned-slabs 1" \
+        "stream, 4 pinned slabs|stream|--ckpt-interval ${CKPT:-1} --pinned-slabs 4" \
+        "stream, --grad-clip 0|stream|--ckpt-interval ${CKPT:-1} --grad-clip 0"
+}
 for model in ${models//,/ }; do
     res=""
-    for sched in plain stream; do
-        log="$OUT/$model-$sched.log"
+    while IFS='|' read -r label sched flags; do
+        tag=$(echo "$label" | tr -c 'a-zA-Z0-9=\n-' '_' | tr -s _); tag=${tag%_}
+        log="$OUT/$model-$tag.log"
         if [ $nbruns = 0 ]; then   # --anchor-only: rows of an earlier run's logs, if any
-            [ -f "$log" ] && nb_row "$model" "$sched" "$sched (earlier log)" && [ $sched = stream ] && smed[$model]=$med
+            [ -f "$log" ] && nb_row "$model" "$tag" "$label (earlier log)" && [ "$tag" = stream ] && smed[$model]=$med
             continue
         fi
-        extra=(); [ $sched = stream ] && extra=(--trace "$OUT/$model-stream.json")
-        "$NB" train --model "$model" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $( [ $sched = stream ] && echo --ckpt-interval "${CKPT:-1}" ) \
-            --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$sched" "${extra[@]}" > "$log" 2>&1
-        nb_row "$model" "$sched" "$sched" $? || continue
-        if [ $sched = stream ]; then
+        extra=(); [ "$tag" = stream ] && extra=(--trace "$OUT/$model-stream.json")
+        echo "== $model $label [$(( $(date +%s) - start )) s]"
+        # shellcheck disable=SC2086  # flags is a list of options
+        "$NB" train --model "$model" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $flags \
+            --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$tag" "${extra[@]}" > "$log" 2>&1
+        nb_row "$model" "$tag" "$label" $? || continue
+        grep -E '^(stream|memory) ' "$log" | sed "s/^/  [$model $label] /"
+        if [ "$tag" = stream ]; then
             smed[$model]=$med
             cp "$OUT/$model-stream/timeline.svg" "$OUT/timeline-$model-stream.svg" 2>/dev/null
             python3 tests/trace_overlap.py "$OUT/$model-stream.json" $((steps - 1)) | sed "s/^/  [$model] /"
         fi
-    done
+    done < <(variants)
 done
 
 # PyTorch FSDP2 + CPU offload on the same shapes (bench/fsdp_offload.py), after all nobubble runs

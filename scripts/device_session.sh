@@ -3,8 +3,8 @@
 # each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
 # (the device tool returns at most 8 files).
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
-# Stages: gpu_all, ctr_ops_bench, stream1b, stream8b, stream14b, stream_parts, erase_tf,
-#   erase_ctr, erase_quality. --deadline S: no stage starts after S seconds, and each stage's
+# Stages: gpu_all, gpu_train, ctr_ops_bench, adamw_bench, stream1b, stream8b, stream14b, erase_tf,
+#   erase_ctr, erase_quality (env B1, B8, B14, S8, S14, BUDGET1, STREAM8_ARGS adjust the stream runs). --deadline S: no stage starts after S seconds, and each stage's
 #   limit is cut to what is left (default 570, under the tool's 600 s per call).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -14,7 +14,7 @@ start=$(date +%s)
 R=${OUT:-gpu-out}/res; mkdir -p "$R"
 [ -f data/movielens_clicks.tgz ] && [ ! -f data/movielens/clicks_train.tsv ] && tar xzf data/movielens_clicks.tgz
 source scripts/device_deps.sh use || exit 1
-export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NB_BUILD=${NB_BUILD:-build-dev}
+export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NB_BUILD=${NB_BUILD:-build-dev} NB_LANES_TIMEOUT=${NB_LANES_TIMEOUT:-90}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$R/gpu.txt"
 grep -E 'MemTotal|MemAvailable' /proc/meminfo | tee -a "$R/gpu.txt"; nproc | tee -a "$R/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$R/gpu.txt"
@@ -27,11 +27,12 @@ build() {
 stage() { # NAME: the commands of one stage (output to $R/NAME.log)
     case $1 in
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
+        gpu_train) build && bash tests/gpu_train_test.sh ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
-        stream1b) build && OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --steps 10 --anchor --budget 130 ;;
-        stream8b) build && OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --steps 8 ${STREAM_ARGS:-} ;;
-        stream14b) build && OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --steps 6 --stream-only ;;
-        stream_parts) build && OUT=$R/parts bash bench/stream_bench.sh --no-build --models llama-1b --steps 8 --parts ;;
+        adamw_bench) build && "$NB_BUILD/tests/test_adamw_host" --bench ;;
+        stream1b) build && OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --batch "${B1:-16}" --steps 10 --parts --anchor --budget "${BUDGET1:-250}" ;;
+        stream8b) build && OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --batch "${B8:-16}" --steps "${S8:-6}" ${STREAM8_ARGS:-} ;;
+        stream14b) build && OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --batch "${B14:-8}" --steps "${S14:-4}" --stream-only ;;
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;

@@ -3,7 +3,8 @@
 # through the h2d / d2h / host lanes, so the schedule's ordering is what is tested):
 #  - stream vs plain, gpt2-tiny and llama-tiny, 20 steps with gradient clipping and evaluation:
 #    bitwise-identical losses, gradient norms, validation losses, weights and AdamW state;
-#  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too, and
+#  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too, with
+#    one device slot and one pinned slab (--stream-slots 1 --pinned-slabs 1), and
 #    without clipping (each layer's AdamW then runs during the backward);
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
 #  - the trace and timeline.svg show the h2d, d2h and host lanes at work;
@@ -31,6 +32,11 @@ for K in 1 2 3; do
         || fail "stream --ckpt-interval $K"
     same "5 layers: stream with --ckpt-interval $K (recompute) vs plain" "$TMP/k-plain" "$TMP/k-$K"
 done
+# one device slot (no double buffering) and one pinned slab each way: later, never different
+$NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval 2 --stream-slots 1 --pinned-slabs 1 \
+    --out "$TMP/k-single" || fail "stream --stream-slots 1 --pinned-slabs 1"
+same "5 layers: stream with one slot and one pinned slab vs plain" "$TMP/k-plain" "$TMP/k-single"
+expect_error "--stream-slots out of range" "between 1 and 4" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stream-slots 5
 # no clipping: each layer's AdamW runs as soon as its gradient lands, during the backward
 $NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --out "$TMP/nc-plain" || fail "no-clip plain"
 $NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --ckpt-interval 2 --out "$TMP/nc-stream" \

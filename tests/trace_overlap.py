@@ -3,34 +3,45 @@
 
   trace_overlap.py TRACE.json STEP
 
-For the given step: some layer l whose forward span ("fwd Ll") overlaps in time with the upload
-of layer l+1 ("h2d L<l+1>"), and some backward span ("bwd Ll") overlapping a gradient download
-("d2h L<m>", m > l). Prints what it found; exit 0 when both exist, 1 otherwise."""
+For the given step: some upload ("h2d Lk") running while the compute lane runs another layer
+("fwd/refwd/bwd Lj", j != k: the prefetch of the next layer), and some gradient download
+("d2h Lk") running during the backward of a lower layer ("bwd Lj", j < k). Prints what it found
+(and the h2d, d2h and compute busy time of the step); exit 0 when both exist, 1 otherwise."""
 import json
 import re
 import sys
 
+COMPUTE = re.compile(r"(fwd|refwd|bwd) L(\d+)")
+COPY = re.compile(r"(h2d|d2h) L(\d+)")
+
 
 def spans(path, step):
-    out = {}
+    out = []
     for e in json.load(open(path))["traceEvents"]:
         if e.get("ph") == "X" and e.get("args", {}).get("step") == step:
-            out.setdefault(e["name"], []).append((e["ts"], e["ts"] + e["dur"]))
+            out.append((e["name"], e["ts"], e["ts"] + e["dur"]))
     return out
-
-
-def overlaps(a, b):
-    return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
 
 
 def main():
     s = spans(sys.argv[1], int(sys.argv[2]))
-    layers = sorted({int(m.group(1)) for n in s for m in [re.fullmatch(r"fwd L(\d+)", n)] if m})
-    fwd = [l for l in layers if f"h2d L{l + 1}" in s and overlaps(s[f"fwd L{l}"], s[f"h2d L{l + 1}"])]
-    bwd = [(l, k) for l in layers for k in layers if k > l and f"bwd L{l}" in s and f"d2h L{k}" in s
-           and overlaps(s[f"bwd L{l}"], s[f"d2h L{k}"])]
-    print(f"forward of layer l during the upload of l+1: layers {fwd}; backward during a download: {bwd[:6]}")
-    sys.exit(0 if fwd and bwd else 1)
+    comp = [(m.group(1), int(m.group(2)), a, b) for n, a, b in s for m in [COMPUTE.fullmatch(n)] if m]
+    copies = [(m.group(1), int(m.group(2)), a, b) for n, a, b in s for m in [COPY.fullmatch(n)] if m]
+    up, down = [], []
+    for kind, k, a, b in copies:
+        for ck, j, c0, c1 in comp:
+            if a < c1 and c0 < b:
+                if kind == "h2d" and j != k:
+                    up.append(f"h2d L{k} during {ck} L{j}")
+                if kind == "d2h" and ck == "bwd" and j < k:
+                    down.append(f"d2h L{k} during bwd L{j}")
+    busy = {}
+    for kind, _, a, b in copies + comp:
+        busy[kind] = busy.get(kind, 0) + (b - a)
+    print(f"{len(up)} uploads during other layers' compute (e.g. {', '.join(up[:3])}); "
+          f"{len(down)} downloads during a lower layer's backward (e.g. {', '.join(down[:3])}); "
+          "busy us: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(busy.items())))
+    sys.exit(0 if up and down else 1)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ int nb_cmd_train(int argc, char **argv) {
         {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 (default on cuda) or fp32 (TF32 off)", 0, 0},
         {"gpu-mem-limit", ARG_U64, &o.gpu_mem_limit, 0, "BYTES", "cap the GPU memory plan (0: what is free)", 0, 0},
         {"ckpt-interval", ARG_INT, &o.ckpt_interval, 0, "K", "stream: keep every K-th layer's input and recompute the rest (0: keep all)", 0, 0},
+        {"stream-slots", ARG_INT, &o.stream_slots, 0, "N", "stream: device slots layers stream through (1: no double buffering; 1-4)", 0, 0},
+        {"pinned-slabs", ARG_INT, &o.pinned_slabs, 0, "N", "stream: pinned staging slabs each way, one layer each (1-4)", 0, 0},
         {"host-mem-limit", ARG_U64, &o.host_mem_limit, 0, "BYTES", "host memory the plan may use (0: what the host reports)", 0, 0},
         {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain, erase (detached segments' backward on side lanes) or stream (state in host memory)", 0, 0},
         {"detach", ARG_STR, o.detach, sizeof o.detach, "CUTS", "detach the residual stream after these layer counts, like 2,4 (local heads)", 0, 0},

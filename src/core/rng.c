@@ -1,6 +1,9 @@
 #include "rng.h"
 
+/* Counter-based: element i depends on (seed, stream, i) alone, so threads give the same bits
+ * (a 14B-parameter model takes minutes to initialize on one core). */
 void nb_rng_fill_normal(float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std) {
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) out[i] = mean + std * nb_rng_normal_at(seed, stream, i);
 }
 

@@ -64,6 +64,8 @@ struct nb_lane {
     uint64_t completed; /* tasks ever finished */
     int waiters;        /* threads sleeping on cv_done; completion only broadcasts if > 0 */
     bool shutdown;
+    lane_entry current; /* what the worker is doing (for the timeout report) */
+    bool busy;
 };
 
 struct nb_lanes {
@@ -166,6 +168,26 @@ static void inflight_done(nb_lanes *L) {
 
 /* ---- waiting on marks ---- */
 
+/* The timeout report: what every thread lane has finished and is doing now. */
+static void dump_lanes(nb_lanes *L) {
+    int n = atomic_load(&L->count);
+    for (int i = 0; i < n; i++) {
+        nb_lane *l = L->lanes[i];
+        if (!l || !l->threaded) continue;
+        lock(&l->mu);
+        lane_entry e = l->current;
+        bool busy = l->busy;
+        fprintf(stderr, "  lane '%s': %llu of %llu tasks finished, %zu queued; now %s", l->name,
+                (unsigned long long)l->completed, (unsigned long long)l->enqueued, l->len,
+                !busy ? "idle" : e.type == ENTRY_TASK ? "running " : "waiting on lane ");
+        if (busy && e.type == ENTRY_TASK) fprintf(stderr, "'%s' (step %d)", e.name, e.step);
+        if (busy && e.type == ENTRY_WAIT)
+            fprintf(stderr, "'%s' mark %llu", e.mark.lane->name, (unsigned long long)e.mark.seq);
+        fputc('\n', stderr);
+        unlock(&l->mu);
+    }
+}
+
 /* Block until target->completed >= seq. `who` names the waiter for the timeout message. */
 static void wait_reached(nb_lane *target, uint64_t seq, const char *who) {
     nb_lanes *L = target->L;
@@ -180,6 +202,7 @@ static void wait_reached(nb_lane *target, uint64_t seq, const char *who) {
     timed_out = target->completed < seq;
     uint64_t done = target->completed, enq = target->enqueued;
     unlock(&target->mu);
+    if (timed_out) dump_lanes(L);
     if (timed_out)
         nb_fail("a task never finishes, or a schedule waits on a mark that is never reached: look "
                 "for a task blocking on work queued after it (unset NB_LANES_TIMEOUT to wait forever)",
@@ -294,6 +317,8 @@ static void *lane_main(void *p) {
         lane_entry e = lane->ring[lane->head];
         lane->head = (lane->head + 1) % lane->cap;
         lane->len--;
+        lane->current = e;
+        lane->busy = true;
         unlock(&lane->mu);
 
         if (e.type == ENTRY_WAIT)
@@ -301,6 +326,9 @@ static void *lane_main(void *p) {
         else
             run_task(lane, &e);
 
+        lock(&lane->mu);
+        lane->busy = false;
+        unlock(&lane->mu);
         if (e.type == ENTRY_TASK) {
             lock(&lane->mu);
             lane->completed++;

@@ -50,7 +50,7 @@ static const field train_fields[] = {
     FF("grad_clip", grad_clip), {"seed", F_U64, offsetof(nb_train_opts, seed), sizeof(uint64_t)},
     /* added with ERASE: a checkpoint written before them lacks them (the defaults then apply) */
     FS("detach", detach), FF("aux_weight", aux_weight), FI("side_lanes", side_lanes), FS("erase_dispatch", erase_dispatch),
-    FI("ckpt_interval", ckpt_interval),
+    FI("ckpt_interval", ckpt_interval), FI("stream_slots", stream_slots), FI("pinned_slabs", pinned_slabs),
 };
 #define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])

@@ -8,8 +8,10 @@
  *  - device: the embeddings, final norm and head stay resident (compute copy + fp32 gradient),
  *    two weight slots that layers stream through, two gradient slots, the activations.
  *
- * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), host and optim (threads).
- *   forward:  host copies layer l's compute-precision weights into an up slab; h2d copies them
+ * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), stage, host and optim
+ * (threads; stage and host apart, so that staging the next upload never queues behind a gradient
+ * that is still on its way down).
+ *   forward:  stage copies layer l's compute-precision weights into an up slab; h2d copies them
  *             into a weight slot once the slot's last user is done;
  *             compute runs layer l as soon as its slot is filled. Layer l+1 loads while l runs.
  *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
@@ -45,7 +47,6 @@
 #include "optim/adamw_host.h"
 #include "sched/trainer.h"
 
-#define NSLOT 2
 
 typedef struct {
     nb_mark m;
@@ -65,7 +66,7 @@ typedef struct opt_item {
     const nb_adamw_scalars *k;
 } opt_item;
 
-/* a layer upload: master -> up slab (host lane), up slab -> weight slot (h2d lane) */
+/* a layer upload: master -> up slab (stage lane), up slab -> weight slot (h2d lane) */
 typedef struct {
     nb_trainer *tr;
     int layer, uslot, wslot;
@@ -77,19 +78,20 @@ struct nb_stream {
     void *d_glob_w;               /* compute copy of the resident part */
     uint16_t *h_w16;              /* bf16 mode: the host's bf16 copy of every weight, kept by AdamW */
     float *d_glob_g;              /* its gradients */
-    void *d_wslot[NSLOT];         /* layer weights in compute precision */
-    float *d_gslot[NSLOT];        /* layer gradients */
-    void *h_up[NSLOT];            /* pinned staging: weights up (compute precision) */
-    float *h_down[NSLOT], *h_glob; /* gradients down; the resident part both ways */
-    nb_lane *h2d, *d2h, *host;
-    opt_mark wslot_free[NSLOT], gslot_free[NSLOT], up_free[NSLOT], down_free[NSLOT], glob_ready, norm_done;
+    void *d_wslot[NB_STREAM_MAX_SLOTS];         /* layer weights in compute precision */
+    float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
+    void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
+    float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
+    nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
+    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], glob_ready, norm_done;
     opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
-    nb_lane *optim;               /* host lane of the optimizer, beside the staging lane */
+    nb_lane *optim;               /* host lane of the optimizer */
     /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
      * while step s's updates may still run */
     nb_adamw_scalars k[2][2];
     struct opt_item *opt_items[2]; /* [layers + 1]: the layers, then the resident part */
-    int wslot_layer[NSLOT], next_wslot, next_gslot, next_up, next_down;
+    int nslot, nslab;             /* device slots; pinned slabs each way */
+    int wslot_layer[NB_STREAM_MAX_SLOTS], next_wslot, next_gslot, next_up, next_down;
     stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
     load_item *loads;             /* [2 * layers]: forward and backward loads */
     int nloads;
@@ -152,7 +154,9 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->glob_numel = m->group_numel[0] + m->group_numel[gf];
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
-    size_t need = gw * (es(tr) + 4) + NSLOT * lw * (es(tr) + 4);
+    st->nslot = tr->o.stream_slots;
+    st->nslab = tr->o.pinned_slabs;
+    size_t need = gw * (es(tr) + 4) + (size_t)st->nslot * lw * (es(tr) + 4);
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
     if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
         char a[32], b[32];
@@ -161,12 +165,14 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     }
     st->d_glob_g = dev(tr, gw * sizeof(float), "resident gradients");
     st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
-    for (int k = 0; k < NSLOT; k++) {
+    for (int k = 0; k < st->nslot; k++) {
         st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
         st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
+        st->wslot_layer[k] = -1;
+    }
+    for (int k = 0; k < st->nslab; k++) {
         st->h_up[k] = pinned(tr, lw * es(tr), "upload staging");
         st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
-        st->wslot_layer[k] = -1;
     }
     /* bf16: the compute copy is made on the host by AdamW itself, so half the bytes go up; when
      * the host cannot hold the copy (2 more bytes per parameter), uploads round the master on
@@ -180,6 +186,7 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
+    st->stage = nb_lane_create(tr->lanes, "stage", NB_LANE_HOST);
     st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
     st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
@@ -192,10 +199,10 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     int bpp = st->h_w16 ? 18 : 16;
     double host_bytes = (double)bpp * (double)m->total;
     nb_log(1, "stream      host: %s (%d bytes/param: fp32 weights, 2 AdamW moments, gradients%s) + pinned staging %s; "
-              "device: %s for weights and gradients (embeddings, final norm and head resident; 2 layer slots of %s) "
+              "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer slots of %s) "
               "+ activations\n",
            nb_fmt_bytes(a, 32, host_bytes), bpp, st->h_w16 ? ", bf16 copy" : "", nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
-           nb_fmt_bytes(c, 32, (double)st->device_bytes), nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
+           nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
 }
 
 void nb_stream_free(nb_trainer *tr) {
@@ -205,9 +212,11 @@ void nb_stream_free(nb_trainer *tr) {
     be->free(st->d_glob_g);
     be->free(st->d_glob_w);
     free(st->h_w16);
-    for (int k = 0; k < NSLOT; k++) {
+    for (int k = 0; k < st->nslot; k++) {
         be->free(st->d_gslot[k]);
         be->free(st->d_wslot[k]);
+    }
+    for (int k = 0; k < st->nslab; k++) {
         be->host_free(st->h_up[k]);
         be->host_free(st->h_down[k]);
     }
@@ -219,15 +228,28 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* ---- work items ---- */
 
+/* A copy between host buffers split over a few threads: one core does not reach the host's
+ * memory bandwidth, and staging and landing run beside AdamW, which takes the rest. */
+#define COPY_THREADS 4
+#define COPY_CHUNK ((size_t)1 << 20)
+static void copy_par(void *dst, const void *src, size_t bytes) {
+    long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(COPY_THREADS) if (n > 1)
+    for (long i = 0; i < n; i++) {
+        size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
+        memcpy((char *)dst + o, (const char *)src + o, len);
+    }
+}
+
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, its bf16 copy,
  * or (bf16 without the copy, when host memory is short) the master rounded on the way, with the
  * same rounding as the copy, so the bits are the same either way. */
 static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
     nb_stream *st = S(tr);
     if (!lowp(tr)) {
-        memcpy(dst, tr->params + offset, n * sizeof(float));
+        copy_par(dst, tr->params + offset, n * sizeof(float));
     } else if (st->h_w16) {
-        memcpy(dst, st->h_w16 + offset, n * sizeof(uint16_t));
+        copy_par(dst, st->h_w16 + offset, n * sizeof(uint16_t));
     } else {
         uint16_t *d = dst;
         const float *p = tr->params + offset;
@@ -310,8 +332,8 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
 static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_trainer *tr = it->tr;
-    memcpy(tr->h_grads + tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot],
-           S(tr)->layer_numel * sizeof(float));
+    copy_par(tr->h_grads + tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot],
+             S(tr)->layer_numel * sizeof(float));
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
@@ -377,19 +399,19 @@ static opt_mark mark(nb_lane *lane) { return (opt_mark){nb_lane_mark(lane), 1}; 
  * and returns the slot; the compute lane is told to wait for it. */
 static int load(nb_trainer *tr, int l, int step) {
     nb_stream *st = S(tr);
-    for (int k = 0; k < NSLOT; k++)
+    for (int k = 0; k < st->nslot; k++)
         if (st->wslot_layer[k] == l) return k;
     int w = st->next_wslot, u = st->next_up;
-    st->next_wslot = (w + 1) % NSLOT;
-    st->next_up = (u + 1) % NSLOT;
+    st->next_wslot = (w + 1) % st->nslot;
+    st->next_up = (u + 1) % st->nslab;
     load_item *it = &st->loads[st->nloads++];
     *it = (load_item){tr, l, u, w};
     char name[40];
-    wait_if(st->host, st->up_free[u]);  /* the slab's previous upload has left it */
-    wait_if(st->host, st->updated[l]);  /* the previous step's AdamW of this layer is done */
+    wait_if(st->stage, st->up_free[u]);  /* the slab's previous upload has left it */
+    wait_if(st->stage, st->updated[l]);  /* the previous step's AdamW of this layer is done */
     snprintf(name, sizeof name, "stage L%d", l);
-    nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_stage_up, it);
-    nb_lane_wait(st->h2d, nb_lane_mark(st->host));
+    nb_lane_run(st->stage, name, NB_SPAN_OTHER, step, work_stage_up, it);
+    nb_lane_wait(st->h2d, nb_lane_mark(st->stage));
     wait_if(st->h2d, st->wslot_free[w]); /* the slot's last reader is done */
     snprintf(name, sizeof name, "h2d L%d", l);
     nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
@@ -406,8 +428,8 @@ static void backward_layer(nb_trainer *tr, int l, int step) {
     char name[40];
     stream_item *it = &st->bwd[l];
     int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
-    st->next_gslot = (g + 1) % NSLOT;
-    st->next_down = (d + 1) % NSLOT;
+    st->next_gslot = (g + 1) % st->nslot;
+    st->next_down = (d + 1) % st->nslab;
     *it = (stream_item){tr, l, w, g, d};
     wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
     snprintf(name, sizeof name, "bwd L%d", l);
@@ -438,7 +460,7 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     int L = tr->model.cfg.layers;
     char name[40];
     st->nloads = 0;
-    for (int k = 0; k < NSLOT; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
+    for (int k = 0; k < st->nslot; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
     memcpy(st->k[step & 1], tr->h_step->k, sizeof st->k[0]); /* this step's AdamW scalars */
     wait_if(c, st->glob_ready);
     nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
@@ -489,7 +511,7 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     /* the step ends with its loss and norm; the layers' updates run on while the next step's
      * forward starts (each upload waits for its own layer) */
     nb_lane_wait(c, st->norm_done.m);
-    for (int k = 0; k < NSLOT; k++) st->up_free[k].set = st->down_free[k].set = 0;
+    for (int k = 0; k < st->nslab; k++) st->up_free[k].set = st->down_free[k].set = 0;
     return nb_lane_mark(c);
 }
 

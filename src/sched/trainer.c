@@ -28,6 +28,8 @@ void nb_train_opts_defaults(nb_train_opts *o) {
     snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
     o->aux_weight = 1.0f;
     o->side_lanes = 2;
+    o->stream_slots = 2;
+    o->pinned_slabs = 2;
     o->batch = 8;
     o->seq = 0; /* 0: the model's context length */
     o->steps = 400;
@@ -422,6 +424,10 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
              "--ckpt-interval recomputes activations in the stream schedule only");
     NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
              "pass --ckpt-interval between 0 (keep all) and 64", "--ckpt-interval %d", o->ckpt_interval);
+    NB_CHECK(o->stream_slots >= 1 && o->stream_slots <= NB_STREAM_MAX_SLOTS, "pass --stream-slots between 1 and 4",
+             "--stream-slots %d", o->stream_slots);
+    NB_CHECK(o->pinned_slabs >= 1 && o->pinned_slabs <= NB_STREAM_MAX_SLOTS, "pass --pinned-slabs between 1 and 4",
+             "--pinned-slabs %d", o->pinned_slabs);
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
              "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     tr->be = nb_backend_for(o->device, o->precision);

@@ -38,6 +38,8 @@ typedef struct nb_train_opts {
     int side_lanes;          /* --schedule erase: side lanes for the segments' backward */
     char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async */
     int ckpt_interval;       /* stream: keep every K-th layer's input, recompute the rest (0: keep all) */
+    int stream_slots;        /* stream: device weight (and gradient) slots layers pass through (2: double buffering) */
+    int pinned_slabs;        /* stream: pinned staging slabs each way (the bounded pinned pool) */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
@@ -145,6 +147,7 @@ nb_mark nb_sched_plain_step(nb_trainer *tr, int step);
 nb_mark nb_sched_erase_step(nb_trainer *tr, int step);
 nb_mark nb_sched_stream_step(nb_trainer *tr, int step);
 
+#define NB_STREAM_MAX_SLOTS 4
 /* stream.c: setup (other_device_bytes: what the trainer already planned on the device), the
  * resident part's pointers, and the pieces the trainer's shared work items call */
 void nb_stream_init(nb_trainer *tr, size_t other_device_bytes);
