@@ -47,7 +47,7 @@ $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail
 cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.safetensors" \
     && cmp -s "$TMP/gpt2-tiny-stream/ckpt/optim.safetensors" "$TMP/split/ckpt/optim.safetensors" \
     && pass "stream resume (10 + 10 steps) is bitwise 20 straight" || fail "stream resume differs"
-for s in '"h2d L1"' '"d2h L0"' '"grad norm"' '"adamw L0"' '"adamw resident"' '"h2d resident"'; do
+for s in '"h2d L1"' '"d2h L0"' '"grad norm"' '"adamw L0"' '"adamw embeddings"' '"h2d embeddings"' '"adamw head"' '"h2d head"'; do
     grep -q "$s" "$TMP/gpt2-tiny.json" && pass "trace has $s" || fail "trace lacks $s"
 done
 for lane in h2d d2h host optim; do

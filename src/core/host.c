@@ -23,6 +23,14 @@ size_t nb_host_mem_available(void) {
     return kb * 1024;
 }
 
+int nb_host_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 int nb_host_set_threads(int n) {
 #ifdef _OPENMP
     if (n > 0) omp_set_num_threads(n);

@@ -7,4 +7,6 @@
 size_t nb_host_mem_available(void);
 /* Threads for OpenMP and OpenBLAS; n <= 0 keeps the default (all cores). Returns the count used. */
 int nb_host_set_threads(int n);
+/* Threads a parallel region started by the calling thread would get (1 without OpenMP). */
+int nb_host_max_threads(void);
 #endif

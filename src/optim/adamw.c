@@ -76,9 +76,10 @@ void nb_adamw_update(float *params, const float *grads, float *m, float *v, size
 }
 
 /* Elements per block, and blocks summed per parallel pass. The blocking is fixed, so the set of
- * partial sums and the order they are added in do not depend on the thread count. */
+ * partial sums and the order they are added in do not depend on the thread count. A pass is
+ * large (256 M elements) so that a model-sized slab costs a few thread fork/joins, not thousands. */
 #define SUMSQ_BLOCK 4096
-#define SUMSQ_GROUP 256
+#define SUMSQ_GROUP 65536
 
 static double sumsq_block(const float *g, size_t n) {
     double acc[4] = {0, 0, 0, 0};
@@ -91,9 +92,9 @@ static double sumsq_block(const float *g, size_t n) {
 
 double nb_sumsq(const float *g, size_t n) {
     size_t nblocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
-    double total = 0.0;
+    double total = 0.0, small[64];
+    double *part = nblocks <= 64 ? small : nb_malloc(SUMSQ_GROUP * sizeof(double), "norm partial sums");
     for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_GROUP) {
-        double part[SUMSQ_GROUP];
         int cnt = nblocks - b0 < SUMSQ_GROUP ? (int)(nblocks - b0) : SUMSQ_GROUP;
 #pragma omp parallel for schedule(static) if (cnt > 8)
         for (int k = 0; k < cnt; k++) {
@@ -103,6 +104,7 @@ double nb_sumsq(const float *g, size_t n) {
         }
         for (int k = 0; k < cnt; k++) total += part[k];
     }
+    if (part != small) free(part);
     return total;
 }
 

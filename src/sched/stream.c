@@ -23,7 +23,8 @@
  *             (the last block's activations are still there and are not recomputed).
  *   optimizer: clipping needs the global norm, so the optim lane starts when the last gradient
  *             has landed: the norm over the host gradient slab (nb_sumsq, as plain), AdamW of the
- *             resident part (then copied up), then each layer's AdamW in order, each a task of its
+ *             embeddings (then copied up), each layer's AdamW in order, then the final norm and
+ *             head's (copied up just before the next step's head needs them), each a task of its
  *             own (nb_adamw_host_apply: the per-element formula of plain, vectorized). The step
  *             ends once the norm is known; the next step's upload of layer l waits only for layer
  *             l's update, so the next forward overlaps the rest of the optimizer.
@@ -83,13 +84,14 @@ struct nb_stream {
     void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
     float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
     nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
-    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], glob_ready, norm_done;
+    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done, head_updated;
+    opt_item *head_item;          /* the head's update whose upload is not enqueued yet (or NULL) */
     opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
     nb_lane *optim;               /* host lane of the optimizer */
     /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
      * while step s's updates may still run */
     nb_adamw_scalars k[2][2];
-    struct opt_item *opt_items[2]; /* [layers + 1]: the layers, then the resident part */
+    struct opt_item *opt_items[2]; /* [layers + 2]: the layers, then the embeddings, then the final group */
     int nslot, nslab;             /* device slots; pinned slabs each way */
     int wslot_layer[NB_STREAM_MAX_SLOTS], next_wslot, next_gslot, next_up, next_down;
     stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
@@ -124,12 +126,26 @@ float *nb_stream_global_g(nb_trainer *tr, int which) {
     return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
 }
 
+/* A copy between host buffers split over a few threads: one core does not reach the host's
+ * memory bandwidth, and staging and landing run beside AdamW, which takes the rest. */
+#define COPY_THREADS 4
+#define COPY_CHUNK ((size_t)1 << 20)
+static void copy_par(void *dst, const void *src, size_t bytes) {
+    long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
+    int t = nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS; /* OMP_NUM_THREADS caps it */
+#pragma omp parallel for schedule(static) num_threads(t) if (n > 1)
+    for (long i = 0; i < n; i++) {
+        size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
+        memcpy((char *)dst + o, (const char *)src + o, len);
+    }
+}
+
 /* packed resident part -> host slab */
 static void glob_unpack(const nb_trainer *tr, float *slab, const float *packed) {
     const nb_tf_model *m = &tr->model;
     int gf = m->cfg.layers + 1;
-    memcpy(slab + m->group_offset[0], packed, m->group_numel[0] * sizeof(float));
-    memcpy(slab + m->group_offset[gf], packed + m->group_numel[0], m->group_numel[gf] * sizeof(float));
+    copy_par(slab + m->group_offset[0], packed, m->group_numel[0] * sizeof(float));
+    copy_par(slab + m->group_offset[gf], packed + m->group_numel[0], m->group_numel[gf] * sizeof(float));
 }
 
 /* ---- setup ---- */
@@ -190,7 +206,7 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
     st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
-    for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 1, sizeof(opt_item), "stream items");
+    for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
@@ -228,19 +244,6 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* ---- work items ---- */
 
-/* A copy between host buffers split over a few threads: one core does not reach the host's
- * memory bandwidth, and staging and landing run beside AdamW, which takes the rest. */
-#define COPY_THREADS 4
-#define COPY_CHUNK ((size_t)1 << 20)
-static void copy_par(void *dst, const void *src, size_t bytes) {
-    long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(COPY_THREADS) if (n > 1)
-    for (long i = 0; i < n; i++) {
-        size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
-        memcpy((char *)dst + o, (const char *)src + o, len);
-    }
-}
-
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, its bf16 copy,
  * or (bf16 without the copy, when host memory is short) the master rounded on the way, with the
  * same rounding as the copy, so the bits are the same either way. */
@@ -258,13 +261,21 @@ static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
     }
 }
 
-/* Compute-precision weights of the resident part, packed into the staging slab. */
-static void glob_pack_w(const nb_trainer *tr, void *packed) {
+/* Compute-precision weights of the resident part, packed into the staging slab: the embeddings
+ * (group 0) first, the final norm and head (group L+1) after them; each part on its own, since
+ * the next forward needs the embeddings at once and the head only at its end. */
+static void glob_pack_part(const nb_trainer *tr, void *packed, int final) {
     const nb_tf_model *m = &tr->model;
     int gf = m->cfg.layers + 1;
-    size_t e = es(tr);
-    stage_w(tr, packed, m->group_offset[0], m->group_numel[0]);
-    stage_w(tr, (char *)packed + m->group_numel[0] * e, m->group_offset[gf], m->group_numel[gf]);
+    if (!final)
+        stage_w(tr, packed, m->group_offset[0], m->group_numel[0]);
+    else
+        stage_w(tr, (char *)packed + m->group_numel[0] * es(tr), m->group_offset[gf], m->group_numel[gf]);
+}
+
+static void glob_pack_w(const nb_trainer *tr, void *packed) {
+    glob_pack_part(tr, packed, 0);
+    glob_pack_part(tr, packed, 1);
 }
 
 /* bf16 copy of the whole master (start and resume; AdamW keeps it up to date afterwards) */
@@ -369,12 +380,13 @@ static void work_norm(void *arg, const nb_task_ctx *ctx) {
     S(tr)->sumsq = nb_sumsq(tr->h_grads, tr->model.total);
 }
 
+/* it->layer -1: the embeddings; -2: the final norm and head */
 static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
-    adamw_range(tr, 0, it->k);
-    adamw_range(tr, tr->model.cfg.layers + 1, it->k);
-    glob_pack_w(tr, S(tr)->h_glob);
+    int final = it->layer == -2;
+    adamw_range(tr, final ? tr->model.cfg.layers + 1 : 0, it->k);
+    glob_pack_part(tr, S(tr)->h_glob, final);
 }
 
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
@@ -383,11 +395,26 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
 }
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
-    tr->be->to_backend(ctx, S(tr)->d_glob_w, S(tr)->h_glob, S(tr)->glob_numel * es(tr));
+    opt_item *it = arg;
+    nb_trainer *tr = it->tr;
+    size_t e = es(tr), n0 = tr->model.group_numel[0], off = it->layer == -2 ? n0 : 0;
+    size_t n = it->layer == -2 ? S(tr)->glob_numel - n0 : n0;
+    tr->be->to_backend(ctx, (char *)S(tr)->d_glob_w + off * e, (char *)S(tr)->h_glob + off * e, n * e);
 }
 
 /* ---- the step ---- */
+
+/* The head's upload after its update. Enqueued late (before the next head, or by quiesce): a
+ * device lane told to wait on a host mark blocks the enqueuing thread, and enqueued at the step's
+ * end it would hold the next forward's enqueueing until every layer's update is done. */
+static void upload_head(nb_trainer *tr, int step) {
+    nb_stream *st = S(tr);
+    if (!st->head_item) return;
+    nb_lane_wait(st->h2d, st->head_updated.m);
+    nb_lane_run(st->h2d, "h2d head", NB_SPAN_H2D, step, work_glob_h2d, st->head_item);
+    st->final_ready = (opt_mark){nb_lane_mark(st->h2d), 1};
+    st->head_item = NULL;
+}
 
 static void wait_if(nb_lane *lane, opt_mark m) {
     if (m.set) nb_lane_wait(lane, m.m);
@@ -462,7 +489,7 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     st->nloads = 0;
     for (int k = 0; k < st->nslot; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
     memcpy(st->k[step & 1], tr->h_step->k, sizeof st->k[0]); /* this step's AdamW scalars */
-    wait_if(c, st->glob_ready);
+    wait_if(c, st->emb_ready);
     nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
     for (int l = 0; l < L; l++) {
         stream_item *it = &st->fwd[l];
@@ -471,6 +498,8 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
         nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
         st->wslot_free[it->wslot] = mark(c);
     }
+    upload_head(tr, step);
+    wait_if(c, st->final_ready);
     nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
     int K = tr->o.ckpt_interval > 0 ? tr->o.ckpt_interval : L; /* 0: every activation kept */
     for (int b = (L - 1) / K * K; b >= 0 && L > 0; b -= K) {
@@ -498,16 +527,21 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     int par = step & 1;
     opt_item *items = st->opt_items[par];
     items[L] = (opt_item){tr, -1, st->k[par]};
-    nb_lane_run(st->optim, "adamw resident", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
+    items[L + 1] = (opt_item){tr, -2, st->k[par]};
+    nb_lane_run(st->optim, "adamw embeddings", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
-    nb_lane_run(st->h2d, "h2d resident", NB_SPAN_H2D, step, work_glob_h2d, &tr->whole);
-    st->glob_ready = mark(st->h2d);
+    nb_lane_run(st->h2d, "h2d embeddings", NB_SPAN_H2D, step, work_glob_h2d, &items[L]);
+    st->emb_ready = mark(st->h2d);
     for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
         snprintf(name, sizeof name, "adamw L%d", l);
         items[l] = (opt_item){tr, l, st->k[par]};
         nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, &items[l]);
         st->updated[l] = mark(st->optim);
     }
+    /* the head is the forward's last need: its update waits behind the layers' */
+    nb_lane_run(st->optim, "adamw head", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L + 1]);
+    st->head_updated = mark(st->optim);
+    st->head_item = &items[L + 1];
     /* the step ends with its loss and norm; the layers' updates run on while the next step's
      * forward starts (each upload waits for its own layer) */
     nb_lane_wait(c, st->norm_done.m);
@@ -522,8 +556,10 @@ double nb_stream_sumsq(const nb_trainer *tr) { return tr->stream->sumsq; }
 void nb_stream_quiesce(nb_trainer *tr) {
     nb_stream *st = tr->stream;
     if (!st) return;
+    upload_head(tr, -1);
     nb_mark_wait_host(nb_lane_mark(st->optim));
-    if (st->glob_ready.set) nb_mark_wait_host(st->glob_ready.m);
+    if (st->emb_ready.set) nb_mark_wait_host(st->emb_ready.m);
+    if (st->final_ready.set) nb_mark_wait_host(st->final_ready.m);
 }
 
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
