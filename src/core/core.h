@@ -46,6 +46,8 @@ void *nb_malloc_at(const char *file, int line, size_t bytes, const char *what);
 void *nb_calloc_at(const char *file, int line, size_t n, size_t size, const char *what);
 /* 256-byte aligned, zeroed. Free with free(). */
 void *nb_aligned_alloc_at(const char *file, int line, size_t bytes, const char *what);
+/* memset to zero on every core (first touch of large buffers) */
+void nb_zero_par(void *p, size_t bytes);
 FILE *nb_fopen_at(const char *file, int line, const char *path, const char *mode, const char *hint);
 #define nb_malloc(bytes, what) nb_malloc_at(__FILE__, __LINE__, (bytes), (what))
 #define nb_calloc(n, size, what) nb_calloc_at(__FILE__, __LINE__, (n), (size), (what))

@@ -176,7 +176,7 @@ static int is_residual_projection(const char *name) {
 }
 
 void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed) {
-    memset(slab, 0, m->total * sizeof(float));
+    nb_zero_par(slab, m->total * sizeof(float));
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];

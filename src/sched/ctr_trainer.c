@@ -648,7 +648,7 @@ static void write_timeline(nb_lanes *lanes, const nb_ctr_opts *o, int step) {
     snprintf(title, sizeof title, "seqctr step %d: --schedule %s%s, batch %d, %s", step, o->schedule,
              strcmp(o->schedule, "erase") ? "" : (!strcmp(o->erase_dispatch, "async") ? " (async)" : " (blocking)"),
              o->batch, o->device);
-    nb_timeline_write(lanes, path, title);
+    nb_timeline_write(lanes, step, path, title);
 }
 
 /* "dense fwd 3" is a span of the phase "dense fwd" */

@@ -25,19 +25,27 @@ static int color_of(const nb_span *s) {
     return (2 * segment_of(s->name) + (s->kind == NB_SPAN_BWD)) % 8;
 }
 
-void nb_timeline_write(nb_lanes *L, const char *path, const char *title) {
+void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *title) {
     const nb_span *sp;
     size_t n = nb_lanes_spans(L, &sp);
     int nrows = nb_lanes_count(L);
     const char **names = nb_malloc((size_t)(nrows ? nrows : 1) * sizeof(char *), "timeline");
     for (int i = 0; i < nrows; i++) names[i] = nb_lane_name(nb_lanes_get(L, i));
-    nb_svg_box *boxes = nb_malloc((n ? n : 1) * sizeof(nb_svg_box), "timeline");
-    double origin = n ? sp[0].t0 : 0;
-    for (size_t i = 0; i < n; i++) origin = sp[i].t0 < origin ? sp[i].t0 : origin;
+    /* the window: the step's own spans (with --trace, every step's spans are still recorded) */
+    double w0 = 1e300, w1 = -1e300;
     for (size_t i = 0; i < n; i++)
-        boxes[i] = (nb_svg_box){sp[i].lane, 1e6 * (sp[i].t0 - origin), 1e6 * (sp[i].t1 - origin), color_of(&sp[i]),
-                                sp[i].name};
-    nb_svg_timeline(path, title, nrows, names, (int)n, boxes);
+        if (step < 0 || sp[i].step == step) {
+            w0 = sp[i].t0 < w0 ? sp[i].t0 : w0;
+            w1 = sp[i].t1 > w1 ? sp[i].t1 : w1;
+        }
+    nb_svg_box *boxes = nb_malloc((n ? n : 1) * sizeof(nb_svg_box), "timeline");
+    int nb = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].t1 < w0 || sp[i].t0 > w1) continue;
+        double t0 = sp[i].t0 < w0 ? w0 : sp[i].t0, t1 = sp[i].t1 > w1 ? w1 : sp[i].t1;
+        boxes[nb++] = (nb_svg_box){sp[i].lane, 1e6 * (t0 - w0), 1e6 * (t1 - w0), color_of(&sp[i]), sp[i].name};
+    }
+    nb_svg_timeline(path, title, nrows, names, nb, boxes);
     free(boxes);
     free(names);
 }

@@ -5,10 +5,13 @@
 
 #include "lanes/lanes.h"
 
-/* Draws every recorded span of L: one row per lane, time in microseconds from the first span.
+/* Draws the recorded spans of L that overlap step `step` (from the first span of that step to the
+ * end of its last; spans of neighbouring steps inside that window too, such as the previous
+ * step's optimizer under this step's forward), or every span when step < 0: one row per lane,
+ * time in microseconds from the first span drawn.
  * Colour: forward and backward spans of segment k ("S<k>" or a trailing " k" in the span name,
  * else 0)
  * get palette colours 2k and 2k+1, optimizer spans 8, the rest 9; the label is the span name. */
-void nb_timeline_write(nb_lanes *L, const char *path, const char *title);
+void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *title);
 
 #endif

@@ -345,6 +345,9 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
         nb_log(1, "memory      host: params %s + adamw %s + grads %s; %s: activations %s (B=%d, T=%d), %s\n",
                nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, 2.0 * slab), nb_fmt_bytes(b[2], 32, (double)slab),
                devb ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), tr->o.batch, tr->o.seq, kept);
+        if (4.0 * slab > 16e9)
+            nb_log(1, "setup       allocating %s of host state and initializing the weights (seconds to minutes)\n",
+                   nb_fmt_bytes(b[4], 32, 4.0 * slab));
         NB_CHECK(!tr->o.host_mem_limit || 4.0 * slab <= (double)tr->o.host_mem_limit, "pick a smaller --model, or raise --host-mem-limit",
                  "the host state needs %s but --host-mem-limit is %s", nb_fmt_bytes(b[4], 32, 4.0 * slab),
                  nb_fmt_bytes(b[5], 32, (double)tr->o.host_mem_limit));
@@ -367,7 +370,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     tr->v = (float *)(host->base + hv);
     if (streaming) {
         tr->h_grads = (float *)(host->base + hg);
-        memset(tr->h_grads, 0, slab); /* alignment gaps stay zero: the global norm sums them */
+        nb_zero_par(tr->h_grads, slab); /* alignment gaps stay zero: the global norm sums them */
     }
     if (!devb) {
         tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
@@ -409,6 +412,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
 
 
 void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
+    double t_setup = nb_now();
     memset(tr, 0, sizeof *tr);
     tr->o = *opts;
     nb_train_opts *o = &tr->o;
@@ -483,6 +487,9 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
         nb_shard_free(&probe);
         tr->has_val = 1;
     }
+    /* large models spend a while here (hundreds of GB touched): say so, not silently */
+    double setup_s = nb_now() - t_setup;
+    if (setup_s > 2.0) nb_log(1, "setup       %.1f s (state allocated, weights %s, uploaded)\n", setup_s, o->resume[0] ? "loaded" : "initialized");
 }
 
 void nb_trainer_free(nb_trainer *tr) {
@@ -700,7 +707,7 @@ static void write_timeline(nb_trainer *tr, int step) {
     snprintf(path, sizeof path, "%s/timeline.svg", tr->o.out);
     snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s, batch %d x %d, %s", tr->model.cfg.preset, step,
              tr->o.schedule, tr->o.detach[0] ? ", --detach " : "", tr->o.detach, tr->o.batch, tr->o.seq, tr->o.device);
-    nb_timeline_write(tr->lanes, path, title);
+    nb_timeline_write(tr->lanes, step, path, title);
 }
 
 static void fmt_eta(char *buf, size_t cap, double s) {
