@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  tokenize  encode text files with the GPT-2 tokenizer into token shards\n"
             "  criteo-convert  Criteo TSV -> nobubble's binary click-log format\n"
             "  synth-dump  synthetic click samples (--data synth:...) -> a flat binary file for other tools\n"
+            "  timeline  draw one step of a --trace file as an SVG timeline (lanes x time)\n"
             "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
             "  export    write a checkpoint as a Hugging Face model (config.json + model.safetensors)\n"
             "\n"
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "criteo-convert")) return nb_cmd_criteo_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth-dump")) return nb_cmd_synth_dump(argc - 1, argv + 1);
+    if (!strcmp(cmd, "timeline")) return nb_cmd_timeline(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return nb_cmd_export(argc - 1, argv + 1);
     fprintf(stderr, "nobubble: error: unknown command '%s' (hint: run 'nobubble --help')\n", cmd);

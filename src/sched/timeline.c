@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "core.h"
+#include "io/json.h"
 #include "io/svg.h"
+#include "lanes/lanes_internal.h" /* nb_span_set_name */
 
 /* The segment of a span: an "S<k>" word in its name ("bwd S1 L3", "head S0"), else a trailing
  * number ("dense bwd 3"), else 0. */
@@ -25,12 +27,9 @@ static int color_of(const nb_span *s) {
     return (2 * segment_of(s->name) + (s->kind == NB_SPAN_BWD)) % 8;
 }
 
-void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *title) {
-    const nb_span *sp;
-    size_t n = nb_lanes_spans(L, &sp);
-    int nrows = nb_lanes_count(L);
-    const char **names = nb_malloc((size_t)(nrows ? nrows : 1) * sizeof(char *), "timeline");
-    for (int i = 0; i < nrows; i++) names[i] = nb_lane_name(nb_lanes_get(L, i));
+/* One step's window of spans (every span when step < 0) as lanes x time. */
+static void draw(const nb_span *sp, size_t n, int nrows, const char *const *names, int step, const char *path,
+                 const char *title) {
     /* the window: the step's own spans (with --trace, every step's spans are still recorded) */
     double w0 = 1e300, w1 = -1e300;
     for (size_t i = 0; i < n; i++)
@@ -41,11 +40,64 @@ void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *titl
     nb_svg_box *boxes = nb_malloc((n ? n : 1) * sizeof(nb_svg_box), "timeline");
     int nb = 0;
     for (size_t i = 0; i < n; i++) {
-        if (sp[i].t1 < w0 || sp[i].t0 > w1) continue;
+        if (sp[i].t1 < w0 || sp[i].t0 > w1 || sp[i].lane < 0 || sp[i].lane >= nrows) continue;
         double t0 = sp[i].t0 < w0 ? w0 : sp[i].t0, t1 = sp[i].t1 > w1 ? w1 : sp[i].t1;
         boxes[nb++] = (nb_svg_box){sp[i].lane, 1e6 * (t0 - w0), 1e6 * (t1 - w0), color_of(&sp[i]), sp[i].name};
     }
     nb_svg_timeline(path, title, nrows, names, nb, boxes);
     free(boxes);
+}
+
+void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *title) {
+    const nb_span *sp;
+    size_t n = nb_lanes_spans(L, &sp);
+    int nrows = nb_lanes_count(L);
+    const char **names = nb_malloc((size_t)(nrows ? nrows : 1) * sizeof(char *), "timeline");
+    for (int i = 0; i < nrows; i++) names[i] = nb_lane_name(nb_lanes_get(L, i));
+    draw(sp, n, nrows, names, step, path, title);
     free(names);
+}
+
+static nb_span_kind kind_named(const char *name) {
+    for (int k = 0; k < NB_SPAN_KIND_COUNT; k++)
+        if (!strcmp(name, nb_span_kind_name((nb_span_kind)k))) return (nb_span_kind)k;
+    return NB_SPAN_OTHER;
+}
+
+int nb_timeline_from_trace(const char *trace, int step, const char *path, const char *title) {
+    nb_json *root = nb_json_load_file(trace);
+    const nb_json *ev = nb_json_get(root, "traceEvents");
+    NB_CHECK(ev && ev->type == NB_JSON_ARR, "pass a trace written by nobubble train --trace",
+             "%s has no traceEvents array", trace);
+    const char *names[64] = {0};
+    nb_span *sp = nb_malloc((ev->len ? ev->len : 1) * sizeof *sp, "timeline spans");
+    size_t n = 0;
+    int nrows = 0, steps_seen = 0;
+    for (size_t i = 0; i < ev->len; i++) {
+        const nb_json *e = &ev->items[i];
+        const char *ph = nb_json_get_str(e, "ph", ""), *name = nb_json_get_str(e, "name", "");
+        int tid = (int)nb_json_get_int(e, "tid", -1);
+        if (tid < 0 || tid >= 64) continue;
+        if (!strcmp(ph, "M") && !strcmp(name, "thread_name")) {
+            names[tid] = nb_json_get_str(nb_json_get(e, "args"), "name", "?");
+            nrows = tid + 1 > nrows ? tid + 1 : nrows;
+        } else if (!strcmp(ph, "X")) {
+            nb_span *s = &sp[n++];
+            nb_span_set_name(s->name, name);
+            s->lane = tid;
+            s->step = (int)nb_json_get_int(nb_json_get(e, "args"), "step", -1);
+            s->kind = kind_named(nb_json_get_str(e, "cat", ""));
+            s->t0 = 1e-6 * nb_json_get_num(e, "ts", 0);
+            s->t1 = s->t0 + 1e-6 * nb_json_get_num(e, "dur", 0);
+            steps_seen += s->step == step;
+        }
+    }
+    NB_CHECK(step < 0 || steps_seen > 0, "pick a --step that the run traced (metrics.jsonl lists them)",
+             "%s has no span of step %d", trace, step);
+    for (int i = 0; i < nrows; i++)
+        if (!names[i]) names[i] = "?";
+    draw(sp, n, nrows, names, step, path, title);
+    free(sp);
+    nb_json_free(root);
+    return (int)n;
 }
