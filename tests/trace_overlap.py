@@ -5,7 +5,8 @@
 
 For the given step: some upload ("h2d Lk") running while the compute lane runs another layer
 ("fwd/refwd/bwd Lj", j != k: the prefetch of the next layer), and some gradient download
-("d2h Lk") running during the backward of a lower layer ("bwd Lj", j < k). Prints what it found
+("d2h Lk") running while the compute lane works on a lower layer ("refwd/bwd Lj", j < k: the
+backward goes on while layer k's gradient leaves). Prints what it found
 (and the h2d, d2h and compute busy time of the step); exit 0 when both exist, 1 otherwise."""
 import json
 import re
@@ -33,13 +34,13 @@ def main():
             if a < c1 and c0 < b:
                 if kind == "h2d" and j != k:
                     up.append(f"h2d L{k} during {ck} L{j}")
-                if kind == "d2h" and ck == "bwd" and j < k:
-                    down.append(f"d2h L{k} during bwd L{j}")
+                if kind == "d2h" and ck != "fwd" and j < k:
+                    down.append(f"d2h L{k} during {ck} L{j}")
     busy = {}
     for kind, _, a, b in copies + comp:
         busy[kind] = busy.get(kind, 0) + (b - a)
     print(f"{len(up)} uploads during other layers' compute (e.g. {', '.join(up[:3])}); "
-          f"{len(down)} downloads during a lower layer's backward (e.g. {', '.join(down[:3])}); "
+          f"{len(down)} downloads during a lower layer's compute (e.g. {', '.join(down[:3])}); "
           "busy us: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(busy.items())))
     sys.exit(0 if up and down else 1)
 
