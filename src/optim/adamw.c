@@ -78,10 +78,10 @@ void nb_adamw_update(float *params, const float *grads, float *m, float *v, size
 /* Elements per block, and blocks summed per parallel pass. The blocking is fixed, so the set of
  * partial sums and the order they are added in do not depend on the thread count. A pass is
  * large (256 M elements) so that a model-sized slab costs a few thread fork/joins, not thousands. */
-#define SUMSQ_BLOCK 4096
+#define SUMSQ_BLOCK NB_SUMSQ_BLOCK
 #define SUMSQ_GROUP 65536
 
-static double sumsq_block(const float *g, size_t n) {
+double nb_sumsq_block(const float *g, size_t n) {
     double acc[4] = {0, 0, 0, 0};
     size_t i = 0;
     for (; i + 4 <= n; i += 4)
@@ -100,11 +100,24 @@ double nb_sumsq(const float *g, size_t n) {
         for (int k = 0; k < cnt; k++) {
             size_t start = (b0 + (size_t)k) * SUMSQ_BLOCK;
             size_t len = n - start < SUMSQ_BLOCK ? n - start : SUMSQ_BLOCK;
-            part[k] = sumsq_block(g + start, len);
+            part[k] = nb_sumsq_block(g + start, len);
         }
         for (int k = 0; k < cnt; k++) total += part[k];
     }
     if (part != small) free(part);
+    return total;
+}
+
+double nb_sumsq_finish(const float *g, size_t n, double *part, const unsigned char *have) {
+    long nblocks = (long)((n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
+#pragma omp parallel for schedule(static) if (nblocks > 64)
+    for (long b = 0; b < nblocks; b++) {
+        if (have[b]) continue;
+        size_t start = (size_t)b * SUMSQ_BLOCK;
+        part[b] = nb_sumsq_block(g + start, n - start < SUMSQ_BLOCK ? n - start : SUMSQ_BLOCK);
+    }
+    double total = 0.0;
+    for (long b = 0; b < nblocks; b++) total += part[b];
     return total;
 }
 

@@ -47,6 +47,13 @@ void nb_adamw_apply_spans(float *params, const float *grads, float *m, float *v,
 /* Sum of squares of g in double, summed in fixed-size blocks in a fixed order, so the result
  * does not depend on the thread count. */
 double nb_sumsq(const float *g, size_t n);
+/* nb_sumsq in pieces, for callers that see the data in parts (the stream schedule sums each
+ * layer's gradient as it lands): the sum is over fixed blocks of NB_SUMSQ_BLOCK elements from g[0],
+ * each by nb_sumsq_block, then added in block order. nb_sumsq_finish(g, n, part, have) computes the
+ * blocks whose have[b] is 0, then returns the ordered total: the same bits as nb_sumsq(g, n). */
+#define NB_SUMSQ_BLOCK 4096
+double nb_sumsq_block(const float *g, size_t n);
+double nb_sumsq_finish(const float *g, size_t n, double *part, const unsigned char *have);
 /* g *= s */
 void nb_scale_inplace(float *g, size_t n, float s);
 /* Clip factor for global-norm clipping: min(1, max_norm / (norm + 1e-6)); max_norm <= 0: 1. */

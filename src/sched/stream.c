@@ -22,7 +22,8 @@
  *             the backward of a block of K layers, its forward runs again from that checkpoint
  *             (the last block's activations are still there and are not recomputed).
  *   optimizer: clipping needs the global norm, so the optim lane starts when the last gradient
- *             has landed: the norm over the host gradient slab (nb_sumsq, as plain), AdamW of the
+ *             has landed: the norm (nb_sumsq's blocks, summed as each layer lands, the rest at the
+ *             end, in plain's order), AdamW of the
  *             embeddings (then copied up), each layer's AdamW in order, then the final norm and
  *             head's (copied up just before the next step's head needs them), each a task of its
  *             own (nb_adamw_host_apply: the per-element formula of plain, vectorized). The step
@@ -46,6 +47,7 @@
 #include "core.h"
 #include "host.h"
 #include "optim/adamw_host.h"
+#include "optim/optim.h"
 #include "sched/trainer.h"
 
 
@@ -98,6 +100,9 @@ struct nb_stream {
     load_item *loads;             /* [2 * layers]: forward and backward loads */
     int nloads;
     double sumsq;                 /* the step's global gradient norm squared (host) */
+    double *norm_part;            /* [slab blocks]: each NB_SUMSQ_BLOCK block's sum of squares, */
+    unsigned char *norm_have;     /* summed as a layer's gradient lands (1) or by the norm task */
+    opt_item glob_part[2];        /* the resident part's halves: embeddings (-1), final norm and head (-2) */
     size_t device_bytes, pinned_bytes;
 };
 
@@ -138,14 +143,6 @@ static void copy_par(void *dst, const void *src, size_t bytes) {
         size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
         memcpy((char *)dst + o, (const char *)src + o, len);
     }
-}
-
-/* packed resident part -> host slab */
-static void glob_unpack(const nb_trainer *tr, float *slab, const float *packed) {
-    const nb_tf_model *m = &tr->model;
-    int gf = m->cfg.layers + 1;
-    copy_par(slab + m->group_offset[0], packed, m->group_numel[0] * sizeof(float));
-    copy_par(slab + m->group_offset[gf], packed + m->group_numel[0], m->group_numel[gf] * sizeof(float));
 }
 
 /* ---- setup ---- */
@@ -207,6 +204,11 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
     for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
+    size_t nblk = (m->total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+    st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
+    st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
+    st->glob_part[0] = (opt_item){tr, -1, NULL};
+    st->glob_part[1] = (opt_item){tr, -2, NULL};
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
@@ -237,6 +239,7 @@ void nb_stream_free(nb_trainer *tr) {
         be->host_free(st->h_down[k]);
     }
     be->host_free(st->h_glob);
+    free(st->norm_part), free(st->norm_have);
     free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->opt_items[0]), free(st->opt_items[1]);
     free(st);
     tr->stream = NULL;
@@ -340,21 +343,59 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
     it->tr->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
 }
 
+/* Layer l's gradient from its down slab into the host slab, summing the squares of every norm
+ * block that lies inside the layer on the way (one read of the slab instead of two; the blocks
+ * are nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
 static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_trainer *tr = it->tr;
-    copy_par(tr->h_grads + tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot],
-             S(tr)->layer_numel * sizeof(float));
+    nb_stream *st = S(tr);
+    const size_t B = NB_SUMSQ_BLOCK, o = tr->model.group_offset[1 + it->layer], n = st->layer_numel;
+    const float *src = st->h_down[it->dslot];
+    float *dst = tr->h_grads + o;
+    size_t b0 = (o + B - 1) / B, b1 = (o + n) / B; /* whole blocks inside [o, o + n) */
+    if (b1 <= b0) {
+        copy_par(dst, src, n * sizeof(float));
+        return;
+    }
+    size_t head = b0 * B - o, tail = o + n - b1 * B;
+    memcpy(dst, src, head * sizeof(float));
+    memcpy(dst + (n - tail), src + (n - tail), tail * sizeof(float));
+    long nb = (long)(b1 - b0);
+    int t = nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS;
+#pragma omp parallel for schedule(static) num_threads(t) if (nb > 64)
+    for (long k = 0; k < nb; k++) {
+        size_t at = head + (size_t)k * B;
+        memcpy(dst + at, src + at, B * sizeof(float));
+        st->norm_part[b0 + (size_t)k] = nb_sumsq_block(dst + at, B);
+        st->norm_have[b0 + (size_t)k] = 1;
+    }
+}
+
+/* One half of the resident part's gradient (opt_item layer -1: the embeddings, complete after the
+ * embedding backward; -2: the final norm and head, complete right after the head's backward) */
+static void glob_half(const nb_trainer *tr, int layer, size_t *off, size_t *n) {
+    size_t n0 = tr->model.group_numel[0];
+    *off = layer == -2 ? n0 : 0;
+    *n = layer == -2 ? S(tr)->glob_numel - n0 : n0;
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
-    tr->be->to_host_async(ctx, S(tr)->h_glob, S(tr)->d_glob_g, S(tr)->glob_numel * sizeof(float));
+    opt_item *it = arg;
+    nb_trainer *tr = it->tr;
+    size_t off, n;
+    glob_half(tr, it->layer, &off, &n);
+    tr->be->to_host_async(ctx, S(tr)->h_glob + off, S(tr)->d_glob_g + off, n * sizeof(float));
 }
 
 static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
-    glob_unpack(tr, tr->h_grads, S(tr)->h_glob);
+    opt_item *it = arg;
+    nb_trainer *tr = it->tr;
+    const nb_tf_model *m = &tr->model;
+    size_t off, n;
+    glob_half(tr, it->layer, &off, &n);
+    int group = it->layer == -2 ? m->cfg.layers + 1 : 0;
+    copy_par(tr->h_grads + m->group_offset[group], S(tr)->h_glob + off, n * sizeof(float));
 }
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
@@ -376,8 +417,10 @@ static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k) {
 
 static void work_norm(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = ((nb_work *)arg)->tr;
+    nb_stream *st = S(tr);
     nb_host_set_threads(tr->o.threads);
-    S(tr)->sumsq = nb_sumsq(tr->h_grads, tr->model.total);
+    st->sumsq = nb_sumsq_finish(tr->h_grads, tr->model.total, st->norm_part, st->norm_have);
+    memset(st->norm_have, 0, (tr->model.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
 }
 
 /* it->layer -1: the embeddings; -2: the final norm and head */
@@ -501,6 +544,11 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     upload_head(tr, step);
     wait_if(c, st->final_ready);
     nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
+    /* the final norm's and head's gradients are complete now: down and landed under the backward */
+    nb_lane_wait(st->d2h, nb_lane_mark(c));
+    nb_lane_run(st->d2h, "d2h head", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[1]);
+    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+    nb_lane_run(st->host, "grad head", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[1]);
     int K = tr->o.ckpt_interval > 0 ? tr->o.ckpt_interval : L; /* 0: every activation kept */
     for (int b = (L - 1) / K * K; b >= 0 && L > 0; b -= K) {
         int e = b + K < L ? b + K : L;
@@ -518,9 +566,9 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     }
     nb_lane_run(c, "embed bwd", NB_SPAN_BWD, step, nb_work_embed_bwd, &tr->whole);
     nb_lane_wait(st->d2h, nb_lane_mark(c));
-    nb_lane_run(st->d2h, "d2h resident", NB_SPAN_D2H, step, work_glob_d2h, &tr->whole);
+    nb_lane_run(st->d2h, "d2h embeddings", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[0]);
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
-    nb_lane_run(st->host, "grad resident", NB_SPAN_OTHER, step, work_glob_land, &tr->whole);
+    nb_lane_run(st->host, "grad embeddings", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[0]);
     nb_lane_wait(st->optim, nb_lane_mark(st->host)); /* every gradient is in the host slab */
     nb_lane_run(st->optim, "grad norm", NB_SPAN_OPTIM, step, work_norm, &tr->whole);
     st->norm_done = mark(st->optim);
