@@ -53,6 +53,14 @@ done
 for lane in h2d d2h host optim; do
     grep -q ">$lane<" "$TMP/gpt2-tiny-stream/timeline.svg" && pass "timeline.svg has the $lane lane" || fail "timeline.svg lacks $lane"
 done
+# nobubble timeline redraws any traced step; one step's window, not the whole run
+$NB timeline --trace "$TMP/gpt2-tiny.json" --step 5 --out "$TMP/step5.svg" 2>/dev/null \
+    && grep -q ">stage<" "$TMP/step5.svg" && grep -q "adamw L0" "$TMP/step5.svg" \
+    && pass "nobubble timeline draws step 5 of the trace" || fail "nobubble timeline"
+all=$(grep -c "<rect" "$TMP/gpt2-tiny-stream/timeline.svg"); one=$(grep -c "<rect" "$TMP/step5.svg")
+[ "$one" -lt $((3 * all)) ] && pass "the step's picture holds one step's boxes ($one vs $all in the run's last-step picture)" \
+    || fail "timeline of one step has $one boxes against $all"
+expect_error "timeline of a step the trace lacks" "no span of step 99" $NB timeline --trace "$TMP/gpt2-tiny.json" --step 99 --out "$TMP/x.svg"
 expect_error "host plan over --host-mem-limit" "host-mem-limit" $NB train "${C[@]}" --model gpt2-tiny --schedule stream \
     --host-mem-limit 1000000
 expect_error "stream with --detach" "stream does not split" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --detach 1
