@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Resident (plain) vs --schedule stream on one GPU (issue 6), same model, batch and tokens:
 #   bash bench/stream_bench.sh [--models llama-1b,llama-8b] [--batch B] [--seq T] [--steps S] [--no-build]
-#                              [--stream-only] [--parts] [--anchor] [--anchor-only] [--anchor-steps S]
+#                              [--stream-only] [--layers N] [--parts] [--anchor] [--anchor-only] [--anchor-steps S]
 #                              [--anchor-warmup W] [--budget S]
-# --stream-only: no resident (plain) run (models whose state does not fit the GPU). --parts: after
+# --stream-only: no resident (plain) run (models whose state does not fit the GPU). --layers N: the
+# preset's shape with N layers, in every run (e.g. llama-8b's layers, few enough to run resident). --parts: after
 # the stream run, the effect of each part: --ckpt-interval 2, 4, 8, one device slot (no double
 # buffering), one and four pinned slabs, and --grad-clip 0 (AdamW during the backward).
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
@@ -19,7 +20,7 @@
 # --budget S: no anchor step starts that would end more than S seconds after this script started.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1 anchor=0 nbruns=1 asteps=6 awarm=2 budget=0 scheds='plain stream' parts=0
+models=llama-1b,llama-8b batch=8 seq=2048 steps=12 build=1 anchor=0 nbruns=1 asteps=6 awarm=2 budget=0 scheds='plain stream' parts=0 layers=''
 while [ $# -gt 0 ]; do
     case "$1" in
         --models) models=$2; shift ;;
@@ -28,38 +29,44 @@ while [ $# -gt 0 ]; do
         --steps) steps=$2; shift ;;
         --no-build) build=0 ;;
         --stream-only) scheds=stream ;;
+        --layers) layers=$2; shift ;;
         --parts) parts=1 ;;
         --anchor) anchor=1 ;;
         --anchor-only) anchor=1 nbruns=0 build=0 ;;
         --anchor-steps) asteps=$2; shift ;;
         --anchor-warmup) awarm=$2; shift ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 case "$budget" in ''|*[!0-9]*) echo "stream_bench.sh: --budget takes whole seconds, got '$budget'" >&2; exit 2 ;; esac
 start=$(date +%s)
+lflag=(); lsuf=''
+[ -n "$layers" ] && { lflag=(--layers "$layers"); lsuf=" ($layers layers)"; }
+export LSUF=$lsuf
 OUT=${OUT:-bench/out/stream}; mkdir -p "$OUT"
 NB_BUILD=${NB_BUILD:-build}; NB=$NB_BUILD/nobubble
 PY=${PYTHON:-python3}
 [ $build = 1 ] && { source scripts/device_deps.sh use >/dev/null; make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }
 [ $nbruns = 0 ] || [ -f data/sotu/train.bin ] || { echo "stream_bench.sh: run 'bash scripts/fetch_data.sh' first" >&2; exit 1; }
 table="$OUT/table.md"
-printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | stream / resident | stream / fsdp2 |\n|---|---|---|---|---|---|---|---|\n' > "$table"
+printf '| model | B x T | schedule | median tokens/s | p90 tokens/s | model TFLOP/s | hardware TFLOP/s | stream / resident | stream / fsdp2 |\n|---|---|---|---|---|---|---|---|---|\n' > "$table"
 declare -A smed   # stream median tokens/s per model, for the fsdp2 rows
 
 nb_row() {   # MODEL TAG LABEL [RC]: one table row from the trainer's log; sets med
-    local log="$OUT/$1-$2.log" line mf p90 tf ratio
+    local log="$OUT/$1-$2.log" line mf hf p90 tf htf ratio
     med=""
-    line=$( [ "${4:-0}" = 0 ] && grep '^throughput' "$log" 2>/dev/null) || { echo "| $1 | ${batch} x ${seq} | $3 | failed: $(tail -n 1 "$log" 2>/dev/null | tr '|' '/') | | | | |" >> "$table"; return 1; }
+    line=$( [ "${4:-0}" = 0 ] && grep '^throughput' "$log" 2>/dev/null) || { echo "| $1 | ${batch} x ${seq} | $3 | failed: $(tail -n 1 "$log" 2>/dev/null | tr '|' '/') | | | | | |" >> "$table"; return 1; }
     mf=$(grep -o '[0-9.]* MFLOP per token' "$log" | cut -d' ' -f1)
     p90=$(echo "$line" | awk '{print $3}'); med=$(echo "$line" | awk '{for (i=1;i<=NF;i++) if ($i=="median") print $(i+1)}')
+    hf=$(grep -o 'hardware [0-9.]* MFLOP per token' "$log" | awk '{print $2}'); hf=${hf:-$mf}
     tf=$(awk -v t="$med" -v f="$mf" 'BEGIN {printf "%.0f", t * f / 1e6}')
+    htf=$(awk -v t="$med" -v f="$hf" 'BEGIN {printf "%.0f", t * f / 1e6}')
     [ "$2" = plain ] && res=$med
     ratio=$( [ -n "$res" ] && awk -v a="$med" -v b="$res" 'BEGIN {printf "%.2f", a / b}' || echo -)
-    echo "| $1 | ${batch} x ${seq} | $3 | $med | $p90 | $tf | $ratio | |" >> "$table"
+    echo "| $1$lsuf | ${batch} x ${seq} | $3 | $med | $p90 | $tf | $htf | $ratio | |" >> "$table"
 }
 
 # a stuck lane fails the run with a report of every lane instead of hanging it
@@ -87,7 +94,7 @@ for model in ${models//,/ }; do
         extra=(); [ "$tag" = stream ] && extra=(--trace "$OUT/$model-stream.json")
         echo "== $model $label [$(( $(date +%s) - start )) s]"
         # shellcheck disable=SC2086  # flags is a list of options
-        "$NB" train --model "$model" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $flags \
+        "$NB" train --model "$model" "${lflag[@]}" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $flags \
             --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$tag" "${extra[@]}" > "$log" 2>&1
         nb_row "$model" "$tag" "$label" $? || continue
         grep -E '^(stream|memory) ' "$log" | sed "s/^/  [$model $label] /"
@@ -107,15 +114,15 @@ if [ $anchor = 1 ]; then
         rm -f "$ajson"
         echo "== fsdp2 cpu-offload: $model B=$batch T=$seq, $awarm + $asteps steps [$(( $(date +%s) - start )) s]"
         # shellcheck disable=SC2086  # FSDP_ARGS is a list of flags
-        "$PY" bench/fsdp_offload.py --model "$model" --batch "$batch" --seq "$seq" --steps "$asteps" --warmup "$awarm" \
+        "$PY" bench/fsdp_offload.py --model "$model" "${lflag[@]}" --batch "$batch" --seq "$seq" --steps "$asteps" --warmup "$awarm" \
             --json "$ajson" "${deadline[@]}" ${FSDP_ARGS:-} > "$alog" 2>&1
         arc=$?
         grep '^fsdp2-cpu-offload' "$alog" | tail -n 1 | sed 's/^/  /'
         "$PY" - "$model" "$ajson" "$alog" "$arc" "${smed[$model]:-}" "$batch" "$seq" >> "$table" <<'PYEOF'
-import json, math, sys
+import json, math, os, sys
 model, path, log, rc, smed, B, T = sys.argv[1:8]
 B, T = int(B), int(T)
-head = f"| {model} | {B} x {T} | fsdp2 cpu-offload"
+head = f"| {model}{os.environ.get('LSUF', '')} | {B} x {T} | fsdp2 cpu-offload"
 clean = lambda s: str(s).replace("|", "/").replace("\n", " ")[:160]
 rec = None
 try:
@@ -131,9 +138,9 @@ if rec is None:   # no result line: killed (the OOM killer: exit 137) or crashed
     except (OSError, IndexError):
         tail = ""
     why = "killed (host out of memory?)" if rc == "137" else f"failed (exit {rc})"
-    print(f"{head} | {why}: {clean(tail)} | | | | |")
+    print(f"{head} | {why}: {clean(tail)} | | | | | |")
 elif rec.get("status") not in ("ok", "nonfinite loss"):
-    print(f"{head} | {clean(rec.get('status'))}" + (f": {clean(rec['error'])}" if rec.get("error") else "") + " | | | | |")
+    print(f"{head} | {clean(rec.get('status'))}" + (f": {clean(rec['error'])}" if rec.get("error") else "") + " | | | | | |")
 else:
     # the trainer's rules (print_p90, src/sched/trainer.c): sorted step times t, median t[n/2],
     # p90 t[ceil(0.9 n) - 1]; FLOPs per token: the same formula as the trainer's
@@ -144,7 +151,12 @@ else:
     note = "" if rec["status"] == "ok" else " (nonfinite loss)"
     if rec.get("stopped_early"):
         note += f" ({n} of {rec['steps_planned']} steps: --budget)"
-    print(f"{head}{note} | {tps:.0f} | {tp90:.0f} | {tps * rec['flops_per_token'] / 1e12:.0f} | | {ratio} |")
+    # hardware FLOPs: activation checkpointing runs every layer's forward again, i.e. a third of
+    # the layers' share of the model FLOPs (all but the head's 6 V C)
+    f = rec["flops_per_token"]
+    head_f = 6 * rec["shape"]["vocab"] * rec["shape"]["dim"]
+    hw = f + ((f - head_f) / 3 if rec.get("act_ckpt") else 0)
+    print(f"{head}{note} | {tps:.0f} | {tp90:.0f} | {tps * f / 1e12:.0f} | {tps * hw / 1e12:.0f} | | {ratio} |")
 PYEOF
     done
 fi

@@ -162,6 +162,10 @@ int nb_cmd_train(int argc, char **argv) {
     if (!quiet) {
         fprintf(stderr, "parameters  %.2f M (%zu tensors), %.1f MFLOP per token\n", tr.model.n_real / 1e6,
                 (size_t)tr.model.nparams, nb_tf_flops_per_token(&tr.model, o.seq) / 1e6);
+        double rec = nb_tf_recompute_flops_per_token(&tr.model, o.seq, o.ckpt_interval);
+        if (rec > 0)
+            fprintf(stderr, "recompute   +%.1f MFLOP per token (layer forwards run twice): hardware %.1f MFLOP per token\n",
+                    rec / 1e6, (nb_tf_flops_per_token(&tr.model, o.seq) + rec) / 1e6);
         if (tr.step > 0) fprintf(stderr, "resumed     at step %d\n", tr.step);
     }
     nb_trainer_run(&tr);

@@ -497,6 +497,16 @@ void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx,
     be->matmul_fwd(ctx, logits, at(a->lnf, (size_t)(N - 1) * C, act_es(be)), head, NULL, 1, C, m->cfg.vocab);
 }
 
+double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K) {
+    const nb_tf_config *c = &m->cfg;
+    int L = c->layers;
+    if (K <= 0 || L <= 0) return 0.0;
+    int last = L - (L - 1) / K * K; /* layers in the last block */
+    double C = c->dim;
+    double per_layer = C * qkv_width(c) + (double)att_width(c) * C + C * fc_width(c) + (double)c->ffn * C;
+    return (double)(L - last) * (2.0 * per_layer + 4.0 * (double)att_width(c) * T);
+}
+
 double nb_tf_flops_per_token(const nb_tf_model *m, int T) {
     const nb_tf_config *c = &m->cfg;
     double C = c->dim, L = c->layers;

@@ -146,6 +146,9 @@ void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx,
 
 /* Model FLOPs per token for training (6N + attention), for MFU and the benchmarks. */
 double nb_tf_flops_per_token(const nb_tf_model *m, int T);
+/* FLOPs per token that recomputation adds (--ckpt-interval K > 0): one more forward of every layer
+ * but those of the last block of K, whose activations are still there at the backward. */
+double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K);
 
 #ifdef __cplusplus
 }

@@ -599,6 +599,18 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
 
 double nb_stream_sumsq(const nb_trainer *tr) { return tr->stream->sumsq; }
 
+/* The loads of the last step: L in the forward, then those the backward could not reuse from a
+ * slot (the recompute's loads serve the backward of the same block). */
+void nb_stream_report(const nb_trainer *tr) {
+    const nb_stream *st = tr->stream;
+    int L = tr->model.cfg.layers;
+    double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(tr) + (double)st->glob_numel * (double)es(tr);
+    double down = ((double)L * lb + (double)st->glob_numel) * sizeof(float);
+    char a[32], b[32];
+    fprintf(stderr, "pcie        per step: %d layer uploads for %d layers (%.2f each), %s up, %s down\n", st->nloads, L,
+            L ? (double)st->nloads / L : 0.0, nb_fmt_bytes(a, 32, up), nb_fmt_bytes(b, 32, down));
+}
+
 /* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
  * the end read the host master). */
 void nb_stream_quiesce(nb_trainer *tr) {

@@ -816,6 +816,7 @@ void nb_trainer_run(nb_trainer *tr) {
                 tokens * (end - first) / wall, isnan(last_val) ? "\n" : "");
     if (end > first && !isnan(last_val)) fprintf(stderr, ", final validation loss %.4f\n", last_val);
     print_p90(step_ms, end - first, tokens);
+    if (tr->stream && end > first && nb_verbosity > 0) nb_stream_report(tr);
     free(step_ms);
     if (o->trace[0]) {
         nb_lanes_sync(tr->lanes);

@@ -158,6 +158,8 @@ void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx);
 void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx);
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int layer, nb_tf_layer_view *w);
 double nb_stream_sumsq(const nb_trainer *tr);
+/* One line: what crossed PCIe in the last step (layer uploads, bytes each way). */
+void nb_stream_report(const nb_trainer *tr);
 /* Waits until the optimizer has finished (before reading the host master: evaluation, checkpoints). */
 void nb_stream_quiesce(nb_trainer *tr);
 /* Enqueue segment s's layers' backward (and, for all but the last segment, its local head first)
