@@ -32,6 +32,12 @@ for K in 1 2 3; do
         || fail "stream --ckpt-interval $K"
     same "5 layers: stream with --ckpt-interval $K (recompute) vs plain" "$TMP/k-plain" "$TMP/k-$K"
 done
+# each layer crosses PCIe at most twice a step: once for the forward, once for the recompute, whose
+# weights serve the backward (the last two layers stay in their slots): 2L - 2 uploads
+out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
+    --schedule stream --ckpt-interval 1 --out "$TMP/pcie" 2>&1 | grep '^pcie')
+echo "$out" | grep -q "14 layer uploads for 8 layers" && pass "uploads per step at --ckpt-interval 1: $out" \
+    || fail "uploads per step: '$out' (expected 14 for 8 layers)"
 # one device slot (no double buffering) and one pinned slab each way: later, never different
 $NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval 2 --stream-slots 1 --pinned-slabs 1 \
     --out "$TMP/k-single" || fail "stream --stream-slots 1 --pinned-slabs 1"
