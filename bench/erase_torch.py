@@ -91,14 +91,10 @@ fields plus config, side_streams, fwd_stream, aux_weight).
 import argparse
 import contextlib
 import datetime
-import json
-import math
 import os
 import socket
-import statistics
 import sys
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -318,47 +314,8 @@ def train_and_time(args, d, batches, config, B):
             opt_emb.zero_grad(set_to_none=True)
             losses[i].copy_(loss.detach())
 
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        S.sync(cuda)
-        t0 = time.perf_counter()
-        step(0)
-        S.sync(cuda)
-        first_step_s = time.perf_counter() - t0
-        for i in range(1, warmup):
-            step(i)
-        # as seqctr_torch.py: one forward + backward for each padded length the warm-up did not meet
-        seen = {batches[i % len(batches)]["Lb"] for i in range(warmup)}
-        extra = {}
-        for i in range(warmup, warmup + steps):
-            bt = batches[i % len(batches)]
-            if bt["Lb"] not in seen and bt["Lb"] not in extra:
-                extra[bt["Lb"]] = bt
-        for bt in extra.values():
-            fwd_bwd(bt)
-            opt.zero_grad(set_to_none=True)
-            opt_emb.zero_grad(set_to_none=True)
-        S.sync(cuda)
-        warmup_s = time.perf_counter() - t0
-
-        timer = S.StepTimer(cuda, steps)
-        timer.mark(0)
-        for j in range(steps):
-            step(warmup + j)
-            timer.mark(j + 1)
-        S.sync(cuda)
-    ms = timer.step_ms()
-    lossv = losses.tolist()
-    med = statistics.median(ms)
-    timed = [batches[i % len(batches)] for i in range(warmup, warmup + steps)]
-    return dict(S.throughput(B, ms), status="ok" if all(math.isfinite(v) for v in lossv) else "nonfinite loss",
-                loss_first=round(lossv[0], 5), loss_last=round(lossv[-1], 5),
-                compile_s=round(max(0.0, warmup_s - (warmup + len(extra)) * med / 1e3), 2),
-                first_step_s=round(first_step_s, 2), shape_warmups=len(extra),
-                L_batch_mean=round(statistics.fmean(b["Lb"] for b in timed), 1),
-                hist_fill=round(statistics.fmean(b["fill"] for b in timed), 4),
-                peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-                dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
+        res = S.time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, (opt, opt_emb), losses)
+    return dict(res, dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
 
 
 def run_config(args, meta, d, batches, config, B):
@@ -367,35 +324,8 @@ def run_config(args, meta, d, batches, config, B):
                fwd_stream=args.fwd_stream if config.startswith("erase") else None,
                aux_weight=0.0 if config == "baseline" else args.aux_weight,
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    if args.deadline and time.time() + S.est_cost_s("eager", args.warmup + args.steps) > args.deadline:
-        rec["status"] = "skipped (time budget)"
-        return rec
-    try:
-        rec.update(train_and_time(args, d, batches, config, B))
-    except Exception as e:  # one failing configuration must not stop the others
-        if S.is_oom(e):
-            rec["status"] = "OOM"
-        else:
-            rec["status"] = "error"
-            msg = str(e).strip().splitlines()
-            rec["error"] = f"{type(e).__name__}: {msg[0][:300] if msg else ''}"
-            if args.traceback:
-                traceback.print_exc()
-    finally:
-        S.release_memory()
-    return rec
-
-
-def emit(args, rec):
-    """seqctr_torch.py's description line, then the JSON line (config added; all fields with --json)."""
-    print(S.describe(rec), flush=True)
-    keys = ["impl", "config", "batch", "steps", "p90_samples_per_s", "median_samples_per_s", "loss_first", "loss_last"]
-    if rec.get("status") != "ok":
-        keys += ["status", "error"]
-    print(json.dumps({k: rec.get(k) for k in keys if k in rec}), flush=True)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+    return S.run_guarded(args, rec, S.est_cost_s("eager", args.warmup + args.steps),
+                         lambda: train_and_time(args, d, batches, config, B))
 
 
 def bench(args):
@@ -406,14 +336,7 @@ def bench(args):
     configs = parse_configs(args.configs)
     if args.device == "cuda":
         S.check_cuda()
-    if args.emb_dim % args.heads:
-        fail(f"--emb-dim {args.emb_dim} is not a multiple of --heads {args.heads}", "use a multiple")
-    try:
-        batch_sizes = [int(b) for b in args.batch.split(",")]
-    except ValueError:
-        fail(f"--batch takes a comma list of integers, got '{args.batch}'", "e.g. --batch 4096 or 1024,4096")
-    if min(batch_sizes) < 1:
-        fail("--batch sizes must be >= 1", "e.g. --batch 4096")
+    batch_sizes = S.check_shapes(args)
     t0 = time.perf_counter()
     d = S.read_dump(args.data)
     rows = S.global_rows(d)
@@ -443,7 +366,7 @@ def bench(args):
               f"(padded lengths {sorted({b['Lb'] for b in batches})})", flush=True)
         for config in configs:
             rec = run_config(args, meta, d, batches, config, B)
-            emit(args, rec)
+            S.emit(args, rec, ("config",))
             if rec["status"] in ("error", "nonfinite loss"):
                 status = 1
         del batches

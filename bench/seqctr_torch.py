@@ -48,7 +48,6 @@ pipeline is not measured. If the file holds fewer batches, they are cycled throu
 import argparse
 import contextlib
 import datetime
-import gc
 import importlib
 import json
 import math
@@ -56,7 +55,6 @@ import os
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import time
 import traceback
@@ -75,6 +73,11 @@ MAGIC, VERSION, HEADER = b"NBSYNTH1", 1, 1024
 L_BUCKET = 32           # padded history lengths are multiples of this: few distinct shapes to compile
 MODES = ("eager", "compile")
 EMB_OPTIM_NOTE = "torch.optim.Adagrad: element-wise accumulators (nobubble: row-wise)"
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the timing and run helpers of the transformer anchor (import-safe without torch)
+from torch_anchor import StepTimer, check_cuda, git_commit, is_oom, release_memory, sync  # noqa: E402,F401
 
 
 def fail(msg, hint):
@@ -286,31 +289,6 @@ def init_like_nobubble(model):
 
 # ------------------------------------------------------------------------------ one timed run
 
-class StepTimer:
-    """One CUDA event per step boundary (the device's timeline, no host sync inside the loop); on
-    the CPU the host clock."""
-
-    def __init__(self, cuda, n):
-        self.cuda = cuda
-        self.marks = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)] if cuda else [0.0] * (n + 1)
-
-    def mark(self, i):
-        if self.cuda:
-            self.marks[i].record()
-        else:
-            self.marks[i] = time.perf_counter()
-
-    def step_ms(self):
-        if self.cuda:
-            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
-        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
-
-
-def sync(cuda):
-    if cuda:
-        torch.cuda.synchronize()
-
-
 def train_and_time(args, d, batches, mode, B):
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
@@ -357,6 +335,15 @@ def train_and_time(args, d, batches, mode, B):
         opt_emb.zero_grad(set_to_none=True)
         losses[i].copy_(loss.detach())
 
+    return dict(time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, (opt, opt_emb), losses),
+                dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
+
+
+def time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, opts, losses):
+    """The timing rule every PyTorch configuration follows: step(0) alone (first_step_s), the rest
+    of the warm-up, then one forward + backward for each padded length the timed steps meet that
+    the warm-up did not (no optimizer step, gradients dropped), so no compilation lands inside the
+    timed loop; then `steps` steps timed back to back. step(i) trains on batch i, writes losses[i]."""
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     sync(cuda)
@@ -366,8 +353,6 @@ def train_and_time(args, d, batches, mode, B):
     first_step_s = time.perf_counter() - t0
     for i in range(1, warmup):
         step(i)
-    # Padded lengths the timed steps meet that the warm-up did not: one forward + backward each
-    # (no optimizer step, gradients dropped), so no compilation lands inside the timed loop.
     seen = {batches[i % len(batches)]["Lb"] for i in range(warmup)}
     extra = {}
     for i in range(warmup, warmup + steps):
@@ -376,8 +361,8 @@ def train_and_time(args, d, batches, mode, B):
             extra[bt["Lb"]] = bt
     for bt in extra.values():
         fwd_bwd(bt)
-        opt.zero_grad(set_to_none=True)
-        opt_emb.zero_grad(set_to_none=True)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
     sync(cuda)
     warmup_s = time.perf_counter() - t0
 
@@ -397,21 +382,7 @@ def train_and_time(args, d, batches, mode, B):
                 first_step_s=round(first_step_s, 2), shape_warmups=len(extra),
                 L_batch_mean=round(statistics.fmean(b["Lb"] for b in timed), 1),
                 hist_fill=round(statistics.fmean(b["fill"] for b in timed), 4),
-                peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-                dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
-
-
-def is_oom(e):
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
-    return isinstance(e, oom) or "out of memory" in str(e).lower()
-
-
-def release_memory():
-    if hasattr(torch, "compiler") and hasattr(torch.compiler, "reset"):
-        torch.compiler.reset()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+                peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None)
 
 
 def est_cost_s(mode, steps):
@@ -419,15 +390,15 @@ def est_cost_s(mode, steps):
     return {"eager": 20, "compile": 120}[mode] + steps * 0.3
 
 
-def run_mode(args, meta, d, batches, mode, B):
-    rec = dict(meta, impl=f"torch-{mode}", batch=B, steps=args.steps, warmup=args.warmup,
-               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    if args.deadline and time.time() + est_cost_s(mode, args.warmup + args.steps) > args.deadline:
+def run_guarded(args, rec, est_s, train):
+    """rec updated with train()'s result, or with why there is none: skipped when it would cross
+    --deadline, OOM, or the error (one failing configuration must not stop the others)."""
+    if args.deadline and time.time() + est_s > args.deadline:
         rec["status"] = "skipped (time budget)"
         return rec
     try:
-        rec.update(train_and_time(args, d, batches, mode, B))
-    except Exception as e:  # one failing mode (a compile error, say) must not stop the others
+        rec.update(train())
+    except Exception as e:
         if is_oom(e):
             rec["status"] = "OOM"
         else:
@@ -439,6 +410,13 @@ def run_mode(args, meta, d, batches, mode, B):
     finally:
         release_memory()
     return rec
+
+
+def run_mode(args, meta, d, batches, mode, B):
+    rec = dict(meta, impl=f"torch-{mode}", batch=B, steps=args.steps, warmup=args.warmup,
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    return run_guarded(args, rec, est_cost_s(mode, args.warmup + args.steps),
+                       lambda: train_and_time(args, d, batches, mode, B))
 
 
 def describe(r):
@@ -453,10 +431,10 @@ def describe(r):
             f"loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}" + ("" if r["status"] == "ok" else "  NONFINITE LOSS"))
 
 
-def emit(args, rec):
+def emit(args, rec, extra_keys=()):
     """The description, then the result's JSON line on stdout (every field with --json FILE)."""
     print(describe(rec), flush=True)
-    keys = ["impl", "batch", "steps", "p90_samples_per_s", "median_samples_per_s", "loss_first", "loss_last"]
+    keys = ["impl", *extra_keys, "batch", "steps", "p90_samples_per_s", "median_samples_per_s", "loss_first", "loss_last"]
     if rec.get("status") != "ok":
         keys += ["status", "error"]
     print(json.dumps({k: rec.get(k) for k in keys if k in rec}), flush=True)
@@ -465,22 +443,17 @@ def emit(args, rec):
             f.write(json.dumps(rec) + "\n")
 
 
-def check_cuda():
-    if not torch.cuda.is_available():
-        fail("no CUDA device is visible to torch", "run on the GPU machine, or --device cpu for a smoke check")
-    if not hasattr(F, "scaled_dot_product_attention"):
-        fail(f"torch {torch.__version__} lacks F.scaled_dot_product_attention", "use PyTorch 2.x")
-    torch.backends.cuda.matmul.allow_tf32 = True   # as bench/torch_anchor.py; autocast matmuls are bf16 anyway
-    torch.backends.cudnn.allow_tf32 = True
-
-
-def git_commit():
+def check_shapes(args):
+    """--emb-dim against --heads, and --batch as a list of sizes (returned)."""
+    if args.emb_dim % args.heads:
+        fail(f"--emb-dim {args.emb_dim} is not a multiple of --heads {args.heads}", "use a multiple")
     try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "none"
-    except (OSError, subprocess.SubprocessError):
-        return "none"
+        batch_sizes = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        fail(f"--batch takes a comma list of integers, got '{args.batch}'", "e.g. --batch 4096 or 1024,4096")
+    if min(batch_sizes) < 1:
+        fail("--batch sizes must be >= 1", "e.g. --batch 4096")
+    return batch_sizes
 
 
 def bench(args):
@@ -494,14 +467,7 @@ def bench(args):
     for m in modes:
         if m not in MODES:
             fail(f"unknown mode '{m}'", "use eager, compile or eager,compile")
-    if args.emb_dim % args.heads:
-        fail(f"--emb-dim {args.emb_dim} is not a multiple of --heads {args.heads}", "use a multiple")
-    try:
-        batch_sizes = [int(b) for b in args.batch.split(",")]
-    except ValueError:
-        fail(f"--batch takes a comma list of integers, got '{args.batch}'", "e.g. --batch 4096 or 1024,4096")
-    if min(batch_sizes) < 1:
-        fail("--batch sizes must be >= 1", "e.g. --batch 4096")
+    batch_sizes = check_shapes(args)
     t0 = time.perf_counter()
     d = read_dump(args.data)
     rows = global_rows(d)

@@ -41,39 +41,16 @@ int main(void) {
 #include "rng.h"
 
 #define SEED 20260214u
-static const double TOL[2] = {1e-5, 1e-2}; /* [bf] */
-static const char *MODE[2] = {"f32", "bf16"};
+#include "cuda_test_util.h"
 
-static cudaStream_t st;
 static nb_task_ctx gctx, cctx; /* the GPU lane's context (its stream) and the CPU's */
-static uint64_t next_stream = 1;
 
 #define CPU (&nb_ctr_ops_cpu)
 static const nb_ctr_ops_i *gpu(int bf) { return bf ? &nb_ctr_ops_cuda_bf16 : &nb_ctr_ops_cuda_f32; }
 
 /* ---- host helpers ---- */
 
-static float *randn(size_t n, float mean, float std) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, mean, std);
-    return p;
-}
-
 static uint32_t rand_u32(uint64_t stream, uint64_t i) { return nb_philox(SEED, stream, i).v[0]; }
-
-static float *copy_of(const float *h, size_t n) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    memcpy(p, h, n * sizeof(float));
-    return p;
-}
-
-static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
-
-/* In bf16 mode the CPU reference must see the same (rounded) values as the GPU. */
-static void round_bf(float *h, size_t n, int bf) {
-    if (bf)
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(f2bf(h[i]));
-}
 
 static float *randn_bf(size_t n, float mean, float std, int bf) {
     float *p = randn(n, mean, std);
@@ -81,56 +58,7 @@ static float *randn_bf(size_t n, float mean, float std, int bf) {
     return p;
 }
 
-static double rms(const float *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return n ? sqrt(s / n) : 0;
-}
-
-/* A gradient's starting value: random, on the scale of the increment g0 the op will add. */
-static float *grad_init(const float *g0, size_t n, int bf) {
-    float *p = randn(n, 0.0f, (float)(rms(g0, n) > 0 ? rms(g0, n) : 1.0));
-    round_bf(p, n, bf);
-    return p;
-}
-
 /* ---- device helpers (bf16 tensors are 2 bytes an element, fp32 ones 4) ---- */
-
-static void *dev_raw(const void *h, size_t bytes) {
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, bytes ? bytes : 1));
-    if (bytes) CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *dev_up(const float *h, size_t n, int bf) {
-    if (!bf) return dev_raw(h, n * 4);
-    uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
-    for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
-    void *d = dev_raw(t, n * 2);
-    free(t);
-    return d;
-}
-
-/* All-ones bytes: NaN in both fp32 and bf16. */
-static void *dev_nan(size_t n, int bf) {
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, (n ? n : 1) * (bf ? 2 : 4)));
-    CUDA_CHECK(cudaMemset(d, 0xff, (n ? n : 1) * (bf ? 2 : 4)));
-    return d;
-}
-
-static void dev_down(float *h, const void *d, size_t n, int bf) {
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    if (bf) {
-        uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
-        CUDA_CHECK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
-        free(t);
-    } else {
-        CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-    }
-}
 
 /* Downloads n elements into a new host array (freed by the caller). */
 static float *dev_get(const void *d, size_t n, int bf) {
@@ -139,43 +67,9 @@ static float *dev_get(const void *d, size_t n, int bf) {
     return h;
 }
 
-static void dev_free(void *d) {
-    if (d) CUDA_CHECK(cudaFree(d));
-}
-
 /* d + i elements of the mode's type (views into a device buffer, such as v = kv + E) */
 static void *dev_at(void *d, size_t i, int bf) { return d ? (char *)d + i * (bf ? 2 : 4) : NULL; }
 
-/* ---- comparisons ---- */
-
-static double worst[2]; /* largest error seen per mode, for the summary */
-
-static void expect_close(const char *what, int bf, const float *got, const float *ref, size_t n) {
-    double e = rel_err(got, ref, n);
-    if (e > worst[bf] && isfinite(e)) worst[bf] = e;
-    printf("    %-46s %-4s rel err %.2e\n", what, MODE[bf], e);
-    CHECK(e <= TOL[bf], "%s (%s): relative error %.3g > %.3g", what, MODE[bf], e, TOL[bf]);
-}
-
-/* Compares the increments got - init and ref - init. */
-static void expect_grad(const char *what, int bf, const float *got, const float *ref, const float *init, size_t n) {
-    float *dg = zeros(n), *dr = zeros(n);
-    for (size_t i = 0; i < n; i++) {
-        dg[i] = got[i] - init[i];
-        dr[i] = ref[i] - init[i];
-    }
-    expect_close(what, bf, dg, dr, n);
-    free(dg);
-    free(dr);
-}
-
-static void expect_same(const char *what, const float *a, const float *b, size_t n) {
-    CHECK(memcmp(a, b, n * sizeof(float)) == 0, "%s: results differ bit for bit", what);
-}
-
-/* Packed history offsets: sample b has off[b] .. off[b+1]-1. Every 7th history is empty, some
- * have length 1, max_len and max_len - 1; the rest are uniform in [0, max_len] or (one in four)
- * short, for a heavy tail. */
 static int32_t *make_offsets(int B, int max_len, int *nh) {
     int32_t *off = nb_malloc(((size_t)B + 1) * sizeof(int32_t), "offsets");
     uint64_t s = next_stream++;

@@ -35,82 +35,7 @@ int main(void) {
 #include "rng.h"
 
 #define SEED 20250611u
-static const double TOL[2] = {1e-5, 1e-2}; /* [bf] */
-static const char *MODE[2] = {"f32", "bf16"};
-
-static cudaStream_t st;
-static uint64_t next_stream = 1;
-
-/* ---- host helpers ---- */
-
-static float *randn(size_t n, float mean, float std) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, mean, std);
-    return p;
-}
-
-static float *copy_of(const float *h, size_t n) {
-    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    memcpy(p, h, n * sizeof(float));
-    return p;
-}
-
-static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
-
-/* In bf16 mode the CPU reference must see the same (rounded) values as the GPU. */
-static void round_bf(float *h, size_t n, int bf) {
-    if (bf)
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(f2bf(h[i]));
-}
-
-static double rms(const float *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return n ? sqrt(s / n) : 0;
-}
-
-/* A gradient's starting value: random, on the scale of the increment g0 the op will add. */
-static float *grad_init(const float *g0, size_t n, int bf) {
-    float *p = randn(n, 0.0f, (float)(rms(g0, n) > 0 ? rms(g0, n) : 1.0));
-    round_bf(p, n, bf);
-    return p;
-}
-
-/* ---- device helpers (es = element size: bf16 tensors are 2 bytes, fp32 ones 4) ---- */
-
-static void *dev_up(const float *h, size_t n, int bf) {
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, (n ? n : 1) * (bf ? 2 : 4)));
-    if (bf) {
-        uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
-        for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
-        CUDA_CHECK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
-        free(t);
-    } else {
-        CUDA_CHECK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-    }
-    return d;
-}
-
-/* All-ones bytes: NaN in both fp32 and bf16. */
-static void *dev_nan(size_t n, int bf) {
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, (n ? n : 1) * (bf ? 2 : 4)));
-    CUDA_CHECK(cudaMemset(d, 0xff, (n ? n : 1) * (bf ? 2 : 4)));
-    return d;
-}
-
-static void dev_down(float *h, const void *d, size_t n, int bf) {
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    if (bf) {
-        uint16_t *t = nb_malloc((n ? n : 1) * 2, "bf16 staging");
-        CUDA_CHECK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
-        free(t);
-    } else {
-        CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-    }
-}
+#include "cuda_test_util.h"
 
 /* h uploaded one element past the start of a fresh allocation (*base, to free): a tensor whose
  * rows are not 16-byte aligned, so ops take their scalar path. */
@@ -123,10 +48,6 @@ static void *dev_up_shifted(const float *h, size_t n, int bf, void **base) {
     return (char *)*base + (bf ? 2 : 4);
 }
 
-static void dev_free(void *d) {
-    if (d) CUDA_CHECK(cudaFree(d));
-}
-
 /* Calls the _f32 or _bf16 launcher (device pointers are void * here). */
 #define CALL(bf, fn, ...)                                                                          \
     do {                                                                                           \
@@ -135,34 +56,6 @@ static void dev_free(void *d) {
         else                                                                                       \
             fn##_f32(__VA_ARGS__);                                                                 \
     } while (0)
-
-/* ---- comparisons ---- */
-
-static double worst[2]; /* largest error seen per mode, for the summary */
-
-static void expect_close(const char *what, int bf, const float *got, const float *ref, size_t n) {
-    double e = rel_err(got, ref, n);
-    if (e > worst[bf] && isfinite(e)) worst[bf] = e;
-    printf("    %-40s %-4s rel err %.2e\n", what, MODE[bf], e);
-    CHECK(e <= TOL[bf], "%s (%s): relative error %.3g > %.3g", what, MODE[bf], e, TOL[bf]);
-}
-
-/* Compares the increments got - init and ref - init. */
-static void expect_grad(const char *what, int bf, const float *got, const float *ref, const float *init,
-                        size_t n) {
-    float *dg = nb_malloc((n ? n : 1) * sizeof(float), "delta"), *dr = nb_malloc((n ? n : 1) * sizeof(float), "delta");
-    for (size_t i = 0; i < n; i++) {
-        dg[i] = got[i] - init[i];
-        dr[i] = ref[i] - init[i];
-    }
-    expect_close(what, bf, dg, dr, n);
-    free(dg);
-    free(dr);
-}
-
-static void expect_same(const char *what, const float *a, const float *b, size_t n) {
-    CHECK(memcmp(a, b, n * sizeof(float)) == 0, "%s: two GPU runs differ (not deterministic)", what);
-}
 
 static void expect_untouched(const char *what, const float *got, const float *init, size_t n) {
     CHECK(memcmp(got, init, n * sizeof(float)) == 0, "%s: written although its pointer was NULL or out of range",
