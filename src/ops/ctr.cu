@@ -56,6 +56,21 @@ static __device__ __forceinline__ float cross_f(float u, float x0, float x) { re
 /* ---- elementwise kernels: each thread owns four consecutive elements (one vector access when
  * vec, else four scalar ones: unaligned pointers and the tail), so out may alias an input ---- */
 
+/* name(out, a, b, c, n, vec): out[i] = F(a[i], b[i], c[i]), four elements per thread */
+#define ELEM3_KERNEL(T, name, F)                                                                   \
+    static __global__ void name(T *out, const T *a, const T *b, const T *c, size_t n, int vec) {   \
+        GRID_STRIDE(g, (n + 3) / 4) {                                                              \
+            size_t i = 4 * g;                                                                      \
+            if (vec && i + 4 <= n) {                                                               \
+                float4 x = ld4(a + i), y = ld4(b + i), z = ld4(c + i);                             \
+                st4(out + i, MAP4_3(F, x, y, z));                                                  \
+            } else {                                                                               \
+                for (size_t k = i; k < n && k < i + 4; k++)                                        \
+                    nb_st(out + k, F(nb_ld(a + k), nb_ld(b + k), nb_ld(c + k)));                   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #define DEF_ELEM_KERNELS(T)                                                                        \
     static __global__ void relu_fwd_kernel(T *out, const T *inp, size_t n, int vec) {              \
         GRID_STRIDE(g, (n + 3) / 4) {                                                              \
@@ -67,30 +82,8 @@ static __device__ __forceinline__ float cross_f(float u, float x0, float x) { re
         }                                                                                          \
     }                                                                                              \
     /* out[i] = F(a[i], b[i], c[i]) for the three-input elementwise ops (out aliases a) */         \
-    static __global__ void relu_bwd_kernel(T *out, const T *a, const T *b, const T *c, size_t n, int vec) { \
-        GRID_STRIDE(g, (n + 3) / 4) {                                                              \
-            size_t i = 4 * g;                                                                      \
-            if (vec && i + 4 <= n) {                                                               \
-                float4 x = ld4(a + i), y = ld4(b + i), z = ld4(c + i);                             \
-                st4(out + i, MAP4_3(relu_bwd_f, x, y, z));                                         \
-            } else {                                                                               \
-                for (size_t k = i; k < n && k < i + 4; k++)                                        \
-                    nb_st(out + k, relu_bwd_f(nb_ld(a + k), nb_ld(b + k), nb_ld(c + k)));          \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    static __global__ void cross_combine_kernel(T *out, const T *a, const T *b, const T *c, size_t n, int vec) { \
-        GRID_STRIDE(g, (n + 3) / 4) {                                                              \
-            size_t i = 4 * g;                                                                      \
-            if (vec && i + 4 <= n) {                                                               \
-                float4 x = ld4(a + i), y = ld4(b + i), z = ld4(c + i);                             \
-                st4(out + i, MAP4_3(cross_f, x, y, z));                                            \
-            } else {                                                                               \
-                for (size_t k = i; k < n && k < i + 4; k++)                                        \
-                    nb_st(out + k, cross_f(nb_ld(a + k), nb_ld(b + k), nb_ld(c + k)));             \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
+    ELEM3_KERNEL(T, relu_bwd_kernel, relu_bwd_f)                                                   \
+    ELEM3_KERNEL(T, cross_combine_kernel, cross_f)                                                 \
     /* dst[r, c] = (add ? dst[r, c] : 0) + src[r, c]; four columns per thread */                   \
     static __global__ void cols_kernel(T *dst, int ldd, const T *src, int lds, int rows, int cols, int add, \
                                        int vec) {                                                  \

@@ -175,6 +175,28 @@ static int lnb_rows(int N) {
         ln_st##VEC(dx + (size_t)v * VEC, ov);                                                      \
     }
 
+/* One sweep over a row: the vectors kept in registers (kx, kd: the first LNB_KEEP per lane), then
+ * the rest from memory; SWEEP runs on each with xv / dv / wv unpacked. */
+#define LNB_ROW_PASS(RAW, VEC, SWEEP)                                                              \
+            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
+                const int v = k * 32 + lane;                                                       \
+                if (v < nv) {                                                                      \
+                    float xv[VEC], dv[VEC], wv[VEC];                                               \
+                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
+                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
+                    SWEEP                                                                          \
+                }                                                                                  \
+            }                                                                                      \
+            for (int k = LNB_KEEP; k < K; k++) {                                                   \
+                const int v = k * 32 + lane;                                                       \
+                if (v >= nv) break;                                                                \
+                float xv[VEC], dv[VEC], wv[VEC];                                                   \
+                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
+                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
+                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
+                SWEEP                                                                              \
+            }
+
 #define DEF_LN_BWD(NAME, T, RAW, VEC)                                                              \
     static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)                                \
         NAME(T *dinp, float *part_w, float *part_b, const T *dout, const T *inp, const T *w,       \
@@ -199,45 +221,11 @@ static int lnb_rows(int N) {
                 }                                                                                  \
             }                                                                                      \
             float sg = 0.0f, sgx = 0.0f;                                                           \
-            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
-                const int v = k * 32 + lane;                                                       \
-                if (v < nv) {                                                                      \
-                    float xv[VEC], dv[VEC], wv[VEC];                                               \
-                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
-                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
-                    LNB_SWEEP1(VEC)                                                                \
-                }                                                                                  \
-            }                                                                                      \
-            for (int k = LNB_KEEP; k < K; k++) {                                                   \
-                const int v = k * 32 + lane;                                                       \
-                if (v >= nv) break;                                                                \
-                float xv[VEC], dv[VEC], wv[VEC];                                                   \
-                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
-                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
-                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
-                LNB_SWEEP1(VEC)                                                                    \
-            }                                                                                      \
+            LNB_ROW_PASS(RAW, VEC, LNB_SWEEP1(VEC))                                                \
             if (!dinp) continue; /* uniform over the warp */                                       \
             const float mg = nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;                      \
             T *dx = dinp + (size_t)row * C;                                                        \
-            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
-                const int v = k * 32 + lane;                                                       \
-                if (v < nv) {                                                                      \
-                    float xv[VEC], dv[VEC], wv[VEC];                                               \
-                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
-                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
-                    LNB_SWEEP2(RAW, VEC)                                                           \
-                }                                                                                  \
-            }                                                                                      \
-            for (int k = LNB_KEEP; k < K; k++) {                                                   \
-                const int v = k * 32 + lane;                                                       \
-                if (v >= nv) break;                                                                \
-                float xv[VEC], dv[VEC], wv[VEC];                                                   \
-                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
-                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
-                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
-                LNB_SWEEP2(RAW, VEC)                                                               \
-            }                                                                                      \
+            LNB_ROW_PASS(RAW, VEC, LNB_SWEEP2(RAW, VEC))                                           \
         }                                                                                          \
         if (!sums) return;                                                                         \
         __syncthreads();                                                                           \

@@ -77,9 +77,10 @@ void nb_adamw_update(float *params, const float *grads, float *m, float *v, size
 
 /* Elements per block, and blocks summed per parallel pass. The blocking is fixed, so the set of
  * partial sums and the order they are added in do not depend on the thread count. A pass is
- * large (256 M elements) so that a model-sized slab costs a few thread fork/joins, not thousands. */
+ * 16 M elements (its partial sums, 32 KB, on the stack: no allocation in a training step), so a
+ * model-sized slab costs tens of thread fork/joins, not thousands. */
 #define SUMSQ_BLOCK NB_SUMSQ_BLOCK
-#define SUMSQ_GROUP 65536
+#define SUMSQ_GROUP 4096
 
 double nb_sumsq_block(const float *g, size_t n) {
     double acc[4] = {0, 0, 0, 0};
@@ -92,8 +93,7 @@ double nb_sumsq_block(const float *g, size_t n) {
 
 double nb_sumsq(const float *g, size_t n) {
     size_t nblocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
-    double total = 0.0, small[64];
-    double *part = nblocks <= 64 ? small : nb_malloc(SUMSQ_GROUP * sizeof(double), "norm partial sums");
+    double total = 0.0, part[SUMSQ_GROUP];
     for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_GROUP) {
         int cnt = nblocks - b0 < SUMSQ_GROUP ? (int)(nblocks - b0) : SUMSQ_GROUP;
 #pragma omp parallel for schedule(static) if (cnt > 8)
@@ -104,7 +104,6 @@ double nb_sumsq(const float *g, size_t n) {
         }
         for (int k = 0; k < cnt; k++) total += part[k];
     }
-    if (part != small) free(part);
     return total;
 }
 

@@ -119,6 +119,17 @@ static size_t glob_offset(const nb_tf_model *m, size_t slab_offset) {
     return m->group_numel[0] + (slab_offset - m->group_offset[gf]);
 }
 
+/* One half of the packed resident part, in elements: layer -1 the embeddings (group 0), -2 the final
+ * norm and head (group L+1). The embeddings' gradient is complete after the embedding backward,
+ * the head's right after the head's backward; the next forward needs the embeddings first. */
+static void glob_half(const nb_trainer *tr, int layer, size_t *off, size_t *n) {
+    size_t n0 = tr->model.group_numel[0];
+    *off = layer == -2 ? n0 : 0;
+    *n = layer == -2 ? S(tr)->glob_numel - n0 : n0;
+}
+
+static int glob_group(const nb_trainer *tr, int layer) { return layer == -2 ? tr->model.cfg.layers + 1 : 0; }
+
 void *nb_stream_global_w(nb_trainer *tr, int which) {
     const nb_tf_model *m = &tr->model;
     int i = m->global_idx[which];
@@ -135,10 +146,13 @@ float *nb_stream_global_g(nb_trainer *tr, int which) {
  * memory bandwidth, and staging and landing run beside AdamW, which takes the rest. */
 #define COPY_THREADS 4
 #define COPY_CHUNK ((size_t)1 << 20)
+static int copy_threads(void) { /* OMP_NUM_THREADS caps it */
+    return nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS;
+}
+
 static void copy_par(void *dst, const void *src, size_t bytes) {
     long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
-    int t = nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS; /* OMP_NUM_THREADS caps it */
-#pragma omp parallel for schedule(static) num_threads(t) if (n > 1)
+#pragma omp parallel for schedule(static) num_threads(copy_threads()) if (n > 1)
     for (long i = 0; i < n; i++) {
         size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
         memcpy((char *)dst + o, (const char *)src + o, len);
@@ -264,21 +278,16 @@ static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
     }
 }
 
-/* Compute-precision weights of the resident part, packed into the staging slab: the embeddings
- * (group 0) first, the final norm and head (group L+1) after them; each part on its own, since
- * the next forward needs the embeddings at once and the head only at its end. */
-static void glob_pack_part(const nb_trainer *tr, void *packed, int final) {
-    const nb_tf_model *m = &tr->model;
-    int gf = m->cfg.layers + 1;
-    if (!final)
-        stage_w(tr, packed, m->group_offset[0], m->group_numel[0]);
-    else
-        stage_w(tr, (char *)packed + m->group_numel[0] * es(tr), m->group_offset[gf], m->group_numel[gf]);
+/* Compute-precision weights of one half of the resident part into its place in the staging slab. */
+static void glob_pack_part(const nb_trainer *tr, void *packed, int layer) {
+    size_t off, n;
+    glob_half(tr, layer, &off, &n);
+    stage_w(tr, (char *)packed + off * es(tr), tr->model.group_offset[glob_group(tr, layer)], n);
 }
 
 static void glob_pack_w(const nb_trainer *tr, void *packed) {
-    glob_pack_part(tr, packed, 0);
-    glob_pack_part(tr, packed, 1);
+    glob_pack_part(tr, packed, -1);
+    glob_pack_part(tr, packed, -2);
 }
 
 /* bf16 copy of the whole master (start and resume; AdamW keeps it up to date afterwards) */
@@ -362,22 +371,13 @@ static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     memcpy(dst, src, head * sizeof(float));
     memcpy(dst + (n - tail), src + (n - tail), tail * sizeof(float));
     long nb = (long)(b1 - b0);
-    int t = nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS;
-#pragma omp parallel for schedule(static) num_threads(t) if (nb > 64)
+#pragma omp parallel for schedule(static) num_threads(copy_threads()) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = head + (size_t)k * B;
         memcpy(dst + at, src + at, B * sizeof(float));
         st->norm_part[b0 + (size_t)k] = nb_sumsq_block(dst + at, B);
         st->norm_have[b0 + (size_t)k] = 1;
     }
-}
-
-/* One half of the resident part's gradient (opt_item layer -1: the embeddings, complete after the
- * embedding backward; -2: the final norm and head, complete right after the head's backward) */
-static void glob_half(const nb_trainer *tr, int layer, size_t *off, size_t *n) {
-    size_t n0 = tr->model.group_numel[0];
-    *off = layer == -2 ? n0 : 0;
-    *n = layer == -2 ? S(tr)->glob_numel - n0 : n0;
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
@@ -391,11 +391,9 @@ static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
 static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
-    const nb_tf_model *m = &tr->model;
     size_t off, n;
     glob_half(tr, it->layer, &off, &n);
-    int group = it->layer == -2 ? m->cfg.layers + 1 : 0;
-    copy_par(tr->h_grads + m->group_offset[group], S(tr)->h_glob + off, n * sizeof(float));
+    copy_par(tr->h_grads + tr->model.group_offset[glob_group(tr, it->layer)], S(tr)->h_glob + off, n * sizeof(float));
 }
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
@@ -427,9 +425,8 @@ static void work_norm(void *arg, const nb_task_ctx *ctx) {
 static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
-    int final = it->layer == -2;
-    adamw_range(tr, final ? tr->model.cfg.layers + 1 : 0, it->k);
-    glob_pack_part(tr, S(tr)->h_glob, final);
+    adamw_range(tr, glob_group(tr, it->layer), it->k);
+    glob_pack_part(tr, S(tr)->h_glob, it->layer);
 }
 
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
@@ -440,8 +437,8 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
-    size_t e = es(tr), n0 = tr->model.group_numel[0], off = it->layer == -2 ? n0 : 0;
-    size_t n = it->layer == -2 ? S(tr)->glob_numel - n0 : n0;
+    size_t e = es(tr), off, n;
+    glob_half(tr, it->layer, &off, &n);
     tr->be->to_backend(ctx, (char *)S(tr)->d_glob_w + off * e, (char *)S(tr)->h_glob + off * e, n * e);
 }
 

@@ -368,10 +368,8 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     tr->params = (float *)(host->base + hp);
     tr->m = (float *)(host->base + hm);
     tr->v = (float *)(host->base + hv);
-    if (streaming) {
+    if (streaming) /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
         tr->h_grads = (float *)(host->base + hg);
-        nb_zero_par(tr->h_grads, slab); /* alignment gaps stay zero: the global norm sums them */
-    }
     if (!devb) {
         tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
         tr->d_grads = (float *)(host->base + hg);
