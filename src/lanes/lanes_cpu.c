@@ -202,14 +202,15 @@ static void wait_reached(nb_lane *target, uint64_t seq, const char *who) {
     timed_out = target->completed < seq;
     uint64_t done = target->completed, enq = target->enqueued;
     unlock(&target->mu);
-    if (timed_out) dump_lanes(L);
-    if (timed_out)
+    if (timed_out) {
+        dump_lanes(L);
         nb_fail("a task never finishes, or a schedule waits on a mark that is never reached: look "
                 "for a task blocking on work queued after it (unset NB_LANES_TIMEOUT to wait forever)",
                 "%s waited %.3g s for lane '%s' to reach mark %llu; it has finished %llu of the "
                 "%llu tasks enqueued on it",
                 who, L->timeout_s, target->name, (unsigned long long)seq,
                 (unsigned long long)done, (unsigned long long)enq);
+    }
 }
 
 /* A mark names tasks already enqueued; anything else is a forged or stale mark. */
@@ -328,13 +329,11 @@ static void *lane_main(void *p) {
 
         lock(&lane->mu);
         lane->busy = false;
-        unlock(&lane->mu);
         if (e.type == ENTRY_TASK) {
-            lock(&lane->mu);
             lane->completed++;
             if (lane->waiters > 0) NB_ASSERT(pthread_cond_broadcast(&lane->cv_done) == 0);
-            unlock(&lane->mu);
         }
+        unlock(&lane->mu);
         /* After `completed`, so nb_lanes_sync returning implies every mark is reached. */
         inflight_done(lane->L);
     }
