@@ -125,7 +125,7 @@ TEST_CASE(test_backends_and_timeout) {
     rc = run_child(child_stuck, err, sizeof err);
     t = nb_now() - t;
     CHECK(rc == 1 && strstr(err, "the host thread waited") && strstr(err, "lane 'stuck'") &&
-              strstr(err, "finished 0 of the 1 tasks"),
+              strstr(err, "finished 0 of the 1 tasks") && strstr(err, "now running 'forever'"),
           "exit %d, stderr: %s", rc, err);
     CHECK(t >= 0.2 && t < 5.0, "timeout fired after %.3f s", t);
 }
