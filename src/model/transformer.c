@@ -319,24 +319,24 @@ size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t es, int 
     return acts_layout_window(m, NULL, NULL, B, T, es, K);
 }
 
-void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
-    NB_ASSERT(K >= 1 && K <= NB_TF_MAX_CKPT_INTERVAL);
+/* the activation table's empty shell; the layouts fill in the pointers */
+static void acts_table(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     a->slab = buf;
     a->resid = nb_calloc((size_t)m->cfg.layers + 1, sizeof(void *), "activation table");
     a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
+}
+
+void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
+    NB_ASSERT(K >= 1 && K <= NB_TF_MAX_CKPT_INTERVAL);
+    acts_table(m, a, buf, B, T);
     a->bytes = acts_layout_window(m, a, buf, B, T, es, K);
 }
 
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
-    memset(a, 0, sizeof *a);
-    a->B = B;
-    a->T = T;
-    a->slab = buf;
-    a->resid = nb_calloc((size_t)m->cfg.layers + 1, sizeof(void *), "activation table");
-    a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
+    acts_table(m, a, buf, B, T);
     a->bytes = acts_layout(m, a, buf, B, T, es);
 }
 
