@@ -92,9 +92,7 @@ import argparse
 import contextlib
 import datetime
 import os
-import socket
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -337,33 +335,15 @@ def bench(args):
     if args.device == "cuda":
         S.check_cuda()
     batch_sizes = S.check_shapes(args)
-    t0 = time.perf_counter()
-    d = S.read_dump(args.data)
-    rows = S.global_rows(d)
-    meta = dict(engine="pytorch", torch=torch.__version__, cuda=torch.version.cuda,
-                device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", dtype=args.dtype,
-                host=socket.gethostname(), commit=S.git_commit(), data=d["spec"], E=args.emb_dim,
-                max_len=d["max_len"], table_cap=d["table_cap"], emb_optim=S.EMB_OPTIM_NOTE)
+    d, rows, meta, read_s = S.load_data(args)
     print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']}; "
           f"{'fp32 weights + bf16 autocast' if args.dtype == 'bf16' else 'fp32'}; {args.blocks} blocks, "
           f"aux weight {args.aux_weight:g} (detached configurations), {args.side_streams} side streams, "
           f"segments' forward on {'their side streams' if args.fwd_stream == 'side' else 'the main stream'}; configurations: {', '.join(configs)}", flush=True)
-    print(f"data: {d['path']}: {d['spec']}, samples {d['first']}..{d['first'] + d['n'] - 1}, mean history "
-          f"{d['total'] / d['n']:.2f} of max_len {d['max_len']}, table_cap {d['table_cap']} (read in "
-          f"{time.perf_counter() - t0:.1f} s)", flush=True)
+    S.print_data(d, read_s)
     status = 0
     for B in batch_sizes:
-        need = args.warmup + args.steps
-        have = d["n"] // B
-        if have < 1:
-            fail(f"{d['path']} holds {d['n']} samples, not one batch of {B}", "dump more samples or lower --batch")
-        if have < need:
-            print(f"note: the file holds {have} batches of {B}, the run takes {need}: batches are cycled", flush=True)
-        t1 = time.perf_counter()
-        batches = S.stage_batches(d, rows, B, min(have, need), args.device)
-        S.sync(args.device == "cuda")
-        print(f"B={B}: {len(batches)} batches on the {args.device} in {time.perf_counter() - t1:.1f} s "
-              f"(padded lengths {sorted({b['Lb'] for b in batches})})", flush=True)
+        batches = S.stage_for(args, d, rows, B)
         for config in configs:
             rec = run_config(args, meta, d, batches, config, B)
             S.emit(args, rec, ("config",))

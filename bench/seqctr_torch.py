@@ -77,7 +77,7 @@ EMB_OPTIM_NOTE = "torch.optim.Adagrad: element-wise accumulators (nobubble: row-
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the timing and run helpers of the transformer anchor (import-safe without torch)
-from torch_anchor import StepTimer, check_cuda, git_commit, is_oom, release_memory, sync  # noqa: E402,F401
+from torch_anchor import StepTimer, check_cuda, git_commit, is_oom, load_jsonl, release_memory, sync  # noqa: E402,F401
 
 
 def fail(msg, hint):
@@ -456,6 +456,42 @@ def check_shapes(args):
     return batch_sizes
 
 
+def load_data(args):
+    """The dump, its global row offsets, the fields every result line carries, and the read time."""
+    t0 = time.perf_counter()
+    d = read_dump(args.data)
+    rows = global_rows(d)
+    meta = dict(engine="pytorch", torch=torch.__version__, cuda=torch.version.cuda,
+                device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", dtype=args.dtype,
+                host=socket.gethostname(), commit=git_commit(), data=d["spec"], E=args.emb_dim,
+                max_len=d["max_len"], table_cap=d["table_cap"], emb_optim=EMB_OPTIM_NOTE)
+    return d, rows, meta, time.perf_counter() - t0
+
+
+def print_data(d, read_s):
+    print(f"data: {d['path']}: {d['spec']}, samples {d['first']}..{d['first'] + d['n'] - 1}, mean history "
+          f"{d['total'] / d['n']:.2f} of max_len {d['max_len']}, table_cap {d['table_cap']} (read in "
+          f"{read_s:.1f} s)", flush=True)
+
+
+def stage_for(args, d, rows, B):
+    """The batches of size B the run needs (--warmup + --steps, cycled when the file is short),
+    staged on the device."""
+    need = args.warmup + args.steps
+    have = d["n"] // B
+    if have < 1:
+        fail(f"{d['path']} holds {d['n']} samples, not one batch of {B}", "dump more samples or lower --batch")
+    if have < need:
+        print(f"note: the file holds {have} batches of {B}, the run takes {need}: batches are cycled "
+              f"(nobubble trains on new samples every step)", flush=True)
+    t1 = time.perf_counter()
+    batches = stage_batches(d, rows, B, min(have, need), args.device)
+    sync(args.device == "cuda")
+    print(f"B={B}: {len(batches)} batches on the {args.device} in {time.perf_counter() - t1:.1f} s "
+          f"(padded lengths {sorted({b['Lb'] for b in batches})})", flush=True)
+    return batches
+
+
 def bench(args):
     if torch is None:
         fail("PyTorch is not installed here", "run on the GPU machine (its python3 has torch)")
@@ -468,34 +504,15 @@ def bench(args):
         if m not in MODES:
             fail(f"unknown mode '{m}'", "use eager, compile or eager,compile")
     batch_sizes = check_shapes(args)
-    t0 = time.perf_counter()
-    d = read_dump(args.data)
-    rows = global_rows(d)
-    meta = dict(engine="pytorch", torch=torch.__version__, cuda=torch.version.cuda,
-                device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", dtype=args.dtype,
-                host=socket.gethostname(), commit=git_commit(), data=d["spec"], E=args.emb_dim,
-                max_len=d["max_len"], table_cap=d["table_cap"], emb_optim=EMB_OPTIM_NOTE)
+    d, rows, meta, read_s = load_data(args)
     print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']}; "
           f"{'fp32 weights + bf16 autocast' if args.dtype == 'bf16' else 'fp32'}; "
           f"{'fused ' if args.device == 'cuda' else ''}AdamW on the dense part; {EMB_OPTIM_NOTE} on one "
           f"nn.Embedding({sum(d['cat_rows']) + d['item_rows'] + 1}, {args.emb_dim}, sparse=True)", flush=True)
-    print(f"data: {d['path']}: {d['spec']}, samples {d['first']}..{d['first'] + d['n'] - 1}, mean history "
-          f"{d['total'] / d['n']:.2f} of max_len {d['max_len']}, table_cap {d['table_cap']} (read in "
-          f"{time.perf_counter() - t0:.1f} s)", flush=True)
+    print_data(d, read_s)
     status = 0
     for B in batch_sizes:
-        need = args.warmup + args.steps
-        have = d["n"] // B
-        if have < 1:
-            fail(f"{d['path']} holds {d['n']} samples, not one batch of {B}", "dump more samples or lower --batch")
-        if have < need:
-            print(f"note: the file holds {have} batches of {B}, the run takes {need}: batches are cycled "
-                  f"(nobubble trains on new samples every step)", flush=True)
-        t1 = time.perf_counter()
-        batches = stage_batches(d, rows, B, min(have, need), args.device)
-        sync(args.device == "cuda")
-        print(f"B={B}: {len(batches)} batches on the {args.device} in {time.perf_counter() - t1:.1f} s "
-              f"(padded lengths {sorted({b['Lb'] for b in batches})})", flush=True)
+        batches = stage_for(args, d, rows, B)
         for mode in modes:
             rec = run_mode(args, meta, d, batches, mode, B)
             emit(args, rec)
@@ -604,21 +621,6 @@ def collect_nobubble(args):
     rec.update(throughput(B, timed))
     emit(args, rec)
     return 0
-
-
-def load_jsonl(paths):
-    rows = []
-    for path in paths:
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        fail(f"{path}:{lineno}: not JSON", "the file should hold one JSON object per line")
-    return rows
 
 
 def print_table(rows):
