@@ -17,6 +17,21 @@ static const char *MODE[2] = {"f32", "bf16"};
 static cudaStream_t st;          /* the stream the ops run on */
 static uint64_t next_stream = 1; /* every random tensor draws from a stream of its own */
 
+/* The first GPU and the ops' stream; 77 (skip, said on stdout) when there is no GPU. */
+static inline int cuda_test_start(void) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("skip: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    CUDA_CHECK(cudaStreamCreate(&st));
+    return 0;
+}
+
 /* ---- host helpers ---- */
 
 static inline float *randn(size_t n, float mean, float std) {

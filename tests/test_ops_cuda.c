@@ -957,16 +957,7 @@ static void bench(void) {
 }
 
 int main(int argc, char **argv) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("skip: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77;
-    }
-    struct cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    CUDA_CHECK(cudaStreamCreate(&st));
+    if (cuda_test_start()) return 77;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         nb_verbosity = 2; /* says whether the GELU epilogue was fused */
         bench();
