@@ -6,7 +6,8 @@
 #  - eval and sample run on the GPU;
 #  - ERASE (--detach, --schedule erase, both dispatch modes and --graphs) is bitwise plain and
 #    overlaps (overlap_pct > 0);
-#  - --schedule stream follows plain in fp32 (host AdamW vs device AdamW: bitwise) and bf16, and
+#  - --schedule stream follows plain in fp32 (host AdamW vs device AdamW: bitwise, also with
+#    recompute under layers kept whole) and bf16, and
 #    its trace shows uploads and downloads running during other layers' compute.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
@@ -60,6 +61,13 @@ cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-stream/ckpt/model.safetenso
     && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-stream/ckpt/optim.safetensors" \
     && pass "GPU stream vs plain, fp32: bitwise-identical weights and AdamW state after 20 steps" \
     || fail "GPU stream vs plain, fp32: weights or AdamW state differ after 20 steps"
+# recompute below 3 layers kept whole: the recomputed forwards give the same bits on the GPU too
+$NB train "${S[@]}" --precision fp32 --schedule stream --ckpt-interval 2 --keep-layers 3 --out "$TMP/s-keep" \
+    || fail "gpu fp32 stream --keep-layers 3"
+cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-keep/ckpt/model.safetensors" \
+    && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-keep/ckpt/optim.safetensors" \
+    && pass "GPU stream --ckpt-interval 2 --keep-layers 3 vs plain, fp32: bitwise-identical weights and AdamW state" \
+    || fail "GPU stream --ckpt-interval 2 --keep-layers 3 vs plain, fp32: differ"
 $NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain"
 $NB train "${S[@]}" --schedule stream --ckpt-interval 1 --steps 12 --trace "$TMP/stream.json" --out "$TMP/s-bf16" \
     || fail "gpu bf16 stream"

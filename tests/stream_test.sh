@@ -4,6 +4,7 @@
 #  - stream vs plain, gpt2-tiny and llama-tiny, 20 steps with gradient clipping and evaluation:
 #    bitwise-identical losses, gradient norms, validation losses, weights and AdamW state;
 #  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too, with
+#    the last layers kept whole (--keep-layers 1, 2 and -1: no recompute for them), with
 #    one device slot and one pinned slab (--stream-slots 1 --pinned-slabs 1), and
 #    without clipping (each layer's AdamW then runs during the backward);
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
@@ -32,6 +33,23 @@ for K in 1 2 3; do
         || fail "stream --ckpt-interval $K"
     same "5 layers: stream with --ckpt-interval $K (recompute) vs plain" "$TMP/k-plain" "$TMP/k-$K"
 done
+# the last N layers keep every activation; the recompute runs in blocks below them
+for KN in "1 1" "2 2" "2 -1"; do
+    set -- $KN
+    out=$($NB train "${C[@]}" --quiet --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval $1 --keep-layers $2 \
+        --out "$TMP/keep-$1$2" 2>&1) || fail "stream --ckpt-interval $1 --keep-layers $2: $out"
+    same "5 layers: stream with --ckpt-interval $1 --keep-layers $2 vs plain" "$TMP/k-plain" "$TMP/keep-$1$2"
+done
+rec=$($NB train --batch 2 --steps 1 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
+    --schedule stream --ckpt-interval 2 --keep-layers 3 --no-ckpt 2>&1 | grep -E '^(memory|recompute)')
+r1=$($NB train --batch 2 --steps 1 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
+    --schedule stream --ckpt-interval 2 --no-ckpt 2>&1 | grep -o '^recompute *+[0-9.]*')
+# 8 layers, K=2: 6 recomputed (blocks 0-1, 2-3, 4-5); keeping 3 leaves blocks 0-1, 2-3 and 4: 4 recomputed
+echo "$rec" | grep -q "3 layers kept whole" && [ -n "$r1" ] \
+    && awk -v a="$(echo "$rec" | grep -o '^recompute *+[0-9.]*' | grep -o '[0-9.]*$')" -v b="${r1##*+}" \
+        'BEGIN {exit !(a > 0 && (a / b - 4 / 6.0) ^ 2 < 1e-6)}' \
+    && pass "--keep-layers 3 on 8 layers: the plan says so, 4 of 6 layers recomputed" || fail "--keep-layers plan: '$rec' vs '$r1'"
+expect_error "--keep-layers without recompute" "--ckpt-interval K" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --keep-layers 2
 # each layer crosses PCIe at most twice a step: once for the forward, once for the recompute, whose
 # weights serve the backward (the last two layers stay in their slots): 2L - 2 uploads
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \

@@ -102,6 +102,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"precision", ARG_STR, o.precision, sizeof o.precision, "P", "bf16 (default on cuda) or fp32 (TF32 off)", 0, 0},
         {"gpu-mem-limit", ARG_U64, &o.gpu_mem_limit, 0, "BYTES", "cap the GPU memory plan (0: what is free)", 0, 0},
         {"ckpt-interval", ARG_INT, &o.ckpt_interval, 0, "K", "stream: keep every K-th layer's input and recompute the rest (0: keep all)", 0, 0},
+        {"keep-layers", ARG_INT, &o.keep_layers, 0, "N", "stream with --ckpt-interval: the last N layers keep all activations, no recompute (-1: as many as fit)", -1, 0},
         {"stream-slots", ARG_INT, &o.stream_slots, 0, "N", "stream: device slots layers stream through (1: no double buffering; 1-4)", 0, 0},
         {"pinned-slabs", ARG_INT, &o.pinned_slabs, 0, "N", "stream: pinned staging slabs each way, one layer each (1-4)", 0, 0},
         {"host-mem-limit", ARG_U64, &o.host_mem_limit, 0, "BYTES", "host memory the plan may use (0: what the host reports)", 0, 0},
@@ -162,9 +163,9 @@ int nb_cmd_train(int argc, char **argv) {
     if (!quiet) {
         fprintf(stderr, "parameters  %.2f M (%zu tensors), %.1f MFLOP per token\n", tr.model.n_real / 1e6,
                 (size_t)tr.model.nparams, nb_tf_flops_per_token(&tr.model, o.seq) / 1e6);
-        double rec = nb_tf_recompute_flops_per_token(&tr.model, o.seq, o.ckpt_interval);
+        double rec = nb_tf_recompute_flops_per_token(&tr.model, o.seq, o.ckpt_interval, tr.keep);
         if (rec > 0)
-            fprintf(stderr, "recompute   +%.1f MFLOP per token (layer forwards run twice): hardware %.1f MFLOP per token\n",
+            fprintf(stderr, "recompute   +%.3f MFLOP per token (layer forwards run twice): hardware %.3f MFLOP per token\n",
                     rec / 1e6, (nb_tf_flops_per_token(&tr.model, o.seq) + rec) / 1e6);
         if (tr.step > 0) fprintf(stderr, "resumed     at step %d\n", tr.step);
     }
@@ -189,7 +190,7 @@ void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads,
     o->seq = o->model.seq;
     /* forward only: no segments, no side lanes, no streaming */
     o->detach[0] = 0;
-    o->ckpt_interval = 0;
+    o->ckpt_interval = o->keep_layers = 0;
     snprintf(o->schedule, sizeof o->schedule, "plain");
     (void)cmd;
 }

@@ -242,38 +242,6 @@ static void head_scratch_layout(const nb_tf_model *m, nb_tf_acts *o, carver *cv,
     o->dfca = carve(cv, N * (size_t)c->ffn * es);
 }
 
-static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
-    const nb_tf_config *c = &m->cfg;
-    size_t N = (size_t)B * T, C = (size_t)c->dim, L = (size_t)c->layers;
-    carver cv = {buf, buf};
-    if (!buf) cv.base = NULL, cv.cur = (char *)0;
-    void **resid = a ? a->resid : NULL;
-    for (size_t l = 0; l <= L; l++) {
-        void *p = carve(&cv, N * C * es);
-        if (resid) resid[l] = p;
-    }
-    for (size_t l = 0; l < L; l++) {
-        nb_tf_layer_acts tmp, *la = a ? &a->layer[l] : &tmp;
-        la->ln1 = carve(&cv, N * C * es);
-        la->qkv = carve(&cv, N * (size_t)qkv_width(c) * es);
-        la->atty = carve(&cv, N * (size_t)att_width(c) * es);
-        la->res2 = carve(&cv, N * C * es);
-        la->ln2 = carve(&cv, N * C * es);
-        la->fch = carve(&cv, N * (size_t)fc_width(c) * es);
-        la->fca = carve(&cv, N * (size_t)c->ffn * es);
-        la->ln1_mean = carve(&cv, N * sizeof(float));
-        la->ln1_rstd = carve(&cv, N * sizeof(float));
-        la->ln2_mean = carve(&cv, N * sizeof(float));
-        la->ln2_rstd = carve(&cv, N * sizeof(float));
-        la->lse = carve(&cv, (size_t)B * c->heads * T * sizeof(float));
-    }
-    nb_tf_acts tmp, *o = a ? a : &tmp;
-    head_scratch_layout(m, o, &cv, N, es);
-    return (size_t)(cv.cur - cv.base);
-}
-
-size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t es) { return acts_layout(m, NULL, NULL, B, T, es); }
-
 static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver *cv, int B, int T, size_t es) {
     const nb_tf_config *c = &m->cfg;
     size_t N = (size_t)B * T, C = (size_t)c->dim;
@@ -291,32 +259,59 @@ static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver
     la->lse = carve(cv, (size_t)B * c->heads * T * sizeof(float));
 }
 
-/* Checkpointed layout: resid[l] has its own slot when l is a multiple of K (and for l = layers);
- * the other resid[l] share K-1 window slots and layer l's activations share K slots (l mod K),
- * so a block of K layers can be recomputed from its checkpoint. */
-static size_t acts_layout_window(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
+static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
     const nb_tf_config *c = &m->cfg;
-    size_t N = (size_t)B * T, C = (size_t)c->dim;
-    int L = c->layers;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, L = (size_t)c->layers;
     carver cv = {buf, buf};
     if (!buf) cv.base = NULL, cv.cur = (char *)0;
-    void *win[NB_TF_MAX_CKPT_INTERVAL];
-    for (int k = 0; k + 1 < K; k++) win[k] = carve(&cv, N * C * es);
-    for (int l = 0; l <= L; l++) {
-        void *p = (l % K == 0 || l == L) ? carve(&cv, N * C * es) : win[l % K - 1];
-        if (a) a->resid[l] = p;
+    void **resid = a ? a->resid : NULL;
+    for (size_t l = 0; l <= L; l++) {
+        void *p = carve(&cv, N * C * es);
+        if (resid) resid[l] = p;
     }
-    nb_tf_layer_acts slots[NB_TF_MAX_CKPT_INTERVAL];
-    for (int k = 0; k < K && k < L; k++) layer_acts_layout(m, &slots[k], &cv, B, T, es);
-    if (a)
-        for (int l = 0; l < L; l++) a->layer[l] = slots[l % K];
+    for (size_t l = 0; l < L; l++) {
+        nb_tf_layer_acts tmp;
+        layer_acts_layout(m, a ? &a->layer[l] : &tmp, &cv, B, T, es);
+    }
     nb_tf_acts tmp, *o = a ? a : &tmp;
     head_scratch_layout(m, o, &cv, N, es);
     return (size_t)(cv.cur - cv.base);
 }
 
-size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t es, int K) {
-    return acts_layout_window(m, NULL, NULL, B, T, es, K);
+size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t es) { return acts_layout(m, NULL, NULL, B, T, es); }
+
+/* Checkpointed layout: the last M layers (keep) have their own resid and activations; of the
+ * first L - M, resid[l] has its own slot when l is a multiple of K, the other resid[l] share K-1
+ * window slots and layer l's activations share K slots (l mod K), so a block of K layers can be
+ * recomputed from its checkpoint. */
+static size_t acts_layout_window(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K, int keep) {
+    const nb_tf_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->dim;
+    int L = c->layers, Lw = L - keep; /* layers in the recomputed part */
+    carver cv = {buf, buf};
+    if (!buf) cv.base = NULL, cv.cur = (char *)0;
+    void *win[NB_TF_MAX_CKPT_INTERVAL];
+    for (int k = 0; k + 1 < K && k + 1 < Lw; k++) win[k] = carve(&cv, N * C * es);
+    for (int l = 0; l <= L; l++) {
+        void *p = (l % K == 0 || l >= Lw) ? carve(&cv, N * C * es) : win[l % K - 1];
+        if (a) a->resid[l] = p;
+    }
+    nb_tf_layer_acts slots[NB_TF_MAX_CKPT_INTERVAL];
+    for (int k = 0; k < K && k < Lw; k++) layer_acts_layout(m, &slots[k], &cv, B, T, es);
+    for (int l = 0; l < L; l++) {
+        nb_tf_layer_acts own, *la = a ? &a->layer[l] : &own;
+        if (l >= Lw)
+            layer_acts_layout(m, la, &cv, B, T, es);
+        else if (a)
+            *la = slots[l % K];
+    }
+    nb_tf_acts tmp, *o = a ? a : &tmp;
+    head_scratch_layout(m, o, &cv, N, es);
+    return (size_t)(cv.cur - cv.base);
+}
+
+size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t es, int K, int keep) {
+    return acts_layout_window(m, NULL, NULL, B, T, es, K, keep);
 }
 
 /* the activation table's empty shell; the layouts fill in the pointers */
@@ -329,10 +324,10 @@ static void acts_table(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, in
     a->layer = nb_calloc((size_t)m->cfg.layers, sizeof(nb_tf_layer_acts), "activation table");
 }
 
-void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K) {
-    NB_ASSERT(K >= 1 && K <= NB_TF_MAX_CKPT_INTERVAL);
+void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es, int K, int keep) {
+    NB_ASSERT(K >= 1 && K <= NB_TF_MAX_CKPT_INTERVAL && keep >= 0 && keep <= m->cfg.layers);
     acts_table(m, a, buf, B, T);
-    a->bytes = acts_layout_window(m, a, buf, B, T, es, K);
+    a->bytes = acts_layout_window(m, a, buf, B, T, es, K, keep);
 }
 
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
@@ -497,11 +492,11 @@ void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx,
     be->matmul_fwd(ctx, logits, at(a->lnf, (size_t)(N - 1) * C, act_es(be)), head, NULL, 1, C, m->cfg.vocab);
 }
 
-double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K) {
+double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K, int keep) {
     const nb_tf_config *c = &m->cfg;
-    int L = c->layers;
+    int L = c->layers - keep; /* the recomputed part */
     if (K <= 0 || L <= 0) return 0.0;
-    int last = L - (L - 1) / K * K; /* layers in the last block */
+    int last = L - (L - 1) / K * K; /* layers in its last block */
     double C = c->dim;
     double per_layer = C * qkv_width(c) + (double)att_width(c) * C + C * fc_width(c) + (double)c->ffn * C;
     return (double)(L - last) * (2.0 * per_layer + 4.0 * (double)att_width(c) * T);

@@ -110,12 +110,14 @@ size_t nb_tf_acts_bytes(const nb_tf_model *m, int B, int T, size_t elem_size);
 /* Carve acts out of a caller-provided buffer of nb_tf_acts_bytes bytes. */
 void nb_tf_acts_bind(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size);
 void nb_tf_acts_unbind(nb_tf_acts *a);
-/* Activations checkpointed every K layers (1 <= K <= NB_TF_MAX_CKPT_INTERVAL): only resid[l] for l
- * a multiple of K (and resid[layers]) keep their values through a step; a block of K layers is
- * recomputed from its checkpoint before its backward (the stream schedule). */
+/* Activations checkpointed every K layers (1 <= K <= NB_TF_MAX_CKPT_INTERVAL): the last `keep`
+ * layers keep all their activations; of the others only resid[l] for l a multiple of K keeps its
+ * value through a step, and a block of K layers is recomputed from its checkpoint before its
+ * backward (the stream schedule). */
 #define NB_TF_MAX_CKPT_INTERVAL 64
-size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t elem_size, int K);
-void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size, int K);
+size_t nb_tf_acts_bytes_ckpt(const nb_tf_model *m, int B, int T, size_t elem_size, int K, int keep);
+void nb_tf_acts_bind_ckpt(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t elem_size, int K,
+                          int keep);
 /* A segment's view for detached training (ERASE): the shared forward activations with its own
  * final-norm output, losses and backward scratch, carved from buf (nb_tf_seg_scratch_bytes),
  * so several segments' heads and backward passes can run at once. */
@@ -146,9 +148,10 @@ void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx,
 
 /* Model FLOPs per token for training (6N + attention), for MFU and the benchmarks. */
 double nb_tf_flops_per_token(const nb_tf_model *m, int T);
-/* FLOPs per token that recomputation adds (--ckpt-interval K > 0): one more forward of every layer
- * but those of the last block of K, whose activations are still there at the backward. */
-double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K);
+/* FLOPs per token that recomputation adds (--ckpt-interval K > 0, the last `keep` layers kept whole):
+ * one more forward of every other layer but those of their last block of K, whose activations
+ * are still there at the backward. */
+double nb_tf_recompute_flops_per_token(const nb_tf_model *m, int T, int K, int keep);
 
 #ifdef __cplusplus
 }

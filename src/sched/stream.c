@@ -21,6 +21,8 @@
  *   recompute (--ckpt-interval K): only every K-th layer's input is kept through the step; before
  *             the backward of a block of K layers, its forward runs again from that checkpoint
  *             (the last block's activations are still there and are not recomputed).
+ *             --keep-layers N: the last N layers keep all their activations and are never
+ *             recomputed (-1: as many as fit on the GPU), the recompute runs below them.
  *   optimizer: clipping needs the global norm, so the optim lane starts when the last gradient
  *             has landed: the norm (nb_sumsq's blocks, summed as each layer lands, the rest at the
  *             end, in plain's order), AdamW of the
@@ -171,6 +173,12 @@ static void *pinned(nb_trainer *tr, size_t bytes, const char *what) {
     return tr->be->host_alloc(bytes, what);
 }
 
+size_t nb_stream_device_need(const nb_tf_model *m, const nb_train_opts *o, size_t e) {
+    int L = m->cfg.layers;
+    size_t lw = L ? m->group_numel[1] : 0, gw = m->group_numel[0] + m->group_numel[L + 1];
+    return gw * (e + 4) + (size_t)o->stream_slots * lw * (e + 4);
+}
+
 void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     const nb_tf_model *m = &tr->model;
     nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
@@ -183,7 +191,7 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
     st->nslot = tr->o.stream_slots;
     st->nslab = tr->o.pinned_slabs;
-    size_t need = gw * (es(tr) + 4) + (size_t)st->nslot * lw * (es(tr) + 4);
+    size_t need = nb_stream_device_need(m, &tr->o, es(tr));
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
     if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
         char a[32], b[32];
@@ -547,12 +555,14 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
     nb_lane_run(st->host, "grad head", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[1]);
     int K = tr->o.ckpt_interval > 0 ? tr->o.ckpt_interval : L; /* 0: every activation kept */
-    for (int b = (L - 1) / K * K; b >= 0 && L > 0; b -= K) {
-        int e = b + K < L ? b + K : L;
+    int Lw = tr->o.ckpt_interval > 0 ? L - tr->keep : L;          /* below the layers kept whole */
+    for (int l = L - 1; l >= Lw; l--) backward_layer(tr, l, step);
+    for (int b = (Lw - 1) / K * K; b >= 0 && Lw > 0; b -= K) {
+        int e = b + K < Lw ? b + K : Lw;
         /* the last block's activations are still there from the forward; the others are
          * recomputed from their checkpoint, and the weights loaded for that serve the backward
          * of the same layers when they are still in their slots */
-        for (int l = b; l < e && e < L; l++) {
+        for (int l = b; l < e && e < Lw; l++) {
             stream_item *it = &st->rec[l];
             *it = (stream_item){tr, l, load(tr, l, step), 0, 0};
             snprintf(name, sizeof name, "refwd L%d", l);

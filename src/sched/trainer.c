@@ -323,12 +323,30 @@ static void create_side_lanes(nb_trainer *tr) {
     nb_lanes_sync(tr->lanes);
 }
 
+/* --keep-layers: how many of the last layers keep every activation through the step instead of
+ * being recomputed. -1 takes the most that fit beside the rest of the stream's device plan, less
+ * a margin for the libraries' workspaces. */
+static int resolve_keep(const nb_trainer *tr) {
+    const nb_train_opts *o = &tr->o;
+    const nb_tf_model *m = &tr->model;
+    int L = m->cfg.layers, K = o->ckpt_interval;
+    if (K <= 0 || strcmp(o->schedule, "stream")) return 0;
+    if (o->keep_layers >= 0) return o->keep_layers < L ? o->keep_layers : L;
+    if (!is_device_backend(tr)) return L;
+    size_t budget = o->gpu_mem_limit ? (size_t)o->gpu_mem_limit : tr->be->mem_available();
+    size_t margin = budget / 32 > ((size_t)2 << 30) ? budget / 32 : (size_t)2 << 30;
+    size_t fixed = nb_stream_device_need(m, o, es_of(tr)) + 2 * (size_t)o->batch * o->seq * sizeof(int32_t) + margin;
+    for (int keep = L; keep > 0; keep--)
+        if (fixed + nb_tf_acts_bytes_ckpt(m, o->batch, o->seq, es_of(tr), K, keep) <= budget) return keep;
+    return 0;
+}
+
 static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     const nb_tf_model *m = &tr->model;
     const nb_backend_i *be = tr->be;
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
     int K = tr->o.ckpt_interval;
-    size_t acts = K > 0 ? nb_tf_acts_bytes_ckpt(m, tr->o.batch, tr->o.seq, es_of(tr), K)
+    size_t acts = K > 0 ? nb_tf_acts_bytes_ckpt(m, tr->o.batch, tr->o.seq, es_of(tr), K, tr->keep)
                         : nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
     size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
     size_t segb = (size_t)(tr->nseg - 1) * (nb_tf_seg_scratch_bytes(m, tr->o.batch, tr->o.seq, es_of(tr)) +
@@ -337,8 +355,13 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     char b[6][32];
     int devb = is_device_backend(tr), streaming = !strcmp(tr->o.schedule, "stream");
     if (streaming) {
-        char kept[64];
-        if (K > 0)
+        char kept[128];
+        if (K > 0 && tr->keep >= m->cfg.layers)
+            snprintf(kept, sizeof kept, "all kept (--keep-layers %d)", tr->keep);
+        else if (K > 0 && tr->keep > 0)
+            snprintf(kept, sizeof kept, "%s%d layer%s kept whole, below them inputs kept every %d layer%s, the rest recomputed",
+                     tr->o.keep_layers < 0 ? "as many as fit: " : "", tr->keep, tr->keep == 1 ? "" : "s", K, K == 1 ? "" : "s");
+        else if (K > 0)
             snprintf(kept, sizeof kept, "layer inputs kept every %d layer%s, the rest recomputed", K, K == 1 ? "" : "s");
         else
             snprintf(kept, sizeof kept, "all kept");
@@ -426,6 +449,9 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
              "--ckpt-interval recomputes activations in the stream schedule only");
     NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
              "pass --ckpt-interval between 0 (keep all) and 64", "--ckpt-interval %d", o->ckpt_interval);
+    NB_CHECK(o->keep_layers >= -1, "pass --keep-layers N >= 0, or -1 for as many as fit", "--keep-layers %d", o->keep_layers);
+    NB_CHECK(o->keep_layers == 0 || (streaming && o->ckpt_interval > 0), "use --keep-layers with --schedule stream --ckpt-interval K",
+             "--keep-layers chooses which layers skip recomputation");
     NB_CHECK(o->stream_slots >= 1 && o->stream_slots <= NB_STREAM_MAX_SLOTS, "pass --stream-slots between 1 and 4",
              "--stream-slots %d", o->stream_slots);
     NB_CHECK(o->pinned_slabs >= 1 && o->pinned_slabs <= NB_STREAM_MAX_SLOTS, "pass --pinned-slabs between 1 and 4",
@@ -433,12 +459,14 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
              "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     tr->be = nb_backend_for(o->device, o->precision);
+    tr->dev_free0 = is_device_backend(tr) ? tr->be->mem_available() : 0;
     nb_host_set_threads(o->threads);
     nb_tf_model_init(&tr->model, &o->model);
     set_segments(tr);
+    tr->keep = resolve_keep(tr);
     plan_memory(tr, &tr->host_arena, &tr->dev_arena);
     if (o->ckpt_interval > 0)
-        nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), o->ckpt_interval);
+        nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), o->ckpt_interval, tr->keep);
     else
         nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
     bind_segments(tr);
@@ -691,6 +719,15 @@ static void run_step(nb_trainer *tr, int step, int first) {
 }
 
 /* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up (step_stats.h) */
+/* Every allocation is made before the first step (the libraries' workspaces during it), so what
+ * the device has lost since the trainer started is the run's peak. */
+static void report_device_memory(const nb_trainer *tr) {
+    size_t now = tr->be->mem_available(), used = tr->dev_free0 > now ? tr->dev_free0 - now : 0;
+    char a[32], b[32];
+    fprintf(stderr, "gpu memory  %s used by this run (free before it: %s)\n", nb_fmt_bytes(a, 32, (double)used),
+            nb_fmt_bytes(b, 32, (double)tr->dev_free0));
+}
+
 static void print_p90(const double *ms, int n, double tokens) {
     nb_step_times st = nb_step_times_of(ms, n);
     if (!st.n || nb_verbosity == 0) return;
@@ -815,6 +852,7 @@ void nb_trainer_run(nb_trainer *tr) {
     if (end > first && !isnan(last_val)) fprintf(stderr, ", final validation loss %.4f\n", last_val);
     print_p90(step_ms, end - first, tokens);
     if (tr->stream && end > first && nb_verbosity > 0) nb_stream_report(tr);
+    if (tr->dev_free0 && end > first && nb_verbosity > 0) report_device_memory(tr);
     free(step_ms);
     if (o->trace[0]) {
         nb_lanes_sync(tr->lanes);

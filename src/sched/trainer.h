@@ -40,6 +40,8 @@ typedef struct nb_train_opts {
     int ckpt_interval;       /* stream: keep every K-th layer's input, recompute the rest (0: keep all) */
     int stream_slots;        /* stream: device weight (and gradient) slots layers pass through (2: double buffering) */
     int pinned_slabs;        /* stream: pinned staging slabs each way (the bounded pinned pool) */
+    int keep_layers;         /* stream with ckpt_interval > 0: the last N layers keep every activation
+                              * (not recomputed); -1: as many as fit in GPU memory */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
@@ -112,6 +114,8 @@ struct nb_trainer {
     /* --schedule stream: the state lives on the host (stream.c) */
     nb_stream *stream;
     float *h_grads; /* host gradient slab (stream) */
+    int keep;       /* stream: layers whose activations are kept whole (keep_layers resolved) */
+    size_t dev_free0; /* device backends: free device memory before the trainer allocated any */
     FILE *metrics;
     nb_arena host_arena, dev_arena;
     nb_series train_hist, val_hist;
@@ -151,6 +155,8 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step);
 /* stream.c: setup (other_device_bytes: what the trainer already planned on the device), the
  * resident part's pointers, and the pieces the trainer's shared work items call */
 void nb_stream_init(nb_trainer *tr, size_t other_device_bytes);
+/* Device bytes the stream schedule allocates besides the activations (resident part, slots). */
+size_t nb_stream_device_need(const nb_tf_model *m, const nb_train_opts *o, size_t elem_size);
 void nb_stream_free(nb_trainer *tr);
 void *nb_stream_global_w(nb_trainer *tr, int which);
 float *nb_stream_global_g(nb_trainer *tr, int which);
