@@ -109,7 +109,9 @@ double nb_sumsq(const float *g, size_t n) {
 
 double nb_sumsq_finish(const float *g, size_t n, double *part, const unsigned char *have) {
     long nblocks = (long)((n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
-#pragma omp parallel for schedule(static) if (nblocks > 64)
+    /* what is left is a few contiguous runs (the stream schedule sums most blocks as they land):
+     * dynamic, so that no one thread gets a whole run */
+#pragma omp parallel for schedule(dynamic, 16) if (nblocks > 64)
     for (long b = 0; b < nblocks; b++) {
         if (have[b]) continue;
         size_t start = (size_t)b * SUMSQ_BLOCK;

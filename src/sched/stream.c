@@ -192,7 +192,8 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->nslot = tr->o.stream_slots;
     st->nslab = tr->o.pinned_slabs;
     size_t need = nb_stream_device_need(m, &tr->o, es(tr));
-    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
+    /* the trainer's plan (other_device_bytes) is allocated already: compare with what was free before it */
+    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->dev_free0;
     if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
         char a[32], b[32];
         nb_fail("lower --batch or --seq, or raise --gpu-mem-limit", "--schedule stream needs %s of GPU memory but %s is available",
@@ -360,15 +361,21 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
     it->tr->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
 }
 
-/* Layer l's gradient from its down slab into the host slab, summing the squares of every norm
- * block that lies inside the layer on the way (one read of the slab instead of two; the blocks
- * are nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
-static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
-    stream_item *it = arg;
-    nb_trainer *tr = it->tr;
+/* Threads that put a gradient into the host slab. With clipping the optimizer waits for the norm,
+ * so during the backward it is idle and the landing may take half the cores (a 14b layer is
+ * 1 GB of fp32 gradient: four threads land it slower than the GPU computes the next one); without
+ * clipping AdamW runs beside it on every core. */
+static int land_threads(const nb_trainer *tr) {
+    int half = nb_host_max_threads() / 2;
+    return tr->o.grad_clip > 0 && half > copy_threads() ? half : copy_threads();
+}
+
+/* n gradients from a down slab into the host slab at offset o, summing the squares of every norm
+ * block that lies inside [o, o + n) on the way (one read of the slab instead of two; the blocks are
+ * nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
+static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
     nb_stream *st = S(tr);
-    const size_t B = NB_SUMSQ_BLOCK, o = tr->model.group_offset[1 + it->layer], n = st->layer_numel;
-    const float *src = st->h_down[it->dslot];
+    const size_t B = NB_SUMSQ_BLOCK;
     float *dst = tr->h_grads + o;
     size_t b0 = (o + B - 1) / B, b1 = (o + n) / B; /* whole blocks inside [o, o + n) */
     if (b1 <= b0) {
@@ -379,13 +386,19 @@ static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     memcpy(dst, src, head * sizeof(float));
     memcpy(dst + (n - tail), src + (n - tail), tail * sizeof(float));
     long nb = (long)(b1 - b0);
-#pragma omp parallel for schedule(static) num_threads(copy_threads()) if (nb > 64)
+#pragma omp parallel for schedule(static) num_threads(land_threads(tr)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = head + (size_t)k * B;
         memcpy(dst + at, src + at, B * sizeof(float));
         st->norm_part[b0 + (size_t)k] = nb_sumsq_block(dst + at, B);
         st->norm_have[b0 + (size_t)k] = 1;
     }
+}
+
+static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_trainer *tr = it->tr;
+    land(tr, tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot], S(tr)->layer_numel);
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
@@ -401,7 +414,7 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     size_t off, n;
     glob_half(tr, it->layer, &off, &n);
-    copy_par(tr->h_grads + tr->model.group_offset[glob_group(tr, it->layer)], S(tr)->h_glob + off, n * sizeof(float));
+    land(tr, tr->model.group_offset[glob_group(tr, it->layer)], S(tr)->h_glob + off, n);
 }
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
