@@ -9,37 +9,37 @@
  *    two weight slots that layers stream through, two gradient slots, the activations.
  *
  * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), stage, host and optim
- * (threads; stage and host apart, so that staging the next upload never queues behind a gradient
- * that is still on its way down).
- *   forward:  stage copies layer l's compute-precision weights into an up slab; h2d copies them
- *             into a weight slot once the slot's last user is done;
- *             compute runs layer l as soon as its slot is filled. Layer l+1 loads while l runs.
+ * (threads; stage and host apart, so that staging an upload never queues behind a gradient that
+ * is still on its way down).
+ *   forward:  layer l's compute-precision weights go into an up slab: written there by the
+ *             previous step's AdamW of layer l (below), or by stage (the first step, no clipping);
+ *             h2d copies them into a weight slot once the slot's last user is done; compute runs
+ *             layer l as soon as its slot is filled. Layer l+1 loads while l runs.
  *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
- *             others load again. Layer l's gradient goes into a zeroed gradient slot; d2h copies
- *             it into a down slab as soon as the layer's backward ends; host puts it into the host
- *             gradient slab. The embeddings' and head's gradients follow the same way at the end.
+ *             others load again (stage rounds the fp32 master). Layer l's gradient goes into a
+ *             zeroed gradient slot; d2h copies it into a down slab as soon as the layer's
+ *             backward ends; host puts it into the host gradient slab. The embeddings' and head's
+ *             gradients follow the same way at the end.
  *   recompute (--ckpt-interval K): only every K-th layer's input is kept through the step; before
  *             the backward of a block of K layers, its forward runs again from that checkpoint
  *             (the last block's activations are still there and are not recomputed).
  *             --keep-layers N: the last N layers keep all their activations and are never
  *             recomputed (-1: as many as fit on the GPU), the recompute runs below them.
  *   optimizer: clipping needs the global norm, so the optim lane starts when the last gradient
- *             has landed: the norm (nb_sumsq's blocks, summed as each layer lands, the rest at the
- *             end, in plain's order), AdamW of the
- *             embeddings (then copied up), each layer's AdamW in order, then the final norm and
- *             head's (copied up just before the next step's head needs them), each a task of its
- *             own (nb_adamw_host_apply: the per-element formula of plain, vectorized). The step
- *             ends once the norm is known; the next step's upload of layer l waits only for layer
- *             l's update, so the next forward overlaps the rest of the optimizer.
+ *             has landed: the norm (nb_sumsq's blocks, summed as each layer and the resident part
+ *             land, the rest at the end, in plain's order), then AdamW of the embeddings (then
+ *             copied up). The step ends once the norm is known. Each layer's AdamW is enqueued by
+ *             the next forward's load of that layer and writes the layer's bf16 weights (round to
+ *             nearest even, as the device cast) straight into its up slab: the update and the
+ *             staging are one pass over host memory, whose bandwidth paces the forward. The final
+ *             norm and head's AdamW and upload come after the layers' (upload_head). Each is a
+ *             task of its own (nb_adamw_host_apply: the per-element formula of plain, vectorized).
  *   With the CPU backend (host and "device" are both RAM, the copies still go through the lanes)
  *   the result is bitwise plain's (tests/stream_test.sh).
  *
- *   bf16 (the CUDA default): the host keeps a bf16 copy of every weight, written by AdamW as it
- *             updates the master (round to nearest even, as the device cast), so only 2 bytes per
- *             parameter cross PCIe upwards.
- *
  *   no clipping (--grad-clip 0): nothing waits for the norm, so each layer's AdamW runs as soon
- *             as its gradient has landed, during the rest of the backward. */
+ *             as its gradient has landed, during the rest of the backward; the next forward's
+ *             uploads are staged from the master. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,10 +64,11 @@ typedef struct {
     int layer, wslot, gslot, dslot;
 } stream_item;
 
-/* one AdamW task: a layer (or -1: the resident part) with its step's scalars */
+/* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, and
+ * the up slab that receives the layer's compute-precision weights (-1: none) */
 typedef struct opt_item {
     nb_trainer *tr;
-    int layer;
+    int layer, uslot;
     const nb_adamw_scalars *k;
 } opt_item;
 
@@ -81,16 +82,16 @@ struct nb_stream {
     size_t layer_numel;           /* elements of one layer group (all layers are alike) */
     size_t glob_numel;            /* embeddings + final group, packed */
     void *d_glob_w;               /* compute copy of the resident part */
-    uint16_t *h_w16;              /* bf16 mode: the host's bf16 copy of every weight, kept by AdamW */
     float *d_glob_g;              /* its gradients */
     void *d_wslot[NB_STREAM_MAX_SLOTS];         /* layer weights in compute precision */
     float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
     void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
     float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
     nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
-    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done, head_updated;
-    opt_item *head_item;          /* the head's update whose upload is not enqueued yet (or NULL) */
+    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
+    opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
     opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
+    opt_item **pending;           /* [layers]: layer l's update, not enqueued yet (or NULL) */
     nb_lane *optim;               /* host lane of the optimizer */
     /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
      * while step s's updates may still run */
@@ -161,6 +162,15 @@ static void copy_par(void *dst, const void *src, size_t bytes) {
     }
 }
 
+/* Threads that put a gradient into the host slab, or round weights into an up slab. With clipping
+ * the optimizer waits for the norm, so during the backward it is idle and these may take half the
+ * cores (a 14b layer is 1 GB of fp32 gradient: four threads land it slower than the GPU computes
+ * the next layer); without clipping AdamW runs beside them on every core. */
+static int land_threads(const nb_trainer *tr) {
+    int half = nb_host_max_threads() / 2;
+    return tr->o.grad_clip > 0 && half > copy_threads() ? half : copy_threads();
+}
+
 /* ---- setup ---- */
 
 static void *dev(nb_trainer *tr, size_t bytes, const char *what) {
@@ -210,15 +220,6 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
         st->h_up[k] = pinned(tr, lw * es(tr), "upload staging");
         st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
     }
-    /* bf16: the compute copy is made on the host by AdamW itself, so half the bytes go up; when
-     * the host cannot hold the copy (2 more bytes per parameter), uploads round the master on
-     * the way instead (same bits, more host work per upload) */
-    size_t w16 = m->total * sizeof(uint16_t), used = 4 * m->total * sizeof(float), lim = (size_t)tr->o.host_mem_limit;
-    size_t avail = lim ? (lim > used ? lim - used : 0) : nb_host_mem_available();
-    if (lowp(tr) && avail > w16 + (w16 >> 3)) /* an eighth to spare */
-        st->h_w16 = nb_malloc(w16, "host bf16 weights");
-    else if (lowp(tr))
-        nb_log(1, "stream      no room for a host bf16 copy: uploads round the fp32 master on the way\n");
     st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
@@ -226,23 +227,23 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
     st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
+    st->pending = nb_calloc((size_t)(L ? L : 1), sizeof(opt_item *), "stream items");
     for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
     size_t nblk = (m->total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
     st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
     st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
-    st->glob_part[0] = (opt_item){tr, -1, NULL};
-    st->glob_part[1] = (opt_item){tr, -2, NULL};
+    st->glob_part[0] = (opt_item){tr, -1, -1, NULL};
+    st->glob_part[1] = (opt_item){tr, -2, -1, NULL};
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->loads = nb_calloc((size_t)(3 * L + 1), sizeof(load_item), "stream items");
     char a[32], b[32], c[32], d[32];
-    int bpp = st->h_w16 ? 18 : 16;
-    double host_bytes = (double)bpp * (double)m->total;
-    nb_log(1, "stream      host: %s (%d bytes/param: fp32 weights, 2 AdamW moments, gradients%s) + pinned staging %s; "
+    double host_bytes = 16.0 * (double)m->total;
+    nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer slots of %s) "
               "+ activations\n",
-           nb_fmt_bytes(a, 32, host_bytes), bpp, st->h_w16 ? ", bf16 copy" : "", nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
+           nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
            nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
 }
 
@@ -252,7 +253,6 @@ void nb_stream_free(nb_trainer *tr) {
     const nb_backend_i *be = tr->be;
     be->free(st->d_glob_g);
     be->free(st->d_glob_w);
-    free(st->h_w16);
     for (int k = 0; k < st->nslot; k++) {
         be->free(st->d_gslot[k]);
         be->free(st->d_wslot[k]);
@@ -263,26 +263,23 @@ void nb_stream_free(nb_trainer *tr) {
     }
     be->host_free(st->h_glob);
     free(st->norm_part), free(st->norm_have);
-    free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->opt_items[0]), free(st->opt_items[1]);
+    free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->pending), free(st->opt_items[0]), free(st->opt_items[1]);
     free(st);
     tr->stream = NULL;
 }
 
 /* ---- work items ---- */
 
-/* n compute-precision weights from slab offset into dst: the fp32 master itself, its bf16 copy,
- * or (bf16 without the copy, when host memory is short) the master rounded on the way, with the
- * same rounding as the copy, so the bits are the same either way. */
+/* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
+ * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
+ * uploads do not come here: the update of the step before writes them (fused_update). */
 static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
-    nb_stream *st = S(tr);
     if (!lowp(tr)) {
         copy_par(dst, tr->params + offset, n * sizeof(float));
-    } else if (st->h_w16) {
-        copy_par(dst, st->h_w16 + offset, n * sizeof(uint16_t));
     } else {
         uint16_t *d = dst;
         const float *p = tr->params + offset;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(land_threads(tr)) if (n > 65536)
         for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
     }
 }
@@ -299,19 +296,9 @@ static void glob_pack_w(const nb_trainer *tr, void *packed) {
     glob_pack_part(tr, packed, -2);
 }
 
-/* bf16 copy of the whole master (start and resume; AdamW keeps it up to date afterwards) */
-static void refresh_w16(nb_trainer *tr) {
-    nb_stream *st = S(tr);
-    if (!st->h_w16) return;
-    size_t n = tr->model.total;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) st->h_w16[i] = nb_bf16_from_f32(tr->params[i]);
-}
-
 /* The resident part from the host master, on ctx (start, resume). */
 void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     nb_stream *st = S(tr);
-    refresh_w16(tr);
     glob_pack_w(tr, st->h_glob);
     tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
 }
@@ -359,15 +346,6 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = S(it->tr);
     it->tr->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
-}
-
-/* Threads that put a gradient into the host slab. With clipping the optimizer waits for the norm,
- * so during the backward it is idle and the landing may take half the cores (a 14b layer is
- * 1 GB of fp32 gradient: four threads land it slower than the GPU computes the next one); without
- * clipping AdamW runs beside it on every core. */
-static int land_threads(const nb_trainer *tr) {
-    int half = nb_host_max_threads() / 2;
-    return tr->o.grad_clip > 0 && half > copy_threads() ? half : copy_threads();
 }
 
 /* n gradients from a down slab into the host slab at offset o, summing the squares of every norm
@@ -419,16 +397,14 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
  * backend's plain step (the norm over the same slab, the same per-element formula), so CPU runs of
- * stream and plain stay bitwise equal. First the norm (it needs every gradient), then the
- * resident part (the next step's first need), then the layers in the order the next forward
- * wants them, each its own task so that layer l's upload waits only on layer l's update. */
-static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k) {
+ * stream and plain stay bitwise equal. w16_out: where the group's bf16 weights go (NULL: nowhere). */
+static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k, uint16_t *w16_out) {
     const nb_tf_model *m = &tr->model;
     float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
         if (p->group != group) continue;
-        uint16_t *w16 = S(tr)->h_w16 ? S(tr)->h_w16 + p->offset : NULL;
+        uint16_t *w16 = w16_out ? w16_out + (p->offset - m->group_offset[group]) : NULL;
         nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, w16,
                             p->numel, &k[p->decay ? 0 : 1], clip, tr->o.threads);
     }
@@ -446,13 +422,19 @@ static void work_norm(void *arg, const nb_task_ctx *ctx) {
 static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
-    adamw_range(tr, glob_group(tr, it->layer), it->k);
+    adamw_range(tr, glob_group(tr, it->layer), it->k, NULL);
     glob_pack_part(tr, S(tr)->h_glob, it->layer);
 }
 
+/* Layer l's update; given an up slab, also its compute-precision weights into it (bf16: AdamW's
+ * own rounded output, so the forward's upload reads no host memory again). */
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    adamw_range(it->tr, 1 + it->layer, it->k);
+    nb_trainer *tr = it->tr;
+    void *up = it->uslot >= 0 ? S(tr)->h_up[it->uslot] : NULL;
+    adamw_range(tr, 1 + it->layer, it->k, lowp(tr) ? up : NULL);
+    if (up && !lowp(tr)) /* fp32: the master is the compute copy */
+        copy_par(up, tr->params + tr->model.group_offset[1 + it->layer], S(tr)->layer_numel * sizeof(float));
 }
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
@@ -465,23 +447,38 @@ static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
 
 /* ---- the step ---- */
 
-/* The head's upload after its update. Enqueued late (before the next head, or by quiesce): a
- * device lane told to wait on a host mark blocks the enqueuing thread, and enqueued at the step's
- * end it would hold the next forward's enqueueing until every layer's update is done. */
-static void upload_head(nb_trainer *tr, int step) {
-    nb_stream *st = S(tr);
-    if (!st->head_item) return;
-    nb_lane_wait(st->h2d, st->head_updated.m);
-    nb_lane_run(st->h2d, "h2d head", NB_SPAN_H2D, step, work_glob_h2d, st->head_item);
-    st->final_ready = (opt_mark){nb_lane_mark(st->h2d), 1};
-    st->head_item = NULL;
-}
-
 static void wait_if(nb_lane *lane, opt_mark m) {
     if (m.set) nb_lane_wait(lane, m.m);
 }
 
 static opt_mark mark(nb_lane *lane) { return (opt_mark){nb_lane_mark(lane), 1}; }
+
+/* Enqueues layer l's pending update on the optim lane, writing into up slab u (-1: none). */
+static void run_update(nb_trainer *tr, int l, int u, int step) {
+    nb_stream *st = S(tr);
+    char name[40];
+    st->pending[l]->uslot = u;
+    snprintf(name, sizeof name, "adamw L%d", l);
+    nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, st->pending[l]);
+    st->updated[l] = mark(st->optim);
+    st->pending[l] = NULL;
+}
+
+/* The head's update and upload. Both are enqueued late (before the next head, or by quiesce),
+ * after every layer's update: a device lane told to wait on a host mark blocks the enqueuing
+ * thread, and enqueued at the step's end it would hold the next forward's enqueueing until every
+ * layer's update is done. */
+static void upload_head(nb_trainer *tr, int step) {
+    nb_stream *st = S(tr);
+    if (!st->head_item) return;
+    for (int l = 0; l < tr->model.cfg.layers; l++)
+        if (st->pending[l]) run_update(tr, l, -1, step);
+    nb_lane_run(st->optim, "adamw head", NB_SPAN_OPTIM, step, work_adamw_resident, st->head_item);
+    nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
+    nb_lane_run(st->h2d, "h2d head", NB_SPAN_H2D, step, work_glob_h2d, st->head_item);
+    st->final_ready = (opt_mark){nb_lane_mark(st->h2d), 1};
+    st->head_item = NULL;
+}
 
 /* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
  * and returns the slot; the compute lane is told to wait for it. */
@@ -495,11 +492,16 @@ static int load(nb_trainer *tr, int l, int step) {
     load_item *it = &st->loads[st->nloads++];
     *it = (load_item){tr, l, u, w};
     char name[40];
-    wait_if(st->stage, st->up_free[u]);  /* the slab's previous upload has left it */
-    wait_if(st->stage, st->updated[l]);  /* the previous step's AdamW of this layer is done */
-    snprintf(name, sizeof name, "stage L%d", l);
-    nb_lane_run(st->stage, name, NB_SPAN_OTHER, step, work_stage_up, it);
-    nb_lane_wait(st->h2d, nb_lane_mark(st->stage));
+    nb_lane *fill = st->pending[l] ? st->optim : st->stage;
+    wait_if(fill, st->up_free[u]); /* the slab's previous upload has left it */
+    if (st->pending[l]) {          /* the previous step's update of layer l fills the slab */
+        run_update(tr, l, u, step);
+    } else {
+        wait_if(st->stage, st->updated[l]); /* the previous step's AdamW of this layer is done */
+        snprintf(name, sizeof name, "stage L%d", l);
+        nb_lane_run(st->stage, name, NB_SPAN_OTHER, step, work_stage_up, it);
+    }
+    nb_lane_wait(st->h2d, nb_lane_mark(fill));
     wait_if(st->h2d, st->wslot_free[w]); /* the slot's last reader is done */
     snprintf(name, sizeof name, "h2d L%d", l);
     nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
@@ -534,7 +536,7 @@ static void backward_layer(nb_trainer *tr, int l, int step) {
     st->down_free[d] = mark(st->host);
     if (tr->o.grad_clip <= 0) { /* no clipping: nothing waits for the norm, update the layer now */
         opt_item *u = &st->opt_items[step & 1][l];
-        *u = (opt_item){tr, l, st->k[step & 1]};
+        *u = (opt_item){tr, l, -1, st->k[step & 1]};
         nb_lane_wait(st->optim, st->down_free[d].m);
         snprintf(name, sizeof name, "adamw L%d", l);
         nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, u);
@@ -594,21 +596,18 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     st->norm_done = mark(st->optim);
     int par = step & 1;
     opt_item *items = st->opt_items[par];
-    items[L] = (opt_item){tr, -1, st->k[par]};
-    items[L + 1] = (opt_item){tr, -2, st->k[par]};
+    items[L] = (opt_item){tr, -1, -1, st->k[par]};
+    items[L + 1] = (opt_item){tr, -2, -1, st->k[par]};
     nb_lane_run(st->optim, "adamw embeddings", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d embeddings", NB_SPAN_H2D, step, work_glob_h2d, &items[L]);
     st->emb_ready = mark(st->h2d);
+    /* the layers' updates run when the next forward loads them, each writing its compute copy
+     * straight into its up slab; the head's after them (upload_head) */
     for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
-        snprintf(name, sizeof name, "adamw L%d", l);
-        items[l] = (opt_item){tr, l, st->k[par]};
-        nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, &items[l]);
-        st->updated[l] = mark(st->optim);
+        items[l] = (opt_item){tr, l, -1, st->k[par]};
+        st->pending[l] = &items[l];
     }
-    /* the head is the forward's last need: its update waits behind the layers' */
-    nb_lane_run(st->optim, "adamw head", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L + 1]);
-    st->head_updated = mark(st->optim);
     st->head_item = &items[L + 1];
     /* the step ends with its loss and norm; the layers' updates run on while the next step's
      * forward starts (each upload waits for its own layer) */
