@@ -8,6 +8,7 @@
 # the stream run, the effect of each part: --ckpt-interval 2, 4, 8, one device slot (no double
 # buffering), one and four pinned slabs, and --grad-clip 0 (AdamW during the backward). --clip0: a
 # stream row with --grad-clip 0 and, with --anchor, an FSDP2 row with --grad-clip 0 to divide it by.
+# $NB_ARGS is added to every nobubble run's command line (and to its rows' labels).
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
 # "MFLOP per token" (6 N + attention) x tokens/s. Also writes one step's trace and timeline.svg of
 # each stream run to $OUT (default bench/out/stream) and checks the overlap in the trace
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
         --anchor-steps) asteps=$2; shift ;;
         --anchor-warmup) awarm=$2; shift ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -71,7 +72,7 @@ nb_row() {   # MODEL TAG LABEL [RC]: one table row from the trainer's log; sets 
     [ "$2" = plain ] && res=$med
     ratio=$( [ -n "$res" ] && awk -v a="$med" -v b="$res" 'BEGIN {printf "%.2f", a / b}' || echo -)
     kept=$(grep -o '[0-9]* layers\{0,1\} kept whole\|all kept (--keep-layers' "$log" | head -n 1 | sed 's/ (--keep-layers//')
-    echo "| $1$lsuf | ${batch} x ${seq} | $3${kept:+ ($kept)} | $med | $p90 | $tf | $htf | $ratio | |" >> "$table"
+    echo "| $1$lsuf | ${batch} x ${seq} | $3${NB_ARGS:+ $NB_ARGS}${kept:+ ($kept)} | $med | $p90 | $tf | $htf | $ratio | |" >> "$table"
 }
 
 # a stuck lane fails the run with a report of every lane instead of hanging it
@@ -112,7 +113,7 @@ for model in ${models//,/ }; do
         extra=(); [ "$tag" = stream ] && extra=(--trace "$OUT/$model-stream.json")
         echo "== $model $label [$(( $(date +%s) - start )) s]"
         # shellcheck disable=SC2086  # flags is a list of options
-        "$NB" train --model "$model" "${lflag[@]}" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $flags \
+        "$NB" train --model "$model" "${lflag[@]}" --device "${DEVICE:-cuda}" --batch "$batch" --seq "$seq" --steps "$steps" --schedule "$sched" $flags ${NB_ARGS:-} \
             --val-data none --eval-every 0 --no-ckpt --no-progress --out "$OUT/$model-$tag" "${extra[@]}" > "$log" 2>&1
         nb_row "$model" "$tag" "$label" $? || continue
         grep -E '^(stream|memory|gpu memory|pcie) ' "$log" | sed "s/^/  [$model $label] /"
@@ -179,7 +180,7 @@ PYEOF
 if [ $anchor = 1 ]; then
     deadline=(); [ "$budget" -gt 0 ] && deadline=(--deadline $((start + budget)))
     for model in ${models//,/ }; do
-        anchor_row "$model" fsdp2 "fsdp2 cpu-offload" "${smed[$model]:-}"
+        anchor_row "$model" fsdp2 "fsdp2 cpu-offload${FSDP_ARGS:+ $FSDP_ARGS}" "${smed[$model]:-}"
         [ $clip0 = 1 ] && anchor_row "$model" fsdp2-clip0 "fsdp2 cpu-offload, --grad-clip 0" "${smed0[$model]:-}" --grad-clip 0
     done
 fi
