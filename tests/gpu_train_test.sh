@@ -72,7 +72,7 @@ $NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain
 $NB train "${S[@]}" --schedule stream --ckpt-interval 1 --steps 12 --out "$TMP/s-bf16" || fail "gpu bf16 stream"
 worst=$(worst_loss_diff "$TMP/s-bf16-plain" "$TMP/s-bf16")
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-2)}' \
-    && pass "GPU stream bf16 (host bf16 copy, recompute) vs plain bf16: worst loss rel diff $worst over 12 steps" \
+    && pass "GPU stream bf16 (AdamW writing the bf16 uploads, recompute) vs plain bf16: worst loss rel diff $worst over 12 steps" \
     || fail "GPU stream bf16 vs plain: loss rel diff $worst"
 # the overlap needs layers whose compute outlasts their copies (the proxy's 1.5 MB layers are all
 # latency): llama-1b's layers, four of them, 16k tokens a step
