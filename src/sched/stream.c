@@ -272,7 +272,7 @@ void nb_stream_free(nb_trainer *tr) {
 
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
- * uploads do not come here: the update of the step before writes them (fused_update). */
+ * uploads do not come here: the update of the step before writes them (run_update). */
 static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
     if (!lowp(tr)) {
         copy_par(dst, tr->params + offset, n * sizeof(float));
