@@ -718,7 +718,6 @@ static void run_step(nb_trainer *tr, int step, int first) {
     nb_graph_launch(tr->graph, tr->compute, step);
 }
 
-/* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up (step_stats.h) */
 /* Every allocation is made before the first step (the libraries' workspaces during it), so what
  * the device has lost since the trainer started is the run's peak. */
 static void report_device_memory(const nb_trainer *tr) {
@@ -728,6 +727,7 @@ static void report_device_memory(const nb_trainer *tr) {
             nb_fmt_bytes(b, 32, (double)tr->dev_free0));
 }
 
+/* p90 tokens/s: tokens per step over the 90th-percentile step time, after warm-up (step_stats.h) */
 static void print_p90(const double *ms, int n, double tokens) {
     nb_step_times st = nb_step_times_of(ms, n);
     if (!st.n || nb_verbosity == 0) return;
