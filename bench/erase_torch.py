@@ -292,28 +292,12 @@ def train_and_time(args, d, batches, config, B):
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
     emb, model, total_rows = build(args, d, dev, 0.0 if config == "baseline" else args.aux_weight)
-    dense_params = list(model.parameters())
-    opt = torch.optim.AdamW(dense_params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay,
-                            **({"fused": True} if cuda else {}))
-    opt_emb = torch.optim.Adagrad([emb.weight], lr=args.emb_lr, eps=1e-8, foreach=False)
-    autocast = (torch.autocast(device_type=args.device, dtype=torch.bfloat16) if args.dtype == "bf16"
-                else contextlib.nullcontext())
+    dense_params, opts = S.optimizers(args, model, emb, cuda)
+    autocast = S.bf16_autocast(args)
     lanes = Lanes(cuda, args.side_streams)
-    warmup, steps = args.warmup, args.steps
-    losses = torch.zeros(warmup + steps, device=dev)
     with executors(config, args.side_streams) as pools:
         fwd_bwd = make_step(config, model, emb, autocast, lanes, pools, args.fwd_stream == "main")
-
-        def step(i):
-            loss = fwd_bwd(batches[i % len(batches)])
-            opt.step()
-            opt_emb.step()
-            opt.zero_grad(set_to_none=True)
-            opt_emb.zero_grad(set_to_none=True)
-            losses[i].copy_(loss.detach())
-
-        res = S.time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, (opt, opt_emb), losses)
-    return dict(res, dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
+        return S.train_timed(args, dev, B, batches, fwd_bwd, opts, dense_params, total_rows)
 
 
 def run_config(args, meta, d, batches, config, B):

@@ -302,10 +302,7 @@ def train_and_time(args, d, batches, mode, B):
                         args.block_hidden, args.aux_weight).to(dev)
     init_like_nobubble(model)
     model.train()
-    dense_params = [p for p in model.parameters()]
-    opt = torch.optim.AdamW(dense_params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay,
-                            **({"fused": True} if cuda else {}))
-    opt_emb = torch.optim.Adagrad([emb.weight], lr=args.emb_lr, eps=1e-8, foreach=False)
+    dense_params, opts = optimizers(args, model, emb, cuda)
     if mode == "eager":
         fwd = model
     else:
@@ -316,10 +313,7 @@ def train_and_time(args, d, batches, mode, B):
             if hasattr(dynamo_config, knob):
                 setattr(dynamo_config, knob, max(getattr(dynamo_config, knob), 64))
         fwd = torch.compile(model, dynamic=False)
-    autocast = (torch.autocast(device_type=args.device, dtype=torch.bfloat16) if args.dtype == "bf16"
-                else contextlib.nullcontext())
-    warmup, steps = args.warmup, args.steps
-    losses = torch.zeros(warmup + steps, device=dev)
+    autocast = bf16_autocast(args)
 
     def fwd_bwd(bt):
         with autocast:
@@ -327,15 +321,38 @@ def train_and_time(args, d, batches, mode, B):
         loss.backward()
         return loss
 
+    return train_timed(args, dev, B, batches, fwd_bwd, opts, dense_params, total_rows)
+
+
+def optimizers(args, model, emb, cuda):
+    """nobubble's optimizers: AdamW on the dense parameters (fused on CUDA), Adagrad on the rows."""
+    dense_params = list(model.parameters())
+    opt = torch.optim.AdamW(dense_params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay,
+                            **({"fused": True} if cuda else {}))
+    opt_emb = torch.optim.Adagrad([emb.weight], lr=args.emb_lr, eps=1e-8, foreach=False)
+    return dense_params, (opt, opt_emb)
+
+
+def bf16_autocast(args):
+    return (torch.autocast(device_type=args.device, dtype=torch.bfloat16) if args.dtype == "bf16"
+            else contextlib.nullcontext())
+
+
+def train_timed(args, dev, B, batches, fwd_bwd, opts, dense_params, total_rows):
+    """fwd_bwd and the optimizers' step over the batches, timed by time_steps' rule; the result
+    with the model's sizes."""
+    warmup, steps = args.warmup, args.steps
+    losses = torch.zeros(warmup + steps, device=dev)
+
     def step(i):
         loss = fwd_bwd(batches[i % len(batches)])
-        opt.step()
-        opt_emb.step()
-        opt.zero_grad(set_to_none=True)
-        opt_emb.zero_grad(set_to_none=True)
+        for o in opts:
+            o.step()
+        for o in opts:
+            o.zero_grad(set_to_none=True)
         losses[i].copy_(loss.detach())
 
-    return dict(time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, (opt, opt_emb), losses),
+    return dict(time_steps(dev.type == "cuda", B, batches, warmup, steps, step, fwd_bwd, opts, losses),
                 dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
 
 
