@@ -145,30 +145,25 @@ float *nb_stream_global_g(nb_trainer *tr, int which) {
     return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
 }
 
-/* A copy between host buffers split over a few threads: one core does not reach the host's
- * memory bandwidth, and staging and landing run beside AdamW, which takes the rest. */
+/* Threads of the host copies (staging an upload, landing a gradient): one core does not reach the
+ * host's memory bandwidth. With clipping the optimizer waits for the norm, so during the backward
+ * it is idle and the copies may take half the cores (a 14b layer is 1 GB of fp32 gradient: four
+ * threads land it slower than the GPU computes the next layer); without clipping AdamW runs
+ * beside them on every core and they keep to four. OMP_NUM_THREADS caps it. */
 #define COPY_THREADS 4
 #define COPY_CHUNK ((size_t)1 << 20)
-static int copy_threads(void) { /* OMP_NUM_THREADS caps it */
-    return nb_host_max_threads() < COPY_THREADS ? nb_host_max_threads() : COPY_THREADS;
+static int copy_threads(const nb_trainer *tr) {
+    int all = nb_host_max_threads(), few = all < COPY_THREADS ? all : COPY_THREADS;
+    return tr->o.grad_clip > 0 && all / 2 > few ? all / 2 : few;
 }
 
-static void copy_par(void *dst, const void *src, size_t bytes) {
+static void copy_par(const nb_trainer *tr, void *dst, const void *src, size_t bytes) {
     long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(copy_threads()) if (n > 1)
+#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 1)
     for (long i = 0; i < n; i++) {
         size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
         memcpy((char *)dst + o, (const char *)src + o, len);
     }
-}
-
-/* Threads that put a gradient into the host slab, or round weights into an up slab. With clipping
- * the optimizer waits for the norm, so during the backward it is idle and these may take half the
- * cores (a 14b layer is 1 GB of fp32 gradient: four threads land it slower than the GPU computes
- * the next layer); without clipping AdamW runs beside them on every core. */
-static int land_threads(const nb_trainer *tr) {
-    int half = nb_host_max_threads() / 2;
-    return tr->o.grad_clip > 0 && half > copy_threads() ? half : copy_threads();
 }
 
 /* ---- setup ---- */
@@ -275,11 +270,11 @@ void nb_stream_free(nb_trainer *tr) {
  * uploads do not come here: the update of the step before writes them (run_update). */
 static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
     if (!lowp(tr)) {
-        copy_par(dst, tr->params + offset, n * sizeof(float));
+        copy_par(tr, dst, tr->params + offset, n * sizeof(float));
     } else {
         uint16_t *d = dst;
         const float *p = tr->params + offset;
-#pragma omp parallel for schedule(static) num_threads(land_threads(tr)) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 65536)
         for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
     }
 }
@@ -357,14 +352,14 @@ static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
     float *dst = tr->h_grads + o;
     size_t b0 = (o + B - 1) / B, b1 = (o + n) / B; /* whole blocks inside [o, o + n) */
     if (b1 <= b0) {
-        copy_par(dst, src, n * sizeof(float));
+        copy_par(tr, dst, src, n * sizeof(float));
         return;
     }
     size_t head = b0 * B - o, tail = o + n - b1 * B;
     memcpy(dst, src, head * sizeof(float));
     memcpy(dst + (n - tail), src + (n - tail), tail * sizeof(float));
     long nb = (long)(b1 - b0);
-#pragma omp parallel for schedule(static) num_threads(land_threads(tr)) if (nb > 64)
+#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = head + (size_t)k * B;
         memcpy(dst + at, src + at, B * sizeof(float));
@@ -434,7 +429,7 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
     void *up = it->uslot >= 0 ? S(tr)->h_up[it->uslot] : NULL;
     adamw_range(tr, 1 + it->layer, it->k, lowp(tr) ? up : NULL);
     if (up && !lowp(tr)) /* fp32: the master is the compute copy */
-        copy_par(up, tr->params + tr->model.group_offset[1 + it->layer], S(tr)->layer_numel * sizeof(float));
+        copy_par(tr, up, tr->params + tr->model.group_offset[1 + it->layer], S(tr)->layer_numel * sizeof(float));
 }
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
