@@ -477,18 +477,10 @@ def parse_args(argv):
     p.add_argument("--fwd-stream", choices=("side", "main"), default="side",
                    help="where a segment's forward runs (and so its backward): side [side]; main: the literal "
                         "recipe, backward() wrapped in the side stream only (see the docstring)")
-    p.add_argument("--emb-dim", type=int, default=64, help="E [64]")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--hist-layers", type=int, default=1)
-    p.add_argument("--blocks", type=int, default=6)
-    p.add_argument("--cross-rank", type=int, default=256)
-    p.add_argument("--block-hidden", type=int, default=512)
+    S.add_shape_args(p)
     p.add_argument("--aux-weight", type=float, default=1.0, help="weight of the non-last heads' BCE in the detached "
                    "configurations (baseline: 0) [1]")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate [1e-3]")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay [0]")
-    p.add_argument("--emb-lr", type=float, default=0.05, help="Adagrad learning rate [0.05]")
-    p.add_argument("--seed", type=int, default=1)
+    S.add_optim_args(p)
     p.add_argument("--json", help="append one JSON line per result (all fields) to this file")
     p.add_argument("--deadline", type=float, default=0,
                    help="Unix time: a configuration that would start after it (less its rough cost) is skipped")

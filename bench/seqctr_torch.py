@@ -672,6 +672,24 @@ def print_table(rows):
 
 # ------------------------------------------------------------------------------ command line
 
+def add_shape_args(p):
+    """The model's shape (nobubble's seqctr defaults), shared with erase_torch.py."""
+    p.add_argument("--emb-dim", type=int, default=64, help="E [64]")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--hist-layers", type=int, default=1)
+    p.add_argument("--blocks", type=int, default=6)
+    p.add_argument("--cross-rank", type=int, default=256)
+    p.add_argument("--block-hidden", type=int, default=512)
+
+
+def add_optim_args(p):
+    """The optimizers' settings and the seed, shared with erase_torch.py."""
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate [1e-3]")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay [0]")
+    p.add_argument("--emb-lr", type=float, default=0.05, help="Adagrad learning rate [0.05]")
+    p.add_argument("--seed", type=int, default=1)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="bench/README.md (seqctr section) explains the numbers.")
@@ -682,17 +700,9 @@ def parse_args(argv):
     p.add_argument("--mode", default="eager,compile", help="eager, compile or eager,compile [eager,compile]")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke check of this script")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="bf16: fp32 weights + bf16 autocast [bf16]")
-    p.add_argument("--emb-dim", type=int, default=64, help="E [64]")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--hist-layers", type=int, default=1)
-    p.add_argument("--blocks", type=int, default=6)
-    p.add_argument("--cross-rank", type=int, default=256)
-    p.add_argument("--block-hidden", type=int, default=512)
+    add_shape_args(p)
     p.add_argument("--aux-weight", type=float, default=0.0, help="weight of the other blocks' BCE heads [0]")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate [1e-3]")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay [0]")
-    p.add_argument("--emb-lr", type=float, default=0.05, help="Adagrad learning rate [0.05]")
-    p.add_argument("--seed", type=int, default=1)
+    add_optim_args(p)
     p.add_argument("--json", help="append one JSON line per result (all fields) to this file")
     p.add_argument("--deadline", type=float, default=0, help="Unix time after which no run starts")
     p.add_argument("--traceback", action="store_true", help="print the full traceback of a failing mode")
