@@ -8,7 +8,8 @@
 # the stream run, the effect of each part: --ckpt-interval 2, 4, 8, one device slot (no double
 # buffering), one and four pinned slabs, and --grad-clip 0 (AdamW during the backward). --clip0: a
 # stream row with --grad-clip 0 and, with --anchor, an FSDP2 row with --grad-clip 0 to divide it by.
-# $NB_ARGS is added to every nobubble run's command line (and to its rows' labels).
+# $NB_ARGS is added to every nobubble run's command line, $STREAM_ARGS to the stream runs' (e.g.
+# STREAM_ARGS="--stream-slots -1 --gpu-layers -1"), both to their rows' labels.
 # tokens/s from the trainer's p90/median summary line; TFLOP/s with model FLOPs = the trainer's
 # "MFLOP per token" (6 N + attention) x tokens/s. Also writes one step's trace and timeline.svg of
 # each stream run to $OUT (default bench/out/stream) and checks the overlap in the trace
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
         --anchor-steps) asteps=$2; shift ;;
         --anchor-warmup) awarm=$2; shift ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "stream_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -72,14 +73,15 @@ nb_row() {   # MODEL TAG LABEL [RC]: one table row from the trainer's log; sets 
     [ "$2" = plain ] && res=$med
     ratio=$( [ -n "$res" ] && awk -v a="$med" -v b="$res" 'BEGIN {printf "%.2f", a / b}' || echo -)
     kept=$(grep -o '[0-9]* layers\{0,1\} kept whole\|all kept (--keep-layers' "$log" | head -n 1 | sed 's/ (--keep-layers//')
-    echo "| $1$lsuf | ${batch} x ${seq} | $3${NB_ARGS:+ $NB_ARGS}${kept:+ ($kept)} | $med | $p90 | $tf | $htf | $ratio | |" >> "$table"
+    local sargs=''; [ "$2" != plain ] && sargs=${STREAM_ARGS:-}
+    echo "| $1$lsuf | ${batch} x ${seq} | $3${NB_ARGS:+ $NB_ARGS}${sargs:+ $sargs}${kept:+ ($kept)} | $med | $p90 | $tf | $htf | $ratio | |" >> "$table"
 }
 
 # a stuck lane fails the run with a report of every lane instead of hanging it
 export NB_LANES_TIMEOUT=${NB_LANES_TIMEOUT:-300}
 ks=${CKPT:-1}; k1=${ks%%,*}
-kflags() { # --ckpt-interval K, and --keep-layers $KEEP where it applies (K > 0)
-    echo "--ckpt-interval $1$( [ "$1" != 0 ] && [ -n "${KEEP:-}" ] && echo " --keep-layers $KEEP")"
+kflags() { # --ckpt-interval K, and --keep-layers $KEEP where it applies (K > 0), and $STREAM_ARGS
+    echo "--ckpt-interval $1$( [ "$1" != 0 ] && [ -n "${KEEP:-}" ] && echo " --keep-layers $KEEP") ${STREAM_ARGS:-}"
 }
 variants() {   # the runs of one model: name|schedule|flags
     for sc in $scheds; do

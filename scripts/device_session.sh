@@ -3,9 +3,10 @@
 # each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
 # (the device tool returns at most 8 files).
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
-# Stages: gpu_all, gpu_train, ctr_ops_bench, adamw_bench, stream1b, stream8b, stream14b, erase_tf,
-#   erase_ctr, erase_quality. The stream runs take env B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14,
-#   STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest of stream_bench.sh's environment pass through.
+# Stages: gpu_all, gpu_train, ctr_ops_bench, adamw_bench, host_info (CPU and NUMA layout),
+#   stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality. The stream runs take env
+#   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
+#   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
 #   (default 570, under the tool's 600 s per call).
 set -uo pipefail
@@ -32,6 +33,7 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         gpu_train) build && bash tests/gpu_train_test.sh ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
         adamw_bench) build && "$NB_BUILD/tests/test_adamw_host" --bench ;;
+        host_info) lscpu; for n in /sys/devices/system/node/node*; do echo "$n: cpus $(cat $n/cpulist) $(grep MemTotal $n/meminfo)"; done; command -v numactl && numactl -H ;;
         stream1b) build && KEEP=${KEEP1:-} OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --batch "${B1:-16}" --steps 10 ${STREAM1_ARGS:---parts --anchor --budget 250} ;;
         stream8b) build && KEEP=${KEEP8:-} OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --batch "${B8:-16}" --steps "${S8:-6}" ${STREAM8_ARGS:-} ;;
         stream14b) build && KEEP=${KEEP14:-} OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --batch "${B14:-8}" --steps "${S14:-4}" --stream-only ;;

@@ -7,7 +7,7 @@
 #  - ERASE (--detach, --schedule erase, both dispatch modes and --graphs) is bitwise plain and
 #    overlaps (overlap_pct > 0);
 #  - --schedule stream follows plain in fp32 (host AdamW vs device AdamW: bitwise, also with
-#    recompute under layers kept whole) and bf16, and
+#    recompute under layers kept whole, and with layers whose state stays on the device) and bf16,
 #    its trace shows uploads and downloads running during other layers' compute.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
@@ -68,12 +68,22 @@ cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-keep/ckpt/model.safetensors
     && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-keep/ckpt/optim.safetensors" \
     && pass "GPU stream --ckpt-interval 2 --keep-layers 3 vs plain, fp32: bitwise-identical weights and AdamW state" \
     || fail "GPU stream --ckpt-interval 2 --keep-layers 3 vs plain, fp32: differ"
+# three layers' state on the device (their AdamW there, their norm blocks summed there in the
+# host's order) and a weight slot per streamed layer: still plain's bits
+$NB train "${S[@]}" --precision fp32 --schedule stream --gpu-layers 3 --stream-slots -1 --out "$TMP/s-gpu" \
+    || fail "gpu fp32 stream --gpu-layers 3"
+cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-gpu/ckpt/model.safetensors" \
+    && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-gpu/ckpt/optim.safetensors" \
+    && pass "GPU stream --gpu-layers 3 --stream-slots -1 vs plain, fp32: bitwise-identical weights and AdamW state" \
+    || fail "GPU stream --gpu-layers 3 --stream-slots -1 vs plain, fp32: differ"
 $NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain"
-$NB train "${S[@]}" --schedule stream --ckpt-interval 1 --steps 12 --out "$TMP/s-bf16" || fail "gpu bf16 stream"
-worst=$(worst_loss_diff "$TMP/s-bf16-plain" "$TMP/s-bf16")
-awk -v w="$worst" 'BEGIN {exit !(w < 1e-2)}' \
-    && pass "GPU stream bf16 (AdamW writing the bf16 uploads, recompute) vs plain bf16: worst loss rel diff $worst over 12 steps" \
-    || fail "GPU stream bf16 vs plain: loss rel diff $worst"
+for v in "--ckpt-interval 1" "--gpu-layers 3 --stream-slots -1"; do
+    $NB train "${S[@]}" --schedule stream $v --steps 12 --out "$TMP/s-bf16" || fail "gpu bf16 stream $v"
+    worst=$(worst_loss_diff "$TMP/s-bf16-plain" "$TMP/s-bf16")
+    awk -v w="$worst" 'BEGIN {exit !(w < 1e-2)}' \
+        && pass "GPU stream bf16 $v vs plain bf16: worst loss rel diff $worst over 12 steps" \
+        || fail "GPU stream bf16 $v vs plain: loss rel diff $worst"
+done
 # the overlap needs layers whose compute outlasts their copies (the proxy's 1.5 MB layers are all
 # latency): llama-1b's layers, four of them, 16k tokens a step
 $NB train --model llama-1b --layers 4 --batch 8 --seq 2048 --steps 6 --data "$TRAIN" --val-data none --eval-every 0 \

@@ -5,7 +5,9 @@
 #    bitwise-identical losses, gradient norms, validation losses, weights and AdamW state;
 #  - with recomputation (--ckpt-interval 1, 2, 3 on 5 layers: full and partial blocks) too, with
 #    the last layers kept whole (--keep-layers 1, 2 and -1: no recompute for them), with
-#    one device slot and one pinned slab (--stream-slots 1 --pinned-slabs 1), and
+#    one device slot and one pinned slab (--stream-slots 1 --pinned-slabs 1), three slots and
+#    one per layer (--stream-slots 3, -1: then each layer is uploaded once a step), with layers
+#    whose state stays on the device (--gpu-layers, also across a resume), and
 #    without clipping (each layer's AdamW then runs during the backward);
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
 #  - the trace and timeline.svg show the h2d, d2h and host lanes at work;
@@ -54,18 +56,50 @@ expect_error "--keep-layers without recompute" "--ckpt-interval K" $NB train "${
 # weights serve the backward (the last two layers stay in their slots): 2L - 2 uploads
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
     --schedule stream --ckpt-interval 1 --out "$TMP/pcie" 2>&1 | grep '^pcie')
-echo "$out" | grep -q "14 layer uploads for 8 layers" && pass "uploads per step at --ckpt-interval 1: $out" \
+echo "$out" | grep -q "14 layer uploads for 8 streamed layers" && pass "uploads per step at --ckpt-interval 1: $out" \
     || fail "uploads per step: '$out' (expected 14 for 8 layers)"
 # one device slot (no double buffering) and one pinned slab each way: later, never different
 $NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval 2 --stream-slots 1 --pinned-slabs 1 \
     --out "$TMP/k-single" || fail "stream --stream-slots 1 --pinned-slabs 1"
 same "5 layers: stream with one slot and one pinned slab vs plain" "$TMP/k-plain" "$TMP/k-single"
-expect_error "--stream-slots out of range" "between 1 and 4" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stream-slots 5
+# three slots (the least recently used one takes the next layer) and one per layer (-1 on the CPU
+# backend: the forward's weights serve the whole backward, so a layer crosses once a step)
+for W in 3 -1; do
+    $NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval 2 --stream-slots $W \
+        --out "$TMP/k-w$W" || fail "stream --stream-slots $W"
+    same "5 layers: stream with --stream-slots $W vs plain" "$TMP/k-plain" "$TMP/k-w$W"
+done
+out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
+    --schedule stream --stream-slots -1 --out "$TMP/pcie-w" 2>&1 | grep '^pcie')
+echo "$out" | grep -q "8 layer uploads for 8 streamed layers" && pass "uploads per step with a slot per layer: $out" \
+    || fail "uploads per step with --stream-slots -1: '$out' (expected 8 for 8 layers)"
+# device layers (--gpu-layers): their state, gradient and AdamW stay on the "device" (the CPU
+# backend's memory), the norm takes their blocks from there: still plain's bits, with clipping,
+# recompute and evaluation, without clipping (their update then runs in the backward), and across a
+# checkpoint (the host copy is brought up to date first)
+$NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --ckpt-interval 2 --gpu-layers 2 --out "$TMP/g2" \
+    || fail "stream --gpu-layers 2"
+same "5 layers: stream with --gpu-layers 2 (and recompute) vs plain" "$TMP/k-plain" "$TMP/g2"
+$NB train "${C[@]}" --model llama-tiny --schedule stream --gpu-layers 1 --out "$TMP/g-llama" || fail "llama stream --gpu-layers 1"
+same "llama-tiny: stream with --gpu-layers 1 vs plain" "$TMP/llama-tiny-plain" "$TMP/g-llama"
+$NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --gpu-layers 5 --stop-after 10 --out "$TMP/g-all" \
+    || fail "stream --gpu-layers 5, first half"
+$NB train --resume "$TMP/g-all" --out "$TMP/g-all" --no-progress --quiet || fail "stream --gpu-layers 5, resumed"
+same "5 layers: stream with every layer on the device, resumed at step 10, vs plain" "$TMP/k-plain" "$TMP/g-all"
+out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
+    --schedule stream --gpu-layers 3 --out "$TMP/pcie-g" 2>&1)
+echo "$out" | grep -q "^pcie .* 8 layer uploads for 5 streamed layers" && echo "$out" | grep -q "layers 0-2 (3 of 8) keep weights" \
+    && pass "--gpu-layers 3 of 8: the plan says so, only the 5 others cross PCIe" || fail "--gpu-layers plan: $out"
+expect_error "--gpu-layers without stream" "use --gpu-layers with --schedule stream" $NB train "${C[@]}" --model gpt2-tiny --gpu-layers 1
+expect_error "--stream-slots out of range" "N >= 1, or -1" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stream-slots 0
 # no clipping: each layer's AdamW runs as soon as its gradient lands, during the backward
 $NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --out "$TMP/nc-plain" || fail "no-clip plain"
 $NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --ckpt-interval 2 --out "$TMP/nc-stream" \
     || fail "no-clip stream"
 same "--grad-clip 0: stream (AdamW during the backward) vs plain" "$TMP/nc-plain" "$TMP/nc-stream"
+$NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --gpu-layers 2 --out "$TMP/nc-g2" \
+    || fail "no-clip stream --gpu-layers 2"
+same "--grad-clip 0: stream with --gpu-layers 2 vs plain" "$TMP/nc-plain" "$TMP/nc-g2"
 $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stop-after 10 --out "$TMP/split" || fail "stream first half"
 $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "stream resume"
 cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.safetensors" \

@@ -1,11 +1,12 @@
 /* core: Philox known answers, RNG determinism and distribution, arenas that refuse an
- * over-budget plan with needed vs available, tensor views, byte formatting. */
+ * over-budget plan with needed vs available, tensor views, byte formatting, the streaming copy. */
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "core.h"
+#include "host.h"
 #include "rng.h"
 #include "tensor.h"
 
@@ -98,11 +99,28 @@ TEST_CASE(test_fmt_bytes) {
     CHECK(!strcmp(nb_fmt_bytes(b, sizeof b, 1.5 * 1024 * 1024 * 1024), "1.50 GiB"), "%s", b);
 }
 
+/* nb_copy_stream is memcpy whatever the sizes and alignments (streaming stores on the aligned
+ * middle, plain copies around it), and leaves the bytes past the end alone. */
+TEST_CASE(test_copy_stream) {
+    enum { N = 4096 + 192 };
+    static unsigned char src[N], dst[N + 64];
+    for (int i = 0; i < N; i++) src[i] = (unsigned char)(i * 131 + 7);
+    size_t sizes[] = {0, 1, 63, 255, 256, 257, 1000, 4096, 4096 + 100};
+    for (int a = 0; a < 32; a += 3)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            memset(dst, 0xA5, sizeof dst);
+            nb_copy_stream(dst + a, src + (a * 5) % 17, sizes[k]);
+            CHECK(!memcmp(dst + a, src + (a * 5) % 17, sizes[k]), "offset %d size %zu", a, sizes[k]);
+            CHECK(dst[a + sizes[k]] == 0xA5 && (a == 0 || dst[a - 1] == 0xA5), "offset %d size %zu wrote outside", a, sizes[k]);
+        }
+}
+
 int main(void) {
     RUN(test_philox_known_answers);
     RUN(test_normal_fill);
     RUN(test_arena_plan_and_views);
     RUN(test_arena_over_budget);
     RUN(test_fmt_bytes);
+    RUN(test_copy_stream);
     TEST_EXIT();
 }

@@ -699,6 +699,24 @@ TEST_CASE(test_adamw) {
     printf("    %-40s %-4s rel err %.2e\n", "sumsq", "f64", fabs(got[0] - ref) / ref);
     CHECK(fabs(got[0] - ref) <= 1e-12 * ref, "sumsq %.17g vs CPU %.17g", got[0], ref);
     CHECK(got[0] == got[1], "sumsq differs between runs");
+    /* the norm's blocks, as the stream schedule sums gradients that stay on the device: the host's
+     * bits, block by block (from an aligned start and from one 4 bytes off, with a short last block) */
+    for (int shift = 0; shift < 2; shift++) {
+        size_t nn = ns - (size_t)shift, nblk = (nn + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+        double *dpart = NULL, *gpart = nb_malloc(nblk * sizeof(double), "test");
+        CUDA_CHECK(cudaMalloc((void **)&dpart, nblk * sizeof(double)));
+        nb_cuda_sumsq_blocks(dpart, (const float *)dx + shift, nn, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        CUDA_CHECK(cudaMemcpy(gpart, dpart, nblk * sizeof(double), cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t b = 0; b < nblk; b++) {
+            size_t at = b * NB_SUMSQ_BLOCK, len = nn - at < NB_SUMSQ_BLOCK ? nn - at : NB_SUMSQ_BLOCK;
+            bad += memcmp(&gpart[b], &(double){nb_sumsq_block(x + shift + at, len)}, sizeof(double)) != 0;
+        }
+        CHECK(bad == 0, "sumsq blocks (shift %d): %zu of %zu blocks differ from the host's", shift, bad, nblk);
+        CUDA_CHECK(cudaFree(dpart));
+        free(gpart);
+    }
     nb_cuda_scale_inplace(dx, ns, 0.37f, st);
     float *gx = zeros(ns);
     dev_down(gx, dx, ns, 0);

@@ -1,8 +1,13 @@
 #include "host.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -41,4 +46,29 @@ int nb_host_set_threads(int n) {
     /* OpenBLAS keeps its own pool; give it the same count so the two never oversubscribe */
     openblas_set_num_threads(n);
     return n;
+}
+
+void nb_copy_stream(void *dst, const void *src, size_t bytes) {
+#if defined(__x86_64__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (bytes < 256 || head) { /* small or misaligned: not worth it (landings are page-aligned) */
+        memcpy(d, s, bytes);
+        return;
+    }
+    size_t n = bytes / 64 * 64;
+    for (size_t i = 0; i < n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    memcpy(d + n, s + n, bytes - n);
+    _mm_sfence();
+#else
+    memcpy(dst, src, bytes);
+#endif
 }

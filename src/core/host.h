@@ -9,4 +9,9 @@ size_t nb_host_mem_available(void);
 int nb_host_set_threads(int n);
 /* Threads a parallel region started by the calling thread would get (1 without OpenMP). */
 int nb_host_max_threads(void);
+/* memcpy for a destination that is not read again soon (a gradient landing in host memory, a
+ * staging slab a DMA reads): streaming stores on x86, which skip reading each destination line
+ * in first (a third less memory traffic for a copy); memcpy elsewhere. Ordered (sfence) before
+ * it returns. */
+void nb_copy_stream(void *dst, const void *src, size_t bytes);
 #endif

@@ -68,6 +68,10 @@ typedef struct nb_backend_i {
     void (*sum_f64)(nb_ctx, double *out, const float *x, size_t n);
     /* *out = sum of squares of x[0..n) (fixed order) */
     void (*sumsq_f64)(nb_ctx, double *out, const float *x, size_t n);
+    /* part[b] = nb_sumsq_block of x's block b (NB_SUMSQ_BLOCK elements, the last one shorter), the
+     * same bits as the host's (part in backend memory): the stream schedule's norm over gradients
+     * that stay on the device */
+    void (*sumsq_blocks)(nb_ctx, double *part, const float *x, size_t n);
     /* *clip = nb_clip_factor(sqrt(*sumsq), max_norm) (both in backend memory) */
     void (*clip_factor)(nb_ctx, float *clip, const double *sumsq, float max_norm);
     /* AdamW over one tensor with the step's scalars k and the clip factor (both in backend memory,

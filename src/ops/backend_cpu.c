@@ -83,6 +83,14 @@ static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) {
     *out = s;
 }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { *out = nb_sumsq(x, n); }
+static void sumsq_blocks(nb_ctx c, double *part, const float *x, size_t n) {
+    long nb = (long)((n + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 64)
+    for (long b = 0; b < nb; b++) {
+        size_t at = (size_t)b * NB_SUMSQ_BLOCK;
+        part[b] = nb_sumsq_block(x + at, n - at < NB_SUMSQ_BLOCK ? n - at : NB_SUMSQ_BLOCK);
+    }
+}
 static void clip_factor(nb_ctx c, float *clip, const double *sumsq, float max_norm) {
     *clip = nb_clip_factor(sqrt(*sumsq), max_norm);
 }
@@ -142,7 +150,7 @@ const nb_backend_i nb_backend_cpu = {
     .attention_fwd = attention_fwd, .attention_bwd = attention_bwd,
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,
     .xent_fwd_bwd = xent_fwd_bwd,
-    .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,
+    .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,
     .adamw_spans = adamw_spans,
     .cast_params = cast_params, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
     .to_host = copy_in, .to_host_async = copy_in, .host_alloc = alloc, .host_free = release,

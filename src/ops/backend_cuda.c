@@ -102,6 +102,7 @@ NB_CUDA_BACKEND_OPS(bf16, nb_bf16)
 /* ---- precision-independent entries ---- */
 static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sum_f64(out, x, n, S(c)); }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sumsq(out, x, n, S(c)); }
+static void sumsq_blocks(nb_ctx c, double *part, const float *x, size_t n) { nb_cuda_sumsq_blocks(part, x, n, S(c)); }
 static void clip_factor(nb_ctx c, float *clip, const double *sumsq, float max_norm) {
     nb_cuda_clip_factor(clip, sumsq, max_norm, S(c));
 }
@@ -173,7 +174,7 @@ static size_t dev_available(void) {
         .rope_bwd = rope_bwd_##SUF,                                                                        \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
-        .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .clip_factor = clip_factor, .adamw = adamw,            \
+        .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,            \
         .adamw_spans = adamw_spans, .cast_params = CAST, .alloc = dev_alloc, .free = dev_free,             \
         .zero = dev_zero, .to_backend = to_dev, .to_host = to_host, .host_alloc = pinned_alloc,            \
         .to_host_async = to_host_async, .host_free = pinned_free,                                          \

@@ -176,6 +176,9 @@ void nb_cuda_adamw_apply_spans(float *params, const float *grads, float *m, floa
 void nb_cuda_clip_factor(float *out, const double *sumsq, float max_norm, nb_stream_t stream);
 /* *out = sum of g^2 in double, fixed order (device pointer): the global-norm clip's input. */
 void nb_cuda_sumsq(double *out, const float *g, size_t n, nb_stream_t stream);
+/* part[b] = nb_sumsq_block(g + b * NB_SUMSQ_BLOCK, ...) for every block of g[0..n): the host's
+ * order and roundings (four double lanes, no fused multiply-add), so the same bits. */
+void nb_cuda_sumsq_blocks(double *part, const float *g, size_t n, nb_stream_t stream);
 void nb_cuda_scale_inplace(float *g, size_t n, float s, nb_stream_t stream);
 
 #ifdef __cplusplus

@@ -270,3 +270,36 @@ extern "C" void nb_cuda_sumsq(double *out, const float *g, size_t n, nb_stream_t
     NB_CUDA_SHAPE(out && (g || n == 0), "nb_cuda_sumsq");
     nb_cuda_reduce_f64(out, g, n, 1, stream);
 }
+
+/* nb_sumsq_block, one thread per block of NB_SUMSQ_BLOCK elements: the same four double lanes,
+ * the same element order and the same explicitly rounded operations (no fused multiply-add), so
+ * each part has the host's bits. A thread reads its block front to back (16-byte loads where
+ * aligned, which is where each lane's next element already is). */
+static __device__ __forceinline__ double sq_add(double acc, float x) { return __dadd_rn(acc, __dmul_rn((double)x, (double)x)); }
+
+static __global__ void sumsq_blocks_kernel(double *part, const float *g, size_t n, size_t nblocks) {
+    size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    size_t at = b * NB_SUMSQ_BLOCK, len = n - at < NB_SUMSQ_BLOCK ? n - at : NB_SUMSQ_BLOCK, i = 0;
+    const float *x = g + at;
+    double a[4] = {0.0, 0.0, 0.0, 0.0};
+    if (((uintptr_t)x & 15) == 0) {
+        for (; i + 4 <= len; i += 4) {
+            float4 q = *(const float4 *)(x + i);
+            a[0] = sq_add(a[0], q.x), a[1] = sq_add(a[1], q.y), a[2] = sq_add(a[2], q.z), a[3] = sq_add(a[3], q.w);
+        }
+    } else {
+        for (; i + 4 <= len; i += 4)
+            for (int j = 0; j < 4; j++) a[j] = sq_add(a[j], x[i + j]);
+    }
+    for (int j = 0; i < len; i++, j++) a[j] = sq_add(a[j], x[i]);
+    part[b] = __dadd_rn(__dadd_rn(a[0], a[2]), __dadd_rn(a[1], a[3]));
+}
+
+extern "C" void nb_cuda_sumsq_blocks(double *part, const float *g, size_t n, nb_stream_t stream) {
+    NB_CUDA_SHAPE(part && (g || n == 0), "nb_cuda_sumsq_blocks");
+    size_t nblocks = (n + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+    if (nblocks == 0) return;
+    sumsq_blocks_kernel<<<(unsigned)((nblocks + 127) / 128), 128, 0, stream>>>(part, g, n, nblocks);
+    CUDA_CHECK_LAUNCH("sum of squares by blocks");
+}

@@ -100,11 +100,13 @@ static inline NB_AVX2 __m128i bf16_avx2(__m256 p) {
 static NB_AVX2 void range_avx2(float *params, const float *grads, float *m, float *v, uint16_t *lp, size_t i0,
                                size_t i1, const nb_adamw_scalars *k, float grad_scale) {
     const int clip = grad_scale < 1.0f;
+    int nt = 0;
     const __m256 decay = _mm256_set1_ps(k->decay), w1 = _mm256_set1_ps(k->w1), b2 = _mm256_set1_ps(k->b2);
     const __m256 w2 = _mm256_set1_ps(k->w2), neg_step = _mm256_set1_ps(k->neg_step);
     const __m256 bc2 = _mm256_set1_ps(k->bc2_sqrt), eps = _mm256_set1_ps(k->eps), scale = _mm256_set1_ps(grad_scale);
     size_t i = i0;
     for (; i < i1 && ((uintptr_t)(params + i) & 31); i++) adamw_one(params, grads, m, v, lp, i, k, grad_scale, clip);
+    nt = lp && ((uintptr_t)(lp + i) & 15) == 0; /* streaming stores for the bf16 output, as range_avx512 */
     for (; i + 8 <= i1; i += 8) {
         __m256 g = _mm256_loadu_ps(grads + i);
         if (clip) g = _mm256_mul_ps(g, scale);
@@ -118,9 +120,13 @@ static NB_AVX2 void range_avx2(float *params, const float *grads, float *m, floa
         _mm256_storeu_ps(params + i, p);
         _mm256_storeu_ps(m + i, mi);
         _mm256_storeu_ps(v + i, vi);
-        if (lp) _mm_storeu_si128((__m128i *)(lp + i), bf16_avx2(p));
+        if (nt)
+            _mm_stream_si128((__m128i *)(lp + i), bf16_avx2(p));
+        else if (lp)
+            _mm_storeu_si128((__m128i *)(lp + i), bf16_avx2(p));
     }
     for (; i < i1; i++) adamw_one(params, grads, m, v, lp, i, k, grad_scale, clip);
+    if (nt) _mm_sfence();
 }
 
 /* ---- AVX-512: 16 lanes; head and tail as masked vectors (masked-off lanes are neither read
@@ -135,7 +141,7 @@ typedef struct {
 
 static inline NB_AVX512 __attribute__((always_inline)) void step_avx512(float *params, const float *grads, float *m,
                                                                         float *v, uint16_t *lp, size_t i,
-                                                                        __mmask16 mask, const adamw_v16 *c) {
+                                                                        __mmask16 mask, int nt, const adamw_v16 *c) {
     __m512 g = _mm512_maskz_loadu_ps(mask, grads + i);
     if (c->clip) g = _mm512_mul_ps(g, c->scale);
     __m512 m0 = _mm512_maskz_loadu_ps(mask, m + i);
@@ -155,7 +161,10 @@ static inline NB_AVX512 __attribute__((always_inline)) void step_avx512(float *p
         __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
         __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, lsb)), 16);
         r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), half);
-        _mm512_mask_cvtepi32_storeu_epi16(lp + i, mask, r);
+        if (nt)
+            _mm256_stream_si256((__m256i *)(lp + i), _mm512_cvtepi32_epi16(r));
+        else
+            _mm512_mask_cvtepi32_storeu_epi16(lp + i, mask, r);
     }
 }
 
@@ -171,11 +180,15 @@ static NB_AVX512 void range_avx512(float *params, const float *grads, float *m, 
     size_t head = ((64 - ((uintptr_t)(params + i) & 63)) & 63) / sizeof(float);
     if (head > i1 - i) head = i1 - i;
     if (head) {
-        step_avx512(params, grads, m, v, lp, i, (__mmask16)((1u << head) - 1u), &c);
+        step_avx512(params, grads, m, v, lp, i, (__mmask16)((1u << head) - 1u), 0, &c);
         i += head;
     }
-    for (; i + 16 <= i1; i += 16) step_avx512(params, grads, m, v, lp, i, (__mmask16)0xffff, &c);
-    if (i < i1) step_avx512(params, grads, m, v, lp, i, (__mmask16)((1u << (i1 - i)) - 1u), &c);
+    /* whole vectors write their bf16 output (32 bytes) with streaming stores when it is aligned:
+     * the output is not read again here, so a plain store would first read each line in */
+    int nt = lp && ((uintptr_t)(lp + i) & 31) == 0;
+    for (; i + 16 <= i1; i += 16) step_avx512(params, grads, m, v, lp, i, (__mmask16)0xffff, nt, &c);
+    if (i < i1) step_avx512(params, grads, m, v, lp, i, (__mmask16)((1u << (i1 - i)) - 1u), 0, &c);
+    if (nt) _mm_sfence(); /* streaming stores are weakly ordered: done before the task says so */
 }
 
 static adamw_range_fn *const isa_fns[ISA_COUNT] = {range_scalar, range_avx2, range_avx512};

@@ -51,7 +51,7 @@ static const field train_fields[] = {
     /* added with ERASE: a checkpoint written before them lacks them (the defaults then apply) */
     FS("detach", detach), FF("aux_weight", aux_weight), FI("side_lanes", side_lanes), FS("erase_dispatch", erase_dispatch),
     FI("ckpt_interval", ckpt_interval), FI("stream_slots", stream_slots), FI("pinned_slabs", pinned_slabs),
-    FI("keep_layers", keep_layers),
+    FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers),
 };
 #define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])

@@ -72,6 +72,19 @@ typedef struct opt_item {
     const nb_adamw_scalars *k;
 } opt_item;
 
+/* The update's scalars for the device layers (backend memory): the step's AdamW scalars and the
+ * global norm squared, from which the kernel forms the clip factor as plain does. */
+typedef struct {
+    double sumsq;
+    nb_adamw_scalars k[2];
+} gpu_opt;
+
+/* which of the two host copies of gpu_opt (by the update's step parity) goes up */
+typedef struct {
+    nb_trainer *tr;
+    int par;
+} gpu_opt_item;
+
 /* a layer upload: master -> up slab (stage lane), up slab -> weight slot (h2d lane) */
 typedef struct {
     nb_trainer *tr;
@@ -83,12 +96,12 @@ struct nb_stream {
     size_t glob_numel;            /* embeddings + final group, packed */
     void *d_glob_w;               /* compute copy of the resident part */
     float *d_glob_g;              /* its gradients */
-    void *d_wslot[NB_STREAM_MAX_SLOTS];         /* layer weights in compute precision */
+    void **d_wslot;               /* [nslot]: layer weights in compute precision */
     float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
     void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
     float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
     nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
-    opt_mark wslot_free[NB_STREAM_MAX_SLOTS], gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
+    opt_mark *wslot_free, gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
     opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
     opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
     opt_item **pending;           /* [layers]: layer l's update, not enqueued yet (or NULL) */
@@ -97,11 +110,31 @@ struct nb_stream {
      * while step s's updates may still run */
     nb_adamw_scalars k[2][2];
     struct opt_item *opt_items[2]; /* [layers + 2]: the layers, then the embeddings, then the final group */
-    int nslot, nslab;             /* device slots; pinned slabs each way */
-    int wslot_layer[NB_STREAM_MAX_SLOTS], next_wslot, next_gslot, next_up, next_down;
+    int nslot, ngslot, nslab;     /* device weight slots, gradient slots; pinned slabs each way */
+    int *wslot_layer;             /* [nslot]: the layer a slot holds this step (-1: none) */
+    long *wslot_used, uses;       /* [nslot]: when the slot's last user was enqueued (a counter) */
+    int next_gslot, next_up, next_down;
     stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
     load_item *loads;             /* [2 * layers]: forward and backward loads */
     int nloads;
+    /* device layers (--gpu-layers): layers 0 .. nglayer-1 keep their fp32 master, moments and
+     * gradients on the device ([nglayer * layer_numel] each) and update there with the backend's
+     * AdamW; the host master of those layers is brought up to date by quiesce */
+    int nglayer;
+    float *d_gp, *d_gm, *d_gv, *d_gg;
+    void *d_gw;                   /* their compute copy (bf16; NULL in fp32: the master is it) */
+    nb_adamw_span *gspans;        /* one layer's tensors, offsets from the layer's start */
+    int ngspans;
+    gpu_opt *d_opt, *h_opt;       /* device; pinned [2] by the update's step parity */
+    gpu_opt_item gopt_items[2];
+    int gopt_step;                /* the step whose scalars d_opt holds (-1: none yet) */
+    unsigned char *gpending;      /* [nglayer]: the layer's update waits for the next forward */
+    int gpend_step, gdirty;       /* the pending updates' step; the host master is stale */
+    opt_item *gitems;             /* [nglayer] */
+    double *d_gpart;              /* [nglayer * gpart_stride]: each device layer's norm blocks */
+    char *h_gnorm;                /* pinned [nglayer * gnorm_stride]: those blocks, then the gradient's
+                                   * edges (the elements in blocks shared with a neighbour) */
+    size_t gpart_stride, gnorm_stride;
     double sumsq;                 /* the step's global gradient norm squared (host) */
     double *norm_part;            /* [slab blocks]: each NB_SUMSQ_BLOCK block's sum of squares, */
     unsigned char *norm_have;     /* summed as a layer's gradient lands (1) or by the norm task */
@@ -162,7 +195,7 @@ static void copy_par(const nb_trainer *tr, void *dst, const void *src, size_t by
 #pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 1)
     for (long i = 0; i < n; i++) {
         size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
-        memcpy((char *)dst + o, (const char *)src + o, len);
+        nb_copy_stream((char *)dst + o, (const char *)src + o, len);
     }
 }
 
@@ -178,10 +211,93 @@ static void *pinned(nb_trainer *tr, size_t bytes, const char *what) {
     return tr->be->host_alloc(bytes, what);
 }
 
-size_t nb_stream_device_need(const nb_tf_model *m, const nb_train_opts *o, size_t e) {
+/* ---- device layers (--gpu-layers) ---- */
+
+/* Layer l's gradient against the norm's blocks: nparts whole blocks from block b0, the first head
+ * and the last tail elements in blocks it shares with its neighbours (a layer inside one or two
+ * blocks: all of it is head). */
+typedef struct {
+    size_t o, n, b0, nparts, head, tail;
+} norm_geom;
+
+static norm_geom geom_of(const nb_trainer *tr, int l) {
+    const size_t B = NB_SUMSQ_BLOCK;
+    norm_geom g = {tr->model.group_offset[1 + l], S(tr)->layer_numel, 0, 0, 0, 0};
+    size_t b0 = (g.o + B - 1) / B, b1 = (g.o + g.n) / B;
+    if (b1 <= b0) {
+        g.head = g.n;
+        return g;
+    }
+    g.b0 = b0, g.nparts = b1 - b0, g.head = b0 * B - g.o, g.tail = g.o + g.n - b1 * B;
+    return g;
+}
+
+static int on_gpu(const nb_stream *st, int l) { return l < st->nglayer; }
+
+/* device layer l's compute weights (the master itself in fp32) and gradient */
+static void *gw_of(const nb_trainer *tr, int l) {
+    const nb_stream *st = S(tr);
+    size_t off = (size_t)l * st->layer_numel;
+    return st->d_gw ? (void *)((char *)st->d_gw + off * es(tr)) : (void *)(st->d_gp + off);
+}
+
+static float *gg_of(const nb_trainer *tr, int l) { return S(tr)->d_gg + (size_t)l * S(tr)->layer_numel; }
+
+static void gpu_layers_init(nb_trainer *tr) {
+    nb_stream *st = S(tr);
+    const nb_tf_model *m = &tr->model;
+    int R = st->nglayer;
+    st->gopt_step = -1;
+    if (R == 0) return;
+    size_t n = (size_t)R * st->layer_numel;
+    st->d_gp = dev(tr, n * sizeof(float), "device layers' weights");
+    st->d_gm = dev(tr, n * sizeof(float), "device layers' AdamW m");
+    st->d_gv = dev(tr, n * sizeof(float), "device layers' AdamW v");
+    st->d_gg = dev(tr, n * sizeof(float), "device layers' gradients");
+    st->d_gw = lowp(tr) ? dev(tr, n * es(tr), "device layers' compute weights") : NULL;
+    st->d_opt = dev(tr, sizeof(gpu_opt), "device layers' AdamW scalars");
+    st->h_opt = pinned(tr, 2 * sizeof(gpu_opt), "device layers' AdamW scalars");
+    st->gpart_stride = st->layer_numel / NB_SUMSQ_BLOCK + 2;
+    st->d_gpart = dev(tr, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
+    st->gnorm_stride = nb_align_up(st->gpart_stride * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
+    st->h_gnorm = pinned(tr, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
+    st->gpending = nb_calloc((size_t)R, 1, "device layers");
+    st->gitems = nb_calloc((size_t)R, sizeof(opt_item), "device layers");
+    st->gspans = nb_calloc((size_t)m->nparams, sizeof(nb_adamw_span), "device layers");
+    for (int i = 0; i < m->nparams; i++) /* layer 0's tensors stand for every layer's (all alike) */
+        if (m->params[i].group == 1)
+            st->gspans[st->ngspans++] = (nb_adamw_span){m->params[i].offset - m->group_offset[1], m->params[i].numel,
+                                                        m->params[i].decay ? 0 : 1};
+    for (int p = 0; p < 2; p++) st->gopt_items[p] = (gpu_opt_item){tr, p};
+}
+
+static void gpu_layers_free(nb_trainer *tr) {
+    nb_stream *st = S(tr);
+    if (st->nglayer == 0) return;
+    const nb_backend_i *be = tr->be;
+    be->free(st->d_gp), be->free(st->d_gm), be->free(st->d_gv), be->free(st->d_gg), be->free(st->d_opt);
+    be->free(st->d_gpart);
+    if (st->d_gw) be->free(st->d_gw);
+    be->host_free(st->h_opt), be->host_free(st->h_gnorm);
+    free(st->gpending), free(st->gitems), free(st->gspans);
+}
+
+size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t e) { return (m->cfg.layers ? m->group_numel[1] : 0) * e; }
+
+/* a device layer: master, 2 moments, gradient (fp32), a compute copy unless that is the master,
+ * and its norm blocks */
+size_t nb_stream_glayer_bytes(const nb_tf_model *m, size_t e) {
+    size_t lw = m->cfg.layers ? m->group_numel[1] : 0;
+    return lw * (4 * sizeof(float) + (e == sizeof(float) ? 0 : e)) + (lw / NB_SUMSQ_BLOCK + 2) * sizeof(double);
+}
+
+static int gradient_slots(int wslots) { return wslots < 2 ? wslots : 2; }
+
+size_t nb_stream_device_need(const nb_tf_model *m, int wslots, int glayers, size_t e) {
     int L = m->cfg.layers;
     size_t lw = L ? m->group_numel[1] : 0, gw = m->group_numel[0] + m->group_numel[L + 1];
-    return gw * (e + 4) + (size_t)o->stream_slots * lw * (e + 4);
+    return gw * (e + 4) + (size_t)wslots * lw * e + (size_t)gradient_slots(wslots) * lw * sizeof(float) +
+           (size_t)glayers * nb_stream_glayer_bytes(m, e) + sizeof(gpu_opt);
 }
 
 void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
@@ -194,9 +310,11 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     st->glob_numel = m->group_numel[0] + m->group_numel[gf];
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
-    st->nslot = tr->o.stream_slots;
+    st->nslot = tr->wslots;
+    st->ngslot = gradient_slots(st->nslot);
     st->nslab = tr->o.pinned_slabs;
-    size_t need = nb_stream_device_need(m, &tr->o, es(tr));
+    st->nglayer = tr->glayers;
+    size_t need = nb_stream_device_need(m, st->nslot, st->nglayer, es(tr));
     /* the trainer's plan (other_device_bytes) is allocated already: compare with what was free before it */
     size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->dev_free0;
     if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
@@ -206,16 +324,21 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     }
     st->d_glob_g = dev(tr, gw * sizeof(float), "resident gradients");
     st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
+    st->d_wslot = nb_calloc((size_t)st->nslot, sizeof(void *), "stream slots");
+    st->wslot_free = nb_calloc((size_t)st->nslot, sizeof(opt_mark), "stream slots");
+    st->wslot_layer = nb_calloc((size_t)st->nslot, sizeof(int), "stream slots");
+    st->wslot_used = nb_calloc((size_t)st->nslot, sizeof(long), "stream slots");
     for (int k = 0; k < st->nslot; k++) {
-        st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
         st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
         st->wslot_layer[k] = -1;
     }
+    for (int k = 0; k < st->ngslot; k++) st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
     for (int k = 0; k < st->nslab; k++) {
         st->h_up[k] = pinned(tr, lw * es(tr), "upload staging");
         st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
     }
     st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
+    gpu_layers_init(tr);
     st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
     st->stage = nb_lane_create(tr->lanes, "stage", NB_LANE_HOST);
@@ -236,10 +359,16 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     char a[32], b[32], c[32], d[32];
     double host_bytes = 16.0 * (double)m->total;
     nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
-              "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer slots of %s) "
-              "+ activations\n",
+              "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "
+              "of %s%s, %d gradient slots) + activations\n",
            nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
-           nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))));
+           nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))),
+           st->nslot >= L - st->nglayer && L - st->nglayer > 2 ? ": the forward's weights stay for the backward" : "",
+           st->ngslot);
+    if (st->nglayer)
+        nb_log(1, "stream      layers 0-%d (%d of %d) keep weights, AdamW state and gradients on the device and update "
+                  "there (--gpu-layers): %s of device memory; the host keeps their copy for checkpoints\n",
+               st->nglayer - 1, st->nglayer, L, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(m, es(tr))));
 }
 
 void nb_stream_free(nb_trainer *tr) {
@@ -248,15 +377,15 @@ void nb_stream_free(nb_trainer *tr) {
     const nb_backend_i *be = tr->be;
     be->free(st->d_glob_g);
     be->free(st->d_glob_w);
-    for (int k = 0; k < st->nslot; k++) {
-        be->free(st->d_gslot[k]);
-        be->free(st->d_wslot[k]);
-    }
+    for (int k = 0; k < st->nslot; k++) be->free(st->d_wslot[k]);
+    for (int k = 0; k < st->ngslot; k++) be->free(st->d_gslot[k]);
+    free(st->d_wslot), free(st->wslot_free), free(st->wslot_layer), free(st->wslot_used);
     for (int k = 0; k < st->nslab; k++) {
         be->host_free(st->h_up[k]);
         be->host_free(st->h_down[k]);
     }
     be->host_free(st->h_glob);
+    gpu_layers_free(tr);
     free(st->norm_part), free(st->norm_have);
     free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->pending), free(st->opt_items[0]), free(st->opt_items[1]);
     free(st);
@@ -296,6 +425,17 @@ void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     nb_stream *st = S(tr);
     glob_pack_w(tr, st->h_glob);
     tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
+    size_t lw = st->layer_numel, bytes = lw * sizeof(float);
+    for (int l = 0; l < st->nglayer; l++) { /* the device layers' whole state */
+        size_t o = tr->model.group_offset[1 + l], off = (size_t)l * lw;
+        tr->be->to_backend(ctx, st->d_gp + off, tr->params + o, bytes);
+        tr->be->to_backend(ctx, st->d_gm + off, tr->m + o, bytes);
+        tr->be->to_backend(ctx, st->d_gv + off, tr->v + o, bytes);
+        if (st->d_gw) tr->be->cast_params(ctx, (char *)st->d_gw + off * es(tr), st->d_gp + off, lw);
+        st->gpending[l] = 0;
+    }
+    st->gdirty = 0;
+    st->gopt_step = -1;
 }
 
 void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
@@ -316,9 +456,18 @@ static void work_h2d(void *arg, const nb_task_ctx *ctx) {
     tr->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(tr));
 }
 
+/* an item's weights and gradient: its slots, or a device layer's own buffers (wslot -1) */
+static void *item_w(nb_trainer *tr, const stream_item *it) {
+    return it->wslot < 0 ? gw_of(tr, it->layer) : S(tr)->d_wslot[it->wslot];
+}
+
+static float *item_g(nb_trainer *tr, const stream_item *it) {
+    return it->wslot < 0 ? gg_of(tr, it->layer) : S(tr)->d_gslot[it->gslot];
+}
+
 static void bind(nb_trainer *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
-    nb_tf_bind_layer(&tr->model, it->layer, S(tr)->d_wslot[it->wslot], es(tr), w);
-    if (dw) nb_tf_bind_layer(&tr->model, it->layer, S(tr)->d_gslot[it->gslot], sizeof(float), dw);
+    nb_tf_bind_layer(&tr->model, it->layer, item_w(tr, it), es(tr), w);
+    if (dw) nb_tf_bind_layer(&tr->model, it->layer, item_g(tr, it), sizeof(float), dw);
 }
 
 static void work_fwd(void *arg, const nb_task_ctx *ctx) {
@@ -333,8 +482,14 @@ static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     nb_tf_layer_view w, dw;
     bind(tr, it, &w, &dw);
-    tr->be->zero(ctx, S(tr)->d_gslot[it->gslot], S(tr)->layer_numel * sizeof(float));
+    tr->be->zero(ctx, item_g(tr, it), S(tr)->layer_numel * sizeof(float));
     nb_tf_layer_backward(&tr->model, tr->be, ctx, &w, &dw, it->layer, &tr->acts);
+    if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
+        norm_geom g = geom_of(tr, it->layer);
+        if (g.nparts)
+            tr->be->sumsq_blocks(ctx, S(tr)->d_gpart + (size_t)it->layer * S(tr)->gpart_stride, item_g(tr, it) + g.head,
+                                 g.nparts * NB_SUMSQ_BLOCK);
+    }
 }
 
 static void work_d2h(void *arg, const nb_task_ctx *ctx) {
@@ -362,8 +517,8 @@ static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
 #pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = head + (size_t)k * B;
-        memcpy(dst + at, src + at, B * sizeof(float));
-        st->norm_part[b0 + (size_t)k] = nb_sumsq_block(dst + at, B);
+        nb_copy_stream(dst + at, src + at, B * sizeof(float));
+        st->norm_part[b0 + (size_t)k] = nb_sumsq_block(src + at, B); /* the copy's bits, read from cache */
         st->norm_have[b0 + (size_t)k] = 1;
     }
 }
@@ -440,6 +595,69 @@ static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
     tr->be->to_backend(ctx, (char *)S(tr)->d_glob_w + off * e, (char *)S(tr)->h_glob + off * e, n * e);
 }
 
+/* A device layer's norm blocks and gradient edges into its pinned buffer... */
+static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_trainer *tr = it->tr;
+    nb_stream *st = S(tr);
+    norm_geom g = geom_of(tr, it->layer);
+    char *h = st->h_gnorm + (size_t)it->layer * st->gnorm_stride;
+    float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(tr, it->layer);
+    if (g.nparts) tr->be->to_host_async(ctx, h, st->d_gpart + (size_t)it->layer * st->gpart_stride, g.nparts * sizeof(double));
+    if (g.head) tr->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
+    if (g.tail) tr->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
+}
+
+/* ...then into the norm's partial sums, and the edges into the host gradient slab, where the norm
+ * task sums the blocks the layer shares with its neighbours */
+static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
+    stream_item *it = arg;
+    nb_trainer *tr = it->tr;
+    nb_stream *st = S(tr);
+    norm_geom g = geom_of(tr, it->layer);
+    const char *h = st->h_gnorm + (size_t)it->layer * st->gnorm_stride;
+    const float *edges = (const float *)(h + g.nparts * sizeof(double));
+    memcpy(st->norm_part + g.b0, h, g.nparts * sizeof(double));
+    memset(st->norm_have + g.b0, 1, g.nparts);
+    memcpy(tr->h_grads + g.o, edges, g.head * sizeof(float));
+    memcpy(tr->h_grads + g.o + g.n - g.tail, edges + g.head, g.tail * sizeof(float));
+}
+
+/* The update's scalars up, read in the lane's order (after the norm it waited for). */
+static void work_gpu_opt_up(void *arg, const nb_task_ctx *ctx) {
+    gpu_opt_item *it = arg;
+    nb_stream *st = S(it->tr);
+    gpu_opt *h = &st->h_opt[it->par];
+    h->sumsq = st->sumsq;
+    memcpy(h->k, st->k[it->par], sizeof h->k);
+    it->tr->be->to_backend(ctx, st->d_opt, h, sizeof *h);
+}
+
+/* Device layer it->layer's AdamW, plain's kernel and formula (clip factor from the norm on the
+ * device), writing its compute copy too. */
+static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
+    opt_item *it = arg;
+    nb_trainer *tr = it->tr;
+    nb_stream *st = S(tr);
+    size_t off = (size_t)it->layer * st->layer_numel;
+    tr->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
+                        st->d_gw ? (char *)st->d_gw + off * es(tr) : NULL, st->gspans, st->ngspans, st->d_opt->k,
+                        tr->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, tr->o.grad_clip);
+}
+
+/* The device layers' master and moments into the host slabs (checkpoints, evaluation, the end). */
+static void work_gpu_download(void *arg, const nb_task_ctx *ctx) {
+    nb_trainer *tr = ((nb_work *)arg)->tr;
+    nb_stream *st = S(tr);
+    size_t lw = st->layer_numel, bytes = lw * sizeof(float);
+    for (int l = 0; l < st->nglayer; l++) {
+        size_t o = tr->model.group_offset[1 + l], off = (size_t)l * lw;
+        tr->be->to_host(ctx, tr->params + o, st->d_gp + off, bytes);
+        tr->be->to_host(ctx, tr->m + o, st->d_gm + off, bytes);
+        tr->be->to_host(ctx, tr->v + o, st->d_gv + off, bytes);
+    }
+}
+
 /* ---- the step ---- */
 
 static void wait_if(nb_lane *lane, opt_mark m) {
@@ -475,14 +693,31 @@ static void upload_head(nb_trainer *tr, int step) {
     st->head_item = NULL;
 }
 
+/* Slot w's newest user is the compute work just enqueued. */
+static void slot_used(nb_trainer *tr, int w) {
+    nb_stream *st = S(tr);
+    st->wslot_free[w] = mark(tr->compute);
+    st->wslot_used[w] = ++st->uses;
+}
+
+/* The slot whose last user was enqueued first, so the upload waits least: in the forward the
+ * oldest layer's; in the backward, a layer whose backward is done (not the one the forward left
+ * in a slot and whose backward comes last). */
+static int lru_slot(const nb_stream *st) {
+    int w = 0;
+    for (int k = 1; k < st->nslot; k++)
+        if (st->wslot_used[k] < st->wslot_used[w]) w = k;
+    return w;
+}
+
 /* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
  * and returns the slot; the compute lane is told to wait for it. */
 static int load(nb_trainer *tr, int l, int step) {
     nb_stream *st = S(tr);
     for (int k = 0; k < st->nslot; k++)
         if (st->wslot_layer[k] == l) return k;
-    int w = st->next_wslot, u = st->next_up;
-    st->next_wslot = (w + 1) % st->nslot;
+    int w = lru_slot(st), u = st->next_up;
+    st->wslot_used[w] = ++st->uses;
     st->next_up = (u + 1) % st->nslab;
     load_item *it = &st->loads[st->nloads++];
     *it = (load_item){tr, l, u, w};
@@ -506,20 +741,67 @@ static int load(nb_trainer *tr, int l, int step) {
     return w;
 }
 
+/* Device layer l's update of step ustep on the compute lane, the step's scalars going up first
+ * (once per step). */
+static void gpu_update(nb_trainer *tr, int l, int ustep, int step) {
+    nb_stream *st = S(tr);
+    char name[40];
+    if (st->gopt_step != ustep) {
+        nb_lane_run(tr->compute, "adamw scalars up", NB_SPAN_OTHER, step, work_gpu_opt_up, &st->gopt_items[ustep & 1]);
+        st->gopt_step = ustep;
+    }
+    st->gitems[l] = (opt_item){tr, l, -1, NULL};
+    snprintf(name, sizeof name, "adamw L%d (gpu)", l);
+    nb_lane_run(tr->compute, name, NB_SPAN_OPTIM, step, work_gpu_adamw, &st->gitems[l]);
+    st->gpending[l] = 0;
+    st->gdirty = 1;
+}
+
+/* Layer l's item for the forward or recompute: a device layer binds its own buffers (after its
+ * pending update), a streamed one is loaded into a slot. */
+static stream_item forward_item(nb_trainer *tr, int l, int step) {
+    nb_stream *st = S(tr);
+    if (!on_gpu(st, l)) return (stream_item){tr, l, load(tr, l, step), 0, 0};
+    if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, step);
+    return (stream_item){tr, l, -1, -1, -1};
+}
+
+/* A device layer's backward: its gradient stays; only its norm blocks and edges go down. */
+static void gpu_backward(nb_trainer *tr, int l, int step) {
+    nb_stream *st = S(tr);
+    nb_lane *c = tr->compute;
+    char name[40];
+    stream_item *it = &st->bwd[l];
+    *it = (stream_item){tr, l, -1, -1, -1};
+    snprintf(name, sizeof name, "bwd L%d", l);
+    nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
+    nb_lane_wait(st->d2h, nb_lane_mark(c));
+    snprintf(name, sizeof name, "d2h L%d norm", l);
+    nb_lane_run(st->d2h, name, NB_SPAN_D2H, step, work_gpu_norm_d2h, it);
+    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+    snprintf(name, sizeof name, "grad L%d (gpu)", l);
+    nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_gpu_norm_land, it);
+    if (tr->o.grad_clip <= 0) gpu_update(tr, l, step, step); /* nothing waits for the norm */
+}
+
 /* Layer l's backward into a gradient slot, then its gradient out: d2h, then into the host slab. */
 static void backward_layer(nb_trainer *tr, int l, int step) {
     nb_stream *st = S(tr);
     nb_lane *c = tr->compute;
     char name[40];
+    if (on_gpu(st, l)) {
+        gpu_backward(tr, l, step);
+        return;
+    }
     stream_item *it = &st->bwd[l];
     int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
-    st->next_gslot = (g + 1) % st->nslot;
+    st->next_gslot = (g + 1) % st->ngslot;
     st->next_down = (d + 1) % st->nslab;
     *it = (stream_item){tr, l, w, g, d};
     wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
     snprintf(name, sizeof name, "bwd L%d", l);
     nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
-    st->wslot_free[w] = mark(c);
+    slot_used(tr, w);
     nb_lane_wait(st->d2h, nb_lane_mark(c));
     wait_if(st->d2h, st->down_free[d]);
     snprintf(name, sizeof name, "d2h L%d", l);
@@ -551,10 +833,10 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
     for (int l = 0; l < L; l++) {
         stream_item *it = &st->fwd[l];
-        *it = (stream_item){tr, l, load(tr, l, step), 0, 0};
+        *it = forward_item(tr, l, step);
         snprintf(name, sizeof name, "fwd L%d", l);
         nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
-        st->wslot_free[it->wslot] = mark(c);
+        if (it->wslot >= 0) slot_used(tr, it->wslot);
     }
     upload_head(tr, step);
     wait_if(c, st->final_ready);
@@ -574,10 +856,10 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
          * of the same layers when they are still in their slots */
         for (int l = b; l < e && e < Lw; l++) {
             stream_item *it = &st->rec[l];
-            *it = (stream_item){tr, l, load(tr, l, step), 0, 0};
+            *it = forward_item(tr, l, step);
             snprintf(name, sizeof name, "refwd L%d", l);
             nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
-            st->wslot_free[it->wslot] = mark(c);
+            if (it->wslot >= 0) slot_used(tr, it->wslot);
         }
         for (int l = e - 1; l >= b; l--) backward_layer(tr, l, step);
     }
@@ -599,9 +881,13 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     st->emb_ready = mark(st->h2d);
     /* the layers' updates run when the next forward loads them, each writing its compute copy
      * straight into its up slab; the head's after them (upload_head) */
-    for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
+    for (int l = st->nglayer; l < L && tr->o.grad_clip > 0; l++) {
         items[l] = (opt_item){tr, l, -1, st->k[par]};
         st->pending[l] = &items[l];
+    }
+    if (tr->o.grad_clip > 0) { /* the device layers' too, on the device */
+        memset(st->gpending, 1, (size_t)st->nglayer);
+        st->gpend_step = step;
     }
     st->head_item = &items[L + 1];
     /* the step ends with its loss and norm; the layers' updates run on while the next step's
@@ -619,10 +905,12 @@ void nb_stream_report(const nb_trainer *tr) {
     const nb_stream *st = tr->stream;
     int L = tr->model.cfg.layers;
     double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(tr) + (double)st->glob_numel * (double)es(tr);
-    double down = ((double)L * lb + (double)st->glob_numel) * sizeof(float);
+    double down = ((double)(L - st->nglayer) * lb + (double)st->glob_numel) * sizeof(float);
     char a[32], b[32];
-    fprintf(stderr, "pcie        per step: %d layer uploads for %d layers (%.2f each), %s up, %s down\n", st->nloads, L,
-            L ? (double)st->nloads / L : 0.0, nb_fmt_bytes(a, 32, up), nb_fmt_bytes(b, 32, down));
+    int streamed = L - st->nglayer;
+    fprintf(stderr, "pcie        per step: %d layer uploads for %d streamed layers (%.2f each), %s up, %s down\n",
+            st->nloads, streamed, streamed ? (double)st->nloads / streamed : 0.0, nb_fmt_bytes(a, 32, up),
+            nb_fmt_bytes(b, 32, down));
 }
 
 /* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
@@ -631,6 +919,13 @@ void nb_stream_quiesce(nb_trainer *tr) {
     nb_stream *st = tr->stream;
     if (!st) return;
     upload_head(tr, -1);
+    for (int l = 0; l < st->nglayer; l++)
+        if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, -1);
+    if (st->gdirty) {
+        nb_lane_run(tr->compute, "device layers down", NB_SPAN_OTHER, -1, work_gpu_download, &tr->whole);
+        nb_mark_wait_host(nb_lane_mark(tr->compute));
+        st->gdirty = 0;
+    }
     nb_mark_wait_host(nb_lane_mark(st->optim));
     if (st->emb_ready.set) nb_mark_wait_host(st->emb_ready.m);
     if (st->final_ready.set) nb_mark_wait_host(st->final_ready.m);
@@ -639,6 +934,10 @@ void nb_stream_quiesce(nb_trainer *tr) {
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
 void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
     nb_stream *st = S(tr);
+    if (on_gpu(st, l)) { /* up to date: quiesce ran the pending update */
+        nb_tf_bind_layer(&tr->model, l, gw_of(tr, l), es(tr), w);
+        return;
+    }
     stage_w(tr, st->h_up[0], tr->model.group_offset[1 + l], st->layer_numel);
     tr->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(tr));
     st->wslot_layer[0] = -1;

@@ -323,21 +323,79 @@ static void create_side_lanes(nb_trainer *tr) {
     nb_lanes_sync(tr->lanes);
 }
 
+/* The stream's device budget for the "-1: as many as fit" options: the GPU's free memory (or
+ * --gpu-mem-limit) less a margin for the libraries' workspaces. */
+static size_t stream_budget(const nb_trainer *tr) {
+    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->be->mem_available();
+    size_t margin = budget / 32 > ((size_t)2 << 30) ? budget / 32 : (size_t)2 << 30;
+    return budget > margin ? budget - margin : 0;
+}
+
+/* Device bytes of the stream's fixed part (resident part, wslots weight slots, glayers layers on
+ * the device, the tokens). */
+static size_t stream_fixed(const nb_trainer *tr, int wslots, int glayers) {
+    return nb_stream_device_need(&tr->model, wslots, glayers, es_of(tr)) +
+           2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
+}
+
+/* Activation bytes with `keep` layers kept whole (recompute) or all of them (no recompute). */
+static size_t acts_bytes(const nb_trainer *tr, int keep) {
+    const nb_train_opts *o = &tr->o;
+    return o->ckpt_interval > 0 ? nb_tf_acts_bytes_ckpt(&tr->model, o->batch, o->seq, es_of(tr), o->ckpt_interval, keep)
+                                : nb_tf_acts_bytes(&tr->model, o->batch, o->seq, es_of(tr));
+}
+
 /* --keep-layers: how many of the last layers keep every activation through the step instead of
- * being recomputed. -1 takes the most that fit beside the rest of the stream's device plan, less
- * a margin for the libraries' workspaces. */
+ * being recomputed. -1 takes the most that fit beside the rest of the stream's device plan (with
+ * two weight slots and no device layers where those are -1: activations come first, they save
+ * compute). */
 static int resolve_keep(const nb_trainer *tr) {
     const nb_train_opts *o = &tr->o;
-    const nb_tf_model *m = &tr->model;
-    int L = m->cfg.layers, K = o->ckpt_interval;
+    int L = tr->model.cfg.layers, K = o->ckpt_interval;
     if (K <= 0 || strcmp(o->schedule, "stream")) return 0;
     if (o->keep_layers >= 0) return o->keep_layers < L ? o->keep_layers : L;
     if (!is_device_backend(tr)) return L;
-    size_t budget = o->gpu_mem_limit ? (size_t)o->gpu_mem_limit : tr->be->mem_available();
-    size_t margin = budget / 32 > ((size_t)2 << 30) ? budget / 32 : (size_t)2 << 30;
-    size_t fixed = nb_stream_device_need(m, o, es_of(tr)) + 2 * (size_t)o->batch * o->seq * sizeof(int32_t) + margin;
+    size_t budget = stream_budget(tr);
+    size_t fixed = stream_fixed(tr, o->stream_slots > 0 ? o->stream_slots : 2, o->gpu_layers > 0 ? o->gpu_layers : 0);
     for (int keep = L; keep > 0; keep--)
-        if (fixed + nb_tf_acts_bytes_ckpt(m, o->batch, o->seq, es_of(tr), K, keep) <= budget) return keep;
+        if (fixed + acts_bytes(tr, keep) <= budget) return keep;
+    return 0;
+}
+
+/* Device bytes left beside the activations and the stream's fixed part with wslots weight slots
+ * and glayers device layers (0 when over). */
+static size_t stream_left(const nb_trainer *tr, int wslots, int glayers) {
+    size_t budget = stream_budget(tr), used = stream_fixed(tr, wslots, glayers) + acts_bytes(tr, tr->keep);
+    return budget > used ? budget - used : 0;
+}
+
+/* Weight slots that fit beside the rest with glayers device layers: the asked number, or with -1
+ * two plus one for each further layer whose weights fit (the last layers of the forward then stay
+ * on the GPU for their backward instead of crossing PCIe again); at most one per streamed layer. */
+static int fit_wslots(const nb_trainer *tr, int glayers) {
+    int host_layers = tr->model.cfg.layers - glayers, most = host_layers > 1 ? host_layers : 1;
+    if (tr->o.stream_slots > 0) return tr->o.stream_slots < most ? tr->o.stream_slots : most;
+    if (!is_device_backend(tr) || most <= 2) return most;
+    size_t extra = stream_left(tr, 2, glayers) / nb_stream_wslot_bytes(&tr->model, es_of(tr));
+    return extra >= (size_t)(most - 2) ? most : 2 + (int)extra;
+}
+
+/* --gpu-layers: the first N layers keep their fp32 weights, AdamW moments and gradients on the
+ * GPU and update there (the host's bandwidth paces the streamed layers' update; the GPU's is ~30x
+ * larger). -1 takes the most that fit beside the activations, leaving room for a weight slot per
+ * streamed layer when --stream-slots is -1 too. The CPU backend has no device memory to spare:
+ * -1 means none there. */
+static int resolve_glayers(const nb_trainer *tr) {
+    const nb_train_opts *o = &tr->o;
+    int L = tr->model.cfg.layers;
+    if (strcmp(o->schedule, "stream")) return 0;
+    if (o->gpu_layers >= 0) return o->gpu_layers < L ? o->gpu_layers : L;
+    if (!is_device_backend(tr)) return 0;
+    for (int r = L; r > 0; r--) {
+        int streamed = L - r > 1 ? L - r : 1;
+        int slots = o->stream_slots > 0 && o->stream_slots < streamed ? o->stream_slots : streamed;
+        if (stream_fixed(tr, slots, r) + acts_bytes(tr, tr->keep) <= stream_budget(tr)) return r;
+    }
     return 0;
 }
 
@@ -346,8 +404,7 @@ static void plan_memory(nb_trainer *tr, nb_arena *host, nb_arena *dev) {
     const nb_backend_i *be = tr->be;
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
     int K = tr->o.ckpt_interval;
-    size_t acts = K > 0 ? nb_tf_acts_bytes_ckpt(m, tr->o.batch, tr->o.seq, es_of(tr), K, tr->keep)
-                        : nb_tf_acts_bytes(m, tr->o.batch, tr->o.seq, es_of(tr));
+    size_t acts = acts_bytes(tr, tr->keep);
     size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
     size_t segb = (size_t)(tr->nseg - 1) * (nb_tf_seg_scratch_bytes(m, tr->o.batch, tr->o.seq, es_of(tr)) +
                                             tr->head_part_stride * sizeof(float));
@@ -452,8 +509,11 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     NB_CHECK(o->keep_layers >= -1, "pass --keep-layers N >= 0, or -1 for as many as fit", "--keep-layers %d", o->keep_layers);
     NB_CHECK(o->keep_layers == 0 || (streaming && o->ckpt_interval > 0), "use --keep-layers with --schedule stream --ckpt-interval K",
              "--keep-layers chooses which layers skip recomputation");
-    NB_CHECK(o->stream_slots >= 1 && o->stream_slots <= NB_STREAM_MAX_SLOTS, "pass --stream-slots between 1 and 4",
+    NB_CHECK(o->stream_slots >= 1 || o->stream_slots == -1, "pass --stream-slots N >= 1, or -1 for as many as fit",
              "--stream-slots %d", o->stream_slots);
+    NB_CHECK(o->gpu_layers >= -1, "pass --gpu-layers N >= 0, or -1 for as many as fit", "--gpu-layers %d", o->gpu_layers);
+    NB_CHECK(o->gpu_layers == 0 || streaming, "use --gpu-layers with --schedule stream",
+             "--gpu-layers chooses which streamed layers stay on the GPU");
     NB_CHECK(o->pinned_slabs >= 1 && o->pinned_slabs <= NB_STREAM_MAX_SLOTS, "pass --pinned-slabs between 1 and 4",
              "--pinned-slabs %d", o->pinned_slabs);
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
@@ -464,6 +524,8 @@ void nb_trainer_init(nb_trainer *tr, const nb_train_opts *opts) {
     nb_tf_model_init(&tr->model, &o->model);
     set_segments(tr);
     tr->keep = resolve_keep(tr);
+    tr->glayers = resolve_glayers(tr);
+    tr->wslots = !strcmp(o->schedule, "stream") ? fit_wslots(tr, tr->glayers) : 0;
     plan_memory(tr, &tr->host_arena, &tr->dev_arena);
     if (o->ckpt_interval > 0)
         nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), o->ckpt_interval, tr->keep);

@@ -38,10 +38,13 @@ typedef struct nb_train_opts {
     int side_lanes;          /* --schedule erase: side lanes for the segments' backward */
     char erase_dispatch[16]; /* blocking (the main thread enqueues side work) or async */
     int ckpt_interval;       /* stream: keep every K-th layer's input, recompute the rest (0: keep all) */
-    int stream_slots;        /* stream: device weight (and gradient) slots layers pass through (2: double buffering) */
+    int stream_slots;        /* stream: device weight slots layers pass through (2: double buffering; -1: as many
+                                as fit, up to one per layer, so the backward finds the forward's weights) */
     int pinned_slabs;        /* stream: pinned staging slabs each way (the bounded pinned pool) */
     int keep_layers;         /* stream with ckpt_interval > 0: the last N layers keep every activation
                               * (not recomputed); -1: as many as fit in GPU memory */
+    int gpu_layers;          /* stream: the first N layers keep weights, AdamW state and gradients on
+                              * the device and update there; -1: as many as fit */
 } nb_train_opts;
 
 void nb_train_opts_defaults(nb_train_opts *o);
@@ -115,6 +118,8 @@ struct nb_trainer {
     nb_stream *stream;
     float *h_grads; /* host gradient slab (stream) */
     int keep;       /* stream: layers whose activations are kept whole (keep_layers resolved) */
+    int wslots;     /* stream: device weight slots (stream_slots resolved) */
+    int glayers;    /* stream: layers whose state lives on the device (gpu_layers resolved) */
     size_t dev_free0; /* device backends: free device memory before the trainer allocated any */
     FILE *metrics;
     nb_arena host_arena, dev_arena;
@@ -151,12 +156,16 @@ nb_mark nb_sched_plain_step(nb_trainer *tr, int step);
 nb_mark nb_sched_erase_step(nb_trainer *tr, int step);
 nb_mark nb_sched_stream_step(nb_trainer *tr, int step);
 
-#define NB_STREAM_MAX_SLOTS 4
+#define NB_STREAM_MAX_SLOTS 4 /* pinned slabs each way; gradient slots (min(2, weight slots)) */
 /* stream.c: setup (other_device_bytes: what the trainer already planned on the device), the
  * resident part's pointers, and the pieces the trainer's shared work items call */
 void nb_stream_init(nb_trainer *tr, size_t other_device_bytes);
-/* Device bytes the stream schedule allocates besides the activations (resident part, slots). */
-size_t nb_stream_device_need(const nb_tf_model *m, const nb_train_opts *o, size_t elem_size);
+/* Device bytes the stream schedule allocates besides the activations (resident part, slots),
+ * with wslots weight slots and glayers layers on the device; nb_stream_wslot_bytes and
+ * nb_stream_glayer_bytes: what one more weight slot, one more device layer takes. */
+size_t nb_stream_device_need(const nb_tf_model *m, int wslots, int glayers, size_t elem_size);
+size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t elem_size);
+size_t nb_stream_glayer_bytes(const nb_tf_model *m, size_t elem_size);
 void nb_stream_free(nb_trainer *tr);
 void *nb_stream_global_w(nb_trainer *tr, int which);
 float *nb_stream_global_g(nb_trainer *tr, int which);
