@@ -6,7 +6,8 @@
 # --stream-only: no resident (plain) run (models whose state does not fit the GPU). --layers N: the
 # preset's shape with N layers, in every run (e.g. llama-8b's layers, few enough to run resident). --parts: after
 # the stream run, the effect of each part: --ckpt-interval 2, 4, 8, one device slot (no double
-# buffering), one and four pinned slabs, and --grad-clip 0 (AdamW during the backward). --clip0: a
+# buffering), one and four pinned slabs, --grad-clip 0 (AdamW during the backward), a weight slot
+# per layer (--stream-slots -1) and layers on the GPU (--gpu-layers -1). --clip0: a
 # stream row with --grad-clip 0 and, with --anchor, an FSDP2 row with --grad-clip 0 to divide it by.
 # $NB_ARGS is added to every nobubble run's command line, $STREAM_ARGS to the stream runs' (e.g.
 # STREAM_ARGS="--stream-slots -1 --gpu-layers -1"), both to their rows' labels.
@@ -95,7 +96,9 @@ variants() {   # the runs of one model: name|schedule|flags
         "stream K=8|stream|$(kflags 8)" "stream, 1 device slot|stream|$(kflags "$k1") --stream-slots 1" \
         "stream, 1 pinned slab|stream|$(kflags "$k1") --pinned-slabs 1" \
         "stream, 4 pinned slabs|stream|$(kflags "$k1") --pinned-slabs 4" \
-        "stream, --grad-clip 0|stream|$(kflags "$k1") --grad-clip 0"
+        "stream, --grad-clip 0|stream|$(kflags "$k1") --grad-clip 0" \
+        "stream, a weight slot per layer|stream|$(kflags "$k1") --stream-slots -1" \
+        "stream, layers on the GPU|stream|$(kflags "$k1") --gpu-layers -1"
     [ $parts = 0 ] && [ $clip0 = 1 ] && echo "stream, --grad-clip 0|stream|$(kflags "$k1") --grad-clip 0"
 }
 keep_median() {   # MODEL TAG: the medians the fsdp2 rows are divided by

@@ -117,10 +117,11 @@ struct nb_stream {
     stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
     load_item *loads;             /* [2 * layers]: forward and backward loads */
     int nloads;
-    /* device layers (--gpu-layers): layers 0 .. nglayer-1 keep their fp32 master, moments and
-     * gradients on the device ([nglayer * layer_numel] each) and update there with the backend's
-     * AdamW; the host master of those layers is brought up to date by quiesce */
-    int nglayer;
+    /* device layers (--gpu-layers): nglayer layers, spread evenly over the model, keep their fp32
+     * master, moments and gradients on the device ([nglayer * layer_numel] each, gidx[l] the place
+     * of layer l, -1 for a streamed one) and update there with the backend's AdamW; the host master
+     * of those layers is brought up to date by quiesce */
+    int nglayer, *gidx;
     float *d_gp, *d_gm, *d_gv, *d_gg;
     void *d_gw;                   /* their compute copy (bf16; NULL in fp32: the master is it) */
     nb_adamw_span *gspans;        /* one layer's tensors, offsets from the layer's start */
@@ -128,9 +129,9 @@ struct nb_stream {
     gpu_opt *d_opt, *h_opt;       /* device; pinned [2] by the update's step parity */
     gpu_opt_item gopt_items[2];
     int gopt_step;                /* the step whose scalars d_opt holds (-1: none yet) */
-    unsigned char *gpending;      /* [nglayer]: the layer's update waits for the next forward */
+    unsigned char *gpending;      /* [layers]: the device layer's update waits for the next forward */
     int gpend_step, gdirty;       /* the pending updates' step; the host master is stale */
-    opt_item *gitems;             /* [nglayer] */
+    opt_item *gitems;             /* [layers] */
     double *d_gpart;              /* [nglayer * gpart_stride]: each device layer's norm blocks */
     char *h_gnorm;                /* pinned [nglayer * gnorm_stride]: those blocks, then the gradient's
                                    * edges (the elements in blocks shared with a neighbour) */
@@ -232,23 +233,37 @@ static norm_geom geom_of(const nb_trainer *tr, int l) {
     return g;
 }
 
-static int on_gpu(const nb_stream *st, int l) { return l < st->nglayer; }
+static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >= 0; }
+
+/* where device layer l's state starts in the device buffers, in elements */
+static size_t goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
 
 /* device layer l's compute weights (the master itself in fp32) and gradient */
 static void *gw_of(const nb_trainer *tr, int l) {
     const nb_stream *st = S(tr);
-    size_t off = (size_t)l * st->layer_numel;
-    return st->d_gw ? (void *)((char *)st->d_gw + off * es(tr)) : (void *)(st->d_gp + off);
+    return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(tr)) : (void *)(st->d_gp + goff(st, l));
 }
 
-static float *gg_of(const nb_trainer *tr, int l) { return S(tr)->d_gg + (size_t)l * S(tr)->layer_numel; }
+static float *gg_of(const nb_trainer *tr, int l) { return S(tr)->d_gg + goff(S(tr), l); }
+
+/* R of L layers on the device, spread evenly and starting with layer 0: layer l is one when
+ * ceil((l + 1) R / L) > ceil(l R / L). Spread, the forward alternates between device layers (the
+ * GPU's own update, ~2 ms) and streamed ones (the host's, ~45 ms for a llama-8b layer), so the
+ * host's updates run back to back while the GPU computes; in one run the host would stall once
+ * its few staging slabs were full. */
+static int spread_on_device(int l, int R, int L) {
+    long a = ((long)(l + 1) * R + L - 1) / L, b = ((long)l * R + L - 1) / L;
+    return a > b;
+}
 
 static void gpu_layers_init(nb_trainer *tr) {
     nb_stream *st = S(tr);
     const nb_tf_model *m = &tr->model;
-    int R = st->nglayer;
+    int R = st->nglayer, L = m->cfg.layers;
     st->gopt_step = -1;
     if (R == 0) return;
+    st->gidx = nb_malloc((size_t)L * sizeof(int), "device layers");
+    for (int l = 0, k = 0; l < L; l++) st->gidx[l] = spread_on_device(l, R, L) ? k++ : -1;
     size_t n = (size_t)R * st->layer_numel;
     st->d_gp = dev(tr, n * sizeof(float), "device layers' weights");
     st->d_gm = dev(tr, n * sizeof(float), "device layers' AdamW m");
@@ -261,8 +276,8 @@ static void gpu_layers_init(nb_trainer *tr) {
     st->d_gpart = dev(tr, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
     st->gnorm_stride = nb_align_up(st->gpart_stride * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
     st->h_gnorm = pinned(tr, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
-    st->gpending = nb_calloc((size_t)R, 1, "device layers");
-    st->gitems = nb_calloc((size_t)R, sizeof(opt_item), "device layers");
+    st->gpending = nb_calloc((size_t)L, 1, "device layers");
+    st->gitems = nb_calloc((size_t)L, sizeof(opt_item), "device layers");
     st->gspans = nb_calloc((size_t)m->nparams, sizeof(nb_adamw_span), "device layers");
     for (int i = 0; i < m->nparams; i++) /* layer 0's tensors stand for every layer's (all alike) */
         if (m->params[i].group == 1)
@@ -279,7 +294,7 @@ static void gpu_layers_free(nb_trainer *tr) {
     be->free(st->d_gpart);
     if (st->d_gw) be->free(st->d_gw);
     be->host_free(st->h_opt), be->host_free(st->h_gnorm);
-    free(st->gpending), free(st->gitems), free(st->gspans);
+    free(st->gpending), free(st->gitems), free(st->gspans), free(st->gidx);
 }
 
 size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t e) { return (m->cfg.layers ? m->group_numel[1] : 0) * e; }
@@ -365,10 +380,15 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
            nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))),
            st->nslot >= L - st->nglayer && L - st->nglayer > 2 ? ": the forward's weights stay for the backward" : "",
            st->ngslot);
-    if (st->nglayer)
-        nb_log(1, "stream      layers 0-%d (%d of %d) keep weights, AdamW state and gradients on the device and update "
+    if (st->nglayer) {
+        char list[256] = "";
+        size_t at = 0;
+        for (int l = 0; l < L && at + 8 < sizeof list; l++)
+            if (on_gpu(st, l)) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? " " : "", l);
+        nb_log(1, "stream      %d of %d layers (%s) keep weights, AdamW state and gradients on the device and update "
                   "there (--gpu-layers): %s of device memory; the host keeps their copy for checkpoints\n",
-               st->nglayer - 1, st->nglayer, L, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(m, es(tr))));
+               st->nglayer, L, list, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(m, es(tr))));
+    }
 }
 
 void nb_stream_free(nb_trainer *tr) {
@@ -426,8 +446,9 @@ void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     glob_pack_w(tr, st->h_glob);
     tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
-    for (int l = 0; l < st->nglayer; l++) { /* the device layers' whole state */
-        size_t o = tr->model.group_offset[1 + l], off = (size_t)l * lw;
+    for (int l = 0; l < tr->model.cfg.layers; l++) { /* the device layers' whole state */
+        if (!on_gpu(st, l)) continue;
+        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
         tr->be->to_backend(ctx, st->d_gp + off, tr->params + o, bytes);
         tr->be->to_backend(ctx, st->d_gm + off, tr->m + o, bytes);
         tr->be->to_backend(ctx, st->d_gv + off, tr->v + o, bytes);
@@ -487,7 +508,7 @@ static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
         norm_geom g = geom_of(tr, it->layer);
         if (g.nparts)
-            tr->be->sumsq_blocks(ctx, S(tr)->d_gpart + (size_t)it->layer * S(tr)->gpart_stride, item_g(tr, it) + g.head,
+            tr->be->sumsq_blocks(ctx, S(tr)->d_gpart + (size_t)S(tr)->gidx[it->layer] * S(tr)->gpart_stride, item_g(tr, it) + g.head,
                                  g.nparts * NB_SUMSQ_BLOCK);
     }
 }
@@ -601,9 +622,10 @@ static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
-    char *h = st->h_gnorm + (size_t)it->layer * st->gnorm_stride;
+    char *h = st->h_gnorm + (size_t)st->gidx[it->layer] * st->gnorm_stride;
     float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(tr, it->layer);
-    if (g.nparts) tr->be->to_host_async(ctx, h, st->d_gpart + (size_t)it->layer * st->gpart_stride, g.nparts * sizeof(double));
+    if (g.nparts)
+        tr->be->to_host_async(ctx, h, st->d_gpart + (size_t)st->gidx[it->layer] * st->gpart_stride, g.nparts * sizeof(double));
     if (g.head) tr->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
     if (g.tail) tr->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
 }
@@ -615,7 +637,7 @@ static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
-    const char *h = st->h_gnorm + (size_t)it->layer * st->gnorm_stride;
+    const char *h = st->h_gnorm + (size_t)st->gidx[it->layer] * st->gnorm_stride;
     const float *edges = (const float *)(h + g.nparts * sizeof(double));
     memcpy(st->norm_part + g.b0, h, g.nparts * sizeof(double));
     memset(st->norm_have + g.b0, 1, g.nparts);
@@ -639,7 +661,7 @@ static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
-    size_t off = (size_t)it->layer * st->layer_numel;
+    size_t off = goff(st, it->layer);
     tr->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
                         st->d_gw ? (char *)st->d_gw + off * es(tr) : NULL, st->gspans, st->ngspans, st->d_opt->k,
                         tr->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, tr->o.grad_clip);
@@ -650,8 +672,9 @@ static void work_gpu_download(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = ((nb_work *)arg)->tr;
     nb_stream *st = S(tr);
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
-    for (int l = 0; l < st->nglayer; l++) {
-        size_t o = tr->model.group_offset[1 + l], off = (size_t)l * lw;
+    for (int l = 0; l < tr->model.cfg.layers; l++) {
+        if (!on_gpu(st, l)) continue;
+        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
         tr->be->to_host(ctx, tr->params + o, st->d_gp + off, bytes);
         tr->be->to_host(ctx, tr->m + o, st->d_gm + off, bytes);
         tr->be->to_host(ctx, tr->v + o, st->d_gv + off, bytes);
@@ -881,13 +904,14 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     st->emb_ready = mark(st->h2d);
     /* the layers' updates run when the next forward loads them, each writing its compute copy
      * straight into its up slab; the head's after them (upload_head) */
-    for (int l = st->nglayer; l < L && tr->o.grad_clip > 0; l++) {
+    for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
+        if (on_gpu(st, l)) { /* the device layers' on the device */
+            st->gpending[l] = 1;
+            st->gpend_step = step;
+            continue;
+        }
         items[l] = (opt_item){tr, l, -1, st->k[par]};
         st->pending[l] = &items[l];
-    }
-    if (tr->o.grad_clip > 0) { /* the device layers' too, on the device */
-        memset(st->gpending, 1, (size_t)st->nglayer);
-        st->gpend_step = step;
     }
     st->head_item = &items[L + 1];
     /* the step ends with its loss and norm; the layers' updates run on while the next step's
@@ -919,7 +943,7 @@ void nb_stream_quiesce(nb_trainer *tr) {
     nb_stream *st = tr->stream;
     if (!st) return;
     upload_head(tr, -1);
-    for (int l = 0; l < st->nglayer; l++)
+    for (int l = 0; l < tr->model.cfg.layers && st->nglayer; l++)
         if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, -1);
     if (st->gdirty) {
         nb_lane_run(tr->compute, "device layers down", NB_SPAN_OTHER, -1, work_gpu_download, &tr->whole);
