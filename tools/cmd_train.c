@@ -104,7 +104,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"ckpt-interval", ARG_INT, &o.ckpt_interval, 0, "K", "stream: keep every K-th layer's input and recompute the rest (0: keep all)", 0, 0},
         {"keep-layers", ARG_INT, &o.keep_layers, 0, "N", "stream with --ckpt-interval: the last N layers keep all activations, no recompute (-1: as many as fit)", -1, 0},
         {"stream-slots", ARG_INT, &o.stream_slots, 0, "N", "stream: device weight slots layers stream through (1: no double buffering; -1: as many as fit, up to one per layer)", -1, 0},
-        {"gpu-layers", ARG_INT, &o.gpu_layers, 0, "N", "stream: the first N layers keep weights, AdamW state and gradients on the GPU and update there (-1: as many as fit)", -1, 0},
+        {"gpu-layers", ARG_INT, &o.gpu_layers, 0, "N", "stream: N layers (spread evenly) keep weights, AdamW state and gradients on the GPU and update there (-1: as many as fit)", -1, 0},
         {"pinned-slabs", ARG_INT, &o.pinned_slabs, 0, "N", "stream: pinned staging slabs each way, one layer each (1-4)", 0, 0},
         {"host-mem-limit", ARG_U64, &o.host_mem_limit, 0, "BYTES", "host memory the plan may use (0: what the host reports)", 0, 0},
         {"schedule", ARG_STR, o.schedule, sizeof o.schedule, "NAME", "plain, erase (detached segments' backward on side lanes) or stream (state in host memory)", 0, 0},

@@ -6,7 +6,10 @@
  *    plain sums it), and a bounded pool of pinned staging slabs (2 up, 2 down, one layer each,
  *    plus one for the embeddings/final norm/head);
  *  - device: the embeddings, final norm and head stay resident (compute copy + fp32 gradient),
- *    two weight slots that layers stream through, two gradient slots, the activations.
+ *    the weight slots that layers stream through (--stream-slots, 2 by default, up to one per
+ *    layer), two gradient slots, the activations; and with --gpu-layers N, N layers spread over
+ *    the model whose whole state (master, moments, gradient, compute copy) lives on the device and
+ *    is updated there (the host's copy of them is refreshed by quiesce).
  *
  * Lanes: compute (device), h2d and d2h (device: copy engines on CUDA), stage, host and optim
  * (threads; stage and host apart, so that staging an upload never queues behind a gradient that
@@ -15,11 +18,15 @@
  *             previous step's AdamW of layer l (below), or by stage (the first step, no clipping);
  *             h2d copies them into a weight slot once the slot's last user is done; compute runs
  *             layer l as soon as its slot is filled. Layer l+1 loads while l runs.
- *   backward: layers L-1 and L-2 are still in their slots from the forward and are reused; the
- *             others load again (stage rounds the fp32 master). Layer l's gradient goes into a
- *             zeroed gradient slot; d2h copies it into a down slab as soon as the layer's
- *             backward ends; host puts it into the host gradient slab. The embeddings' and head's
- *             gradients follow the same way at the end.
+ *   backward: the last layers of the forward are still in their slots and are reused (a new load
+ *             takes the slot used longest ago); the others load again (stage rounds the master).
+ *             Layer l's gradient goes into a zeroed gradient slot; d2h copies it into a down slab
+ *             as soon as the layer's backward ends; host puts it into the host gradient slab. The
+ *             embeddings' and head's gradients follow the same way at the end.
+ *   device layers: bound to their own buffers, nothing loaded; their gradient stays, its norm
+ *             blocks are summed on the device (the host's blocks and roundings) and only those
+ *             sums and the few elements of blocks shared with a neighbour come down. Their AdamW
+ *             (plain's kernel) runs on the compute lane before the layer's next forward.
  *   recompute (--ckpt-interval K): only every K-th layer's input is kept through the step; before
  *             the backward of a block of K layers, its forward runs again from that checkpoint
  *             (the last block's activations are still there and are not recomputed).
@@ -38,8 +45,8 @@
  *   the result is bitwise plain's (tests/stream_test.sh).
  *
  *   no clipping (--grad-clip 0): nothing waits for the norm, so each layer's AdamW runs as soon
- *             as its gradient has landed, during the rest of the backward; the next forward's
- *             uploads are staged from the master. */
+ *             as its gradient has landed (a device layer's: after its backward), during the rest
+ *             of the backward; the next forward's uploads are staged from the master. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

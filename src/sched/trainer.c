@@ -380,8 +380,8 @@ static int fit_wslots(const nb_trainer *tr, int glayers) {
     return extra >= (size_t)(most - 2) ? most : 2 + (int)extra;
 }
 
-/* --gpu-layers: the first N layers keep their fp32 weights, AdamW moments and gradients on the
- * GPU and update there (the host's bandwidth paces the streamed layers' update; the GPU's is ~30x
+/* --gpu-layers: N layers (spread over the model, stream.c) keep their fp32 weights, AdamW moments
+ * and gradients on the GPU and update there (the host's bandwidth paces the streamed layers' update; the GPU's is ~30x
  * larger). -1 takes the most that fit beside the activations, leaving room for a weight slot per
  * streamed layer when --stream-slots is -1 too. The CPU backend has no device memory to spare:
  * -1 means none there. */

@@ -43,7 +43,7 @@ typedef struct nb_train_opts {
     int pinned_slabs;        /* stream: pinned staging slabs each way (the bounded pinned pool) */
     int keep_layers;         /* stream with ckpt_interval > 0: the last N layers keep every activation
                               * (not recomputed); -1: as many as fit in GPU memory */
-    int gpu_layers;          /* stream: the first N layers keep weights, AdamW state and gradients on
+    int gpu_layers;          /* stream: N layers (spread evenly) keep weights, AdamW state and gradients on
                               * the device and update there; -1: as many as fit */
 } nb_train_opts;
 
