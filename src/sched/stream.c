@@ -138,7 +138,6 @@ struct nb_stream {
     int gopt_step;                /* the step whose scalars d_opt holds (-1: none yet) */
     unsigned char *gpending;      /* [layers]: the device layer's update waits for the next forward */
     int gpend_step, gdirty;       /* the pending updates' step; the host master is stale */
-    opt_item *gitems;             /* [layers] */
     double *d_gpart;              /* [nglayer * gpart_stride]: each device layer's norm blocks */
     char *h_gnorm;                /* pinned [nglayer * gnorm_stride]: those blocks, then the gradient's
                                    * edges (the elements in blocks shared with a neighbour) */
@@ -221,23 +220,23 @@ static void *pinned(nb_trainer *tr, size_t bytes, const char *what) {
 
 /* ---- device layers (--gpu-layers) ---- */
 
-/* Layer l's gradient against the norm's blocks: nparts whole blocks from block b0, the first head
- * and the last tail elements in blocks it shares with its neighbours (a layer inside one or two
+/* Slab elements [o, o + n) against the norm's blocks: nparts whole blocks from block b0, the first
+ * head and the last tail elements in blocks shared with the neighbours (a range inside one or two
  * blocks: all of it is head). */
 typedef struct {
     size_t o, n, b0, nparts, head, tail;
 } norm_geom;
 
-static norm_geom geom_of(const nb_trainer *tr, int l) {
+static norm_geom geom_range(size_t o, size_t n) {
     const size_t B = NB_SUMSQ_BLOCK;
-    norm_geom g = {tr->model.group_offset[1 + l], S(tr)->layer_numel, 0, 0, 0, 0};
-    size_t b0 = (g.o + B - 1) / B, b1 = (g.o + g.n) / B;
-    if (b1 <= b0) {
-        g.head = g.n;
-        return g;
-    }
-    g.b0 = b0, g.nparts = b1 - b0, g.head = b0 * B - g.o, g.tail = g.o + g.n - b1 * B;
+    norm_geom g = {o, n, 0, 0, n, 0};
+    size_t b0 = (o + B - 1) / B, b1 = (o + n) / B;
+    if (b1 > b0) g.b0 = b0, g.nparts = b1 - b0, g.head = b0 * B - o, g.tail = o + n - b1 * B;
     return g;
+}
+
+static norm_geom geom_of(const nb_trainer *tr, int l) {
+    return geom_range(tr->model.group_offset[1 + l], S(tr)->layer_numel);
 }
 
 static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >= 0; }
@@ -252,6 +251,10 @@ static void *gw_of(const nb_trainer *tr, int l) {
 }
 
 static float *gg_of(const nb_trainer *tr, int l) { return S(tr)->d_gg + goff(S(tr), l); }
+
+/* device layer l's norm blocks on the device, and its pinned buffer (blocks, then edges) */
+static double *gpart_of(const nb_stream *st, int l) { return st->d_gpart + (size_t)st->gidx[l] * st->gpart_stride; }
+static char *gnorm_of(const nb_stream *st, int l) { return st->h_gnorm + (size_t)st->gidx[l] * st->gnorm_stride; }
 
 /* R of L layers on the device, spread evenly and starting with layer 0: layer l is one when
  * ceil((l + 1) R / L) > ceil(l R / L). Spread, the forward alternates between device layers (the
@@ -284,7 +287,6 @@ static void gpu_layers_init(nb_trainer *tr) {
     st->gnorm_stride = nb_align_up(st->gpart_stride * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
     st->h_gnorm = pinned(tr, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
     st->gpending = nb_calloc((size_t)L, 1, "device layers");
-    st->gitems = nb_calloc((size_t)L, sizeof(opt_item), "device layers");
     st->gspans = nb_calloc((size_t)m->nparams, sizeof(nb_adamw_span), "device layers");
     for (int i = 0; i < m->nparams; i++) /* layer 0's tensors stand for every layer's (all alike) */
         if (m->params[i].group == 1)
@@ -301,7 +303,7 @@ static void gpu_layers_free(nb_trainer *tr) {
     be->free(st->d_gpart);
     if (st->d_gw) be->free(st->d_gw);
     be->host_free(st->h_opt), be->host_free(st->h_gnorm);
-    free(st->gpending), free(st->gitems), free(st->gspans), free(st->gidx);
+    free(st->gpending), free(st->gspans), free(st->gidx);
 }
 
 size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t e) { return (m->cfg.layers ? m->group_numel[1] : 0) * e; }
@@ -447,21 +449,32 @@ static void glob_pack_w(const nb_trainer *tr, void *packed) {
     glob_pack_part(tr, packed, -2);
 }
 
-/* The resident part from the host master, on ctx (start, resume). */
+/* The device layers' master and moments between the host slabs and the device, on ctx: up at
+ * start and resume (with their compute copy), down before checkpoints, evaluation and the end. */
+static void gpu_state_copy(nb_trainer *tr, nb_ctx ctx, int up) {
+    nb_stream *st = S(tr);
+    float *host[3] = {tr->params, tr->m, tr->v}, *devs[3] = {st->d_gp, st->d_gm, st->d_gv};
+    size_t lw = st->layer_numel, bytes = lw * sizeof(float);
+    for (int l = 0; l < tr->model.cfg.layers; l++) {
+        if (!on_gpu(st, l)) continue;
+        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
+        for (int j = 0; j < 3; j++) {
+            if (up)
+                tr->be->to_backend(ctx, devs[j] + off, host[j] + o, bytes);
+            else
+                tr->be->to_host(ctx, host[j] + o, devs[j] + off, bytes);
+        }
+        if (up && st->d_gw) tr->be->cast_params(ctx, gw_of(tr, l), st->d_gp + off, lw);
+    }
+}
+
+/* The resident part and the device layers from the host master, on ctx (start, resume). */
 void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     nb_stream *st = S(tr);
     glob_pack_w(tr, st->h_glob);
     tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
-    size_t lw = st->layer_numel, bytes = lw * sizeof(float);
-    for (int l = 0; l < tr->model.cfg.layers; l++) { /* the device layers' whole state */
-        if (!on_gpu(st, l)) continue;
-        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
-        tr->be->to_backend(ctx, st->d_gp + off, tr->params + o, bytes);
-        tr->be->to_backend(ctx, st->d_gm + off, tr->m + o, bytes);
-        tr->be->to_backend(ctx, st->d_gv + off, tr->v + o, bytes);
-        if (st->d_gw) tr->be->cast_params(ctx, (char *)st->d_gw + off * es(tr), st->d_gp + off, lw);
-        st->gpending[l] = 0;
-    }
+    gpu_state_copy(tr, ctx, 1);
+    if (st->gpending) memset(st->gpending, 0, (size_t)tr->model.cfg.layers);
     st->gdirty = 0;
     st->gopt_step = -1;
 }
@@ -515,8 +528,7 @@ static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
         norm_geom g = geom_of(tr, it->layer);
         if (g.nparts)
-            tr->be->sumsq_blocks(ctx, S(tr)->d_gpart + (size_t)S(tr)->gidx[it->layer] * S(tr)->gpart_stride, item_g(tr, it) + g.head,
-                                 g.nparts * NB_SUMSQ_BLOCK);
+            tr->be->sumsq_blocks(ctx, gpart_of(S(tr), it->layer), item_g(tr, it) + g.head, g.nparts * NB_SUMSQ_BLOCK);
     }
 }
 
@@ -533,21 +545,20 @@ static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
     nb_stream *st = S(tr);
     const size_t B = NB_SUMSQ_BLOCK;
     float *dst = tr->h_grads + o;
-    size_t b0 = (o + B - 1) / B, b1 = (o + n) / B; /* whole blocks inside [o, o + n) */
-    if (b1 <= b0) {
+    norm_geom g = geom_range(o, n);
+    if (!g.nparts) {
         copy_par(tr, dst, src, n * sizeof(float));
         return;
     }
-    size_t head = b0 * B - o, tail = o + n - b1 * B;
-    memcpy(dst, src, head * sizeof(float));
-    memcpy(dst + (n - tail), src + (n - tail), tail * sizeof(float));
-    long nb = (long)(b1 - b0);
+    memcpy(dst, src, g.head * sizeof(float));
+    memcpy(dst + (n - g.tail), src + (n - g.tail), g.tail * sizeof(float));
+    long nb = (long)g.nparts;
 #pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
-        size_t at = head + (size_t)k * B;
+        size_t at = g.head + (size_t)k * B;
         nb_copy_stream(dst + at, src + at, B * sizeof(float));
-        st->norm_part[b0 + (size_t)k] = nb_sumsq_block(src + at, B); /* the copy's bits, read from cache */
-        st->norm_have[b0 + (size_t)k] = 1;
+        st->norm_part[g.b0 + (size_t)k] = nb_sumsq_block(src + at, B); /* the copy's bits, read from cache */
+        st->norm_have[g.b0 + (size_t)k] = 1;
     }
 }
 
@@ -629,10 +640,9 @@ static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
-    char *h = st->h_gnorm + (size_t)st->gidx[it->layer] * st->gnorm_stride;
+    char *h = gnorm_of(st, it->layer);
     float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(tr, it->layer);
-    if (g.nparts)
-        tr->be->to_host_async(ctx, h, st->d_gpart + (size_t)st->gidx[it->layer] * st->gpart_stride, g.nparts * sizeof(double));
+    if (g.nparts) tr->be->to_host_async(ctx, h, gpart_of(st, it->layer), g.nparts * sizeof(double));
     if (g.head) tr->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
     if (g.tail) tr->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
 }
@@ -644,7 +654,7 @@ static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
-    const char *h = st->h_gnorm + (size_t)st->gidx[it->layer] * st->gnorm_stride;
+    const char *h = gnorm_of(st, it->layer);
     const float *edges = (const float *)(h + g.nparts * sizeof(double));
     memcpy(st->norm_part + g.b0, h, g.nparts * sizeof(double));
     memset(st->norm_have + g.b0, 1, g.nparts);
@@ -665,28 +675,16 @@ static void work_gpu_opt_up(void *arg, const nb_task_ctx *ctx) {
 /* Device layer it->layer's AdamW, plain's kernel and formula (clip factor from the norm on the
  * device), writing its compute copy too. */
 static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
-    opt_item *it = arg;
+    const nb_work *it = arg; /* tr->work[layer] */
     nb_trainer *tr = it->tr;
     nb_stream *st = S(tr);
     size_t off = goff(st, it->layer);
     tr->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
-                        st->d_gw ? (char *)st->d_gw + off * es(tr) : NULL, st->gspans, st->ngspans, st->d_opt->k,
+                        st->d_gw ? gw_of(tr, it->layer) : NULL, st->gspans, st->ngspans, st->d_opt->k,
                         tr->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, tr->o.grad_clip);
 }
 
-/* The device layers' master and moments into the host slabs (checkpoints, evaluation, the end). */
-static void work_gpu_download(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
-    nb_stream *st = S(tr);
-    size_t lw = st->layer_numel, bytes = lw * sizeof(float);
-    for (int l = 0; l < tr->model.cfg.layers; l++) {
-        if (!on_gpu(st, l)) continue;
-        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
-        tr->be->to_host(ctx, tr->params + o, st->d_gp + off, bytes);
-        tr->be->to_host(ctx, tr->m + o, st->d_gm + off, bytes);
-        tr->be->to_host(ctx, tr->v + o, st->d_gv + off, bytes);
-    }
-}
+static void work_gpu_download(void *arg, const nb_task_ctx *ctx) { gpu_state_copy(((nb_work *)arg)->tr, ctx, 0); }
 
 /* ---- the step ---- */
 
@@ -780,9 +778,8 @@ static void gpu_update(nb_trainer *tr, int l, int ustep, int step) {
         nb_lane_run(tr->compute, "adamw scalars up", NB_SPAN_OTHER, step, work_gpu_opt_up, &st->gopt_items[ustep & 1]);
         st->gopt_step = ustep;
     }
-    st->gitems[l] = (opt_item){tr, l, -1, NULL};
     snprintf(name, sizeof name, "adamw L%d (gpu)", l);
-    nb_lane_run(tr->compute, name, NB_SPAN_OPTIM, step, work_gpu_adamw, &st->gitems[l]);
+    nb_lane_run(tr->compute, name, NB_SPAN_OPTIM, step, work_gpu_adamw, &tr->work[l]);
     st->gpending[l] = 0;
     st->gdirty = 1;
 }

@@ -345,6 +345,12 @@ static size_t acts_bytes(const nb_trainer *tr, int keep) {
                                 : nb_tf_acts_bytes(&tr->model, o->batch, o->seq, es_of(tr));
 }
 
+/* Device bytes the stream's budget has left (negative: over) with wslots weight slots, glayers
+ * device layers and keep layers' activations kept whole. */
+static long long stream_room(const nb_trainer *tr, int wslots, int glayers, int keep) {
+    return (long long)stream_budget(tr) - (long long)(stream_fixed(tr, wslots, glayers) + acts_bytes(tr, keep));
+}
+
 /* --keep-layers: how many of the last layers keep every activation through the step instead of
  * being recomputed. -1 takes the most that fit beside the rest of the stream's device plan (with
  * two weight slots and no device layers where those are -1: activations come first, they save
@@ -355,18 +361,10 @@ static int resolve_keep(const nb_trainer *tr) {
     if (K <= 0 || strcmp(o->schedule, "stream")) return 0;
     if (o->keep_layers >= 0) return o->keep_layers < L ? o->keep_layers : L;
     if (!is_device_backend(tr)) return L;
-    size_t budget = stream_budget(tr);
-    size_t fixed = stream_fixed(tr, o->stream_slots > 0 ? o->stream_slots : 2, o->gpu_layers > 0 ? o->gpu_layers : 0);
+    int wslots = o->stream_slots > 0 ? o->stream_slots : 2, glayers = o->gpu_layers > 0 ? o->gpu_layers : 0;
     for (int keep = L; keep > 0; keep--)
-        if (fixed + acts_bytes(tr, keep) <= budget) return keep;
+        if (stream_room(tr, wslots, glayers, keep) >= 0) return keep;
     return 0;
-}
-
-/* Device bytes left beside the activations and the stream's fixed part with wslots weight slots
- * and glayers device layers (0 when over). */
-static size_t stream_left(const nb_trainer *tr, int wslots, int glayers) {
-    size_t budget = stream_budget(tr), used = stream_fixed(tr, wslots, glayers) + acts_bytes(tr, tr->keep);
-    return budget > used ? budget - used : 0;
 }
 
 /* Weight slots that fit beside the rest with glayers device layers: the asked number, or with -1
@@ -376,15 +374,16 @@ static int fit_wslots(const nb_trainer *tr, int glayers) {
     int host_layers = tr->model.cfg.layers - glayers, most = host_layers > 1 ? host_layers : 1;
     if (tr->o.stream_slots > 0) return tr->o.stream_slots < most ? tr->o.stream_slots : most;
     if (!is_device_backend(tr) || most <= 2) return most;
-    size_t extra = stream_left(tr, 2, glayers) / nb_stream_wslot_bytes(&tr->model, es_of(tr));
+    long long room = stream_room(tr, 2, glayers, tr->keep);
+    size_t extra = room > 0 ? (size_t)room / nb_stream_wslot_bytes(&tr->model, es_of(tr)) : 0;
     return extra >= (size_t)(most - 2) ? most : 2 + (int)extra;
 }
 
 /* --gpu-layers: N layers (spread over the model, stream.c) keep their fp32 weights, AdamW moments
- * and gradients on the GPU and update there (the host's bandwidth paces the streamed layers' update; the GPU's is ~30x
- * larger). -1 takes the most that fit beside the activations, leaving room for a weight slot per
- * streamed layer when --stream-slots is -1 too. The CPU backend has no device memory to spare:
- * -1 means none there. */
+ * and gradients on the GPU and update there (the host's bandwidth paces the streamed layers'
+ * update; the GPU's is ~30x larger). -1 takes the most that fit beside the activations, leaving
+ * room for a weight slot per streamed layer when --stream-slots is -1 too. The CPU backend has no
+ * device memory to spare: -1 means none there. */
 static int resolve_glayers(const nb_trainer *tr) {
     const nb_train_opts *o = &tr->o;
     int L = tr->model.cfg.layers;
@@ -394,7 +393,7 @@ static int resolve_glayers(const nb_trainer *tr) {
     for (int r = L; r > 0; r--) {
         int streamed = L - r > 1 ? L - r : 1;
         int slots = o->stream_slots > 0 && o->stream_slots < streamed ? o->stream_slots : streamed;
-        if (stream_fixed(tr, slots, r) + acts_bytes(tr, tr->keep) <= stream_budget(tr)) return r;
+        if (stream_room(tr, slots, r, tr->keep) >= 0) return r;
     }
     return 0;
 }
