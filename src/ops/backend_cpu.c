@@ -83,14 +83,7 @@ static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) {
     *out = s;
 }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { *out = nb_sumsq(x, n); }
-static void sumsq_blocks(nb_ctx c, double *part, const float *x, size_t n) {
-    long nb = (long)((n + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
-#pragma omp parallel for schedule(static) if (nb > 64)
-    for (long b = 0; b < nb; b++) {
-        size_t at = (size_t)b * NB_SUMSQ_BLOCK;
-        part[b] = nb_sumsq_block(x + at, n - at < NB_SUMSQ_BLOCK ? n - at : NB_SUMSQ_BLOCK);
-    }
-}
+static void sumsq_blocks(nb_ctx c, double *part, const float *x, size_t n) { nb_sumsq_blocks(part, x, n); }
 static void clip_factor(nb_ctx c, float *clip, const double *sumsq, float max_norm) {
     *clip = nb_clip_factor(sqrt(*sumsq), max_norm);
 }

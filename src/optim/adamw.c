@@ -91,17 +91,23 @@ double nb_sumsq_block(const float *g, size_t n) {
     return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
+void nb_sumsq_blocks(double *part, const float *g, size_t n) {
+    long nblocks = (long)((n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
+#pragma omp parallel for schedule(static) if (nblocks > 8)
+    for (long k = 0; k < nblocks; k++) {
+        size_t start = (size_t)k * SUMSQ_BLOCK;
+        part[k] = nb_sumsq_block(g + start, n - start < SUMSQ_BLOCK ? n - start : SUMSQ_BLOCK);
+    }
+}
+
 double nb_sumsq(const float *g, size_t n) {
     size_t nblocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
     double total = 0.0, part[SUMSQ_GROUP];
     for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_GROUP) {
-        int cnt = nblocks - b0 < SUMSQ_GROUP ? (int)(nblocks - b0) : SUMSQ_GROUP;
-#pragma omp parallel for schedule(static) if (cnt > 8)
-        for (int k = 0; k < cnt; k++) {
-            size_t start = (b0 + (size_t)k) * SUMSQ_BLOCK;
-            size_t len = n - start < SUMSQ_BLOCK ? n - start : SUMSQ_BLOCK;
-            part[k] = nb_sumsq_block(g + start, len);
-        }
+        const size_t pass = (size_t)SUMSQ_GROUP * SUMSQ_BLOCK;
+        size_t start = b0 * SUMSQ_BLOCK, len = n - start < pass ? n - start : pass;
+        int cnt = (int)((len + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
+        nb_sumsq_blocks(part, g + start, len);
         for (int k = 0; k < cnt; k++) total += part[k];
     }
     return total;

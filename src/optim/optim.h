@@ -53,6 +53,8 @@ double nb_sumsq(const float *g, size_t n);
  * blocks whose have[b] is 0, then returns the ordered total: the same bits as nb_sumsq(g, n). */
 #define NB_SUMSQ_BLOCK 4096
 double nb_sumsq_block(const float *g, size_t n);
+/* part[b] = nb_sumsq_block of every block of g[0..n) (the last one shorter) */
+void nb_sumsq_blocks(double *part, const float *g, size_t n);
 double nb_sumsq_finish(const float *g, size_t n, double *part, const unsigned char *have);
 /* g *= s */
 void nb_scale_inplace(float *g, size_t n, float s);
