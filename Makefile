@@ -40,9 +40,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all test tsan clean
 all: $(BUILD)/nobubble $(TEST_BIN)
 
+# rebuilt from scratch: ar would keep the members of sources that no longer exist
 $(BUILD)/libnobubble.a: $(ALL_OBJ)
 	@mkdir -p $(dir $@)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)

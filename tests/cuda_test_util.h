@@ -1,7 +1,7 @@
 /* Helpers shared by the CUDA op tests (test_ops_cuda.c, test_ops_ctr_cuda.c): random host tensors,
  * device up/down in fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU
  * reference with each mode's tolerance. Define SEED before including; include after check.h,
- * bf16_host.h, core.h, cuda_check.h and rng.h. */
+ * bf16_host.h, core.h, cuda_check.h, rng.h and ops/ops_cuda.h. */
 #ifndef NB_CUDA_TEST_UTIL_H
 #define NB_CUDA_TEST_UTIL_H
 
@@ -11,10 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/backend.h"
+#include "ops/ops_cuda.h"
+
 static const double TOL[2] = {1e-5, 1e-2}; /* [bf] */
 static const char *MODE[2] = {"f32", "bf16"};
 
 static cudaStream_t st;          /* the stream the ops run on */
+static nb_backend *inst;         /* the backend instance of GPU 0: its cuBLASLt handle serves the */
+static nb_blas_t lt;             /* GEMM launchers, and task contexts point at it (ctx.backend) */
 static uint64_t next_stream = 1; /* every random tensor draws from a stream of its own */
 
 /* The first GPU and the ops' stream; 77 (skip, said on stdout) when there is no GPU. */
@@ -29,6 +34,8 @@ static inline int cuda_test_start(void) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     CUDA_CHECK(cudaStreamCreate(&st));
+    inst = nb_backend_create("cuda", "");
+    lt = inst->blas;
     return 0;
 }
 

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 SMALL="--emb-dim 16 --blocks 6 --cross-rank 32 --block-hidden 64 --batch 64 --steps 20 --eval-samples 512 --quiet"
 SYNTH="synth:cap=1000,items=2000,calib=16384,max_len=16"
 same() { # same NAME DIR_A DIR_B
-    [ -n "$(losses "$2")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] && cmp -s "$2/model.safetensors" "$3/model.safetensors" \
+    [ -n "$(losses "$2")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] && cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" \
         && pass "$1: bitwise-identical losses and weights" || fail "$1: differs"
 }
 for det in all 2,4 none; do

@@ -27,7 +27,7 @@ ev=$(echo "$out" | grep "^eval step=300"); ne=$(get ne "$ev"); auc=$(get auc "$e
 awk -v ne="$ne" -v auc="$auc" 'BEGIN {exit !(ne < 1.0 && auc > 0.6)}' && pass "bf16 GPU: held-out NE $ne AUC $auc" \
     || fail "bf16 GPU: NE $ne AUC $auc (want NE < 1, AUC > 0.6)"
 $NB train "${C[@]}" --steps 300 --device cuda --out "$TMP/bf16b" >/dev/null || fail "bf16 second run"
-cmp -s "$TMP/bf16/model.safetensors" "$TMP/bf16b/model.safetensors" && [ "$(losses "$TMP/bf16")" = "$(losses "$TMP/bf16b")" ] \
+cmp -s "$TMP/bf16/ckpt/model.safetensors" "$TMP/bf16b/ckpt/model.safetensors" && [ "$(losses "$TMP/bf16")" = "$(losses "$TMP/bf16b")" ] \
     && pass "two bf16 GPU runs are bitwise identical (weights and every step loss)" || fail "GPU runs differ"
 
 out=$($NB train "${C[@]}" --steps 300 --device cuda --emb-optim adam) || fail "sparse adam run"
@@ -40,7 +40,7 @@ E=(--model seqctr --data "$SYNTH" --batch 1024 --steps 20 --eval-samples 1024 --
 $NB train "${E[@]}" --schedule plain --out "$TMP/e-plain" >/dev/null || fail "gpu detached plain"
 for d in blocking async; do
     $NB train "${E[@]}" --schedule erase --erase-dispatch $d --out "$TMP/e-$d" >/dev/null || fail "gpu erase $d"
-    cmp -s "$TMP/e-plain/model.safetensors" "$TMP/e-$d/model.safetensors" && [ "$(losses "$TMP/e-plain")" = "$(losses "$TMP/e-$d")" ] \
+    cmp -s "$TMP/e-plain/ckpt/model.safetensors" "$TMP/e-$d/ckpt/model.safetensors" && [ "$(losses "$TMP/e-plain")" = "$(losses "$TMP/e-$d")" ] \
         && pass "GPU: erase ($d dispatch) is bitwise equal to plain" || fail "GPU: erase ($d) differs from plain"
 done
 ov=$(grep -o '"overlap_pct":[0-9.e+-]*' "$TMP/e-blocking/metrics.jsonl" | tail -n 10 | cut -d: -f2 | sort -g | tail -n 1)

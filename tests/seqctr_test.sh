@@ -21,7 +21,7 @@ awk -v ne="$ne" -v auc="$auc" 'BEGIN {exit !(ne < 1.0 && auc > 0.6)}' \
 for k in step loss samples_per_s ms bubble_pct eval_ne eval_auc eval_loss; do
     grep -q "\"$k\":" "$TMP/synth/metrics.jsonl" && pass "metrics has $k" || fail "metrics lacks $k"
 done
-[ -s "$TMP/synth/model.safetensors" ] && pass "model.safetensors written" || fail "no model.safetensors in --out"
+[ -s "$TMP/synth/ckpt/model.safetensors" ] && pass "ckpt/model.safetensors written" || fail "no ckpt/model.safetensors in --out"
 [ "$(wc -l < "$TMP/synth/metrics.jsonl")" -eq 300 ] && pass "metrics has one line per step" || fail "metrics line count"
 
 $NB train --model seqctr --data "$SYNTH" --steps 60 --batch 256 --eval-samples 1024 --out "$TMP/synth2" $SMALL \

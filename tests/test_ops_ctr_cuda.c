@@ -1654,6 +1654,7 @@ static void bench(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (cuda_test_start()) return 77;
     gctx.stream = st;
+    gctx.backend = cctx.backend = inst;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench(argc - 2, argv + 2);
         CUDA_CHECK(cudaStreamDestroy(st));

@@ -68,7 +68,7 @@ static void gpu_matmul_fwd(int bf, float *out, const float *inp, const float *w,
                            int OC) {
     void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
     void *db = bias ? dev_up(bias, OC, bf) : NULL, *dout = dev_nan((size_t)N * OC, bf);
-    CALL(bf, nb_cuda_matmul_forward, dout, di, dw, db, N, C, OC, st);
+    CALL(bf, nb_cuda_matmul_forward, dout, di, dw, db, N, C, OC, lt, st);
     dev_down(out, dout, (size_t)N * OC, bf);
     dev_free(di), dev_free(dw), dev_free(db), dev_free(dout);
 }
@@ -94,7 +94,7 @@ static void gpu_matmul_gelu(int bf, float *out, float *pre, const float *inp, co
     void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
     void *db = bias ? dev_up(bias, OC, bf) : NULL;
     void *dout = dev_nan((size_t)N * OC, bf), *dpre = dev_nan((size_t)N * OC, bf);
-    CALL(bf, nb_cuda_matmul_gelu_forward, dout, dpre, di, dw, db, N, C, OC, st);
+    CALL(bf, nb_cuda_matmul_gelu_forward, dout, dpre, di, dw, db, N, C, OC, lt, st);
     dev_down(out, dout, (size_t)N * OC, bf);
     dev_down(pre, dpre, (size_t)N * OC, bf);
     dev_free(di), dev_free(dw), dev_free(db), dev_free(dout), dev_free(dpre);
@@ -138,7 +138,7 @@ static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const f
     void *dwt = dev_up(w, (size_t)OC * C, bf);
     void *gdi = dinp ? dev_up(dinp, (size_t)N * C, bf) : NULL;
     void *gdw = dw ? dev_up(dw, (size_t)OC * C, 0) : NULL, *gdb = dbias ? dev_up(dbias, OC, 0) : NULL;
-    CALL(bf, nb_cuda_matmul_backward, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, st);
+    CALL(bf, nb_cuda_matmul_backward, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
     if (dinp) dev_down(dinp, gdi, (size_t)N * C, bf);
     if (dw) dev_down(dw, gdw, (size_t)OC * C, 0);
     if (dbias) dev_down(dbias, gdb, OC, 0);
@@ -605,9 +605,9 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
             double *dsum = NULL;
             CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof(double)));
             if (padded)
-                CALL(bf, nb_cuda_xent_padded, gdi, gdw, dl, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, st);
+                CALL(bf, nb_cuda_xent_padded, gdi, gdw, dl, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, lt, st);
             else
-                CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, st);
+                CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, lt, st);
             nb_cuda_sum_f64(dsum, dl, N, st);
             gi[run] = zeros(ni), gw[run] = zeros(nw), gl[run] = zeros(N);
             dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gl[run], dl, N, 0);
@@ -615,10 +615,10 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
             if (run == 0) { /* forward only: the same losses, no gradient work */
                 void *dl2 = dev_nan(N, 0);
                 if (padded)
-                    CALL(bf, nb_cuda_xent_padded, NULL, NULL, dl2, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, st);
+                    CALL(bf, nb_cuda_xent_padded, NULL, NULL, dl2, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, lt, st);
                 else
                     CALL(bf, nb_cuda_xent_forward_backward, NULL, NULL, dl2, di, dw, dtg, N, C, V, gs, chunk_rows,
-                         st);
+                         lt, st);
                 dev_down(gl_fwd, dl2, N, 0);
                 dev_free(dl2);
             }
@@ -870,7 +870,7 @@ static void bench(void) {
         int n = 8192;
         void *a = dev_rand_bf16((size_t)n * n, 1), *b = dev_rand_bf16((size_t)n * n, 1), *c = dev_zero((size_t)n * n * 2);
         BENCH("matmul 8192^3 (ceiling)", 2.0 * n * n * n, 6.0 * n * n,
-              nb_cuda_matmul_forward_bf16(c, a, b, NULL, n, n, n, st));
+              nb_cuda_matmul_forward_bf16(c, a, b, NULL, n, n, n, lt, st));
         dev_free(a), dev_free(b), dev_free(c);
     }
     int B = 8, T = 1024, C = 768, NH = 12, HS = 64, V = 50257, N = B * T;
@@ -880,13 +880,13 @@ static void bench(void) {
         void *bias = dev_rand_bf16(OC, 1), *out = dev_zero((size_t)N * OC * 2), *dout = dev_rand_bf16((size_t)N * OC, 1);
         void *dinp = dev_zero((size_t)N * C * 2), *dw = dev_zero((size_t)OC * C * 4), *db = dev_zero((size_t)OC * 4);
         BENCH("matmul fwd +bias N=8192 C=768 OC=2304", 2.0 * N * C * OC, 2.0 * ((double)N * C + (double)OC * C + (double)N * OC),
-              nb_cuda_matmul_forward_bf16(out, inp, w, bias, N, C, OC, st));
+              nb_cuda_matmul_forward_bf16(out, inp, w, bias, N, C, OC, lt, st));
         BENCH("matmul bwd dinp+dw+dbias (same shape)", 4.0 * N * C * OC, 2.0 * N * OC + 4.0 * N * C + 8.0 * OC * C,
-              nb_cuda_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, st));
+              nb_cuda_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, lt, st));
         void *pre = dev_zero((size_t)N * 4 * C * 2), *w4 = dev_rand_bf16((size_t)4 * C * C, 0.1f);
         void *out4 = dev_zero((size_t)N * 4 * C * 2);
         BENCH("matmul+gelu fwd (fused) N=8192 C=768 OC=3072", 2.0 * N * C * 4 * C, 2.0 * ((double)N * C + 8.0 * N * C),
-              nb_cuda_matmul_gelu_forward_bf16(out4, pre, inp, w4, NULL, N, C, 4 * C, st));
+              nb_cuda_matmul_gelu_forward_bf16(out4, pre, inp, w4, NULL, N, C, 4 * C, lt, st));
         BENCH("gelu bwd N*3072", 0, 8.0 * N * 4 * C,
               nb_cuda_gelu_backward_bf16(out4, pre, pre, (size_t)N * 4 * C, st));
         dev_free(inp), dev_free(w), dev_free(bias), dev_free(out), dev_free(dout), dev_free(dinp), dev_free(dw);
@@ -929,9 +929,9 @@ static void bench(void) {
         BENCH("embed bwd dwte N=8192 V=50257 C=768", 0, 2.0 * N * C + 8.0 * N * C,
               nb_cuda_embed_backward_bf16(dwte, NULL, dout, dtok, B, T, C, V, st));
         BENCH("xent fwd+bwd N=8192 C=768 V=50257", 6.0 * N * C * V, 2.0 * V * C + 8.0 * V * C,
-              nb_cuda_xent_forward_backward_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, 1.0f / N, 0, st));
+              nb_cuda_xent_forward_backward_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, 1.0f / N, 0, lt, st));
         BENCH("xent fwd+bwd, padded to 50304 (the trainer's)", 6.0 * N * C * Vp, 2.0 * Vp * C + 8.0 * Vp * C,
-              nb_cuda_xent_padded_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, Vp, 1.0f / N, 0, st));
+              nb_cuda_xent_padded_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, Vp, 1.0f / N, 0, lt, st));
         CUDA_CHECK(cudaFree(dtok));
         free(tok);
         dev_free(wte), dev_free(dout), dev_free(inp), dev_free(dinp), dev_free(dwte), dev_free(losses);

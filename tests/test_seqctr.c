@@ -11,7 +11,7 @@
 #include "model/seqctr.h"
 #include "optim/optim.h"
 #include "optim/optim_sparse.h"
-#include "sched/ctr_trainer.h"
+#include "run/sc.h"
 
 enum { TB = 4, TL = 5 };
 

@@ -33,8 +33,8 @@
 #include "model/transformer.h"
 #include "ops/backend.h"
 #include "optim/optim.h"
-#include "sched/checkpoint.h"
-#include "sched/trainer.h"
+#include "run/ckpt.h"
+#include "run/run.h"
 
 #define REGEN_HINT "regenerate it with tests/torch/ref_check.py gen (see tests/torch/README.md)"
 #define MAX_STEPS 1000
@@ -445,7 +445,7 @@ static void check_reference(const reference *r, const runner *rn) {
 /* The reference's initial weights as a nobubble checkpoint in dir (for nobubble export). */
 static void save_ckpt(const reference *r, const char *dir) {
     nb_train_opts o;
-    nb_train_opts_defaults(&o);
+    nb_train_opts_defaults(&o, "transformer");
     o.model = r->m.cfg;
     o.batch = r->B;
     o.seq = r->T;
@@ -456,7 +456,18 @@ static void save_ckpt(const reference *r, const char *dir) {
     float *zero = nb_aligned_alloc(r->m.total * sizeof(float), "zero moments");
     nb_ckpt_state st = {0, 0, r->seed};
     nb_mkdir_p(dir);
-    nb_ckpt_save(dir, &r->m, &o, r->w0, zero, zero, &st);
+    nb_ckpt_list model = {0}, optim = {0};
+    for (int i = 0; i < r->m.nparams; i++) {
+        const nb_param *p = &r->m.params[i];
+        char name[96];
+        nb_ckpt_list_add(&model, p->name, p->ndim, p->shape, r->w0 + p->offset);
+        snprintf(name, sizeof name, "%s.exp_avg", p->name);
+        nb_ckpt_list_add(&optim, name, p->ndim, p->shape, zero + p->offset);
+        snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
+        nb_ckpt_list_add(&optim, name, p->ndim, p->shape, zero + p->offset);
+    }
+    nb_ckpt_write(dir, &nb_family_transformer, &o, &model, &optim, &st);
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
     free(zero);
     printf("  wrote the reference weights as a checkpoint: %s/ckpt\n", dir);
 }

@@ -28,24 +28,43 @@ static const char *kind_meta(const nb_arg *a) {
     }
 }
 
+static const char *const *help_groups;
+void nb_args_set_groups(const char *const *groups) { help_groups = groups; }
+
+static void help_line(FILE *f, const nb_arg *a);
+
 void nb_args_help(FILE *f, const char *cmd, const char *summary, const nb_arg *args, int nargs) {
-    fprintf(f, "usage: nobubble %s [options]\n\n%s\n\noptions:\n", cmd, summary);
-    for (int i = 0; i < nargs; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s %s", args[i].name, args[i].kind == ARG_BOOL ? "" : kind_meta(&args[i]));
-        fprintf(f, "  %-24s %s", left, args[i].help);
-        switch (args[i].kind) {
-        case ARG_INT: fprintf(f, " [%d]", *(int *)args[i].dst); break;
-        case ARG_FLOAT: fprintf(f, " [%g]", *(float *)args[i].dst); break;
-        case ARG_U64: fprintf(f, " [%llu]", (unsigned long long)*(uint64_t *)args[i].dst); break;
-        case ARG_STR:
-            if (((char *)args[i].dst)[0]) fprintf(f, " [%s]", (char *)args[i].dst);
-            break;
-        default: break;
-        }
-        fputc('\n', f);
+    fprintf(f, "usage: nobubble %s [options]\n\n%s\n", cmd, summary);
+    int ngroups = 1;
+    while (help_groups && help_groups[ngroups]) ngroups++;
+    for (int g = 0; g < ngroups; g++) {
+        fprintf(f, "\n%s:\n", help_groups ? help_groups[g] : "options");
+        for (int i = 0; i < nargs; i++)
+            if (args[i].group == g) help_line(f, &args[i]);
     }
     fprintf(f, "  %-24s %s\n", "--help", "print this help and exit");
+}
+
+const nb_arg *nb_args_find(const nb_arg *args, int nargs, const char *name) {
+    for (int i = 0; i < nargs; i++)
+        if (!strcmp(args[i].name, name)) return &args[i];
+    return NULL;
+}
+
+static void help_line(FILE *f, const nb_arg *a) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s %s", a->name, a->kind == ARG_BOOL ? "" : kind_meta(a));
+    fprintf(f, "  %-24s %s", left, a->help);
+    switch (a->kind) {
+    case ARG_INT: fprintf(f, " [%d]", *(int *)a->dst); break;
+    case ARG_FLOAT: fprintf(f, " [%g]", *(float *)a->dst); break;
+    case ARG_U64: fprintf(f, " [%llu]", (unsigned long long)*(uint64_t *)a->dst); break;
+    case ARG_STR:
+        if (((char *)a->dst)[0]) fprintf(f, " [%s]", (char *)a->dst);
+        break;
+    default: break;
+    }
+    fputc('\n', f);
 }
 
 static void set_value(const char *cmd, nb_arg *a, const char *v) {

@@ -18,12 +18,17 @@ typedef struct {
     const char *help;
     int min_int;      /* ARG_INT: smallest accepted value */
     int seen;         /* set by the parser */
+    int group;        /* --help section (nb_args_help's group names; 0: the first) */
 } nb_arg;
 
 /* Parse argv[1..argc) (argv[0] is the command name). Returns 1 when --help was asked (help is
  * printed to stdout), 0 otherwise; bad input prints one line to stderr and exits 2. */
 int nb_args_parse(const char *cmd, const char *summary, nb_arg *args, int nargs, int argc, char **argv);
 void nb_args_help(FILE *f, const char *cmd, const char *summary, const nb_arg *args, int nargs);
+/* Section headings of --help by nb_arg.group (NULL-terminated; NULL: one section). */
+void nb_args_set_groups(const char *const *groups);
+/* The flag named, or NULL. */
+const nb_arg *nb_args_find(const nb_arg *args, int nargs, const char *name);
 /* Was --name given? */
 int nb_args_seen(const nb_arg *args, int nargs, const char *name);
 /* Print "nobubble <cmd>: error: ..." and exit 2. */

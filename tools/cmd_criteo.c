@@ -11,10 +11,10 @@ int nb_cmd_criteo_convert(int argc, char **argv) {
     char in[1024] = "", out[1024] = "", layout_name[16] = "kaggle";
     int strict = 0;
     nb_arg args[] = {
-        {"in", ARG_STR, in, sizeof in, "TSV", "Criteo TSV file (decompressed)", 0, 0},
-        {"out", ARG_STR, out, sizeof out, "BIN", "binary file to write (crash-safely)", 0, 0},
-        {"layout", ARG_STR, layout_name, sizeof layout_name, "L", "kaggle, 1tb or unlabeled", 0, 0},
-        {"strict", ARG_BOOL, &strict, 0, NULL, "stop at the first bad line (default: skip and count)", 0, 0},
+        {"in", ARG_STR, in, sizeof in, "TSV", "Criteo TSV file (decompressed)", 0, 0, 0},
+        {"out", ARG_STR, out, sizeof out, "BIN", "binary file to write (crash-safely)", 0, 0, 0},
+        {"layout", ARG_STR, layout_name, sizeof layout_name, "L", "kaggle, 1tb or unlabeled", 0, 0, 0},
+        {"strict", ARG_BOOL, &strict, 0, NULL, "stop at the first bad line (default: skip and count)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("criteo-convert",

@@ -8,14 +8,17 @@
 #include "commands.h"
 #include "core.h"
 #include "io/hf_export.h"
-#include "sched/checkpoint.h"
-#include "sched/trainer.h"
+#include "run/ckpt.h"
+#include "run/run.h"
+#include "run/sc.h"
 
 static const char *EXPORT_SUMMARY =
-    "Write a checkpoint as a Hugging Face model directory: OUT/config.json and OUT/model.safetensors\n"
-    "(fp32 master weights). GPT-2 presets load with transformers' GPT2LMHeadModel.from_pretrained(OUT),\n"
-    "Llama presets with LlamaForCausalLM.from_pretrained(OUT). Existing files of those two names in OUT\n"
-    "are replaced; each is written under a temporary name and swapped in.";
+    "Transformers: write a checkpoint as a Hugging Face model directory (--hf OUT): OUT/config.json and\n"
+    "OUT/model.safetensors (fp32 master weights). GPT-2 presets load with transformers'\n"
+    "GPT2LMHeadModel.from_pretrained(OUT), Llama presets with LlamaForCausalLM.from_pretrained(OUT).\n"
+    "Existing files of those two names in OUT are replaced; each is written under a temporary name and\n"
+    "swapped in. seqctr: write the model's tensors (dense weights and every embedding table, fp32, the\n"
+    "names of the README's seqctr section) to one safetensors file (--out FILE), crash-safely.";
 
 /* Two paths name the same existing directory. */
 static int same_dir(const char *a, const char *b) {
@@ -40,32 +43,59 @@ static void check_padding(const nb_tf_model *m, const float *slab, const char *d
     }
 }
 
+void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *device, nb_train_opts *o, char *resolved,
+                       size_t cap);
+
+/* seqctr: the model's tensors from a forward-only run of the checkpoint on the CPU */
+static int export_seqctr(const char *ckpt, const char *file) {
+    nb_train_opts o;
+    char dir[NB_PATH_MAX];
+    nb_opts_from_ckpt(ckpt, 1, 0, "cpu", &o, dir, sizeof dir);
+    static nb_run r;
+    double t0 = nb_now();
+    nb_run_init(&r, &o, 1);
+    int n = nb_sc_export(&r, file);
+    fprintf(stderr, "exported seqctr (step %d, %d tensors) to %s in %.1f s\n", r.step, n, file, nb_now() - t0);
+    nb_run_free(&r);
+    return 0;
+}
+
 int nb_cmd_export(int argc, char **argv) {
-    char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "";
+    char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "", file[NB_PATH_MAX] = "";
     nb_arg args[] = {
-        {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to export", 0, 0},
-        {"hf", ARG_STR, out, sizeof out, "OUT", "output directory (created if missing)", 0, 0},
+        {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to export", 0, 0, 0},
+        {"hf", ARG_STR, out, sizeof out, "OUT", "transformers: output directory (created if missing)", 0, 0, 0},
+        {"out", ARG_STR, file, sizeof file, "FILE", "seqctr: the safetensors file to write", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("export", EXPORT_SUMMARY, args, nargs, argc, argv)) return 0;
     if (!ckpt[0]) nb_usage_error("export", "--ckpt DIR is required");
-    if (!out[0]) nb_usage_error("export", "--hf OUT is required");
 
     char dir[NB_PATH_MAX];
-    nb_ckpt_resolve(ckpt, dir, sizeof dir);
+    nb_ckpt_resolve(ckpt, dir, sizeof dir, 0);
+    nb_train_opts o;
+    nb_ckpt_state st;
+    nb_ckpt_read_state(dir, &o, &st);
+    if (!strcmp(o.family, "seqctr")) {
+        if (out[0]) nb_usage_error("export", "--hf writes Hugging Face transformers: use --out FILE for seqctr");
+        if (!file[0]) nb_usage_error("export", "--out FILE is required for a seqctr checkpoint");
+        return export_seqctr(ckpt, file);
+    }
+    if (file[0]) nb_usage_error("export", "--out FILE is seqctr's: use --hf OUT for a transformer");
+    if (!out[0]) nb_usage_error("export", "--hf OUT is required");
     /* OUT/model.safetensors would overwrite the checkpoint's own weights file */
     NB_CHECK(!same_dir(dir, out), "choose another --hf directory", "--hf %s is the checkpoint directory itself", out);
     struct stat sb;
     NB_CHECK(stat(out, &sb) != 0 || S_ISDIR(sb.st_mode), "choose another --hf directory",
              "--hf %s exists and is not a directory", out);
-    nb_train_opts o;
-    nb_train_opts_defaults(&o);
-    nb_ckpt_state st;
-    nb_ckpt_read_state(dir, &o, &st);
     nb_tf_model m;
     nb_tf_model_init(&m, &o.model);
     float *slab = nb_aligned_alloc(m.total * sizeof(float), "model weights");
-    nb_ckpt_load(dir, &m, slab, NULL, NULL, &st);
+    nb_ckpt_list list = {0};
+    for (int i = 0; i < m.nparams; i++)
+        nb_ckpt_list_add(&list, m.params[i].name, m.params[i].ndim, m.params[i].shape, slab + m.params[i].offset);
+    nb_ckpt_load_lists(dir, &list, NULL);
+    nb_ckpt_list_free(&list);
     check_padding(&m, slab, dir);
 
     double t0 = nb_now();

@@ -9,10 +9,11 @@
 #include "data/tokenizer.h"
 #include "ops/ops.h"
 #include "rng.h"
-#include "sched/trainer.h"
+#include "run/run.h"
+#include "run/tf.h"
 
-void nb_opts_from_ckpt(const char *cmd, const char *dir, int batch, int threads, const char *device, nb_train_opts *o,
-                       char *resolved, size_t cap);
+void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *device, nb_train_opts *o, char *resolved,
+                       size_t cap);
 
 /* Draw from softmax(logits / temperature) restricted to the top_k largest (0: all). */
 static int draw(float *logits, int V, float temperature, int top_k, float u) {
@@ -50,15 +51,15 @@ int nb_cmd_sample(int argc, char **argv) {
     char device[32] = "cpu";
     uint64_t seed = 42;
     nb_arg args[] = {
-        {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/)", 0, 0},
-        {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0},
-        {"prompt", ARG_STR, prompt, sizeof prompt, "TEXT", "text to continue (empty: start of a document)", 0, 0},
-        {"tokens", ARG_INT, &ntok, 0, "N", "tokens to generate", 1, 0},
-        {"temperature", ARG_FLOAT, &temperature, 0, "X", "softmax temperature (> 0)", 0, 0},
-        {"top-k", ARG_INT, &top_k, 0, "K", "sample among the K most likely tokens (0: all)", 0, 0},
-        {"seed", ARG_U64, &seed, 0, "N", "sampling seed", 0, 0},
-        {"tokenizer", ARG_STR, tokdir, sizeof tokdir, "DIR", "folder with encoder.json and vocab.bpe", 0, 0},
-        {"threads", ARG_INT, &threads, 0, "N", "CPU threads (0: all cores)", 0, 0},
+        {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/)", 0, 0, 0},
+        {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0, 0},
+        {"prompt", ARG_STR, prompt, sizeof prompt, "TEXT", "text to continue (empty: start of a document)", 0, 0, 0},
+        {"tokens", ARG_INT, &ntok, 0, "N", "tokens to generate", 1, 0, 0},
+        {"temperature", ARG_FLOAT, &temperature, 0, "X", "softmax temperature (> 0)", 0, 0, 0},
+        {"top-k", ARG_INT, &top_k, 0, "K", "sample among the K most likely tokens (0: all)", 0, 0, 0},
+        {"seed", ARG_U64, &seed, 0, "N", "sampling seed", 0, 0, 0},
+        {"tokenizer", ARG_STR, tokdir, sizeof tokdir, "DIR", "folder with encoder.json and vocab.bpe", 0, 0, 0},
+        {"threads", ARG_INT, &threads, 0, "N", "CPU threads (0: all cores)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("sample", "Generate text from a trained checkpoint.", args, nargs, argc, argv)) return 0;
@@ -68,10 +69,13 @@ int nb_cmd_sample(int argc, char **argv) {
     nb_tokenizer *tok = nb_tokenizer_load(tokdir);
     nb_train_opts o;
     char resolved[NB_PATH_MAX];
-    nb_opts_from_ckpt("sample", ckpt, 1, threads, device, &o, resolved, sizeof resolved);
-    nb_trainer tr;
-    nb_trainer_init(&tr, &o);
-    int V = tr.model.cfg.vocab, T = tr.model.cfg.seq;
+    nb_opts_from_ckpt(ckpt, 1, threads, device, &o, resolved, sizeof resolved);
+    NB_CHECK(strcmp(o.family, "seqctr"), "pass a transformer's run directory (seqctr models score clicks: nobubble eval)",
+             "%s holds a %s checkpoint: sample generates text", resolved, o.family);
+    o.data[0] = o.val_data[0] = 0;
+    static nb_run r;
+    nb_run_init(&r, &o, 1);
+    int V = o.model.vocab, T = o.model.seq;
 
     int32_t *ids = NULL;
     size_t n = nb_tokenizer_encode(tok, prompt, strlen(prompt), &ids);
@@ -90,7 +94,7 @@ int nb_cmd_sample(int argc, char **argv) {
     for (int i = 0; i < ntok; i++) {
         /* the model sees at most its context length: keep the most recent tokens */
         size_t start = len > (size_t)T ? len - (size_t)T : 0;
-        nb_trainer_logits(&tr, ctx + start, (int)(len - start), logits);
+        nb_tf_logits(&r, ctx + start, (int)(len - start), logits);
         nb_u32x4 r = nb_philox(seed, nb_rng_stream_id("sample"), (uint64_t)i);
         int next = draw(logits, V, temperature, top_k, nb_u32_to_unit(r.v[0]) - 0.5f / 16777216.0f);
         ctx[len++] = next;
@@ -102,7 +106,7 @@ int nb_cmd_sample(int argc, char **argv) {
     fputc('\n', stdout);
     free(logits);
     free(ctx);
-    nb_trainer_free(&tr);
+    nb_run_free(&r);
     nb_tokenizer_free(tok);
     return 0;
 }

@@ -2,7 +2,7 @@
  * flat binary file, so that another implementation of seqctr (bench/seqctr_torch.py) trains on
  * exactly the samples `nobubble train --model seqctr --data synth:...` trains on.
  *
- * The generator is opened the way the trainer opens it (sched/ctr_trainer.c, source_open): the
+ * The generator is opened the way the trainer opens it (data/ctr_source.c, nb_ctr_source_open): the
  * spec gets ",max_len=<--max-len>" appended unless it names max_len itself, and the table rows are
  * min(cardinality, --table-cap) per categorical field and min(items, --table-cap) for the item
  * table. Training step k reads samples k*B .. k*B + B - 1, so samples 0 .. S*B - 1 are the ones
@@ -51,7 +51,7 @@
 #include "host.h"
 #include "io/atomic.h"
 #include "model/seqctr.h"
-#include "sched/ctr_trainer.h" /* the trainer's defaults and NB_PATH_MAX: the same flags mean the same */
+#include "run/opts.h" /* train's seqctr defaults and NB_PATH_MAX: the same flags mean the same */
 
 /* The arrays are written from memory as they are: the format is little-endian. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -105,20 +105,20 @@ static uint64_t align8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
 int nb_cmd_synth_dump(int argc, char **argv) {
     /* train's defaults for the flags the two share, so a flag left out means the same in both */
-    static nb_ctr_opts defaults;
-    nb_ctr_opts_defaults(&defaults);
+    static nb_train_opts defaults;
+    nb_train_opts_defaults(&defaults, "seqctr");
     char data[NB_PATH_MAX] = "synth", out[NB_PATH_MAX] = "";
     uint64_t samples = 0, first = 0;
-    int max_len = defaults.model.max_len, table_cap = (int)defaults.table_cap, threads = 0, quiet = 0;
+    int max_len = defaults.ctr.max_len, table_cap = (int)defaults.table_cap, threads = 0, quiet = 0;
     nb_arg args[] = {
-        {"data", ARG_STR, data, sizeof data, "SPEC", "synth[:k=v,...], as given to train", 0, 0},
-        {"samples", ARG_U64, &samples, 0, "N", "samples to write (required)", 0, 0},
-        {"first", ARG_U64, &first, 0, "I", "generator index of the first sample (evaluation starts at 2^40)", 0, 0},
-        {"max-len", ARG_INT, &max_len, 0, "L", "history cap, as train's --max-len (unless max_len= is in --data)", 0, 0},
-        {"table-cap", ARG_INT, &table_cap, 0, "C", "rows per embedding table at most, as train's --table-cap", 1, 0},
-        {"out", ARG_STR, out, sizeof out, "FILE", "file to write (crash-safely: temp file, then rename)", 0, 0},
-        {"threads", ARG_INT, &threads, 0, "N", "generator threads (0: all cores)", 0, 0},
-        {"quiet", ARG_BOOL, &quiet, 0, NULL, "no progress lines on stderr", 0, 0},
+        {"data", ARG_STR, data, sizeof data, "SPEC", "synth[:k=v,...], as given to train", 0, 0, 0},
+        {"samples", ARG_U64, &samples, 0, "N", "samples to write (required)", 0, 0, 0},
+        {"first", ARG_U64, &first, 0, "I", "generator index of the first sample (evaluation starts at 2^40)", 0, 0, 0},
+        {"max-len", ARG_INT, &max_len, 0, "L", "history cap, as train's --max-len (unless max_len= is in --data)", 0, 0, 0},
+        {"table-cap", ARG_INT, &table_cap, 0, "C", "rows per embedding table at most, as train's --table-cap", 1, 0, 0},
+        {"out", ARG_STR, out, sizeof out, "FILE", "file to write (crash-safely: temp file, then rename)", 0, 0, 0},
+        {"threads", ARG_INT, &threads, 0, "N", "generator threads (0: all cores)", 0, 0, 0},
+        {"quiet", ARG_BOOL, &quiet, 0, NULL, "no progress lines on stderr", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("synth-dump", DUMP_SUMMARY, args, nargs, argc, argv)) return 0;
@@ -135,7 +135,7 @@ int nb_cmd_synth_dump(int argc, char **argv) {
         nb_usage_error("synth-dump", "--data takes synth or synth:k=v,... (only synthetic data can be dumped), got '%s'",
                        data);
 
-    /* The spec exactly as ctr_trainer.c's source_open builds it. */
+    /* The spec exactly as data/ctr_source.c's nb_ctr_source_open builds it. */
     char spec[NB_PATH_MAX + 64];
     if (strstr(data, "max_len="))
         snprintf(spec, sizeof spec, "%s", data);
@@ -155,7 +155,7 @@ int nb_cmd_synth_dump(int argc, char **argv) {
                        max_len, g->o.max_len);
     int L = g->o.max_len;
 
-    /* Table rows as the trainer sizes them (source_open: cap_rows). */
+    /* Table rows as the trainer sizes them (nb_ctr_source_open: cap_rows). */
     uint64_t cat_rows[NB_SYNTH_NCAT], item_rows = g->o.items < (uint64_t)table_cap ? g->o.items : (uint64_t)table_cap;
     for (int f = 0; f < NB_SYNTH_NCAT; f++) cat_rows[f] = g->card[f] < (uint64_t)table_cap ? g->card[f] : (uint64_t)table_cap;
 

@@ -6,7 +6,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core.h"
-#include "sched/timeline.h"
+#include "run/timeline.h"
 
 #define TIMELINE_SUMMARY                                                                            \
     "Draw one step of a trace written by 'nobubble train --trace FILE' as an SVG timeline: lanes " \
@@ -17,10 +17,10 @@ int nb_cmd_timeline(int argc, char **argv) {
     char trace[4096] = "", out[4096] = "timeline.svg", title[256] = "";
     int step = -1;
     nb_arg args[] = {
-        {"trace", ARG_STR, trace, sizeof trace, "FILE", "Chrome trace from train --trace (required)", 0, 0},
-        {"step", ARG_INT, &step, 0, "N", "step to draw, 0-based as in metrics.jsonl (required)", 0, 0},
-        {"out", ARG_STR, out, sizeof out, "FILE", "SVG to write (default timeline.svg)", 0, 0},
-        {"title", ARG_STR, title, sizeof title, "TEXT", "title line (default: the trace's name and the step)", 0, 0},
+        {"trace", ARG_STR, trace, sizeof trace, "FILE", "Chrome trace from train --trace (required)", 0, 0, 0},
+        {"step", ARG_INT, &step, 0, "N", "step to draw, 0-based as in metrics.jsonl (required)", 0, 0, 0},
+        {"out", ARG_STR, out, sizeof out, "FILE", "SVG to write (default timeline.svg)", 0, 0, 0},
+        {"title", ARG_STR, title, sizeof title, "TEXT", "title line (default: the trace's name and the step)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("timeline", TIMELINE_SUMMARY, args, nargs, argc, argv)) return 0;

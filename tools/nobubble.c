@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "host.h"
 #include "ops/backend.h"
+#include "sched/sched.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -39,6 +40,9 @@ static int cmd_info(void) {
     printf("cuda      not in this build (nvcc was not on the PATH when it was built)\n");
 #endif
     printf("cpu       %d threads, OpenBLAS (OpenMP build)\n", nb_host_set_threads(0));
+    printf("schedules");
+    for (const nb_sched_i *const *s = nb_sched_all(); *s; s++) printf(" %s", (*s)->name);
+    printf("\n");
     return n > 0 ? 0 : 3;
 }
 

@@ -62,6 +62,19 @@ nb_tensor nb_arena_plan(nb_arena *a, const char *name, nb_dtype dt, int ndim, co
     return t;
 }
 
+void *nb_arena_take(nb_arena *a, size_t bytes) {
+    if (!a->base) {
+        nb_arena_plan_bytes(a, bytes);
+        return NULL;
+    }
+    size_t off = nb_align_up(a->cursor, NB_ALIGN);
+    a->cursor = off + nb_align_up(bytes, NB_ALIGN);
+    NB_ASSERT(a->cursor <= a->planned); /* the binding walk took more than the planning walk */
+    return a->base + off;
+}
+
+void nb_arena_seek(nb_arena *a, size_t offset) { a->cursor = offset; }
+
 void nb_arena_alloc(nb_arena *a, const char *hint) {
     NB_ASSERT(a->base == NULL);
     if (a->budget && a->planned > a->budget) {

@@ -53,6 +53,7 @@ struct nb_arena {
     uint8_t *base;  /* NULL until nb_arena_alloc */
     nb_allocator_i allocator;
     const char *budget_flag; /* flag that changes the budget, named in the error */
+    size_t cursor;           /* nb_arena_take's next offset once the arena is allocated */
 };
 
 void nb_arena_init(nb_arena *a, const char *name, nb_device dev, size_t budget, nb_allocator_i alloc);
@@ -60,6 +61,11 @@ void nb_arena_init(nb_arena *a, const char *name, nb_device dev, size_t budget, 
 nb_tensor nb_arena_plan(nb_arena *a, const char *name, nb_dtype dt, int ndim, const int64_t *shape);
 /* Reserve raw bytes in the plan (aligned); returns the offset. */
 size_t nb_arena_plan_bytes(nb_arena *a, size_t bytes);
+/* One layout walk that plans and then binds: before the arena is allocated, reserves bytes in the
+ * plan and returns NULL; afterwards the same walk (started again at the same offset with
+ * nb_arena_seek) hands out the same offsets as pointers. Lets a model describe its memory once. */
+void *nb_arena_take(nb_arena *a, size_t bytes);
+void nb_arena_seek(nb_arena *a, size_t offset);
 /* Check the plan against the budget (fails with needed vs available and the hint), then allocate. */
 void nb_arena_alloc(nb_arena *a, const char *hint);
 void nb_arena_free(nb_arena *a);

@@ -47,7 +47,8 @@ const char *nb_span_kind_name(nb_span_kind k);
 
 typedef struct nb_task_ctx {
     nb_lane *lane;
-    void *stream; /* cudaStream_t on a CUDA device lane, NULL on CPU lanes */
+    void *stream;        /* cudaStream_t on a CUDA device lane, NULL on CPU lanes */
+    const void *backend; /* the backend instance the runtime was bound to (nb_lanes_bind), or NULL */
 } nb_task_ctx;
 typedef void (*nb_task_fn)(void *arg, const nb_task_ctx *ctx);
 
@@ -62,6 +63,9 @@ typedef struct nb_mark {
  * only when built with CUDA). trace_capacity: spans kept (0 = tracing off). */
 nb_lanes *nb_lanes_create(const char *backend, size_t trace_capacity);
 void nb_lanes_destroy(nb_lanes *L); /* drains all lanes first */
+/* Every task's ctx->backend is `backend` from now on: the ops find the instance they run on
+ * (device index, library handles) through it (ops/backend.h). */
+void nb_lanes_bind(nb_lanes *L, const void *backend);
 nb_lane *nb_lane_create(nb_lanes *L, const char *name, nb_lane_kind kind);
 const char *nb_lane_name(const nb_lane *lane);
 int nb_lane_index(const nb_lane *lane);
@@ -126,6 +130,9 @@ void nb_graph_launch(nb_graph *g, nb_lane *on, int step);
 void nb_graph_destroy(nb_graph *g);
 
 /* ---- trace (lanes/trace.c) ---- */
+/* Copy a span name into dst (sizeof nb_span.name bytes), truncating on a UTF-8 character
+ * boundary so the trace stays valid JSON text. NULL becomes "". */
+void nb_span_set_name(char *dst, const char *src);
 typedef struct nb_span {
     char name[40];
     int lane;

@@ -71,6 +71,7 @@ struct nb_lane {
 struct nb_lanes {
     const nb_lanes_device_i *dev; /* NULL: every lane is a thread */
     void *dev_state;
+    const void *backend; /* nb_lanes_bind: handed to every task in its ctx */
     nb_lane *lanes[NB_LANES_MAX];
     atomic_int count;
     pthread_mutex_t mu;
@@ -281,7 +282,7 @@ void nb_mark_wait_host(nb_mark m) {
 /* ---- the worker ---- */
 
 static void run_task(nb_lane *lane, const lane_entry *e) {
-    nb_task_ctx ctx = {.lane = e->as ? e->as : lane, .stream = NULL};
+    nb_task_ctx ctx = {.lane = e->as ? e->as : lane, .stream = NULL, .backend = lane->L->backend};
     double t0 = nb_now();
     e->fn(e->arg, &ctx);
     double t1 = nb_now();
@@ -756,6 +757,8 @@ void nb_graph_destroy(nb_graph *g) {
 
 nb_trace *nb_lanes_trace(nb_lanes *L) { return &L->trace; }
 void *nb_lanes_device_state(const nb_lanes *L) { return L->dev_state; }
+void nb_lanes_bind(nb_lanes *L, const void *backend) { L->backend = backend; }
+const void *nb_lanes_backend(const nb_lanes *L) { return L->backend; }
 nb_lanes *nb_lane_owner(const nb_lane *lane) { return lane->L; }
 nb_lane_kind nb_lane_get_kind(const nb_lane *lane) { return lane->kind; }
 void *nb_lane_device(const nb_lane *lane) { return lane->device; }

@@ -578,7 +578,7 @@ static void cuda_run(nb_lane *lane, const char *name, nb_span_kind kind, int ste
         CAPTURE_CHECK(cudaEventRecordWithFlags(e0, d->stream, cudaEventRecordExternal));
     else if (e0)
         CUDA_CHECK(cudaEventRecord(e0, d->stream));
-    nb_task_ctx ctx = {.lane = lane, .stream = d->stream};
+    nb_task_ctx ctx = {.lane = lane, .stream = d->stream, .backend = nb_lanes_backend(nb_lane_owner(lane))};
     fn(arg, &ctx);
     if (e1 && g)
         CAPTURE_CHECK(cudaEventRecordWithFlags(e1, d->stream, cudaEventRecordExternal));

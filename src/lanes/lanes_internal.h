@@ -27,9 +27,6 @@ void nb_trace_free(nb_trace *t);
 /* Thread-safe. Keeps s if there is room, else counts it as dropped; no-op when tracing is off. */
 void nb_trace_record(nb_trace *t, const nb_span *s);
 
-/* Copy a span name into dst (sizeof nb_span.name bytes), truncating on a UTF-8 character
- * boundary so the trace stays valid JSON text. NULL becomes "". */
-void nb_span_set_name(char *dst, const char *src);
 
 /* The runtime's span store, so a device backend can add spans it timed with events. */
 nb_trace *nb_lanes_trace(nb_lanes *L);
@@ -85,6 +82,8 @@ const nb_lanes_device_i *nb_lanes_cuda_device(void);
 size_t nb_lanes_cuda_events_created(nb_lanes *L);
 #endif
 
+/* The backend instance of nb_lanes_bind (NULL before). */
+const void *nb_lanes_backend(const nb_lanes *L);
 /* What the device table's create returned (NULL on the CPU backend). */
 void *nb_lanes_device_state(const nb_lanes *L);
 

@@ -33,13 +33,6 @@ typedef struct {
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
 } enc_acts;
 
-/* Every backend and pinned host allocation of a model, freed together. */
-typedef struct {
-    void *dev[384];
-    int ndev;
-    void *host[32];
-    int nhost;
-} sc_mem;
 /* A segment's backward scratch; dx0 is its share of x0's gradient (segment 0's is x0's gradient
  * itself, the others are added to it in segment order by the join). */
 typedef struct {
@@ -47,7 +40,6 @@ typedef struct {
 } seg_scratch;
 
 struct nb_sc_acts {
-    sc_mem mem;
     void *dense, *a1, *a2, *bot, *x0;
     void *temb, *q, *kv, *pooled;
     float *attn;
@@ -77,8 +69,7 @@ struct nb_sc_stage {
     int64_t *d_uniq;
 };
 
-static const nb_task_ctx default_ctx = {NULL, NULL};
-static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &default_ctx; }
+static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
 static int on_cpu(const nb_sc_model *m) { return m->be->device == NB_DEV_CPU; }
 static size_t act_es(const nb_sc_model *m) { return nb_dtype_size(m->be->act_dtype); }
 /* element i of an act_dtype buffer */
@@ -102,7 +93,7 @@ void nb_sc_config_default(nb_sc_config *c) {
 /* init kinds of add_tensor */
 enum { INIT_ZERO, INIT_ONE, INIT_FANIN };
 
-static void add_tensor(nb_sc_model *m, int *kinds, int kind, int rows, int cols, const char *fmt, int idx) {
+static void add_tensor(nb_sc_model *m, unsigned char *kinds, int kind, int rows, int cols, const char *fmt, int idx) {
     NB_ASSERT(m->ntensors < NB_SC_MAX_TENSORS);
     nb_sc_tensor *t = &m->t[m->ntensors];
     snprintf(t->name, sizeof t->name, fmt, idx);
@@ -111,13 +102,13 @@ static void add_tensor(nb_sc_model *m, int *kinds, int kind, int rows, int cols,
     t->n = (size_t)rows * (size_t)cols;
     t->off = m->nparams;
     t->decay = cols > 1;
-    kinds[m->ntensors++] = kind;
+    kinds[m->ntensors++] = (unsigned char)kind;
     /* 64-element (128-byte in bf16) alignment: GEMMs and vector loads want aligned weights */
     m->nparams += (t->n + 63) / 64 * 64;
     m->nparams_used += t->n;
 }
 
-static void build_tensors(nb_sc_model *m, int *kinds) {
+static void build_tensors(nb_sc_model *m, unsigned char *kinds) {
     const nb_sc_config *c = &m->cfg;
     int E = c->E, D0 = m->D0, r = c->cross_rank, H = c->block_hidden;
     const int bdims[4] = {NB_SC_NDENSE, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
@@ -173,7 +164,7 @@ static const nb_sc_tensor *T(const nb_sc_model *m, const char *fmt, int idx) {
 static void *W(const nb_sc_model *m, const char *fmt, int idx) { return AT(m, m->d_w, T(m, fmt, idx)->off); }
 static float *G(const nb_sc_model *m, const char *fmt, int idx) { return m->d_grads + T(m, fmt, idx)->off; }
 
-static void init_params(nb_sc_model *m, const int *kinds) {
+static void init_params(nb_sc_model *m, const unsigned char *kinds) {
     for (int i = 0; i < m->ntensors; i++) {
         const nb_sc_tensor *t = &m->t[i];
         float *p = m->params + t->off;
@@ -194,124 +185,129 @@ static void init_params(nb_sc_model *m, const int *kinds) {
     }
 }
 
-static sc_mem *mem_of(nb_sc_model *m) { return &m->acts->mem; }
+/* ---- memory: one layout walk, run twice (nb_arena_take): first it plans the bytes of each
+ * arena, then, once the run has allocated them, it binds the same offsets as views ---- */
 
-static void *dalloc(nb_sc_model *m, size_t bytes, const char *what) {
-    sc_mem *g = mem_of(m);
-    NB_ASSERT(g->ndev < (int)(sizeof g->dev / sizeof g->dev[0]));
-    void *p = m->be->alloc(bytes ? bytes : 16, what);
-    m->be->zero(CTX(m), p, bytes ? bytes : 16);
-    return g->dev[g->ndev++] = p;
-}
-static void *halloc(nb_sc_model *m, size_t bytes, const char *what) {
-    sc_mem *g = mem_of(m);
-    NB_ASSERT(g->nhost < (int)(sizeof g->host / sizeof g->host[0]));
-    void *p = m->be->host_alloc(bytes ? bytes : 16, what);
-    memset(p, 0, bytes ? bytes : 16);
-    return g->host[g->nhost++] = p;
-}
-static void *A(nb_sc_model *m, size_t n, const char *what) { return dalloc(m, n * act_es(m), what); }
-static float *F32(nb_sc_model *m, size_t n, const char *what) { return dalloc(m, n * sizeof(float), what); }
+enum { AR_DEV, AR_PIN, AR_HOST };
 
-/* Activations and scratch for batches of max_batch samples and up to max_batch * max_len
- * history rows (the packed worst case). */
-static void alloc_acts(nb_sc_model *m) {
-    const nb_sc_config *c = &m->cfg;
+static void *take(nb_sc_model *m, int which, size_t bytes) {
+    nb_arena *a = which == AR_DEV ? m->ar_dev : which == AR_PIN ? m->ar_pin : m->ar_host;
+    return nb_arena_take(a, bytes ? bytes : 16);
+}
+static void *A(nb_sc_model *m, size_t n) { return take(m, AR_DEV, n * act_es(m)); }
+static float *F32(nb_sc_model *m, size_t n) { return take(m, AR_DEV, n * sizeof(float)); }
+static size_t max_lookups(const nb_sc_model *m) {
+    size_t MB = (size_t)m->max_batch;
+    return MB * NLK_PER_SAMPLE + MB * (size_t)m->cfg.max_len;
+}
+
+/* The views' pointer tables (host heap, allocated once: the walk only fills them). */
+static void acts_tables(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
-    size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0;
-    size_t NH = MB * (size_t)c->max_len, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
-    /* fp32 backends read the fp32 inputs directly; others get a converted copy */
-    a->dense = m->be->act_dtype == NB_F32 ? NULL : A(m, MB * NB_SC_NDENSE, "seqctr dense inputs");
-    a->a1 = A(m, MB * NB_SC_BOTTOM1, "seqctr bottom");
-    a->a2 = A(m, MB * NB_SC_BOTTOM2, "seqctr bottom");
-    a->bot = A(m, MB * E, "seqctr bottom");
-    a->x0 = A(m, MB * D0, "seqctr x0");
-    a->temb = A(m, MB * E, "seqctr target");
-    a->q = A(m, MB * E, "seqctr target");
-    a->kv = A(m, NH * 2 * E, "seqctr target attention");
-    a->attn = F32(m, NH, "seqctr target attention");
-    a->pooled = A(m, MB * E, "seqctr target attention");
-    int nl = c->hist_layers;
+    int nl = m->cfg.hist_layers, nb = m->cfg.blocks;
     a->h = nb_calloc((size_t)nl + 1, sizeof(void *), "seqctr");
     a->enc = nb_calloc((size_t)(nl ? nl : 1), sizeof(enc_acts), "seqctr");
-    for (int l = 0; l <= nl; l++) a->h[l] = A(m, NH * E, "seqctr history (lower --batch or --max-len)");
-    for (int l = 0; l < nl; l++) {
-        enc_acts *e = &a->enc[l];
-        e->ln1 = A(m, NH * E, "seqctr encoder");
-        e->mean1 = F32(m, NH, "seqctr encoder");
-        e->rstd1 = F32(m, NH, "seqctr encoder");
-        e->qkv = A(m, NH * 3 * E, "seqctr encoder");
-        e->att = A(m, NH * E, "seqctr encoder");
-        e->lse = F32(m, NH * (size_t)c->heads, "seqctr encoder");
-        e->x1 = A(m, NH * E, "seqctr encoder");
-        e->ln2 = A(m, NH * E, "seqctr encoder");
-        e->mean2 = F32(m, NH, "seqctr encoder");
-        e->rstd2 = F32(m, NH, "seqctr encoder");
-        e->f1 = A(m, NH * 4 * E, "seqctr encoder");
-    }
-    int nb = c->blocks;
     a->xs = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->c = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->vx = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->hid = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->logit = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
     a->dz = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
-    for (int i = 0; i < nb; i++) {
-        a->xs[i] = A(m, MB * D0, "seqctr blocks");
-        a->c[i] = A(m, MB * D0, "seqctr blocks");
-        a->vx[i] = A(m, MB * r, "seqctr blocks");
-        a->hid[i] = A(m, MB * H, "seqctr blocks");
-        a->logit[i] = F32(m, MB, "seqctr blocks");
-        a->dz[i] = F32(m, MB, "seqctr blocks");
+    a->seg = nb_calloc((size_t)m->nseg, sizeof(seg_scratch), "seqctr");
+}
+
+static void layout_encoder(nb_sc_model *m, enc_acts *e, size_t NH, size_t E) {
+    e->ln1 = A(m, NH * E);
+    e->mean1 = F32(m, NH);
+    e->rstd1 = F32(m, NH);
+    e->qkv = A(m, NH * 3 * E);
+    e->att = A(m, NH * E);
+    e->lse = F32(m, NH * (size_t)m->cfg.heads);
+    e->x1 = A(m, NH * E);
+    e->ln2 = A(m, NH * E);
+    e->mean2 = F32(m, NH);
+    e->rstd2 = F32(m, NH);
+    e->f1 = A(m, NH * 4 * E);
+}
+
+/* Activations and scratch for batches of max_batch samples and up to max_batch * max_len
+ * history rows (the packed worst case). */
+static void layout_acts(nb_sc_model *m) {
+    const nb_sc_config *c = &m->cfg;
+    nb_sc_acts *a = m->acts;
+    size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0;
+    size_t NH = MB * (size_t)c->max_len, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
+    /* fp32 backends read the fp32 inputs directly; others get a converted copy */
+    a->dense = m->be->act_dtype == NB_F32 ? NULL : A(m, MB * NB_SC_NDENSE);
+    a->a1 = A(m, MB * NB_SC_BOTTOM1);
+    a->a2 = A(m, MB * NB_SC_BOTTOM2);
+    a->bot = A(m, MB * E);
+    a->x0 = A(m, MB * D0);
+    a->temb = A(m, MB * E);
+    a->q = A(m, MB * E);
+    a->kv = A(m, NH * 2 * E);
+    a->attn = F32(m, NH);
+    a->pooled = A(m, MB * E);
+    for (int l = 0; l <= c->hist_layers; l++) a->h[l] = A(m, NH * E);
+    for (int l = 0; l < c->hist_layers; l++) layout_encoder(m, &a->enc[l], NH, E);
+    for (int i = 0; i < c->blocks; i++) {
+        a->xs[i] = A(m, MB * D0);
+        a->c[i] = A(m, MB * D0);
+        a->vx[i] = A(m, MB * r);
+        a->hid[i] = A(m, MB * H);
+        a->logit[i] = F32(m, MB);
+        a->dz[i] = F32(m, MB);
     }
-    a->dsrc = A(m, MB * D0 + MB * E + NH * E, "seqctr gradients");
+    a->dsrc = A(m, MB * D0 + MB * E + NH * E);
+    for (int k = 0; k < m->nseg; k++) {
+        seg_scratch *g = &a->seg[k];
+        g->dcur = A(m, MB * D0);
+        g->dprev = A(m, MB * D0);
+        g->dc = A(m, MB * D0);
+        g->dhid = A(m, MB * H);
+        g->dhidp = A(m, MB * H);
+        g->dx0 = k ? A(m, MB * D0) : NULL;
+    }
+    a->dbot = A(m, MB * E);
+    a->da2 = A(m, MB * NB_SC_BOTTOM2);
+    a->da2p = A(m, MB * NB_SC_BOTTOM2);
+    a->da1 = A(m, MB * NB_SC_BOTTOM1);
+    a->da1p = A(m, MB * NB_SC_BOTTOM1);
+    a->dq = A(m, MB * E);
+    a->dpooled = A(m, MB * E);
+    a->dkv = A(m, NH * 2 * E);
+    a->dx1 = A(m, NH * E);
+    a->datt = A(m, NH * E);
+    a->dqkv = A(m, NH * 3 * E);
+    a->dln = A(m, NH * E);
+    a->df1 = A(m, NH * 4 * E);
+    a->df1p = A(m, NH * 4 * E);
+    if (!a->dsrc) return; /* the planning walk */
+    /* the gradient region the embedding rows are summed from: [dx0 | dtemb | dh] */
     a->dx0 = a->dsrc;
     a->dtemb = AT(m, a->dsrc, MB * D0);
     a->dh = AT(m, a->dsrc, MB * D0 + MB * E);
-    a->seg = nb_calloc((size_t)m->nseg, sizeof(seg_scratch), "seqctr");
-    for (int k = 0; k < m->nseg; k++) {
-        seg_scratch *g = &a->seg[k];
-        g->dcur = A(m, MB * D0, "seqctr gradients");
-        g->dprev = A(m, MB * D0, "seqctr gradients");
-        g->dc = A(m, MB * D0, "seqctr gradients");
-        g->dhid = A(m, MB * H, "seqctr gradients");
-        g->dhidp = A(m, MB * H, "seqctr gradients");
-        g->dx0 = k ? A(m, MB * D0, "seqctr gradients") : a->dx0;
-    }
-    a->dbot = A(m, MB * E, "seqctr gradients");
-    a->da2 = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
-    a->da2p = A(m, MB * NB_SC_BOTTOM2, "seqctr gradients");
-    a->da1 = A(m, MB * NB_SC_BOTTOM1, "seqctr gradients");
-    a->da1p = A(m, MB * NB_SC_BOTTOM1, "seqctr gradients");
-    a->dq = A(m, MB * E, "seqctr gradients");
-    a->dpooled = A(m, MB * E, "seqctr gradients");
-    a->dkv = A(m, NH * 2 * E, "seqctr gradients");
-    a->dx1 = A(m, NH * E, "seqctr gradients");
-    a->datt = A(m, NH * E, "seqctr gradients");
-    a->dqkv = A(m, NH * 3 * E, "seqctr gradients");
-    a->dln = A(m, NH * E, "seqctr gradients");
-    a->df1 = A(m, NH * 4 * E, "seqctr gradients");
-    a->df1p = A(m, NH * 4 * E, "seqctr gradients");
+    a->seg[0].dx0 = a->dx0;
 }
 
-/* Host index lists and their backend copies. Two host stages, so the host can prepare the next
- * batch while the copies of the current one are in flight; on CUDA they share one set of device
- * arrays (the copies and every use are ordered on the model's lane), on the CPU each stage's
- * "backend copy" is its host array itself. */
-static nb_sc_stage *alloc_stage(nb_sc_model *m, const nb_sc_stage *dev) {
-    size_t MB = (size_t)m->max_batch, NLK = MB * NLK_PER_SAMPLE + MB * (size_t)m->cfg.max_len;
-    nb_sc_stage *s = nb_calloc(1, sizeof *s, "seqctr batch");
-    s->h_dense = halloc(m, MB * NB_SC_NDENSE * sizeof(float), "seqctr batch");
-    s->h_label = halloc(m, MB * sizeof(float), "seqctr batch");
-    s->h_rows = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-    s->h_dst = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-    s->h_src = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-    s->h_uniq = halloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-    s->h_order = halloc(m, NLK * sizeof(int32_t), "seqctr lookups");
-    s->h_seg = halloc(m, (NLK + 1) * sizeof(int32_t), "seqctr lookups");
-    s->h_off = halloc(m, (MB + 1) * sizeof(int32_t), "seqctr lookups");
-    s->h_inverse = nb_malloc(NLK * sizeof(int32_t), "seqctr lookups");
-    s->h_keys = nb_malloc(2 * NLK * sizeof(uint64_t), "seqctr lookups");
+/* A batch's host index lists and their backend copies. Three host stages: two for training, so
+ * the host prepares the next batch while the copies of the current one are in flight, and one
+ * for nb_sc_forward (evaluation), which never overwrites a prepared training batch. On CUDA they
+ * share one set of device arrays (the copies and every use are ordered on the model's lane); on
+ * the CPU each stage's "backend copy" is its host array itself. */
+static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
+    size_t MB = (size_t)m->max_batch, NLK = max_lookups(m);
+    s->h_dense = take(m, AR_PIN, MB * NB_SC_NDENSE * sizeof(float));
+    s->h_label = take(m, AR_PIN, MB * sizeof(float));
+    s->h_rows = take(m, AR_PIN, NLK * sizeof(int64_t));
+    s->h_dst = take(m, AR_PIN, NLK * sizeof(int64_t));
+    s->h_src = take(m, AR_PIN, NLK * sizeof(int64_t));
+    s->h_uniq = take(m, AR_PIN, NLK * sizeof(int64_t));
+    s->h_order = take(m, AR_PIN, NLK * sizeof(int32_t));
+    s->h_seg = take(m, AR_PIN, (NLK + 1) * sizeof(int32_t));
+    s->h_off = take(m, AR_PIN, (MB + 1) * sizeof(int32_t));
+    s->h_inverse = take(m, AR_HOST, NLK * sizeof(int32_t));
+    s->h_keys = take(m, AR_HOST, 2 * NLK * sizeof(uint64_t));
     if (on_cpu(m)) {
         s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
         s->d_src = s->h_src, s->d_order = s->h_order, s->d_seg = s->h_seg, s->d_off = s->h_off;
@@ -321,17 +317,59 @@ static nb_sc_stage *alloc_stage(nb_sc_model *m, const nb_sc_stage *dev) {
         s->d_src = dev->d_src, s->d_order = dev->d_order, s->d_seg = dev->d_seg, s->d_off = dev->d_off;
         s->d_uniq = dev->d_uniq;
     } else {
-        s->d_dense = F32(m, MB * NB_SC_NDENSE, "seqctr batch");
-        s->d_label = F32(m, MB, "seqctr batch");
-        s->d_rows = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-        s->d_dst = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-        s->d_src = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-        s->d_uniq = dalloc(m, NLK * sizeof(int64_t), "seqctr lookups");
-        s->d_order = dalloc(m, NLK * sizeof(int32_t), "seqctr lookups");
-        s->d_seg = dalloc(m, (NLK + 1) * sizeof(int32_t), "seqctr lookups");
-        s->d_off = dalloc(m, (MB + 1) * sizeof(int32_t), "seqctr lookups");
+        s->d_dense = F32(m, MB * NB_SC_NDENSE);
+        s->d_label = F32(m, MB);
+        s->d_rows = take(m, AR_DEV, NLK * sizeof(int64_t));
+        s->d_dst = take(m, AR_DEV, NLK * sizeof(int64_t));
+        s->d_src = take(m, AR_DEV, NLK * sizeof(int64_t));
+        s->d_uniq = take(m, AR_DEV, NLK * sizeof(int64_t));
+        s->d_order = take(m, AR_DEV, NLK * sizeof(int32_t));
+        s->d_seg = take(m, AR_DEV, (NLK + 1) * sizeof(int32_t));
+        s->d_off = take(m, AR_DEV, (MB + 1) * sizeof(int32_t));
     }
-    return s;
+}
+
+/* The state: fp32 dense parameters, their gradients and AdamW moments, the compute copy, the
+ * tables, the unique rows' gradients, the tables' optimizer state (Adagrad sums, or sparse-Adam
+ * moments), the step's scalars; on CUDA host mirrors of the weights for checkpoints. */
+static void layout_state(nb_sc_model *m) {
+    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E, rows = (size_t)m->emb_off[NB_SC_NTABLES];
+    size_t NU = max_lookups(m) * (size_t)m->cfg.E;
+    m->d_params = F32(m, m->nparams);
+    m->d_grads = F32(m, m->nparams);
+    m->d_am = F32(m, m->nparams);
+    m->d_av = F32(m, m->nparams);
+    m->d_emb = F32(m, nemb);
+    m->d_uniq_grads = F32(m, NU);
+    m->d_w = m->be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams);
+    m->d_eacc = m->emb_opt != NB_SC_ADAM ? F32(m, rows) : NULL;
+    m->d_em = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
+    m->d_ev = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
+    m->d_loss = take(m, AR_DEV, 2 * sizeof(double)); /* the loss, then the dense gradient's sum of squares */
+    m->d_k = take(m, AR_DEV, 2 * sizeof(nb_adamw_scalars));
+    m->h_k = on_cpu(m) ? m->d_k : take(m, AR_PIN, 2 * sizeof(nb_adamw_scalars));
+    if (on_cpu(m)) {
+        m->params = m->d_params, m->grads = m->d_grads, m->emb = m->d_emb, m->uniq_grads = m->d_uniq_grads;
+        m->am = m->d_am, m->av = m->d_av, m->eacc = m->d_eacc, m->em = m->d_em, m->ev = m->d_ev;
+        return;
+    }
+    m->params = take(m, AR_HOST, m->nparams * sizeof(float));
+    m->grads = take(m, AR_HOST, m->nparams * sizeof(float));
+    m->emb = take(m, AR_HOST, nemb * sizeof(float));
+    m->uniq_grads = take(m, AR_HOST, NU * sizeof(float));
+    m->am = take(m, AR_HOST, m->nparams * sizeof(float));
+    m->av = take(m, AR_HOST, m->nparams * sizeof(float));
+    m->eacc = m->emb_opt != NB_SC_ADAM ? take(m, AR_HOST, rows * sizeof(float)) : NULL;
+    m->em = m->emb_opt != NB_SC_ADAGRAD ? take(m, AR_HOST, nemb * sizeof(float)) : NULL;
+    m->ev = m->emb_opt != NB_SC_ADAGRAD ? take(m, AR_HOST, nemb * sizeof(float)) : NULL;
+}
+
+static void layout(nb_sc_model *m) {
+    layout_state(m);
+    layout_stage(m, m->stages[0], NULL);
+    layout_stage(m, m->stages[1], m->stages[0]);
+    layout_stage(m, m->stages[2], m->stages[0]);
+    layout_acts(m);
 }
 
 static void check_config(const nb_sc_config *c, int max_batch) {
@@ -356,11 +394,8 @@ static void check_config(const nb_sc_config *c, int max_batch) {
              "detached blocks need their own loss: aux weight is 0");
 }
 
-void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
-    nb_sc_init_on(m, cfg, max_batch, &nb_backend_cpu);
-}
-
-void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be) {
+void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be, int emb_opt,
+                nb_arena *dev, nb_arena *pinned, nb_arena *host) {
     memset(m, 0, sizeof *m);
     check_config(cfg, max_batch);
     m->cfg = *cfg;
@@ -368,66 +403,108 @@ void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const
     m->be = be;
     m->co = nb_ctr_ops_for(be);
     m->max_batch = max_batch;
+    m->emb_opt = emb_opt;
     m->D0 = 29 * c->E;
     m->nseg = 0;
     for (int i = 0; i < c->blocks; i++)
         if (i == 0 || (c->detach >> i & 1)) m->seg_first[m->nseg++] = i;
     m->seg_first[m->nseg] = c->blocks;
-    m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
-    int kinds[NB_SC_MAX_TENSORS];
-    build_tensors(m, kinds);
+    build_tensors(m, m->init_kind);
     m->emb_off[0] = 0;
     for (int t = 0; t < NB_SC_NTABLES; t++) {
         int64_t rows = t < NB_SC_NCAT ? c->cat_rows[t] : c->item_rows;
         NB_CHECK(rows >= 1, "every table needs at least one row", "table %d has %lld rows", t, (long long)rows);
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)c->E;
-    size_t MB = (size_t)max_batch, NLK = MB * NLK_PER_SAMPLE + MB * (size_t)c->max_len;
-    m->d_params = F32(m, m->nparams, "seqctr parameters");
-    m->d_grads = F32(m, m->nparams, "seqctr gradients");
-    m->d_am = F32(m, m->nparams, "seqctr AdamW moments");
-    m->d_av = F32(m, m->nparams, "seqctr AdamW moments");
-    m->d_emb = F32(m, nemb, "seqctr embedding tables (lower --table-cap)");
-    m->d_uniq_grads = F32(m, NLK * (size_t)c->E, "seqctr embedding gradients");
-    m->d_w = be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams, "seqctr compute weights");
-    m->d_loss = dalloc(m, sizeof(double), "seqctr loss");
-    m->d_k = dalloc(m, 2 * sizeof(nb_adamw_scalars), "seqctr AdamW scalars");
-    m->h_k = on_cpu(m) ? m->d_k : halloc(m, 2 * sizeof(nb_adamw_scalars), "seqctr AdamW scalars");
-    if (on_cpu(m)) {
-        m->params = m->d_params, m->grads = m->d_grads, m->emb = m->d_emb, m->uniq_grads = m->d_uniq_grads;
-    } else {
-        m->params = nb_calloc(m->nparams, sizeof(float), "seqctr parameters (host)");
-        m->grads = nb_calloc(m->nparams, sizeof(float), "seqctr gradients (host)");
-        m->emb = nb_malloc(nemb * sizeof(float), "seqctr embedding tables (host)");
-        m->uniq_grads = nb_malloc(NLK * (size_t)c->E * sizeof(float), "seqctr embedding gradients (host)");
-    }
-    init_params(m, kinds);
-    nb_rng_fill_normal(m->emb, nemb, c->seed, nb_rng_stream_id("emb"), 0.0f, 0.05f);
-    m->stages[0] = alloc_stage(m, NULL);
-    m->stages[1] = alloc_stage(m, m->stages[0]);
+    m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
+    for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
+    m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
+    acts_tables(m);
+    for (int k = 0; k < 3; k++) m->stages[k] = nb_calloc(1, sizeof(nb_sc_stage), "seqctr batch");
+    m->ar_dev = dev, m->ar_pin = pinned, m->ar_host = host;
+    m->ar_start[AR_DEV] = dev->planned, m->ar_start[AR_PIN] = pinned->planned, m->ar_start[AR_HOST] = host->planned;
+    layout(m);
+}
+
+void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
+    nb_arena_seek(m->ar_dev, m->ar_start[AR_DEV]);
+    nb_arena_seek(m->ar_pin, m->ar_start[AR_PIN]);
+    nb_arena_seek(m->ar_host, m->ar_start[AR_HOST]);
+    layout(m);
     m->stage = m->stages[0];
     m->uniq_rows = m->stage->h_uniq;
-    alloc_acts(m);
+    init_params(m, m->init_kind);
+    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    nb_rng_fill_normal(m->emb, nemb, m->cfg.seed, nb_rng_stream_id("emb"), 0.0f, 0.05f);
+    const nb_task_ctx *saved = m->ctx;
+    m->ctx = ctx;
     nb_sc_to_device(m);
+    m->ctx = saved;
+}
+
+void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch) {
+    nb_sc_init_on(m, cfg, max_batch, &nb_backend_cpu);
+}
+
+static void *own_dev_alloc(void *self, size_t bytes, const char *what) { return ((const nb_backend_i *)self)->alloc(bytes, what); }
+static void own_dev_free(void *self, void *p) { ((const nb_backend_i *)self)->free(p); }
+static void *own_pin_alloc(void *self, size_t bytes, const char *what) {
+    return ((const nb_backend_i *)self)->host_alloc(bytes, what);
+}
+static void own_pin_free(void *self, void *p) { ((const nb_backend_i *)self)->host_free(p); }
+
+/* A model that owns its arenas and a backend instance (tests, tools): the run's layout, one
+ * allocation per arena, both table optimizers' state. */
+void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be) {
+    nb_sc_model tmp;
+    nb_arena *own = nb_calloc(3, sizeof(nb_arena), "seqctr arenas");
+    nb_arena_init(&own[AR_DEV], "seqctr device", (nb_device){be->device, 0}, 0,
+                  (nb_allocator_i){own_dev_alloc, own_dev_free, (void *)be});
+    nb_arena_init(&own[AR_PIN], "seqctr pinned", (nb_device){NB_DEV_CPU, 0}, 0,
+                  (nb_allocator_i){own_pin_alloc, own_pin_free, (void *)be});
+    nb_arena_init(&own[AR_HOST], "seqctr host", (nb_device){NB_DEV_CPU, 0}, 0, nb_host_allocator);
+    nb_sc_plan(&tmp, cfg, max_batch, be, -1, &own[AR_DEV], &own[AR_PIN], &own[AR_HOST]);
+    *m = tmp;
+    for (int k = 0; k < 3; k++) nb_arena_alloc(&own[k], "lower the batch or the table sizes");
+    m->own_arenas = own;
+    m->own_backend = nb_backend_create(be->device == NB_DEV_CPU ? "cpu" : "cuda", be->act_dtype == NB_F32 ? "fp32" : "bf16");
+    m->own_ctx = (nb_task_ctx){NULL, NULL, m->own_backend};
+    if (be->device != NB_DEV_CPU) be->zero(&m->own_ctx, own[AR_DEV].base, own[AR_DEV].planned);
+    m->ctx = &m->own_ctx;
+    nb_sc_bind(m, &m->own_ctx);
+    m->ctx = NULL;
 }
 
 void nb_sc_free(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
     if (!a) return;
-    for (int i = a->mem.ndev - 1; i >= 0; i--) m->be->free(a->mem.dev[i]);
-    for (int i = a->mem.nhost - 1; i >= 0; i--) m->be->host_free(a->mem.host[i]);
     free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
-    for (int k = 0; k < 2; k++) {
-        if (m->stages[k]) free(m->stages[k]->h_inverse), free(m->stages[k]->h_keys);
-        free(m->stages[k]);
-    }
-    if (!on_cpu(m)) free(m->params), free(m->grads), free(m->emb), free(m->uniq_grads);
+    for (int k = 0; k < 3; k++) free(m->stages[k]);
+    free(m->spans);
     free(a);
+    if (m->own_arenas) {
+        for (int k = 0; k < 3; k++) nb_arena_free(&m->own_arenas[k]);
+        free(m->own_arenas);
+    }
+    nb_backend_destroy(m->own_backend);
     memset(m, 0, sizeof *m);
 }
 
 void nb_sc_set_ctx(nb_sc_model *m, const nb_task_ctx *ctx) { m->ctx = ctx; }
+
+/* host <-> backend copies of the optimizer state (dense moments, the tables' state) */
+static void optim_state_copy(nb_sc_model *m, nb_ctx c, int up) {
+    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E, rows = (size_t)m->emb_off[NB_SC_NTABLES];
+    float *d[5] = {m->d_am, m->d_av, m->d_eacc, m->d_em, m->d_ev}, *h[5] = {m->am, m->av, m->eacc, m->em, m->ev};
+    size_t n[5] = {m->nparams, m->nparams, rows, nemb, nemb};
+    for (int k = 0; k < 5; k++) {
+        if (!d[k]) continue;
+        if (up)
+            m->be->to_backend(c, d[k], h[k], n[k] * sizeof(float));
+        else
+            m->be->to_host(c, h[k], d[k], n[k] * sizeof(float));
+    }
+}
 
 void nb_sc_to_device(nb_sc_model *m) {
     nb_ctx c = CTX(m);
@@ -435,6 +512,7 @@ void nb_sc_to_device(nb_sc_model *m) {
     if (!on_cpu(m)) {
         m->be->to_backend(c, m->d_params, m->params, m->nparams * sizeof(float));
         m->be->to_backend(c, m->d_emb, m->emb, nemb * sizeof(float));
+        optim_state_copy(m, c, 1);
     }
     if (m->d_w != (void *)m->d_params) m->be->cast_params(c, m->d_w, m->d_params, m->nparams);
 }
@@ -447,6 +525,7 @@ void nb_sc_to_host(nb_sc_model *m) {
     m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
     m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
     m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
+    optim_state_copy(m, c, 0);
 }
 
 void nb_sc_zero_grads(nb_sc_model *m) { m->be->zero(CTX(m), m->d_grads, m->nparams * sizeof(float)); }
@@ -462,11 +541,18 @@ static void check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
 }
 
 /* Host side of a step: the lookup lists (see the top of this file) and their deduplication. */
+static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s);
+
 void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
     check_batch(m, b);
     nb_sc_stage *s = m->stages[m->prep];
     m->prep ^= 1;
+    prepare_into(m, b, s);
     m->prepared = s;
+    m->stage_nh = s->nh;
+}
+
+static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     int B = b->B, E = m->cfg.E, D0 = m->D0;
     size_t MB = (size_t)m->max_batch;
     const int64_t *off = m->emb_off;
@@ -500,7 +586,6 @@ void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
         s->h_off[i + 1] = (int32_t)(k - (size_t)B * NLK_PER_SAMPLE);
     }
     s->nh = s->h_off[B];
-    m->stage_nh = s->nh;
     s->nlk = (int)k;
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, s->nlk, s->h_keys);
 }
@@ -629,7 +714,6 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
     const nb_ctr_ops_i *co = m->co;
     int B = s->B, E = m->cfg.E, D0 = m->D0;
-    upload_batch(m, c);
     m->be->zero(c, m->d_loss, sizeof(double));
     /* the gradient region is zeroed here, on the forward's lane, so that the segments' backward
      * passes (on any lane, after their forward) can accumulate into it */
@@ -691,6 +775,7 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
 void nb_sc_forward_enqueue(nb_sc_model *m) {
     nb_ctx c = CTX(m);
     nb_sc_begin_step(m);
+    upload_batch(m, c);
     embedding_fwd(m, c);
     history_fwd(m, c);
     for (int k = 0; k < m->nseg; k++) segment_fwd(m, c, k);
@@ -706,9 +791,14 @@ void nb_sc_logits(nb_sc_model *m, float *logits) {
     m->be->to_host(CTX(m), logits, m->acts->logit[m->cfg.blocks - 1], (size_t)m->stage->B * sizeof(float));
 }
 
+/* In the third stage: a training batch prepared ahead stays prepared. */
 double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits) {
-    nb_sc_prepare(m, b);
+    check_batch(m, b);
+    nb_sc_stage *ahead = m->prepared;
+    prepare_into(m, b, m->stages[2]);
+    m->prepared = m->stages[2];
     nb_sc_forward_enqueue(m);
+    m->prepared = ahead;
     if (logits) nb_sc_logits(m, logits);
     return b->label ? nb_sc_loss(m) : 0.0;
 }
@@ -807,42 +897,42 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
-    size_t rows = (size_t)m->emb_off[NB_SC_NTABLES];
     if (o->emb_adam) {
-        if (!m->d_em) {
-            m->d_em = F32(m, rows * E, "seqctr sparse Adam moments");
-            m->d_ev = F32(m, rows * E, "seqctr sparse Adam moments");
-        }
+        NB_CHECK(m->d_em != NULL, "this is a bug in nobubble; please report it", "sparse Adam without its planned moments");
         m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->beta1,
                            o->beta2, o->emb_eps, t);
     } else {
-        if (!m->d_eacc) m->d_eacc = F32(m, rows, "seqctr Adagrad accumulators");
+        NB_CHECK(m->d_eacc != NULL, "this is a bug in nobubble; please report it", "Adagrad without its planned sums");
         m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->emb_eps);
     }
 }
 
-static void optim_dense(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
-    const nb_backend_i *be = m->be;
+void nb_sc_optim_prepare(nb_sc_model *m, const nb_sc_optim *o, int t) {
     nb_adamw_scalars *k = m->h_k;
     k[0] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, t);
     k[1] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, 0.0f}, t);
+}
+
+/* Every dense tensor in one AdamW pass (the same bits as one call per tensor), its scalars from
+ * backend memory (a captured graph copies them in), clipped by the dense gradient's global norm
+ * when o->grad_clip > 0 (padding between tensors holds zeros: the whole slab gives the norm). */
+static void optim_dense(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o) {
+    const nb_backend_i *be = m->be;
     if (m->d_k != m->h_k) be->to_backend(c, m->d_k, m->h_k, 2 * sizeof(nb_adamw_scalars));
-    const nb_adamw_scalars *dk = m->d_k;
-    for (int i = 0; i < m->ntensors; i++) {
-        const nb_sc_tensor *tt = &m->t[i];
-        void *lowp = m->d_w != (void *)m->d_params ? AT(m, m->d_w, tt->off) : NULL;
-        be->adamw(c, m->d_params + tt->off, m->d_grads + tt->off, m->d_am + tt->off, m->d_av + tt->off, lowp, tt->n,
-                  &dk[tt->decay ? 0 : 1], NULL);
-    }
+    double *sumsq = o->grad_clip > 0 ? m->d_loss + 1 : NULL;
+    if (sumsq) be->sumsq_f64(c, sumsq, m->d_grads, m->nparams);
+    void *lowp = m->d_w != (void *)m->d_params ? m->d_w : NULL;
+    be->adamw_spans(c, m->d_params, m->d_grads, m->d_am, m->d_av, lowp, m->spans, m->ntensors, m->d_k, sumsq, o->grad_clip);
 }
 
 void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
     nb_ctx c = CTX(m);
+    nb_sc_optim_prepare(m, o, t);
     optim_emb(m, c, o, t);
-    optim_dense(m, c, o, t);
+    optim_dense(m, c, o);
 }
 
-static const char *PHASE_NAMES[NB_SC_NPHASES] = {"embedding fwd", "history fwd", "dense fwd", "dense bwd", "join bwd",
+static const char *PHASE_NAMES[NB_SC_NPHASES] = {"batch upload", "embedding fwd", "history fwd", "dense fwd", "dense bwd", "join bwd",
                                                   "history bwd", "embedding bwd", "embedding optim", "dense optim"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
@@ -852,6 +942,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     nb_ctx c = ctx ? ctx : CTX(m);
     NB_ASSERT(seg >= 0 && seg < m->nseg);
     switch (p) {
+    case NB_SC_FWD_UPLOAD: upload_batch(m, c); break;
     case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
     case NB_SC_FWD_HIST: history_fwd(m, c); break;
     case NB_SC_FWD_SEG: segment_fwd(m, c, seg); break;
@@ -860,7 +951,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_BWD_HIST: history_bwd(m, c); break;
     case NB_SC_BWD_EMB: embedding_bwd(m, c); break;
     case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
-    case NB_SC_OPT_DENSE: optim_dense(m, c, o, t); break;
+    case NB_SC_OPT_DENSE: optim_dense(m, c, o); break;
     default: NB_ASSERT(0);
     }
 }

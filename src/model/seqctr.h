@@ -36,6 +36,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lanes/lanes.h"
+#include "optim/optim.h"
+#include "tensor.h"
+
 #define NB_SC_NDENSE 13
 #define NB_SC_NCAT 26
 #define NB_SC_NTABLES 27 /* 26 categorical + the item table */
@@ -82,18 +86,23 @@ struct nb_backend_i;
 struct nb_ctr_ops_i;
 struct nb_task_ctx;
 
-/* The optimizers of a step: AdamW on the dense slab (weight decay on 2-D tensors only), and on
- * the embedding rows the batch touched row-wise Adagrad (accumulators start at 0) or, with
- * emb_adam, lazy sparse Adam with the same betas. */
+/* The optimizers of a step: AdamW on the dense slab (weight decay on 2-D tensors only; clipped
+ * by the dense gradient's global norm when grad_clip > 0), and on the embedding rows the batch
+ * touched row-wise Adagrad (accumulators start at 0) or, with emb_adam, lazy sparse Adam with
+ * the same betas. */
 typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
     float emb_lr, emb_eps;
     int emb_adam;
 } nb_sc_optim;
 
-/* A model lives on one backend (backend.h + backend_ctr.h). On the CPU backend the host arrays
- * below ARE the backend's memory; on CUDA they are host mirrors, filled by nb_sc_to_host and
- * pushed by nb_sc_to_device (checkpoints and tests use them). */
+enum { NB_SC_ADAGRAD = 0, NB_SC_ADAM = 1 }; /* the tables' optimizer (nb_sc_plan's emb_opt) */
+
+/* A model lives on one backend (backend.h + backend_ctr.h) and owns no memory: every buffer is
+ * a view into three arenas the caller owns (nb_sc_plan / nb_sc_bind; nb_sc_init_on makes its own
+ * for tests and tools). On the CPU backend the host arrays below ARE the backend's memory; on
+ * CUDA they are host mirrors, filled by nb_sc_to_host and pushed by nb_sc_to_device (checkpoints
+ * and tests use them). */
 typedef struct {
     nb_sc_config cfg;
     int D0;
@@ -116,21 +125,40 @@ typedef struct {
     float *d_params, *d_grads, *d_emb, *d_uniq_grads;
     void *d_w;                  /* compute weights in the backend's act dtype (d_params when fp32) */
     float *d_am, *d_av;         /* AdamW moments */
-    float *d_eacc, *d_em, *d_ev; /* Adagrad accumulators, or sparse Adam moments (allocated on first use) */
-    double *d_loss;             /* the last forward's loss */
+    float *d_eacc, *d_em, *d_ev; /* Adagrad accumulators, sparse Adam moments (as planned: emb_opt) */
+    float *am, *av, *eacc, *em, *ev; /* their host copies (the same memory on the CPU) */
+    double *d_loss;             /* [2]: the last forward's loss, the dense gradient's sum of squares */
     void *d_k, *h_k;            /* AdamW scalars (nb_adamw_scalars[2]) in backend / host memory */
     int nseg, seg_first[NB_SC_MAX_BLOCKS + 1]; /* segments: blocks seg_first[k] .. seg_first[k+1]-1 */
     nb_sc_stage *stage;      /* the batch the last forward read */
-    nb_sc_stage *stages[2];  /* host staging, alternated by nb_sc_prepare */
+    nb_sc_stage *stages[3];  /* host staging: [0], [1] alternated by nb_sc_prepare, [2] nb_sc_forward's */
     nb_sc_stage *prepared;   /* the batch the next forward reads */
     int prep;
     int stage_nh; /* history rows of the prepared batch */
     nb_sc_acts *acts;
     int max_batch;
+    int emb_opt; /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
+    unsigned char init_kind[NB_SC_MAX_TENSORS];
+    nb_adamw_span *spans; /* [ntensors]: AdamW's tensor table */
+    struct nb_arena *ar_dev, *ar_pin, *ar_host;
+    size_t ar_start[3]; /* where the model's part of each arena starts */
+    struct nb_arena *own_arenas;     /* nb_sc_init_on's, freed with the model */
+    struct nb_backend *own_backend; /* likewise */
+    nb_task_ctx own_ctx;            /* the default lane context (own_backend's) */
 } nb_sc_model;
 
-/* Build the tensor table, allocate and initialise (deterministic from cfg.seed) for batches of
- * up to max_batch samples, on the CPU backend. Fails (nb_fail) on an invalid config. */
+/* The memory plan for batches of up to max_batch samples on backend be: the tensor table, and
+ * the bytes of every view in the arenas (device: parameters, gradients, optimizer state,
+ * activations, the batch's index lists; pinned: their host staging; host: the weights' and the
+ * optimizer state's mirrors on CUDA). Nothing is allocated. emb_opt: the tables' optimizer
+ * (NB_SC_ADAGRAD, NB_SC_ADAM; -1 both). Fails (nb_fail) on an invalid config. */
+void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be, int emb_opt,
+                struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
+/* Once the arenas are allocated (and zeroed): binds every view and initialises the weights
+ * (deterministic from cfg.seed), copied to the backend on ctx. */
+void nb_sc_bind(nb_sc_model *m, const struct nb_task_ctx *ctx);
+/* Build, allocate (arenas of its own) and initialise for batches of up to max_batch samples, on
+ * the CPU backend. Fails (nb_fail) on an invalid config. */
 void nb_sc_init(nb_sc_model *m, const nb_sc_config *cfg, int max_batch);
 /* The same on any backend (the weights are initialised on the host, then copied). */
 void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be);
@@ -159,6 +187,9 @@ void nb_sc_forward_enqueue(nb_sc_model *m);
 void nb_sc_backward_enqueue(nb_sc_model *m);
 /* One optimizer step t >= 1 on the gradients of the last backward. */
 void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t);
+/* The host side of the phases' optimizer step t: its AdamW scalars into the host buffer the
+ * dense optimizer phase copies in (before the phase is enqueued, or replayed). */
+void nb_sc_optim_prepare(nb_sc_model *m, const nb_sc_optim *o, int t);
 void nb_sc_zero_grads(nb_sc_model *m);
 /* The step in phases (a schedule places them on lanes; a trace tells them apart). The blocks
  * form segments: a segment starts at block 0 and at every detached block, and its backward
@@ -166,7 +197,8 @@ void nb_sc_zero_grads(nb_sc_model *m);
  * later segments run forward (ERASE). forward_enqueue / backward_enqueue / optim_enqueue run
  * the phases in order on one lane. seg is read by the SEG phases, o and t by the optimizers. */
 typedef enum {
-    NB_SC_FWD_EMB,  /* copy the batch in, bottom MLP, embedding gather into x0 */
+    NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in (their sizes change per batch) */
+    NB_SC_FWD_EMB,  /* bottom MLP, embedding gather into x0 */
     NB_SC_FWD_HIST, /* history gather, encoder, target attention */
     NB_SC_FWD_SEG,  /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
     NB_SC_BWD_SEG,  /* one segment's backward: any order, any lane, once its forward is done */
@@ -183,7 +215,8 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_ph
  * it from the thread that prepares, before the step's first phase is enqueued. */
 void nb_sc_begin_step(nb_sc_model *m);
 const char *nb_sc_phase_name(nb_sc_phase p);
-/* The last forward's loss / last-head logits (wait for the lane). */
+/* The last forward's loss / last-head logits (wait for the lane). nb_sc_forward prepares its batch
+ * in a stage of its own: a training batch prepared ahead (nb_sc_prepare) stays prepared. */
 double nb_sc_loss(nb_sc_model *m);
 void nb_sc_logits(nb_sc_model *m, float *logits);
 /* Mirrors: backend -> host (params, grads, emb, uniq_grads) and host -> backend (params, emb;

@@ -108,14 +108,41 @@ typedef struct nb_backend_i {
     size_t (*mem_available)(void);
 } nb_backend_i;
 
+/* A backend instance: one device's op table and what belongs to that device, created by the run
+ * (not process globals): the device index and the library handles the ops use. Ops reach it
+ * through their ctx (ctx->backend: the lanes runtime is bound to it, nb_lanes_bind). */
+typedef struct nb_backend {
+    const nb_backend_i *ops;
+    int device;     /* CUDA device index; -1 on the CPU */
+    void *blas;     /* the cuBLASLt handle created on that device (CUDA), NULL on the CPU */
+    char desc[128]; /* "cpu", "cuda:0 (NVIDIA H200)" */
+} nb_backend;
+
+/* The instance for a device ("cpu", "cuda", "cuda:N") and precision ("bf16", "fp32", or "" for
+ * the device's default). "cuda:N" checks that GPU N exists (the error lists the GPUs present)
+ * and makes it the calling thread's current device; lanes created afterwards run on it. */
+nb_backend *nb_backend_create(const char *device, const char *precision);
+void nb_backend_destroy(nb_backend *b);
+/* The instance a task runs on (its lane's runtime was bound to it); fails on an unbound lane. */
+const nb_backend *nb_backend_of(nb_ctx c);
+/* The GPU index of a device string: 0 for "cuda", N for "cuda:N", -1 for "cpu"; a bad string
+ * is an nb_fail with a hint. */
+int nb_device_index(const char *device);
+
 extern const nb_backend_i nb_backend_cpu;
 #ifdef NB_WITH_CUDA
 extern const nb_backend_i nb_backend_cuda_bf16; /* bf16 compute, fp32 master weights and state */
 extern const nb_backend_i nb_backend_cuda_f32;  /* fp32 everywhere, TF32 off: for tight parity */
 #endif
-/* The backend for a device ("cpu", "cuda", "cuda:N") and precision ("bf16", "fp32", or "" for
- * the device's default); fails with a hint when the build or the machine lacks it. */
+/* The op table for a device and precision (what nb_backend_create's instance uses); fails with a
+ * hint when the build or the machine lacks it. */
 const nb_backend_i *nb_backend_for(const char *device, const char *precision);
+#ifdef NB_WITH_CUDA
+/* backend_cuda.c: open GPU `index` for an instance (checks it exists, makes it current, sets up
+ * its memory pool, creates the handles); and the inverse. */
+void nb_cuda_instance_open(nb_backend *b, int index);
+void nb_cuda_instance_close(nb_backend *b);
+#endif
 /* Number of usable CUDA devices (0 in a build without CUDA or on a machine without a GPU);
  * names the first one into name. */
 int nb_cuda_device_count(char *name, size_t cap);

@@ -107,15 +107,54 @@ static size_t mem_available(void) { return nb_host_mem_available(); }
 
 static const nb_backend_i *cuda_backend(const char *precision);
 
+int nb_device_index(const char *device) {
+    static const char *hint = "use --device cpu, cuda or cuda:N (N: a GPU index, see 'nobubble info')";
+    if (!strcmp(device, "cpu")) return -1;
+    if (!strcmp(device, "cuda")) return 0;
+    NB_CHECK(!strncmp(device, "cuda:", 5), hint, "unknown device '%s'", device);
+    const char *p = device + 5;
+    char *end;
+    long n = strtol(p, &end, 10);
+    NB_CHECK(end != p && !*end && *p >= '0' && *p <= '9' && n < 1024, hint, "'%s' does not name a GPU index", device);
+    return (int)n;
+}
+
 const nb_backend_i *nb_backend_for(const char *device, const char *precision) {
-    if (!strcmp(device, "cpu")) {
+    if (nb_device_index(device) < 0) {
         NB_CHECK(!precision[0] || !strcmp(precision, "fp32"), "the CPU backend computes in fp32: drop --precision or pass fp32",
                  "precision '%s' is not available on the CPU", precision);
         return &nb_backend_cpu;
     }
-    NB_CHECK(!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5), "use --device cpu or --device cuda[:N]",
-             "unknown device '%s'", device);
     return cuda_backend(precision);
+}
+
+nb_backend *nb_backend_create(const char *device, const char *precision) {
+    nb_backend *b = nb_calloc(1, sizeof *b, "the backend instance");
+    b->ops = nb_backend_for(device, precision);
+    b->device = nb_device_index(device);
+    if (b->device < 0) {
+        snprintf(b->desc, sizeof b->desc, "cpu");
+        return b;
+    }
+#ifdef NB_WITH_CUDA
+    nb_cuda_instance_open(b, b->device);
+#endif
+    return b;
+}
+
+void nb_backend_destroy(nb_backend *b) {
+    if (!b) return;
+#ifdef NB_WITH_CUDA
+    if (b->device >= 0) nb_cuda_instance_close(b);
+#endif
+    free(b);
+}
+
+const nb_backend *nb_backend_of(nb_ctx c) {
+    const nb_backend *b = c ? (const nb_backend *)c->backend : NULL;
+    NB_CHECK(b != NULL, "this is a bug in nobubble; please report it",
+             "an op ran on a lane whose runtime has no backend instance (nb_lanes_bind)");
+    return b;
 }
 
 #ifdef NB_WITH_CUDA

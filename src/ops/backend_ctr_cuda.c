@@ -7,6 +7,7 @@
 #include "ops/ops_ctr_cuda.h"
 
 #define S(c) ((nb_stream_t)(c)->stream)
+#define LT(c) (nb_backend_of(c)->blas) /* the instance's cuBLASLt handle */
 
 /* ---- entries whose element type follows the precision: generated for f32 and bf16 ---- */
 #define NB_CUDA_CTR_OPS(SUF, T)                                                                            \
@@ -21,13 +22,14 @@
     static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, const void *x0, const void *x, const void *Uw, \
                                 const void *Vw, const void *b, int N, int D, int r) {                       \
         nb_cuda_cross_forward_##SUF((T *)out, (T *)vx, (const T *)x0, (const T *)x, (const T *)Uw,          \
-                                    (const T *)Vw, (const T *)b, N, D, r, S(c));                            \
+                                    (const T *)Vw, (const T *)b, N, D, r, LT(c), S(c));                            \
     }                                                                                                       \
     static void cross_bwd_##SUF(nb_ctx c, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, \
                                 const void *x0, const void *x, const void *Uw, const void *Vw, const void *b, \
                                 const void *vx, int N, int D, int r) {                                      \
         nb_cuda_cross_backward_##SUF((T *)dx0, (T *)dx, dU, dV, db, (const T *)dc, (const T *)x0, (const T *)x, \
-                                     (const T *)Uw, (const T *)Vw, (const T *)b, (const T *)vx, N, D, r, S(c)); \
+                                     (const T *)Uw, (const T *)Vw, (const T *)b, (const T *)vx, N, D, r, LT(c), \
+                                     S(c));                                                                 \
     }                                                                                                       \
     static void relu_fwd_##SUF(nb_ctx c, void *out, const void *inp, size_t n) {                            \
         nb_cuda_relu_forward_##SUF((T *)out, (const T *)inp, n, S(c));                                      \

@@ -5,6 +5,8 @@
 
 #ifdef NB_WITH_CUDA
 #include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core.h"
@@ -12,17 +14,18 @@
 #include "ops/ops_cuda.h"
 
 #define S(c) ((nb_stream_t)(c)->stream)
+#define LT(c) (nb_backend_of(c)->blas) /* the instance's cuBLASLt handle */
 
 /* ---- entries whose element type follows the precision: generated for f32 and bf16 ---- */
 #define NB_CUDA_BACKEND_OPS(SUF, T)                                                                        \
     static void matmul_fwd_##SUF(nb_ctx c, void *out, const void *inp, const void *w, const void *bias,       \
                                  int N, int C, int OC) {                                                     \
-        nb_cuda_matmul_forward_##SUF((T *)out, (const T *)inp, (const T *)w, (const T *)bias, N, C, OC, S(c)); \
+        nb_cuda_matmul_forward_##SUF((T *)out, (const T *)inp, (const T *)w, (const T *)bias, N, C, OC, LT(c), S(c)); \
     }                                                                                                        \
     static void matmul_bwd_##SUF(nb_ctx c, void *dinp, void *dw, void *dbias, const void *dout,              \
                                  const void *inp, const void *w, int N, int C, int OC) {                     \
         nb_cuda_matmul_backward_##SUF((T *)dinp, (float *)dw, (float *)dbias, (const T *)dout, (const T *)inp, \
-                                      (const T *)w, N, C, OC, S(c));                                         \
+                                      (const T *)w, N, C, OC, LT(c), S(c));                                         \
     }                                                                                                        \
     static void layernorm_fwd_##SUF(nb_ctx c, void *out, float *mean, float *rstd, const void *inp,          \
                                     const void *w, const void *b, int N, int C, float eps) {                 \
@@ -47,7 +50,7 @@
     static void matmul_gelu_fwd_##SUF(nb_ctx c, void *out, void *pre, const void *inp, const void *w,        \
                                       const void *bias, int N, int C, int OC) {                              \
         nb_cuda_matmul_gelu_forward_##SUF((T *)out, (T *)pre, (const T *)inp, (const T *)w, (const T *)bias, N, C, \
-                                          OC, S(c));                                                         \
+                                          OC, LT(c), S(c));                                                         \
     }                                                                                                        \
     static void gelu_fwd_##SUF(nb_ctx c, void *out, const void *inp, size_t n) {                             \
         nb_cuda_gelu_forward_##SUF((T *)out, (const T *)inp, n, S(c));                                       \
@@ -93,7 +96,7 @@
     static void xent_##SUF(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,    \
                            const int32_t *targets, int N, int C, int V, int Vp, float grad_scale) {          \
         nb_cuda_xent_padded_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w, targets, N, C, V, \
-                                  Vp, grad_scale, 0, S(c));                                                  \
+                                  Vp, grad_scale, 0, LT(c), S(c));                                                  \
     }
 
 NB_CUDA_BACKEND_OPS(f32, float)
@@ -185,6 +188,43 @@ static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_cuda_
 
 const nb_backend_i nb_backend_cuda_f32 = NB_CUDA_BACKEND_TABLE(f32, NB_F32, cast_none);
 const nb_backend_i nb_backend_cuda_bf16 = NB_CUDA_BACKEND_TABLE(bf16, NB_BF16, cast_bf16);
+
+/* "0: NVIDIA H200, 1: ..." */
+static void list_gpus(char *buf, size_t cap, int n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && len + 1 < cap; i++) {
+        struct cudaDeviceProp p;
+        const char *name = cudaGetDeviceProperties(&p, i) == cudaSuccess ? p.name : "?";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%d: %s", i ? ", " : "", i, name);
+    }
+}
+
+void nb_cuda_instance_open(nb_backend *b, int index) {
+    char gpus[512];
+    int n = nb_cuda_device_count(NULL, 0);
+    NB_CHECK(n > 0, "check that nvidia-smi lists a GPU and CUDA_VISIBLE_DEVICES allows it, or use --device cpu",
+             "--device cuda:%d: no usable GPU on this machine", index);
+    list_gpus(gpus, sizeof gpus, n);
+    NB_CHECK(index < n, "pick one of the GPUs listed (--device cuda:N), or --device cuda for GPU 0",
+             "--device cuda:%d: this machine has %d GPU%s (%s)", index, n, n == 1 ? "" : "s", gpus);
+    CUDA_CHECK(cudaSetDevice(index));
+    /* The default pool returns memory to the driver at every sync unless told to keep it; then
+     * each step's scratch would pay for fresh mappings. */
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    b->blas = nb_cuda_blas_create();
+    struct cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+    snprintf(b->desc, sizeof b->desc, "cuda:%d (%s)", index, p.name);
+}
+
+void nb_cuda_instance_close(nb_backend *b) {
+    nb_cuda_blas_destroy(b->blas);
+    b->blas = NULL;
+}
 
 int nb_cuda_device_count(char *name, size_t cap) {
     int n = 0;

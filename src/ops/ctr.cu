@@ -641,7 +641,8 @@ NB_FOR_EACH_DTYPE(DEF_TARGETATTN_KERNELS)
  * column-major transposed, so cuBLASLt computes C^T = op(B)^T op(A)^T: B is its first operand.
  * ta: A is stored [K, M]; tb: B is stored [N, K]. */
 static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void *B, int ldb, int tb, int M, int N,
-                    int K, cudaDataType_t tab, cudaDataType_t tc, float beta, const void *bias, cudaStream_t stream) {
+                    int K, cudaDataType_t tab, cudaDataType_t tc, float beta, const void *bias, nb_blas_t lt,
+                    cudaStream_t stream) {
     nb_lt_gemm g = {};
     g.m = N, g.n = M, g.k = K;
     g.A = B, g.lda = ldb, g.transa = tb;
@@ -651,7 +652,7 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
     g.beta = beta;
     g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = bias;
-    nb_lt_run(&g, stream, 0);
+    nb_lt_run(&g, lt, stream, 0);
 }
 
 /* ---- launchers ---- */
@@ -681,12 +682,12 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
         CUDA_CHECK_LAUNCH("embedding unique-row gradient");                                        \
     }                                                                                              \
     extern "C" void nb_cuda_cross_forward_##SFX(T *c, T *vx, const T *x0, const T *x, const T *Uw, const T *Vw, \
-                                                 const T *b, int N, int D, int r, nb_stream_t stream) { \
+                                                 const T *b, int N, int D, int r, nb_blas_t lt, nb_stream_t stream) { \
         NB_CUDA_SHAPE(c && vx && x0 && x && Uw && Vw && N >= 0 && D > 0 && r > 0 && c != x0 && c != x, \
                       "nb_cuda_cross_forward_" #SFX);                                              \
         if (N == 0) return;                                                                        \
-        rm_gemm(vx, r, x, D, 0, Vw, r, 0, N, r, D, CT, CT, 0.0f, NULL, stream);  /* vx = x Vw */   \
-        rm_gemm(c, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, stream);     /* u = vx Uw^T + b */ \
+        rm_gemm(vx, r, x, D, 0, Vw, r, 0, N, r, D, CT, CT, 0.0f, NULL, lt, stream);  /* vx = x Vw */   \
+        rm_gemm(c, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);     /* u = vx Uw^T + b */ \
         size_t n = (size_t)N * D;                                                                  \
         int vec = al4(c, sizeof(KT)) && al4(x0, sizeof(KT)) && al4(x, sizeof(KT));                \
         cross_combine_kernel<<<ELEM_GRID(n), THREADS, 0, stream>>>((KT *)c, (const KT *)c, (const KT *)x0, \
@@ -695,7 +696,7 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
     }                                                                                              \
     extern "C" void nb_cuda_cross_backward_##SFX(T *dx0, T *dx, float *dU, float *dV, float *db, const T *dc, \
                                                   const T *x0, const T *x, const T *Uw, const T *Vw, const T *b, \
-                                                  const T *vx, int N, int D, int r, nb_stream_t stream) { \
+                                                  const T *vx, int N, int D, int r, nb_blas_t lt, nb_stream_t stream) { \
         const char *name = "nb_cuda_cross_backward_" #SFX;                                         \
         int want_du = dU || dV || dx;                                                              \
         NB_CUDA_SHAPE(dc && N >= 0 && D > 0 && r > 0, name);                                       \
@@ -709,18 +710,18 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
         /* buf holds u = vx Uw^T + b for dx0, then du = dc * x0 in its place (same thread) */      \
         T *buf = dx0 || want_du ? (T *)nb_cuda_scratch(n * sizeof(T), stream) : NULL;              \
         float *part = db ? (float *)nb_cuda_scratch((size_t)nparts * D * sizeof(float), stream) : NULL; \
-        if (dx0) rm_gemm(buf, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, stream);            \
+        if (dx0) rm_gemm(buf, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);            \
         dim3 grid((D + 31) / 32, nparts);                                                          \
         cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>((KT *)dx0, (KT *)dx, (KT *)buf, part, \
                                                                 (const KT *)dc, (const KT *)x0, N, D, want_du); \
         CUDA_CHECK_LAUNCH("cross backward (elementwise)");                                         \
         if (db) nb_col_finish(db, part, nparts, D, stream);                                        \
-        if (dU) rm_gemm(dU, r, buf, D, 1, vx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, stream); /* du^T vx */ \
+        if (dU) rm_gemm(dU, r, buf, D, 1, vx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, lt, stream); /* du^T vx */ \
         if (dV || dx) {                                                                            \
             T *dvx = (T *)nb_cuda_scratch((size_t)N * r * sizeof(T), stream);                      \
-            rm_gemm(dvx, r, buf, D, 0, Uw, r, 0, N, r, D, CT, CT, 0.0f, NULL, stream); /* du Uw */ \
-            if (dV) rm_gemm(dV, r, x, D, 1, dvx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, stream); /* x^T dvx */ \
-            if (dx) rm_gemm(dx, D, dvx, r, 0, Vw, r, 1, N, D, r, CT, CT, 1.0f, NULL, stream); /* dvx Vw^T */ \
+            rm_gemm(dvx, r, buf, D, 0, Uw, r, 0, N, r, D, CT, CT, 0.0f, NULL, lt, stream); /* du Uw */ \
+            if (dV) rm_gemm(dV, r, x, D, 1, dvx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, lt, stream); /* x^T dvx */ \
+            if (dx) rm_gemm(dx, D, dvx, r, 0, Vw, r, 1, N, D, r, CT, CT, 1.0f, NULL, lt, stream); /* dvx Vw^T */ \
             nb_cuda_scratch_free(dvx, stream);                                                     \
         }                                                                                          \
         nb_cuda_scratch_free(part, stream);                                                        \

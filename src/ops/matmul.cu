@@ -9,31 +9,16 @@
  * Every GEMM runs with CUBLAS_COMPUTE_32F (fp32 accumulation; with fp32 operands that is true
  * fp32, TF32 off). cuBLASLt picks the same algorithm for the same shapes, alignments and
  * workspace limit, and its split-K reductions are not atomic, so results repeat bit for bit. */
-#include <pthread.h>
 #include <stdint.h>
 
 #include "ops_cuda_common.cuh"
 
 /* ---- stream-ordered scratch ---- */
 
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t pool_ready; /* bit d: device d's default pool keeps its memory */
-
+/* From the device's default pool, which the backend instance told to keep its memory
+ * (nb_cuda_instance_open), so steps do not pay for fresh mappings. */
 void *nb_cuda_scratch(size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return NULL;
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    /* The default pool returns memory to the driver at every sync unless told to keep it; then
-     * each step would pay for fresh mappings. */
-    NB_CHECK(pthread_mutex_lock(&pool_mu) == 0, NULL, "cannot lock the scratch pool mutex");
-    if (dev < 64 && !((pool_ready >> dev) & 1u)) {
-        cudaMemPool_t pool;
-        uint64_t keep = UINT64_MAX;
-        CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-        CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-        pool_ready |= (uint64_t)1 << dev;
-    }
-    pthread_mutex_unlock(&pool_mu);
     void *p = NULL;
     CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
     return p;
@@ -60,9 +45,14 @@ void nb_col_finish(float *dst, const float *part, int nparts, int ncols, cudaStr
 
 /* ---- cuBLASLt ---- */
 
-static cublasLtHandle_t lt_handle;
-static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
-static void lt_init(void) { CUBLAS_CHECK(cublasLtCreate(&lt_handle)); }
+extern "C" nb_blas_t nb_cuda_blas_create(void) {
+    cublasLtHandle_t h;
+    CUBLAS_CHECK(cublasLtCreate(&h));
+    return h;
+}
+extern "C" void nb_cuda_blas_destroy(nb_blas_t lt) {
+    if (lt) CUBLAS_CHECK(cublasLtDestroy((cublasLtHandle_t)lt));
+}
 
 /* Fixed, so the algorithm choice never depends on memory pressure. */
 #define LT_MAX_WORKSPACE ((size_t)32 << 20)
@@ -73,8 +63,9 @@ static uint32_t ptr_align(const void *p) {
     return a;
 }
 
-int nb_lt_run(const nb_lt_gemm *g, cudaStream_t stream, int may_fail) {
-    NB_CHECK(pthread_once(&lt_once, lt_init) == 0, NULL, "cannot initialize cuBLASLt");
+int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail) {
+    NB_ASSERT(lt != NULL); /* the launcher's caller passes its backend instance's handle */
+    cublasLtHandle_t lt_handle = (cublasLtHandle_t)lt;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulPreference_t pref;
@@ -148,7 +139,7 @@ static void check_shapes(const char *op, int N, int C, int OC) {
 
 /* out^T = w^T . inp^T (+ bias, GELU per epi). Returns 0 if cuBLASLt had no algorithm and may_fail. */
 static int linear_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
-                          int OC, cudaDataType_t t, cublasLtEpilogue_t epi, cudaStream_t stream, int may_fail) {
+                          int OC, cudaDataType_t t, cublasLtEpilogue_t epi, nb_blas_t lt, cudaStream_t stream, int may_fail) {
     nb_lt_gemm g = {};
     g.m = OC, g.n = N, g.k = C;
     g.transa = 1, g.transb = 0;
@@ -160,17 +151,17 @@ static int linear_forward(void *out, void *pre, const void *inp, const void *w, 
     g.epi = epi;
     g.bias = bias;
     g.aux = pre;
-    return nb_lt_run(&g, stream, may_fail);
+    return nb_lt_run(&g, lt, stream, may_fail);
 }
 
 #define DEF_MATMUL_FORWARD(SFX, T, CT)                                                             \
     extern "C" void nb_cuda_matmul_forward_##SFX(T *out, const T *inp, const T *w, const T *bias, int N, \
-                                                  int C, int OC, nb_stream_t stream) {             \
+                                                  int C, int OC, nb_blas_t lt, nb_stream_t stream) { \
         check_shapes("nb_cuda_matmul_forward_" #SFX, N, C, OC);                                    \
         NB_CUDA_SHAPE(out && inp && w, "nb_cuda_matmul_forward_" #SFX);                            \
         if (N == 0 || OC == 0) return;                                                             \
         linear_forward(out, NULL, inp, w, bias, N, C, OC, CT,                                      \
-                       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, stream, 0);      \
+                       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, lt, stream, 0);  \
     }
 DEF_MATMUL_FORWARD(f32, float, CUDA_R_32F)
 DEF_MATMUL_FORWARD(bf16, nb_bf16, CUDA_R_16BF)
@@ -182,17 +173,17 @@ DEF_MATMUL_FORWARD(bf16, nb_bf16, CUDA_R_16BF)
 #define DEF_MATMUL_GELU_FORWARD(SFX, T, CT, FUSE)                                                  \
     extern "C" void nb_cuda_matmul_gelu_forward_##SFX(T *out, T *pre, const T *inp, const T *w,    \
                                                        const T *bias, int N, int C, int OC,        \
-                                                       nb_stream_t stream) {                       \
+                                                       nb_blas_t lt, nb_stream_t stream) {         \
         check_shapes("nb_cuda_matmul_gelu_forward_" #SFX, N, C, OC);                               \
         NB_CUDA_SHAPE(out && pre && inp && w && out != pre, "nb_cuda_matmul_gelu_forward_" #SFX);  \
         if (N == 0 || OC == 0) return;                                                             \
         int fusable = FUSE && OC % 8 == 0 && ptr_align(pre) >= 16 && ptr_align(out) >= 16;         \
         cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX; \
-        if (fusable && linear_forward(out, pre, inp, w, bias, N, C, OC, CT, epi, stream, 1)) return; \
+        if (fusable && linear_forward(out, pre, inp, w, bias, N, C, OC, CT, epi, lt, stream, 1)) return; \
         if (FUSE)                                                                                  \
             nb_log(2, "matmul+gelu %dx%dx%d: GELU not fused (OC %% 8 = %d, or no cuBLASLt algorithm)", \
                    N, C, OC, OC % 8);                                                              \
-        nb_cuda_matmul_forward_##SFX(pre, inp, w, bias, N, C, OC, stream);                         \
+        nb_cuda_matmul_forward_##SFX(pre, inp, w, bias, N, C, OC, lt, stream);                     \
         nb_cuda_gelu_forward_##SFX(out, pre, (size_t)N * OC, stream);                              \
     }
 DEF_MATMUL_GELU_FORWARD(f32, float, CUDA_R_32F, 0)
@@ -223,7 +214,7 @@ NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
 #define DEF_MATMUL_BACKWARD(SFX, T, KT, CT)                                                        \
     extern "C" void nb_cuda_matmul_backward_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
                                                    const T *inp, const T *w, int N, int C, int OC, \
-                                                   nb_stream_t stream) {                           \
+                                                   nb_blas_t lt, nb_stream_t stream) {             \
         const char *name = "nb_cuda_matmul_backward_" #SFX;                                        \
         check_shapes(name, N, C, OC);                                                              \
         NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
@@ -237,7 +228,7 @@ NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
             g.tab = CT, g.td = CT;                                                                 \
             g.beta = 1.0f;                                                                         \
             g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
-            nb_lt_run(&g, stream, 0);                                                              \
+            nb_lt_run(&g, lt, stream, 0);                                                              \
         }                                                                                          \
         if (dw) {                                                                                  \
             nb_lt_gemm g = {};                                                                     \
@@ -249,7 +240,7 @@ NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
             g.tab = CT, g.td = CUDA_R_32F;                                                         \
             g.beta = 1.0f;                                                                         \
             g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
-            nb_lt_run(&g, stream, 0);                                                              \
+            nb_lt_run(&g, lt, stream, 0);                                                              \
         }                                                                                          \
         if (dbias) {                                                                               \
             int nparts = nb_col_parts(N);                                                          \

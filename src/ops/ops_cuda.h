@@ -28,6 +28,9 @@ typedef cudaStream_t nb_stream_t;
 struct CUstream_st;
 typedef struct CUstream_st *nb_stream_t;
 #endif
+/* A cuBLASLt handle (cublasLtHandle_t) of a backend instance (ops/backend.h: nb_backend.blas):
+ * the launchers that run GEMMs take it, so handles belong to the instance, not to the process. */
+typedef void *nb_blas_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,24 +40,27 @@ extern "C" {
 typedef uint16_t nb_bf16;
 
 /* ---- matmul.cu (cuBLASLt) ---- */
+/* A handle for the current device (the backend instance creates one per instance). */
+nb_blas_t nb_cuda_blas_create(void);
+void nb_cuda_blas_destroy(nb_blas_t lt);
 /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL; fused as a cuBLASLt epilogue). */
 void nb_cuda_matmul_forward_f32(float *out, const float *inp, const float *w, const float *bias, int N,
-                                int C, int OC, nb_stream_t stream);
+                                int C, int OC, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_matmul_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w, const nb_bf16 *bias,
-                                 int N, int C, int OC, nb_stream_t stream);
+                                 int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 /* pre[N,OC] = inp @ w^T + bias (saved for backward), out = gelu(pre): the GELU of an MLP's first
  * linear. bf16: fused into the GEMM's epilogue when cuBLASLt can (OC % 8 == 0); fp32, or when it
  * cannot: a GEMM then nb_cuda_gelu_forward. Same result as nb_matmul_forward + nb_gelu_forward. */
 void nb_cuda_matmul_gelu_forward_f32(float *out, float *pre, const float *inp, const float *w,
-                                     const float *bias, int N, int C, int OC, nb_stream_t stream);
+                                     const float *bias, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_matmul_gelu_forward_bf16(nb_bf16 *out, nb_bf16 *pre, const nb_bf16 *inp, const nb_bf16 *w,
-                                      const nb_bf16 *bias, int N, int C, int OC, nb_stream_t stream);
+                                      const nb_bf16 *bias, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout. */
 void nb_cuda_matmul_backward_f32(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                                 const float *w, int N, int C, int OC, nb_stream_t stream);
+                                 const float *w, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_matmul_backward_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
                                   const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC,
-                                  nb_stream_t stream);
+                                  nb_blas_t lt, nb_stream_t stream);
 
 /* ---- norm.cu ---- */
 void nb_cuda_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -139,19 +145,19 @@ void nb_cuda_embed_backward_bf16(float *dwte, float *dwpe, const nb_bf16 *dout, 
  * loss and gradient are those of the bf16-rounded logits. */
 void nb_cuda_xent_forward_backward_f32(float *dinp, float *dw, float *losses, const float *inp,
                                        const float *w, const int32_t *targets, int N, int C, int V,
-                                       float grad_scale, int chunk_rows, nb_stream_t stream);
+                                       float grad_scale, int chunk_rows, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_xent_forward_backward_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp,
                                         const nb_bf16 *w, const int32_t *targets, int N, int C, int V,
-                                        float grad_scale, int chunk_rows, nb_stream_t stream);
+                                        float grad_scale, int chunk_rows, nb_blas_t lt, nb_stream_t stream);
 /* The same, for a w with w_rows >= V rows (a padded vocabulary): the GEMMs then run over V
  * rounded up to 64 columns (aligned, tensor cores) using the padding rows, whose logits are left
  * out of the softmax and get zero gradient (dw's padding rows only get += 0). */
 void nb_cuda_xent_padded_f32(float *dinp, float *dw, float *losses, const float *inp, const float *w,
                              const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
-                             int chunk_rows, nb_stream_t stream);
+                             int chunk_rows, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_xent_padded_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
                               const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
-                              int chunk_rows, nb_stream_t stream);
+                              int chunk_rows, nb_blas_t lt, nb_stream_t stream);
 /* *out = sum of x[0..n) in double, fixed order (out is a device pointer). */
 void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
 

@@ -90,7 +90,7 @@ typedef struct {
     const void *bias;
     void *aux;
 } nb_lt_gemm;
-int nb_lt_run(const nb_lt_gemm *g, cudaStream_t stream, int may_fail);
+int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail);
 
 /* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
  * over the block sums, so the result depends only on n. (optim/adamw.cu) */

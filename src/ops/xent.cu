@@ -214,7 +214,7 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 #define DEF_XENT_LAUNCHER(SFX, T, LT, LCT, GT, VEC, CT)                                            \
     extern "C" void nb_cuda_xent_padded_##SFX(T *dinp, float *dw, float *losses, const T *inp, const T *w, \
                                               const int32_t *targets, int N, int C, int V, int w_rows, \
-                                              float grad_scale, int chunk_rows, nb_stream_t stream) { \
+                                              float grad_scale, int chunk_rows, nb_blas_t lt, nb_stream_t stream) { \
         const char *name = "nb_cuda_xent_forward_backward_" #SFX;                                  \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && V > 0 && w_rows >= V && losses && inp && w && targets, name); \
         if (N == 0) return;                                                                        \
@@ -239,14 +239,14 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
             g.D = logits, g.ldd = Vg;                                                              \
             g.tab = CT, g.td = LCT;                                                                \
             g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
-            nb_lt_run(&g, stream, 0);                                                              \
+            nb_lt_run(&g, lt, stream, 0);                                                              \
             xent_row_##SFX<<<rows, ROW_THREADS, 0, stream>>>(dlogits ? dlogits : (GT *)logits, losses + r0, \
                                                             logits, targets + r0, V, Vg, grad_scale, \
                                                             want_grad, vec);                       \
             CUDA_CHECK_LAUNCH("cross-entropy softmax rows");                                       \
             if (want_grad)                                                                         \
                 nb_cuda_matmul_backward_##SFX(dinp ? dinp + (size_t)r0 * C : NULL, dw, NULL,       \
-                                              (const T *)dlogits, x, w, rows, C, Vg, stream);      \
+                                              (const T *)dlogits, x, w, rows, C, Vg, lt, stream);  \
         }                                                                                          \
         if (!in_place) nb_cuda_scratch_free(dlogits, stream);                                      \
         nb_cuda_scratch_free(logits, stream);                                                      \
@@ -254,8 +254,9 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
     extern "C" void nb_cuda_xent_forward_backward_##SFX(T *dinp, float *dw, float *losses, const T *inp, \
                                                          const T *w, const int32_t *targets, int N, int C, \
                                                          int V, float grad_scale, int chunk_rows,  \
-                                                         nb_stream_t stream) {                     \
-        nb_cuda_xent_padded_##SFX(dinp, dw, losses, inp, w, targets, N, C, V, V, grad_scale, chunk_rows, stream); \
+                                                         nb_blas_t lt, nb_stream_t stream) {       \
+        nb_cuda_xent_padded_##SFX(dinp, dw, losses, inp, w, targets, N, C, V, V, grad_scale, chunk_rows, lt, \
+                                  stream);                                                         \
     }
 DEF_XENT_LAUNCHER(f32, float, float, CUDA_R_32F, float, 4, CUDA_R_32F)
 #if XENT_BF16_LOGITS

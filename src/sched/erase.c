@@ -1,69 +1,119 @@
-/* erase: ERASE (early backpropagation) for detached segments. After segment s's forward is
- * enqueued on the main lane, its local head and backward go to side lane s mod K, waiting only
- * on a mark of the main lane, while the main lane goes on with the next segment's forward. The
- * last segment's head and backward stay on the main lane; the join (the local heads' partial
- * gradients, in segment order), the embedding backward and AdamW wait for every side lane.
- * The work items are plain's, and every item writes memory no other concurrent item touches, so
- * the result is bitwise plain's (tests/erase_test.sh).
+/* erase: ERASE (early backpropagation) for detached segments, for every model family. After
+ * segment s's forward is enqueued on the compute lane, its backward (local head first) goes to
+ * side lane s mod K, waiting only on a mark of the compute lane, while the compute lane goes on
+ * with the next segment's forward. The last segment's backward stays on the compute lane; the
+ * tail (the join of the local heads' partial gradients in segment order, the input backward,
+ * the optimizer) waits for every side lane. The items are plain's, and no two items that may
+ * run at once write the same memory, so the result is bitwise plain's (tests/schedules_test.sh,
+ * tests/erase_test.sh, tests/erase_seqctr_test.sh).
  *
  * Dispatch: blocking, the main thread enqueues the side work itself; async, a host lane per side
  * lane does it (the paper's thread-pool dispatch), so the main thread never waits on a side
  * lane's enqueue. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "sched/trainer.h"
+#include "core.h"
+#include "host.h"
+#include "sched/sched.h"
 
 typedef struct {
-    nb_trainer *tr;
+    nb_run *r;
     nb_lane *side;
     nb_mark after;
     int seg, step;
 } erase_dispatch;
 
-static erase_dispatch dispatches[NB_MAX_SEGMENTS];
+typedef struct {
+    int nside, async;
+    nb_lane *side[NB_MAX_SEGMENTS], *dispatch[NB_MAX_SEGMENTS];
+    erase_dispatch jobs[NB_MAX_SEGMENTS];
+} erase_state;
+
+static erase_state *E(nb_run *r) { return r->ss; }
 
 static void work_dispatch(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     erase_dispatch *d = arg;
     nb_lane_wait(d->side, d->after);
-    nb_sched_segment_backward(d->tr, d->side, d->seg, d->step);
+    nb_items_run(&d->r->items.bwd[d->seg], d->side, d->step);
 }
 
-nb_mark nb_sched_erase_step(nb_trainer *tr, int step) {
-    nb_lane *c = tr->compute;
-    int last = tr->nseg - 1, async = tr->dispatch[0] != NULL;
-    char name[40];
-    nb_mark queued[NB_MAX_SEGMENTS];
-    nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
-    for (int s = 0; s <= last; s++) {
-        for (int l = tr->seg_first[s]; l < tr->seg_first[s + 1]; l++) {
-            snprintf(name, sizeof name, "fwd S%d L%d", s, l);
-            nb_lane_run(c, name, NB_SPAN_FWD, step, nb_work_layer_fwd, &tr->work[l]);
-        }
-        if (s == last) break;
-        int j = s % tr->nside;
-        nb_mark fwd_done = nb_lane_mark(c);
-        if (async) {
-            dispatches[s] = (erase_dispatch){tr, tr->side[j], fwd_done, s, step};
-            nb_lane_run(tr->dispatch[j], "dispatch", NB_SPAN_OTHER, step, work_dispatch, &dispatches[s]);
-            queued[j] = nb_lane_mark(tr->dispatch[j]);
-        } else {
-            nb_lane_wait(tr->side[j], fwd_done);
-            nb_sched_segment_backward(tr, tr->side[j], s, step);
+/* OpenMP's thread count belongs to the calling thread: a side lane's ops run on its worker (CPU) */
+static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    nb_host_set_threads(((nb_run *)arg)->o.threads);
+}
+
+static void erase_init(nb_run *r) {
+    erase_state *st = nb_calloc(1, sizeof *st, "the erase schedule");
+    r->ss = st;
+    st->nside = r->o.side_lanes;
+    st->async = !strcmp(r->o.erase_dispatch, "async");
+    for (int j = 0; j < st->nside; j++) {
+        char name[32];
+        snprintf(name, sizeof name, "side %d", j);
+        st->side[j] = nb_lane_create(r->lanes, name, NB_LANE_DEVICE);
+        nb_lane_run(st->side[j], "set threads", NB_SPAN_OTHER, -1, work_set_threads, r);
+        if (st->async) {
+            snprintf(name, sizeof name, "dispatch %d", j);
+            st->dispatch[j] = nb_lane_create(r->lanes, name, NB_LANE_HOST);
         }
     }
-    nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
-    nb_sched_segment_backward(tr, c, last, step);
-    int used = last < tr->nside ? last : tr->nside;
+    nb_lanes_sync(r->lanes);
+}
+
+static nb_mark erase_step(nb_run *r, int step) {
+    erase_state *st = E(r);
+    const nb_step_items *it = &r->items;
+    int last = it->nseg - 1;
+    nb_mark queued[NB_MAX_SEGMENTS];
+    nb_items_run(&it->input, r->compute, step);
+    for (int s = 0; s < last; s++) {
+        nb_items_run(&it->fwd[s], r->compute, step);
+        int j = s % st->nside;
+        nb_mark fwd_done = nb_lane_mark(r->compute);
+        if (st->async) {
+            st->jobs[s] = (erase_dispatch){r, st->side[j], fwd_done, s, step};
+            nb_lane_run(st->dispatch[j], "dispatch", NB_SPAN_OTHER, step, work_dispatch, &st->jobs[s]);
+            queued[j] = nb_lane_mark(st->dispatch[j]);
+        } else {
+            nb_lane_wait(st->side[j], fwd_done);
+            nb_items_run(&it->bwd[s], st->side[j], step);
+        }
+    }
+    nb_items_run(&it->fwd[last], r->compute, step);
+    nb_items_run(&it->bwd[last], r->compute, step);
+    int used = last < st->nside ? last : st->nside;
     for (int j = 0; j < used; j++) {
         /* a side lane's mark counts only the work already queued on it: with async dispatch,
          * wait until its dispatcher has queued everything first */
-        if (async) nb_mark_wait_host(queued[j]);
-        nb_lane_wait(c, nb_lane_mark(tr->side[j]));
+        if (st->async) nb_mark_wait_host(queued[j]);
+        nb_lane_wait(r->compute, nb_lane_mark(st->side[j]));
     }
-    if (tr->nseg > 1) nb_lane_run(c, "join", NB_SPAN_BWD, step, nb_work_join, &tr->whole);
-    nb_lane_run(c, "embed bwd", NB_SPAN_BWD, step, nb_work_embed_bwd, &tr->whole);
-    nb_lane_run(c, "adamw", NB_SPAN_OPTIM, step, nb_work_optim, &tr->whole);
-    return nb_lane_mark(c);
+    nb_items_run(&it->tail, r->compute, step);
+    return nb_lane_mark(r->compute);
 }
+
+static void erase_check(const nb_train_opts *o) {
+    NB_CHECK(!(o->graphs && !strcmp(o->erase_dispatch, "async")),
+             "use --erase-dispatch blocking with --graphs",
+             "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured");
+}
+
+static void erase_free(nb_run *r) {
+    free(r->ss);
+    r->ss = NULL;
+}
+
+const nb_sched_i nb_sched_erase = {
+    .name = "erase",
+    .summary = "ERASE: detached segments' backward on side lanes while later segments run forward",
+    .check = erase_check,
+    .init = erase_init,
+    .step = erase_step,
+    .free = erase_free,
+    .settles = 1,
+    .graphs = 1,
+};

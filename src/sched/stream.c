@@ -57,7 +57,8 @@
 #include "host.h"
 #include "optim/adamw_host.h"
 #include "optim/optim.h"
-#include "sched/trainer.h"
+#include "run/tf.h"
+#include "sched/stream.h"
 
 
 typedef struct {
@@ -67,14 +68,14 @@ typedef struct {
 
 /* a forward or backward of one layer, bound to its slots */
 typedef struct {
-    nb_trainer *tr;
+    nb_tf_train *tr;
     int layer, wslot, gslot, dslot;
 } stream_item;
 
 /* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, and
  * the up slab that receives the layer's compute-precision weights (-1: none) */
 typedef struct opt_item {
-    nb_trainer *tr;
+    nb_tf_train *tr;
     int layer, uslot;
     const nb_adamw_scalars *k;
 } opt_item;
@@ -88,13 +89,13 @@ typedef struct {
 
 /* which of the two host copies of gpu_opt (by the update's step parity) goes up */
 typedef struct {
-    nb_trainer *tr;
+    nb_tf_train *tr;
     int par;
 } gpu_opt_item;
 
 /* a layer upload: master -> up slab (stage lane), up slab -> weight slot (h2d lane) */
 typedef struct {
-    nb_trainer *tr;
+    nb_tf_train *tr;
     int layer, uslot, wslot;
 } load_item;
 
@@ -149,9 +150,9 @@ struct nb_stream {
     size_t device_bytes, pinned_bytes;
 };
 
-static nb_stream *S(const nb_trainer *tr) { return tr->stream; }
-static size_t es(const nb_trainer *tr) { return nb_dtype_size(tr->be->act_dtype); }
-static int lowp(const nb_trainer *tr) { return tr->be->act_dtype != NB_F32; }
+static nb_stream *S(const nb_tf_train *tr) { return tr->stream; }
+static size_t es(const nb_tf_train *tr) { return nb_dtype_size(tr->be->act_dtype); }
+static int lowp(const nb_tf_train *tr) { return tr->be->act_dtype != NB_F32; }
 
 /* ---- the resident part: groups 0 (embeddings) and L+1 (final norm, head), packed ---- */
 
@@ -165,21 +166,21 @@ static size_t glob_offset(const nb_tf_model *m, size_t slab_offset) {
 /* One half of the packed resident part, in elements: layer -1 the embeddings (group 0), -2 the final
  * norm and head (group L+1). The embeddings' gradient is complete after the embedding backward,
  * the head's right after the head's backward; the next forward needs the embeddings first. */
-static void glob_half(const nb_trainer *tr, int layer, size_t *off, size_t *n) {
+static void glob_half(const nb_tf_train *tr, int layer, size_t *off, size_t *n) {
     size_t n0 = tr->model.group_numel[0];
     *off = layer == -2 ? n0 : 0;
     *n = layer == -2 ? S(tr)->glob_numel - n0 : n0;
 }
 
-static int glob_group(const nb_trainer *tr, int layer) { return layer == -2 ? tr->model.cfg.layers + 1 : 0; }
+static int glob_group(const nb_tf_train *tr, int layer) { return layer == -2 ? tr->model.cfg.layers + 1 : 0; }
 
-void *nb_stream_global_w(nb_trainer *tr, int which) {
+void *nb_stream_global_w(nb_tf_train *tr, int which) {
     const nb_tf_model *m = &tr->model;
     int i = m->global_idx[which];
     return i < 0 ? NULL : (char *)S(tr)->d_glob_w + glob_offset(m, m->params[i].offset) * es(tr);
 }
 
-float *nb_stream_global_g(nb_trainer *tr, int which) {
+float *nb_stream_global_g(nb_tf_train *tr, int which) {
     const nb_tf_model *m = &tr->model;
     int i = m->global_idx[which];
     return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
@@ -192,12 +193,12 @@ float *nb_stream_global_g(nb_trainer *tr, int which) {
  * beside them on every core and they keep to four. OMP_NUM_THREADS caps it. */
 #define COPY_THREADS 4
 #define COPY_CHUNK ((size_t)1 << 20)
-static int copy_threads(const nb_trainer *tr) {
+static int copy_threads(const nb_tf_train *tr) {
     int all = nb_host_max_threads(), few = all < COPY_THREADS ? all : COPY_THREADS;
     return tr->o.grad_clip > 0 && all / 2 > few ? all / 2 : few;
 }
 
-static void copy_par(const nb_trainer *tr, void *dst, const void *src, size_t bytes) {
+static void copy_par(const nb_tf_train *tr, void *dst, const void *src, size_t bytes) {
     long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
 #pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 1)
     for (long i = 0; i < n; i++) {
@@ -208,12 +209,12 @@ static void copy_par(const nb_trainer *tr, void *dst, const void *src, size_t by
 
 /* ---- setup ---- */
 
-static void *dev(nb_trainer *tr, size_t bytes, const char *what) {
+static void *dev(nb_tf_train *tr, size_t bytes, const char *what) {
     S(tr)->device_bytes += bytes;
     return tr->be->alloc(bytes, what);
 }
 
-static void *pinned(nb_trainer *tr, size_t bytes, const char *what) {
+static void *pinned(nb_tf_train *tr, size_t bytes, const char *what) {
     S(tr)->pinned_bytes += bytes;
     return tr->be->host_alloc(bytes, what);
 }
@@ -235,7 +236,7 @@ static norm_geom geom_range(size_t o, size_t n) {
     return g;
 }
 
-static norm_geom geom_of(const nb_trainer *tr, int l) {
+static norm_geom geom_of(const nb_tf_train *tr, int l) {
     return geom_range(tr->model.group_offset[1 + l], S(tr)->layer_numel);
 }
 
@@ -245,12 +246,12 @@ static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >
 static size_t goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
 
 /* device layer l's compute weights (the master itself in fp32) and gradient */
-static void *gw_of(const nb_trainer *tr, int l) {
+static void *gw_of(const nb_tf_train *tr, int l) {
     const nb_stream *st = S(tr);
     return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(tr)) : (void *)(st->d_gp + goff(st, l));
 }
 
-static float *gg_of(const nb_trainer *tr, int l) { return S(tr)->d_gg + goff(S(tr), l); }
+static float *gg_of(const nb_tf_train *tr, int l) { return S(tr)->d_gg + goff(S(tr), l); }
 
 /* device layer l's norm blocks on the device, and its pinned buffer (blocks, then edges) */
 static double *gpart_of(const nb_stream *st, int l) { return st->d_gpart + (size_t)st->gidx[l] * st->gpart_stride; }
@@ -266,7 +267,7 @@ static int spread_on_device(int l, int R, int L) {
     return a > b;
 }
 
-static void gpu_layers_init(nb_trainer *tr) {
+static void gpu_layers_init(nb_tf_train *tr) {
     nb_stream *st = S(tr);
     const nb_tf_model *m = &tr->model;
     int R = st->nglayer, L = m->cfg.layers;
@@ -295,7 +296,7 @@ static void gpu_layers_init(nb_trainer *tr) {
     for (int p = 0; p < 2; p++) st->gopt_items[p] = (gpu_opt_item){tr, p};
 }
 
-static void gpu_layers_free(nb_trainer *tr) {
+static void gpu_layers_free(nb_tf_train *tr) {
     nb_stream *st = S(tr);
     if (st->nglayer == 0) return;
     const nb_backend_i *be = tr->be;
@@ -324,7 +325,7 @@ size_t nb_stream_device_need(const nb_tf_model *m, int wslots, int glayers, size
            (size_t)glayers * nb_stream_glayer_bytes(m, e) + sizeof(gpu_opt);
 }
 
-void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
+void nb_stream_init(nb_tf_train *tr, size_t other_device_bytes) {
     const nb_tf_model *m = &tr->model;
     nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
     tr->stream = st;
@@ -400,7 +401,7 @@ void nb_stream_init(nb_trainer *tr, size_t other_device_bytes) {
     }
 }
 
-void nb_stream_free(nb_trainer *tr) {
+void nb_stream_free(nb_tf_train *tr) {
     nb_stream *st = S(tr);
     if (!st) return;
     const nb_backend_i *be = tr->be;
@@ -426,7 +427,7 @@ void nb_stream_free(nb_trainer *tr) {
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
  * uploads do not come here: the update of the step before writes them (run_update). */
-static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
+static void stage_w(const nb_tf_train *tr, void *dst, size_t offset, size_t n) {
     if (!lowp(tr)) {
         copy_par(tr, dst, tr->params + offset, n * sizeof(float));
     } else {
@@ -438,20 +439,20 @@ static void stage_w(const nb_trainer *tr, void *dst, size_t offset, size_t n) {
 }
 
 /* Compute-precision weights of one half of the resident part into its place in the staging slab. */
-static void glob_pack_part(const nb_trainer *tr, void *packed, int layer) {
+static void glob_pack_part(const nb_tf_train *tr, void *packed, int layer) {
     size_t off, n;
     glob_half(tr, layer, &off, &n);
     stage_w(tr, (char *)packed + off * es(tr), tr->model.group_offset[glob_group(tr, layer)], n);
 }
 
-static void glob_pack_w(const nb_trainer *tr, void *packed) {
+static void glob_pack_w(const nb_tf_train *tr, void *packed) {
     glob_pack_part(tr, packed, -1);
     glob_pack_part(tr, packed, -2);
 }
 
 /* The device layers' master and moments between the host slabs and the device, on ctx: up at
  * start and resume (with their compute copy), down before checkpoints, evaluation and the end. */
-static void gpu_state_copy(nb_trainer *tr, nb_ctx ctx, int up) {
+static void gpu_state_copy(nb_tf_train *tr, nb_ctx ctx, int up) {
     nb_stream *st = S(tr);
     float *host[3] = {tr->params, tr->m, tr->v}, *devs[3] = {st->d_gp, st->d_gm, st->d_gv};
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
@@ -469,7 +470,7 @@ static void gpu_state_copy(nb_trainer *tr, nb_ctx ctx, int up) {
 }
 
 /* The resident part and the device layers from the host master, on ctx (start, resume). */
-void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
+void nb_stream_upload_globals(nb_tf_train *tr, nb_ctx ctx) {
     nb_stream *st = S(tr);
     glob_pack_w(tr, st->h_glob);
     tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
@@ -479,34 +480,34 @@ void nb_stream_upload_globals(nb_trainer *tr, nb_ctx ctx) {
     st->gopt_step = -1;
 }
 
-void nb_stream_zero_global_grads(nb_trainer *tr, nb_ctx ctx) {
+void nb_stream_zero_global_grads(nb_tf_train *tr, nb_ctx ctx) {
     tr->be->zero(ctx, S(tr)->d_glob_g, S(tr)->glob_numel * sizeof(float));
 }
 
 static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_host_set_threads(tr->o.threads);
     stage_w(tr, S(tr)->h_up[it->uslot], tr->model.group_offset[1 + it->layer], S(tr)->layer_numel);
 }
 
 static void work_h2d(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_stream *st = S(tr);
     tr->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(tr));
 }
 
 /* an item's weights and gradient: its slots, or a device layer's own buffers (wslot -1) */
-static void *item_w(nb_trainer *tr, const stream_item *it) {
+static void *item_w(nb_tf_train *tr, const stream_item *it) {
     return it->wslot < 0 ? gw_of(tr, it->layer) : S(tr)->d_wslot[it->wslot];
 }
 
-static float *item_g(nb_trainer *tr, const stream_item *it) {
+static float *item_g(nb_tf_train *tr, const stream_item *it) {
     return it->wslot < 0 ? gg_of(tr, it->layer) : S(tr)->d_gslot[it->gslot];
 }
 
-static void bind(nb_trainer *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
+static void bind(nb_tf_train *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
     nb_tf_bind_layer(&tr->model, it->layer, item_w(tr, it), es(tr), w);
     if (dw) nb_tf_bind_layer(&tr->model, it->layer, item_g(tr, it), sizeof(float), dw);
 }
@@ -520,7 +521,7 @@ static void work_fwd(void *arg, const nb_task_ctx *ctx) {
 
 static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_tf_layer_view w, dw;
     bind(tr, it, &w, &dw);
     tr->be->zero(ctx, item_g(tr, it), S(tr)->layer_numel * sizeof(float));
@@ -541,7 +542,7 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
 /* n gradients from a down slab into the host slab at offset o, summing the squares of every norm
  * block that lies inside [o, o + n) on the way (one read of the slab instead of two; the blocks are
  * nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
-static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
+static void land(nb_tf_train *tr, size_t o, const float *src, size_t n) {
     nb_stream *st = S(tr);
     const size_t B = NB_SUMSQ_BLOCK;
     float *dst = tr->h_grads + o;
@@ -564,13 +565,13 @@ static void land(nb_trainer *tr, size_t o, const float *src, size_t n) {
 
 static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     land(tr, tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot], S(tr)->layer_numel);
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     size_t off, n;
     glob_half(tr, it->layer, &off, &n);
     tr->be->to_host_async(ctx, S(tr)->h_glob + off, S(tr)->d_glob_g + off, n * sizeof(float));
@@ -578,7 +579,7 @@ static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
 
 static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     size_t off, n;
     glob_half(tr, it->layer, &off, &n);
     land(tr, tr->model.group_offset[glob_group(tr, it->layer)], S(tr)->h_glob + off, n);
@@ -587,7 +588,7 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
  * backend's plain step (the norm over the same slab, the same per-element formula), so CPU runs of
  * stream and plain stay bitwise equal. w16_out: where the group's bf16 weights go (NULL: nowhere). */
-static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k, uint16_t *w16_out) {
+static void adamw_range(nb_tf_train *tr, int group, const nb_adamw_scalars *k, uint16_t *w16_out) {
     const nb_tf_model *m = &tr->model;
     float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
     for (int i = 0; i < m->nparams; i++) {
@@ -600,7 +601,7 @@ static void adamw_range(nb_trainer *tr, int group, const nb_adamw_scalars *k, ui
 }
 
 static void work_norm(void *arg, const nb_task_ctx *ctx) {
-    nb_trainer *tr = ((nb_work *)arg)->tr;
+    nb_tf_train *tr = ((nb_work *)arg)->tr;
     nb_stream *st = S(tr);
     nb_host_set_threads(tr->o.threads);
     st->sumsq = nb_sumsq_finish(tr->h_grads, tr->model.total, st->norm_part, st->norm_have);
@@ -610,7 +611,7 @@ static void work_norm(void *arg, const nb_task_ctx *ctx) {
 /* it->layer -1: the embeddings; -2: the final norm and head */
 static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     adamw_range(tr, glob_group(tr, it->layer), it->k, NULL);
     glob_pack_part(tr, S(tr)->h_glob, it->layer);
 }
@@ -619,7 +620,7 @@ static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
  * own rounded output, so the forward's upload reads no host memory again). */
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     void *up = it->uslot >= 0 ? S(tr)->h_up[it->uslot] : NULL;
     adamw_range(tr, 1 + it->layer, it->k, lowp(tr) ? up : NULL);
     if (up && !lowp(tr)) /* fp32: the master is the compute copy */
@@ -628,7 +629,7 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     size_t e = es(tr), off, n;
     glob_half(tr, it->layer, &off, &n);
     tr->be->to_backend(ctx, (char *)S(tr)->d_glob_w + off * e, (char *)S(tr)->h_glob + off * e, n * e);
@@ -637,7 +638,7 @@ static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
 /* A device layer's norm blocks and gradient edges into its pinned buffer... */
 static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
     char *h = gnorm_of(st, it->layer);
@@ -651,7 +652,7 @@ static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
  * task sums the blocks the layer shares with its neighbours */
 static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_stream *st = S(tr);
     norm_geom g = geom_of(tr, it->layer);
     const char *h = gnorm_of(st, it->layer);
@@ -676,7 +677,7 @@ static void work_gpu_opt_up(void *arg, const nb_task_ctx *ctx) {
  * device), writing its compute copy too. */
 static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
     const nb_work *it = arg; /* tr->work[layer] */
-    nb_trainer *tr = it->tr;
+    nb_tf_train *tr = it->tr;
     nb_stream *st = S(tr);
     size_t off = goff(st, it->layer);
     tr->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
@@ -695,7 +696,7 @@ static void wait_if(nb_lane *lane, opt_mark m) {
 static opt_mark mark(nb_lane *lane) { return (opt_mark){nb_lane_mark(lane), 1}; }
 
 /* Enqueues layer l's pending update on the optim lane, writing into up slab u (-1: none). */
-static void run_update(nb_trainer *tr, int l, int u, int step) {
+static void run_update(nb_tf_train *tr, int l, int u, int step) {
     nb_stream *st = S(tr);
     char name[40];
     st->pending[l]->uslot = u;
@@ -709,7 +710,7 @@ static void run_update(nb_trainer *tr, int l, int u, int step) {
  * after every layer's update: a device lane told to wait on a host mark blocks the enqueuing
  * thread, and enqueued at the step's end it would hold the next forward's enqueueing until every
  * layer's update is done. */
-static void upload_head(nb_trainer *tr, int step) {
+static void upload_head(nb_tf_train *tr, int step) {
     nb_stream *st = S(tr);
     if (!st->head_item) return;
     for (int l = 0; l < tr->model.cfg.layers; l++)
@@ -722,7 +723,7 @@ static void upload_head(nb_trainer *tr, int step) {
 }
 
 /* Slot w's newest user is the compute work just enqueued. */
-static void slot_used(nb_trainer *tr, int w) {
+static void slot_used(nb_tf_train *tr, int w) {
     nb_stream *st = S(tr);
     st->wslot_free[w] = mark(tr->compute);
     st->wslot_used[w] = ++st->uses;
@@ -740,7 +741,7 @@ static int lru_slot(const nb_stream *st) {
 
 /* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
  * and returns the slot; the compute lane is told to wait for it. */
-static int load(nb_trainer *tr, int l, int step) {
+static int load(nb_tf_train *tr, int l, int step) {
     nb_stream *st = S(tr);
     for (int k = 0; k < st->nslot; k++)
         if (st->wslot_layer[k] == l) return k;
@@ -771,7 +772,7 @@ static int load(nb_trainer *tr, int l, int step) {
 
 /* Device layer l's update of step ustep on the compute lane, the step's scalars going up first
  * (once per step). */
-static void gpu_update(nb_trainer *tr, int l, int ustep, int step) {
+static void gpu_update(nb_tf_train *tr, int l, int ustep, int step) {
     nb_stream *st = S(tr);
     char name[40];
     if (st->gopt_step != ustep) {
@@ -786,7 +787,7 @@ static void gpu_update(nb_trainer *tr, int l, int ustep, int step) {
 
 /* Layer l's item for the forward or recompute: a device layer binds its own buffers (after its
  * pending update), a streamed one is loaded into a slot. */
-static stream_item forward_item(nb_trainer *tr, int l, int step) {
+static stream_item forward_item(nb_tf_train *tr, int l, int step) {
     nb_stream *st = S(tr);
     if (!on_gpu(st, l)) return (stream_item){tr, l, load(tr, l, step), 0, 0};
     if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, step);
@@ -794,7 +795,7 @@ static stream_item forward_item(nb_trainer *tr, int l, int step) {
 }
 
 /* A device layer's backward: its gradient stays; only its norm blocks and edges go down. */
-static void gpu_backward(nb_trainer *tr, int l, int step) {
+static void gpu_backward(nb_tf_train *tr, int l, int step) {
     nb_stream *st = S(tr);
     nb_lane *c = tr->compute;
     char name[40];
@@ -812,7 +813,7 @@ static void gpu_backward(nb_trainer *tr, int l, int step) {
 }
 
 /* Layer l's backward into a gradient slot, then its gradient out: d2h, then into the host slab. */
-static void backward_layer(nb_trainer *tr, int l, int step) {
+static void backward_layer(nb_tf_train *tr, int l, int step) {
     nb_stream *st = S(tr);
     nb_lane *c = tr->compute;
     char name[40];
@@ -848,7 +849,7 @@ static void backward_layer(nb_trainer *tr, int l, int step) {
     }
 }
 
-nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
+nb_mark nb_stream_step(nb_tf_train *tr, int step) {
     nb_stream *st = S(tr);
     nb_lane *c = tr->compute;
     int L = tr->model.cfg.layers;
@@ -925,11 +926,11 @@ nb_mark nb_sched_stream_step(nb_trainer *tr, int step) {
     return nb_lane_mark(c);
 }
 
-double nb_stream_sumsq(const nb_trainer *tr) { return tr->stream->sumsq; }
+double nb_stream_sumsq(const nb_tf_train *tr) { return tr->stream->sumsq; }
 
 /* The loads of the last step: L in the forward, then those the backward could not reuse from a
  * slot (the recompute's loads serve the backward of the same block). */
-void nb_stream_report(const nb_trainer *tr) {
+void nb_stream_report(const nb_tf_train *tr) {
     const nb_stream *st = tr->stream;
     int L = tr->model.cfg.layers;
     double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(tr) + (double)st->glob_numel * (double)es(tr);
@@ -943,7 +944,7 @@ void nb_stream_report(const nb_trainer *tr) {
 
 /* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
  * the end read the host master). */
-void nb_stream_quiesce(nb_trainer *tr) {
+void nb_stream_quiesce(nb_tf_train *tr) {
     nb_stream *st = tr->stream;
     if (!st) return;
     upload_head(tr, -1);
@@ -960,7 +961,7 @@ void nb_stream_quiesce(nb_trainer *tr) {
 }
 
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
-void nb_stream_bind_sync(nb_trainer *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
+void nb_stream_bind_sync(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
     nb_stream *st = S(tr);
     if (on_gpu(st, l)) { /* up to date: quiesce ran the pending update */
         nb_tf_bind_layer(&tr->model, l, gw_of(tr, l), es(tr), w);

@@ -1,4 +1,5 @@
-#include "sched/checkpoint.h"
+/* Checkpoints of a run, for every family (see ckpt.h). */
+#include "run/ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ static int file_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
-void nb_ckpt_resolve(const char *dir, char *out, size_t cap) {
+void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover) {
     char probe[NB_PATH_MAX + 32];
     snprintf(probe, sizeof probe, "%s/state.json", dir);
     if (file_exists(probe)) {
@@ -24,7 +25,7 @@ void nb_ckpt_resolve(const char *dir, char *out, size_t cap) {
     }
     snprintf(out, cap, "%s/ckpt", dir);
     /* a crash between the renames of a checkpoint swap leaves ckpt.old: bring it back */
-    nb_dir_recover(out);
+    if (recover) nb_dir_recover(out);
     snprintf(probe, sizeof probe, "%s/state.json", out);
     NB_CHECK(file_exists(probe), "pass a run directory written by 'nobubble train --out DIR' (or its ckpt/ folder)",
              "no checkpoint in '%s' (neither %s/state.json nor %s/ckpt/state.json exists)", dir, dir, dir);
@@ -32,7 +33,7 @@ void nb_ckpt_resolve(const char *dir, char *out, size_t cap) {
 
 /* ---- options <-> JSON: one table, so writing and reading can never disagree ---- */
 
-typedef enum { F_INT, F_FLOAT, F_STR, F_U64 } field_kind;
+typedef enum { F_INT, F_FLOAT, F_STR, F_U64, F_I64 } field_kind;
 typedef struct {
     const char *key;
     field_kind kind;
@@ -48,51 +49,16 @@ static const field train_fields[] = {
     FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FI("graphs", graphs), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
     FF("weight_decay", weight_decay), FF("beta1", beta1), FF("beta2", beta2), FF("eps", eps),
     FF("grad_clip", grad_clip), {"seed", F_U64, offsetof(nb_train_opts, seed), sizeof(uint64_t)},
-    /* added with ERASE: a checkpoint written before them lacks them (the defaults then apply) */
+    /* added with ERASE, stream and the seqctr family: a checkpoint written before them lacks
+     * them (the family's defaults then apply) */
     FS("detach", detach), FF("aux_weight", aux_weight), FI("side_lanes", side_lanes), FS("erase_dispatch", erase_dispatch),
     FI("ckpt_interval", ckpt_interval), FI("stream_slots", stream_slots), FI("pinned_slabs", pinned_slabs),
-    FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers),
+    FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers), FS("emb_optim", emb_optim), FF("emb_lr", emb_lr),
+    {"table_cap", F_I64, offsetof(nb_train_opts, table_cap), sizeof(int64_t)}, FI("eval_samples", eval_samples),
+    FI("strict", strict),
 };
 #define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])
-
-static void write_model_config(nb_json_writer *w, const nb_tf_config *c) {
-    nb_json_key(w, "model");
-    nb_json_begin_obj(w);
-    nb_json_kstr(w, "preset", c->preset);
-    nb_json_kstr(w, "arch", c->arch == NB_ARCH_GPT2 ? "gpt2" : "llama");
-    nb_json_kint(w, "layers", c->layers);
-    nb_json_kint(w, "dim", c->dim);
-    nb_json_kint(w, "heads", c->heads);
-    nb_json_kint(w, "kv_heads", c->kv_heads);
-    nb_json_kint(w, "ffn", c->ffn);
-    nb_json_kint(w, "vocab", c->vocab);
-    nb_json_kint(w, "seq", c->seq);
-    nb_json_knum(w, "norm_eps", c->norm_eps);
-    nb_json_knum(w, "rope_theta", c->rope_theta);
-    nb_json_kbool(w, "tied", c->tied);
-    nb_json_end_obj(w);
-}
-
-static void read_model_config(const nb_json *j, nb_tf_config *c) {
-    memset(c, 0, sizeof *c);
-    snprintf(c->preset, sizeof c->preset, "%s", nb_json_req_str(j, "preset"));
-    const char *arch = nb_json_req_str(j, "arch");
-    NB_CHECK(!strcmp(arch, "gpt2") || !strcmp(arch, "llama"), "the checkpoint is damaged or from a newer nobubble",
-             "unknown model arch '%s' in state.json", arch);
-    c->arch = !strcmp(arch, "gpt2") ? NB_ARCH_GPT2 : NB_ARCH_LLAMA;
-    c->layers = (int)nb_json_req_int(j, "layers");
-    c->dim = (int)nb_json_req_int(j, "dim");
-    c->heads = (int)nb_json_req_int(j, "heads");
-    c->kv_heads = (int)nb_json_req_int(j, "kv_heads");
-    c->ffn = (int)nb_json_req_int(j, "ffn");
-    c->vocab = (int)nb_json_req_int(j, "vocab");
-    c->seq = (int)nb_json_req_int(j, "seq");
-    c->norm_eps = (float)nb_json_req_num(j, "norm_eps");
-    c->rope_theta = (float)nb_json_req_num(j, "rope_theta");
-    c->tied = nb_json_get_bool(j, "tied", c->arch == NB_ARCH_GPT2);
-    nb_tf_config_finalize(c);
-}
 
 static void write_train_opts(nb_json_writer *w, const nb_train_opts *o) {
     nb_json_key(w, "train");
@@ -105,20 +71,29 @@ static void write_train_opts(nb_json_writer *w, const nb_train_opts *o) {
         case F_FLOAT: nb_json_knum(w, f->key, *(const float *)p); break;
         case F_STR: nb_json_kstr(w, f->key, p); break;
         case F_U64: nb_json_key(w, f->key); nb_json_uint(w, *(const uint64_t *)p); break;
+        case F_I64: nb_json_kint(w, f->key, *(const int64_t *)p); break;
         }
     }
     nb_json_end_obj(w);
 }
 
-static void read_train_opts(const nb_json *j, nb_train_opts *o) {
+/* A 32-bit field from a 64-bit JSON integer: out of range is a damaged file, not a wrap. */
+static int to_int(const char *path, const char *key, int64_t v) {
+    NB_CHECK(v >= -2147483647LL - 1 && v <= 2147483647LL, "the checkpoint is damaged: fix or remove the field",
+             "%s: field '%s' is %lld, outside the 32-bit range", path, key, (long long)v);
+    return (int)v;
+}
+
+static void read_train_opts(const char *path, const nb_json *j, nb_train_opts *o) {
     for (size_t i = 0; i < NFIELDS; i++) {
         const field *f = &train_fields[i];
         char *p = (char *)o + f->offset;
         if (i >= FIRST_OPTIONAL && !nb_json_get(j, f->key)) continue;
         switch (f->kind) {
-        case F_INT: *(int *)p = (int)nb_json_req_int(j, f->key); break;
+        case F_INT: *(int *)p = to_int(path, f->key, nb_json_req_int(j, f->key)); break;
         case F_FLOAT: *(float *)p = (float)nb_json_req_num(j, f->key); break;
         case F_U64: *(uint64_t *)p = nb_json_req_u64(j, f->key); break;
+        case F_I64: *(int64_t *)p = nb_json_req_int(j, f->key); break;
         case F_STR: {
             const char *s = nb_json_req_str(j, f->key);
             NB_CHECK(strlen(s) < f->size, "the checkpoint is damaged", "state.json field '%s' is too long", f->key);
@@ -132,6 +107,7 @@ static void read_train_opts(const nb_json *j, nb_train_opts *o) {
 /* ---- state ---- */
 
 void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st) {
+    static const char *damaged = "the checkpoint is damaged: resume from an earlier copy of the run directory";
     char path[NB_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", dir);
     nb_json *j = nb_json_load_file(path);
@@ -141,87 +117,83 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
     int64_t ver = nb_json_req_int(j, "version");
     NB_CHECK(ver == NB_CKPT_VERSION, "use the nobubble version that wrote it", "%s has checkpoint version %lld, this build reads %d",
              path, (long long)ver, NB_CKPT_VERSION);
-    st->step = (int)nb_json_req_int(j, "step");
-    st->data_pos = (size_t)nb_json_req_int(j, "data_pos");
+    int64_t step = nb_json_req_int(j, "step"), pos = nb_json_req_int(j, "data_pos");
+    NB_CHECK(step >= 0 && step <= 2147483647LL, damaged, "%s: step %lld is not a step count", path, (long long)step);
+    NB_CHECK(pos >= 0, damaged, "%s: data_pos %lld is negative", path, (long long)pos);
+    st->step = (int)step;
+    st->data_pos = (size_t)pos;
     st->seed = nb_json_req_u64(j, "seed");
-    NB_CHECK(st->step >= 0, "the checkpoint is damaged", "%s: negative step", path);
+    /* checkpoints from before the seqctr family have no "family": they are transformers' */
+    const nb_family_i *fam = nb_family_named(nb_json_get_str(j, "family", "transformer"));
+    NB_CHECK(fam != NULL, damaged, "%s: unknown model family '%s'", path, nb_json_get_str(j, "family", ""));
     if (opts) {
-        read_model_config(nb_json_req(j, "model", NB_JSON_OBJ), &opts->model);
-        read_train_opts(nb_json_req(j, "train", NB_JSON_OBJ), opts);
+        nb_train_opts_defaults(opts, fam->name);
+        fam->read_config(nb_json_req(j, "model", NB_JSON_OBJ), opts);
+        read_train_opts(path, nb_json_req(j, "train", NB_JSON_OBJ), opts);
+        NB_CHECK(opts->seed == st->seed, damaged, "%s: the options' seed differs from the state's", path);
     }
     nb_json_free(j);
 }
 
-static void load_slab(const char *path, const nb_tf_model *model, float *slab, const char *suffix) {
+static void load_list(const char *path, nb_ckpt_list *l) {
     nb_st_file *f = nb_st_open(path);
-    memset(slab, 0, model->total * sizeof(float));
-    for (int i = 0; i < model->nparams; i++) {
-        const nb_param *p = &model->params[i];
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", p->name, suffix);
-        NB_CHECK(nb_st_find(f, name), "the checkpoint belongs to another model shape", "%s has no tensor '%s'", path, name);
-        nb_st_read_shaped(f, name, NB_F32, p->ndim, p->shape, slab + p->offset);
+    for (int i = 0; i < l->n; i++) {
+        const nb_ckpt_tensor *t = &l->v[i];
+        NB_CHECK(nb_st_find(f, t->name), "the checkpoint belongs to another model shape", "%s has no tensor '%s'", path,
+                 t->name);
+        nb_st_read_shaped(f, t->name, NB_F32, t->ndim, t->shape, t->data);
     }
     nb_st_close(f);
 }
 
-void nb_ckpt_load(const char *dir, const nb_tf_model *model, float *params, float *m, float *v, nb_ckpt_state *st) {
+void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim) {
     char path[NB_PATH_MAX + 32];
-    nb_ckpt_read_state(dir, NULL, st);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    load_slab(path, model, params, "");
-    if (m && v) {
+    load_list(path, model);
+    if (optim) {
         snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-        load_slab(path, model, m, ".exp_avg");
-        load_slab(path, model, v, ".exp_avg_sq");
+        load_list(path, optim);
     }
 }
 
-static void add_slab(nb_st_writer *w, const nb_tf_model *model, const float *slab, const char *suffix, char (*names)[96],
-                     int *k) {
-    for (int i = 0; i < model->nparams; i++) {
-        const nb_param *p = &model->params[i];
-        snprintf(names[*k], 96, "%s%s", p->name, suffix);
-        nb_st_add(w, names[*k], NB_F32, p->ndim, p->shape, slab + p->offset);
-        (*k)++;
-    }
+static void write_list(const char *path, const nb_ckpt_list *l, int with_format) {
+    nb_st_writer *w = nb_st_begin(path);
+    if (with_format) nb_st_meta(w, "format", "pt");
+    nb_st_meta(w, "producer", "nobubble");
+    for (int i = 0; i < l->n; i++) nb_st_add(w, l->v[i].name, NB_F32, l->v[i].ndim, l->v[i].shape, l->v[i].data);
+    nb_st_end(w);
 }
 
-void nb_ckpt_save(const char *out_dir, const nb_tf_model *model, const nb_train_opts *opts, const float *params,
-                  const float *m, const float *v, const nb_ckpt_state *st) {
+void nb_ckpt_save(nb_run *r, const char *out_dir, const nb_ckpt_state *st) {
+    nb_ckpt_list model = {0}, optim = {0};
+    r->fam->ckpt_tensors(r, &model, &optim);
+    nb_ckpt_write(out_dir, r->fam, &r->o, &model, &optim, st);
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+}
+
+void nb_ckpt_write(const char *out_dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
+                   const nb_ckpt_list *optim, const nb_ckpt_state *st) {
     char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32], path[NB_PATH_MAX + 64];
     snprintf(final, sizeof final, "%s/ckpt", out_dir);
     nb_dir_tmp_begin(final, tmp, sizeof tmp);
-    char(*names)[96] = nb_malloc(sizeof(*names) * (size_t)model->nparams * 3, "checkpoint names");
-    int k = 0;
-
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    nb_st_writer *w = nb_st_begin(path);
-    nb_st_meta(w, "format", "pt");
-    nb_st_meta(w, "producer", "nobubble");
-    add_slab(w, model, params, "", names, &k);
-    nb_st_end(w);
-
+    write_list(path, model, 1);
     snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-    w = nb_st_begin(path);
-    nb_st_meta(w, "producer", "nobubble");
-    add_slab(w, model, m, ".exp_avg", names, &k);
-    add_slab(w, model, v, ".exp_avg_sq", names, &k);
-    nb_st_end(w);
-    free(names);
+    write_list(path, optim, 0);
 
     nb_json_writer j;
     nb_json_writer_init(&j, 2);
     nb_json_begin_obj(&j);
     nb_json_kstr(&j, "format", NB_CKPT_FORMAT);
     nb_json_kint(&j, "version", NB_CKPT_VERSION);
+    nb_json_kstr(&j, "family", fam->name);
     nb_json_kint(&j, "step", st->step);
     nb_json_kint(&j, "data_pos", (int64_t)st->data_pos);
     nb_json_key(&j, "seed");
     nb_json_uint(&j, st->seed);
     nb_json_kstr(&j, "rng", "philox4x32-10 keyed by (seed, tensor name); no other random state");
-    write_model_config(&j, &model->cfg);
-    write_train_opts(&j, opts);
+    fam->write_config(o, &j);
+    write_train_opts(&j, o);
     nb_json_end_obj(&j);
     snprintf(path, sizeof path, "%s/state.json", tmp);
     nb_write_file_atomic(path, nb_json_text(&j), nb_json_len(&j));

@@ -1,5 +1,5 @@
 /* timeline.svg from the lanes' spans (see timeline.h). */
-#include "sched/timeline.h"
+#include "run/timeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,7 @@
 #include "core.h"
 #include "io/json.h"
 #include "io/svg.h"
-#include "lanes/lanes_internal.h" /* nb_span_set_name */
+#include "lanes/lanes.h"
 
 /* The segment of a span: an "S<k>" word in its name ("bwd S1 L3", "head S0"), else a trailing
  * number ("dense bwd 3"), else 0. */

@@ -1,0 +1,309 @@
+/* seqctr data sources (see ctr_source.h). */
+#include "data/ctr_source.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "run/opts.h" /* NB_PATH_MAX */
+
+#define POP_SMOOTH 10.0 /* popularity baseline: prior strength, in pseudo-ratings */
+
+/* ---- in-memory sample sets (MovieLens, Criteo's held-out head) ---- */
+
+
+static void ctr_set_push(nb_ctr_set *s, const float *dense, const uint32_t *cat, uint32_t target, const uint32_t *hist,
+                     int len, float label) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->dense = realloc(s->dense, (size_t)s->cap * NB_SC_NDENSE * sizeof(float));
+        s->label = realloc(s->label, (size_t)s->cap * sizeof(float));
+        s->cat = realloc(s->cat, (size_t)s->cap * NB_SC_NCAT * sizeof(uint32_t));
+        s->target = realloc(s->target, (size_t)s->cap * sizeof(uint32_t));
+        s->hoff = realloc(s->hoff, (size_t)(s->cap + 1) * sizeof(long));
+        NB_CHECK(s->dense && s->label && s->cat && s->target && s->hoff, "use a smaller data set",
+                 "out of memory holding %ld samples", s->cap);
+        s->hoff[0] = 0;
+    }
+    if (s->nh + len > s->hcap) {
+        s->hcap = 2 * (s->nh + len) + 1024;
+        s->hids = realloc(s->hids, (size_t)s->hcap * sizeof(uint32_t));
+        NB_CHECK(s->hids != NULL, "lower --max-len", "out of memory holding histories");
+    }
+    memcpy(s->dense + s->n * NB_SC_NDENSE, dense, NB_SC_NDENSE * sizeof(float));
+    memcpy(s->cat + s->n * NB_SC_NCAT, cat, NB_SC_NCAT * sizeof(uint32_t));
+    s->target[s->n] = target;
+    s->label[s->n] = label;
+    if (len) memcpy(s->hids + s->nh, hist, (size_t)len * sizeof(uint32_t));
+    s->nh += len;
+    s->hoff[++s->n] = s->nh;
+}
+
+static void ctr_set_free(nb_ctr_set *s) {
+    free(s->dense), free(s->label), free(s->cat), free(s->target), free(s->hoff), free(s->hids);
+    memset(s, 0, sizeof *s);
+}
+
+
+void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L) {
+    t->dense = nb_calloc((size_t)B * NB_SC_NDENSE, sizeof(float), "batch");
+    t->label = nb_calloc((size_t)B, sizeof(float), "batch");
+    t->cat = nb_calloc((size_t)B * NB_SC_NCAT, sizeof(uint32_t), "batch");
+    t->target = nb_calloc((size_t)B, sizeof(uint32_t), "batch");
+    t->hist = nb_calloc((size_t)B * (L ? L : 1), sizeof(uint32_t), "batch");
+    t->len = nb_calloc((size_t)B, sizeof(int32_t), "batch");
+    t->b = (nb_sc_batch){.B = B, .hist_stride = L ? L : 1, .dense = t->dense, .cat = t->cat, .target = t->target,
+                         .hist = t->hist, .hist_len = t->len, .label = t->label};
+}
+
+void nb_ctr_batch_free(nb_ctr_batch *t) {
+    free(t->dense), free(t->label), free(t->cat), free(t->target), free(t->hist), free(t->len);
+}
+
+/* Sample i of a set into batch row r (the most recent max_len history items). */
+static void ctr_set_get(const nb_ctr_set *s, long i, nb_ctr_batch *t, int r, int max_len) {
+    memcpy(t->dense + (size_t)r * NB_SC_NDENSE, s->dense + i * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
+    memcpy(t->cat + (size_t)r * NB_SC_NCAT, s->cat + i * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
+    t->target[r] = s->target[i];
+    t->label[r] = s->label[i];
+    long a = s->hoff[i], len = s->hoff[i + 1] - a;
+    if (len > max_len) a += len - max_len, len = max_len;
+    t->len[r] = (int32_t)len;
+    if (len) memcpy(t->hist + (size_t)r * t->b.hist_stride, s->hids + a, (size_t)len * sizeof(uint32_t));
+}
+
+/* ---- data sources ---- */
+
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(nb_ctr_source *s) {
+    uint64_t st = 0x5EED + s->epoch++;
+    for (long i = 0; i < s->train.n; i++) s->perm[i] = i;
+    for (long i = s->train.n - 1; i > 0; i--) {
+        long j = (long)(splitmix(&st) % (uint64_t)(i + 1));
+        long t = s->perm[i];
+        s->perm[i] = s->perm[j];
+        s->perm[j] = t;
+    }
+    s->pos = 0;
+}
+
+static int criteo_next(nb_ctr_source *s, nb_ctr_sample *x) {
+    s->consumed++;
+    if (nb_criteo_next(s->cr, x)) return 1;
+    nb_criteo_rewind(s->cr);
+    for (long k = 0; k < s->skip; k++) NB_CHECK(nb_criteo_next(s->cr, x), "use a larger file", "file shrank");
+    return nb_criteo_next(s->cr, x);
+}
+
+static void push_criteo(nb_ctr_set *set, const nb_ctr_sample *x) {
+    ctr_set_push(set, x->dense, x->cat, 0, NULL, 0, (float)x->label);
+}
+
+void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) {
+    t->b.B = B;
+    if (s->kind == NB_CTR_SYNTH) {
+        nb_synth_fill(s->g, s->next, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        s->next += (uint64_t)B;
+    } else if (s->kind == NB_CTR_CRITEO) {
+        nb_ctr_sample x;
+        for (int r = 0; r < B; r++) {
+            NB_CHECK(criteo_next(s, &x), "use a file with more samples than --eval-samples",
+                     "no training samples after the %ld held-out ones", s->skip);
+            memcpy(t->dense + (size_t)r * NB_SC_NDENSE, x.dense, sizeof x.dense);
+            memcpy(t->cat + (size_t)r * NB_SC_NCAT, x.cat, sizeof x.cat);
+            t->target[r] = 0;
+            t->len[r] = 0;
+            t->label[r] = (float)x.label;
+        }
+    } else {
+        for (int r = 0; r < B; r++) {
+            if (s->pos == s->train.n) shuffle(s);
+            ctr_set_get(&s->train, s->perm[s->pos++], t, r, s->max_len);
+        }
+    }
+}
+
+/* Evaluation samples first .. first + B - 1. */
+void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B) {
+    t->b.B = B;
+    if (s->kind == NB_CTR_SYNTH) {
+        nb_synth_fill(s->g, NB_CTR_EVAL_BASE + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label,
+                      NULL);
+    } else {
+        for (int r = 0; r < B; r++) ctr_set_get(&s->eval, first + r, t, r, s->max_len);
+    }
+}
+
+long nb_ctr_eval_count(const nb_ctr_source *s) {
+    return s->kind == NB_CTR_SYNTH ? s->eval_samples : s->eval.n;
+}
+
+/* ---- MovieLens click files ---- */
+
+static const char *ML_HEADER = "label\tuser\titem\tyear\tgenre\thour\tweekday\ttimestamp\thistory";
+static const char *ML_HINT = "regenerate the files with 'bash scripts/fetch_movielens.sh'";
+
+static uint32_t ml_num(const char *path, long line, char **p, char end) {
+    errno = 0;
+    char *e;
+    unsigned long v = strtoul(*p, &e, 10);
+    NB_CHECK(e != *p && errno == 0 && v <= UINT32_MAX && (*e == end || (end == ' ' && (*e == '\t' || !*e))), ML_HINT,
+             "%s:%ld: malformed field near '%.20s'", path, line, *p);
+    *p = e;
+    return (uint32_t)v;
+}
+
+/* Reads one clicks_*.tsv; tracks the largest id of each of the 6 used tables (5 = items). */
+static void ml_read(const char *path, nb_ctr_set *set, uint32_t maxid[6]) {
+    FILE *f = nb_fopen(path, "r", ML_HINT);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long ln = 0;
+    uint32_t *hist = NULL;
+    size_t hcap = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        ln++;
+        if (line[len - 1] == '\n') line[--len] = 0;
+        if (ln == 1) {
+            NB_CHECK(!strcmp(line, ML_HEADER), ML_HINT, "%s: unexpected header (is it a clicks_*.tsv file?)", path);
+            continue;
+        }
+        char *p = line;
+        uint32_t v[8];
+        for (int k = 0; k < 8; k++) {
+            v[k] = ml_num(path, ln, &p, '\t');
+            p++;
+        }
+        NB_CHECK(v[0] <= 1 && v[5] < 24 && v[6] < 7, ML_HINT, "%s:%ld: label/hour/weekday out of range", path, ln);
+        size_t nh = 0;
+        while (*p) {
+            if (nh == hcap) {
+                hcap = hcap ? 2 * hcap : 256;
+                hist = realloc(hist, hcap * sizeof *hist);
+                NB_CHECK(hist != NULL, "free some memory", "out of memory reading %s", path);
+            }
+            hist[nh] = ml_num(path, ln, &p, ' ');
+            if (hist[nh] > maxid[1]) maxid[1] = hist[nh];
+            nh++;
+            if (*p == ' ') p++;
+        }
+        uint32_t cat[NB_SC_NCAT] = {0};
+        cat[0] = v[1], cat[1] = v[2], cat[2] = v[3], cat[3] = v[4], cat[4] = v[5], cat[5] = v[6];
+        for (int k = 0; k < 6; k++)
+            if (cat[k] > maxid[k]) maxid[k] = cat[k];
+        static const float zero_dense[NB_SC_NDENSE];
+        ctr_set_push(set, zero_dense, cat, v[2], hist, (int)nh, (float)v[0]);
+    }
+    NB_CHECK(!ferror(f), ML_HINT, "cannot read %s", path);
+    NB_CHECK(set->n > 0, ML_HINT, "%s holds no samples", path);
+    free(line);
+    free(hist);
+    fclose(f);
+}
+
+static int64_t cap_rows(int64_t rows, int64_t cap) { return rows < cap ? rows : cap; }
+
+/* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
+void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc) {
+    memset(s, 0, sizeof *s);
+    const char *d = o->data;
+    s->eval_samples = o->eval_samples;
+    if (!strcmp(d, "synth") || !strncmp(d, "synth:", 6)) {
+        s->kind = NB_CTR_SYNTH;
+        char spec[NB_PATH_MAX + 64];
+        if (strstr(d, "max_len="))
+            snprintf(spec, sizeof spec, "%s", d);
+        else
+            snprintf(spec, sizeof spec, "%s%smax_len=%d", d, strchr(d, ':') ? "," : ":", mc->max_len);
+        s->g = nb_malloc(sizeof *s->g, "synthetic generator");
+        nb_synth_open(s->g, spec);
+        mc->max_len = s->g->o.max_len;
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = cap_rows(s->g->card[f], o->table_cap);
+        mc->item_rows = cap_rows(s->g->o.items, o->table_cap);
+    } else if (!strncmp(d, "criteo:", 7)) {
+        s->kind = NB_CTR_CRITEO;
+        s->cr = nb_criteo_open(d + 7, NB_CRITEO_KAGGLE, o->strict);
+        nb_ctr_sample x;
+        while (s->eval.n < o->eval_samples && nb_criteo_next(s->cr, &x)) push_criteo(&s->eval, &x);
+        NB_CHECK(s->eval.n == o->eval_samples, "lower --eval-samples (the held-out head of the file)",
+                 "%s has only %ld good samples; %d are held out for evaluation", d + 7, s->eval.n, o->eval_samples);
+        s->skip = s->eval.n;
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = o->table_cap;
+        mc->item_rows = 1;
+    } else if (!strcmp(d, "movielens")) {
+        s->kind = NB_CTR_MOVIELENS;
+        uint32_t maxid[6] = {0};
+        ml_read("data/movielens/clicks_train.tsv", &s->train, maxid);
+        ml_read("data/movielens/clicks_test.tsv", &s->eval, maxid);
+        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = f < 6 ? cap_rows((int64_t)maxid[f] + 1, o->table_cap) : 1;
+        mc->item_rows = mc->cat_rows[1];
+        s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "MovieLens order");
+        shuffle(s);
+    } else {
+        nb_fail("pass --data synth[:k=v,...], criteo:PATH or movielens", "unknown --data '%s'", d);
+    }
+    s->max_len = mc->max_len;
+}
+
+void nb_ctr_source_close(nb_ctr_source *s) {
+    if (s->cr) nb_criteo_close(s->cr);
+    free(s->g);
+    free(s->perm);
+    ctr_set_free(&s->train);
+    ctr_set_free(&s->eval);
+}
+
+
+uint64_t nb_ctr_source_position(const nb_ctr_source *s) {
+    switch (s->kind) {
+    case NB_CTR_SYNTH: return s->next;
+    case NB_CTR_CRITEO: return s->consumed;
+    default: return (s->epoch - 1) * (uint64_t)s->train.n + (uint64_t)s->pos;
+    }
+}
+
+void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos) {
+    if (s->kind == NB_CTR_SYNTH) {
+        s->next = pos;
+    } else if (s->kind == NB_CTR_CRITEO) {
+        /* a text file has no index: read through to the position (rewinding as training does) */
+        nb_ctr_sample x;
+        for (uint64_t i = 0; i < pos; i++)
+            NB_CHECK(criteo_next(s, &x), "resume with the file the run was trained on",
+                     "the Criteo file has no training samples to skip to position %llu", (unsigned long long)pos);
+    } else {
+        uint64_t n = (uint64_t)s->train.n;
+        s->epoch = pos / n;
+        shuffle(s); /* the order of that epoch (its seed), and the epoch after it next */
+        s->pos = (long)(pos % n);
+    }
+}
+
+void nb_ctr_popularity_scores(const nb_ctr_source *s, float *score) {
+    int64_t rows = 0;
+    for (long i = 0; i < s->train.n; i++) rows = s->train.target[i] >= rows ? s->train.target[i] + 1 : rows;
+    double *pos = nb_calloc((size_t)rows + 1, sizeof(double), "popularity"), *cnt = nb_calloc((size_t)rows + 1, sizeof(double), "popularity");
+    double p0 = 0;
+    for (long i = 0; i < s->train.n; i++) {
+        pos[s->train.target[i]] += s->train.label[i];
+        cnt[s->train.target[i]] += 1;
+        p0 += s->train.label[i];
+    }
+    p0 /= (double)s->train.n;
+    for (long i = 0; i < s->eval.n; i++) {
+        uint32_t t = s->eval.target[i];
+        double ps = t < rows ? pos[t] : 0, c = t < rows ? cnt[t] : 0;
+        score[i] = (float)((ps + POP_SMOOTH * p0) / (c + POP_SMOOTH));
+    }
+    free(pos), free(cnt);
+}

@@ -1,0 +1,86 @@
+/* The seqctr model's data sources (`--data`), as batches of nb_sc_batch:
+ *   synth[:k=v,...]  nb_synth; training reads samples 0, B, 2B, ... in order; evaluation reads the
+ *                    fixed range [2^40, 2^40 + eval_samples), never trained on. The model's
+ *                    max_len is the generator's (max_len= in the spec, else --max-len).
+ *                    Table rows: min(cardinality, --table-cap); items: min(items, --table-cap).
+ *   criteo:PATH      Kaggle TSV or nb_criteo binary; the FIRST eval_samples good samples are held
+ *                    out (kept in memory) and training streams the rest, rewinding at the end.
+ *                    No sequence part: every history is empty and the target item is 0 (so the
+ *                    item table has one row and pooled = 0); table rows = --table-cap.
+ *   movielens        data/movielens/clicks_train.tsv (training, reshuffled every epoch by a fixed
+ *                    seed) and clicks_test.tsv (evaluation, all of it); header checked verbatim.
+ *                    Categorical tables 0..5 = user, item, year, genre, hour, weekday (rows =
+ *                    largest id in either file + 1, capped by --table-cap, id mod rows); tables
+ *                    6..25 have one row and always see id 0 (a learned constant: the model's
+ *                    shape stays the 26-table one). No dense features: all 13 are 0 (the bottom
+ *                    MLP gives a learned constant). target = movieId; history = the listed
+ *                    movieIds (the most recent max_len).
+ * A source's position (where the next training batch starts: a sample index for synth, training
+ * samples read for criteo, epoch * samples + offset for movielens) goes into checkpoints; a
+ * source seeked to it reads the same batches again, so a resumed run is bitwise a straight one. */
+#ifndef NB_CTR_SOURCE_H
+#define NB_CTR_SOURCE_H
+
+#include <stdint.h>
+
+#include "data/criteo.h"
+#include "data/synth.h"
+#include "model/seqctr.h"
+
+#define NB_CTR_EVAL_BASE (1ULL << 40) /* synth: first held-out sample index */
+
+/* in-memory sample sets (MovieLens, Criteo's held-out head) */
+typedef struct {
+    long n, cap;
+    float *dense, *label;
+    uint32_t *cat, *target;
+    long *hoff; /* [n + 1] into hids */
+    uint32_t *hids;
+    long nh, hcap;
+} nb_ctr_set;
+
+/* The batch the model reads: host buffers of the largest batch. */
+typedef struct {
+    float *dense, *label;
+    uint32_t *cat, *target, *hist;
+    int32_t *len;
+    nb_sc_batch b;
+} nb_ctr_batch;
+
+enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS };
+
+typedef struct {
+    int kind, max_len, eval_samples;
+    nb_synth *g;
+    uint64_t next;
+    nb_criteo_reader *cr;
+    long skip;         /* criteo: held-out samples at the head of every pass */
+    uint64_t consumed; /* criteo: training samples read so far (the position) */
+    nb_ctr_set train, eval;
+    long *perm, pos;
+    uint64_t epoch;
+} nb_ctr_source;
+
+typedef struct {
+    const char *data;
+    int64_t table_cap;
+    int eval_samples, strict;
+} nb_ctr_source_opts;
+
+/* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
+void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc);
+void nb_ctr_source_close(nb_ctr_source *s);
+void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L);
+void nb_ctr_batch_free(nb_ctr_batch *t);
+/* The next B training samples; held-out samples first .. first + B - 1. */
+void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
+void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
+long nb_ctr_eval_count(const nb_ctr_source *s);
+uint64_t nb_ctr_source_position(const nb_ctr_source *s);
+/* Continue from a position another run's source reported (its checkpoint). */
+void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos);
+/* MovieLens: each held-out rating scored by its movie's smoothed training positive rate (a
+ * baseline any model should beat); score has nb_ctr_eval_count entries. */
+void nb_ctr_popularity_scores(const nb_ctr_source *s, float *score);
+
+#endif

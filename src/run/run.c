@@ -1,0 +1,507 @@
+/* The one training loop (see run.h): setup, steps, metrics, evaluation, checkpoints, progress,
+ * the run directory. Nothing here knows a model family or a schedule by name. */
+#include "run/run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "host.h"
+#include "io/atomic.h"
+#include "io/svg.h"
+#include "run/ckpt.h"
+#include "run/step_stats.h"
+#include "run/timeline.h"
+#include "sched/sched.h"
+
+/* ---------------------------------------------------------------- small containers */
+
+void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 8;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        NB_CHECK(l->v != NULL, NULL, "out of memory for the step's work items");
+    }
+    nb_item *it = &l->v[l->n++];
+    snprintf(it->name, sizeof it->name, "%s", name);
+    it->kind = kind, it->fn = fn, it->arg = arg;
+}
+
+void nb_items_free(nb_items *l) {
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+void nb_items_run(const nb_items *l, nb_lane *lane, int step) {
+    for (int i = 0; i < l->n; i++) nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
+}
+
+void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, float *data) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        NB_CHECK(l->v != NULL, NULL, "out of memory for the checkpoint's tensor list");
+    }
+    nb_ckpt_tensor *t = &l->v[l->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = shape[0], t->shape[1] = ndim > 1 ? shape[1] : 1;
+    t->data = data;
+}
+
+void nb_ckpt_list_free(nb_ckpt_list *l) {
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+void nb_series_push(nb_series *s, double x, double y) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        s->step = realloc(s->step, s->cap * sizeof(double));
+        s->loss = realloc(s->loss, s->cap * sizeof(double));
+        NB_CHECK(s->step && s->loss, NULL, "out of memory for the loss history");
+    }
+    s->step[s->n] = x;
+    s->loss[s->n++] = y;
+}
+
+const nb_family_i *nb_family_named(const char *name) {
+    if (!strcmp(name, nb_family_transformer.name)) return &nb_family_transformer;
+    if (!strcmp(name, nb_family_seqctr.name)) return &nb_family_seqctr;
+    return NULL;
+}
+
+const nb_family_i *nb_family_of_model(const char *model) {
+    return !strcmp(model, "seqctr") ? &nb_family_seqctr : &nb_family_transformer;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+void nb_run_on_compute(nb_run *r, const char *name, nb_task_fn fn, void *arg) {
+    nb_lane_run(r->compute, name, NB_SPAN_OTHER, -1, fn, arg);
+    nb_mark_wait_host(nb_lane_mark(r->compute));
+}
+
+/* OpenMP's thread count belongs to the calling thread: --threads must be set on the thread that
+ * runs the compute lane's ops (the lane's worker on the CPU backend), not only on main. */
+static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
+    (void)ctx;
+    nb_host_set_threads(((nb_run *)arg)->o.threads);
+}
+
+static void *arena_dev_alloc(void *self, size_t bytes, const char *what) {
+    return ((const nb_backend_i *)self)->alloc(bytes, what);
+}
+static void arena_dev_free(void *self, void *p) { ((const nb_backend_i *)self)->free(p); }
+static void *arena_pinned_alloc(void *self, size_t bytes, const char *what) {
+    return ((const nb_backend_i *)self)->host_alloc(bytes, what);
+}
+static void arena_pinned_free(void *self, void *p) { ((const nb_backend_i *)self)->host_free(p); }
+
+static void init_arenas(nb_run *r) {
+    size_t host_cap = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
+    nb_arena_init(&r->host, "host", (nb_device){NB_DEV_CPU, 0}, host_cap, nb_host_allocator);
+    nb_allocator_i pa = {arena_pinned_alloc, arena_pinned_free, (void *)r->be};
+    nb_arena_init(&r->pinned, "pinned host", (nb_device){NB_DEV_CPU, 0}, host_cap, pa);
+    size_t dev_cap = r->o.gpu_mem_limit ? (size_t)r->o.gpu_mem_limit : r->be->mem_available();
+    nb_allocator_i da = {arena_dev_alloc, arena_dev_free, (void *)r->be};
+    int gpu = r->be->device != NB_DEV_CPU;
+    nb_arena_init(&r->dev, gpu ? "GPU" : "backend", (nb_device){r->be->device, r->backend->device}, gpu ? dev_cap : host_cap,
+                  da);
+}
+
+static void work_zero_dev(void *arg, const nb_task_ctx *ctx) {
+    nb_run *r = arg;
+    r->be->zero(ctx, r->dev.base, r->dev.planned);
+}
+
+void nb_run_alloc_arenas(nb_run *r, const char *hint) {
+    char need[32], have[32];
+    /* the device check comes first, before any allocation; --gpu-mem-limit emulates a smaller GPU */
+    if (r->be->device != NB_DEV_CPU && r->dev.budget && r->dev.planned > r->dev.budget)
+        nb_fail(hint, "the plan needs %s of GPU memory but %s is available%s", nb_fmt_bytes(need, 32, (double)r->dev.planned),
+                nb_fmt_bytes(have, 32, (double)r->dev.budget), r->o.gpu_mem_limit ? " (--gpu-mem-limit)" : "");
+    if (r->host.planned && !r->host.base) nb_arena_alloc(&r->host, hint);
+    if (r->pinned.planned && !r->pinned.base) nb_arena_alloc(&r->pinned, hint);
+    if (r->dev.planned && !r->dev.base) {
+        nb_arena_alloc(&r->dev, hint);
+        /* device memory starts as whatever was there: zero it, so padding and unused rows are 0 */
+        if (r->be->device != NB_DEV_CPU) nb_run_on_compute(r, "zero device memory", work_zero_dev, r);
+    }
+}
+
+int nb_run_nonfinite(nb_run *r, const float *p, size_t n) {
+    if (r->be->device == NB_DEV_CPU) {
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(p[i])) return 1;
+        return 0;
+    }
+    enum { CHUNK = 1 << 20 };
+    float *buf = nb_malloc(CHUNK * sizeof(float), "finiteness check");
+    int bad = 0;
+    nb_task_ctx ctx = {r->compute, NULL, r->backend};
+    for (size_t at = 0; at < n && !bad; at += CHUNK) {
+        size_t k = n - at < CHUNK ? n - at : CHUNK;
+        r->be->to_host(&ctx, buf, p + at, k * sizeof(float));
+        for (size_t i = 0; i < k; i++)
+            if (!isfinite(buf[i])) bad = 1;
+    }
+    free(buf);
+    return bad;
+}
+
+static void check_schedule(const nb_run *r) {
+    const char *why = NULL;
+    NB_CHECK(r->sched != NULL, "pass --schedule plain, erase or stream", "unknown --schedule '%s' (the schedules: %s)",
+             r->o.schedule, nb_sched_names());
+    NB_CHECK(!r->sched->applies || r->sched->applies(r->fam, &why), "pick another --schedule (nobubble train --help lists them)",
+             "--schedule %s does not run %s models: %s", r->sched->name, r->fam->name, why ? why : "");
+    NB_CHECK(!r->o.graphs || r->sched->graphs, "drop --graphs with this schedule",
+             "--schedule %s steps are not captured as graphs yet", r->sched->name);
+    if (r->sched->check) r->sched->check(&r->o);
+    for (const nb_sched_i *const *s = nb_sched_all(); *s; s++)
+        if (*s != r->sched && (*s)->reject) (*s)->reject(&r->o);
+}
+
+void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
+    double t_setup = nb_now();
+    memset(r, 0, sizeof *r);
+    r->o = *o;
+    r->eval_only = eval_only;
+    r->fam = nb_family_named(o->family);
+    NB_ASSERT(r->fam != NULL);
+    r->sched = nb_sched_find(o->schedule);
+    nb_train_opts_check(&r->o);
+    r->fam->check(&r->o);
+    check_schedule(r);
+    nb_ckpt_state st = {0};
+    if (o->resume[0]) {
+        nb_ckpt_read_state(o->resume, NULL, &st);
+        NB_CHECK(st.seed == r->o.seed, "drop --seed, or pass the seed the checkpoint was trained with",
+                 "--seed %llu differs from the checkpoint's seed %llu", (unsigned long long)r->o.seed,
+                 (unsigned long long)st.seed);
+        r->step = st.step;
+        r->data_pos0 = st.data_pos;
+    }
+    r->backend = nb_backend_create(r->o.device, r->o.precision);
+    r->be = r->backend->ops;
+    r->dev_free0 = r->be->device != NB_DEV_CPU ? r->be->mem_available() : 0;
+    nb_host_set_threads(r->o.threads);
+    r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 1 << 20 : 1 << 16);
+    nb_lanes_bind(r->lanes, r->backend);
+    r->compute = nb_lane_create(r->lanes, "compute", NB_LANE_DEVICE);
+    nb_run_on_compute(r, "set threads", work_set_threads, r);
+    init_arenas(r);
+    r->fam->init(r);
+    if (r->sched->init) r->sched->init(r);
+    r->fam->start(r, o->resume[0] ? o->resume : NULL);
+    /* large models spend a while here (hundreds of GB touched): say so, not silently */
+    double setup_s = nb_now() - t_setup;
+    if (setup_s > 2.0)
+        nb_log(1, "setup       %.1f s (state allocated, weights %s, uploaded)\n", setup_s, o->resume[0] ? "loaded" : "initialized");
+}
+
+void nb_run_free(nb_run *r) {
+    if (r->lanes) nb_lanes_sync(r->lanes);
+    for (int i = 0; i < r->ngraphs; i++) nb_graph_destroy(r->graphs[i].g);
+    if (r->sched && r->sched->free) r->sched->free(r);
+    if (r->fam && r->fam->free) r->fam->free(r);
+    if (r->lanes) nb_lanes_destroy(r->lanes);
+    nb_arena_free(&r->dev), nb_arena_free(&r->pinned), nb_arena_free(&r->host);
+    nb_items_free(&r->items.pre), nb_items_free(&r->items.input), nb_items_free(&r->items.tail);
+    for (int s = 0; s < NB_MAX_SEGMENTS; s++) nb_items_free(&r->items.fwd[s]), nb_items_free(&r->items.bwd[s]);
+    nb_backend_destroy(r->backend);
+    free(r->train_hist.step), free(r->train_hist.loss), free(r->val_hist.step), free(r->val_hist.loss);
+    if (r->metrics) fclose(r->metrics);
+    memset(r, 0, sizeof *r);
+}
+
+static void drain(nb_run *r) {
+    if (r->sched->drain) r->sched->drain(r);
+}
+
+void nb_run_sync_to_host(nb_run *r) {
+    drain(r);
+    r->fam->sync_to_host(r);
+}
+
+void nb_run_evaluate(nb_run *r, nb_eval *ev) {
+    drain(r); /* evaluation reads the weights the schedule may still be updating */
+    r->fam->evaluate(r, ev);
+}
+
+/* ---------------------------------------------------------------- the run directory */
+
+static void draw_loss_svg(const nb_run *r) {
+    char path[NB_PATH_MAX + 16], title[128];
+    snprintf(path, sizeof path, "%s/loss.svg", r->o.out);
+    int ctr = !strcmp(r->fam->name, "seqctr");
+    nb_svg_series s[2] = {
+        {"train loss", "#1f77b4", (int)r->train_hist.n, r->train_hist.step, r->train_hist.loss},
+        {ctr ? "held-out loss" : "validation loss", "#d62728", (int)r->val_hist.n, r->val_hist.step, r->val_hist.loss},
+    };
+    snprintf(title, sizeof title, "nobubble: %s", ctr ? "seqctr" : r->o.model.preset);
+    nb_svg_line_plot(path, title, "step", ctr ? "loss (BCE)" : "loss (nats)", s, r->val_hist.n ? 2 : 1);
+}
+
+/* Keep only the metrics lines of steps before `step` (a resumed run rewrites what follows). */
+static void open_metrics(nb_run *r) {
+    char path[NB_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->o.out);
+    nb_sbuf kept = {0};
+    FILE *old = r->step > 0 ? fopen(path, "r") : NULL;
+    if (old) {
+        char line[4096];
+        while (fgets(line, sizeof line, old)) {
+            nb_json *j = nb_json_parse(line, strlen(line), path, NULL, 0);
+            if (!j) continue;
+            int64_t s = nb_json_get_int(j, "step", -1);
+            if (s >= 0 && s < r->step) {
+                nb_sbuf_puts(&kept, line);
+                double loss, held;
+                r->fam->metrics_losses(j, &loss, &held);
+                if (!isnan(loss)) nb_series_push(&r->train_hist, (double)s, loss);
+                if (!isnan(held)) nb_series_push(&r->val_hist, (double)s, held);
+            }
+            nb_json_free(j);
+        }
+        fclose(old);
+    }
+    nb_write_file_atomic(path, kept.data ? kept.data : "", kept.len);
+    nb_sbuf_free(&kept);
+    r->metrics = nb_fopen(path, "a", "choose a writable --out directory");
+}
+
+static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats *st, const nb_eval *ev) {
+    nb_json_writer w;
+    nb_json_writer_init(&w, 0);
+    nb_json_begin_obj(&w);
+    nb_json_kint(&w, "step", step);
+    nb_json_knum(&w, "loss", r->loss);
+    r->fam->metrics(r, &w, secs, ev);
+    nb_json_knum(&w, "ms", 1e3 * secs);
+    char key[32];
+    snprintf(key, sizeof key, "%s_per_s", r->fam->unit);
+    nb_json_knum(&w, key, r->fam->per_step(r) / secs);
+    nb_json_knum(&w, "bubble_pct", st->bubble_pct);
+    nb_json_knum(&w, "overlap_pct", st->overlap_pct);
+    nb_json_end_obj(&w);
+    fprintf(r->metrics, "%s\n", nb_json_text(&w));
+    NB_CHECK(fflush(r->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
+    nb_json_writer_free(&w);
+}
+
+/* timeline.svg of one step in the run directory: lanes as rows, spans coloured by segment */
+static void write_timeline(nb_run *r, int step) {
+    char path[NB_PATH_MAX + 32], title[600];
+    nb_lanes_sync(r->lanes);
+    snprintf(path, sizeof path, "%s/timeline.svg", r->o.out);
+    const char *model = !strcmp(r->fam->name, "seqctr") ? "seqctr" : r->o.model.preset;
+    snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s%s, batch %d%s, %s", model, step, r->o.schedule,
+             r->o.detach[0] ? ", --detach " : "", r->o.detach,
+             strcmp(r->o.schedule, "erase") ? "" : (!strcmp(r->o.erase_dispatch, "async") ? " (async)" : " (blocking)"),
+             r->o.batch, "", r->o.device);
+    nb_timeline_write(r->lanes, step, path, title);
+}
+
+static void fmt_eta(char *buf, size_t cap, double s) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    int h = (int)(s / 3600), mi = (int)(s / 60) % 60, se = (int)s % 60;
+    if (h)
+        snprintf(buf, cap, "%dh%02dm", h, mi);
+    else
+        snprintf(buf, cap, "%dm%02ds", mi, se);
+}
+
+/* Every allocation is made before the first step (the libraries' workspaces during it), so what
+ * the device has lost since the run started is the run's peak. */
+static void report_device_memory(const nb_run *r) {
+    size_t now = r->be->mem_available(), used = r->dev_free0 > now ? r->dev_free0 - now : 0;
+    char a[32], b[32];
+    fprintf(stderr, "gpu memory  %s used by this run (free before it: %s)\n", nb_fmt_bytes(a, 32, (double)used),
+            nb_fmt_bytes(b, 32, (double)r->dev_free0));
+}
+
+/* p90 rate: units per step over the 90th-percentile step time, after warm-up (step_stats.h) */
+static void print_p90(const nb_run *r, const double *ms, int n) {
+    nb_step_times st = nb_step_times_of(ms, n);
+    if (!st.n || nb_verbosity == 0) return;
+    double u = r->fam->per_step(r);
+    fprintf(stderr, "throughput  p90 %.0f %s/s (%.2f ms), median %.0f %s/s (%.2f ms), over %d steps after %d warm-up\n",
+            u / (st.p90 / 1e3), r->fam->unit, st.p90, u / (st.median / 1e3), r->fam->unit, st.median, st.n, st.warmup);
+}
+
+/* ---------------------------------------------------------------- steps */
+
+static struct nb_graph *graph_for(nb_run *r, int key) {
+    for (int i = 0; i < r->ngraphs; i++)
+        if (r->graphs[i].key == key) return r->graphs[i].g;
+    return NULL;
+}
+
+/* One step: eagerly, or (--graphs) as the replay of a step captured once per graph key (the
+ * family's shapes). The first step of a run is eager either way: it makes every lazy allocation
+ * (cuBLASLt workspaces, pools) before a capture, where allocations are not allowed. */
+static void run_step(nb_run *r, int step, int first) {
+    nb_items_run(&r->items.pre, r->compute, step);
+    int key = r->o.graphs && step != first ? r->fam->graph_key(r) : -1;
+    if (key < 0) {
+        r->sched->step(r, step);
+        return;
+    }
+    struct nb_graph *g = graph_for(r, key);
+    if (!g) {
+        NB_CHECK(r->ngraphs < NB_MAX_GRAPHS, "drop --graphs", "more than %d step shapes to capture", NB_MAX_GRAPHS);
+        nb_lanes_capture_begin(r->lanes, r->compute);
+        r->sched->step(r, step);
+        g = nb_lanes_capture_end(r->lanes);
+        r->graphs[r->ngraphs].key = key;
+        r->graphs[r->ngraphs++].g = g;
+    }
+    nb_graph_launch(g, r->compute, step);
+}
+
+/* A loss or gradient that is not finite ends the run before anything is written: the last good
+ * checkpoint stays. The message names the step (1-based, like the progress line) and what. */
+static void check_finite(nb_run *r, int step) {
+    const char *what = NULL;
+    if (!isfinite(r->loss))
+        what = "the loss";
+    else if (!isfinite(r->grad_norm) && r->fam->nonfinite_grad)
+        what = r->fam->nonfinite_grad(r);
+    if (!what && !isfinite(r->grad_norm)) what = "the gradient norm";
+    if (!what) return;
+    nb_fail("lower --lr, or check the data; the last checkpoint written (if any) is intact",
+            "step %d: %s is not finite (loss %g, gradient norm %g); nothing was saved", step + 1, what, r->loss,
+            (double)r->grad_norm);
+}
+
+/* Before a checkpoint: every weight and optimizer value must be finite (host copies current). */
+static void check_state_finite(nb_run *r, int step) {
+    nb_ckpt_list model = {0}, optim = {0};
+    r->fam->ckpt_tensors(r, &model, &optim);
+    nb_ckpt_list *lists[2] = {&model, &optim};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < lists[k]->n; i++) {
+            const nb_ckpt_tensor *t = &lists[k]->v[i];
+            size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
+            for (size_t e = 0; e < n; e++)
+                NB_CHECK(isfinite(t->data[e]), "lower --lr, or check the data; the last checkpoint written (if any) is intact",
+                         "step %d: %s %s holds a non-finite value (element %zu: %g); the checkpoint was not written",
+                         step + 1, k ? "optimizer state" : "weight", t->name, e, (double)t->data[e]);
+        }
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+}
+
+static void save_checkpoint(nb_run *r, int step) {
+    nb_ckpt_state cs = {step + 1, r->fam->data_pos(r), r->o.seed};
+    nb_run_sync_to_host(r);
+    check_state_finite(r, step);
+    nb_ckpt_save(r, r->o.out, &cs);
+}
+
+static void progress_line(nb_run *r, int step, int end, int first, double secs, const nb_step_stats *st,
+                          const nb_eval *ev, int tty, int log_every, int is_last, double run_t0) {
+    double elapsed = nb_now() - run_t0, per_step = elapsed / (step + 1 - first), rate = r->fam->per_step(r) / secs;
+    const char *unit = !strcmp(r->fam->unit, "tokens") ? "tok" : "samples";
+    char eta[32], held[48] = "";
+    fmt_eta(eta, sizeof eta, per_step * (end - step - 1));
+    if (nb_verbosity == 0) return; /* --quiet: the summary only */
+    if (tty) {
+        if (r->last_eval.done) snprintf(held, sizeof held, " | val %.4f", r->last_eval.loss);
+        fprintf(stderr, "\rstep %d/%d | loss %.4f%s | %.0f %s/s | %.0f ms | ETA %s   ", step + 1, end, r->loss, held, rate,
+                unit, 1e3 * secs, eta);
+        if (is_last) fputc('\n', stderr);
+    } else if ((step + 1 - first) % log_every == 0 || is_last || ev->done) {
+        if (ev->done) snprintf(held, sizeof held, " | val %.4f", ev->loss);
+        fprintf(stderr, "step %d/%d | loss %.4f%s | %.0f %s/s | %.0f ms | bubble %.1f%% | ETA %s\n", step + 1, end, r->loss,
+                held, rate, unit, 1e3 * secs, st->bubble_pct, eta);
+    }
+}
+
+void nb_run_train(nb_run *r) {
+    const nb_train_opts *o = &r->o;
+    int end = o->steps;
+    if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
+    if (o->out[0]) {
+        nb_mkdir_p(o->out);
+        open_metrics(r);
+    }
+    int tty = o->progress && isatty(fileno(stderr));
+    int log_every = o->log_every > 0 ? o->log_every : (end - r->step > 20 ? (end - r->step) / 20 : 1);
+    double run_t0 = nb_now();
+    int first = r->step;
+    double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
+    if (r->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
+    for (; r->step < end; r->step++) {
+        int step = r->step;
+        double t0 = nb_now();
+        r->fam->begin_step(r, step);
+        run_step(r, step, first);
+        if (r->fam->overlap) r->fam->overlap(r, step);
+        if (r->fam->enqueue_results) r->fam->enqueue_results(r, step);
+        nb_mark done = nb_lane_mark(r->compute);
+        nb_mark_wait_host(done);
+        double t1 = nb_now();
+        /* side lanes' spans enter the trace once synced; a schedule whose step ends with every lane
+         * idle costs nothing to sync */
+        if (r->sched->settles) nb_lanes_sync(r->lanes);
+        nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
+        r->last_secs = t1 - t0, r->last_stats = st;
+        r->fam->end_step(r, step, done);
+        check_finite(r, step);
+        nb_series_push(&r->train_hist, step, r->loss);
+
+        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint) */
+        int out_of_time = o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit;
+        int is_last = step + 1 == end || out_of_time;
+        nb_eval ev = {0};
+        if ((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) {
+            nb_run_evaluate(r, &ev);
+            if (ev.done) {
+                nb_series_push(&r->val_hist, step, ev.loss);
+                r->last_eval = ev;
+                r->fam->print_eval(r, step + 1, &ev);
+            }
+        }
+        if (r->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
+        if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last))
+            save_checkpoint(r, step);
+        progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
+        step_ms[step - first] = 1e3 * (t1 - t0);
+        if (is_last && o->out[0]) write_timeline(r, step);
+        if (!o->trace[0]) nb_lanes_trace_clear(r->lanes); /* keep memory flat on long runs */
+        if (out_of_time && step + 1 < end) {
+            r->step++;
+            end = r->step;
+            fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
+                    (double)o->time_limit, end);
+            break;
+        }
+    }
+    drain(r);
+    double wall = nb_now() - run_t0, units = r->fam->per_step(r);
+    if (end > first) {
+        fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
+        if (r->last_eval.done && !strcmp(r->fam->unit, "tokens"))
+            fprintf(stderr, ", final validation loss %.4f", r->last_eval.loss);
+        fputc('\n', stderr);
+    }
+    print_p90(r, step_ms, end - first);
+    if (r->fam->summary) r->fam->summary(r, end - first);
+    if (r->sched->report && end > first && nb_verbosity > 0) r->sched->report(r);
+    if (r->dev_free0 && end > first && nb_verbosity > 0) report_device_memory(r);
+    free(step_ms);
+    if (o->trace[0]) {
+        nb_lanes_sync(r->lanes);
+        nb_lanes_write_chrome_trace(r->lanes, o->trace);
+        fprintf(stderr, "trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace);
+    }
+    if (o->out[0] && r->train_hist.n) {
+        draw_loss_svg(r);
+        if (nb_verbosity > 0) fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg, ckpt/\n", o->out);
+    }
+}

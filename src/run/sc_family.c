@@ -1,0 +1,511 @@
+/* The seqctr family in a run: the model (src/model/seqctr.c) bound into the run's arenas, its
+ * step as work items (the model's phases), its data (src/data/ctr_source.c), held-out NE and
+ * AUC, checkpoint tensors (dense weights and AdamW moments, the tables and their Adagrad sums or
+ * sparse-Adam moments).
+ *
+ * Metrics: metrics.jsonl, one line per step: step, loss, lr, ms, samples_per_s, bubble_pct,
+ * overlap_pct, plus eval_loss, eval_ne, eval_auc on evaluation steps. NE = mean BCE / H(p) with p
+ * the evaluation set's positive rate; AUC exact (ties get the average rank). */
+#include "run/sc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "data/ctr_source.h"
+#include "host.h"
+#include "model/seqctr.h"
+#include "run/run.h"
+#include "run/step_stats.h"
+
+/* One phase of the step (seqctr.h's nb_sc_phase; seg for the per-segment ones), a span of its
+ * own, so the trace gives the step breakdown and the timeline. */
+typedef struct {
+    struct sc_train *t;
+    nb_sc_phase phase;
+    int seg;
+} sc_work;
+
+typedef struct sc_train {
+    nb_run *run;
+    nb_sc_model m;
+    nb_ctr_source src;
+    nb_ctr_batch batch;
+    nb_sc_optim optim;
+    nb_task_ctx ctx;   /* the compute lane's, kept for the model's calls from the host */
+    int step;          /* the step whose items run (the sparse optimizer's t = step + 1) */
+    int prefetched;    /* a batch is prepared for the next step */
+    uint64_t next_pos; /* the source position of the prepared batch's first sample */
+    double fill_s, prep_s; /* host time of the last prefetch: samples, index lists */
+    sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS];
+    /* the summary's statistics, over the steps after warm-up */
+    double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, host_s[2], t_start;
+    double *step_secs;
+    int nsteps;
+} sc_train;
+
+static sc_train *T(nb_run *r) { return r->fs; }
+static const sc_train *CT(const nb_run *r) { return r->fs; }
+
+/* ---------------------------------------------------------------- metrics */
+
+typedef struct {
+    float s;
+    long i;
+} scored;
+
+static int cmp_scored(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+double nb_ctr_auc(const float *score, const float *label, long n) {
+    scored *v = nb_malloc((size_t)(n ? n : 1) * sizeof *v, "AUC ranks");
+    for (long i = 0; i < n; i++) v[i] = (scored){score[i], i};
+    qsort(v, (size_t)n, sizeof *v, cmp_scored);
+    double pos = 0, rank_sum = 0;
+    for (long i = 0; i < n;) {
+        long j = i;
+        while (j < n && v[j].s == v[i].s) j++;
+        double avg = 0.5 * (double)(i + 1 + j); /* ranks i+1 .. j */
+        for (long k = i; k < j; k++)
+            if (label[v[k].i] > 0.5f) pos++, rank_sum += avg;
+        i = j;
+    }
+    free(v);
+    double neg = (double)n - pos;
+    if (pos == 0 || neg == 0) return NAN;
+    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+double nb_ctr_ne(double mean_bce, double p) {
+    if (p <= 0 || p >= 1) return NAN;
+    return mean_bce / -(p * log(p) + (1 - p) * log1p(-p));
+}
+
+static double bce_prob(double p, float y) {
+    p = fmin(fmax(p, 1e-7), 1 - 1e-7);
+    return y > 0.5f ? -log(p) : -log1p(-p);
+}
+
+static nb_eval finish_eval(const float *score_logit, const float *label, long n, int logits) {
+    nb_eval e = {.done = 1, .n = n};
+    double bce = 0, pos = 0;
+    for (long i = 0; i < n; i++) {
+        double z = score_logit[i];
+        bce += logits ? fmax(z, 0) - z * label[i] + log1p(exp(-fabs(z))) : bce_prob(z, label[i]);
+        pos += label[i];
+    }
+    e.loss = bce / (double)n;
+    e.base_rate = pos / (double)n;
+    e.ne = nb_ctr_ne(e.loss, e.base_rate);
+    e.auc = nb_ctr_auc(score_logit, label, n);
+    return e;
+}
+
+static void print_eval_line(const char *what, int step, const nb_eval *e) {
+    printf("%s step=%d n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f\n", what, step, e->n, e->loss, e->ne, e->auc,
+           e->base_rate);
+    /* NE and AUC are undefined when the held-out labels are all equal: say so instead of
+     * leaving a bare nan for the reader to interpret */
+    if (!isfinite(e->ne) || !isfinite(e->auc))
+        printf("note: the %ld held-out labels are all %s: NE and AUC are undefined (metrics.jsonl leaves them out)\n",
+               e->n, e->base_rate > 0.5 ? "1" : "0");
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- work items */
+
+static void work_phase(void *arg, const nb_task_ctx *ctx) {
+    sc_work *w = arg;
+    sc_train *t = w->t;
+    if (w->phase == NB_SC_FWD_EMB) nb_sc_zero_grads(&t->m);
+    nb_sc_enqueue_phase(&t->m, ctx, w->phase, w->seg, &t->optim, t->step + 1);
+}
+
+static nb_span_kind phase_kind(nb_sc_phase p) {
+    return p <= NB_SC_FWD_SEG ? NB_SPAN_FWD : p <= NB_SC_BWD_EMB ? NB_SPAN_BWD : NB_SPAN_OPTIM;
+}
+
+static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
+    t->fixed[p] = (sc_work){t, p, 0};
+    nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
+}
+
+static void build_items(nb_run *r, sc_train *t) {
+    nb_step_items *it = &r->items;
+    char name[40];
+    it->nseg = t->m.nseg;
+    add_fixed(&it->pre, t, NB_SC_FWD_UPLOAD);
+    add_fixed(&it->input, t, NB_SC_FWD_EMB);
+    add_fixed(&it->input, t, NB_SC_FWD_HIST);
+    for (int k = 0; k < t->m.nseg; k++) {
+        t->fwd[k] = (sc_work){t, NB_SC_FWD_SEG, k};
+        t->bwd[k] = (sc_work){t, NB_SC_BWD_SEG, k};
+        snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_FWD_SEG), k);
+        nb_items_add(&it->fwd[k], name, NB_SPAN_FWD, work_phase, &t->fwd[k]);
+        snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_BWD_SEG), k);
+        nb_items_add(&it->bwd[k], name, NB_SPAN_BWD, work_phase, &t->bwd[k]);
+    }
+    for (int p = NB_SC_BWD_JOIN; p < NB_SC_NPHASES; p++) add_fixed(&it->tail, t, (nb_sc_phase)p);
+}
+
+/* The compute lane's context, for the model's calls from the host (losses, copies, evaluation);
+ * OpenMP's thread count is per calling thread, so the lane's worker needs its own setting. */
+static void work_bind_ctx(void *arg, const nb_task_ctx *ctx) {
+    sc_train *t = arg;
+    t->ctx = *ctx;
+    nb_sc_set_ctx(&t->m, &t->ctx);
+    nb_host_set_threads(t->run->o.threads);
+}
+
+/* ---------------------------------------------------------------- family entries */
+
+static void sc_check(nb_train_opts *o) {
+    nb_sc_config *c = &o->ctr;
+    static const char *hint = "check the seqctr flags (--emb-dim, --heads, --blocks, --max-len)";
+    NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint, "--emb-dim %d must be a multiple of the %d heads",
+             c->E, c->heads);
+    NB_CHECK(c->max_len >= 0 && c->max_len <= 65536, hint, "--max-len must be in 0..65536, got %d", c->max_len);
+    NB_CHECK(c->blocks >= 1 && c->blocks <= NB_SC_MAX_BLOCKS, hint, "--blocks must be in 1..%d, got %d", NB_SC_MAX_BLOCKS,
+             c->blocks);
+    c->detach = 0;
+    if (o->detach[0]) {
+        int first[NB_MAX_SEGMENTS + 1];
+        int nseg = nb_parse_detach(o->detach, c->blocks, "block indices", first, NB_MAX_SEGMENTS);
+        for (int s = 1; s < nseg; s++) c->detach |= 1ULL << first[s];
+        NB_CHECK(o->aux_weight > 0, "pass --aux-weight > 0 with --detach (each detached block learns from its own head)",
+                 "--detach needs --aux-weight > 0");
+    }
+    c->aux_weight = o->aux_weight;
+    c->seed = o->seed;
+    o->seq = 0;
+}
+
+static void sc_init(nb_run *r) {
+    sc_train *t = nb_calloc(1, sizeof *t, "the seqctr family");
+    r->fs = t;
+    t->run = r;
+    const nb_train_opts *o = &r->o;
+    nb_sc_config mc = o->ctr;
+    nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
+    nb_ctr_source_open(&t->src, &so, &mc);
+    int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
+    nb_sc_plan(&t->m, &mc, o->batch, r->be, emb_opt, &r->dev, &r->pinned, &r->host);
+    nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
+    nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
+    nb_sc_bind(&t->m, &t->ctx);
+    nb_ctr_batch_alloc(&t->batch, o->batch, mc.max_len);
+    t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                             .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
+                             .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
+    t->step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
+    build_items(r, t);
+    size_t rows = (size_t)t->m.emb_off[NB_SC_NTABLES];
+    if (nb_verbosity > 0)
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s)\n",
+                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, t->m.nparams_used / 1e6,
+                (double)rows / 1e6, r->be->name, r->backend->desc);
+}
+
+static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim);
+void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
+
+static void sc_start(nb_run *r, const char *resume_dir) {
+    sc_train *t = T(r);
+    if (resume_dir) {
+        nb_ckpt_list model = {0}, optim = {0};
+        sc_ckpt_tensors(r, &model, r->eval_only ? NULL : &optim);
+        nb_ckpt_load_lists(resume_dir, &model, r->eval_only ? NULL : &optim);
+        nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+        nb_sc_to_device(&t->m);
+        nb_ctr_source_seek(&t->src, r->data_pos0);
+    }
+}
+
+static void sc_free(nb_run *r) {
+    sc_train *t = T(r);
+    if (!t) return;
+    nb_ctr_batch_free(&t->batch);
+    nb_sc_free(&t->m);
+    nb_ctr_source_close(&t->src);
+    free(t->step_secs);
+    free(t);
+    r->fs = NULL;
+}
+
+static double sc_per_step(const nb_run *r) { return (double)r->o.batch; }
+
+/* The next training batch: samples, then the model's index lists (host work, timed). */
+static void prefetch(sc_train *t) {
+    double t0 = nb_now();
+    t->next_pos = nb_ctr_source_position(&t->src);
+    nb_ctr_fill_train(&t->src, &t->batch, t->run->o.batch);
+    double t1 = nb_now();
+    nb_sc_prepare(&t->m, &t->batch.b);
+    t->fill_s = t1 - t0;
+    t->prep_s = nb_now() - t1;
+    t->prefetched = 1;
+}
+
+static void sc_begin_step(nb_run *r, int step) {
+    sc_train *t = T(r);
+    const nb_train_opts *o = &r->o;
+    if (!t->nsteps) t->t_start = nb_now();
+    if (!t->prefetched) prefetch(t);
+    if (step >= nb_step_warmup(o->steps)) {
+        t->hist_rows += (double)t->m.stage_nh;
+        t->host_s[0] += t->fill_s;
+        t->host_s[1] += t->prep_s;
+    }
+    t->prefetched = 0;
+    nb_sc_begin_step(&t->m);
+    t->step = step;
+    /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */
+    r->lr = nb_lr_cosine(step, nb_train_warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
+    t->optim.lr = r->lr;
+    nb_sc_optim_prepare(&t->m, &t->optim, step + 1);
+}
+
+/* the next batch is made on the host while this step runs */
+static void sc_overlap(nb_run *r, int step) {
+    if (step + 1 < r->o.steps) prefetch(T(r));
+}
+
+/* "dense fwd 3" is a span of the phase "dense fwd" */
+static int phase_named(const char *span, const char *phase) {
+    size_t n = strlen(phase);
+    return !strncmp(span, phase, n) && (span[n] == 0 || span[n] == ' ');
+}
+
+/* Adds the step's span durations to their phase (spans are named by nb_sc_phase_name). */
+static void add_breakdown(nb_lanes *lanes, int step, double *phase_s) {
+    const nb_span *sp;
+    size_t n = nb_lanes_spans(lanes, &sp);
+    for (size_t i = 0; i < n; i++)
+        for (int p = 0; p < NB_SC_NPHASES && sp[i].step == step; p++)
+            if (phase_named(sp[i].name, nb_sc_phase_name(p))) phase_s[p] += sp[i].t1 - sp[i].t0;
+}
+
+static void sc_end_step(nb_run *r, int step, nb_mark done) {
+    (void)done;
+    sc_train *t = T(r);
+    r->loss = nb_sc_loss(&t->m);
+    double sumsq = 0;
+    if (r->o.grad_clip > 0) r->be->to_host(&t->ctx, &sumsq, t->m.d_loss + 1, sizeof sumsq);
+    r->grad_norm = (float)sqrt(sumsq);
+    if (t->nsteps < r->o.steps) t->step_secs[t->nsteps++] = r->last_secs;
+    if (step >= nb_step_warmup(r->o.steps)) {
+        add_breakdown(r->lanes, step, t->phase_s);
+        t->overlap_sum += r->last_stats.overlap_pct;
+    }
+}
+
+static void sc_evaluate(nb_run *r, nb_eval *ev) {
+    sc_train *t = T(r);
+    long n = nb_ctr_eval_count(&t->src);
+    float *logit = nb_malloc((size_t)n * sizeof(float), "evaluation scores");
+    float *label = nb_malloc((size_t)n * sizeof(float), "evaluation labels");
+    for (long first = 0; first < n; first += r->o.batch) {
+        int B = (int)(n - first < r->o.batch ? n - first : r->o.batch);
+        nb_ctr_fill_eval(&t->src, &t->batch, first, B);
+        nb_sc_batch b = t->batch.b;
+        b.label = NULL;
+        nb_sc_forward(&t->m, &b, logit + first);
+        memcpy(label + first, t->batch.label, (size_t)B * sizeof(float));
+    }
+    *ev = finish_eval(logit, label, n, 1);
+    free(logit);
+    free(label);
+}
+
+static void sc_print_eval(const nb_run *r, int step, const nb_eval *ev) {
+    (void)r;
+    print_eval_line("eval", step, ev);
+}
+
+static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb_eval *ev) {
+    (void)secs;
+    nb_json_knum(w, "lr", r->lr);
+    if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
+    if (ev && ev->done) {
+        nb_json_knum(w, "eval_loss", ev->loss);
+        if (isfinite(ev->ne)) nb_json_knum(w, "eval_ne", ev->ne);
+        if (isfinite(ev->auc)) nb_json_knum(w, "eval_auc", ev->auc);
+    }
+}
+
+static void sc_metrics_losses(const nb_json *line, double *loss, double *held_out) {
+    *loss = nb_json_get_num(line, "loss", NAN);
+    *held_out = nb_json_get_num(line, "eval_loss", NAN);
+}
+
+static size_t sc_data_pos(const nb_run *r) {
+    const sc_train *t = CT(r);
+    return t->prefetched ? t->next_pos : nb_ctr_source_position(&t->src);
+}
+
+static void sc_sync_to_host(nb_run *r) { nb_sc_to_host(&T(r)->m); }
+
+static void table_name(char *buf, size_t cap, int t, const char *suffix) {
+    if (t == NB_SC_ITEM_TABLE)
+        snprintf(buf, cap, "emb.item%s", suffix);
+    else
+        snprintf(buf, cap, "emb.cat.%d%s", t, suffix);
+}
+
+/* seqctr.h's names: the dense tensors, emb.cat.{f} [rows_f, E] and emb.item [item_rows, E]; the
+ * optimizer state "<name>.exp_avg" / ".exp_avg_sq" (AdamW; sparse Adam on the tables) or
+ * "<table>.adagrad_sum" [rows] (row-wise Adagrad) */
+static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
+    nb_sc_model *m = &T(r)->m;
+    int E = m->cfg.E;
+    char name[96];
+    for (int i = 0; i < m->ntensors; i++) {
+        const nb_sc_tensor *t = &m->t[i];
+        int64_t sh[2] = {t->rows, t->cols};
+        int nd = t->cols == 1 ? 1 : 2;
+        nb_ckpt_list_add(model, t->name, nd, sh, m->params + t->off);
+        if (!optim) continue;
+        snprintf(name, sizeof name, "%s.exp_avg", t->name);
+        nb_ckpt_list_add(optim, name, nd, sh, m->am + t->off);
+        snprintf(name, sizeof name, "%s.exp_avg_sq", t->name);
+        nb_ckpt_list_add(optim, name, nd, sh, m->av + t->off);
+    }
+    for (int t = 0; t < NB_SC_NTABLES; t++) {
+        int64_t rows = m->emb_off[t + 1] - m->emb_off[t], sh[2] = {rows, E};
+        size_t at = (size_t)m->emb_off[t] * (size_t)E;
+        table_name(name, sizeof name, t, "");
+        nb_ckpt_list_add(model, name, 2, sh, m->emb + at);
+        if (!optim) continue;
+        if (m->eacc) {
+            table_name(name, sizeof name, t, ".adagrad_sum");
+            nb_ckpt_list_add(optim, name, 1, sh, m->eacc + m->emb_off[t]);
+        }
+        if (m->em) {
+            table_name(name, sizeof name, t, ".exp_avg");
+            nb_ckpt_list_add(optim, name, 2, sh, m->em + at);
+            table_name(name, sizeof name, t, ".exp_avg_sq");
+            nb_ckpt_list_add(optim, name, 2, sh, m->ev + at);
+        }
+    }
+}
+
+static void sc_write_config(const nb_train_opts *o, nb_json_writer *w) {
+    const nb_sc_config *c = &o->ctr;
+    nb_json_key(w, "model");
+    nb_json_begin_obj(w);
+    nb_json_kstr(w, "preset", "seqctr");
+    nb_json_kint(w, "E", c->E);
+    nb_json_kint(w, "hist_layers", c->hist_layers);
+    nb_json_kint(w, "heads", c->heads);
+    nb_json_kint(w, "blocks", c->blocks);
+    nb_json_kint(w, "cross_rank", c->cross_rank);
+    nb_json_kint(w, "block_hidden", c->block_hidden);
+    nb_json_kint(w, "max_len", c->max_len);
+    nb_json_end_obj(w);
+}
+
+static int req_int(const nb_json *j, const char *key, int lo, int hi) {
+    int64_t v = nb_json_req_int(j, key);
+    NB_CHECK(v >= lo && v <= hi, "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: model field '%s' is %lld, outside %d..%d", key, (long long)v, lo, hi);
+    return (int)v;
+}
+
+static void sc_read_config(const nb_json *j, nb_train_opts *o) {
+    nb_sc_config *c = &o->ctr;
+    c->E = req_int(j, "E", 1, 1 << 16);
+    c->hist_layers = req_int(j, "hist_layers", 0, 1024);
+    c->heads = req_int(j, "heads", 1, 1 << 16);
+    c->blocks = req_int(j, "blocks", 1, NB_SC_MAX_BLOCKS);
+    c->cross_rank = req_int(j, "cross_rank", 1, 1 << 20);
+    c->block_hidden = req_int(j, "block_hidden", 1, 1 << 20);
+    c->max_len = req_int(j, "max_len", 0, 65536);
+}
+
+/* The summary lines the benchmarks and tests read (stdout), after the run's own. */
+static void sc_summary(nb_run *r, int steps_run) {
+    sc_train *t = T(r);
+    const nb_train_opts *o = &r->o;
+    int n = t->nsteps, warm = nb_step_warmup(o->steps), measured = n - warm;
+    double secs = nb_now() - t->t_start;
+    if (n > 0)
+        printf("train steps=%d samples_per_s=%.0f (including evaluation)\n", n, (double)n * o->batch / (secs > 0 ? secs : 1e-9));
+    nb_step_times st = nb_step_times_of(t->step_secs, n);
+    if (st.n)
+        printf("throughput steps=%d warmup=%d p90_samples_per_s=%.0f median_samples_per_s=%.0f p90_step_ms=%.3f\n", st.n,
+               st.warmup, o->batch / st.p90, o->batch / st.median, 1e3 * st.p90);
+    if (measured > 0) {
+        double total = 0, busy = 0;
+        for (int p = 0; p < NB_SC_NPHASES; p++) total += t->phase_s[p];
+        printf("breakdown ms/step:");
+        for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
+        printf(" total=%.3f\n", 1e3 * total / measured);
+        printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f\n", 1e3 * t->host_s[0] / measured,
+               1e3 * t->host_s[1] / measured);
+        if (t->m.nseg > 1)
+            printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
+                   t->overlap_sum / measured);
+        double fl = nb_sc_flops(&t->m, o->batch, (long)(t->hist_rows / measured));
+        for (int p = 0; p < NB_SC_NPHASES; p++) busy += t->phase_s[p];
+        printf("flops: %.1f GFLOP/step (matmuls, forward + backward, %.1f history rows per sample); %.1f TFLOP/s over "
+               "the phases\n", fl / 1e9, t->hist_rows / measured / o->batch, busy > 0 ? fl * measured / busy / 1e12 : 0.0);
+    }
+    (void)steps_run;
+    if (t->src.kind == NB_CTR_SYNTH) { /* the best any model can do on this evaluation range */
+        long ne = o->eval_samples;
+        float *tl = nb_malloc((size_t)ne * sizeof(float), "teacher logits"), *lab = nb_malloc((size_t)ne * sizeof(float), "labels");
+        nb_synth_teacher_logit(t->src.g, NB_CTR_EVAL_BASE, (int)ne, tl);
+        nb_synth_fill(t->src.g, NB_CTR_EVAL_BASE, (int)ne, NULL, NULL, NULL, NULL, NULL, lab, NULL);
+        nb_eval te = finish_eval(tl, lab, ne, 1);
+        print_eval_line("teacher", o->steps, &te);
+        free(tl), free(lab);
+    }
+    if (t->src.kind == NB_CTR_MOVIELENS) {
+        long ne = nb_ctr_eval_count(&t->src);
+        float *score = nb_malloc((size_t)ne * sizeof(float), "popularity");
+        nb_ctr_popularity_scores(&t->src, score);
+        nb_eval pb = finish_eval(score, t->src.eval.label, ne, 0);
+        print_eval_line("baseline-popularity", o->steps, &pb);
+        free(score);
+    }
+}
+
+int nb_sc_export(nb_run *r, const char *path) {
+    sc_train *t = T(r);
+    nb_sc_to_host(&t->m);
+    nb_sc_save(&t->m, path);
+    return t->m.ntensors + NB_SC_NTABLES;
+}
+
+static int sc_graph_key(nb_run *r) {
+    /* the CPU backend replays a graph by running its tasks, which read each batch's sizes */
+    return r->be->device == NB_DEV_CPU ? 0 : -1;
+}
+
+const nb_family_i nb_family_seqctr = {
+    .name = "seqctr",
+    .unit = "samples",
+    .check = sc_check,
+    .init = sc_init,
+    .start = sc_start,
+    .free = sc_free,
+    .per_step = sc_per_step,
+    .begin_step = sc_begin_step,
+    .overlap = sc_overlap,
+    .end_step = sc_end_step,
+    .evaluate = sc_evaluate,
+    .metrics = sc_metrics,
+    .metrics_losses = sc_metrics_losses,
+    .print_eval = sc_print_eval,
+    .data_pos = sc_data_pos,
+    .sync_to_host = sc_sync_to_host,
+    .ckpt_tensors = sc_ckpt_tensors,
+    .write_config = sc_write_config,
+    .read_config = sc_read_config,
+    .summary = sc_summary,
+    .graph_key = sc_graph_key,
+};

@@ -1,0 +1,52 @@
+/* Schedules: which lane runs which work item of a step, and which marks it waits on. A schedule
+ * is a table in the registry (sched.c), looked up once by --schedule; nothing else compares
+ * schedule names. Adding one = a file with its table + a line in the registry + a row in
+ * tests/schedules_test.sh.
+ *
+ *   plain   the step's items in order on the compute lane: the reference (plain.c)
+ *   erase   detached segments' backward on side lanes while later segments run forward (erase.c)
+ *   stream  a transformer's state in host memory, layers streamed through device slots (stream.c)
+ *
+ * A schedule's step may return before the device has finished it: the run waits on the mark it
+ * returns, and the host may prepare the next batch meanwhile (and a pipelining schedule may
+ * start the next step's input stages before that). */
+#ifndef NB_SCHED_H
+#define NB_SCHED_H
+
+#include "run/run.h"
+
+typedef struct nb_sched_i {
+    const char *name;
+    const char *summary; /* one line for --help */
+    /* can it run this family? (NULL: any); why not, for the error */
+    int (*applies)(const nb_family_i *fam, const char **why);
+    /* its options, from flags or a state.json (the options of other schedules must be unset) */
+    void (*check)(const nb_train_opts *o);
+    /* when another schedule runs: fails if an option only this one reads was set (NULL: none) */
+    void (*reject)(const nb_train_opts *o);
+    /* plans the run's memory instead of the family's resident plan (NULL: the family's) */
+    void (*plan)(nb_run *r);
+    void (*init)(nb_run *r); /* its lanes and state, after the family's init */
+    /* enqueue step `step`; returns the compute-lane mark at its end */
+    nb_mark (*step)(nb_run *r, int step);
+    /* waits until all of its work in flight is done (before the host reads the model state) */
+    void (*drain)(nb_run *r);
+    void (*report)(nb_run *r); /* end-of-run lines (NULL: none) */
+    void (*free)(nb_run *r);
+    /* 1: the mark step() returns covers every lane's work of the step (so the run may sync all
+     * lanes after it for the trace at no cost); 0: work of the step goes on after it */
+    int settles;
+    /* 1: --graphs can capture its step */
+    int graphs;
+} nb_sched_i;
+
+/* The schedule of a --schedule name, or NULL. */
+const nb_sched_i *nb_sched_find(const char *name);
+/* The registered schedules, in registry order (NULL-terminated). */
+const nb_sched_i *const *nb_sched_all(void);
+/* "plain, erase or stream" */
+const char *nb_sched_names(void);
+
+extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream;
+
+#endif
