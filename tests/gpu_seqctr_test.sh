@@ -35,10 +35,36 @@ ev=$(echo "$out" | grep "^eval step=300"); ne=$(get ne "$ev"); auc=$(get auc "$e
 awk -v ne="$ne" -v auc="$auc" 'BEGIN {exit !(ne < 1.0 && auc > 0.6)}' && pass "GPU sparse Adam: NE $ne AUC $auc" \
     || fail "GPU sparse Adam: NE $ne AUC $auc"
 
+# --graphs: the step captured once per history-row bucket and replayed gives the eager steps'
+# bits; resume (10 + 10 steps, with graphs, and in fp32) is bitwise 20 straight
+G=(--model seqctr --data "$SYNTH" --batch 256 --steps 30 --eval-every 10 --eval-samples 2048 $SMALL --device cuda)
+$NB train "${G[@]}" --out "$TMP/g-eager" >/dev/null || fail "gpu eager"
+$NB train "${G[@]}" --graphs --out "$TMP/g-graphs" >"$TMP/g.out" 2>&1 || fail "gpu graphs"
+reps=$(grep -o '[0-9]* of [0-9]* steps replayed' "$TMP/g.out")
+cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/g-graphs/ckpt/model.safetensors" \
+    && cmp -s "$TMP/g-eager/ckpt/optim.safetensors" "$TMP/g-graphs/ckpt/optim.safetensors" \
+    && [ "$(losses "$TMP/g-eager")" = "$(losses "$TMP/g-graphs")" ] && [ "${reps%% *}" -ge 20 ] \
+    && pass "GPU --graphs ($reps) is bitwise equal to eager steps (weights, optimizer state, losses)" \
+    || fail "GPU --graphs differs from eager ($reps)"
+for v in "bf16 --graphs" "fp32 --emb-optim adam"; do
+    set -- $v
+    $NB train "${G[@]}" --precision $1 $2 $3 --out "$TMP/r-$1" >/dev/null || fail "gpu straight $v"
+    $NB train "${G[@]}" --precision $1 $2 $3 --stop-after 15 --out "$TMP/s-$1" >/dev/null || fail "gpu first half $v"
+    $NB train --resume "$TMP/s-$1" --quiet >/dev/null 2>&1 || fail "gpu resume $v"
+    cmp -s "$TMP/r-$1/ckpt/model.safetensors" "$TMP/s-$1/ckpt/model.safetensors" \
+        && cmp -s "$TMP/r-$1/ckpt/optim.safetensors" "$TMP/s-$1/ckpt/optim.safetensors" \
+        && [ "$(losses "$TMP/r-$1")" = "$(losses "$TMP/s-$1")" ] \
+        && pass "GPU resume ($v): 15 + 15 steps == 30 straight, bitwise" || fail "GPU resume ($v) differs"
+done
+ev=$($NB eval --ckpt "$TMP/r-bf16" --device cuda 2>/dev/null | grep "^eval ")
+last=$(grep -o '"eval_auc":[0-9.e+-]*' "$TMP/r-bf16/metrics.jsonl" | tail -1 | cut -d: -f2)
+awk -v a="$(get auc "$ev")" -v b="$last" 'BEGIN {exit !(a != "" && (a - b) ^ 2 < 1e-10)}' \
+    && pass "GPU eval --ckpt: AUC $(get auc "$ev") = the run's last ($last)" || fail "GPU eval --ckpt: '$ev' vs $last"
+
 # ERASE on the GPU: the same bits as plain, and the side streams really overlap the main one
 E=(--model seqctr --data "$SYNTH" --batch 1024 --steps 20 --eval-samples 1024 --detach all --emb-dim 32 --quiet --device cuda)
 $NB train "${E[@]}" --schedule plain --out "$TMP/e-plain" >/dev/null || fail "gpu detached plain"
-for d in blocking async; do
+for d in blocking async "blocking --graphs"; do
     $NB train "${E[@]}" --schedule erase --erase-dispatch $d --out "$TMP/e-$d" >/dev/null || fail "gpu erase $d"
     cmp -s "$TMP/e-plain/ckpt/model.safetensors" "$TMP/e-$d/ckpt/model.safetensors" && [ "$(losses "$TMP/e-plain")" = "$(losses "$TMP/e-$d")" ] \
         && pass "GPU: erase ($d dispatch) is bitwise equal to plain" || fail "GPU: erase ($d) differs from plain"

@@ -95,4 +95,12 @@ expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --d
 out=$($NB eval --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --data "$VAL" --batches 2 2>&1) && pass "eval on cuda: $out" || fail "eval on cuda: $out"
 s=$($NB sample --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --prompt "The" --tokens 10 2>&1) && [ ${#s} -gt 5 ] \
     && pass "sample on cuda: $(echo "$s" | tr '\n' ' ' | head -c 100)" || fail "sample on cuda: $s"
+# --device cuda:N picks GPU N of the backend instance; one past the last is a clear error naming them
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+D0=(--model gpt2-tiny --batch 2 --steps 3 --data "$TRAIN" --val-data none --no-progress --quiet)
+$NB train "${D0[@]}" --device cuda --out "$TMP/cuda" && $NB train "${D0[@]}" --device cuda:0 --out "$TMP/cuda0" \
+    && [ -n "$(losses "$TMP/cuda0")" ] && [ "$(losses "$TMP/cuda")" = "$(losses "$TMP/cuda0")" ] \
+    && pass "--device cuda:0 runs on GPU 0 (the losses of --device cuda)" || fail "--device cuda:0"
+expect_error "--device cuda:$ngpu on $ngpu GPU(s)" "cuda:$ngpu: this machine has $ngpu GPU.*0: " $NB train --model gpt2-tiny \
+    --batch 2 --steps 1 --data "$TRAIN" --val-data none --device "cuda:$ngpu"
 finish

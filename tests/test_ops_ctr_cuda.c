@@ -1240,7 +1240,7 @@ static void build_ops(void) {
            inh, iE, 3 * iE);
     add_op(ph, 1, "layernorm_bwd ln1", 0, es * (4 * nh * E + E) + 8 * nh + 16 * E, op_ln1_b, "[%d,%d]", inh, iE);
 
-    ph = NB_SC_BWD_EMB;
+    ph = NB_SC_BWD_BOTTOM;
     add_op(ph, 1, "zero da2", 0, es * B * b2, op_zero_da2, "%dx%d", iB, NB_SC_BOTTOM2);
     add_op(ph, 1, "matmul_bwd bottom2", 2 * f_mm(B, b2, E), b_mm_b(1, B, b2, E, 1), op_bot2_b, "N=%d C=%d OC=%d", iB,
            NB_SC_BOTTOM2, iE);
@@ -1253,6 +1253,7 @@ static void build_ops(void) {
     add_op(ph, 1, "relu_bwd", 0, 4 * es * B * b1, op_relu_a1_b, "%dx%d", iB, NB_SC_BOTTOM1);
     add_op(ph, 1, "matmul_bwd bottom0", f_mm(B, nd, b1), b_mm_b(0, B, nd, b1, 1), op_bot0_b,
            "N=%d C=%d OC=%d, dinp NULL", iB, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    ph = NB_SC_BWD_EMB;
     add_op(ph, 1, "emb_grad_unique", 0, es * n * E + 12 * n + 4 * (U + 1) + 4 * U * E, op_grad_unique,
            "n=%d U=%d (max group %d)", BT.nlk, BT.U, BT.max_group);
 
@@ -1262,12 +1263,12 @@ static void build_ops(void) {
 
     ph = NB_SC_OPT_DENSE;
     add_op(ph, 1, "upload adamw scalars", 0, 2 * sizeof(nb_adamw_scalars), op_upload_k, "64 bytes H2D");
-    add_op(ph, 1, "adamw per tensor", 0, (28.0 + (LOWP ? 2 : 0)) * BNUSED, op_adamw_tensors,
-           "%d launches, %zu params", BNT, BNUSED);
-
-    ph = BN_EXTRA;
     add_op(ph, 1, "adamw_spans", 0, (28.0 + (LOWP ? 2 : 0)) * BNUSED, op_adamw_spans, "1 launch, %d spans, %zu",
            BNT, BNUSED);
+
+    ph = BN_EXTRA;
+    add_op(ph, 1, "adamw per tensor", 0, (28.0 + (LOWP ? 2 : 0)) * BNUSED, op_adamw_tensors,
+           "%d launches, %zu params", BNT, BNUSED);
     NB_ASSERT(BK == BNOPS);
 }
 
@@ -1499,7 +1500,9 @@ static void bn_model(void) {
         NB_CHECK(m->stage_nh == BT.nh, NULL, "bench: the model packs %d history rows, the bench %d", m->stage_nh, BT.nh);
         nb_sc_begin_step(m);
         NB_CHECK(m->nuniq == BT.U, NULL, "bench: the model finds %d unique rows, the bench %d", m->nuniq, BT.U);
-        nb_sc_optim o = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.05f, 1e-8f, 0}; /* the trainer's defaults */
+        nb_sc_optim o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .emb_lr = 0.05f,
+                         .emb_eps = 1e-8f}; /* the trainer's defaults */
+        nb_sc_optim_prepare(m, &o, 1);
         static double t[NB_SC_NPHASES][BN_REPS], h[NB_SC_NPHASES][BN_REPS];
         double step[BN_REPS];
         for (int r = -BN_WARM; r < BN_REPS; r++) {

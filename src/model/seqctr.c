@@ -57,7 +57,8 @@ struct nb_sc_acts {
 /* The batch as index lists: host arrays (h_) and their backend copies (d_; the same memory on
  * the CPU). */
 struct nb_sc_stage {
-    int B, nh, nlk, nuniq; /* of the prepared batch */
+    int B, nh, nlk, nuniq; /* of the prepared batch (nh, nlk with the padding rows) */
+    int nh_real;           /* history rows before padding */
     int has_label;
     float *h_dense, *h_label;
     int64_t *h_rows, *h_dst, *h_src, *h_uniq;
@@ -404,6 +405,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     m->co = nb_ctr_ops_for(be);
     m->max_batch = max_batch;
     m->emb_opt = emb_opt;
+    m->pad_rows = be->device != NB_DEV_CPU;
     m->D0 = 29 * c->E;
     m->nseg = 0;
     for (int i = 0; i < c->blocks; i++)
@@ -543,14 +545,27 @@ static void check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
 /* Host side of a step: the lookup lists (see the top of this file) and their deduplication. */
 static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s);
 
+/* A device step has fixed kernel sizes once captured as a graph: histories are padded to a bucket
+ * (at most 1/32 more rows), so one graph serves every batch whose rows round up to it, and eager
+ * steps pad the same way, so graphs and eager steps compute the same bits. */
+static int bucket_rows(int n, int cap) {
+    if (n <= 0) return 0;
+    long g = 64;
+    while (g * 32 < n) g *= 2;
+    long b = ((long)n + g - 1) / g * g;
+    return b < cap ? (int)b : cap;
+}
+
 void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
     check_batch(m, b);
     nb_sc_stage *s = m->stages[m->prep];
     m->prep ^= 1;
     prepare_into(m, b, s);
     m->prepared = s;
-    m->stage_nh = s->nh;
+    m->stage_nh = s->nh_real;
 }
+
+int nb_sc_prepared_rows(const nb_sc_model *m) { return m->stage ? m->stage->nh : 0; }
 
 static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     int B = b->B, E = m->cfg.E, D0 = m->D0;
@@ -585,9 +600,18 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
         }
         s->h_off[i + 1] = (int32_t)(k - (size_t)B * NLK_PER_SAMPLE);
     }
-    s->nh = s->h_off[B];
+    s->nh_real = s->h_off[B];
+    s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
+    /* padding rows: gathered (row 0 of the item table) and encoded like history rows, in no
+     * sample, left out of the deduplication: their gradient is 0 and reaches no table row */
+    int nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
+    for (int j = s->nh_real; j < nh; j++, k++) {
+        s->h_rows[k] = off[NB_SC_ITEM_TABLE];
+        s->h_dst[k] = (int64_t)j * E;
+        s->h_src[k] = 0;
+    }
+    s->nh = nh;
     s->nlk = (int)k;
-    s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, s->nlk, s->h_keys);
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */
@@ -872,11 +896,10 @@ static void history_bwd(nb_sc_model *m, nb_ctx c) {
     for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, c, l, nh, a->dh);
 }
 
-/* The bottom MLP and the embedding rows: one dedup over all lookups, so an item row's target
- * and history gradients are summed. */
+/* The embedding rows: one dedup over all lookups, so an item row's target and history
+ * gradients are summed. */
 static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
-    bottom_bwd(m, c, s->B);
     m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, s->nuniq, m->cfg.E);
 }
 
@@ -885,6 +908,7 @@ void nb_sc_backward_enqueue(nb_sc_model *m) {
     for (int k = m->nseg - 1; k >= 0; k--) segment_bwd(m, c, k);
     join_bwd(m, c);
     history_bwd(m, c);
+    bottom_bwd(m, c, m->stage->B);
     embedding_bwd(m, c);
 }
 
@@ -932,8 +956,9 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
     optim_dense(m, c, o);
 }
 
-static const char *PHASE_NAMES[NB_SC_NPHASES] = {"batch upload", "embedding fwd", "history fwd", "dense fwd", "dense bwd", "join bwd",
-                                                  "history bwd", "embedding bwd", "embedding optim", "dense optim"};
+static const char *PHASE_NAMES[NB_SC_NPHASES] = {"batch upload", "embedding fwd", "history fwd", "dense fwd",
+                                                  "dense bwd",    "join bwd",      "history bwd", "bottom bwd",
+                                                  "dense optim",  "embedding bwd", "embedding optim"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 
@@ -949,6 +974,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_BWD_SEG: segment_bwd(m, c, seg); break;
     case NB_SC_BWD_JOIN: join_bwd(m, c); break;
     case NB_SC_BWD_HIST: history_bwd(m, c); break;
+    case NB_SC_BWD_BOTTOM: bottom_bwd(m, c, m->stage->B); break;
     case NB_SC_BWD_EMB: embedding_bwd(m, c); break;
     case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
     case NB_SC_OPT_DENSE: optim_dense(m, c, o); break;

@@ -134,7 +134,8 @@ typedef struct {
     nb_sc_stage *stages[3];  /* host staging: [0], [1] alternated by nb_sc_prepare, [2] nb_sc_forward's */
     nb_sc_stage *prepared;   /* the batch the next forward reads */
     int prep;
-    int stage_nh; /* history rows of the prepared batch */
+    int stage_nh; /* history rows of the prepared batch (before padding) */
+    int pad_rows; /* device backends: histories padded to a bucket (seqctr.c: bucket_rows) */
     nb_sc_acts *acts;
     int max_batch;
     int emb_opt; /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
@@ -198,15 +199,16 @@ void nb_sc_zero_grads(nb_sc_model *m);
  * the phases in order on one lane. seg is read by the SEG phases, o and t by the optimizers. */
 typedef enum {
     NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in (their sizes change per batch) */
-    NB_SC_FWD_EMB,  /* bottom MLP, embedding gather into x0 */
-    NB_SC_FWD_HIST, /* history gather, encoder, target attention */
-    NB_SC_FWD_SEG,  /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
-    NB_SC_BWD_SEG,  /* one segment's backward: any order, any lane, once its forward is done */
-    NB_SC_BWD_JOIN, /* x0's gradient from the segments' shares, after every segment's backward */
+    NB_SC_FWD_EMB,    /* bottom MLP, embedding gather into x0 */
+    NB_SC_FWD_HIST,   /* history gather, encoder, target attention */
+    NB_SC_FWD_SEG,    /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
+    NB_SC_BWD_SEG,    /* one segment's backward: any order, any lane, once its forward is done */
+    NB_SC_BWD_JOIN,   /* x0's gradient from the segments' shares, after every segment's backward */
     NB_SC_BWD_HIST,
-    NB_SC_BWD_EMB,   /* bottom MLP and the unique-row embedding gradient */
-    NB_SC_OPT_EMB,   /* sparse optimizer on the touched rows */
-    NB_SC_OPT_DENSE, /* AdamW */
+    NB_SC_BWD_BOTTOM, /* the bottom MLP */
+    NB_SC_OPT_DENSE,  /* AdamW */
+    NB_SC_BWD_EMB,    /* the unique rows' embedding gradient (their count changes per batch) */
+    NB_SC_OPT_EMB,    /* sparse optimizer on the touched rows */
     NB_SC_NPHASES
 } nb_sc_phase;
 void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_phase p, int seg, const nb_sc_optim *o,
@@ -215,6 +217,8 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_ph
  * it from the thread that prepares, before the step's first phase is enqueued. */
 void nb_sc_begin_step(nb_sc_model *m);
 const char *nb_sc_phase_name(nb_sc_phase p);
+/* History rows (with the padding) of the batch the next phases read: the step's graph key. */
+int nb_sc_prepared_rows(const nb_sc_model *m);
 /* The last forward's loss / last-head logits (wait for the lane). nb_sc_forward prepares its batch
  * in a stage of its own: a training batch prepared ahead (nb_sc_prepare) stays prepared. */
 double nb_sc_loss(nb_sc_model *m);

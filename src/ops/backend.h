@@ -115,7 +115,7 @@ typedef struct nb_backend {
     const nb_backend_i *ops;
     int device;     /* CUDA device index; -1 on the CPU */
     void *blas;     /* the cuBLASLt handle created on that device (CUDA), NULL on the CPU */
-    char desc[128]; /* "cpu", "cuda:0 (NVIDIA H200)" */
+    char desc[320]; /* "cpu", "cuda:0 (NVIDIA H200)" */
 } nb_backend;
 
 /* The instance for a device ("cpu", "cuda", "cuda:N") and precision ("bf16", "fp32", or "" for

@@ -212,6 +212,7 @@ void nb_run_free(nb_run *r) {
     if (r->lanes) nb_lanes_destroy(r->lanes);
     nb_arena_free(&r->dev), nb_arena_free(&r->pinned), nb_arena_free(&r->host);
     nb_items_free(&r->items.pre), nb_items_free(&r->items.input), nb_items_free(&r->items.tail);
+    nb_items_free(&r->items.post);
     for (int s = 0; s < NB_MAX_SEGMENTS; s++) nb_items_free(&r->items.fwd[s]), nb_items_free(&r->items.bwd[s]);
     nb_backend_destroy(r->backend);
     free(r->train_hist.step), free(r->train_hist.loss), free(r->val_hist.step), free(r->val_hist.loss);
@@ -348,13 +349,13 @@ static struct nb_graph *graph_for(nb_run *r, int key) {
 static void run_step(nb_run *r, int step, int first) {
     nb_items_run(&r->items.pre, r->compute, step);
     int key = r->o.graphs && step != first ? r->fam->graph_key(r) : -1;
-    if (key < 0) {
+    struct nb_graph *g = key >= 0 ? graph_for(r, key) : NULL;
+    if (key < 0 || (!g && r->ngraphs == NB_MAX_GRAPHS)) { /* eager: the same bits as a replay */
         r->sched->step(r, step);
+        nb_items_run(&r->items.post, r->compute, step);
         return;
     }
-    struct nb_graph *g = graph_for(r, key);
     if (!g) {
-        NB_CHECK(r->ngraphs < NB_MAX_GRAPHS, "drop --graphs", "more than %d step shapes to capture", NB_MAX_GRAPHS);
         nb_lanes_capture_begin(r->lanes, r->compute);
         r->sched->step(r, step);
         g = nb_lanes_capture_end(r->lanes);
@@ -362,6 +363,8 @@ static void run_step(nb_run *r, int step, int first) {
         r->graphs[r->ngraphs++].g = g;
     }
     nb_graph_launch(g, r->compute, step);
+    r->replays++;
+    nb_items_run(&r->items.post, r->compute, step);
 }
 
 /* A loss or gradient that is not finite ends the run before anything is written: the last good
@@ -491,6 +494,9 @@ void nb_run_train(nb_run *r) {
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);
+    if (o->graphs && nb_verbosity > 0)
+        fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed\n", r->ngraphs, r->replays,
+                end - first);
     if (r->fam->summary) r->fam->summary(r, end - first);
     if (r->sched->report && end > first && nb_verbosity > 0) r->sched->report(r);
     if (r->dev_free0 && end > first && nb_verbosity > 0) report_device_memory(r);

@@ -50,11 +50,11 @@ void nb_items_run(const nb_items *l, nb_lane *lane, int step);
  * stage's backward, the optimizer). Segment s's backward depends only on its own forward, so a
  * schedule may run it on any lane once fwd[s] is done, while later segments run forward. Every
  * item writes memory no concurrently runnable item touches: any such placement computes the
- * same bits. pre: items the run enqueues before the step outside any graph capture (copies
- * whose sizes change from batch to batch). */
+ * same bits. pre, post: items the run enqueues before and after the step, outside any graph
+ * capture (work whose sizes change from batch to batch: copies in, the touched embedding rows). */
 typedef struct {
     int nseg;
-    nb_items pre, input, fwd[NB_MAX_SEGMENTS], bwd[NB_MAX_SEGMENTS], tail;
+    nb_items pre, input, fwd[NB_MAX_SEGMENTS], bwd[NB_MAX_SEGMENTS], tail, post;
 } nb_step_items;
 
 /* A held-out evaluation: the mean loss, and for CTR models normalized entropy and AUC. */
@@ -167,7 +167,7 @@ struct nb_run {
         int key;
         struct nb_graph *g;
     } graphs[NB_MAX_GRAPHS];
-    int ngraphs;
+    int ngraphs, replays;
     FILE *metrics;
     nb_series train_hist, val_hist;
     nb_eval last_eval;

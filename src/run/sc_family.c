@@ -126,7 +126,8 @@ static void work_phase(void *arg, const nb_task_ctx *ctx) {
 }
 
 static nb_span_kind phase_kind(nb_sc_phase p) {
-    return p <= NB_SC_FWD_SEG ? NB_SPAN_FWD : p <= NB_SC_BWD_EMB ? NB_SPAN_BWD : NB_SPAN_OPTIM;
+    if (p <= NB_SC_FWD_SEG) return NB_SPAN_FWD;
+    return p == NB_SC_OPT_DENSE || p == NB_SC_OPT_EMB ? NB_SPAN_OPTIM : NB_SPAN_BWD;
 }
 
 static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
@@ -149,7 +150,10 @@ static void build_items(nb_run *r, sc_train *t) {
         snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_BWD_SEG), k);
         nb_items_add(&it->bwd[k], name, NB_SPAN_BWD, work_phase, &t->bwd[k]);
     }
-    for (int p = NB_SC_BWD_JOIN; p < NB_SC_NPHASES; p++) add_fixed(&it->tail, t, (nb_sc_phase)p);
+    for (int p = NB_SC_BWD_JOIN; p <= NB_SC_OPT_DENSE; p++) add_fixed(&it->tail, t, (nb_sc_phase)p);
+    /* the unique rows' gradient and update: their count changes per batch (outside a graph) */
+    add_fixed(&it->post, t, NB_SC_BWD_EMB);
+    add_fixed(&it->post, t, NB_SC_OPT_EMB);
 }
 
 /* The compute lane's context, for the model's calls from the host (losses, copies, evaluation);
@@ -481,10 +485,9 @@ int nb_sc_export(nb_run *r, const char *path) {
     return t->m.ntensors + NB_SC_NTABLES;
 }
 
-static int sc_graph_key(nb_run *r) {
-    /* the CPU backend replays a graph by running its tasks, which read each batch's sizes */
-    return r->be->device == NB_DEV_CPU ? 0 : -1;
-}
+/* Device steps are captured per history-row bucket (seqctr.c pads the rows); the CPU backend
+ * replays a graph by running its tasks, which read each batch's sizes: one graph. */
+static int sc_graph_key(nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : nb_sc_prepared_rows(&T(r)->m); }
 
 const nb_family_i nb_family_seqctr = {
     .name = "seqctr",
