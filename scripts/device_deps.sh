@@ -6,7 +6,7 @@
 #                                            # .deps/mpi/*.deb (Open MPI, ~5 MB)
 #   source scripts/device_deps.sh use        # there: unpack what the machine lacks and export
 #                                            # NB_MAKE_FLAGS for make (BLAS_DIR, BLAS_INC, MPI_INC,
-#                                            # MPI_LIBDIR) and LD_LIBRARY_PATH; for Open MPI also
+#                                            # MPI_LIBDIR, NCCL_HOME) and LD_LIBRARY_PATH; for Open MPI also
 #                                            # PATH (mpirun), OPAL_PREFIX and a few OMPI_MCA_ settings
 # Each library is taken from the machine when it has it, from .deps otherwise.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,6 +60,12 @@ use)
         export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
     if ! mpicc --showme:compile >/dev/null 2>&1; then use_mpi || return 1; fi
+    # NCCL: the CUDA toolkit's, else the one PyTorch brings (the nvidia-nccl wheel)
+    if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
+        for d in $(python3 -c 'import nvidia.nccl as m; print(*m.__path__)' 2>/dev/null); do
+            [ -f "$d/include/nccl.h" ] && { NB_MAKE_FLAGS="$NB_MAKE_FLAGS NCCL_HOME=$d"; break; }
+        done
+    fi
     ;;
 *)
     echo "usage: bash scripts/device_deps.sh fetch | source scripts/device_deps.sh use" >&2

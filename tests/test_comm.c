@@ -464,12 +464,13 @@ static void misbehave(const char *mode, int fail_rank, double timeout) {
     free(buf);
 }
 
-/* ---- benchmark: all-reduce of MB megabytes of fp32 ---- */
+/* ---- benchmark: all-reduce of MB megabytes of fp32 (GPU memory with --gpu) ---- */
 
 static void bench(double mb) {
     size_t n = (size_t)(mb * 1e6 / 4);
-    float *buf = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 1000);
+    float *h = malloc(n * 4), *buf = dev_alloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000);
+    up(buf, h, n * 4);
     nb_mark_wait_host(nb_comm_all_reduce(E.c, buf, buf, n, NB_COMM_F32, NULL)); /* warm-up */
     const int reps = 5;
     nb_comm_barrier_host();
@@ -484,7 +485,8 @@ static void bench(double mb) {
     for (int k = 0; k < small_reps; k++) nb_mark_wait_host(nb_comm_all_reduce(E.c, buf, buf, 1024, NB_COMM_F32, NULL));
     nb_comm_printf0("bench: all-reduce of 4 KB: %.1f us each (enqueue, run on the comm lane, wait)\n",
                     (nb_now() - t0) / small_reps * 1e6);
-    free(buf);
+    dev_free(buf);
+    free(h);
 }
 
 /* ---- GPU: nccl (any world size) and host (ranks may share one GPU) ---- */
