@@ -43,9 +43,9 @@ expect_job() {
     pass "$name: exit $rc in ${dt}s: $(grep -Em1 "$pat" "$TMP/$name.out" | cut -c1-150)"
 }
 
-# Stall: rank 2 sleeps far past the 3 s timeout; the others name it and the job is aborted.
-expect_job stall 20 "rank [013]: no data from rank 2 within 3 s in all-reduce.*--comm-timeout.*rank 2 died or stalled" \
-    4 --fail stall --fail-rank 2 --timeout 3
+# Stall: rank 2 sleeps far past the 5 s timeout; the others name it and the job is aborted.
+expect_job stall 25 "rank [013]: no data from rank 2 within 5 s in all-reduce.*--comm-timeout.*rank 2 died or stalled" \
+    4 --fail stall --fail-rank 2 --timeout 5
 # Killed (SIGKILL mid-run): mpirun kills the others and names the lost rank (we never see it die).
 expect_job kill 20 "process rank 1 .*exited on signal 9" 2 --fail kill --fail-rank 1 --timeout 10
 # Killed, and mpirun told to let the others run on (as srun does without --kill-on-bad-exit): our
