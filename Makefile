@@ -16,6 +16,22 @@ BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I$(BLAS_INC)
 LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -lpthread -fopenmp
 
+comma := ,
+# MPI (required for more than one rank; Debian: libopenmpi-dev, installed by scripts/setup.sh).
+# Found through mpicc; MPI_INC / MPI_LIBDIR point elsewhere (scripts/device_deps.sh does);
+# NB_MPI=0 builds without it (one rank only; several ranks then fail with a hint).
+ifeq ($(origin MPI_INC),undefined)
+  MPI_INC := $(patsubst -I%,%,$(filter -I%,$(shell mpicc --showme:compile 2>/dev/null)))
+endif
+ifeq ($(origin MPI_LIBDIR),undefined)
+  MPI_LIBDIR := $(patsubst -L%,%,$(filter -L%,$(shell mpicc --showme:link 2>/dev/null)))
+endif
+NB_MPI ?= $(if $(wildcard $(addsuffix /mpi.h,$(MPI_INC))),1,0)
+ifeq ($(NB_MPI),1)
+  CFLAGS += -DNB_WITH_MPI $(addprefix -I,$(MPI_INC))
+  LDLIBS += $(addprefix -L,$(MPI_LIBDIR)) $(addprefix -Wl$(comma)-rpath$(comma),$(MPI_LIBDIR)) -lmpi
+endif
+
 CUDA_HOME ?= /usr/local/cuda
 NB_CUDA   ?= $(if $(shell which $(NVCC) 2>/dev/null),1,0)
 CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a
@@ -26,9 +42,19 @@ LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CU_SRC   := $(sort $(wildcard src/*/*.cu))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+# NCCL (GPU collectives, --comm nccl): where nccl.h is, CUDA_HOME by default; NCCL_HOME=DIR
+# for another (e.g. the nvidia-nccl Python wheel's nvidia/nccl folder, which has lib/libnccl.so.2).
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL_LIB ?= $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCCL_HOME)/lib/libnccl.so*))
+NB_NCCL ?= $(if $(and $(wildcard $(NCCL_HOME)/include/nccl.h),$(NCCL_LIB)),1,0)
 ifeq ($(NB_CUDA),1)
   CFLAGS  += -DNB_WITH_CUDA -I$(CUDA_HOME)/include
   LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  ifeq ($(NB_NCCL),1)
+    NCCL_DIR := $(dir $(NCCL_LIB))
+    CFLAGS += -DNB_WITH_NCCL -I$(NCCL_HOME)/include
+    LDLIBS += -L$(NCCL_DIR) -Wl,-rpath,$(NCCL_DIR) $(if $(wildcard $(NCCL_DIR)libnccl.so),-lnccl,-l:$(notdir $(NCCL_LIB)))
+  endif
   ALL_OBJ := $(LIB_OBJ) $(CU_OBJ)
 else
   ALL_OBJ := $(LIB_OBJ)

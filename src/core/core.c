@@ -2,12 +2,16 @@
 #include "core.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 int nb_verbosity = 1;
+
+static _Atomic(nb_fail_hook_fn) fail_hook;
+void nb_set_fail_hook(nb_fail_hook_fn fn) { atomic_store(&fail_hook, fn); }
 
 void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, ...) {
     char msg[1024];
@@ -21,6 +25,9 @@ void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, .
     else
         fprintf(stderr, "nobubble: error: %s [%s:%d]\n", msg, file, line);
     fflush(stderr);
+    /* exchange: two threads failing at once run the hook once, and a hook that fails ends here */
+    nb_fail_hook_fn hook = atomic_exchange(&fail_hook, (nb_fail_hook_fn)NULL);
+    if (hook) hook();
     exit(1);
 }
 

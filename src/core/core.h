@@ -26,6 +26,11 @@ extern "C" {
 NB_NORETURN void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, ...)
     NB_PRINTF(4, 5);
 #define nb_fail(hint, ...) nb_fail_at(__FILE__, __LINE__, (hint), __VA_ARGS__)
+/* Called once by nb_fail_at after its message is printed and before exit(1), from whichever thread
+ * failed (the first failure only): comm/ sets it to abort the whole MPI job, so that no other rank
+ * waits for this one. Keep it short; it must not call nb_fail. NULL removes it. */
+typedef void (*nb_fail_hook_fn)(void);
+void nb_set_fail_hook(nb_fail_hook_fn fn);
 
 /* Check a condition that user input can break. */
 #define NB_CHECK(cond, hint, ...)                                                                  \
