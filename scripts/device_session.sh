@@ -3,7 +3,8 @@
 # each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
 # (the device tool returns at most 8 files).
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
-# Stages: gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
+# Stages: builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
+#   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
 #   and tests/comm_test.sh), ctr_ops_bench, adamw_bench, host_info (CPU and NUMA layout),
 #   stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality. The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
@@ -33,6 +34,10 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         comm_gpu) build && { M="mpirun -np 2 --oversubscribe --allow-run-as-root"; T=$NB_BUILD/tests/test_comm
             $T --gpu nccl && $T --gpu host && $M $T --gpu host && $M $T --gpu auto && $M $T --gpu host --bench 100 \
                 && { $M $T --gpu nccl 2>&1 | grep "share a GPU"; } && NB_BUILD=$NB_BUILD bash tests/comm_test.sh; } ;;
+        builds) { mkdir -p /tmp/before && tar xzf .before/src.tgz -C /tmp/before \
+                    && make -C /tmp/before -j"$(nproc)" BUILD=build $NB_MAKE_FLAGS build/nobubble > "$R/build-before.log" 2>&1; } &
+                build; b=$?; wait $! || { echo "before build failed"; tail -5 "$R/build-before.log"; }; return $b ;;
+        ab) build && OUT=$R/ab bash bench/engine_ab.sh /tmp/before/build/nobubble "$NB_BUILD/nobubble" ${AB_ROWS:-} ;;
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;

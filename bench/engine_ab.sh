@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Two nobubble builds on the same GPU, the same configurations, in one call, alternating
+# (A B A B) so that clock and thermal drift hit both alike: a refactor's before/after.
+#   bash bench/engine_ab.sh A_BIN B_BIN [ROWS]
+#     ROWS: comma list of gpt2,seqctr,stream1b (default all)
+# Rows (the configurations of bench/RESULTS.md's tables):
+#   gpt2      gpt2 124M, 32 x 1024, --graphs, bf16, a random-token shard: p90 and median ms/step
+#   seqctr    seqctr B=4096, synth:cap=1000000,max_len=256, E 64, 1M-row tables: p90 samples/s
+#   stream1b  llama-1b, 32 x 2048, --schedule stream --ckpt-interval 1 --keep-layers -1: p90 tokens/s
+# Prints one table (A, B, B/A per row and repeat) and writes it to $OUT/ab.md.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+A=${1:?usage: bench/engine_ab.sh A_BIN B_BIN [ROWS]} B=${2:?usage: bench/engine_ab.sh A_BIN B_BIN [ROWS]}
+ROWS=${3:-gpt2,seqctr,stream1b}
+REPEATS=${REPEATS:-2}
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT" || exit 1
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+SHARD=$TMP/tokens.bin
+python3 bench/torch_anchor.py --make-shard "$SHARD" --tokens 2000000 --seed 1337 >/dev/null || exit 1
+
+# run BIN ROW DIR: one training run; prints "p90 median unit" from its summary
+run() {
+    local bin=$1 row=$2 dir=$3 log=$3.log
+    case $row in
+    gpt2) "$bin" train --model gpt2 --batch 32 --seq 1024 --steps 30 --device cuda --graphs --data "$SHARD" --val-data none \
+              --eval-every 0 --no-ckpt --no-progress --out "$dir" >"$log" 2>&1 || { echo "failed: $(tail -1 "$log")"; return; }
+          sed -n 's/^throughput  p90 [0-9]* tokens\/s (\([0-9.]*\) ms), median [0-9]* tokens\/s (\([0-9.]*\) ms).*/\1 \2 ms/p' "$log" ;;
+    seqctr) "$bin" train --model seqctr --device cuda --data synth:cap=1000000,max_len=256 --emb-dim 64 --max-len 256 \
+              --table-cap 1000000 --batch 4096 --steps 40 --eval-samples 4096 --no-ckpt --out "$dir" >"$log" 2>&1 \
+              || { echo "failed: $(tail -1 "$log")"; return; }
+          sed -n 's/^throughput steps=[0-9]* warmup=[0-9]* p90_samples_per_s=\([0-9]*\) median_samples_per_s=\([0-9]*\).*/\1 \2 samples\/s/p' "$log" ;;
+    stream1b) "$bin" train --model llama-1b --batch 32 --seq 2048 --steps 10 --device cuda --schedule stream --ckpt-interval 1 \
+              --keep-layers -1 --data "$SHARD" --val-data none --eval-every 0 --no-ckpt --no-progress --out "$dir" >"$log" 2>&1 \
+              || { echo "failed: $(tail -1 "$log")"; return; }
+          sed -n 's/^throughput  p90 \([0-9]*\) tokens\/s ([0-9.]* ms), median \([0-9]*\) tokens\/s.*/\1 \2 tokens\/s/p' "$log" ;;
+    esac
+}
+
+{
+    echo "| row | repeat | A p90 | B p90 | B/A (p90) | A median | B median | unit |"
+    echo "|---|---|---|---|---|---|---|---|"
+} > "$OUT/ab.md"
+for row in ${ROWS//,/ }; do
+    for k in $(seq 1 "$REPEATS"); do
+        ra=$(run "$A" "$row" "$TMP/a-$row-$k"); rb=$(run "$B" "$row" "$TMP/b-$row-$k")
+        cp "$TMP/a-$row-$k.log" "$OUT/a-$row-$k.log"; cp "$TMP/b-$row-$k.log" "$OUT/b-$row-$k.log"
+        set -- $ra; ap=${1:-?} am=${2:-?} unit=${3:-?}
+        set -- $rb; bp=${1:-?} bm=${2:-?}
+        ratio=$(awk -v a="$ap" -v b="$bp" -v u="$unit" 'BEGIN {if (a+0 > 0 && b+0 > 0) printf "%.3f", (u == "ms") ? a / b : b / a; else print "?"}')
+        echo "| $row | $k | $ap | $bp | $ratio | $am | $bm | $unit |" >> "$OUT/ab.md"
+        echo "$row #$k: A $ra | B $rb | B/A speed $ratio"
+    done
+done
+echo
+cat "$OUT/ab.md"
