@@ -87,7 +87,7 @@ def fail(msg, hint):
 
 def throughput(B, ms):
     """The two numbers every implementation reports, from its timed step times in ms (nearest
-    rank, as src/sched/ctr_trainer.c's print_throughput)."""
+    rank, as src/run/sc_family.c's summary and src/run/step_stats.c)."""
     s = sorted(ms)
     p90, med = s[math.ceil(0.9 * len(s)) - 1], s[len(s) // 2]
     return dict(p90_samples_per_s=round(B / (p90 / 1e3), 1), median_samples_per_s=round(B / (med / 1e3), 1),

@@ -165,7 +165,7 @@ if rec is None:   # no result line: killed (the OOM killer: exit 137) or crashed
 elif rec.get("status") not in ("ok", "nonfinite loss"):
     print(f"{head} | {clean(rec.get('status'))}" + (f": {clean(rec['error'])}" if rec.get("error") else "") + " | | | | | |")
 else:
-    # the trainer's rules (print_p90, src/sched/trainer.c): sorted step times t, median t[n/2],
+    # the trainer's rules (print_p90, src/run/run.c): sorted step times t, median t[n/2],
     # p90 t[ceil(0.9 n) - 1]; FLOPs per token: the same formula as the trainer's
     t = sorted(rec["step_ms"])
     n = len(t)

@@ -19,7 +19,7 @@
 #include "check.h"
 #include "core.h"
 #include "lanes/lanes.h"
-#include "lanes/lanes_internal.h"
+#include "lanes/lanes.h"
 
 static atomic_int task_failures;
 

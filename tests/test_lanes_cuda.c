@@ -32,7 +32,7 @@ int main(void) {
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes_cuda_testkern.h"
-#include "lanes/lanes_internal.h"
+#include "lanes/lanes.h"
 
 static int cu_ok(cudaError_t e, const char *call) {
     if (e != cudaSuccess) fprintf(stderr, "  %s: %s\n", call, cudaGetErrorString(e));

@@ -80,10 +80,14 @@ static void cuda_download(void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 static void cuda_sync(nb_ctx ctx) { CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)ctx->stream)); }
+/* the ops find their cuBLASLt handle through ctx->backend: one instance of GPU 0 */
 static void cuda_ctx_init(nb_task_ctx *ctx) {
+    static nb_backend *inst;
+    if (!inst) inst = nb_backend_create("cuda", "fp32");
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     ctx->stream = s;
+    ctx->backend = inst;
 }
 static int cuda_available(void) { return nb_cuda_device_count(NULL, 0) > 0; }
 #endif

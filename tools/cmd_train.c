@@ -190,8 +190,6 @@ int nb_cmd_train(int argc, char **argv) {
         /* a resumed run keeps its work where it was: the run directory it came from */
         if (!nb_args_seen(args, nargs, "out")) run_dir_of(ckpt_dir, o.out, sizeof o.out);
     }
-    if (!strcmp(o.schedule, "erase") && !o.detach[0])
-        fprintf(stderr, "note: --schedule erase without --detach: one segment, nothing to overlap\n");
     if (!seqctr) {
         static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
         NB_CHECK(file_exists(o.data), fetch_hint, "training data '%s' not found", o.data);

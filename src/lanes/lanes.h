@@ -149,6 +149,12 @@ typedef struct nb_span {
 size_t nb_lanes_spans(nb_lanes *L, const nb_span **out);
 size_t nb_lanes_spans_dropped(nb_lanes *L);
 void nb_lanes_trace_clear(nb_lanes *L);
+/* Record one span of lane `lane` (index): for device backends that time work themselves, and
+ * for tests of the statistics. */
+void nb_lanes_record_span(nb_lanes *L, const char *name, int lane, nb_span_kind kind, int step, double t0, double t1);
+/* CUDA events created so far by a "cuda" runtime (marks, timing, anchors, graph placeholders; 0
+ * on the CPU): lets tests check that steady-state marks and spans reuse pooled events. */
+size_t nb_lanes_cuda_events_created(nb_lanes *L);
 /* Chrome trace JSON (open in Perfetto or chrome://tracing): one row (tid) per lane. */
 void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path);
 

@@ -758,6 +758,12 @@ void nb_graph_destroy(nb_graph *g) {
 nb_trace *nb_lanes_trace(nb_lanes *L) { return &L->trace; }
 void *nb_lanes_device_state(const nb_lanes *L) { return L->dev_state; }
 void nb_lanes_bind(nb_lanes *L, const void *backend) { L->backend = backend; }
+#ifndef NB_WITH_CUDA
+size_t nb_lanes_cuda_events_created(nb_lanes *L) {
+    (void)L;
+    return 0; /* no CUDA in this build */
+}
+#endif
 const void *nb_lanes_backend(const nb_lanes *L) { return L->backend; }
 nb_lanes *nb_lane_owner(const nb_lane *lane) { return lane->L; }
 nb_lane_kind nb_lane_get_kind(const nb_lane *lane) { return lane->kind; }

@@ -30,9 +30,6 @@ void nb_trace_record(nb_trace *t, const nb_span *s);
 
 /* The runtime's span store, so a device backend can add spans it timed with events. */
 nb_trace *nb_lanes_trace(nb_lanes *L);
-/* Convenience for device backends and tests: record one span of lane `lane` (index). */
-void nb_lanes_record_span(nb_lanes *L, const char *name, int lane, nb_span_kind kind, int step,
-                          double t0, double t1);
 
 /* ---- device lanes hook ----
  * With backend "cuda", lanes of kind NB_LANE_DEVICE are driven through this table; HOST lanes
@@ -77,9 +74,6 @@ typedef struct nb_lanes_device_i {
 #ifdef NB_WITH_CUDA
 /* Defined by lanes_cuda.c (referenced strongly from lanes_cpu.c, so it is always linked in). */
 const nb_lanes_device_i *nb_lanes_cuda_device(void);
-/* CUDA events created so far by a "cuda" runtime (marks, timing, anchors, graph placeholders):
- * lets tests check that steady-state marks and spans reuse pooled events. */
-size_t nb_lanes_cuda_events_created(nb_lanes *L);
 #endif
 
 /* The backend instance of nb_lanes_bind (NULL before). */

@@ -237,15 +237,15 @@ void nb_run_evaluate(nb_run *r, nb_eval *ev) {
 /* ---------------------------------------------------------------- the run directory */
 
 static void draw_loss_svg(const nb_run *r) {
-    char path[NB_PATH_MAX + 16], title[128];
+    char path[NB_PATH_MAX + 16], title[128], ylabel[32];
     snprintf(path, sizeof path, "%s/loss.svg", r->o.out);
-    int ctr = !strcmp(r->fam->name, "seqctr");
     nb_svg_series s[2] = {
         {"train loss", "#1f77b4", (int)r->train_hist.n, r->train_hist.step, r->train_hist.loss},
-        {ctr ? "held-out loss" : "validation loss", "#d62728", (int)r->val_hist.n, r->val_hist.step, r->val_hist.loss},
+        {r->fam->held_out, "#d62728", (int)r->val_hist.n, r->val_hist.step, r->val_hist.loss},
     };
-    snprintf(title, sizeof title, "nobubble: %s", ctr ? "seqctr" : r->o.model.preset);
-    nb_svg_line_plot(path, title, "step", ctr ? "loss (BCE)" : "loss (nats)", s, r->val_hist.n ? 2 : 1);
+    snprintf(title, sizeof title, "nobubble: %s", r->fam->model_name(&r->o));
+    snprintf(ylabel, sizeof ylabel, "loss (%s)", r->fam->loss_unit);
+    nb_svg_line_plot(path, title, "step", ylabel, s, r->val_hist.n ? 2 : 1);
 }
 
 /* Keep only the metrics lines of steps before `step` (a resumed run rewrites what follows). */
@@ -300,11 +300,11 @@ static void write_timeline(nb_run *r, int step) {
     char path[NB_PATH_MAX + 32], title[600];
     nb_lanes_sync(r->lanes);
     snprintf(path, sizeof path, "%s/timeline.svg", r->o.out);
-    const char *model = !strcmp(r->fam->name, "seqctr") ? "seqctr" : r->o.model.preset;
-    snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s%s, batch %d%s, %s", model, step, r->o.schedule,
-             r->o.detach[0] ? ", --detach " : "", r->o.detach,
-             strcmp(r->o.schedule, "erase") ? "" : (!strcmp(r->o.erase_dispatch, "async") ? " (async)" : " (blocking)"),
-             r->o.batch, "", r->o.device);
+    const char *model = r->fam->model_name(&r->o);
+    char how[128] = "";
+    if (r->sched->describe) r->sched->describe(r, how, sizeof how);
+    snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s%s, batch %d, %s", model, step, r->o.schedule, how,
+             r->o.detach[0] ? ", --detach " : "", r->o.detach, r->o.batch, r->backend->desc);
     nb_timeline_write(r->lanes, step, path, title);
 }
 
@@ -489,12 +489,11 @@ void nb_run_train(nb_run *r) {
     double wall = nb_now() - run_t0, units = r->fam->per_step(r);
     if (end > first) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
-        if (r->last_eval.done && !strcmp(r->fam->unit, "tokens"))
-            fprintf(stderr, ", final validation loss %.4f", r->last_eval.loss);
+        if (r->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->last_eval.loss);
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);
-    if (o->graphs && nb_verbosity > 0)
+    if (o->graphs)
         fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed\n", r->ngraphs, r->replays,
                 end - first);
     if (r->fam->summary) r->fam->summary(r, end - first);

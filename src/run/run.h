@@ -82,6 +82,8 @@ void nb_ckpt_list_free(nb_ckpt_list *l);
 typedef struct nb_family_i {
     const char *name; /* "transformer", "seqctr" (state.json's "family") */
     const char *unit; /* what a step trains on, per second: "tokens" or "samples" */
+    const char *loss_unit, *held_out; /* loss.svg: "nats" / "BCE"; "validation loss" / "held-out loss" */
+    const char *(*model_name)(const nb_train_opts *o); /* "gpt2-mini", "seqctr" (titles) */
     /* options of this family (flags or state.json), before anything is built */
     void (*check)(nb_train_opts *o);
     /* model, memory (the schedule's plan, or the family's resident one), work items */

@@ -489,9 +489,17 @@ int nb_sc_export(nb_run *r, const char *path) {
  * replays a graph by running its tasks, which read each batch's sizes: one graph. */
 static int sc_graph_key(nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : nb_sc_prepared_rows(&T(r)->m); }
 
+static const char *sc_model_name(const nb_train_opts *o) {
+    (void)o;
+    return "seqctr";
+}
+
 const nb_family_i nb_family_seqctr = {
     .name = "seqctr",
     .unit = "samples",
+    .loss_unit = "BCE",
+    .held_out = "held-out loss",
+    .model_name = sc_model_name,
     .check = sc_check,
     .init = sc_init,
     .start = sc_start,

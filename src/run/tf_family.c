@@ -560,9 +560,14 @@ static int tf_graph_key(nb_run *r) {
     return 0; /* one shape for every step */
 }
 
+static const char *tf_model_name(const nb_train_opts *o) { return o->model.preset; }
+
 const nb_family_i nb_family_transformer = {
     .name = "transformer",
     .unit = "tokens",
+    .loss_unit = "nats",
+    .held_out = "validation loss",
+    .model_name = tf_model_name,
     .check = tf_check,
     .init = tf_init,
     .start = tf_start,

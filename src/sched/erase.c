@@ -47,6 +47,7 @@ static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
 }
 
 static void erase_init(nb_run *r) {
+    if (r->items.nseg == 1) fprintf(stderr, "note: --schedule erase without --detach: one segment, nothing to overlap\n");
     erase_state *st = nb_calloc(1, sizeof *st, "the erase schedule");
     r->ss = st;
     st->nside = r->o.side_lanes;
@@ -102,6 +103,10 @@ static void erase_check(const nb_train_opts *o) {
              "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured");
 }
 
+static void erase_describe(const nb_run *r, char *buf, size_t cap) {
+    snprintf(buf, cap, " (%s dispatch, %d side lane%s)", r->o.erase_dispatch, r->o.side_lanes, r->o.side_lanes == 1 ? "" : "s");
+}
+
 static void erase_free(nb_run *r) {
     free(r->ss);
     r->ss = NULL;
@@ -114,6 +119,7 @@ const nb_sched_i nb_sched_erase = {
     .init = erase_init,
     .step = erase_step,
     .free = erase_free,
+    .describe = erase_describe,
     .settles = 1,
     .graphs = 1,
 };

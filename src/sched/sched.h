@@ -32,6 +32,8 @@ typedef struct nb_sched_i {
     /* waits until all of its work in flight is done (before the host reads the model state) */
     void (*drain)(nb_run *r);
     void (*report)(nb_run *r); /* end-of-run lines (NULL: none) */
+    /* how it runs, for titles (" (async dispatch)"); NULL: nothing to add */
+    void (*describe)(const nb_run *r, char *buf, size_t cap);
     void (*free)(nb_run *r);
     /* 1: the mark step() returns covers every lane's work of the step (so the run may sync all
      * lanes after it for the trace at no cost); 0: work of the step goes on after it */
