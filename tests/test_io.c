@@ -643,6 +643,10 @@ TEST_CASE(st_corrupt_files) {
     write_st(p, "{\"t\":[1]}", 0);
     EXPECT_FAIL(open_st, p, "tensor 't' must be an object", NULL);
     EXPECT_FAIL(open_st, tpath("missing.safetensors"), "cannot open", "missing.safetensors");
+    /* a FIFO used to block in open(): now refused at once (the child would hang otherwise) */
+    CHECK(mkfifo(tpath("fifo.safetensors"), 0600) == 0, "mkfifo");
+    EXPECT_FAIL(open_st, tpath("fifo.safetensors"), "fifo.safetensors' is a FIFO (named pipe), not a regular file", NULL);
+    EXPECT_FAIL(open_st, "/dev/zero", "'/dev/zero' is a character device", NULL);
 
     /* a real file with its last bytes cut off */
     float v[6] = {1, 2, 3, 4, 5, 6};

@@ -5,27 +5,16 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Files and hashing                                                                           */
 
+#define TOK_FILE_MAX ((size_t)64 << 20) /* GPT-2's files are 1.0 MB and 0.5 MB */
+
 static char *read_whole_file(const char *path, size_t *len_out, const char *hint) {
-    FILE *f = nb_fopen(path, "rb", hint);
-    struct stat st;
-    NB_CHECK(fstat(fileno(f), &st) == 0, hint, "cannot stat '%s': %s", path, strerror(errno));
-    NB_CHECK(S_ISREG(st.st_mode), hint, "'%s' is not a regular file", path);
-    size_t size = (size_t)st.st_size;
-    char *buf = nb_malloc(size + 1, path);
-    size_t got = fread(buf, 1, size, f);
-    NB_CHECK(got == size && !ferror(f), hint, "cannot read '%s': got %zu of %zu bytes", path, got,
-             size);
-    fclose(f);
-    buf[size] = 0;
-    *len_out = size;
-    return buf;
+    return nb_read_file(path, TOK_FILE_MAX, len_out, hint);
 }
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {

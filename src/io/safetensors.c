@@ -375,12 +375,7 @@ static void parse_header(nb_st_file *f, uint64_t hlen) {
 nb_st_file *nb_st_open(const char *path) {
     nb_st_file *f = nb_calloc(1, sizeof *f, "safetensors file");
     f->path = xstrdup(path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    NB_CHECK(f->fd >= 0, "check the path", "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    NB_CHECK(fstat(f->fd, &st) == 0, "check the path", "cannot inspect '%s': %s", path, strerror(errno));
-    NB_CHECK(S_ISREG(st.st_mode), "pass a .safetensors file", "'%s' is not a regular file", path);
-    f->size = (size_t)st.st_size;
+    f->fd = nb_open_input(path, "check the path", &f->size);
     NB_CHECK(f->size >= 8, CORRUPT_HINT, "'%s' is %zu bytes long; a safetensors file has at least 8", path, f->size);
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
     NB_CHECK(m != MAP_FAILED, "free some address space or memory", "cannot map '%s': %s", path, strerror(errno));

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 14 (reliability), the parts outside the training loop: every case ends in one clear error
+# line (or the documented note) within seconds, never a hang, a crash or a silent success.
+#  - inputs must be regular files: a FIFO as --data or as a tokenize input, /dev/zero behind a
+#    checkpoint's state.json (each under `timeout`, so a regression fails instead of hanging);
+source "$(dirname "$0")/lib.sh"
+need_sotu
+T=(train --model gpt2-tiny --batch 2 --steps 2 --no-progress --val-data none --quiet)
+
+# within SECONDS: expect_error under a timeout (exit 124 from timeout fails expect_error)
+quick_error() {
+    local name=$1 pat=$2; shift 2
+    expect_error "$name" "$pat" timeout 10 "$@"
+}
+
+mkfifo "$TMP/fifo"
+quick_error "FIFO as --data" "fifo' is a FIFO (named pipe), not a regular file" $NB "${T[@]}" --data "$TMP/fifo"
+quick_error "FIFO as a tokenize input" "fifo' is a FIFO" $NB tokenize --tokenizer "$ROOT/data/gpt2" --out "$TMP/t.bin" "$TMP/fifo"
+$NB "${T[@]}" --data "$TRAIN" --out "$TMP/run" || fail "reference run"
+cp -r "$TMP/run" "$TMP/zero"; rm "$TMP/zero/ckpt/state.json"; ln -s /dev/zero "$TMP/zero/ckpt/state.json"
+quick_error "/dev/zero as state.json" "state.json' is a character device" $NB train --resume "$TMP/zero" --steps 4
+finish
