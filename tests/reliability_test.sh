@@ -3,6 +3,7 @@
 # line (or the documented note) within seconds, never a hang, a crash or a silent success.
 #  - inputs must be regular files: a FIFO as --data or as a tokenize input, /dev/zero behind a
 #    checkpoint's state.json (each under `timeout`, so a regression fails instead of hanging);
+#  - a checkpoint's data_pos outside the shard (-1 wrapped around the loader's bounds check);
 source "$(dirname "$0")/lib.sh"
 need_sotu
 T=(train --model gpt2-tiny --batch 2 --steps 2 --no-progress --val-data none --quiet)
@@ -19,4 +20,8 @@ quick_error "FIFO as a tokenize input" "fifo' is a FIFO" $NB tokenize --tokenize
 $NB "${T[@]}" --data "$TRAIN" --out "$TMP/run" || fail "reference run"
 cp -r "$TMP/run" "$TMP/zero"; rm "$TMP/zero/ckpt/state.json"; ln -s /dev/zero "$TMP/zero/ckpt/state.json"
 quick_error "/dev/zero as state.json" "state.json' is a character device" $NB train --resume "$TMP/zero" --steps 4
+cp -r "$TMP/run" "$TMP/pos"; sed -i 's/"data_pos": *[0-9]*/"data_pos": -1/' "$TMP/pos/ckpt/state.json"
+grep -q '"data_pos": -1' "$TMP/pos/ckpt/state.json" || fail "could not set data_pos in state.json"
+quick_error "data_pos -1 in state.json" "data position 18446744073709551615 (-1 as a signed number) is not a batch start in shard '$TRAIN'" \
+    $NB train --resume "$TMP/pos" --steps 4
 finish
