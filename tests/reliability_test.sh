@@ -4,6 +4,8 @@
 #  - inputs must be regular files: a FIFO as --data or as a tokenize input, /dev/zero behind a
 #    checkpoint's state.json (each under `timeout`, so a regression fails instead of hanging);
 #  - a checkpoint's data_pos outside the shard (-1 wrapped around the loader's bounds check);
+#  - tokenize of an empty file is an error (it wrote a 0-token shard and exited 0), and a good
+#    file next to it does not change that;
 #  - tokenize of a 2 MB run of letters without a space takes seconds (the merge loop was
 #    quadratic: 79 s for 1 MB; tests/test_tokenizer checks the ids against that loop);
 source "$(dirname "$0")/lib.sh"
@@ -26,6 +28,10 @@ cp -r "$TMP/run" "$TMP/pos"; sed -i 's/"data_pos": *[0-9]*/"data_pos": -1/' "$TM
 grep -q '"data_pos": -1' "$TMP/pos/ckpt/state.json" || fail "could not set data_pos in state.json"
 quick_error "data_pos -1 in state.json" "data position 18446744073709551615 (-1 as a signed number) is not a batch start in shard '$TRAIN'" \
     $NB train --resume "$TMP/pos" --steps 4
+: > "$TMP/empty.txt"; echo "some text" > "$TMP/some.txt"
+quick_error "tokenize of an empty file" "empty.txt' is empty; nothing to tokenize" \
+    $NB tokenize --tokenizer "$ROOT/data/gpt2" --out "$TMP/e.bin" "$TMP/some.txt" "$TMP/empty.txt"
+[ ! -e "$TMP/e.bin" ] && pass "no shard written for an empty input" || fail "a shard was written for an empty input"
 tr -dc 'a-z' < /dev/urandom | head -c 2097152 > "$TMP/word.txt"
 t0=$(date +%s%N)
 timeout 60 $NB tokenize --tokenizer "$ROOT/data/gpt2" --out "$TMP/word.bin" "$TMP/word.txt" > "$TMP/tok.out" 2>&1
