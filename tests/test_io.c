@@ -211,7 +211,7 @@ TEST_CASE(json_parse_values) {
     const char *text = " {\"a\": [1, -0, 1e3, 2.5, 9223372036854775807, 18446744073709551615, -12],\n"
                        "  \"s\": \"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\u0041\",\n"
                        "  \"t\": true, \"f\": false, \"n\": null, \"e\": {}, \"ea\": [],\n"
-                       "  \"py\": [NaN, Infinity, -Infinity], \"dup\": 1, \"dup\": 2,\n"
+                       "  \"py\": [NaN, Infinity, -Infinity],\n"
                        "  \"z\": \"a\\u0000b\" }  \n";
     char err[256] = "";
     nb_json *j = nb_json_parse(text, strlen(text), "v.json", err, sizeof err);
@@ -241,7 +241,6 @@ TEST_CASE(json_parse_values) {
     const nb_json *py = nb_json_get(j, "py");
     CHECK(py && py->len == 3 && isnan(py->items[0].num) && py->items[1].num == INFINITY &&
           py->items[2].num == -INFINITY, "Python's NaN/Infinity");
-    CHECK(nb_json_get_int(j, "dup", 0) == 2, "duplicate key: last wins");
     const nb_json *z = nb_json_get(j, "z");
     CHECK(z && z->len == 3 && !memcmp(z->str, "a\0b", 3), "\\u0000 kept with exact length");
     const nb_json *sv = nb_json_get(j, "s");
@@ -272,9 +271,16 @@ TEST_CASE(json_round_trip_strings) {
 }
 
 TEST_CASE(json_parse_errors) {
-    char deep[700];
+    char deep[700], deep65[140], big_dup[2048];
     memset(deep, '[', 600);
     deep[600] = '\0';
+    memset(deep65, '[', 65);
+    memset(deep65 + 65, ']', 65);
+    deep65[130] = '\0';
+    /* more than 16 members: the sorted check */
+    size_t o = (size_t)snprintf(big_dup, sizeof big_dup, "{");
+    for (int i = 0; i < 40; i++) o += (size_t)snprintf(big_dup + o, sizeof big_dup - o, "\"k%d\": %d, ", i, i);
+    snprintf(big_dup + o, sizeof big_dup - o, "\"k7\": 0}");
     struct {
         const char *text, *where, *msg;
     } cases[] = {
@@ -298,6 +304,12 @@ TEST_CASE(json_parse_errors) {
         {"1e999", "e.json:1:1:", "out of range"},
         {"{\"a\" 1}", "e.json:1:6:", "expected ':'"},
         {deep, "e.json:1:", "nesting deeper"},
+        {deep65, "e.json:1:65:", "nesting deeper than 64 levels"},
+        /* duplicate keys: Python keeps the last silently; here they are an error at the second */
+        {"{\"a\": 1, \"b\": 2, \"a\": 3}", "e.json:1:23:", "duplicate key 'a' (first at line 1, column 7)"},
+        {"{\"o\": {\"x\": [], \"y\": 0,\n \"x\": null}}", "e.json:2:7:", "duplicate key 'x' (first at line 1, column 13)"},
+        {"{\"k\\u0000a\": 1, \"k\\u0000b\": 2}", "e.json:1:", "duplicate key 'k'"}, /* one key to strcmp lookups */
+        {big_dup, "e.json:1:", "duplicate key 'k7' (first at line 1, column "},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";
@@ -307,6 +319,16 @@ TEST_CASE(json_parse_errors) {
               err, cases[i].where, cases[i].msg);
         nb_json_free(j);
     }
+    /* 64 levels parse; a document over NB_JSON_MAX_BYTES is refused before a byte is read */
+    char *deep64 = deep65 + 1;
+    deep64[128] = '\0';
+    nb_json *ok64 = nb_json_parse(deep64, 128, "e.json", NULL, 0);
+    CHECK(ok64, "64 levels of nesting");
+    nb_json_free(ok64);
+    char err[256] = "";
+    CHECK(!nb_json_parse("{}", NB_JSON_MAX_BYTES + 1, "e.json", err, sizeof err) &&
+              strstr(err, "e.json:1:1: the document is 64.00 MiB, more than the 64.00 MiB a JSON input may be"),
+          "size cap: %s", err);
     /* the length is honoured: text past len is not read */
     nb_json *j = nb_json_parse("[1]garbage", 3, "e.json", NULL, 0);
     CHECK(j && j->len == 1, "explicit length");
@@ -344,6 +366,13 @@ TEST_CASE(json_getter_failures) {
     EXPECT_FAIL(req_wrong_container, NULL, "'o' must be an array, found an object", NULL);
     EXPECT_FAIL(parse_bad, "{\"step\": 3,\n\"loss\": }", "invalid JSON: state.json:2:9:", "expected a value");
     EXPECT_FAIL(load_missing, tpath("no_such.json"), "cannot open", "no_such.json");
+    /* a file over the cap is refused from its size, before it is read (sparse: costs nothing) */
+    const char *big = tpath("big.json");
+    write_raw(big, "{}", 2);
+    CHECK(truncate(big, (off_t)NB_JSON_MAX_BYTES + 1) == 0, "truncate");
+    EXPECT_FAIL(load_missing, big, "big.json' is 64.00 MiB, more than the 64.00 MiB such a file can be", NULL);
+    write_raw(big, "{\"lr\": 1, \"lr\": 2}", 20);
+    EXPECT_FAIL(load_missing, big, "big.json:1:17: duplicate key 'lr' (first at line 1, column 8)", NULL);
 }
 
 TEST_CASE(json_load_file) {
@@ -635,7 +664,7 @@ TEST_CASE(st_corrupt_files) {
     EXPECT_FAIL(open_st, p, "the tensors cover 8 bytes but the data area holds 12 bytes", NULL);
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
-    EXPECT_FAIL(open_st, p, "tensor 'a' appears twice", NULL);
+    EXPECT_FAIL(open_st, p, "header:1:59: duplicate key 'a'", "bad.safetensors");
     write_st(p, "{\"__metadata__\":{\"k\":1}}", 0);
     EXPECT_FAIL(open_st, p, "metadata value 'k' must be a string, found a number", NULL);
     write_st(p, "{\"__metadata__\":[]}", 0);
