@@ -6,6 +6,9 @@
 #  - a checkpoint's data_pos outside the shard (-1 wrapped around the loader's bounds check);
 #  - tokenize of an empty file is an error (it wrote a 0-token shard and exited 0), and a good
 #    file next to it does not change that;
+#  - a flipped byte in a checkpoint tensor is caught by its checksum (resume and eval);
+#  - a checkpoint written to a full disk (a 20 MB tmpfs, when this machine lets us mount one)
+#    fails with the real cause, "No space left on device" (was "Input/output error");
 #  - tokenize of a 2 MB run of letters without a space takes seconds (the merge loop was
 #    quadratic: 79 s for 1 MB; tests/test_tokenizer checks the ids against that loop);
 source "$(dirname "$0")/lib.sh"
@@ -38,4 +41,25 @@ timeout 60 $NB tokenize --tokenizer "$ROOT/data/gpt2" --out "$TMP/word.bin" "$TM
 rc=$?; dt=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $rc -eq 0 ] && [ $dt -lt 20000 ] && [ "$(stat -c %s "$TMP/word.bin")" -gt 1000000 ] \
     && pass "2 MB word tokenized in $dt ms" || fail "2 MB word: exit $rc after $dt ms: $(tail -n 1 "$TMP/tok.out")"
+flip_byte() { # FILE OFFSET_FROM_END
+    local size=$(stat -c %s "$1") b
+    b=$(od -An -tu1 -j $((size - $2)) -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $(( b ^ 1 )))" | dd of="$1" bs=1 seek=$((size - $2)) conv=notrunc status=none
+}
+cp -r "$TMP/run" "$TMP/flip"; flip_byte "$TMP/flip/ckpt/model.safetensors" 100
+quick_error "flipped byte in model.safetensors (resume)" "checksum mismatch in tensor '.*' of '$TMP/flip/ckpt/model.safetensors': the file is damaged" \
+    $NB train --resume "$TMP/flip" --steps 4
+quick_error "flipped byte in model.safetensors (eval)" "checksum mismatch in tensor" $NB eval --ckpt "$TMP/flip" --data "$TRAIN"
+cp -r "$TMP/run" "$TMP/flip2"; flip_byte "$TMP/flip2/ckpt/optim.safetensors" 3
+quick_error "flipped byte in optim.safetensors" "checksum mismatch in tensor '.*' of '$TMP/flip2/ckpt/optim.safetensors'" \
+    $NB train --resume "$TMP/flip2" --steps 4
+mkdir -p "$TMP/small"
+if mount -t tmpfs -o size=20m tmpfs "$TMP/small" 2>/dev/null; then
+    trap 'umount "$TMP/small" 2>/dev/null; rm -rf "$TMP"' EXIT
+    quick_error "checkpoint on a full disk" "(write failed): No space left on device (hint: check free space" \
+        $NB "${T[@]}" --data "$TRAIN" --out "$TMP/small/run"
+    umount "$TMP/small"
+else
+    echo "note: cannot mount a tmpfs here: the full-disk write path is checked by test_io (/dev/full) only"
+fi
 finish

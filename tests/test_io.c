@@ -21,6 +21,7 @@
 #include "check.h"
 #include "core.h"
 #include "io/atomic.h"
+#include "io/crc32c.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "io/svg.h"
@@ -115,6 +116,22 @@ static int expect_fail_impl(fail_fn fn, const void *ctx, const char *want, const
 }
 #define EXPECT_FAIL(fn, ctx, want, want2)                                                          \
     CHECK(expect_fail_impl((fn), (ctx), (want), (want2), #fn), "expected a clean failure")
+
+/* Run fn(ctx) in a child that must exit 0. For code that starts OpenMP threads: libgomp's pool
+ * does not survive fork(), so the parent must never start one before the children it forks. */
+static int expect_ok_impl(fail_fn fn, const void *ctx) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(ctx);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+#define EXPECT_OK(fn, ctx) CHECK(expect_ok_impl((fn), (ctx)), "%s failed", #fn)
 
 /* ================================================================== JSON */
 
@@ -514,19 +531,23 @@ static int file_equals(const char *path, const unsigned char *want, size_t n) {
 TEST_CASE(st_reference_bytes) {
     const float v[6] = {0, 1, 2, 3, 4, 5};
     int64_t s123[] = {1, 2, 3}, s1123[] = {1, 1, 2, 3};
-    /* our writer produces the reference bytes exactly */
+    /* our writer produces the reference bytes exactly (without nobubble's checksums) */
     nb_st_writer *w = nb_st_begin(tpath("w1.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_add(w, "attn.0", NB_F32, 3, s123, v);
     nb_st_end(w);
     CHECK(file_equals(tpath("w1.safetensors"), ref_attn0, sizeof ref_attn0), "attn.0 bytes differ");
     w = nb_st_begin(tpath("w2.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_end(w);
     CHECK(file_equals(tpath("w2.safetensors"), ref_empty, sizeof ref_empty), "empty bytes differ");
     w = nb_st_begin(tpath("w3.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_meta(w, "framework", "pt");
     nb_st_end(w);
     CHECK(file_equals(tpath("w3.safetensors"), ref_meta, sizeof ref_meta), "metadata bytes differ");
     w = nb_st_begin(tpath("w4.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_add(w, "attn0", NB_F32, 4, s1123, v);
     nb_st_end(w);
     CHECK(file_equals(tpath("w4.safetensors"), ref_aligned, sizeof ref_aligned), "padded bytes differ");
@@ -644,6 +665,19 @@ TEST_CASE(st_corrupt_files) {
     EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8);
     EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    /* integral values that are not integer literals: the reference refuses them too */
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[8.0],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[50304.0,1],\"data_offsets\":[0,201216]}}", 201216);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1e1],\"data_offsets\":[0,10]}}", 10);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8.0]}}", 8);
+    EXPECT_FAIL(open_st, p, "data_offsets must be two non-negative integers", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[NaN],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8);
     EXPECT_FAIL(open_st, p, "begin <= end", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,2,3,4,5,6,7,8,9],\"data_offsets\":[0,8]}}", 8);
@@ -714,9 +748,168 @@ static void write_unwritable(const void *ctx) {
     nb_st_end(w);
 }
 
+static void reserved_meta(const void *ctx) {
+    (void)ctx;
+    nb_st_meta(nb_st_begin(tpath("r.safetensors")), "nobubble.crc32c.x", "00000000");
+}
+/* The write paths on a device that is always full: the helper that every writer uses, and the
+ * commit of a stream that a plain fwrite left in error (its errno is found again). */
+static void write_to_full(const void *ctx) {
+    (void)ctx;
+    FILE *f = fopen("/dev/full", "wb");
+    static char buf[1 << 20];
+    nb_atomic_write(f, tpath("gone.tmp"), "/ckpt/model.safetensors", buf, sizeof buf);
+}
+static void commit_full(const void *ctx) {
+    (void)ctx;
+    FILE *f = fopen("/dev/full", "wb");
+    static char buf[1 << 20];
+    if (fwrite(buf, 1, sizeof buf, f) == sizeof buf) _exit(3);
+    nb_atomic_commit(f, tpath("gone.tmp"), "/ckpt/optim.safetensors");
+}
+
 TEST_CASE(st_writer_failures) {
     EXPECT_FAIL(add_twice, NULL, "tensor 'x' added twice", NULL);
     EXPECT_FAIL(write_unwritable, NULL, "cannot create '/proc/nb_no_such_dir/x.safetensors.tmp.", "--out");
+    EXPECT_FAIL(reserved_meta, NULL, "metadata key 'nobubble.crc32c.x' of", "is reserved for checksums");
+    /* was "Input/output error" for every failed write */
+    EXPECT_FAIL(write_to_full, NULL, "cannot write '/ckpt/model.safetensors' (write failed): No space left on device",
+                "df -h");
+    EXPECT_FAIL(commit_full, NULL, "cannot write '/ckpt/optim.safetensors' (write failed): No space left on device", NULL);
+}
+
+/* ================================================================== checksums */
+
+TEST_CASE(crc32c_values) {
+    CHECK(nb_crc32c(0, "123456789", 9) == 0xE3069283u, "check value %08x", nb_crc32c(0, "123456789", 9));
+    CHECK(nb_crc32c_portable(0, "123456789", 9) == 0xE3069283u, "portable check value");
+    CHECK(nb_crc32c(0, "", 0) == 0, "empty");
+    static unsigned char z[32];
+    CHECK(nb_crc32c(0, z, 32) == 0x8A9136AAu, "32 zero bytes (RFC 3720 B.4): %08x", nb_crc32c(0, z, 32));
+    size_t n = 300000;
+    unsigned char *b = malloc(n + 16);
+    for (size_t i = 0; i < n + 16; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    int bad = 0;
+    for (size_t len = 0; len <= n; len = len * 3 / 2 + 1)
+        for (int a = 0; a < 9; a += 4) {
+            uint32_t want = nb_crc32c_portable(0, b + a, len);
+            bad += nb_crc32c(0, b + a, len) != want;
+            size_t cut = len / 3;
+            bad += nb_crc32c(nb_crc32c(0, b + a, cut), b + a + cut, len - cut) != want;
+            bad += nb_crc32c_combine(nb_crc32c(0, b + a, cut), nb_crc32c(0, b + a + cut, len - cut), len - cut) != want;
+        }
+    CHECK(bad == 0, "%d mismatches between the %s path, the portable one, chaining and combining", bad,
+          nb_crc32c_impl());
+    free(b);
+}
+
+static void write_ckpt_like(const char *path, int checksums, size_t big) {
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    int64_t s23[] = {2, 3}, sb[] = {(int64_t)big};
+    unsigned char *data = malloc(big);
+    for (size_t i = 0; i < big; i++) data[i] = (unsigned char)(i * 7 + (i >> 12));
+    nb_st_writer *w = nb_st_begin(path);
+    nb_st_set_checksums(w, checksums);
+    nb_st_meta(w, "format", "pt");
+    nb_st_add(w, "h.0.attn.w", NB_F32, 2, s23, v);
+    nb_st_add(w, "big", NB_U8, 1, sb, data);
+    nb_st_end(w);
+    free(data);
+}
+
+static void read_all_tensors(const void *ctx) {
+    const char *path = ctx;
+    nb_st_file *f = nb_st_open(path);
+    for (int i = 0; i < nb_st_count(f); i++) {
+        const nb_st_tensor *t = nb_st_at(f, i);
+        void *dst = malloc(t->nbytes ? t->nbytes : 1);
+        nb_st_read_into(f, t->name, t->dtype, t->numel, dst);
+        free(dst);
+    }
+    nb_st_close(f);
+}
+static void verify_big(const void *ctx) {
+    nb_st_file *f = nb_st_open(ctx);
+    nb_st_verify(f, nb_st_find(f, "big"));
+    nb_st_close(f);
+}
+static void flip(const char *path, long at) {
+    FILE *fp = fopen(path, "r+b");
+    fseek(fp, at, at < 0 ? SEEK_END : SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, -1, SEEK_CUR);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+}
+static long data_start(const char *path) {
+    nb_st_file *f = nb_st_open(path);
+    long at = (long)nb_st_find(f, "h.0.attn.w")->offset;
+    nb_st_close(f);
+    return at;
+}
+
+/* A flipped byte anywhere in a tensor's data, or in the header's meaning, ends in one error line
+ * naming the file and the tensor; untouched files and files without checksums load. */
+TEST_CASE(st_checksums) {
+    const char *p = tpath("ck.safetensors"), *q = tpath("ck2.safetensors");
+    size_t big = (size_t)20 << 20; /* 20 MiB: read in pieces by several threads */
+    write_ckpt_like(p, 1, big);
+    nb_st_file *f = nb_st_open(p);
+    CHECK(nb_st_meta_count(f) == 1 && nb_st_find(f, "big")->has_crc && nb_st_find(f, "h.0.attn.w")->has_crc,
+          "checksums read (and not listed as metadata): %d", nb_st_meta_count(f));
+    nb_st_close(f);
+    EXPECT_OK(read_all_tensors, p); /* checks every tensor, the big one on several threads */
+    EXPECT_OK(verify_big, p);
+
+    char cmd[1024];
+    long at = data_start(p);
+    snprintf(cmd, sizeof cmd, "cp %s %s", p, q);
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, at + 5);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'h.0.attn.w' of '", "ck2.safetensors': the file is damaged");
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, -1); /* the last byte of the 20 MiB tensor, in the last thread's piece */
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big' of '", "resume from an older checkpoint");
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, at + 24 + (long)big / 2);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big'", NULL);
+
+    /* the header's meaning: a metadata value, a shape with the same byte count, a checksum digit */
+    size_t len;
+    char *raw = read_all(p, &len);
+    char *fmt = strstr(raw + 8, "\"pt\""), *shape = strstr(raw + 8, "[2,3]"), *hex = strstr(raw + 8, "crc32c.big\":\"");
+    CHECK(fmt && shape && hex, "header layout");
+    fmt[2] = 'u';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "checksum mismatch in the header of '", "the file is damaged");
+    fmt[2] = 't';
+    shape[1] = '3', shape[3] = '2';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "checksum mismatch in the header of", NULL);
+    shape[1] = '2', shape[3] = '3';
+    char *digit = hex + strlen("crc32c.big\":\"");
+    char saved = *digit;
+    *digit = *digit == '0' ? '1' : '0';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big'", NULL);
+    *digit = 'G';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "metadata 'nobubble.crc32c.big' must be 8 hex digits (a CRC32C), found 'G", NULL);
+    *digit = saved;
+    free(raw);
+
+    /* without checksums (another tool's file): loads as before, damage and all */
+    write_ckpt_like(q, 0, 1000);
+    f = nb_st_open(q);
+    CHECK(!nb_st_find(f, "big")->has_crc && nb_st_meta_count(f) == 1, "no checksums");
+    nb_st_close(f);
+    flip(q, -1);
+    EXPECT_OK(read_all_tensors, q);
+    /* a checksum for a tensor that is not there, or the header's without every tensor's */
+    write_st(q, "{\"__metadata__\":{\"nobubble.crc32c.x\":\"00000000\"},\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+    EXPECT_FAIL(open_st, q, "metadata has a checksum for tensor 'x', which the file does not hold", NULL);
+    write_st(q, "{\"__metadata__\":{\"nobubble.crc32c\":\"00000000\"},\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+    EXPECT_FAIL(open_st, q, "the header has no checksum for tensor 't'", NULL);
 }
 
 /* ================================================================== atomic files */
@@ -1082,6 +1275,8 @@ int main(void) {
     RUN(st_hand_built);
     RUN(st_corrupt_files);
     RUN(st_writer_failures);
+    RUN(crc32c_values);
+    RUN(st_checksums);
     RUN(atomic_files);
     RUN(mkdir_p);
     RUN(dir_replace);
