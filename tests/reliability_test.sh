@@ -9,6 +9,7 @@
 #  - a flipped byte in a checkpoint tensor is caught by its checksum (resume and eval);
 #  - a checkpoint written to a full disk (a 20 MB tmpfs, when this machine lets us mount one)
 #    fails with the real cause, "No space left on device" (was "Input/output error");
+#  - --threads beyond the cores available is capped, with one note;
 #  - tokenize of a 2 MB run of letters without a space takes seconds (the merge loop was
 #    quadratic: 79 s for 1 MB; tests/test_tokenizer checks the ids against that loop);
 source "$(dirname "$0")/lib.sh"
@@ -53,6 +54,11 @@ quick_error "flipped byte in model.safetensors (eval)" "checksum mismatch in ten
 cp -r "$TMP/run" "$TMP/flip2"; flip_byte "$TMP/flip2/ckpt/optim.safetensors" 3
 quick_error "flipped byte in optim.safetensors" "checksum mismatch in tensor '.*' of '$TMP/flip2/ckpt/optim.safetensors'" \
     $NB train --resume "$TMP/flip2" --steps 4
+timeout 120 $NB train --model gpt2-tiny --batch 2 --steps 1 --no-progress --val-data none --data "$TRAIN" \
+    --threads 100000 > "$TMP/thr.out" 2> "$TMP/thr.err"; rc=$?
+n=$(grep -c "^note: --threads 100000 capped at $(nproc) (the cores available)$" "$TMP/thr.err")
+[ $rc -eq 0 ] && [ "$n" -eq 1 ] && pass "--threads 100000: one note, capped at $(nproc)" \
+    || fail "--threads 100000: exit $rc, $n notes: $(grep -i thread "$TMP/thr.err" | head -3)"
 mkdir -p "$TMP/small"
 if mount -t tmpfs -o size=20m tmpfs "$TMP/small" 2>/dev/null; then
     trap 'umount "$TMP/small" 2>/dev/null; rm -rf "$TMP"' EXIT

@@ -200,6 +200,35 @@ TEST_CASE(test_inputs_regular_only) {
     rmdir(dir);
 }
 
+/* --threads beyond the cores only makes threads take turns: capped, with one note. */
+TEST_CASE(test_threads_capped) {
+    int cores = nb_host_cores();
+    CHECK(cores >= 1 && cores <= sysconf(_SC_NPROCESSORS_ONLN), "cores %d", cores);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int a = nb_host_set_threads(100000), b = nb_host_set_threads(cores + 1), c = nb_host_set_threads(1);
+        _exit(a == cores && b == cores && c == 1 ? 0 : 3);
+    }
+    close(fds[1]);
+    char buf[1024] = {0};
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "thread counts not capped at %d (status %d)", cores, st);
+    char want[128];
+    snprintf(want, sizeof want, "note: --threads 100000 capped at %d (the cores available)\n", cores);
+    CHECK(!strcmp(buf, want), "want exactly one note '%s', got '%s'", want, buf);
+}
+
 int main(void) {
     RUN(test_philox_known_answers);
     RUN(test_normal_fill);
@@ -208,5 +237,6 @@ int main(void) {
     RUN(test_fmt_bytes);
     RUN(test_copy_stream);
     RUN(test_inputs_regular_only);
+    RUN(test_threads_capped);
     TEST_EXIT();
 }
