@@ -388,7 +388,8 @@ TEST_CASE(json_getter_failures) {
     write_raw(big, "{}", 2);
     CHECK(truncate(big, (off_t)NB_JSON_MAX_BYTES + 1) == 0, "truncate");
     EXPECT_FAIL(load_missing, big, "big.json' is 64.00 MiB, more than the 64.00 MiB such a file can be", NULL);
-    write_raw(big, "{\"lr\": 1, \"lr\": 2}", 20);
+    const char *dup = "{\"lr\": 1, \"lr\": 2}";
+    write_raw(big, dup, strlen(dup));
     EXPECT_FAIL(load_missing, big, "big.json:1:17: duplicate key 'lr' (first at line 1, column 8)", NULL);
 }
 
