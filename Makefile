@@ -1,6 +1,8 @@
 # nobubble build. `make` builds build/nobubble; `make test` builds and runs every test;
-# `make tsan` runs the lanes tests under ThreadSanitizer. CUDA code is compiled whenever nvcc is
-# found (NB_CUDA=0 turns it off), so build breaks show on machines without a GPU too.
+# `make tsan` runs the lanes tests under ThreadSanitizer; `make asan` builds the CPU engine and its
+# tests with AddressSanitizer + UBSan into build-asan (tests/asan_test.sh runs them). CUDA code is
+# compiled whenever nvcc is found (NB_CUDA=0 turns it off), so build breaks show on machines
+# without a GPU too.
 ifeq ($(origin CC),default)
   CC := gcc
 endif
@@ -30,6 +32,11 @@ NB_MPI ?= $(if $(wildcard $(addsuffix /mpi.h,$(MPI_INC))),1,0)
 ifeq ($(NB_MPI),1)
   CFLAGS += -DNB_WITH_MPI $(addprefix -I,$(MPI_INC))
   LDLIBS += $(addprefix -L,$(MPI_LIBDIR)) $(addprefix -Wl$(comma)-rpath$(comma),$(MPI_LIBDIR)) -lmpi
+endif
+# SANITIZE: -fsanitize flags for compiling and linking (the asan target sets them).
+ifneq ($(SANITIZE),)
+  CFLAGS += $(SANITIZE)
+  LDLIBS += $(SANITIZE)
 endif
 
 CUDA_HOME ?= /usr/local/cuda
@@ -63,7 +70,7 @@ endif
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tsan clean
+.PHONY: all test tsan asan clean
 all: $(BUILD)/nobubble $(TEST_BIN)
 
 # rebuilt from scratch: ar would keep the members of sources that no longer exist
@@ -104,6 +111,14 @@ tsan:
 	$(CC) $(TSAN_FLAGS) -o $(BUILD)/tsan/test_lanes tests/test_lanes.c src/lanes/lanes_cpu.c \
 	    src/lanes/trace.c src/core/core.c -lpthread -lm
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(BUILD)/tsan/test_lanes
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build of everything but CUDA: any report aborts
+# (-fno-sanitize-recover), so a test that trips one fails.
+ASAN_BUILD ?= build-asan
+ASAN_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) BUILD=$(ASAN_BUILD) NB_CUDA=0 OPT="-O1 -g -fno-omit-frame-pointer -march=x86-64-v2" \
+	    SANITIZE="$(ASAN_SANITIZE)" all
 
 clean:
 	rm -rf $(BUILD)

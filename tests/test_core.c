@@ -1,6 +1,14 @@
 /* core: Philox known answers, RNG determinism and distribution, arenas that refuse an
- * over-budget plan with needed vs available, tensor views, byte formatting, the streaming copy. */
+ * over-budget plan with needed vs available, tensor views, byte formatting, the streaming copy,
+ * input files (anything but a regular file refused before a read could block; size caps). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,6 +123,112 @@ TEST_CASE(test_copy_stream) {
         }
 }
 
+/* Runs fn(arg) in a child with a 10 s alarm (a blocking open must fail the test, not hang it).
+ * The child must exit 1 with exactly one "nobubble: error:" line containing want. */
+static void expect_death(void (*fn)(const char *), const char *arg, const char *want) {
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        alarm(10);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[2048] = {0};
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: %s (status %d): %s", arg,
+          WIFSIGNALED(st) ? (WTERMSIG(st) == SIGALRM ? "hung" : "killed by a signal") : "wrong exit", st, buf);
+    CHECK(lines == 1 && !strncmp(buf, "nobubble: error: ", 17) && strstr(buf, want), "%s: wanted one error line with '%s': %s",
+          arg, want, buf);
+}
+
+static void fopen_read(const char *path) { fclose(nb_fopen(path, "rb", NULL)); }
+static void read_small(const char *path) {
+    size_t n;
+    free(nb_read_file(path, 10, &n, NULL));
+}
+
+/* Only regular files are inputs: a FIFO without a writer used to block forever in fopen, and
+ * /dev/zero (say, behind a state.json symlink) to be read without end. */
+TEST_CASE(test_inputs_regular_only) {
+    char dir[] = "/tmp/nb_test_core.XXXXXX", fifo[64], link[64], file[64];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(link, sizeof link, "%s/state.json", dir);
+    snprintf(file, sizeof file, "%s/file", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+    CHECK(symlink("/dev/zero", link) == 0, "symlink: %s", strerror(errno));
+    expect_death(fopen_read, fifo, "is a FIFO (named pipe), not a regular file");
+    expect_death(fopen_read, link, "is a character device, not a regular file");
+    expect_death(fopen_read, dir, "is a directory, not a regular file");
+    expect_death(read_small, fifo, "is a FIFO");
+    expect_death(fopen_read, "/nonexistent/x", "cannot open '/nonexistent/x' (read)");
+
+    FILE *f = fopen(file, "wb");
+    CHECK(f && fwrite("0123456789A", 1, 11, f) == 11 && fclose(f) == 0, "write");
+    expect_death(read_small, file, "is 11 B, more than the 10 B such a file can be");
+    size_t n = 0;
+    char *s = nb_read_file(file, 11, &n, NULL);
+    CHECK(n == 11 && !memcmp(s, "0123456789A", 12), "read back %zu bytes", n);
+    free(s);
+    s = nb_read_file("/proc/self/stat", 1 << 20, &n, NULL); /* size 0 in stat, but has contents */
+    CHECK(n > 10 && strlen(s) == n, "/proc file: %zu bytes", n);
+    free(s);
+    f = nb_fopen(file, "rb", NULL);
+    char b[4] = {0};
+    CHECK(fread(b, 1, 3, f) == 3 && !strcmp(b, "012"), "fopen read");
+    fclose(f);
+    size_t size = 0;
+    int fd = nb_open_input(file, NULL, &size);
+    CHECK(fd >= 0 && size == 11, "open_input size %zu", size);
+    close(fd);
+    unlink(fifo);
+    unlink(link);
+    unlink(file);
+    rmdir(dir);
+}
+
+/* --threads beyond the cores only makes threads take turns: capped, with one note. */
+TEST_CASE(test_threads_capped) {
+    int cores = nb_host_cores();
+    CHECK(cores >= 1 && cores <= sysconf(_SC_NPROCESSORS_ONLN), "cores %d", cores);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int a = nb_host_set_threads(100000), b = nb_host_set_threads(cores + 1), c = nb_host_set_threads(1);
+        _exit(a == cores && b == cores && c == 1 ? 0 : 3);
+    }
+    close(fds[1]);
+    char buf[1024] = {0};
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "thread counts not capped at %d (status %d)", cores, st);
+    char want[128];
+    snprintf(want, sizeof want, "note: --threads 100000 capped at %d (the cores available)\n", cores);
+    CHECK(!strcmp(buf, want), "want exactly one note '%s', got '%s'", want, buf);
+}
+
 int main(void) {
     RUN(test_philox_known_answers);
     RUN(test_normal_fill);
@@ -122,5 +236,7 @@ int main(void) {
     RUN(test_arena_over_budget);
     RUN(test_fmt_bytes);
     RUN(test_copy_stream);
+    RUN(test_inputs_regular_only);
+    RUN(test_threads_capped);
     TEST_EXIT();
 }

@@ -21,6 +21,7 @@
 #include "check.h"
 #include "core.h"
 #include "io/atomic.h"
+#include "io/crc32c.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "io/svg.h"
@@ -115,6 +116,22 @@ static int expect_fail_impl(fail_fn fn, const void *ctx, const char *want, const
 }
 #define EXPECT_FAIL(fn, ctx, want, want2)                                                          \
     CHECK(expect_fail_impl((fn), (ctx), (want), (want2), #fn), "expected a clean failure")
+
+/* Run fn(ctx) in a child that must exit 0. For code that starts OpenMP threads: libgomp's pool
+ * does not survive fork(), so the parent must never start one before the children it forks. */
+static int expect_ok_impl(fail_fn fn, const void *ctx) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(ctx);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+#define EXPECT_OK(fn, ctx) CHECK(expect_ok_impl((fn), (ctx)), "%s failed", #fn)
 
 /* ================================================================== JSON */
 
@@ -211,7 +228,7 @@ TEST_CASE(json_parse_values) {
     const char *text = " {\"a\": [1, -0, 1e3, 2.5, 9223372036854775807, 18446744073709551615, -12],\n"
                        "  \"s\": \"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\u0041\",\n"
                        "  \"t\": true, \"f\": false, \"n\": null, \"e\": {}, \"ea\": [],\n"
-                       "  \"py\": [NaN, Infinity, -Infinity], \"dup\": 1, \"dup\": 2,\n"
+                       "  \"py\": [NaN, Infinity, -Infinity],\n"
                        "  \"z\": \"a\\u0000b\" }  \n";
     char err[256] = "";
     nb_json *j = nb_json_parse(text, strlen(text), "v.json", err, sizeof err);
@@ -241,7 +258,6 @@ TEST_CASE(json_parse_values) {
     const nb_json *py = nb_json_get(j, "py");
     CHECK(py && py->len == 3 && isnan(py->items[0].num) && py->items[1].num == INFINITY &&
           py->items[2].num == -INFINITY, "Python's NaN/Infinity");
-    CHECK(nb_json_get_int(j, "dup", 0) == 2, "duplicate key: last wins");
     const nb_json *z = nb_json_get(j, "z");
     CHECK(z && z->len == 3 && !memcmp(z->str, "a\0b", 3), "\\u0000 kept with exact length");
     const nb_json *sv = nb_json_get(j, "s");
@@ -272,9 +288,16 @@ TEST_CASE(json_round_trip_strings) {
 }
 
 TEST_CASE(json_parse_errors) {
-    char deep[700];
+    char deep[700], deep65[140], big_dup[2048];
     memset(deep, '[', 600);
     deep[600] = '\0';
+    memset(deep65, '[', 65);
+    memset(deep65 + 65, ']', 65);
+    deep65[130] = '\0';
+    /* more than 16 members: the sorted check */
+    size_t o = (size_t)snprintf(big_dup, sizeof big_dup, "{");
+    for (int i = 0; i < 40; i++) o += (size_t)snprintf(big_dup + o, sizeof big_dup - o, "\"k%d\": %d, ", i, i);
+    snprintf(big_dup + o, sizeof big_dup - o, "\"k7\": 0}");
     struct {
         const char *text, *where, *msg;
     } cases[] = {
@@ -298,6 +321,12 @@ TEST_CASE(json_parse_errors) {
         {"1e999", "e.json:1:1:", "out of range"},
         {"{\"a\" 1}", "e.json:1:6:", "expected ':'"},
         {deep, "e.json:1:", "nesting deeper"},
+        {deep65, "e.json:1:65:", "nesting deeper than 64 levels"},
+        /* duplicate keys: Python keeps the last silently; here they are an error at the second */
+        {"{\"a\": 1, \"b\": 2, \"a\": 3}", "e.json:1:23:", "duplicate key 'a' (first at line 1, column 7)"},
+        {"{\"o\": {\"x\": [], \"y\": 0,\n \"x\": null}}", "e.json:2:7:", "duplicate key 'x' (first at line 1, column 13)"},
+        {"{\"k\\u0000a\": 1, \"k\\u0000b\": 2}", "e.json:1:", "duplicate key 'k'"}, /* one key to strcmp lookups */
+        {big_dup, "e.json:1:", "duplicate key 'k7' (first at line 1, column "},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";
@@ -307,6 +336,16 @@ TEST_CASE(json_parse_errors) {
               err, cases[i].where, cases[i].msg);
         nb_json_free(j);
     }
+    /* 64 levels parse; a document over NB_JSON_MAX_BYTES is refused before a byte is read */
+    char *deep64 = deep65 + 1;
+    deep64[128] = '\0';
+    nb_json *ok64 = nb_json_parse(deep64, 128, "e.json", NULL, 0);
+    CHECK(ok64, "64 levels of nesting");
+    nb_json_free(ok64);
+    char err[256] = "";
+    CHECK(!nb_json_parse("{}", NB_JSON_MAX_BYTES + 1, "e.json", err, sizeof err) &&
+              strstr(err, "e.json:1:1: the document is 64.00 MiB, more than the 64.00 MiB a JSON input may be"),
+          "size cap: %s", err);
     /* the length is honoured: text past len is not read */
     nb_json *j = nb_json_parse("[1]garbage", 3, "e.json", NULL, 0);
     CHECK(j && j->len == 1, "explicit length");
@@ -344,6 +383,14 @@ TEST_CASE(json_getter_failures) {
     EXPECT_FAIL(req_wrong_container, NULL, "'o' must be an array, found an object", NULL);
     EXPECT_FAIL(parse_bad, "{\"step\": 3,\n\"loss\": }", "invalid JSON: state.json:2:9:", "expected a value");
     EXPECT_FAIL(load_missing, tpath("no_such.json"), "cannot open", "no_such.json");
+    /* a file over the cap is refused from its size, before it is read (sparse: costs nothing) */
+    const char *big = tpath("big.json");
+    write_raw(big, "{}", 2);
+    CHECK(truncate(big, (off_t)NB_JSON_MAX_BYTES + 1) == 0, "truncate");
+    EXPECT_FAIL(load_missing, big, "big.json' is 64.00 MiB, more than the 64.00 MiB such a file can be", NULL);
+    const char *dup = "{\"lr\": 1, \"lr\": 2}";
+    write_raw(big, dup, strlen(dup));
+    EXPECT_FAIL(load_missing, big, "big.json:1:17: duplicate key 'lr' (first at line 1, column 8)", NULL);
 }
 
 TEST_CASE(json_load_file) {
@@ -485,19 +532,23 @@ static int file_equals(const char *path, const unsigned char *want, size_t n) {
 TEST_CASE(st_reference_bytes) {
     const float v[6] = {0, 1, 2, 3, 4, 5};
     int64_t s123[] = {1, 2, 3}, s1123[] = {1, 1, 2, 3};
-    /* our writer produces the reference bytes exactly */
+    /* our writer produces the reference bytes exactly (without nobubble's checksums) */
     nb_st_writer *w = nb_st_begin(tpath("w1.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_add(w, "attn.0", NB_F32, 3, s123, v);
     nb_st_end(w);
     CHECK(file_equals(tpath("w1.safetensors"), ref_attn0, sizeof ref_attn0), "attn.0 bytes differ");
     w = nb_st_begin(tpath("w2.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_end(w);
     CHECK(file_equals(tpath("w2.safetensors"), ref_empty, sizeof ref_empty), "empty bytes differ");
     w = nb_st_begin(tpath("w3.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_meta(w, "framework", "pt");
     nb_st_end(w);
     CHECK(file_equals(tpath("w3.safetensors"), ref_meta, sizeof ref_meta), "metadata bytes differ");
     w = nb_st_begin(tpath("w4.safetensors"));
+    nb_st_set_checksums(w, 0);
     nb_st_add(w, "attn0", NB_F32, 4, s1123, v);
     nb_st_end(w);
     CHECK(file_equals(tpath("w4.safetensors"), ref_aligned, sizeof ref_aligned), "padded bytes differ");
@@ -615,6 +666,19 @@ TEST_CASE(st_corrupt_files) {
     EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8);
     EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    /* integral values that are not integer literals: the reference refuses them too */
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[8.0],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[50304.0,1],\"data_offsets\":[0,201216]}}", 201216);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1e1],\"data_offsets\":[0,10]}}", 10);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8.0]}}", 8);
+    EXPECT_FAIL(open_st, p, "data_offsets must be two non-negative integers", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[NaN],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
+    write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,8]}}", 8);
+    EXPECT_FAIL(open_st, p, "shape[0] is not a non-negative integer", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8);
     EXPECT_FAIL(open_st, p, "begin <= end", NULL);
     write_st(p, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,2,3,4,5,6,7,8,9],\"data_offsets\":[0,8]}}", 8);
@@ -635,7 +699,7 @@ TEST_CASE(st_corrupt_files) {
     EXPECT_FAIL(open_st, p, "the tensors cover 8 bytes but the data area holds 12 bytes", NULL);
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
-    EXPECT_FAIL(open_st, p, "tensor 'a' appears twice", NULL);
+    EXPECT_FAIL(open_st, p, "header:1:59: duplicate key 'a'", "bad.safetensors");
     write_st(p, "{\"__metadata__\":{\"k\":1}}", 0);
     EXPECT_FAIL(open_st, p, "metadata value 'k' must be a string, found a number", NULL);
     write_st(p, "{\"__metadata__\":[]}", 0);
@@ -643,6 +707,10 @@ TEST_CASE(st_corrupt_files) {
     write_st(p, "{\"t\":[1]}", 0);
     EXPECT_FAIL(open_st, p, "tensor 't' must be an object", NULL);
     EXPECT_FAIL(open_st, tpath("missing.safetensors"), "cannot open", "missing.safetensors");
+    /* a FIFO used to block in open(): now refused at once (the child would hang otherwise) */
+    CHECK(mkfifo(tpath("fifo.safetensors"), 0600) == 0, "mkfifo");
+    EXPECT_FAIL(open_st, tpath("fifo.safetensors"), "fifo.safetensors' is a FIFO (named pipe), not a regular file", NULL);
+    EXPECT_FAIL(open_st, "/dev/zero", "'/dev/zero' is a character device", NULL);
 
     /* a real file with its last bytes cut off */
     float v[6] = {1, 2, 3, 4, 5, 6};
@@ -681,9 +749,168 @@ static void write_unwritable(const void *ctx) {
     nb_st_end(w);
 }
 
+static void reserved_meta(const void *ctx) {
+    (void)ctx;
+    nb_st_meta(nb_st_begin(tpath("r.safetensors")), "nobubble.crc32c.x", "00000000");
+}
+/* The write paths on a device that is always full: the helper that every writer uses, and the
+ * commit of a stream that a plain fwrite left in error (its errno is found again). */
+static void write_to_full(const void *ctx) {
+    (void)ctx;
+    FILE *f = fopen("/dev/full", "wb");
+    static char buf[1 << 20];
+    nb_atomic_write(f, tpath("gone.tmp"), "/ckpt/model.safetensors", buf, sizeof buf);
+}
+static void commit_full(const void *ctx) {
+    (void)ctx;
+    FILE *f = fopen("/dev/full", "wb");
+    static char buf[1 << 20];
+    if (fwrite(buf, 1, sizeof buf, f) == sizeof buf) _exit(3);
+    nb_atomic_commit(f, tpath("gone.tmp"), "/ckpt/optim.safetensors");
+}
+
 TEST_CASE(st_writer_failures) {
     EXPECT_FAIL(add_twice, NULL, "tensor 'x' added twice", NULL);
     EXPECT_FAIL(write_unwritable, NULL, "cannot create '/proc/nb_no_such_dir/x.safetensors.tmp.", "--out");
+    EXPECT_FAIL(reserved_meta, NULL, "metadata key 'nobubble.crc32c.x' of", "is reserved for checksums");
+    /* was "Input/output error" for every failed write */
+    EXPECT_FAIL(write_to_full, NULL, "cannot write '/ckpt/model.safetensors' (write failed): No space left on device",
+                "df -h");
+    EXPECT_FAIL(commit_full, NULL, "cannot write '/ckpt/optim.safetensors' (write failed): No space left on device", NULL);
+}
+
+/* ================================================================== checksums */
+
+TEST_CASE(crc32c_values) {
+    CHECK(nb_crc32c(0, "123456789", 9) == 0xE3069283u, "check value %08x", nb_crc32c(0, "123456789", 9));
+    CHECK(nb_crc32c_portable(0, "123456789", 9) == 0xE3069283u, "portable check value");
+    CHECK(nb_crc32c(0, "", 0) == 0, "empty");
+    static unsigned char z[32];
+    CHECK(nb_crc32c(0, z, 32) == 0x8A9136AAu, "32 zero bytes (RFC 3720 B.4): %08x", nb_crc32c(0, z, 32));
+    size_t n = 300000;
+    unsigned char *b = malloc(n + 16);
+    for (size_t i = 0; i < n + 16; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    int bad = 0;
+    for (size_t len = 0; len <= n; len = len * 3 / 2 + 1)
+        for (int a = 0; a < 9; a += 4) {
+            uint32_t want = nb_crc32c_portable(0, b + a, len);
+            bad += nb_crc32c(0, b + a, len) != want;
+            size_t cut = len / 3;
+            bad += nb_crc32c(nb_crc32c(0, b + a, cut), b + a + cut, len - cut) != want;
+            bad += nb_crc32c_combine(nb_crc32c(0, b + a, cut), nb_crc32c(0, b + a + cut, len - cut), len - cut) != want;
+        }
+    CHECK(bad == 0, "%d mismatches between the %s path, the portable one, chaining and combining", bad,
+          nb_crc32c_impl());
+    free(b);
+}
+
+static void write_ckpt_like(const char *path, int checksums, size_t big) {
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    int64_t s23[] = {2, 3}, sb[] = {(int64_t)big};
+    unsigned char *data = malloc(big);
+    for (size_t i = 0; i < big; i++) data[i] = (unsigned char)(i * 7 + (i >> 12));
+    nb_st_writer *w = nb_st_begin(path);
+    nb_st_set_checksums(w, checksums);
+    nb_st_meta(w, "format", "pt");
+    nb_st_add(w, "h.0.attn.w", NB_F32, 2, s23, v);
+    nb_st_add(w, "big", NB_U8, 1, sb, data);
+    nb_st_end(w);
+    free(data);
+}
+
+static void read_all_tensors(const void *ctx) {
+    const char *path = ctx;
+    nb_st_file *f = nb_st_open(path);
+    for (int i = 0; i < nb_st_count(f); i++) {
+        const nb_st_tensor *t = nb_st_at(f, i);
+        void *dst = malloc(t->nbytes ? t->nbytes : 1);
+        nb_st_read_into(f, t->name, t->dtype, t->numel, dst);
+        free(dst);
+    }
+    nb_st_close(f);
+}
+static void verify_big(const void *ctx) {
+    nb_st_file *f = nb_st_open(ctx);
+    nb_st_verify(f, nb_st_find(f, "big"));
+    nb_st_close(f);
+}
+static void flip(const char *path, long at) {
+    FILE *fp = fopen(path, "r+b");
+    fseek(fp, at, at < 0 ? SEEK_END : SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, -1, SEEK_CUR);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+}
+static long data_start(const char *path) {
+    nb_st_file *f = nb_st_open(path);
+    long at = (long)nb_st_find(f, "h.0.attn.w")->offset;
+    nb_st_close(f);
+    return at;
+}
+
+/* A flipped byte anywhere in a tensor's data, or in the header's meaning, ends in one error line
+ * naming the file and the tensor; untouched files and files without checksums load. */
+TEST_CASE(st_checksums) {
+    const char *p = tpath("ck.safetensors"), *q = tpath("ck2.safetensors");
+    size_t big = (size_t)20 << 20; /* 20 MiB: read in pieces by several threads */
+    write_ckpt_like(p, 1, big);
+    nb_st_file *f = nb_st_open(p);
+    CHECK(nb_st_meta_count(f) == 1 && nb_st_find(f, "big")->has_crc && nb_st_find(f, "h.0.attn.w")->has_crc,
+          "checksums read (and not listed as metadata): %d", nb_st_meta_count(f));
+    nb_st_close(f);
+    EXPECT_OK(read_all_tensors, p); /* checks every tensor, the big one on several threads */
+    EXPECT_OK(verify_big, p);
+
+    char cmd[1024];
+    long at = data_start(p);
+    snprintf(cmd, sizeof cmd, "cp %s %s", p, q);
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, at + 5);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'h.0.attn.w' of '", "ck2.safetensors': the file is damaged");
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, -1); /* the last byte of the 20 MiB tensor, in the last thread's piece */
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big' of '", "resume from an older checkpoint");
+    CHECK(system(cmd) == 0, "cp");
+    flip(q, at + 24 + (long)big / 2);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big'", NULL);
+
+    /* the header's meaning: a metadata value, a shape with the same byte count, a checksum digit */
+    size_t len;
+    char *raw = read_all(p, &len);
+    char *fmt = strstr(raw + 8, "\"pt\""), *shape = strstr(raw + 8, "[2,3]"), *hex = strstr(raw + 8, "crc32c.big\":\"");
+    CHECK(fmt && shape && hex, "header layout");
+    fmt[2] = 'u';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "checksum mismatch in the header of '", "the file is damaged");
+    fmt[2] = 't';
+    shape[1] = '3', shape[3] = '2';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "checksum mismatch in the header of", NULL);
+    shape[1] = '2', shape[3] = '3';
+    char *digit = hex + strlen("crc32c.big\":\"");
+    char saved = *digit;
+    *digit = *digit == '0' ? '1' : '0';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(read_all_tensors, q, "checksum mismatch in tensor 'big'", NULL);
+    *digit = 'G';
+    write_raw(q, raw, len);
+    EXPECT_FAIL(open_st, q, "metadata 'nobubble.crc32c.big' must be 8 hex digits (a CRC32C), found 'G", NULL);
+    *digit = saved;
+    free(raw);
+
+    /* without checksums (another tool's file): loads as before, damage and all */
+    write_ckpt_like(q, 0, 1000);
+    f = nb_st_open(q);
+    CHECK(!nb_st_find(f, "big")->has_crc && nb_st_meta_count(f) == 1, "no checksums");
+    nb_st_close(f);
+    flip(q, -1);
+    EXPECT_OK(read_all_tensors, q);
+    /* a checksum for a tensor that is not there, or the header's without every tensor's */
+    write_st(q, "{\"__metadata__\":{\"nobubble.crc32c.x\":\"00000000\"},\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+    EXPECT_FAIL(open_st, q, "metadata has a checksum for tensor 'x', which the file does not hold", NULL);
+    write_st(q, "{\"__metadata__\":{\"nobubble.crc32c\":\"00000000\"},\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+    EXPECT_FAIL(open_st, q, "the header has no checksum for tensor 't'", NULL);
 }
 
 /* ================================================================== atomic files */
@@ -1049,6 +1276,8 @@ int main(void) {
     RUN(st_hand_built);
     RUN(st_corrupt_files);
     RUN(st_writer_failures);
+    RUN(crc32c_values);
+    RUN(st_checksums);
     RUN(atomic_files);
     RUN(mkdir_p);
     RUN(dir_replace);

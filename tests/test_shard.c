@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "core.h"
+#include "data/loader.h"
 #include "data/shard.h"
 
 static char dir[64];
@@ -240,6 +241,46 @@ TEST_CASE(test_write_unwritable_dir) {
     CHECK(rc == 1 && lines == 1 && strstr(err, "cannot open"), "exit %d: %s", rc, err);
 }
 
+/* Loader start positions: a checkpoint's data_pos must be a batch start inside the shard. */
+static size_t loader_start;
+static void open_loader_at(const char *path) {
+    nb_loader ld;
+    nb_loader_open(&ld, path, 50257, 2, 4, loader_start, 1, NULL);
+    nb_loader_close(&ld);
+}
+
+static void expect_loader_error(const char *path, size_t start, const char *want) {
+    char err[2048];
+    int lines;
+    loader_start = start;
+    int rc = run_child(open_loader_at, path, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1, "start %zu: exit %d, %d lines: %s", start, rc, lines, err);
+    CHECK(strstr(err, path) && strstr(err, want), "start %zu: error lacks the shard or '%s': %s", start, want, err);
+    CHECK(strstr(err, "hint: the checkpoint's data_pos does not fit this shard: resume with the shard it was trained on"),
+          "start %zu: hint: %s", start, err);
+}
+
+TEST_CASE(test_loader_start_bounds) {
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = i;
+    char path[256];
+    snprintf(path, sizeof path, "%s", tmp_path("loader.bin")); /* tmp_path's buffers rotate */
+    nb_shard_write(path, ids, 100);
+    /* B*T = 8 tokens plus one target: the last batch start is 100 - 9 = 91 */
+    nb_loader ld;
+    nb_loader_open(&ld, path, 50257, 2, 4, 91, 1, NULL);
+    nb_loader_slot *sl = nb_loader_take(&ld);
+    CHECK(sl->pos == 91 && sl->inputs[0] == 91 && sl->targets[7] == 99, "batch at 91: pos %zu, %d .. %d", sl->pos,
+          sl->inputs[0], sl->targets[7]);
+    nb_loader_close(&ld);
+    expect_loader_error(path, 92, "data position 92 is not a batch start");
+    expect_loader_error(path, 100000, "starts at 0..91");
+    /* "data_pos": -1 in state.json: start + 9 wrapped to 8 and passed the old check (ASan:
+     * heap-buffer-overflow in fill_slot; the release build trained on foreign memory) */
+    expect_loader_error(path, (size_t)-1, "data position 18446744073709551615 (-1 as a signed number)");
+    expect_loader_error(path, (size_t)-8, "(-8 as a signed number)");
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/nb_test_shard.XXXXXX");
     NB_ASSERT(mkdtemp(dir));
@@ -251,6 +292,7 @@ int main(void) {
     RUN(test_missing_file);
     RUN(test_write_refuses_bad_ids);
     RUN(test_write_unwritable_dir);
+    RUN(test_loader_start_bounds);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);

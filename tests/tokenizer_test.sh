@@ -215,6 +215,21 @@ head -c 6000 /dev/zero | tr '\0' '=' > "$C/901.txt"
 head -c 3000 /dev/zero | tr '\0' 'a' > "$C/902.txt"
 printf '0123456789%.0s' $(seq 300) > "$C/903.txt"
 printf '%500sword' '' > "$C/904.txt"
+# long words without a space, for the heap BPE (words of 256 bytes and more): random letters,
+# digits, punctuation (with '",' and ',"', whose pairs share a rank through the ','-join),
+# CJK; deterministic (an LCG), a few KB each as the reference's bpe() is quadratic
+node -e '
+const fs = require("fs");
+let x = 12345;
+const rnd = (n) => (x = (x * 1103515245 + 12345) % 2147483648) % n;
+const kinds = [["abcdefghijklmnopqrstuvwxyz", 4000], ["0123456789", 3000], ["\",\".-=()!?:;*#/", 3000],
+               ["\",", 2000], ["中文字あいう", 1500], ["ab", 4000]];
+kinds.forEach(([alpha, n], k) => {
+  const chars = Array.from(alpha);
+  let s = "";
+  for (let i = 0; i < n; i++) s += chars[rnd(chars.length)];
+  fs.writeFileSync(process.argv[1] + "/" + (910 + k) + ".txt", s);
+});' "$C"
 files=("$C"/*.txt)
 "$WORK/helper" encode "$TOK" "${files[@]}" > "$WORK/cases.ids"
 node "$WORK/ref.js" "$TOK" "$WORK/cases.ids" "${files[@]}" || fail "tricky cases differ from the reference"

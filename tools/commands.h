@@ -2,7 +2,7 @@
  * returns the process exit code (0 ok, 1 runtime error, 2 usage error). */
 #ifndef NB_COMMANDS_H
 #define NB_COMMANDS_H
-int nb_cmd_tokenize(int argc, char **argv); /* src/data/tokenize_cmd.c */
+int nb_cmd_tokenize(int argc, char **argv); /* tools/cmd_tokenize.c */
 int nb_cmd_train(int argc, char **argv);    /* tools/cmd_train.c */
 int nb_cmd_eval(int argc, char **argv);     /* tools/cmd_train.c */
 int nb_cmd_sample(int argc, char **argv);   /* tools/cmd_sample.c */

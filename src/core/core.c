@@ -2,11 +2,14 @@
 #include "core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int nb_verbosity = 1;
 
@@ -70,13 +73,109 @@ void *nb_aligned_alloc_at(const char *file, int line, size_t bytes, const char *
     return p;
 }
 
+#define OPEN_HINT "check the path and its permissions"
+
+static const char *file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int nb_open_input_at(const char *file, int line, const char *path, const char *hint, size_t *size) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        nb_fail_at(file, line, hint ? hint : OPEN_HINT, "cannot open '%s' (read): %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        nb_fail_at(file, line, hint ? hint : OPEN_HINT, "cannot inspect '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        nb_fail_at(file, line, "nobubble reads whole files: save the data to a regular file and pass that",
+                   "'%s' is %s, not a regular file", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        nb_fail_at(file, line, hint ? hint : OPEN_HINT, "cannot set up reading '%s': %s", path, strerror(e));
+    }
+    if (size) *size = (size_t)st.st_size;
+    return fd;
+}
+
 FILE *nb_fopen_at(const char *file, int line, const char *path, const char *mode, const char *hint) {
+    if (mode[0] == 'r' && !strchr(mode, '+')) {
+        int fd = nb_open_input_at(file, line, path, hint, NULL);
+        FILE *f = fdopen(fd, mode);
+        if (!f) {
+            int e = errno;
+            close(fd);
+            nb_fail_at(file, line, "free some host memory", "cannot open a stream on '%s': %s", path, strerror(e));
+        }
+        return f;
+    }
     FILE *f = fopen(path, mode);
     if (!f)
-        nb_fail_at(file, line, hint ? hint : "check the path and its permissions",
-                   "cannot open '%s' (%s): %s", path, mode[0] == 'r' ? "read" : "write",
-                   strerror(errno));
+        nb_fail_at(file, line, hint ? hint : OPEN_HINT, "cannot open '%s' (%s): %s", path,
+                   mode[0] == 'r' ? "read" : "write", strerror(errno));
     return f;
+}
+
+/* read(2) that retries on EINTR; -1 with errno set on failure. */
+static ssize_t read_some(int fd, void *dst, size_t n) {
+    for (;;) {
+        ssize_t got = read(fd, dst, n);
+        if (got >= 0 || errno != EINTR) return got;
+    }
+}
+
+char *nb_read_file_at(const char *file, int line, const char *path, size_t max, size_t *len, const char *hint) {
+    NB_ASSERT(max < SIZE_MAX / 2);
+    size_t size;
+    int fd = nb_open_input_at(file, line, path, hint, &size);
+    char b1[32], b2[32];
+    const char *big_hint = hint ? hint : "pass the right file";
+    if (size > max) {
+        close(fd);
+        nb_fail_at(file, line, big_hint, "'%s' is %s, more than the %s such a file can be", path,
+                   nb_fmt_bytes(b1, sizeof b1, (double)size), nb_fmt_bytes(b2, sizeof b2, (double)max));
+    }
+    /* The size is a first guess only: files in /proc say 0, and a file may grow while we read. */
+    size_t cap = size + 1, n = 0;
+    char *buf = nb_malloc_at(file, line, cap, path);
+    int e = 0;
+    for (;;) {
+        char extra;
+        ssize_t got = n + 1 < cap ? read_some(fd, buf + n, cap - 1 - n) : read_some(fd, &extra, 1);
+        if (got < 0) e = errno;
+        if (got <= 0) break;
+        if (n + 1 == cap) { /* more than the guess: grow, up to one byte past max */
+            if (n >= max) {
+                n++;
+                break;
+            }
+            cap = cap < (max + 2) / 2 ? 2 * cap : max + 2;
+            char *grown = realloc(buf, cap);
+            if (!grown) fail_oom(file, line, cap, path);
+            buf = grown;
+            buf[n] = extra;
+        }
+        n += (size_t)got;
+    }
+    close(fd);
+    if (e) nb_fail_at(file, line, hint ? hint : "check the file and the disk", "cannot read '%s': %s", path, strerror(e));
+    if (n > max)
+        nb_fail_at(file, line, big_hint, "'%s' is more than the %s such a file can be", path,
+                   nb_fmt_bytes(b2, sizeof b2, (double)max));
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 double nb_now(void) {

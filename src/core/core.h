@@ -53,11 +53,24 @@ void *nb_calloc_at(const char *file, int line, size_t n, size_t size, const char
 void *nb_aligned_alloc_at(const char *file, int line, size_t bytes, const char *what);
 /* memset to zero on every core (first touch of large buffers) */
 void nb_zero_par(void *p, size_t bytes);
+/* Read modes ("r", "rb") open through nb_open_input: only regular files are accepted. */
 FILE *nb_fopen_at(const char *file, int line, const char *path, const char *mode, const char *hint);
+/* Open an input file read-only. Anything but a regular file (a FIFO, a device such as /dev/zero,
+ * a directory, a socket) is refused before a read could block or run forever: the open itself
+ * uses O_NONBLOCK, so a named pipe without a writer cannot hang it. Symlinks are followed and
+ * judged by their target. Returns the descriptor (blocking again) and, when size is not NULL,
+ * the file's size. Failures end in nb_fail naming the file; hint NULL gives a default one. */
+int nb_open_input_at(const char *file, int line, const char *path, const char *hint, size_t *size);
+/* A whole input file (nb_open_input rules) in a malloc'd buffer with a NUL after the last byte
+ * (not counted in *len). A file over max bytes is refused before its contents are read. */
+char *nb_read_file_at(const char *file, int line, const char *path, size_t max, size_t *len,
+                      const char *hint);
 #define nb_malloc(bytes, what) nb_malloc_at(__FILE__, __LINE__, (bytes), (what))
 #define nb_calloc(n, size, what) nb_calloc_at(__FILE__, __LINE__, (n), (size), (what))
 #define nb_aligned_alloc(bytes, what) nb_aligned_alloc_at(__FILE__, __LINE__, (bytes), (what))
 #define nb_fopen(path, mode, hint) nb_fopen_at(__FILE__, __LINE__, (path), (mode), (hint))
+#define nb_open_input(path, hint, size) nb_open_input_at(__FILE__, __LINE__, (path), (hint), (size))
+#define nb_read_file(path, max, len, hint) nb_read_file_at(__FILE__, __LINE__, (path), (max), (len), (hint))
 
 #define NB_ALIGN 256
 static inline size_t nb_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }

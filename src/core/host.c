@@ -1,9 +1,17 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "host.h"
 
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "core.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -36,8 +44,25 @@ int nb_host_max_threads(void) {
 #endif
 }
 
+int nb_host_cores(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    /* Fails with EINVAL on hosts with more CPUs than a cpu_set_t holds (1024): count online ones. */
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 int nb_host_set_threads(int n) {
+    static atomic_int noted;
+    int cores = nb_host_cores();
+    if (n > cores) {
+        if (!atomic_exchange(&noted, 1))
+            nb_log(1, "note: --threads %d capped at %d (the cores available)\n", n, cores);
+        n = cores;
+    }
 #ifdef _OPENMP
+    if (n <= 0 && omp_get_max_threads() > cores) n = cores; /* OMP_NUM_THREADS asked for more */
     if (n > 0) omp_set_num_threads(n);
     n = omp_get_max_threads();
 #else

@@ -5,7 +5,13 @@
 /* Bytes of host memory available now (MemAvailable), or 0 when unknown (= no budget).
  * NB_HOST_MEM_LIMIT (bytes) overrides it. */
 size_t nb_host_mem_available(void);
-/* Threads for OpenMP and OpenBLAS; n <= 0 keeps the default (all cores). Returns the count used. */
+/* Cores this process may run on: its CPU affinity mask (taskset, cgroups' cpusets), else the
+ * online CPUs; at least 1. */
+int nb_host_cores(void);
+/* Threads for OpenMP and OpenBLAS; n <= 0 keeps the default (all cores). More threads than
+ * cores only make the threads take turns (--threads 100000 ran 129 threads on 2 cores, 20x
+ * slower): n is capped at nb_host_cores(), with one note on stderr the first time. Returns the
+ * count used. */
 int nb_host_set_threads(int n);
 /* Threads a parallel region started by the calling thread would get (1 without OpenMP). */
 int nb_host_max_threads(void);

@@ -398,12 +398,12 @@ nb_criteo_stats nb_criteo_convert(const char *tsv_path, const char *bin_path, nb
     bin_header h;
     memset(&h, 0, sizeof h);
     /* Placeholder header (zero magic, so a crash can never leave a plausible file); rewritten at the end. */
-    fwrite(&h, sizeof h, 1, f);
+    nb_atomic_write(f, tmp, bin_path, &h, sizeof h);
     nb_ctr_sample s;
     unsigned char rec[NB_CRITEO_BIN_RECORD_BYTES];
     while (nb_criteo_next(r, &s)) {
         pack_record(&s, rec);
-        fwrite(rec, sizeof rec, 1, f); /* a failed write shows in ferror at commit */
+        nb_atomic_write(f, tmp, bin_path, rec, sizeof rec);
     }
     nb_criteo_stats st = r->st;
     nb_criteo_close(r);
@@ -415,12 +415,8 @@ nb_criteo_stats nb_criteo_convert(const char *tsv_path, const char *bin_path, nb
     h.positives = st.positives;
     h.source_lines = st.lines;
     h.source_bad = st.bad;
-    if (fseek(f, 0, SEEK_SET) != 0) {
-        int e = errno;
-        nb_atomic_abort(f, tmp);
-        nb_fail(NULL, "cannot seek in '%s': %s", tmp, strerror(e));
-    }
-    fwrite(&h, sizeof h, 1, f);
+    if (fseek(f, 0, SEEK_SET) != 0) nb_atomic_fail(f, tmp, bin_path, "seek", errno);
+    nb_atomic_write(f, tmp, bin_path, &h, sizeof h);
     nb_atomic_commit(f, tmp, bin_path);
     return st;
 }

@@ -46,13 +46,20 @@ void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, si
     ld->T = T;
     ld->depth = depth;
     ld->lane = lane;
+    NB_CHECK(B > 0 && T > 0, "pass a positive --batch and --seq", "batch %d x sequence %d for shard '%s': both must be positive",
+             B, T, path);
+    size_t span = (size_t)B * T + 1; /* one batch: B*T inputs and the target after the last */
     char hint[160];
-    snprintf(hint, sizeof hint, "use a larger shard or a smaller --batch/--seq (one batch needs %zu tokens)",
-             (size_t)B * T + 1);
-    NB_CHECK(ld->shard.ntok >= (size_t)B * T + 1, hint, "shard '%s' holds %zu tokens, fewer than one batch", path,
-             ld->shard.ntok);
-    NB_CHECK(start_pos + (size_t)B * T + 1 <= ld->shard.ntok, "the checkpoint does not belong to this data; pass the --data it was trained on",
-             "data position %zu is past the end of shard '%s' (%zu tokens)", start_pos, path, ld->shard.ntok);
+    snprintf(hint, sizeof hint, "use a larger shard or a smaller --batch/--seq (one batch needs %zu tokens)", span);
+    NB_CHECK(ld->shard.ntok >= span, hint, "shard '%s' holds %zu tokens, fewer than one batch", path, ld->shard.ntok);
+    /* Written as a bound on start_pos, not start_pos + span <= ntok: a corrupt checkpoint's
+     * data_pos of -1 is SIZE_MAX here, and the sum would wrap around and pass. */
+    char as_signed[48] = "";
+    if (start_pos > SIZE_MAX / 2) snprintf(as_signed, sizeof as_signed, " (%lld as a signed number)", (long long)start_pos);
+    NB_CHECK(start_pos <= ld->shard.ntok - span,
+             "the checkpoint's data_pos does not fit this shard: resume with the shard it was trained on",
+             "data position %zu%s is not a batch start in shard '%s': it holds %zu tokens, so a batch of %zu tokens "
+             "starts at 0..%zu", start_pos, as_signed, path, ld->shard.ntok, span, ld->shard.ntok - span);
     ld->next_pos = start_pos;
     for (int i = 0; i < depth; i++) {
         nb_loader_slot *s = &ld->slots[i];

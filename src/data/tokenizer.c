@@ -5,27 +5,16 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Files and hashing                                                                           */
 
+#define TOK_FILE_MAX ((size_t)64 << 20) /* GPT-2's files are 1.0 MB and 0.5 MB */
+
 static char *read_whole_file(const char *path, size_t *len_out, const char *hint) {
-    FILE *f = nb_fopen(path, "rb", hint);
-    struct stat st;
-    NB_CHECK(fstat(fileno(f), &st) == 0, hint, "cannot stat '%s': %s", path, strerror(errno));
-    NB_CHECK(S_ISREG(st.st_mode), hint, "'%s' is not a regular file", path);
-    size_t size = (size_t)st.st_size;
-    char *buf = nb_malloc(size + 1, path);
-    size_t got = fread(buf, 1, size, f);
-    NB_CHECK(got == size && !ferror(f), hint, "cannot read '%s': got %zu of %zu bytes", path, got,
-             size);
-    fclose(f);
-    buf[size] = 0;
-    *len_out = size;
-    return buf;
+    return nb_read_file(path, TOK_FILE_MAX, len_out, hint);
 }
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {
@@ -364,8 +353,9 @@ static void ivec_reserve(ivec *a, size_t extra) {
 
 /* Merge the byte tokens of one pre-token the way Encoder.js's bpe() does: take the lowest-rank
  * pair (the last one on ties), merge all its occurrences left to right, repeat. syms is
- * rewritten in place; returns the final count. */
-static size_t bpe_word(const nb_tokenizer *t, int32_t *syms, size_t m) {
+ * rewritten in place; returns the final count. Each step scans the whole word, so a word of m
+ * bytes costs O(m^2): the reference for short words (and for tests), bpe_word_heap for long. */
+static size_t bpe_word_naive(const nb_tokenizer *t, int32_t *syms, size_t m) {
     while (m > 1) {
         int32_t best_rank = INT32_MAX, best_merged = -1, merged = -1;
         size_t best = 0;
@@ -388,6 +378,132 @@ static size_t bpe_word(const nb_tokenizer *t, int32_t *syms, size_t m) {
     return m;
 }
 
+/* The same merges in O(m log m), for long words (a 1 MB run of letters took 79 s above).
+ * Symbols form a linked list over their first byte's index (so index order is word order, and
+ * a merge keeps the left node); a min-heap holds (rank, left index) of every adjacent pair that
+ * has a rank, stale entries skipped when popped. One step pops every entry of the lowest rank r,
+ * like the naive scan sees every pair of the word: the pair at the last such position is the one
+ * merged (several distinct pairs share a rank only through the ','-join quirk); its occurrences
+ * are merged in index order, each one checked again, which is the naive left-to-right greedy
+ * scan (for a pair (a, a), "a a a" becomes "aa a"); the other pairs of rank r go back to the
+ * heap. A merge forms at most two new pairs, both holding the new symbol, so none of them can be
+ * the pair being merged: they wait for a later step, as in the naive loop. */
+typedef struct {
+    int32_t *sym, *prev, *next; /* sym -1: merged into its left neighbour */
+    uint64_t *heap;             /* rank << 32 | left index */
+    size_t nheap, cap;
+    int32_t *hit;               /* this step's positions */
+} bpe_state;
+
+static void heap_push(bpe_state *b, uint64_t key) {
+    if (b->nheap == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 1024;
+        b->heap = realloc(b->heap, b->cap * sizeof *b->heap);
+        NB_CHECK(b->heap, "the text may be too large for host memory", "out of host memory for BPE");
+    }
+    size_t i = b->nheap++;
+    while (i && b->heap[(i - 1) / 2] > key) {
+        b->heap[i] = b->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    b->heap[i] = key;
+}
+
+static uint64_t heap_pop(bpe_state *b) {
+    uint64_t top = b->heap[0], last = b->heap[--b->nheap];
+    size_t i = 0, n = b->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && b->heap[c + 1] < b->heap[c]) c++;
+        if (b->heap[c] >= last) break;
+        b->heap[i] = b->heap[c];
+        i = c;
+    }
+    if (n) b->heap[i] = last;
+    return top;
+}
+
+/* Rank of the pair starting at node i now (INT32_MAX: no pair there, or it never merges). */
+static int32_t rank_at(const nb_tokenizer *t, const bpe_state *b, int32_t i, int32_t *merged) {
+    if (i < 0 || b->sym[i] < 0 || b->next[i] < 0) return INT32_MAX;
+    return pair_get(t, b->sym[i], b->sym[b->next[i]], merged);
+}
+
+static void push_pair(const nb_tokenizer *t, bpe_state *b, int32_t i) {
+    int32_t merged, r = rank_at(t, b, i, &merged);
+    if (r != INT32_MAX) heap_push(b, (uint64_t)(uint32_t)r << 32 | (uint32_t)i);
+}
+
+/* Pop every live entry of the lowest rank into b->hit, in index order (the heap's key order)
+ * without repeats. Returns the count; 0 when nothing is left to merge. */
+static size_t pop_lowest_rank(const nb_tokenizer *t, bpe_state *b) {
+    size_t k = 0;
+    int32_t r = INT32_MAX, merged;
+    while (b->nheap && (k == 0 || (int32_t)(b->heap[0] >> 32) == r)) {
+        uint64_t key = heap_pop(b);
+        int32_t kr = (int32_t)(key >> 32), i = (int32_t)(uint32_t)key;
+        if (rank_at(t, b, i, &merged) != kr) continue; /* stale: the pair there changed */
+        if (k && b->hit[k - 1] == i) continue;        /* the same pair pushed twice */
+        r = kr;
+        b->hit[k++] = i;
+    }
+    return k;
+}
+
+static void merge_at(const nb_tokenizer *t, bpe_state *b, int32_t i, int32_t merged) {
+    int32_t j = b->next[i];
+    b->sym[i] = merged;
+    b->sym[j] = -1;
+    b->next[i] = b->next[j];
+    if (b->next[j] >= 0) b->prev[b->next[j]] = i;
+    push_pair(t, b, b->prev[i]);
+    push_pair(t, b, i);
+}
+
+static size_t bpe_word_heap(const nb_tokenizer *t, int32_t *syms, size_t m) {
+    NB_CHECK(m < INT32_MAX, "split the text: a run of over 2 GB without a space cannot be encoded",
+             "a word of %zu bytes is too long for the tokenizer", m);
+    bpe_state b = {0};
+    b.sym = syms;
+    b.prev = nb_malloc(m * sizeof(int32_t), "BPE links");
+    b.next = nb_malloc(m * sizeof(int32_t), "BPE links");
+    b.hit = nb_malloc(m * sizeof(int32_t), "BPE positions");
+    for (size_t i = 0; i < m; i++) {
+        b.prev[i] = (int32_t)i - 1;
+        b.next[i] = i + 1 < m ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < m; i++) push_pair(t, &b, (int32_t)i);
+    size_t live = m, k;
+    while (live > 1 && (k = pop_lowest_rank(t, &b)) > 0) {
+        int32_t last = b.hit[k - 1], a = syms[last], c = syms[b.next[last]], merged;
+        for (size_t h = 0; h < k; h++) {
+            int32_t i = b.hit[h];
+            if (rank_at(t, &b, i, &merged) == INT32_MAX) continue; /* taken by the merge before */
+            if (syms[i] == a && syms[b.next[i]] == c) {
+                merge_at(t, &b, i, merged);
+                live--;
+            } else {
+                push_pair(t, &b, i); /* another pair of the same rank: a later step */
+            }
+        }
+    }
+    size_t n = 0;
+    for (int32_t i = 0; i >= 0; i = b.next[i]) syms[n++] = syms[i]; /* node 0 is never merged away */
+    free(b.prev);
+    free(b.next);
+    free(b.hit);
+    free(b.heap);
+    return n;
+}
+
+/* Below this many bytes the naive loop is faster (no allocation, a few cache lines). */
+#define BPE_HEAP_MIN 256
+
+static size_t bpe_word(const nb_tokenizer *t, int32_t *syms, size_t m, int naive) {
+    return naive || m < BPE_HEAP_MIN ? bpe_word_naive(t, syms, m) : bpe_word_heap(t, syms, m);
+}
+
 /* Per-call memo of pre-token -> ids (Encoder.js keeps the same cache). Local to one call, so a
  * shared tokenizer needs no locks. */
 typedef struct {
@@ -395,19 +511,29 @@ typedef struct {
     ivec ids;
 } word_cache;
 
+/* Words longer than this are not memoized: they seldom repeat, and a copy of a megabyte-long
+ * run of letters (key and ids) would only cost memory. */
+#define CACHE_MAX_WORD 4096
+
 static void encode_word(const nb_tokenizer *t, word_cache *wc, const unsigned char *w, size_t n,
-                        ivec *out, ivec *scratch) {
+                        ivec *out, ivec *scratch, int naive) {
     if (n == 1) {
         ivec_reserve(out, 1);
         out->v[out->n++] = t->byte_token[w[0]];
         return;
     }
-    const strmap_slot *hit = strmap_get(&wc->map, w, n);
+    const strmap_slot *hit = n <= CACHE_MAX_WORD ? strmap_get(&wc->map, w, n) : NULL;
     if (!hit) {
         scratch->n = 0;
         ivec_reserve(scratch, n);
         for (size_t i = 0; i < n; i++) scratch->v[i] = t->byte_token[w[i]];
-        size_t m = bpe_word(t, scratch->v, n);
+        size_t m = bpe_word(t, scratch->v, n, naive);
+        if (n > CACHE_MAX_WORD) {
+            ivec_reserve(out, m);
+            memcpy(out->v + out->n, scratch->v, m * sizeof(int32_t));
+            out->n += m;
+            return;
+        }
         ivec_reserve(&wc->ids, m);
         NB_ASSERT(wc->ids.n + m < INT32_MAX);
         memcpy(wc->ids.v + wc->ids.n, scratch->v, m * sizeof(int32_t));
@@ -420,7 +546,7 @@ static void encode_word(const nb_tokenizer *t, word_cache *wc, const unsigned ch
     out->n += (size_t)hit->v1;
 }
 
-size_t nb_tokenizer_encode(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out) {
+static size_t encode(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out, int naive) {
     size_t clean_len = len;
     unsigned char *clean = utf8_sanitize((const unsigned char *)utf8, len, &clean_len);
     const unsigned char *s = clean ? clean : (const unsigned char *)utf8;
@@ -430,7 +556,7 @@ size_t nb_tokenizer_encode(const nb_tokenizer *t, const char *utf8, size_t len, 
     strmap_init(&wc.map, 4096);
     for (size_t p = 0; p < clean_len;) {
         size_t e = pretoken_end(s, p, clean_len);
-        encode_word(t, &wc, s + p, e - p, &out, &scratch);
+        encode_word(t, &wc, s + p, e - p, &out, &scratch, naive);
         p = e;
     }
     strmap_free(&wc.map);
@@ -439,6 +565,14 @@ size_t nb_tokenizer_encode(const nb_tokenizer *t, const char *utf8, size_t len, 
     free(clean);
     *ids_out = out.v;
     return out.n;
+}
+
+size_t nb_tokenizer_encode(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out) {
+    return encode(t, utf8, len, ids_out, 0);
+}
+
+size_t nb_tokenizer_encode_reference(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out) {
+    return encode(t, utf8, len, ids_out, 1);
 }
 
 const char *nb_tokenizer_token_bytes(const nb_tokenizer *t, int32_t id, size_t *len) {

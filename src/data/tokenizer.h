@@ -48,6 +48,11 @@ int nb_tokenizer_vocab_size(const nb_tokenizer *t);
  * empty text) and the number of ids is returned. */
 size_t nb_tokenizer_encode(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out);
 
+/* The same ids with every word merged by the plain "best pair, merge, repeat" loop, O(m^2) in
+ * a word's length m; nb_tokenizer_encode switches to a heap for long words (O(m log m)). For
+ * tests that check the two agree; too slow for long runs without spaces. */
+size_t nb_tokenizer_encode_reference(const nb_tokenizer *t, const char *utf8, size_t len, int32_t **ids_out);
+
 /* Concatenated bytes of the tokens, malloc'd and NUL-terminated (the NUL is not counted in
  * *len_out). The bytes are raw: a cut in the middle of a multi-byte character stays cut. An id
  * outside [0, vocab) ends in nb_fail. */

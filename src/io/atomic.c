@@ -92,19 +92,45 @@ FILE *nb_atomic_open(const char *final_path, char *tmp_out, size_t cap) {
     nb_fail(OUT_HINT, "cannot find a free temp name for '%s'", final_path);
 }
 
+static const char *write_hint(int e) { return e == EACCES || e == EROFS || e == EPERM ? OUT_HINT : DISK_HINT; }
+
+void nb_atomic_fail(FILE *f, const char *tmp, const char *final_path, const char *step, int err) {
+    fclose(f); /* discarded: a close error changes nothing */
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        nb_log(1, "nobubble: warning: cannot remove temp file '%s': %s\n", tmp, strerror(errno));
+    nb_fail(write_hint(err), "cannot write '%s' (%s failed): %s", final_path, step, strerror(err));
+}
+
+void nb_atomic_write(FILE *f, const char *tmp, const char *final_path, const void *data, size_t len) {
+    if (len == 0) return;
+    errno = 0;
+    if (fwrite(data, 1, len, f) != len) nb_atomic_fail(f, tmp, final_path, "write", errno ? errno : EIO);
+}
+
+/* A stream error left by a plain fwrite has lost its errno. Writing past the end of the temp
+ * file (discarded anyway) shows the cause again: 64 KiB needs new blocks, so a full disk says
+ * ENOSPC even when the last block had room for a few bytes. */
+static int probe_write_errno(int fd) {
+    static const char zeros[1 << 16];
+    struct stat st;
+    if (fstat(fd, &st) != 0) return errno;
+    if (pwrite(fd, zeros, sizeof zeros, st.st_size) < 0) return errno;
+    return EIO;
+}
+
 void nb_atomic_commit(FILE *f, const char *tmp, const char *final_path) {
     const char *step = NULL;
     int e = 0;
     /* ferror first: an earlier fwrite may have failed (disk full) with errno long overwritten. */
-    if (ferror(f)) step = "write", e = EIO;
+    if (ferror(f)) step = "write", e = probe_write_errno(fileno(f));
     else if (fflush(f) != 0) step = "write", e = errno;
     else if (fsync(fileno(f)) != 0) step = "fsync", e = errno;
-    if (fclose(f) != 0 && !step) step = "close", e = errno;
+    if (step) nb_atomic_fail(f, tmp, final_path, step, e);
+    if (fclose(f) != 0) step = "close", e = errno;
     if (!step && rename(tmp, final_path) != 0) step = "rename", e = errno;
     if (step) {
         unlink(tmp);
-        nb_fail(e == EACCES || e == EROFS || e == EPERM ? OUT_HINT : DISK_HINT,
-                "cannot write '%s' (%s failed): %s", final_path, step, strerror(e));
+        nb_fail(write_hint(e), "cannot write '%s' (%s failed): %s", final_path, step, strerror(e));
     }
     fsync_parent(final_path);
 }
@@ -117,7 +143,7 @@ void nb_atomic_abort(FILE *f, const char *tmp) {
 void nb_write_file_atomic(const char *path, const void *data, size_t len) {
     char tmp[PATH_MAX];
     FILE *f = nb_atomic_open(path, tmp, sizeof tmp);
-    if (len) fwrite(data, 1, len, f); /* a short write shows in ferror at commit */
+    nb_atomic_write(f, tmp, path, data, len);
     nb_atomic_commit(f, tmp, path);
 }
 

@@ -23,14 +23,23 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Open a fresh temp file next to final_path for writing ("wb"); its name goes to tmp_out. */
 FILE *nb_atomic_open(const char *final_path, char *tmp_out, size_t cap);
+/* fwrite to a file from nb_atomic_open. A short write removes the temp file and ends in nb_fail
+ * with errno's cause ("No space left on device"), which ferror() alone has forgotten by the
+ * time nb_atomic_commit runs. */
+void nb_atomic_write(FILE *f, const char *tmp, const char *final_path, const void *data, size_t len);
+/* The same failure path, for a write the caller made itself (pwrite, say) that failed with err. */
+NB_NORETURN void nb_atomic_fail(FILE *f, const char *tmp, const char *final_path, const char *step, int err);
 /* Check write errors, flush, fsync, close, rename tmp -> final, fsync the directory. On any
- * failure the temp file is removed and nb_fail names the file and the cause. */
+ * failure the temp file is removed and nb_fail names the file and the cause (for a stream error
+ * left by a plain fwrite, the cause is found again by writing past the end of the temp file). */
 void nb_atomic_commit(FILE *f, const char *tmp, const char *final_path);
 /* Close and remove the temp file; final_path is untouched. */
 void nb_atomic_abort(FILE *f, const char *tmp);

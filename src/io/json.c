@@ -250,6 +250,7 @@ typedef struct {
     char *err;
     size_t errcap;
     int failed;
+    size_t values; /* parsed so far, against NB_JSON_MAX_VALUES */
 } parser;
 
 /* The root owns the source name that every node points at. */
@@ -259,17 +260,31 @@ typedef struct {
 } json_root;
 
 static int perr_at(parser *p, size_t pos, const char *fmt, ...) NB_PRINTF(3, 4);
-static int perr_at(parser *p, size_t pos, const char *fmt, ...) {
+static int perr_vlc(parser *p, int line, int col, const char *fmt, va_list ap) {
     if (p->failed) return 0;
     p->failed = 1;
+    char msg[320];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (p->err && p->errcap) snprintf(p->err, p->errcap, "%s:%d:%d: %s", p->src, line, col, msg);
+    return 0;
+}
+
+static int perr_at(parser *p, size_t pos, const char *fmt, ...) {
     /* Positions on the current line only: errors are raised before the next newline is read. */
-    int col = (int)(pos - p->line_start) + 1;
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    perr_vlc(p, p->line, (int)(pos - p->line_start) + 1, fmt, ap);
     va_end(ap);
-    if (p->err && p->errcap) snprintf(p->err, p->errcap, "%s:%d:%d: %s", p->src, p->line, col, msg);
+    return 0;
+}
+
+/* An error at a value parsed earlier (its line and column are stored in it). */
+static int perr_value(parser *p, const nb_json *v, const char *fmt, ...) NB_PRINTF(3, 4);
+static int perr_value(parser *p, const nb_json *v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    perr_vlc(p, v->line, v->col, fmt, ap);
+    va_end(ap);
     return 0;
 }
 
@@ -451,7 +466,7 @@ static int parse_number(parser *p, nb_json *v) {
     if (integral_literal) {
         errno = 0;
         long long ll = strtoll(buf, NULL, 10);
-        if (errno == 0) v->is_int = 1, v->i64 = ll;
+        if (errno == 0) v->is_int = 1, v->i64 = ll, v->int_literal = 1;
         errno = 0;
         unsigned long long ull = buf[0] == '-' ? 0 : strtoull(buf, NULL, 10);
         if (buf[0] != '-' && errno == 0) v->is_u64 = 1, v->u64 = ull;
@@ -479,6 +494,43 @@ static void grow(nb_json *v, size_t *cap, int obj) {
         if (!keys) nb_fail("free some host memory", "out of memory parsing JSON");
         v->keys = keys;
     }
+}
+
+typedef struct {
+    const char *key;
+    size_t i;
+} key_index;
+
+static int cmp_key_index(const void *a, const void *b) {
+    const key_index *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static int report_dup(parser *p, const nb_json *v, size_t first, size_t later) {
+    return perr_value(p, &v->items[later], "duplicate key '%.200s' (first at line %d, column %d)", v->keys[later],
+                      v->items[first].line, v->items[first].col);
+}
+
+/* Keys compare as C strings, the way nb_json_get looks them up: "a\u0000b" and "a\u0000c" are
+ * one key to every reader, so they are duplicates here too. Sorting keeps a safetensors header
+ * of 100,000 tensors fast; small objects compare pairwise. The error points at the later
+ * member's value (keys keep no position). */
+static int unique_keys(parser *p, const nb_json *v) {
+    if (v->len <= 16) {
+        for (size_t j = 1; j < v->len; j++)
+            for (size_t i = 0; i < j; i++)
+                if (!strcmp(v->keys[i], v->keys[j])) return report_dup(p, v, i, j);
+        return 1;
+    }
+    key_index *idx = nb_malloc(v->len * sizeof *idx, "JSON key index");
+    for (size_t i = 0; i < v->len; i++) idx[i] = (key_index){v->keys[i], i};
+    qsort(idx, v->len, sizeof *idx, cmp_key_index);
+    size_t first = 0, later = 0;
+    for (size_t i = 1; i < v->len && !later; i++)
+        if (!strcmp(idx[i - 1].key, idx[i].key)) first = idx[i - 1].i, later = idx[i].i;
+    free(idx);
+    return later ? report_dup(p, v, first, later) : 1;
 }
 
 /* Containers keep len equal to the number of fully initialized children, so a partial tree
@@ -522,7 +574,7 @@ static int parse_container(parser *p, nb_json *v, int depth, int obj) {
         }
         if (p->pos < p->n && p->s[p->pos] == close) {
             p->pos++;
-            return 1;
+            return !obj || unique_keys(p, v);
         }
         return perr_at(p, p->pos, "expected ',' or '%c', found %s", close, describe_char(p, d, sizeof d));
     }
@@ -533,7 +585,9 @@ static int parse_value(parser *p, nb_json *v, int depth) {
     v->line = p->line;
     v->col = (int)(p->pos - p->line_start) + 1;
     v->src = p->src;
-    if (depth > NB_JSON_MAX_DEPTH) return perr_at(p, p->pos, "nesting deeper than %d", NB_JSON_MAX_DEPTH);
+    if (depth >= NB_JSON_MAX_NESTING) return perr_at(p, p->pos, "nesting deeper than %d levels", NB_JSON_MAX_NESTING);
+    if (++p->values > NB_JSON_MAX_VALUES)
+        return perr_at(p, p->pos, "more than %zu values in one document", NB_JSON_MAX_VALUES);
     if (p->pos >= p->n) return perr_at(p, p->pos, "expected a value, found end of input");
     char c = p->s[p->pos];
     switch (c) {
@@ -595,9 +649,13 @@ nb_json *nb_json_parse(const char *text, size_t len, const char *src, char *err,
     json_root *r = nb_calloc(1, sizeof *r, "JSON tree");
     r->src = strdup(src ? src : "<json>");
     if (!r->src) nb_fail("free some host memory", "out of memory parsing JSON");
-    parser p = {text, len, 0, 1, 0, r->src, err, errcap, 0};
-    skip_ws(&p);
-    int ok = parse_value(&p, &r->v, 0);
+    parser p = {text, len, 0, 1, 0, r->src, err, errcap, 0, 0};
+    char b1[32], b2[32];
+    int ok = len <= NB_JSON_MAX_BYTES ||
+             perr_at(&p, 0, "the document is %s, more than the %s a JSON input may be",
+                     nb_fmt_bytes(b1, sizeof b1, (double)len), nb_fmt_bytes(b2, sizeof b2, (double)NB_JSON_MAX_BYTES));
+    if (ok) skip_ws(&p);
+    if (ok) ok = parse_value(&p, &r->v, 0);
     if (ok) {
         skip_ws(&p);
         char d[16];
@@ -618,16 +676,10 @@ nb_json *nb_json_parse_or_fail(const char *text, size_t len, const char *src) {
 }
 
 nb_json *nb_json_load_file(const char *path) {
-    FILE *f = nb_fopen(path, "rb", NULL);
-    nb_sbuf b = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) nb_sbuf_append(&b, chunk, got);
-    int bad = ferror(f);
-    fclose(f);
-    NB_CHECK(!bad, "check the file and the disk", "error reading '%s': %s", path, strerror(errno));
-    nb_json *v = nb_json_parse_or_fail(b.data ? b.data : "", b.len, path);
-    nb_sbuf_free(&b);
+    size_t len;
+    char *text = nb_read_file(path, NB_JSON_MAX_BYTES, &len, "pass the right JSON file; nobubble's are a few KB");
+    nb_json *v = nb_json_parse_or_fail(text, len, path);
+    free(text);
     return v;
 }
 

@@ -14,7 +14,11 @@
  * Parser: builds a tree. Errors name the source, line and column ("state.json:3:14: ..."). The
  * parser accepts strict JSON (RFC 8259) plus NaN, Infinity and -Infinity, which Python's json
  * module writes by default. Strings must be valid UTF-8; \u escapes (surrogate pairs included)
- * are decoded to UTF-8. Nesting is limited to NB_JSON_MAX_DEPTH. */
+ * are decoded to UTF-8. A key that appears twice in one object is an error (RFC 8259 leaves it
+ * open; Python silently keeps the last, which hides a damaged or hand-merged state.json).
+ * Resource bounds, so that a hostile or damaged document fails cleanly instead of taking the
+ * host's memory or stack: at most NB_JSON_MAX_BYTES of text, NB_JSON_MAX_VALUES values (a value
+ * costs ~120 bytes of tree) and NB_JSON_MAX_NESTING levels of arrays and objects. */
 #ifndef NB_JSON_H
 #define NB_JSON_H
 
@@ -44,7 +48,12 @@ void nb_sbuf_free(nb_sbuf *b);
 int nb_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* ---- writer ---- */
-#define NB_JSON_MAX_DEPTH 256
+#define NB_JSON_MAX_DEPTH 256 /* the writer's nesting */
+
+/* ---- parser bounds ---- */
+#define NB_JSON_MAX_BYTES ((size_t)64 << 20) /* state.json is a few KB, safetensors headers < 10 MB */
+#define NB_JSON_MAX_VALUES ((size_t)8 << 20) /* ~1 GB of tree; a 64 MiB trace has ~5 M values */
+#define NB_JSON_MAX_NESTING 64               /* nobubble's own files nest 4 deep */
 
 typedef struct {
     nb_sbuf out;
@@ -92,6 +101,7 @@ struct nb_json {
     int boolean;
     double num;
     int is_int;  /* the number is integral and fits int64 (then i64 holds it exactly) */
+    int int_literal; /* ... and is written as an integer: no fraction, no exponent ("3", not "3.0") */
     int64_t i64;
     int is_u64;  /* the number is a non-negative integer that fits uint64 (u64 holds it exactly) */
     uint64_t u64;
@@ -105,13 +115,14 @@ struct nb_json {
 nb_json *nb_json_parse(const char *text, size_t len, const char *src, char *err, size_t errcap);
 /* Same, but a parse error ends in nb_fail naming the source and position. */
 nb_json *nb_json_parse_or_fail(const char *text, size_t len, const char *src);
-/* Read and parse a whole file; any failure ends in nb_fail. */
+/* Read and parse a whole file (a regular file of at most NB_JSON_MAX_BYTES, refused before it is
+ * read); any failure ends in nb_fail naming the file. */
 nb_json *nb_json_load_file(const char *path);
 void nb_json_free(nb_json *root);
 
 const char *nb_json_type_name(nb_json_type t);
-/* Member of an object, or NULL (also NULL when obj is not an object). With duplicate keys the
- * last one wins, as in Python. Linear in the number of members. */
+/* Member of an object, or NULL (also NULL when obj is not an object). Keys are unique (the
+ * parser refuses duplicates). Linear in the number of members. */
 const nb_json *nb_json_get(const nb_json *obj, const char *key);
 /* Optional members: missing or null -> def; present with the wrong type -> nb_fail naming the
  * source, position, key, expected and found type. */

@@ -15,12 +15,17 @@
 
 #include "core.h"
 #include "io/atomic.h"
+#include "io/crc32c.h"
 #include "io/json.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define ST_STAGE_BYTES ((size_t)16 << 20)
 #define BUG_HINT "this is a bug in nobubble; please report it"
 #define CORRUPT_HINT "the file is corrupt, truncated or not a safetensors file; write or download it again"
+#define DAMAGED_HINT "resume from an older checkpoint, or write the file again"
+#define CRC_KEY "nobubble.crc32c"         /* the header's checksum */
+#define CRC_PREFIX "nobubble.crc32c."     /* + tensor name: that tensor's checksum */
+#define CRC_CHUNK ((size_t)1 << 20)       /* checksum and copy in cache-sized pieces */
 #define MISMATCH_HINT "the file was written for another model shape or dtype; use the flags it was written with, or another file"
 
 static char *xstrdup(const char *s) {
@@ -54,6 +59,67 @@ static int shape_bytes(nb_dtype dt, int ndim, const int64_t *shape, int64_t *num
     return 1;
 }
 
+/* ------------------------------------------------------------------ checksums */
+
+/* What the header checksum covers: every metadata pair but the checksums and every tensor's
+ * name, dtype and shape, each as one item, items sorted, each hashed with its length. Sorting
+ * makes it independent of member order and JSON layout (tools that rewrite a header keep the
+ * meaning, not the bytes); data offsets are left out because the layout checks and the tensors'
+ * own checksums catch any change to them. */
+typedef struct {
+    char *s;
+    size_t n;
+} canon_item;
+
+typedef struct {
+    canon_item *v;
+    int n, cap;
+} canon;
+
+static void canon_add(canon *c, char tag, const char *a, const char *b) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->v = realloc(c->v, (size_t)c->cap * sizeof *c->v);
+        NB_CHECK(c->v, "free some host memory", "out of memory checksumming a safetensors header");
+    }
+    size_t la = strlen(a), lb = strlen(b), n = 1 + la + 1 + lb;
+    char *s = nb_malloc(n, "safetensors header item");
+    s[0] = tag;
+    memcpy(s + 1, a, la);
+    s[1 + la] = '\0';
+    memcpy(s + 2 + la, b, lb);
+    c->v[c->n++] = (canon_item){s, n};
+}
+
+static void canon_tensor(canon *c, const char *name, nb_dtype dt, int ndim, const int64_t *shape) {
+    char desc[32 + NB_ST_MAX_DIMS * 24];
+    size_t k = (size_t)snprintf(desc, sizeof desc, "%s", nb_dtype_name(dt));
+    for (int i = 0; i < ndim; i++) k += (size_t)snprintf(desc + k, sizeof desc - k, " %" PRId64, shape[i]);
+    canon_add(c, 'T', name, desc);
+}
+
+static int canon_cmp(const void *a, const void *b) {
+    const canon_item *x = a, *y = b;
+    int r = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return r ? r : (x->n > y->n) - (x->n < y->n);
+}
+
+static uint32_t canon_crc(canon *c) {
+    qsort(c->v, (size_t)c->n, sizeof *c->v, canon_cmp);
+    uint32_t crc = 0;
+    for (int i = 0; i < c->n; i++) {
+        uint64_t n = c->v[i].n;
+        crc = nb_crc32c(crc, &n, sizeof n);
+        crc = nb_crc32c(crc, c->v[i].s, c->v[i].n);
+        free(c->v[i].s);
+    }
+    free(c->v);
+    memset(c, 0, sizeof *c);
+    return crc;
+}
+
+static int is_crc_key(const char *key) { return !strncmp(key, CRC_KEY, strlen(CRC_KEY)); }
+
 /* ------------------------------------------------------------------ writer */
 
 typedef struct {
@@ -73,13 +139,17 @@ struct nb_st_writer {
     int n, cap;
     char **mkey, **mval;
     int nmeta, mcap;
+    int checksums;
 };
 
 nb_st_writer *nb_st_begin(const char *path) {
     nb_st_writer *w = nb_calloc(1, sizeof *w, "safetensors writer");
     w->path = xstrdup(path);
+    w->checksums = 1;
     return w;
 }
+
+void nb_st_set_checksums(nb_st_writer *w, int on) { w->checksums = on; }
 
 static void add_entry(nb_st_writer *w, const char *name, nb_dtype dtype, int ndim, const int64_t *shape,
                       const void *data, nb_st_fill_fn fill, void *ctx) {
@@ -125,6 +195,7 @@ void nb_st_add_fn(nb_st_writer *w, const char *name, nb_dtype dtype, int ndim, c
 
 void nb_st_meta(nb_st_writer *w, const char *key, const char *value) {
     NB_ASSERT(key && value);
+    NB_CHECK(!is_crc_key(key), BUG_HINT, "metadata key '%s' of '%s' is reserved for checksums", key, w->path);
     for (int i = 0; i < w->nmeta; i++)
         if (!strcmp(w->mkey[i], key)) {
             free(w->mval[i]);
@@ -141,14 +212,40 @@ void nb_st_meta(nb_st_writer *w, const char *key, const char *value) {
     w->mval[w->nmeta++] = xstrdup(value);
 }
 
-/* Compact JSON, metadata first, keys in the reference writer's order, padded to 8 bytes. */
-static void build_header(const nb_st_writer *w, nb_json_writer *j) {
+static uint32_t writer_header_crc(const nb_st_writer *w) {
+    canon c = {0};
+    for (int i = 0; i < w->nmeta; i++) canon_add(&c, 'M', w->mkey[i], w->mval[i]);
+    for (int i = 0; i < w->n; i++) canon_tensor(&c, w->t[i].name, w->t[i].dtype, w->t[i].ndim, w->t[i].shape);
+    return canon_crc(&c);
+}
+
+static void put_crc(nb_json_writer *j, const char *key, uint32_t crc) {
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08" PRIx32, crc);
+    nb_json_kstr(j, key, hex);
+}
+
+/* Compact JSON, metadata first, keys in the reference writer's order, padded to 8 bytes. With
+ * checksums (crc not NULL), the header's and then each tensor's, 8 hex digits each: the text has
+ * the same length whatever their values, so it is written with zeros first and again once the
+ * data (and so the tensors' checksums) has been written. */
+static void build_header(const nb_st_writer *w, nb_json_writer *j, const uint32_t *crc) {
     nb_json_writer_init(j, 0);
     nb_json_begin_obj(j);
-    if (w->nmeta) {
+    if (w->nmeta || crc) {
         nb_json_key(j, "__metadata__");
         nb_json_begin_obj(j);
         for (int i = 0; i < w->nmeta; i++) nb_json_kstr(j, w->mkey[i], w->mval[i]);
+        if (crc) {
+            put_crc(j, CRC_KEY, writer_header_crc(w));
+            nb_sbuf key = {0};
+            for (int i = 0; i < w->n; i++) {
+                key.len = 0;
+                nb_sbuf_printf(&key, "%s%s", CRC_PREFIX, w->t[i].name);
+                put_crc(j, key.data, crc[i]);
+            }
+            nb_sbuf_free(&key);
+        }
         nb_json_end_obj(j);
     }
     uint64_t off = 0;
@@ -173,17 +270,33 @@ static void build_header(const nb_st_writer *w, nb_json_writer *j) {
     while (nb_json_len(j) % 8) nb_sbuf_append(&j->out, " ", 1);
 }
 
-/* Returns 0 when a write failed (the error is reported by nb_atomic_commit via ferror). */
-static int write_entry(FILE *f, const st_entry *e, void **stage) {
-    if (!e->fill) return e->nbytes == 0 || fwrite(e->data, 1, e->nbytes, f) == e->nbytes;
+typedef struct {
+    FILE *f;
+    const char *tmp, *path;
+    void *stage;
+} st_out;
+
+/* Writes a tensor's bytes piece by piece, each checksummed just before it is written (while it
+ * is in cache). Write errors end in nb_fail with errno's cause (nb_atomic_write). */
+static uint32_t write_entry(st_out *o, const st_entry *e) {
+    uint32_t crc = 0;
+    if (!e->fill) {
+        for (size_t off = 0; off < e->nbytes; off += CRC_CHUNK) {
+            size_t n = e->nbytes - off < CRC_CHUNK ? e->nbytes - off : CRC_CHUNK;
+            crc = nb_crc32c(crc, (const char *)e->data + off, n);
+            nb_atomic_write(o->f, o->tmp, o->path, (const char *)e->data + off, n);
+        }
+        return crc;
+    }
     size_t chunk = e->nbytes < ST_STAGE_BYTES ? e->nbytes : ST_STAGE_BYTES;
-    if (!*stage && chunk) *stage = nb_malloc(ST_STAGE_BYTES, "safetensors staging buffer");
+    if (!o->stage && chunk) o->stage = nb_malloc(ST_STAGE_BYTES, "safetensors staging buffer");
     for (size_t off = 0; off < e->nbytes; off += chunk) {
         size_t n = e->nbytes - off < chunk ? e->nbytes - off : chunk;
-        e->fill(e->ctx, *stage, off, n);
-        if (fwrite(*stage, 1, n, f) != n) return 0;
+        e->fill(e->ctx, o->stage, off, n);
+        crc = nb_crc32c(crc, o->stage, n);
+        nb_atomic_write(o->f, o->tmp, o->path, o->stage, n);
     }
-    return 1;
+    return crc;
 }
 
 static void writer_free(nb_st_writer *w) {
@@ -196,20 +309,42 @@ static void writer_free(nb_st_writer *w) {
     free(w);
 }
 
-void nb_st_end(nb_st_writer *w) {
+/* The header again, now with the tensors' checksums, over the placeholder of the same length. */
+static void rewrite_header(st_out *o, const nb_st_writer *w, const uint32_t *crc, uint64_t len) {
     nb_json_writer j;
-    build_header(w, &j);
+    build_header(w, &j, crc);
+    NB_ASSERT(nb_json_len(&j) == len);
+    if (fflush(o->f) != 0) nb_atomic_fail(o->f, o->tmp, o->path, "write", errno);
+    const char *p = nb_json_text(&j);
+    for (size_t done = 0; done < len;) {
+        ssize_t k = pwrite(fileno(o->f), p + done, len - done, (off_t)(8 + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) nb_atomic_fail(o->f, o->tmp, o->path, "write", k < 0 ? errno : EIO);
+        done += (size_t)k;
+    }
+    nb_json_writer_free(&j);
+}
+
+void nb_st_end(nb_st_writer *w) {
+    uint32_t *crc = w->checksums ? nb_calloc((size_t)w->n, sizeof *crc, "safetensors checksums") : NULL;
+    nb_json_writer j;
+    build_header(w, &j, crc);
     uint64_t n = nb_json_len(&j);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(n >> (8 * i));
     char tmp[PATH_MAX];
-    FILE *f = nb_atomic_open(w->path, tmp, sizeof tmp);
-    void *stage = NULL;
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(nb_json_text(&j), 1, n, f) == n;
-    for (int i = 0; ok && i < w->n; i++) ok = write_entry(f, &w->t[i], &stage);
-    free(stage);
+    st_out o = {nb_atomic_open(w->path, tmp, sizeof tmp), tmp, w->path, NULL};
+    nb_atomic_write(o.f, tmp, w->path, len8, 8);
+    nb_atomic_write(o.f, tmp, w->path, nb_json_text(&j), n);
     nb_json_writer_free(&j);
-    nb_atomic_commit(f, tmp, w->path); /* reports a failed write (ferror) and removes tmp */
+    for (int i = 0; i < w->n; i++) {
+        uint32_t c = write_entry(&o, &w->t[i]);
+        if (crc) crc[i] = c;
+    }
+    free(o.stage);
+    if (crc) rewrite_header(&o, w, crc, n);
+    nb_atomic_commit(o.f, tmp, w->path);
+    free(crc);
     writer_free(w);
 }
 
@@ -225,6 +360,11 @@ struct nb_st_file {
     int n;
     char **mkey, **mval;
     int nmeta;
+    int has_header_crc;
+    uint32_t header_crc;
+    char **crc_name; /* per-tensor checksums as read, matched to tensors once all are parsed */
+    uint32_t *crc_val;
+    int ncrc;
 };
 
 const char *nb_st_path(const nb_st_file *f) { return f->path; }
@@ -254,11 +394,19 @@ static int dtype_from_name(const char *s, nb_dtype *out) {
     return 0;
 }
 
-/* A non-negative integer that fits int64 (JSON numbers are doubles plus exact int64). */
+/* A non-negative integer that fits int64, written as one: "50304.0" and "5.0304e4" are
+ * refused, as the reference (Rust, serde usize) refuses them. */
 static int json_uint(const nb_json *v, uint64_t *out) {
-    if (!v || v->type != NB_JSON_NUM || !v->is_int || v->i64 < 0) return 0;
+    if (!v || v->type != NB_JSON_NUM || !v->is_int || !v->int_literal || v->i64 < 0) return 0;
     *out = (uint64_t)v->i64;
     return 1;
+}
+
+static uint32_t parse_crc(const nb_st_file *f, const char *key, const char *v) {
+    int ok = strlen(v) == 8;
+    for (int i = 0; ok && i < 8; i++) ok = (v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f');
+    NB_CHECK(ok, CORRUPT_HINT, "'%s': metadata '%s' must be 8 hex digits (a CRC32C), found '%.40s'", f->path, key, v);
+    return (uint32_t)strtoul(v, NULL, 16);
 }
 
 static void parse_metadata(nb_st_file *f, const nb_json *m) {
@@ -266,13 +414,45 @@ static void parse_metadata(nb_st_file *f, const nb_json *m) {
              f->path, nb_json_type_name(m->type));
     f->mkey = nb_calloc(m->len, sizeof *f->mkey, "safetensors metadata");
     f->mval = nb_calloc(m->len, sizeof *f->mval, "safetensors metadata");
+    f->crc_name = nb_calloc(m->len, sizeof *f->crc_name, "safetensors checksums");
+    f->crc_val = nb_calloc(m->len, sizeof *f->crc_val, "safetensors checksums");
     for (size_t i = 0; i < m->len; i++) {
+        const char *k = m->keys[i];
         NB_CHECK(m->items[i].type == NB_JSON_STR, CORRUPT_HINT,
-                 "'%s': metadata value '%s' must be a string, found %s", f->path, m->keys[i],
+                 "'%s': metadata value '%s' must be a string, found %s", f->path, k,
                  nb_json_type_name(m->items[i].type));
-        f->mkey[f->nmeta] = xstrdup(m->keys[i]);
-        f->mval[f->nmeta++] = xstrdup(m->items[i].str);
+        if (!strcmp(k, CRC_KEY)) {
+            f->has_header_crc = 1;
+            f->header_crc = parse_crc(f, k, m->items[i].str);
+        } else if (!strncmp(k, CRC_PREFIX, strlen(CRC_PREFIX))) {
+            f->crc_val[f->ncrc] = parse_crc(f, k, m->items[i].str);
+            f->crc_name[f->ncrc++] = xstrdup(k + strlen(CRC_PREFIX));
+        } else {
+            f->mkey[f->nmeta] = xstrdup(k);
+            f->mval[f->nmeta++] = xstrdup(m->items[i].str);
+        }
     }
+}
+
+/* Tensors' checksums matched to the tensors; the header's checked against the header. */
+static void check_checksums(nb_st_file *f) {
+    for (int i = 0; i < f->ncrc; i++) {
+        nb_st_tensor *t = (nb_st_tensor *)nb_st_find(f, f->crc_name[i]);
+        NB_CHECK(t, CORRUPT_HINT, "'%s': metadata has a checksum for tensor '%s', which the file does not hold", f->path,
+                 f->crc_name[i]);
+        t->has_crc = 1;
+        t->crc32c = f->crc_val[i];
+    }
+    if (!f->has_header_crc) return;
+    for (int i = 0; i < f->n; i++)
+        NB_CHECK(f->t[i].has_crc, DAMAGED_HINT, "'%s': the header has no checksum for tensor '%s': the header is damaged",
+                 f->path, f->t[i].name);
+    canon c = {0};
+    for (int i = 0; i < f->nmeta; i++) canon_add(&c, 'M', f->mkey[i], f->mval[i]);
+    for (int i = 0; i < f->n; i++) canon_tensor(&c, f->t[i].name, f->t[i].dtype, f->t[i].ndim, f->t[i].shape);
+    NB_CHECK(canon_crc(&c) == f->header_crc, DAMAGED_HINT,
+             "checksum mismatch in the header of '%s' (its metadata, names, dtypes or shapes): the file is damaged",
+             f->path);
 }
 
 static void parse_entry(nb_st_file *f, const char *name, const nb_json *e, uint64_t data_size, nb_st_tensor *t) {
@@ -366,6 +546,7 @@ static void parse_header(nb_st_file *f, uint64_t hlen) {
     nb_json_free(h);
     qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_offset);
     check_layout(f, data_size);
+    check_checksums(f);
     for (int i = 0; i < f->n; i++) {
         f->t[i].data = f->map + 8 + hlen + f->t[i].offset;
         f->t[i].offset += 8 + hlen;
@@ -375,12 +556,7 @@ static void parse_header(nb_st_file *f, uint64_t hlen) {
 nb_st_file *nb_st_open(const char *path) {
     nb_st_file *f = nb_calloc(1, sizeof *f, "safetensors file");
     f->path = xstrdup(path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    NB_CHECK(f->fd >= 0, "check the path", "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    NB_CHECK(fstat(f->fd, &st) == 0, "check the path", "cannot inspect '%s': %s", path, strerror(errno));
-    NB_CHECK(S_ISREG(st.st_mode), "pass a .safetensors file", "'%s' is not a regular file", path);
-    f->size = (size_t)st.st_size;
+    f->fd = nb_open_input(path, "check the path", &f->size);
     NB_CHECK(f->size >= 8, CORRUPT_HINT, "'%s' is %zu bytes long; a safetensors file has at least 8", path, f->size);
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
     NB_CHECK(m != MAP_FAILED, "free some address space or memory", "cannot map '%s': %s", path, strerror(errno));
@@ -400,10 +576,13 @@ void nb_st_close(nb_st_file *f) {
     if (f->fd >= 0) close(f->fd);
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].name);
     for (int i = 0; i < f->nmeta; i++) free(f->mkey[i]), free(f->mval[i]);
+    for (int i = 0; i < f->ncrc; i++) free(f->crc_name[i]);
     free(f->t);
     free(f->by_name);
     free(f->mkey);
     free(f->mval);
+    free(f->crc_name);
+    free(f->crc_val);
     free(f->path);
     free(f);
 }
@@ -428,13 +607,47 @@ static const nb_st_tensor *need(const nb_st_file *f, const char *name, nb_dtype 
     return t;
 }
 
+/* Checksum of src[0..n), copied to dst in the same pass when dst is not NULL; pieces of a large
+ * tensor go to the OpenMP threads and their checksums are combined. */
+static uint32_t crc_copy(void *dst, const unsigned char *src, size_t n) {
+    const size_t seg = (size_t)8 << 20;
+    long nseg = (long)((n + seg - 1) / seg);
+    if (nseg <= 1) return dst ? nb_crc32c_copy(0, dst, src, n) : nb_crc32c(0, src, n);
+    uint32_t *part = nb_malloc((size_t)nseg * sizeof *part, "checksum pieces");
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long i = 0; i < nseg; i++) {
+        size_t o = (size_t)i * seg, k = n - o < seg ? n - o : seg;
+        part[i] = crc_copy(dst ? (char *)dst + o : NULL, src + o, k);
+    }
+    uint32_t crc = part[0];
+    for (long i = 1; i < nseg; i++) crc = nb_crc32c_combine(crc, part[i], n - (size_t)i * seg < seg ? n - (size_t)i * seg : seg);
+    free(part);
+    return crc;
+}
+
+static void copy_checked(const nb_st_file *f, const nb_st_tensor *t, void *dst) {
+    if (!t->has_crc) {
+        if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+        return;
+    }
+    uint32_t crc = crc_copy(dst, t->data, t->nbytes);
+    NB_CHECK(crc == t->crc32c, DAMAGED_HINT, "checksum mismatch in tensor '%s' of '%s': the file is damaged", t->name,
+             f->path);
+}
+
+void nb_st_verify(const nb_st_file *f, const nb_st_tensor *t) {
+    if (!t->has_crc) return;
+    NB_CHECK(crc_copy(NULL, t->data, t->nbytes) == t->crc32c, DAMAGED_HINT,
+             "checksum mismatch in tensor '%s' of '%s': the file is damaged", t->name, f->path);
+}
+
 void nb_st_read_into(const nb_st_file *f, const char *name, nb_dtype dtype, int64_t numel, void *dst) {
     const nb_st_tensor *t = need(f, name, dtype);
     char s[128];
     NB_CHECK(t->numel == numel, MISMATCH_HINT,
              "tensor '%s' in '%s' has %" PRId64 " elements (shape %s), expected %" PRId64, name, f->path,
              t->numel, nb_st_shape_str(s, sizeof s, t->ndim, t->shape), numel);
-    if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+    copy_checked(f, t, dst);
 }
 
 void nb_st_read_shaped(const nb_st_file *f, const char *name, nb_dtype dtype, int ndim, const int64_t *shape,
@@ -445,5 +658,5 @@ void nb_st_read_shaped(const nb_st_file *f, const char *name, nb_dtype dtype, in
     char a[128], b[128];
     NB_CHECK(same, MISMATCH_HINT, "tensor '%s' in '%s' has shape %s, expected %s", name, f->path,
              nb_st_shape_str(a, sizeof a, t->ndim, t->shape), nb_st_shape_str(b, sizeof b, ndim, shape));
-    if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+    copy_checked(f, t, dst);
 }

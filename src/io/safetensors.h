@@ -21,7 +21,17 @@
  * violation ends in nb_fail naming the file, the tensor and the field.
  * Tensor data inside the mapping is aligned only as the writer laid it out (the header is padded
  * to 8 bytes, tensors follow back to back): use nb_st_read_into, which copies, unless you know
- * the layout is aligned for your dtype. */
+ * the layout is aligned for your dtype.
+ *
+ * Checksums (nobubble's own, in the metadata, so every other reader ignores them): the writer
+ * adds "nobubble.crc32c" = the CRC32C of the header's meaning (every other metadata pair and
+ * every tensor's name, dtype and shape, as sorted items; see canon_crc in safetensors.c) and,
+ * for each tensor, "nobubble.crc32c.<name>" = the CRC32C of its data bytes; values are 8
+ * lowercase hex digits. The reader checks the header's at open and a tensor's when it is read;
+ * a file without them (from another tool) loads as before, but one that has the header's must
+ * have every tensor's. Cost: CRC32C runs at ~12 GB/s per core with SSE4.2 (io/crc32c.h),
+ * fused with the copy piece by piece, and the copy of a large tensor is spread over the
+ * OpenMP threads. */
 #ifndef NB_SAFETENSORS_H
 #define NB_SAFETENSORS_H
 
@@ -48,8 +58,12 @@ void nb_st_add(nb_st_writer *w, const char *name, nb_dtype dtype, int ndim, cons
                const void *data);
 void nb_st_add_fn(nb_st_writer *w, const char *name, nb_dtype dtype, int ndim, const int64_t *shape,
                   nb_st_fill_fn fill, void *ctx);
-/* String metadata ("__metadata__"); a repeated key replaces the earlier value. */
+/* String metadata ("__metadata__"); a repeated key replaces the earlier value. Keys starting
+ * with "nobubble.crc32c" are reserved for the checksums. */
 void nb_st_meta(nb_st_writer *w, const char *key, const char *value);
+/* Checksums are written unless turned off (for byte-exact files, e.g. against the reference's
+ * test vectors). */
+void nb_st_set_checksums(nb_st_writer *w, int on);
 /* Write everything atomically and free w. */
 void nb_st_end(nb_st_writer *w);
 
@@ -63,6 +77,8 @@ typedef struct {
     size_t nbytes;
     uint64_t offset;  /* absolute byte offset of the data in the file */
     const void *data; /* into the read-only mapping; valid until nb_st_close */
+    int has_crc;      /* the file holds this tensor's CRC32C (crc32c) */
+    uint32_t crc32c;
 } nb_st_tensor;
 
 typedef struct nb_st_file nb_st_file;
@@ -77,13 +93,19 @@ const nb_st_tensor *nb_st_at(const nb_st_file *f, int i);
 /* NULL when absent. */
 const nb_st_tensor *nb_st_find(const nb_st_file *f, const char *name);
 /* Copy a tensor into dst after checking it exists and that dtype and element count match; a
- * mismatch fails naming the file, the tensor, expected and found. */
+ * mismatch fails naming the file, the tensor, expected and found. The copy checks the tensor's
+ * checksum when the file has one: a damaged byte ends in nb_fail ("checksum mismatch in tensor
+ * 'x' of FILE"); dst then holds the damaged bytes and must not be used. */
 void nb_st_read_into(const nb_st_file *f, const char *name, nb_dtype dtype, int64_t numel, void *dst);
 /* Same, but the whole shape must match (catches a transposed weight with the right numel). */
 void nb_st_read_shaped(const nb_st_file *f, const char *name, nb_dtype dtype, int ndim,
                        const int64_t *shape, void *dst);
 
-/* Metadata: value or NULL; and iteration in header order. */
+/* The tensor's checksum (when the file has one) against its bytes in the mapping; nb_fail on a
+ * mismatch. For code that reads t->data itself; the nb_st_read_* calls check as they copy. */
+void nb_st_verify(const nb_st_file *f, const nb_st_tensor *t);
+
+/* Metadata: value or NULL; and iteration in header order. The checksum keys are not listed. */
 const char *nb_st_meta_get(const nb_st_file *f, const char *key);
 int nb_st_meta_count(const nb_st_file *f);
 void nb_st_meta_at(const nb_st_file *f, int i, const char **key, const char **value);

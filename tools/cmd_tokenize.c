@@ -1,9 +1,8 @@
 /* nobubble tokenize: text files -> one GPT-2 token shard. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/commands.h"
+#include "commands.h"
 #include "core.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -34,26 +33,14 @@ static int usage_error(char **files, const char *fmt, const char *arg) {
     return 2;
 }
 
+/* Text files can be large (a shard holds up to 2^31 tokens, ~10 GB of English); the cap only
+ * stops a runaway read. */
+#define TEXT_MAX ((size_t)64 << 30)
+
 static char *read_text(const char *path, size_t *len) {
-    const char *hint = "check the path of the text file";
-    FILE *f = nb_fopen(path, "rb", hint);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = nb_malloc(cap, path);
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            NB_CHECK(buf, "tokenize fewer or smaller files at a time",
-                     "out of host memory reading '%s'", path);
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    NB_CHECK(!ferror(f), hint, "cannot read '%s': %s", path, strerror(errno));
-    fclose(f);
-    *len = n;
-    return buf;
+    char *text = nb_read_file(path, TEXT_MAX, len, "check the path of the text file");
+    NB_CHECK(*len > 0, "pass text files with something in them", "'%s' is empty; nothing to tokenize", path);
+    return text;
 }
 
 typedef struct {
@@ -62,6 +49,7 @@ typedef struct {
 } id_list;
 
 static void id_list_append(id_list *a, const int32_t *ids, size_t n) {
+    if (n == 0) return; /* memcpy from or to NULL is undefined even for 0 bytes */
     if (a->n + n > a->cap) {
         size_t cap = a->cap ? a->cap : 1 << 16;
         while (cap < a->n + n) cap *= 2;
