@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas.h"
 #include "commands.h"
 #include "host.h"
 #include "ops/backend.h"
@@ -46,15 +47,24 @@ static int cmd_info(void) {
     return n > 0 ? 0 : 3;
 }
 
-static void prefer_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the default policy */
+/* Both are read when the libraries load, before main: set them and start again once. OpenBLAS's
+ * kernels: when it fell back to generic ones on a CPU that allows better (core/blas.h). */
+static void prepare_environment(char **argv) {
+    int again = nb_blas_prepare();
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        again = 1;
+    }
+    if (again) execv("/proc/self/exe", argv);
+    /* no exec needed, or it failed: check a kernel nobubble chose; a bad one means one more exec */
+    if (nb_blas_confirm()) {
+        execv("/proc/self/exe", argv);
+        nb_fail("set OPENBLAS_CORETYPE=Prescott", "cannot restart with OpenBLAS's own kernels");
+    }
 }
 
 int main(int argc, char **argv) {
-    prefer_passive_openmp(argv);
+    prepare_environment(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -131,6 +131,12 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
         fam->read_config(nb_json_req(j, "model", NB_JSON_OBJ), opts);
         read_train_opts(path, nb_json_req(j, "train", NB_JSON_OBJ), opts);
         NB_CHECK(opts->seed == st->seed, damaged, "%s: the options' seed differs from the state's", path);
+        /* a transformer trains on sequences of its context length: seq is redundant with the
+         * model's, and a different value is a damaged file, not something to ignore */
+        NB_CHECK(fam != &nb_family_transformer || opts->seq == opts->model.seq, damaged,
+                 "%s: train.seq %d differs from the model's context %d", path, opts->seq, opts->model.seq);
+        /* every option as the flags check it, before a flag given now could hide a damaged value */
+        nb_train_opts_check(opts);
     }
     nb_json_free(j);
 }

@@ -190,7 +190,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     r->be = r->backend->ops;
     r->dev_free0 = r->be->device != NB_DEV_CPU ? r->be->mem_available() : 0;
     nb_host_set_threads(r->o.threads);
-    r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 1 << 20 : 1 << 16);
+    r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 400000 : 1 << 16);
     nb_lanes_bind(r->lanes, r->backend);
     r->compute = nb_lane_create(r->lanes, "compute", NB_LANE_DEVICE);
     nb_run_on_compute(r, "set threads", work_set_threads, r);
@@ -253,7 +253,7 @@ static void open_metrics(nb_run *r) {
     char path[NB_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->o.out);
     nb_sbuf kept = {0};
-    FILE *old = r->step > 0 ? fopen(path, "r") : NULL;
+    FILE *old = r->step > 0 && access(path, F_OK) == 0 ? nb_fopen(path, "r", "remove the damaged metrics.jsonl") : NULL;
     if (old) {
         char line[4096];
         while (fgets(line, sizeof line, old)) {
@@ -297,7 +297,7 @@ static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats 
 
 /* timeline.svg of one step in the run directory: lanes as rows, spans coloured by segment */
 static void write_timeline(nb_run *r, int step) {
-    char path[NB_PATH_MAX + 32], title[600];
+    char path[NB_PATH_MAX + 32], title[1024];
     nb_lanes_sync(r->lanes);
     snprintf(path, sizeof path, "%s/timeline.svg", r->o.out);
     const char *model = r->fam->model_name(&r->o);

@@ -550,6 +550,10 @@ static void tf_read_config(const nb_json *j, nb_train_opts *o) {
     c->norm_eps = (float)nb_json_req_num(j, "norm_eps");
     c->rope_theta = (float)nb_json_req_num(j, "rope_theta");
     c->tied = nb_json_get_bool(j, "tied", c->arch == NB_ARCH_GPT2);
+    NB_CHECK(isfinite(c->norm_eps) && c->norm_eps > 0 && isfinite(c->rope_theta) && c->rope_theta > 0,
+             "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: model norm_eps %g / rope_theta %g must be positive numbers", (double)c->norm_eps,
+             (double)c->rope_theta);
     nb_tf_config_finalize(c);
 }
 

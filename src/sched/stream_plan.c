@@ -13,6 +13,14 @@ static int applies(const nb_family_i *fam, const char **why) {
     return fam == &nb_family_transformer;
 }
 
+/* The ranges hold whatever the schedule: a state.json with --stream-slots 0 is damaged. */
+static void slot_ranges(const nb_train_opts *o) {
+    NB_CHECK(o->stream_slots >= 1 || o->stream_slots == -1, "pass --stream-slots N >= 1, or -1 for as many as fit",
+             "--stream-slots %d", o->stream_slots);
+    NB_CHECK(o->pinned_slabs >= 1 && o->pinned_slabs <= NB_STREAM_MAX_SLOTS, "pass --pinned-slabs between 1 and 4",
+             "--pinned-slabs %d", o->pinned_slabs);
+}
+
 static void stream_check(const nb_train_opts *o) {
     NB_CHECK(!o->detach[0], "drop --detach with --schedule stream", "stream does not split the model yet");
     NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
@@ -20,15 +28,13 @@ static void stream_check(const nb_train_opts *o) {
     NB_CHECK(o->keep_layers >= -1, "pass --keep-layers N >= 0, or -1 for as many as fit", "--keep-layers %d", o->keep_layers);
     NB_CHECK(o->keep_layers == 0 || o->ckpt_interval > 0, "use --keep-layers with --schedule stream --ckpt-interval K",
              "--keep-layers chooses which layers skip recomputation");
-    NB_CHECK(o->stream_slots >= 1 || o->stream_slots == -1, "pass --stream-slots N >= 1, or -1 for as many as fit",
-             "--stream-slots %d", o->stream_slots);
+    slot_ranges(o);
     NB_CHECK(o->gpu_layers >= -1, "pass --gpu-layers N >= 0, or -1 for as many as fit", "--gpu-layers %d", o->gpu_layers);
-    NB_CHECK(o->pinned_slabs >= 1 && o->pinned_slabs <= NB_STREAM_MAX_SLOTS, "pass --pinned-slabs between 1 and 4",
-             "--pinned-slabs %d", o->pinned_slabs);
 }
 
 /* Other schedules: the stream's own options must stay unset. */
 static void stream_reject(const nb_train_opts *o) {
+    slot_ranges(o);
     NB_CHECK(o->ckpt_interval == 0, "use --ckpt-interval with --schedule stream",
              "--ckpt-interval recomputes activations in the stream schedule only");
     NB_CHECK(o->keep_layers == 0, "use --keep-layers with --schedule stream --ckpt-interval K",
