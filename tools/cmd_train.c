@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core.h"
 #include "run/ckpt.h"
+#include "run/lock.h"
 #include "run/run.h"
 #include "run/sc.h"
 #include "run/tf.h"
@@ -89,14 +90,76 @@ static void reject_foreign(const nb_arg *args, int nargs, int family_group) {
     }
 }
 
+static int has_flag(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], flag)) return 1;
+    return 0;
+}
+
+/* The run directory --resume DIR means: DIR, or its parent when DIR is a run's ckpt/ folder. */
+static void resume_run_dir(const char *resume, char *out, size_t cap) {
+    char probe[NB_PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/state.json", resume);
+    if (file_exists(probe))
+        run_dir_of(resume, out, cap);
+    else
+        snprintf(out, cap, "%s", resume);
+}
+
+/* One writer per run directory (run/lock.h): the one this run writes to is locked before
+ * anything in it changes; the checkpoint a crash left half-swapped is recovered only under a
+ * lock (ours, or one taken just for that). Returns the resolved checkpoint directory. */
+static void lock_and_resolve(const char *resume, const char *out, char *ckpt_dir, size_t cap) {
+    static int held = -1;
+    if (out && out[0]) held = nb_dir_lock(out, 1);
+    if (!resume) return;
+    char dir[NB_PATH_MAX];
+    resume_run_dir(resume, dir, sizeof dir);
+    int ours = out && !strcmp(dir, out), fd = ours ? -1 : nb_dir_try_lock(dir);
+    nb_ckpt_resolve(resume, ckpt_dir, cap, ours || fd >= 0);
+    nb_dir_unlock(fd);
+    (void)held;
+}
+
+/* Flags given with --resume that change what the run computes: the rest of the run is no longer
+ * bitwise what the first part's options would have trained (it still runs). */
+static void note_changed(const nb_train_opts *was, const nb_train_opts *now) {
+#define CHANGED(field, flag, fmt)                                                                                      \
+    if (was->field != now->field)                                                                                      \
+        fprintf(stderr, "note: --" flag " " fmt " differs from the checkpoint's " fmt ": the resumed run is no longer "  \
+                        "bitwise what one straight run would train\n",                                                 \
+                now->field, was->field)
+    CHANGED(batch, "batch", "%d");
+    CHANGED(steps, "steps", "%d");
+    CHANGED(warmup, "warmup", "%d");
+    CHANGED(lr, "lr", "%g");
+    CHANGED(min_lr_frac, "min-lr-frac", "%g");
+    CHANGED(weight_decay, "weight-decay", "%g");
+    CHANGED(grad_clip, "grad-clip", "%g");
+    CHANGED(emb_lr, "emb-lr", "%g");
+#undef CHANGED
+    const char *s[][3] = {{"data", was->data, now->data}, {"device", was->device, now->device},
+                          {"precision", was->precision, now->precision}, {"detach", was->detach, now->detach}};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (strcmp(s[i][1], s[i][2]))
+            fprintf(stderr, "note: --%s '%s' differs from the checkpoint's '%s': the resumed run is no longer bitwise what one "
+                            "straight run would train\n", s[i][0], s[i][2], s[i][1]);
+}
+
 int nb_cmd_train(int argc, char **argv) {
-    nb_train_opts o;
+    nb_train_opts o, was;
     const char *resume = prescan(argc, argv, "--resume"), *model = prescan(argc, argv, "--model");
-    char ckpt_dir[NB_PATH_MAX] = "";
-    if (resume) {
-        nb_ckpt_resolve(resume, ckpt_dir, sizeof ckpt_dir, 1);
+    const char *out_flag = prescan(argc, argv, "--out");
+    char ckpt_dir[NB_PATH_MAX] = "", out_dir[NB_PATH_MAX] = "";
+    if (out_flag)
+        snprintf(out_dir, sizeof out_dir, "%s", out_flag);
+    else if (resume)
+        resume_run_dir(resume, out_dir, sizeof out_dir);
+    if (!has_flag(argc, argv, "--help") && !has_flag(argc, argv, "-h")) lock_and_resolve(resume, out_dir, ckpt_dir, sizeof ckpt_dir);
+    if (resume && ckpt_dir[0]) {
         nb_ckpt_state st;
         nb_ckpt_read_state(ckpt_dir, &o, &st);
+        was = o;
         if (model && nb_family_of_model(model) != nb_family_named(o.family))
             nb_usage_error("train", "--model %s: the checkpoint in %s is a %s run", model, ckpt_dir, o.family);
     } else {
@@ -188,7 +251,8 @@ int nb_cmd_train(int argc, char **argv) {
     if (resume) {
         snprintf(o.resume, sizeof o.resume, "%s", ckpt_dir);
         /* a resumed run keeps its work where it was: the run directory it came from */
-        if (!nb_args_seen(args, nargs, "out")) run_dir_of(ckpt_dir, o.out, sizeof o.out);
+        if (!nb_args_seen(args, nargs, "out")) snprintf(o.out, sizeof o.out, "%s", out_dir);
+        note_changed(&was, &o);
     }
     if (!seqctr) {
         static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
@@ -205,8 +269,9 @@ int nb_cmd_train(int argc, char **argv) {
     nb_run_init(&r, &o, 0);
     if (!quiet && r.step > 0) fprintf(stderr, "resumed     at step %d\n", r.step);
     nb_run_train(&r);
+    int sig = r.stopped_by;
     nb_run_free(&r);
-    return 0;
+    return sig ? 128 + sig : 0; /* 130 after SIGINT, 143 after SIGTERM: the shell's convention */
 }
 
 /* Options of a checkpoint's run, ready for a forward-only run with batch B on device. */
@@ -267,10 +332,14 @@ int nb_cmd_eval(int argc, char **argv) {
     if (seqctr) {
         nb_eval ev;
         nb_run_evaluate(&r, &ev);
+        NB_CHECK(isfinite(ev.loss), "evaluate an earlier checkpoint: training had diverged by this one",
+                 "the held-out loss of %s is not finite (%g): its weights do not give finite logits", resolved, ev.loss);
         printf("eval n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f data=%s checkpoint=%s step=%d (%.1f s)\n", ev.n,
                ev.loss, ev.ne, ev.auc, ev.base_rate, o.data, resolved, r.step, nb_now() - t0);
     } else {
         double loss = nb_tf_eval_shard(&r, data, batches);
+        NB_CHECK(isfinite(loss), "evaluate an earlier checkpoint: training had diverged by this one",
+                 "the loss of %s on %s is not finite (%g): its weights do not give finite logits", resolved, data, loss);
         printf("loss %.4f nats/token (perplexity %.2f) on %s, checkpoint %s, %.1f s\n", loss, exp(loss), data, resolved,
                nb_now() - t0);
     }

@@ -122,7 +122,7 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "--eval-every %d, --eval-batches %d, --ckpt-every %d, --log-every %d: none may be negative", o->eval_every,
              o->eval_batches, o->ckpt_every, o->log_every);
     NB_CHECK(o->threads >= 0, hint, "--threads is %d: it must be >= 0 (0: all cores)", o->threads);
-    check_range("lr", o->lr, 1e-30, 1e3, 0, "a positive number");
+    check_range("lr", o->lr, 1e-30, 3.4e38, 0, "a positive number");
     check_range("min-lr-frac", o->min_lr_frac, 0, 1, 0, "between 0 and 1");
     check_range("weight-decay", o->weight_decay, 0, 1e3, 0, ">= 0");
     check_range("beta1", o->beta1, 0, 1, 1, "in [0, 1)");
@@ -131,7 +131,7 @@ void nb_train_opts_check(const nb_train_opts *o) {
     check_range("grad-clip", o->grad_clip, 0, 1e30, 0, ">= 0 (0: off)");
     check_range("time-limit", o->time_limit, 0, 1e12, 0, ">= 0 (0: none)");
     check_range("aux-weight", o->aux_weight, 0, 1e6, 0, ">= 0");
-    check_range("emb-lr", o->emb_lr, 1e-30, 1e3, 0, "a positive number");
+    check_range("emb-lr", o->emb_lr, 1e-30, 3.4e38, 0, "a positive number");
     NB_CHECK(o->side_lanes >= 1 && o->side_lanes <= NB_MAX_SEGMENTS, "pass --side-lanes between 1 and 64",
              "--side-lanes %d", o->side_lanes);
     NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),

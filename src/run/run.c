@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -335,6 +336,28 @@ static void print_p90(const nb_run *r, const double *ms, int n) {
             u / (st.p90 / 1e3), r->fam->unit, st.p90, u / (st.median / 1e3), r->fam->unit, st.median, st.n, st.warmup);
 }
 
+/* ---------------------------------------------------------------- signals */
+
+/* SIGINT / SIGTERM (what schedulers preempt with): the step in flight finishes, a checkpoint is
+ * written and the run ends; the handler only records the signal. It then restores the default
+ * action, so a second Ctrl-C ends the process at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+    signal(sig, SIG_DFL);
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    NB_CHECK(sigaction(SIGINT, &sa, NULL) == 0 && sigaction(SIGTERM, &sa, NULL) == 0, NULL, "cannot install the signal handlers: %s",
+             strerror(errno));
+}
+
 /* ---------------------------------------------------------------- steps */
 
 static struct nb_graph *graph_for(nb_run *r, int key) {
@@ -367,36 +390,52 @@ static void run_step(nb_run *r, int step, int first) {
     nb_items_run(&r->items.post, r->compute, step);
 }
 
+/* The first weight or optimizer value that is not finite, in the host copies (current after
+ * nb_run_sync_to_host): its tensor's name into what, or 0 when every value is finite. */
+static int find_nonfinite_state(nb_run *r, char *what, size_t cap) {
+    nb_ckpt_list model = {0}, optim = {0};
+    r->fam->ckpt_tensors(r, &model, &optim);
+    nb_ckpt_list *lists[2] = {&model, &optim};
+    int found = 0;
+    for (int k = 0; k < 2 && !found; k++)
+        for (int i = 0; i < lists[k]->n && !found; i++) {
+            const nb_ckpt_tensor *t = &lists[k]->v[i];
+            size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
+            for (size_t e = 0; e < n; e++)
+                if (!isfinite(t->data[e])) {
+                    snprintf(what, cap, "%s %s (element %zu: %g)", k ? "the optimizer state" : "the weight", t->name, e,
+                             (double)t->data[e]);
+                    found = 1;
+                    break;
+                }
+        }
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+    return found;
+}
+
+static const char *NONFINITE_HINT = "lower --lr, or check the data; the last checkpoint written (if any) is intact";
+
 /* A loss or gradient that is not finite ends the run before anything is written: the last good
- * checkpoint stays. The message names the step (1-based, like the progress line) and what. */
+ * checkpoint stays. The message names the step (1-based, like the progress line) and the first
+ * tensor that is not finite: a weight (the update before broke it), else the loss, else a
+ * gradient. */
 static void check_finite(nb_run *r, int step) {
-    const char *what = NULL;
-    if (!isfinite(r->loss))
-        what = "the loss";
-    else if (!isfinite(r->grad_norm) && r->fam->nonfinite_grad)
-        what = r->fam->nonfinite_grad(r);
-    if (!what && !isfinite(r->grad_norm)) what = "the gradient norm";
-    if (!what) return;
-    nb_fail("lower --lr, or check the data; the last checkpoint written (if any) is intact",
-            "step %d: %s is not finite (loss %g, gradient norm %g); nothing was saved", step + 1, what, r->loss,
-            (double)r->grad_norm);
+    if (isfinite(r->loss) && isfinite(r->grad_norm)) return;
+    char what[256];
+    nb_run_sync_to_host(r);
+    if (!find_nonfinite_state(r, what, sizeof what)) {
+        const char *g = isfinite(r->loss) && r->fam->nonfinite_grad ? r->fam->nonfinite_grad(r) : NULL;
+        snprintf(what, sizeof what, "%s", !isfinite(r->loss) ? "the loss" : g ? g : "the gradient norm");
+    }
+    nb_fail(NONFINITE_HINT, "step %d: %s is not finite (loss %g, gradient norm %g); nothing was saved", step + 1, what,
+            r->loss, (double)r->grad_norm);
 }
 
 /* Before a checkpoint: every weight and optimizer value must be finite (host copies current). */
 static void check_state_finite(nb_run *r, int step) {
-    nb_ckpt_list model = {0}, optim = {0};
-    r->fam->ckpt_tensors(r, &model, &optim);
-    nb_ckpt_list *lists[2] = {&model, &optim};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < lists[k]->n; i++) {
-            const nb_ckpt_tensor *t = &lists[k]->v[i];
-            size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
-            for (size_t e = 0; e < n; e++)
-                NB_CHECK(isfinite(t->data[e]), "lower --lr, or check the data; the last checkpoint written (if any) is intact",
-                         "step %d: %s %s holds a non-finite value (element %zu: %g); the checkpoint was not written",
-                         step + 1, k ? "optimizer state" : "weight", t->name, e, (double)t->data[e]);
-        }
-    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+    char what[256];
+    if (find_nonfinite_state(r, what, sizeof what))
+        nb_fail(NONFINITE_HINT, "step %d: %s is not finite; the checkpoint was not written", step + 1, what);
 }
 
 static void save_checkpoint(nb_run *r, int step) {
@@ -438,6 +477,7 @@ void nb_run_train(nb_run *r) {
     double run_t0 = nb_now();
     int first = r->step;
     double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
+    catch_stop_signals();
     if (r->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
     for (; r->step < end; r->step++) {
         int step = r->step;
@@ -458,11 +498,13 @@ void nb_run_train(nb_run *r) {
         check_finite(r, step);
         nb_series_push(&r->train_hist, step, r->loss);
 
-        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint) */
-        int out_of_time = o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit;
+        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
+         * signal too, without the evaluation (a preempted job has little time left) */
+        int signalled = stop_signal != 0;
+        int out_of_time = (o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit) || signalled;
         int is_last = step + 1 == end || out_of_time;
         nb_eval ev = {0};
-        if ((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) {
+        if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
             nb_run_evaluate(r, &ev);
             if (ev.done) {
                 nb_series_push(&r->val_hist, step, ev.loss);
@@ -477,11 +519,18 @@ void nb_run_train(nb_run *r) {
         step_ms[step - first] = 1e3 * (t1 - t0);
         if (is_last && o->out[0]) write_timeline(r, step);
         if (!o->trace[0]) nb_lanes_trace_clear(r->lanes); /* keep memory flat on long runs */
-        if (out_of_time && step + 1 < end) {
+        if (out_of_time && (step + 1 < end || signalled)) {
             r->step++;
             end = r->step;
-            fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
-                    (double)o->time_limit, end);
+            if (signalled) {
+                r->stopped_by = stop_signal;
+                fprintf(stderr, "%s received: stopped after step %d%s%s%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", end,
+                        o->out[0] && !o->no_ckpt ? " with a checkpoint; resume with: nobubble train --resume " : "",
+                        o->out[0] && !o->no_ckpt ? o->out : "", o->out[0] ? "" : " (no --out: nothing was saved)");
+            } else {
+                fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
+                        (double)o->time_limit, end);
+            }
             break;
         }
     }

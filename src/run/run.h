@@ -171,6 +171,7 @@ struct nb_run {
     } graphs[NB_MAX_GRAPHS];
     int ngraphs, replays;
     FILE *metrics;
+    int stopped_by; /* the signal (SIGINT, SIGTERM) that stopped the run, 0 if none */
     nb_series train_hist, val_hist;
     nb_eval last_eval;
 };
