@@ -76,6 +76,9 @@ for f in "--lr -1" "--lr 0" "--grad-clip -1" "--weight-decay -10" "--min-lr-frac
     set -- $f
     expect_error "$f" "$1 \(is\|takes\)" $NB train "${T[@]}" --steps 1 $f
 done
+expect_error "--seq 2147483647" "tokens per step: more than 2^31" $NB train --model gpt2-tiny --seq 2147483647 --steps 1 --data "$TRAIN" --val-data none
+$NB train --model gpt2-tiny --seq 2147483647 --steps 1 --data "$TRAIN" --val-data none 2>&1 | grep -q "= 17179869176 tokens/step" \
+    && pass "the configuration prints 8 x 2147483647 = 17179869176 tokens/step (no 32-bit overflow)" || fail "tokens/step printed wrong"
 sed 's/"batch": [0-9]*,/"batch": 0,/' "$TMP/split/ckpt/state.json" > "$TMP/st" && cp "$TMP/st" "$TMP/split/ckpt/state.json"
 expect_error "state.json batch 0" "--batch is 0" $NB train --resume "$TMP/split" --steps 30
 finish
