@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "comm/comm.h"
 #include "core.h"
 #include "run/ckpt.h"
 #include "run/lock.h"
@@ -14,9 +15,10 @@
 #include "run/tf.h"
 #include "sched/sched.h"
 
-enum { G_COMMON, G_TF, G_SC, G_ERASE, G_STREAM };
+enum { G_COMMON, G_RANKS, G_TF, G_SC, G_ERASE, G_STREAM };
 static const char *const GROUPS[] = {
     "options (both model families)",
+    "ranks and micro-batches (mpirun -np N nobubble train ...; --batch stays the global batch)",
     "transformer options (--model gpt2-* / llama-*)",
     "seqctr options (--model seqctr)",
     "detached segments (ERASE: --detach with --schedule plain or erase)",
@@ -111,11 +113,13 @@ static void resume_run_dir(const char *resume, char *out, size_t cap) {
  * lock (ours, or one taken just for that). Returns the resolved checkpoint directory. */
 static void lock_and_resolve(const char *resume, const char *out, char *ckpt_dir, size_t cap) {
     static int held = -1;
-    if (out && out[0]) held = nb_dir_lock(out, 1);
+    /* rank 0 writes the run directory; the others only read the checkpoint */
+    if (out && out[0] && nb_comm_rank() == 0) held = nb_dir_lock(out, 1);
+    int ours_held = held >= 0;
     if (!resume) return;
     char dir[NB_PATH_MAX];
     resume_run_dir(resume, dir, sizeof dir);
-    int ours = out && !strcmp(dir, out), fd = ours ? -1 : nb_dir_try_lock(dir);
+    int ours = ours_held && !strcmp(dir, out), fd = ours || nb_comm_rank() ? -1 : nb_dir_try_lock(dir);
     nb_ckpt_resolve(resume, ckpt_dir, cap, ours || fd >= 0);
     nb_dir_unlock(fd);
     (void)held;
@@ -203,6 +207,9 @@ int nb_cmd_train(int argc, char **argv) {
         {"graphs", ARG_BOOL, &o.graphs, 0, NULL, "capture the step once (CUDA graph) and replay it", 0, 0, G_COMMON},
         {"no-progress", ARG_BOOL, &no_progress, 0, NULL, "no live progress line", 0, 0, G_COMMON},
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "print only errors and the summary", 0, 0, G_COMMON},
+        {"grad-accum", ARG_INT, &o.grad_accum, 0, "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 0, G_RANKS},
+        {"comm", ARG_STR, o.comm, sizeof o.comm, "KIND", "auto, mpi (CPU), nccl (a GPU per rank) or host (GPU buffers over MPI)", 0, 0, G_RANKS},
+        {"comm-timeout", ARG_FLOAT, &o.comm_timeout, 0, "S", "a collective taking longer ends the job, naming the rank it waits for", 0, 0, G_RANKS},
         {"layers", ARG_INT, &mf.layers, 0, "N", "override: transformer layers", 1, 0, G_TF},
         {"dim", ARG_INT, &mf.dim, 0, "N", "override: model width", 1, 0, G_TF},
         {"kv-heads", ARG_INT, &mf.kv_heads, 0, "N", "override: key/value heads (llama)", 1, 0, G_TF},
@@ -247,7 +254,7 @@ int nb_cmd_train(int argc, char **argv) {
         snprintf(o.val_data, sizeof o.val_data, "%s", strcmp(val, "none") ? val : "");
     }
     o.progress = !no_progress;
-    if (quiet) nb_verbosity = 0;
+    if (quiet || nb_comm_rank() > 0) nb_verbosity = 0; /* rank 0 speaks for the job */
     if (resume) {
         snprintf(o.resume, sizeof o.resume, "%s", ckpt_dir);
         /* a resumed run keeps its work where it was: the run directory it came from */
@@ -256,7 +263,8 @@ int nb_cmd_train(int argc, char **argv) {
     }
     if (!seqctr) {
         static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
-        NB_CHECK(file_exists(o.data), fetch_hint, "training data '%s' not found", o.data);
+        /* a file missing on one rank is the same clear error on every rank */
+        nb_comm_check_all(file_exists(o.data), fetch_hint, "training data '%s' not found", o.data);
         if (o.val_data[0] && !nb_args_seen(args, nargs, "val-data") && !file_exists(o.val_data)) {
             fprintf(stderr, "note: no validation shard at %s; training without validation\n", o.val_data);
             o.val_data[0] = 0;
@@ -264,10 +272,10 @@ int nb_cmd_train(int argc, char **argv) {
         NB_CHECK(!o.val_data[0] || file_exists(o.val_data), "pass an existing --val-data SHARD, or --val-data none",
                  "validation data '%s' not found", o.val_data);
     }
-    if (!quiet) nb_train_opts_print(&o, stderr);
+    if (nb_verbosity > 0) nb_train_opts_print(&o, stderr);
     static nb_run r; /* large; the work items point into it */
     nb_run_init(&r, &o, 0);
-    if (!quiet && r.step > 0) fprintf(stderr, "resumed     at step %d\n", r.step);
+    if (nb_verbosity > 0 && r.step > 0) fprintf(stderr, "resumed     at step %d\n", r.step);
     nb_run_train(&r);
     int sig = r.stopped_by;
     nb_run_free(&r);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "blas.h"
+#include "comm/comm.h"
 #include "commands.h"
 #include "host.h"
 #include "ops/backend.h"
@@ -63,8 +64,18 @@ static void prepare_environment(char **argv) {
     }
 }
 
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
     prepare_environment(argv);
+    /* the launcher's ranks (mpirun, srun): before any thread starts; one process never calls MPI */
+    nb_comm_init(&argc, &argv);
+    int rc = run_command(argc, argv);
+    nb_comm_finalize(); /* a command that failed has exited in nb_fail (the job aborted) */
+    return rc;
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -93,6 +93,8 @@ void nb_comm_printf0(const char *fmt, ...) NB_PRINTF(1, 2);
  * the number of steps before they start, so a rank with less data never leaves others waiting. */
 int64_t nb_comm_agree_min_i64(int64_t value);
 int64_t nb_comm_agree_max_i64(int64_t value);
+/* Every rank passes a value; every rank gets their sum in rank order (((v_0 + v_1) + v_2) ...). */
+double nb_comm_sum_f64_host(double value);
 /* Every rank checks a condition: when it is false on any rank, EVERY rank fails (nb_fail) with the
  * message of the lowest failing rank, prefixed "rank R: " and followed by how many others failed.
  * E.g. a data file missing on one rank is a clear error on all. Returns when ok on every rank. */

@@ -270,6 +270,15 @@ int64_t nb_comm_agree_max_i64(int64_t value) {
     return value;
 }
 
+double nb_comm_sum_f64_host(double value) {
+    double *all = nb_malloc((size_t)nb_comm_size() * sizeof *all, "sum");
+    nb_comm__all_gather_host(&value, all, sizeof value, "sum");
+    double s = all[0]; /* rank order: the bits of one process adding them in that order */
+    for (int k = 1; k < W.size; k++) s += all[k];
+    free(all);
+    return s;
+}
+
 typedef struct {
     int32_t ok;
     char msg[416];

@@ -5,7 +5,8 @@
 
 #include "core.h"
 
-static size_t batch_span(const nb_loader *ld) { return (size_t)ld->B * ld->T; }
+/* the whole batch a position steps over (every slice of it) */
+static size_t batch_span(const nb_loader *ld) { return (size_t)ld->Bg * ld->T; }
 
 /* Position of the batch after one that starts at pos. */
 static size_t advance(const nb_loader *ld, size_t pos) {
@@ -17,8 +18,8 @@ static void fill_slot(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     nb_loader_slot *s = arg;
     const nb_loader *ld = s->owner;
-    const uint16_t *tok = ld->shard.tokens + s->pos;
-    size_t n = batch_span(ld);
+    const uint16_t *tok = ld->shard.tokens + s->pos + ld->off_seqs * (size_t)ld->T;
+    size_t n = (size_t)ld->B * ld->T;
     for (size_t i = 0; i < n; i++) {
         s->inputs[i] = tok[i];
         s->targets[i] = tok[i + 1];
@@ -39,16 +40,24 @@ static void enqueue_fill(nb_loader *ld, nb_loader_slot *s) {
 
 void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
                     nb_lane *lane) {
+    nb_loader_open_slice(ld, path, vocab, B, T, B, 0, start_pos, depth, lane);
+}
+
+void nb_loader_open_slice(nb_loader *ld, const char *path, int vocab, int B, int T, int Bg, size_t off_seqs,
+                          size_t start_pos, int depth, nb_lane *lane) {
     memset(ld, 0, sizeof *ld);
     NB_ASSERT(depth >= 1 && depth <= NB_LOADER_MAX_DEPTH);
+    NB_ASSERT(Bg >= B && off_seqs + (size_t)B <= (size_t)Bg);
     nb_shard_load(&ld->shard, path, vocab);
     ld->B = B;
     ld->T = T;
+    ld->Bg = Bg;
+    ld->off_seqs = off_seqs;
     ld->depth = depth;
     ld->lane = lane;
     NB_CHECK(B > 0 && T > 0, "pass a positive --batch and --seq", "batch %d x sequence %d for shard '%s': both must be positive",
              B, T, path);
-    size_t span = (size_t)B * T + 1; /* one batch: B*T inputs and the target after the last */
+    size_t span = (size_t)Bg * T + 1; /* one batch: Bg*T inputs and the target after the last */
     char hint[160];
     snprintf(hint, sizeof hint, "use a larger shard or a smaller --batch/--seq (one batch needs %zu tokens)", span);
     NB_CHECK(ld->shard.ntok >= span, hint, "shard '%s' holds %zu tokens, fewer than one batch", path, ld->shard.ntok);

@@ -26,6 +26,8 @@ typedef struct nb_loader_slot {
 typedef struct nb_loader {
     nb_shard shard;
     int B, T, depth;
+    int Bg;           /* sequences of the whole batch the position steps over (B without slicing) */
+    size_t off_seqs;  /* where this loader's B sequences start inside it */
     size_t next_pos;      /* position of the next batch to be enqueued for filling */
     long long next_fill;  /* index of the next batch to be enqueued */
     long long next_take;  /* index of the next batch handed to the trainer */
@@ -37,6 +39,11 @@ typedef struct nb_loader {
 void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
                     nb_lane *lane);
 void nb_loader_close(nb_loader *ld);
+/* The same for one slice of each batch (a rank's share of the global batch): the position steps
+ * over batches of Bg sequences, and this loader's B sequences start off_seqs sequences into each.
+ * Positions (nb_loader_position, start_pos) are those of the whole batch. */
+void nb_loader_open_slice(nb_loader *ld, const char *path, int vocab, int B, int T, int Bg, size_t off_seqs,
+                          size_t start_pos, int depth, nb_lane *lane);
 /* The slot of the next batch; the caller's lane must nb_lane_wait(lane, slot->filled). */
 nb_loader_slot *nb_loader_take(nb_loader *ld);
 /* The caller is done with the slot once `done` is reached (a compute-lane mark): refill it with

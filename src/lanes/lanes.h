@@ -63,6 +63,9 @@ typedef struct nb_mark {
  * only when built with CUDA). trace_capacity: spans kept (0 = tracing off). */
 nb_lanes *nb_lanes_create(const char *backend, size_t trace_capacity);
 void nb_lanes_destroy(nb_lanes *L); /* drains all lanes first */
+/* Every worker thread the runtime starts from now on (lanes' threads, a CPU graph's replay
+ * threads) calls fn(arg) first: per-thread settings such as OpenMP's thread count. */
+void nb_lanes_set_thread_start(nb_lanes *L, void (*fn)(void *arg), void *arg);
 /* Every task's ctx->backend is `backend` from now on: the ops find the instance they run on
  * (device index, library handles) through it (ops/backend.h). */
 void nb_lanes_bind(nb_lanes *L, const void *backend);

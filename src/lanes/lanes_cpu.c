@@ -72,6 +72,8 @@ struct nb_lanes {
     const nb_lanes_device_i *dev; /* NULL: every lane is a thread */
     void *dev_state;
     const void *backend; /* nb_lanes_bind: handed to every task in its ctx */
+    void (*thread_start)(void *); /* nb_lanes_set_thread_start */
+    void *thread_start_arg;
     nb_lane *lanes[NB_LANES_MAX];
     atomic_int count;
     pthread_mutex_t mu;
@@ -309,6 +311,7 @@ static void run_wait(nb_lane *lane, nb_mark m) {
 
 static void *lane_main(void *p) {
     nb_lane *lane = p;
+    if (lane->L->thread_start) lane->L->thread_start(lane->L->thread_start_arg);
     for (;;) {
         lock(&lane->mu);
         while (lane->len == 0 && !lane->shutdown) cond_wait(&lane->cv_work, &lane->mu, NULL);
@@ -758,6 +761,10 @@ void nb_graph_destroy(nb_graph *g) {
 nb_trace *nb_lanes_trace(nb_lanes *L) { return &L->trace; }
 void *nb_lanes_device_state(const nb_lanes *L) { return L->dev_state; }
 void nb_lanes_bind(nb_lanes *L, const void *backend) { L->backend = backend; }
+void nb_lanes_set_thread_start(nb_lanes *L, void (*fn)(void *arg), void *arg) {
+    L->thread_start = fn;
+    L->thread_start_arg = arg;
+}
 #ifndef NB_WITH_CUDA
 size_t nb_lanes_cuda_events_created(nb_lanes *L) {
     (void)L;

@@ -20,6 +20,10 @@ static void common_defaults(nb_train_opts *o) {
     o->emb_lr = 0.05f;
     o->table_cap = 100000;
     o->eval_samples = 16384;
+    o->grad_accum = 1;
+    snprintf(o->comm, sizeof o->comm, "auto");
+    o->comm_timeout = 300;
+    o->world = 1;
 }
 
 /* gpt2-mini on the State of the Union corpus, cosine learning rate with warm-up, clipping */
@@ -140,6 +144,11 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "unknown --emb-optim '%s'", o->emb_optim);
     NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
     NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
+    NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);
+    check_range("comm-timeout", o->comm_timeout, 0.1, 1e7, 0, "a positive number of seconds");
+    NB_CHECK(!strcmp(o->comm, "auto") || !strcmp(o->comm, "mpi") || !strcmp(o->comm, "nccl") || !strcmp(o->comm, "host"),
+             "pass --comm auto, mpi, nccl or host", "unknown --comm '%s'", o->comm);
+    NB_CHECK(o->world >= 1, hint, "world %d: the ranks a run was started with are at least 1", o->world);
 }
 
 /* "all" or an increasing list of first pieces of the segments after the first, like 2,4 */

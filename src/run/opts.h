@@ -44,6 +44,12 @@ typedef struct nb_train_opts {
                               * (not recomputed); -1: as many as fit in GPU memory */
     int gpu_layers;          /* stream: N layers (spread evenly) keep weights, AdamW state and gradients on
                               * the device and update there; -1: as many as fit */
+    /* ranks: --grad-accum K micro-batches per optimizer step on each rank (the global --batch is
+     * split over ranks x micro-batches), the communicator's kind and deadline */
+    int grad_accum;
+    char comm[16];      /* auto, mpi, nccl, host */
+    float comm_timeout; /* seconds a collective may take before the job fails */
+    int world;          /* ranks the run was started with (state.json: a resume needs the same) */
     /* seqctr: the embedding tables' optimizer, their rows, the held-out set, Criteo parsing */
     char emb_optim[16]; /* adagrad (row-wise) or adam (lazy sparse) */
     float emb_lr;

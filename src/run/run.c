@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core.h"
 #include "host.h"
 #include "io/atomic.h"
@@ -21,6 +22,10 @@
 /* ---------------------------------------------------------------- small containers */
 
 void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg) {
+    nb_items_add_bucket(l, name, kind, fn, arg, -1);
+}
+
+void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg, int b) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 8;
         l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
@@ -28,7 +33,7 @@ void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn f
     }
     nb_item *it = &l->v[l->n++];
     snprintf(it->name, sizeof it->name, "%s", name);
-    it->kind = kind, it->fn = fn, it->arg = arg;
+    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b;
 }
 
 void nb_items_free(nb_items *l) {
@@ -36,8 +41,46 @@ void nb_items_free(nb_items *l) {
     memset(l, 0, sizeof *l);
 }
 
-void nb_items_run(const nb_items *l, nb_lane *lane, int step) {
-    for (int i = 0; i < l->n; i++) nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
+typedef struct nb_bucket_work {
+    nb_run *r;
+    int b;
+    char name[32];
+} nb_bucket_work;
+
+void nb_run_set_buckets(nb_run *r, nb_bucket *buckets, int n) {
+    r->buckets = buckets;
+    r->nbuckets = n;
+    r->bucket_work = nb_calloc((size_t)(n ? n : 1), sizeof *r->bucket_work, "gradient buckets");
+    for (int b = 0; b < n; b++) {
+        r->bucket_work[b] = (nb_bucket_work){r, b, ""};
+        snprintf(r->bucket_work[b].name, sizeof r->bucket_work[b].name, "all-reduce %d", b);
+    }
+}
+
+/* The step's gradient += this micro-batch's, over the bucket's ranges (micro-batch order: the
+ * bits of ranks whose gradients are summed in rank order). */
+static void work_bucket_add(void *arg, const nb_task_ctx *ctx) {
+    nb_bucket_work *w = arg;
+    const nb_bucket *b = &w->r->buckets[w->b];
+    for (int k = 0; k < b->nr; k++) w->r->be->add_f32(ctx, w->r->grad_sum + b->off[k], w->r->grad_micro + b->off[k], b->n[k]);
+}
+
+static void bucket_done(nb_run *r, nb_lane *lane, int b, int step) {
+    if (r->micro > 0) nb_lane_run(lane, "accumulate", NB_SPAN_BWD, step, work_bucket_add, &r->bucket_work[b]);
+    if (!r->comm || r->micro + 1 < r->nmicro || r->capturing) return;
+    const nb_bucket *bk = &r->buckets[b];
+    nb_comm_wait(r->comm, nb_lane_mark(lane));
+    for (int k = 0; k < bk->nr; k++)
+        r->reduced = nb_comm_all_reduce(r->comm, r->grad_sum + bk->off[k], r->grad_sum + bk->off[k], bk->n[k], NB_COMM_F32,
+                                        r->bucket_work[b].name);
+    r->reduced_set = 1;
+}
+
+void nb_items_run(nb_run *r, const nb_items *l, nb_lane *lane, int step) {
+    for (int i = 0; i < l->n; i++) {
+        nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
+        if (l->v[i].bucket >= 0 && (r->micro > 0 || r->comm)) bucket_done(r, lane, l->v[i].bucket, step);
+    }
 }
 
 void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, float *data) {
@@ -92,6 +135,8 @@ static void work_set_threads(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     nb_host_set_threads(((nb_run *)arg)->o.threads);
 }
+/* every lane thread the run starts, a CPU graph's replay threads too */
+static void thread_start(void *arg) { nb_host_set_threads(((nb_run *)arg)->o.threads); }
 
 static void *arena_dev_alloc(void *self, size_t bytes, const char *what) {
     return ((const nb_backend_i *)self)->alloc(bytes, what);
@@ -167,14 +212,40 @@ static void check_schedule(const nb_run *r) {
         if (*s != r->sched && (*s)->reject) (*s)->reject(&r->o);
 }
 
+/* --device cuda with several ranks: each rank's local rank picks its GPU */
+static void pick_device(nb_run *r) {
+    if (r->world == 1 || strcmp(r->o.device, "cuda")) return;
+    int n = nb_cuda_device_count(NULL, 0);
+    if (n > 0) snprintf(r->o.device, sizeof r->o.device, "cuda:%d", nb_comm_pick_device(n));
+}
+
+static void create_comm(nb_run *r) {
+    if (r->world == 1 || r->eval_only) return;
+    nb_comm_set_timeout(r->o.comm_timeout);
+    nb_comm_opts co = {.kind = nb_comm_kind_parse(r->o.comm), .timeout_s = r->o.comm_timeout, .name = "comm"};
+    r->comm = nb_comm_create(r->lanes, r->be, &co);
+    if (r->rank == 0)
+        nb_log(1, "ranks       %d (%s), --comm %s: gradients all-reduced in buckets as the backward makes them\n", r->world,
+               nb_comm_launcher(), nb_comm_kind_name(nb_comm_get_kind(r->comm)));
+}
+
 void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     double t_setup = nb_now();
     memset(r, 0, sizeof *r);
     r->o = *o;
     r->eval_only = eval_only;
+    r->rank = eval_only ? 0 : nb_comm_rank();
+    r->world = eval_only ? 1 : nb_comm_size();
+    r->nmicro = eval_only ? 1 : r->o.grad_accum;
+    pick_device(r);
     r->fam = nb_family_named(o->family);
     NB_ASSERT(r->fam != NULL);
     r->sched = nb_sched_find(o->schedule);
+    if (o->resume[0] && !eval_only)
+        NB_CHECK(r->o.world == r->world, "resume with as many ranks as the run was started with (mpirun -np N)",
+                 "the checkpoint in %s was written by %d rank%s; this run has %d (its data and state are not resharded)",
+                 o->resume, r->o.world, r->o.world == 1 ? "" : "s", r->world);
+    r->o.world = r->world;
     nb_train_opts_check(&r->o);
     r->fam->check(&r->o);
     check_schedule(r);
@@ -193,8 +264,10 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     nb_host_set_threads(r->o.threads);
     r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 400000 : 1 << 16);
     nb_lanes_bind(r->lanes, r->backend);
+    nb_lanes_set_thread_start(r->lanes, thread_start, r);
     r->compute = nb_lane_create(r->lanes, "compute", NB_LANE_DEVICE);
     nb_run_on_compute(r, "set threads", work_set_threads, r);
+    create_comm(r);
     init_arenas(r);
     r->fam->init(r);
     if (r->sched->init) r->sched->init(r);
@@ -210,7 +283,9 @@ void nb_run_free(nb_run *r) {
     for (int i = 0; i < r->ngraphs; i++) nb_graph_destroy(r->graphs[i].g);
     if (r->sched && r->sched->free) r->sched->free(r);
     if (r->fam && r->fam->free) r->fam->free(r);
+    if (r->comm) nb_comm_destroy(r->comm);
     if (r->lanes) nb_lanes_destroy(r->lanes);
+    free(r->bucket_work);
     nb_arena_free(&r->dev), nb_arena_free(&r->pinned), nb_arena_free(&r->host);
     nb_items_free(&r->items.pre), nb_items_free(&r->items.input), nb_items_free(&r->items.tail);
     nb_items_free(&r->items.post);
@@ -366,28 +441,66 @@ static struct nb_graph *graph_for(nb_run *r, int key) {
     return NULL;
 }
 
-/* One step: eagerly, or (--graphs) as the replay of a step captured once per graph key (the
- * family's shapes). The first step of a run is eager either way: it makes every lazy allocation
- * (cuBLASLt workspaces, pools) before a capture, where allocations are not allowed. */
-static void run_step(nb_run *r, int step, int first) {
-    nb_items_run(&r->items.pre, r->compute, step);
+/* Every bucket all-reduced after the step's items (a captured step cannot hold the comm lane's
+ * host work, so with --graphs the reduction follows the replay instead of overlapping it). */
+static void reduce_all(nb_run *r, int step) {
+    nb_comm_wait(r->comm, nb_lane_mark(r->compute));
+    for (int b = 0; b < r->nbuckets; b++)
+        for (int k = 0; k < r->buckets[b].nr; k++)
+            r->reduced = nb_comm_all_reduce(r->comm, r->grad_sum + r->buckets[b].off[k], r->grad_sum + r->buckets[b].off[k],
+                                            r->buckets[b].n[k], NB_COMM_F32, r->bucket_work[b].name);
+    r->reduced_set = 1;
+    (void)step;
+}
+
+/* The schedule's pass over the current micro-batch (and the optimizer, when nothing runs between
+ * them): eagerly, or (--graphs) as the replay of a pass captured once per graph key (the family's
+ * shape, the micro-batch, whether the optimizer is in it). The first step of a run is eager either
+ * way: it makes every lazy allocation (cuBLASLt workspaces, pools) before a capture, where
+ * allocations are not allowed. */
+static void run_pass(nb_run *r, int step, int first, int with_opt) {
     int key = r->o.graphs && step != first ? r->fam->graph_key(r) : -1;
+    if (key >= 0) key = (key * r->nmicro + r->micro) * 2 + with_opt;
     struct nb_graph *g = key >= 0 ? graph_for(r, key) : NULL;
     if (key < 0 || (!g && r->ngraphs == NB_MAX_GRAPHS)) { /* eager: the same bits as a replay */
         r->sched->step(r, step);
-        nb_items_run(&r->items.post, r->compute, step);
+        if (with_opt) nb_items_run(r, &r->items.opt, r->compute, step);
         return;
     }
     if (!g) {
+        r->capturing = 1;
         nb_lanes_capture_begin(r->lanes, r->compute);
         r->sched->step(r, step);
+        if (with_opt) nb_items_run(r, &r->items.opt, r->compute, step);
         g = nb_lanes_capture_end(r->lanes);
+        r->capturing = 0;
         r->graphs[r->ngraphs].key = key;
         r->graphs[r->ngraphs++].g = g;
     }
     nb_graph_launch(g, r->compute, step);
     r->replays++;
-    nb_items_run(&r->items.post, r->compute, step);
+    if (r->comm && r->micro + 1 == r->nmicro) reduce_all(r, step);
+}
+
+/* One step: each micro-batch's pass (the host waits for the one before: its items read the
+ * family's per-micro-batch state when they run), then the ranks' reduction and the optimizer. */
+static void run_step(nb_run *r, int step, int first) {
+    r->reduced_set = 0;
+    if (r->comm) nb_comm_set_step(r->comm, step);
+    for (int k = 0; k < r->nmicro; k++) {
+        int last = k + 1 == r->nmicro, opt_inside = last && !r->comm;
+        if (k > 0) nb_mark_wait_host(nb_lane_mark(r->compute));
+        r->micro = k;
+        if (r->fam->begin_micro) r->fam->begin_micro(r, k);
+        nb_items_run(r, &r->items.pre, r->compute, step);
+        run_pass(r, step, first, opt_inside);
+        if (last && !opt_inside) {
+            if (r->reduced_set) nb_lane_wait(r->compute, r->reduced);
+            nb_items_run(r, &r->items.opt, r->compute, step);
+        }
+        nb_items_run(r, &r->items.post, r->compute, step);
+        if (!last && r->fam->enqueue_results) r->fam->enqueue_results(r, step);
+    }
 }
 
 /* The first weight or optimizer value that is not finite, in the host copies (current after
@@ -438,7 +551,9 @@ static void check_state_finite(nb_run *r, int step) {
         nb_fail(NONFINITE_HINT, "step %d: %s is not finite; the checkpoint was not written", step + 1, what);
 }
 
+/* Every rank holds the same weights and optimizer state (replicated): rank 0 writes them. */
 static void save_checkpoint(nb_run *r, int step) {
+    if (r->rank != 0) return;
     nb_ckpt_state cs = {step + 1, r->fam->data_pos(r), r->o.seed};
     nb_run_sync_to_host(r);
     check_state_finite(r, step);
@@ -464,11 +579,23 @@ static void progress_line(nb_run *r, int step, int end, int first, double secs, 
     }
 }
 
+/* With several ranks, every rank decides to stop after the same step: the latest signal or
+ * deadline any of them saw counts for all (a rank that stopped alone would leave the others
+ * waiting in the next collective). */
+static int agree(nb_run *r, int v) { return r->world > 1 ? (int)nb_comm_agree_max_i64(v) : v; }
+
 void nb_run_train(nb_run *r) {
     const nb_train_opts *o = &r->o;
-    int end = o->steps;
+    int end = o->steps, lead = r->rank == 0; /* rank 0 prints and writes the run directory */
     if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
-    if (o->out[0]) {
+    if (r->world > 1) { /* every rank runs the same steps: a rank told fewer never leaves the others waiting */
+        int agreed = (int)nb_comm_agree_min_i64(end);
+        if (agreed != end) fprintf(stderr, "note: rank %d: running %d steps, as many as every rank was told to run\n", r->rank, agreed);
+        end = agreed;
+        NB_CHECK(nb_comm_agree_min_i64(r->step) == nb_comm_agree_max_i64(r->step), "resume every rank from the same checkpoint",
+                 "rank %d resumes at step %d, another rank elsewhere", r->rank, r->step);
+    }
+    if (o->out[0] && lead) {
         nb_mkdir_p(o->out);
         open_metrics(r);
     }
@@ -495,13 +622,14 @@ void nb_run_train(nb_run *r) {
         nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
         r->last_secs = t1 - t0, r->last_stats = st;
         r->fam->end_step(r, step, done);
+        if (r->world > 1) r->loss = nb_comm_sum_f64_host(r->loss_sum) / r->fam->per_step(r);
         check_finite(r, step);
         nb_series_push(&r->train_hist, step, r->loss);
 
         /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
          * signal too, without the evaluation (a preempted job has little time left) */
-        int signalled = stop_signal != 0;
-        int out_of_time = (o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit) || signalled;
+        int signalled = agree(r, stop_signal);
+        int out_of_time = agree(r, o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit) || signalled;
         int is_last = step + 1 == end || out_of_time;
         nb_eval ev = {0};
         if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
@@ -509,22 +637,22 @@ void nb_run_train(nb_run *r) {
             if (ev.done) {
                 nb_series_push(&r->val_hist, step, ev.loss);
                 r->last_eval = ev;
-                r->fam->print_eval(r, step + 1, &ev);
+                if (lead) r->fam->print_eval(r, step + 1, &ev);
             }
         }
         if (r->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
         if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last))
             save_checkpoint(r, step);
-        progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
+        if (lead) progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
         step_ms[step - first] = 1e3 * (t1 - t0);
-        if (is_last && o->out[0]) write_timeline(r, step);
+        if (is_last && o->out[0] && lead) write_timeline(r, step);
         if (!o->trace[0]) nb_lanes_trace_clear(r->lanes); /* keep memory flat on long runs */
         if (out_of_time && (step + 1 < end || signalled)) {
             r->step++;
             end = r->step;
             if (signalled) {
-                r->stopped_by = stop_signal;
-                fprintf(stderr, "%s received: stopped after step %d%s%s%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", end,
+                r->stopped_by = signalled;
+                fprintf(stderr, "%s received: stopped after step %d%s%s%s\n", signalled == SIGINT ? "SIGINT" : "SIGTERM", end,
                         o->out[0] && !o->no_ckpt ? " with a checkpoint; resume with: nobubble train --resume " : "",
                         o->out[0] && !o->no_ckpt ? o->out : "", o->out[0] ? "" : " (no --out: nothing was saved)");
             } else {
@@ -536,6 +664,10 @@ void nb_run_train(nb_run *r) {
     }
     drain(r);
     double wall = nb_now() - run_t0, units = r->fam->per_step(r);
+    if (!lead) {
+        free(step_ms);
+        return;
+    }
     if (end > first) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
         if (r->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->last_eval.loss);

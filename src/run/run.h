@@ -26,12 +26,14 @@
 
 typedef struct nb_run nb_run;
 
-/* One work item of a step: a task and the span it shows as. */
+/* One work item of a step: a task and the span it shows as; bucket: the gradient bucket (index
+ * into nb_run.buckets) the item completes, or -1. */
 typedef struct {
     char name[40];
     nb_span_kind kind;
     nb_task_fn fn;
     void *arg;
+    int bucket;
 } nb_item;
 
 typedef struct {
@@ -40,9 +42,21 @@ typedef struct {
 } nb_items;
 
 void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg);
+/* An item after which gradient bucket b holds its final values for this micro-batch. */
+void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg, int b);
 void nb_items_free(nb_items *l);
-/* Enqueue every item of l on lane, in order, tagged with step. */
-void nb_items_run(const nb_items *l, nb_lane *lane, int step);
+/* Enqueue every item of l on lane, in order, tagged with step. After an item that completes a
+ * gradient bucket: the micro-batch's gradient is added to the step's (micro-batches after the
+ * first), and on the last micro-batch the bucket is all-reduced over the ranks on the comm lane,
+ * overlapped with the rest of the backward. */
+struct nb_run;
+void nb_items_run(struct nb_run *r, const nb_items *l, nb_lane *lane, int step);
+
+/* A gradient bucket: up to two ranges (elements) of the gradient slab. */
+typedef struct {
+    size_t off[2], n[2];
+    int nr;
+} nb_bucket;
 
 /* A step as work items, in the shape every model shares: the input stage, then per segment
  * (detached blocks, ERASE) a forward and a backward (its local or final head first, then its
@@ -50,11 +64,13 @@ void nb_items_run(const nb_items *l, nb_lane *lane, int step);
  * stage's backward, the optimizer). Segment s's backward depends only on its own forward, so a
  * schedule may run it on any lane once fwd[s] is done, while later segments run forward. Every
  * item writes memory no concurrently runnable item touches: any such placement computes the
- * same bits. pre, post: items the run enqueues before and after the step, outside any graph
- * capture (work whose sizes change from batch to batch: copies in, the touched embedding rows). */
+ * same bits. opt: the optimizer, once per step after every micro-batch (and the ranks' reduction
+ * of the gradients); the schedule runs input .. tail, once per micro-batch. pre, post: items the
+ * run enqueues before and after the step, outside any graph capture (work whose sizes change
+ * from batch to batch: copies in, the touched embedding rows). */
 typedef struct {
     int nseg;
-    nb_items pre, input, fwd[NB_MAX_SEGMENTS], bwd[NB_MAX_SEGMENTS], tail, post;
+    nb_items pre, input, fwd[NB_MAX_SEGMENTS], bwd[NB_MAX_SEGMENTS], tail, opt, post;
 } nb_step_items;
 
 /* A held-out evaluation: the mean loss, and for CTR models normalized entropy and AUC. */
@@ -97,7 +113,11 @@ typedef struct nb_family_i {
     void (*begin_step)(nb_run *r, int step);
     /* host work that overlaps the enqueued step (the next batch); may be NULL */
     void (*overlap)(nb_run *r, int step);
-    /* enqueue what reads the step's results on the compute lane (NULL: nothing) */
+    /* host side before micro-batch k's items are enqueued (k > 0 after micro-batch k-1 ended):
+     * which slice of the batch and which gradient slab its items use (NULL: one micro-batch) */
+    void (*begin_micro)(nb_run *r, int k);
+    /* enqueue what reads the micro-batch's results on the compute lane (after the optimizer, for
+     * the last one) (NULL: nothing) */
     void (*enqueue_results)(nb_run *r, int step);
     /* once the step's end mark is reached: r->loss, r->grad_norm; the batch goes back */
     void (*end_step)(nb_run *r, int step, nb_mark done);
@@ -141,8 +161,23 @@ void nb_series_push(nb_series *s, double x, double y);
 
 #define NB_MAX_GRAPHS 16
 
+struct nb_comm;
+
 struct nb_run {
     nb_train_opts o;
+    /* ranks: this one and how many; the communicator (NULL with one rank) */
+    int rank, world;
+    struct nb_comm *comm;
+    /* micro-batches of the step (--grad-accum), the one whose items are being enqueued */
+    int micro, nmicro;
+    /* gradient buckets (the family's), the step's gradient sum and a micro-batch's gradient
+     * (backend memory; the same slab with one micro-batch) */
+    nb_bucket *buckets;
+    int nbuckets;
+    struct nb_bucket_work *bucket_work;
+    float *grad_sum, *grad_micro;
+    nb_mark reduced; /* the comm lane's mark after the step's last reduction */
+    int reduced_set, capturing;
     const nb_family_i *fam;
     const struct nb_sched_i *sched;
     nb_backend *backend;   /* the instance: device index and library handles */
@@ -159,9 +194,10 @@ struct nb_run {
     int step;          /* next step to run (0-based) */
     size_t data_pos0;  /* the data position of that step's batch (a checkpoint's data_pos) */
     int eval_only; /* eval / export / sample: no training data, no optimizer steps */
-    /* the last step's results (end_step) and the learning rate it used (begin_step); its wall
-     * time and lane statistics (set by the run before end_step) */
-    double loss;
+    /* the last step's results (end_step: the mean loss and this rank's sum of the per-token or
+     * per-sample losses) and the learning rate it used (begin_step); its wall time and lane
+     * statistics (set by the run before end_step) */
+    double loss, loss_sum;
     float lr, grad_norm;
     double last_secs;
     nb_step_stats last_stats;
@@ -175,6 +211,9 @@ struct nb_run {
     nb_series train_hist, val_hist;
     nb_eval last_eval;
 };
+
+/* The family's gradient buckets (the run keeps the array). */
+void nb_run_set_buckets(nb_run *r, nb_bucket *buckets, int n);
 
 /* Build everything for options o (normalized and checked); with eval_only, for evaluation,
  * export or sampling of the checkpoint in o->resume. */

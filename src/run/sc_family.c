@@ -169,6 +169,8 @@ static void work_bind_ctx(void *arg, const nb_task_ctx *ctx) {
 
 static void sc_check(nb_train_opts *o) {
     nb_sc_config *c = &o->ctr;
+    NB_CHECK(o->grad_accum == 1, "drop --grad-accum for seqctr",
+             "seqctr does not accumulate micro-batches yet (its tables' sparse gradients would have to be merged)");
     static const char *hint = "check the seqctr flags (--emb-dim, --heads, --blocks, --max-len)";
     NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint, "--emb-dim %d must be a multiple of the %d heads",
              c->E, c->heads);

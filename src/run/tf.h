@@ -40,6 +40,15 @@ struct nb_tf_train {
     float *params, *m, *v; /* host fp32 master weights and AdamW moments (checkpoints) */
     /* backend memory (the same buffers as the host ones on the CPU): */
     float *d_params, *d_grads, *d_m, *d_v;
+    /* micro-batches (--grad-accum, ranks): the step's gradient sum (d_grads itself with one
+     * micro-batch) and the slab the current micro-batch's backward writes (d_gsum for the first) */
+    float *d_gsum, *g_cur;
+    int micro;            /* the micro-batch whose items run (begin_micro) */
+    int Bg, Bl;           /* sequences per step over every rank, and on this rank (o.batch: one micro-batch) */
+    size_t stage_n;       /* tokens of the staged batch (h_tokens: its inputs, then its targets) */
+    float inv_tokens;     /* 1 / tokens per step over every rank: the loss's gradient scale */
+    double loss_acc;      /* this rank's loss sum over the step's micro-batches */
+    nb_bucket *buckets;   /* [1 + layers]: the embeddings and the final group, then layer l */
     void *d_weights; /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
     void *d_acts;
     void *d_segs;      /* the segments' scratch and partial gradients (ERASE), after the activations */

@@ -30,7 +30,7 @@ static void *wptr(nb_tf_train *tr, int which) {
 }
 static void *gptr(nb_tf_train *tr, int which) {
     if (tr->stream) return nb_stream_global_g(tr, which);
-    return nb_tf_global_ptr(&tr->model, which, tr->d_grads, sizeof(float));
+    return nb_tf_global_ptr(&tr->model, which, tr->g_cur, sizeof(float));
 }
 static int head_index(const nb_tf_train *tr) { return tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD; }
 
@@ -40,22 +40,24 @@ static int head_index(const nb_tf_train *tr) { return tr->model.cfg.tied ? NB_TF
  * sit in the pinned staging buffer (a captured graph copies from there on every replay). */
 static void stage_batch(nb_tf_train *tr, nb_loader_slot *slot) {
     tr->batch = slot;
+    tr->stage_n = (size_t)slot->owner->B * tr->o.seq;
     if (slot->owner->lane) nb_mark_wait_host(slot->filled);
     if (!tr->h_tokens) return;
-    size_t n = (size_t)tr->o.batch * tr->o.seq;
-    memcpy(tr->h_tokens, slot->inputs, n * sizeof(int32_t));
-    memcpy(tr->h_tokens + n, slot->targets, n * sizeof(int32_t));
+    memcpy(tr->h_tokens, slot->inputs, tr->stage_n * sizeof(int32_t));
+    memcpy(tr->h_tokens + tr->stage_n, slot->targets, tr->stage_n * sizeof(int32_t));
 }
 
-/* The batch's tokens where the backend reads them: copied in on the lane for a device backend. */
+/* The current micro-batch's tokens where the backend reads them: copied in on the lane for a
+ * device backend. */
 static void batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg) {
+    size_t n = (size_t)tr->o.batch * tr->o.seq, at = (size_t)tr->micro * n;
     if (!tr->d_tokens) {
-        *in = tr->batch->inputs;
-        *tg = tr->batch->targets;
+        *in = tr->batch->inputs + at;
+        *tg = tr->batch->targets + at;
         return;
     }
-    size_t n = (size_t)tr->o.batch * tr->o.seq;
-    tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens, 2 * n * sizeof(int32_t));
+    tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens + at, n * sizeof(int32_t));
+    tr->be->to_backend(ctx, tr->d_tokens + n, tr->h_tokens + tr->stage_n + at, n * sizeof(int32_t));
     *in = tr->d_tokens;
     *tg = tr->d_tokens + n;
 }
@@ -66,7 +68,7 @@ void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     if (tr->stream)
         nb_stream_zero_global_grads(tr, ctx); /* layer gradients: zeroed in their slot */
     else
-        tr->be->zero(ctx, tr->d_grads, tr->model.total * sizeof(float));
+        tr->be->zero(ctx, tr->g_cur, tr->model.total * sizeof(float));
     if (tr->nseg > 1)
         tr->be->zero(ctx, tr->d_head_part, (size_t)(tr->nseg - 1) * tr->head_part_stride * sizeof(float));
     batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
@@ -77,7 +79,7 @@ static void layer_views(nb_tf_train *tr, int l, nb_tf_layer_view *w, nb_tf_layer
     const nb_tf_model *m = &tr->model;
     size_t g0 = m->group_offset[1 + l];
     nb_tf_bind_layer(m, l, (char *)tr->d_weights + g0 * es_of(tr), es_of(tr), w);
-    if (dw) nb_tf_bind_layer(m, l, (char *)tr->d_grads + g0 * sizeof(float), sizeof(float), dw);
+    if (dw) nb_tf_bind_layer(m, l, (char *)tr->g_cur + g0 * sizeof(float), sizeof(float), dw);
 }
 
 static void work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
@@ -87,11 +89,13 @@ static void work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_layer_forward(&wk->tr->model, wk->tr->be, ctx, &w, wk->layer, &wk->tr->acts);
 }
 
+/* The loss is the mean over the step's tokens on every rank: each token's gradient is 1 / that
+ * count, whichever micro-batch and rank it is in, so the summed gradients are the mean's. */
 void nb_work_head(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     size_t N = (size_t)tr->acts.B * tr->acts.T;
     nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
-               tr->model.cfg.layers, tr->tok_tg, 1, 1.0f / (float)N, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
+               tr->model.cfg.layers, tr->tok_tg, 1, tr->inv_tokens, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
                gptr(tr, head_index(tr)), &tr->acts);
     tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, N);
 }
@@ -123,9 +127,8 @@ static void work_seg_head(void *arg, const nb_task_ctx *ctx) {
     nb_work *wk = arg;
     nb_tf_train *tr = wk->tr;
     int s = wk->layer;
-    size_t N = (size_t)tr->acts.B * tr->acts.T;
     nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
-               tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight / (float)N, head_part(tr, s, NB_TF_LNF_W),
+               tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight * tr->inv_tokens, head_part(tr, s, NB_TF_LNF_W),
                head_part(tr, s, NB_TF_LNF_B), head_part(tr, s, head_index(tr)), &tr->seg_acts[s]);
 }
 
@@ -154,10 +157,10 @@ static void work_optim(void *arg, const nb_task_ctx *ctx) {
     nb_step_scalars *d = tr->d_step;
     /* alignment padding between tensors holds zeros, so the whole slab gives the global norm;
      * the clip factor is formed from it inside the AdamW pass: nothing here waits for the device */
-    be->sumsq_f64(ctx, &d->sumsq, tr->d_grads, m->total);
+    be->sumsq_f64(ctx, &d->sumsq, tr->d_gsum, m->total);
     be->to_backend(ctx, d->k, tr->h_step->k, sizeof d->k);
     /* every tensor in one pass (one launch on CUDA, instead of one per tensor) */
-    be->adamw_spans(ctx, tr->d_params, tr->d_grads, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, tr->spans,
+    be->adamw_spans(ctx, tr->d_params, tr->d_gsum, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, tr->spans,
                     m->nparams, d->k, &d->sumsq, tr->o.grad_clip);
 }
 
@@ -167,6 +170,8 @@ static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
     double two[2];
     tr->be->to_host(ctx, two, tr->d_step, sizeof two);
     tr->loss_sum = two[0];
+    /* the micro-batches' sums in their order: the rank-order sum's bits when they are ranks */
+    tr->loss_acc = tr->micro ? tr->loss_acc + two[0] : two[0];
     /* stream: the host summed the norm (the step's end waited for it) */
     tr->grad_norm = (float)sqrt(tr->stream ? nb_stream_sumsq(tr) : two[1]);
 }
@@ -215,12 +220,26 @@ static void build_items(nb_run *r, nb_tf_train *tr) {
         }
         for (int l = tr->seg_first[s + 1] - 1; l >= tr->seg_first[s]; l--) {
             snprintf(name, sizeof name, "bwd S%d L%d", s, l);
-            nb_items_add(&it->bwd[s], name, NB_SPAN_BWD, work_layer_bwd, &tr->work[l]);
+            nb_items_add_bucket(&it->bwd[s], name, NB_SPAN_BWD, work_layer_bwd, &tr->work[l], 1 + l);
         }
     }
     if (tr->nseg > 1) nb_items_add(&it->tail, "join", NB_SPAN_BWD, work_join, &tr->whole);
-    nb_items_add(&it->tail, "embed bwd", NB_SPAN_BWD, nb_work_embed_bwd, &tr->whole);
-    nb_items_add(&it->tail, "adamw", NB_SPAN_OPTIM, work_optim, &tr->whole);
+    /* the embeddings' and the final group's gradients are complete after the embedding backward
+     * (a tied head adds to the embeddings; the join to the final norm and head) */
+    nb_items_add_bucket(&it->tail, "embed bwd", NB_SPAN_BWD, nb_work_embed_bwd, &tr->whole, 0);
+    nb_items_add(&it->opt, "adamw", NB_SPAN_OPTIM, work_optim, &tr->whole);
+}
+
+/* One bucket per layer group, one for the embeddings and the final group together. */
+static void set_buckets(nb_run *r, nb_tf_train *tr) {
+    const nb_tf_model *m = &tr->model;
+    int L = m->cfg.layers;
+    tr->buckets = nb_calloc((size_t)L + 1, sizeof(nb_bucket), "gradient buckets");
+    tr->buckets[0] = (nb_bucket){{m->group_offset[0], m->group_offset[L + 1]}, {m->group_numel[0], m->group_numel[L + 1]}, 2};
+    for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{m->group_offset[1 + l], 0}, {m->group_numel[1 + l], 0}, 1};
+    nb_run_set_buckets(r, tr->buckets, L + 1);
+    r->grad_sum = tr->d_gsum;
+    r->grad_micro = tr->d_grads;
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -263,6 +282,8 @@ static void plan_resident(nb_run *r) {
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
     size_t segb = nb_tf_seg_bytes(tr), acts = nb_tf_acts_plan_bytes(tr, 0) + segb;
     size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
+    size_t staged = 2 * (size_t)tr->Bl * tr->o.seq * sizeof(int32_t); /* every micro-batch of the step */
+    size_t gsum = tr->o.grad_accum > 1 ? slab : 0; /* the step's sum beside a micro-batch's gradient */
     int devb = nb_tf_on_device(tr);
     char b[6][32];
     nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
@@ -272,8 +293,10 @@ static void plan_resident(nb_run *r) {
     nb_arena *host = &r->host, *dev = &r->dev;
     size_t hp = nb_arena_plan_bytes(host, slab), hm = nb_arena_plan_bytes(host, slab), hv = nb_arena_plan_bytes(host, slab);
     size_t hg = devb ? 0 : nb_arena_plan_bytes(host, slab), ha = devb ? 0 : nb_arena_plan_bytes(host, acts);
-    size_t dp = 0, dg = 0, dm = 0, dv = 0, dw = 0, dac = 0, dt = 0, ds = 0;
+    size_t hs = !devb && gsum ? nb_arena_plan_bytes(host, gsum) : 0;
+    size_t dp = 0, dg = 0, dm = 0, dv = 0, dw = 0, dac = 0, dt = 0, ds = 0, dsum = 0;
     if (devb) {
+        dsum = gsum ? nb_arena_plan_bytes(dev, gsum) : 0;
         dp = nb_arena_plan_bytes(dev, slab), dg = nb_arena_plan_bytes(dev, slab), dm = nb_arena_plan_bytes(dev, slab);
         dv = nb_arena_plan_bytes(dev, slab), dw = wl ? nb_arena_plan_bytes(dev, wl) : 0;
         dac = nb_arena_plan_bytes(dev, acts), dt = nb_arena_plan_bytes(dev, toks);
@@ -286,6 +309,7 @@ static void plan_resident(nb_run *r) {
     if (!devb) {
         tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
         tr->d_grads = (float *)(host->base + hg);
+        tr->d_gsum = gsum ? (float *)(host->base + hs) : tr->d_grads;
         tr->d_weights = tr->params;
         tr->d_acts = host->base + ha;
         tr->d_segs = tr->nseg > 1 ? host->base + ha + (acts - segb) : NULL;
@@ -294,6 +318,7 @@ static void plan_resident(nb_run *r) {
     }
     uint8_t *base = dev->base;
     tr->d_params = (float *)(base + dp), tr->d_grads = (float *)(base + dg);
+    tr->d_gsum = gsum ? (float *)(base + dsum) : tr->d_grads;
     tr->d_m = (float *)(base + dm), tr->d_v = (float *)(base + dv);
     tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
     tr->d_acts = base + dac;
@@ -301,7 +326,7 @@ static void plan_resident(nb_run *r) {
     tr->d_tokens = (int32_t *)(base + dt);
     tr->d_step = (nb_step_scalars *)(base + ds);
     tr->h_step = tr->be->host_alloc(sizeof(nb_step_scalars), "step scalars");
-    tr->h_tokens = tr->be->host_alloc(toks, "token staging");
+    tr->h_tokens = tr->be->host_alloc(staged, "token staging");
 }
 
 /* Segment views over the scratch planned after the activations: [scratch 0 .. scratch S-2 |
@@ -319,6 +344,10 @@ static void bind_segments(nb_tf_train *tr) {
 
 static void tf_check(nb_train_opts *o) {
     if (o->seq <= 0) o->seq = o->model.seq;
+    int parts = o->world * o->grad_accum;
+    NB_CHECK(o->batch % parts == 0, "pass a --batch that the ranks times --grad-accum divide",
+             "--batch %d cannot be split into %d rank%s x %d micro-batch%s of equal size", o->batch, o->world,
+             o->world == 1 ? "" : "s", o->grad_accum, o->grad_accum == 1 ? "" : "es");
     NB_CHECK(o->seq <= o->model.seq, "lower --seq", "--seq %d exceeds the model's context %d", o->seq, o->model.seq);
     NB_CHECK((double)o->batch * o->seq <= 2147483647.0, "lower --batch or --seq",
              "--batch %d x --seq %d = %.0f tokens per step: more than 2^31", o->batch, o->seq, (double)o->batch * o->seq);
@@ -329,6 +358,11 @@ static void tf_init(nb_run *r) {
     r->fs = tr;
     tr->run = r;
     tr->o = r->o;
+    /* the family's own copy counts in micro-batches: the memory plan, activations, eval batches */
+    tr->Bg = r->o.batch;
+    tr->Bl = r->o.batch / r->world;
+    tr->o.batch = tr->Bl / r->nmicro;
+    tr->inv_tokens = 1.0f / (float)((size_t)tr->Bg * tr->o.seq);
     tr->be = r->be;
     tr->lanes = r->lanes;
     tr->compute = r->compute;
@@ -356,6 +390,8 @@ static void tf_init(nb_run *r) {
         tr->spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
     }
     build_items(r, tr);
+    tr->g_cur = tr->d_gsum;
+    if (!tr->stream) set_buckets(r, tr);
 }
 
 static void load_tensors(nb_run *r, const char *dir);
@@ -379,7 +415,10 @@ static void tf_start(nb_run *r, const char *resume_dir) {
                     rec / 1e6, (per_token + rec) / 1e6);
     }
     if (o->data[0]) {
-        nb_loader_open(&tr->train, o->data, o->model.vocab, o->batch, o->seq, r->data_pos0, 2, tr->data);
+        /* this rank's sequences of every global batch: micro-batch k of rank r is global
+         * micro-batch r * K + k, as one rank with --grad-accum (ranks x K) would read it */
+        nb_loader_open_slice(&tr->train, o->data, o->model.vocab, tr->Bl, o->seq, tr->Bg, (size_t)r->rank * tr->Bl,
+                             r->data_pos0, 2, tr->data);
         tr->has_train = 1;
     }
     if (o->val_data[0]) {
@@ -402,7 +441,7 @@ static void tf_free(nb_run *r) {
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
     if (tr->d_logits) tr->be->free(tr->d_logits);
-    free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans);
+    free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans), free(tr->buckets);
     free(tr);
     r->fs = NULL;
 }
@@ -427,11 +466,22 @@ static void tf_enqueue_results(nb_run *r, int step) {
     nb_lane_run(r->compute, "read loss", NB_SPAN_OTHER, step, work_read_loss, &tr->whole);
 }
 
+/* micro-batch k reads the k-th slice of the staged batch; its backward writes the step's sum
+ * (the first) or a slab of its own, added to the sum bucket by bucket (nb_items_run) */
+static void tf_begin_micro(nb_run *r, int k) {
+    nb_tf_train *tr = r->fs;
+    tr->micro = k;
+    tr->g_cur = k ? tr->d_grads : tr->d_gsum;
+}
+
 static void tf_end_step(nb_run *r, int step, nb_mark done) {
     nb_tf_train *tr = r->fs;
     nb_loader_release(&tr->train, tr->batch, done);
-    r->loss = tr->loss_sum / tf_per_step(r);
+    r->loss_sum = tr->loss_acc;
+    r->loss = tr->loss_acc / tf_per_step(r);
     r->grad_norm = tr->grad_norm;
+    tr->micro = 0;
+    tr->g_cur = tr->d_gsum;
 }
 
 /* The first gradient tensor with a non-finite element (after a step whose norm was not finite). */
@@ -442,7 +492,7 @@ static const char *tf_nonfinite_grad(nb_run *r) {
     const nb_tf_model *m = &tr->model;
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
-        if (nb_run_nonfinite(r, tr->d_grads + p->offset, p->numel)) {
+        if (nb_run_nonfinite(r, tr->d_gsum + p->offset, p->numel)) {
             snprintf(what, sizeof what, "the gradient of %s", p->name);
             return what;
         }
@@ -578,6 +628,7 @@ const nb_family_i nb_family_transformer = {
     .free = tf_free,
     .per_step = tf_per_step,
     .begin_step = tf_begin_step,
+    .begin_micro = tf_begin_micro,
     .enqueue_results = tf_enqueue_results,
     .end_step = tf_end_step,
     .nonfinite_grad = tf_nonfinite_grad,

@@ -37,7 +37,7 @@ static void work_dispatch(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     erase_dispatch *d = arg;
     nb_lane_wait(d->side, d->after);
-    nb_items_run(&d->r->items.bwd[d->seg], d->side, d->step);
+    nb_items_run(d->r, &d->r->items.bwd[d->seg], d->side, d->step);
 }
 
 /* OpenMP's thread count belongs to the calling thread: a side lane's ops run on its worker (CPU) */
@@ -70,9 +70,9 @@ static nb_mark erase_step(nb_run *r, int step) {
     const nb_step_items *it = &r->items;
     int last = it->nseg - 1;
     nb_mark queued[NB_MAX_SEGMENTS];
-    nb_items_run(&it->input, r->compute, step);
+    nb_items_run(r, &it->input, r->compute, step);
     for (int s = 0; s < last; s++) {
-        nb_items_run(&it->fwd[s], r->compute, step);
+        nb_items_run(r, &it->fwd[s], r->compute, step);
         int j = s % st->nside;
         nb_mark fwd_done = nb_lane_mark(r->compute);
         if (st->async) {
@@ -81,11 +81,11 @@ static nb_mark erase_step(nb_run *r, int step) {
             queued[j] = nb_lane_mark(st->dispatch[j]);
         } else {
             nb_lane_wait(st->side[j], fwd_done);
-            nb_items_run(&it->bwd[s], st->side[j], step);
+            nb_items_run(r, &it->bwd[s], st->side[j], step);
         }
     }
-    nb_items_run(&it->fwd[last], r->compute, step);
-    nb_items_run(&it->bwd[last], r->compute, step);
+    nb_items_run(r, &it->fwd[last], r->compute, step);
+    nb_items_run(r, &it->bwd[last], r->compute, step);
     int used = last < st->nside ? last : st->nside;
     for (int j = 0; j < used; j++) {
         /* a side lane's mark counts only the work already queued on it: with async dispatch,
@@ -93,11 +93,15 @@ static nb_mark erase_step(nb_run *r, int step) {
         if (st->async) nb_mark_wait_host(queued[j]);
         nb_lane_wait(r->compute, nb_lane_mark(st->side[j]));
     }
-    nb_items_run(&it->tail, r->compute, step);
+    nb_items_run(r, &it->tail, r->compute, step);
     return nb_lane_mark(r->compute);
 }
 
 static void erase_check(const nb_train_opts *o) {
+    /* the dispatcher threads would enqueue the side lanes' gradient reductions in an order that
+     * differs between ranks; every rank must issue its collectives in the same order */
+    NB_CHECK(!(o->world > 1 && !strcmp(o->erase_dispatch, "async")), "use --erase-dispatch blocking with several ranks",
+             "async dispatch enqueues collectives from several threads: ranks would disagree on their order");
     NB_CHECK(!(o->graphs && !strcmp(o->erase_dispatch, "async")),
              "use --erase-dispatch blocking with --graphs",
              "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured");

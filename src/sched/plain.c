@@ -7,12 +7,12 @@ nb_mark nb_plain_step(nb_run *r, int step);
 
 nb_mark nb_plain_step(nb_run *r, int step) {
     const nb_step_items *it = &r->items;
-    nb_items_run(&it->input, r->compute, step);
+    nb_items_run(r, &it->input, r->compute, step);
     for (int s = 0; s < it->nseg; s++) {
-        nb_items_run(&it->fwd[s], r->compute, step);
-        nb_items_run(&it->bwd[s], r->compute, step);
+        nb_items_run(r, &it->fwd[s], r->compute, step);
+        nb_items_run(r, &it->bwd[s], r->compute, step);
     }
-    nb_items_run(&it->tail, r->compute, step);
+    nb_items_run(r, &it->tail, r->compute, step);
     return nb_lane_mark(r->compute);
 }
 

@@ -23,6 +23,8 @@ static void slot_ranges(const nb_train_opts *o) {
 
 static void stream_check(const nb_train_opts *o) {
     NB_CHECK(!o->detach[0], "drop --detach with --schedule stream", "stream does not split the model yet");
+    NB_CHECK(o->world == 1 && o->grad_accum == 1, "run --schedule stream on one rank without --grad-accum",
+             "stream does not accumulate micro-batches or reduce over ranks yet");
     NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
              "pass --ckpt-interval between 0 (keep all) and 64", "--ckpt-interval %d", o->ckpt_interval);
     NB_CHECK(o->keep_layers >= -1, "pass --keep-layers N >= 0, or -1 for as many as fit", "--keep-layers %d", o->keep_layers);
