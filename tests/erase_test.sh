@@ -55,9 +55,7 @@ expect_error "graphs with async" "blocking with --graphs" $NB train "${C[@]}" --
 
 # ThreadSanitizer: the lanes, the schedules and the work items, with real ops
 TS=${NB_BUILD}-tsan
-if make -s NB_CUDA=0 BUILD="$TS" OPT="-O1 -g -fsanitize=thread" \
-        LDLIBS="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lm -lpthread -fopenmp -fsanitize=thread" \
-        "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1; then
+if make -s NB_CUDA=0 BUILD="$TS" OPT="-O1 -g" SANITIZE=-fsanitize=thread "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1; then
     export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66"
     T=(--batch 2 --steps 3 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet)
     "$TS/nobubble" train "${T[@]}" "${G[@]}" --schedule erase --erase-dispatch async --side-lanes 2 --out "$TMP/ts1" \

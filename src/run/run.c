@@ -288,7 +288,7 @@ void nb_run_free(nb_run *r) {
     free(r->bucket_work);
     nb_arena_free(&r->dev), nb_arena_free(&r->pinned), nb_arena_free(&r->host);
     nb_items_free(&r->items.pre), nb_items_free(&r->items.input), nb_items_free(&r->items.tail);
-    nb_items_free(&r->items.post);
+    nb_items_free(&r->items.post), nb_items_free(&r->items.opt);
     for (int s = 0; s < NB_MAX_SEGMENTS; s++) nb_items_free(&r->items.fwd[s]), nb_items_free(&r->items.bwd[s]);
     nb_backend_destroy(r->backend);
     free(r->train_hist.step), free(r->train_hist.loss), free(r->val_hist.step), free(r->val_hist.loss);
@@ -464,14 +464,14 @@ static void run_pass(nb_run *r, int step, int first, int with_opt) {
     struct nb_graph *g = key >= 0 ? graph_for(r, key) : NULL;
     if (key < 0 || (!g && r->ngraphs == NB_MAX_GRAPHS)) { /* eager: the same bits as a replay */
         r->sched->step(r, step);
-        if (with_opt) nb_items_run(r, &r->items.opt, r->compute, step);
+        if (with_opt && !r->sched->own_optimizer) nb_items_run(r, &r->items.opt, r->compute, step);
         return;
     }
     if (!g) {
         r->capturing = 1;
         nb_lanes_capture_begin(r->lanes, r->compute);
         r->sched->step(r, step);
-        if (with_opt) nb_items_run(r, &r->items.opt, r->compute, step);
+        if (with_opt && !r->sched->own_optimizer) nb_items_run(r, &r->items.opt, r->compute, step);
         g = nb_lanes_capture_end(r->lanes);
         r->capturing = 0;
         r->graphs[r->ngraphs].key = key;
@@ -494,7 +494,7 @@ static void run_step(nb_run *r, int step, int first) {
         if (r->fam->begin_micro) r->fam->begin_micro(r, k);
         nb_items_run(r, &r->items.pre, r->compute, step);
         run_pass(r, step, first, opt_inside);
-        if (last && !opt_inside) {
+        if (last && !opt_inside && !r->sched->own_optimizer) {
             if (r->reduced_set) nb_lane_wait(r->compute, r->reduced);
             nb_items_run(r, &r->items.opt, r->compute, step);
         }

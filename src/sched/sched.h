@@ -40,6 +40,8 @@ typedef struct nb_sched_i {
     int settles;
     /* 1: --graphs can capture its step */
     int graphs;
+    /* 1: its step runs the optimizer itself (the family's optimizer items are not run) */
+    int own_optimizer;
 } nb_sched_i;
 
 /* The schedule of a --schedule name, or NULL. */

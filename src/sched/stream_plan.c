@@ -192,4 +192,5 @@ const nb_sched_i nb_sched_stream = {
     .free = stream_free,
     .settles = 0,
     .graphs = 0,
+    .own_optimizer = 1,
 };
