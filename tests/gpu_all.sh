@@ -44,6 +44,7 @@ step ops_ctr_cuda 240 "$B/tests/test_ops_ctr_cuda"
 step seqctr_ref 120 "$B/tests/test_seqctr_ref" --verbose
 TAILN=30 step gpu_seqctr 400 env NB_BUILD="$B" bash tests/gpu_seqctr_test.sh
 TAILN=30 step gpu_train 400 env NB_BUILD="$B" bash tests/gpu_train_test.sh
+TAILN=20 step gpu_ranks 300 env NB_BUILD="$B" bash tests/gpu_ranks_test.sh
 if [ -z "${NB_SKIP_GPT2_REF:-}" ]; then
     step gpt2_ref 300 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2 --T 1024 --no-final-weights --tol-weights 2e-2 --out /tmp/gpt2_ref.safetensors && $B/tests/test_torch_ref --ref /tmp/gpt2_ref.safetensors --threads 16"
 fi

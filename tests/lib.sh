@@ -18,6 +18,14 @@ worst_loss_diff() {
     paste <(losses "$1") <(losses "$2") | awk '{d=($1-$2)/$1; if (d<0) d=-d; if (d>w) w=d} END {printf "%.3g", w}'
 }
 
+# same_state NAME DIR_A DIR_B: the two runs end with the same bits (weights, optimizer state) and
+# logged the same steps, losses and gradient norms.
+same_state() {
+    cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" && cmp -s "$2/ckpt/optim.safetensors" "$3/ckpt/optim.safetensors" \
+        && [ -n "$(losses "$2")" ] && [ "$(cut -d, -f1-4 "$2/metrics.jsonl")" = "$(cut -d, -f1-4 "$3/metrics.jsonl")" ] \
+        && pass "$1: bitwise (weights, optimizer state, losses, gradient norms)" || fail "$1: differs"
+}
+
 # The default corpus; fetched once (the fetch script caches it under data/).
 need_sotu() {
     if [ ! -f "$ROOT/data/sotu/train.bin" ] || [ ! -f "$ROOT/data/sotu/val.bin" ]; then

@@ -15,11 +15,6 @@ need_sotu
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
 MPI=(mpirun --oversubscribe --allow-run-as-root)
 T=(--batch 8 --steps 12 --data "$TRAIN" --val-data none --no-progress --quiet --seed 5 --threads 1)
-same() { # same NAME DIR_A DIR_B
-    cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" && cmp -s "$2/ckpt/optim.safetensors" "$3/ckpt/optim.safetensors" \
-        && [ -n "$(losses "$2")" ] && [ "$(cut -d, -f1-4 "$2/metrics.jsonl")" = "$(cut -d, -f1-4 "$3/metrics.jsonl")" ] \
-        && pass "$1: bitwise (weights, AdamW state, losses, gradient norms)" || fail "$1: differs"
-}
 for v in "gpt2-tiny|" "llama-tiny|" "gpt2-tiny|--layers 4 --detach 1,3 --schedule erase" "gpt2-tiny|--graphs"; do
     IFS='|' read -r model extra <<< "$v"
     for n in 2 4; do
@@ -27,11 +22,11 @@ for v in "gpt2-tiny|" "llama-tiny|" "gpt2-tiny|--layers 4 --detach 1,3 --schedul
         $NB train "${T[@]}" --model $model $extra --grad-accum $n --out "$TMP/acc-$tag" >/dev/null 2>&1 || fail "$tag: grad-accum run"
         "${MPI[@]}" -np $n $NB train "${T[@]}" --model $model $extra --out "$TMP/dp-$tag" >"$TMP/dp.log" 2>&1 \
             || { fail "$tag: mpirun -np $n"; tail -5 "$TMP/dp.log"; }
-        same "$model $extra: mpirun -np $n vs one rank with --grad-accum $n" "$TMP/acc-$tag" "$TMP/dp-$tag"
+        same_state "$model $extra: mpirun -np $n vs one rank with --grad-accum $n" "$TMP/acc-$tag" "$TMP/dp-$tag"
     done
 done
 "${MPI[@]}" -np 2 $NB train "${T[@]}" --model gpt2-tiny --out "$TMP/dp-again" >/dev/null 2>&1
-same "mpirun -np 2 twice" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-again"
+same_state "mpirun -np 2 twice" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-again"
 # two ranks of two micro-batches each: one rank of four micro-batches sums in another order (a
 # tree of two pairs), so this is checked against itself and against the loss curve of -np 4
 "${MPI[@]}" -np 2 $NB train "${T[@]}" --model gpt2-tiny --grad-accum 2 --out "$TMP/dp-acc" >/dev/null 2>&1 || fail "-np 2 --grad-accum 2"
@@ -41,10 +36,15 @@ awk -v w="$worst" 'BEGIN {exit !(w < 1e-5)}' && pass "-np 2 x --grad-accum 2 fol
 [ "$(wc -l < "$TMP/dp-gpt2-tiny-4-/metrics.jsonl")" -eq 12 ] && pass "rank 0 alone writes metrics.jsonl (12 lines from 4 ranks)" \
     || fail "metrics.jsonl has $(wc -l < "$TMP/dp-gpt2-tiny-4-/metrics.jsonl") lines"
 
+# a communicator of one (--comm mpi without mpirun) runs the path of many: its reductions are copies
+$NB train "${T[@]}" --model gpt2-tiny --comm mpi --out "$TMP/one-mpi" 2>"$TMP/one.log" >/dev/null || fail "--comm mpi, one rank"
+$NB train "${T[@]}" --model gpt2-tiny --out "$TMP/one" >/dev/null 2>&1 || fail "one rank"
+same_state "one rank with --comm mpi vs no communicator" "$TMP/one" "$TMP/one-mpi"
+
 # resume: the same world size, bitwise; another one, refused
 "${MPI[@]}" -np 2 $NB train "${T[@]}" --model gpt2-tiny --stop-after 6 --out "$TMP/dp-split" >/dev/null 2>&1 || fail "split: first half"
 "${MPI[@]}" -np 2 $NB train --resume "$TMP/dp-split" --quiet >/dev/null 2>&1 || fail "split: resume"
-same "mpirun -np 2: stop at 6, resume to 12" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-split"
+same_state "mpirun -np 2: stop at 6, resume to 12" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-split"
 expect_error "resume with another world size" "written by 2 ranks; this run has 1" $NB train --resume "$TMP/dp-split" --steps 14
 
 # the overlap: all-reduce spans on the comm lane while backward spans run on compute

@@ -220,9 +220,12 @@ static void pick_device(nb_run *r) {
 }
 
 static void create_comm(nb_run *r) {
-    if (r->world == 1 || r->eval_only) return;
+    nb_comm_kind kind = nb_comm_kind_parse(r->o.comm);
+    /* one rank with a named --comm still goes through it: a communicator of one runs the code
+     * path of many (its reductions are copies), so one GPU checks the NCCL path */
+    if (r->eval_only || (r->world == 1 && kind == NB_COMM_AUTO)) return;
     nb_comm_set_timeout(r->o.comm_timeout);
-    nb_comm_opts co = {.kind = nb_comm_kind_parse(r->o.comm), .timeout_s = r->o.comm_timeout, .name = "comm"};
+    nb_comm_opts co = {.kind = kind, .timeout_s = r->o.comm_timeout, .name = "comm"};
     r->comm = nb_comm_create(r->lanes, r->be, &co);
     if (r->rank == 0)
         nb_log(1, "ranks       %d (%s), --comm %s: gradients all-reduced in buckets as the backward makes them\n", r->world,

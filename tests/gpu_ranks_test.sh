@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Ranks on the GPU machine (skips without a GPU or mpirun). With one GPU, two ranks share it and
+# talk over --comm host (NCCL refuses two ranks on one GPU):
+#  - fp32: two GPU ranks follow two CPU ranks (losses within 1e-4 relative over 20 steps);
+#  - bf16: two GPU ranks give one GPU rank's bits with --grad-accum 2; the same twice; --graphs
+#    gives the eager ranks' bits; --comm auto picks host for ranks sharing a GPU;
+#  - NCCL with one rank (a communicator of one, the code path of many) gives the bits of a run
+#    without a communicator, eager and with --graphs; --comm nccl for ranks sharing a GPU is a
+#    clear error.
+source "$(dirname "$0")/lib.sh"
+"$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
+command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
+need_sotu
+MPI=(mpirun -np 2 --oversubscribe --allow-run-as-root)
+T=(--model gpt2-tiny --batch 8 --steps 20 --data "$TRAIN" --val-data none --no-progress --seed 5)
+run() { # run NAME CMD...: fails the check with the log's tail when CMD fails
+    local name=$1; shift
+    "$@" >"$TMP/run.log" 2>&1 || { fail "$name (exit $?)"; tail -n 5 "$TMP/run.log"; }
+}
+run "two CPU ranks" "${MPI[@]}" $NB train "${T[@]}" --device cpu --threads 1 --out "$TMP/cpu2"
+run "two GPU ranks, fp32, --comm host" "${MPI[@]}" $NB train "${T[@]}" --device cuda --precision fp32 --comm host --out "$TMP/f32"
+worst=$(worst_loss_diff "$TMP/cpu2" "$TMP/f32")
+awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' && pass "two GPU ranks (fp32, --comm host) follow two CPU ranks: worst loss rel diff $worst" \
+    || fail "two GPU ranks vs two CPU ranks, fp32: loss rel diff $worst"
+
+run "one GPU rank, --grad-accum 2" $NB train "${T[@]}" --device cuda --grad-accum 2 --out "$TMP/acc"
+run "two GPU ranks, bf16" "${MPI[@]}" $NB train "${T[@]}" --device cuda --comm auto --out "$TMP/dp"
+grep -q -- "--comm host" "$TMP/run.log" && pass "--comm auto picks host for two ranks sharing a GPU" \
+    || fail "--comm auto with ranks sharing a GPU: $(grep ranks "$TMP/run.log")"
+same_state "two GPU ranks vs one GPU rank with --grad-accum 2" "$TMP/acc" "$TMP/dp"
+run "two GPU ranks again" "${MPI[@]}" $NB train "${T[@]}" --device cuda --out "$TMP/dp2"
+same_state "two GPU ranks twice" "$TMP/dp" "$TMP/dp2"
+run "two GPU ranks, --graphs" "${MPI[@]}" $NB train "${T[@]}" --device cuda --graphs --out "$TMP/dpg"
+same_state "two GPU ranks with --graphs vs eager" "$TMP/dp" "$TMP/dpg"
+
+run "one GPU rank" $NB train "${T[@]}" --device cuda --out "$TMP/one"
+run "one GPU rank, --comm nccl" $NB train "${T[@]}" --device cuda --comm nccl --out "$TMP/nccl1"
+grep -q -- "--comm nccl" "$TMP/run.log" && same_state "one rank through an NCCL communicator of one vs no communicator" "$TMP/one" "$TMP/nccl1" \
+    || fail "--comm nccl with one rank did not run through NCCL: $(grep -i 'ranks\|error' "$TMP/run.log" | head -n 2)"
+run "one GPU rank, --comm nccl --graphs" $NB train "${T[@]}" --device cuda --comm nccl --graphs --out "$TMP/nccl1g"
+same_state "NCCL communicator of one with --graphs vs no communicator" "$TMP/one" "$TMP/nccl1g"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$ngpu" -eq 1 ]; then
+    "${MPI[@]}" $NB train "${T[@]}" --device cuda --comm nccl --steps 1 --out "$TMP/dup" >"$TMP/dup.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "ranks share a GPU" "$TMP/dup.log" \
+        && pass "--comm nccl with two ranks on one GPU: $(grep -m1 -o 'error:.*' "$TMP/dup.log")" \
+        || { fail "--comm nccl, ranks sharing a GPU: exit $rc"; tail -n 3 "$TMP/dup.log"; }
+fi
+finish
