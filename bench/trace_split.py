@@ -10,7 +10,7 @@ span of step K+1 (the last step of the trace, which has no successor, is left ou
   hidden   = comm and compute at once (the part hidden behind the backward);
   rest     = window - (compute union comm): both lanes idle (host work, waits, the gap between steps).
 window = compute + exposed + rest. Also per-stage sums on the compute lane (fwd, head, bwd, tail,
-opt) for the scaling model's --check. Other lanes (data prefetch) are not counted.
+opt) and the longest comm span (comm_longest) for the scaling model's --check. Other lanes (data prefetch) are not counted.
 
   python3 bench/trace_split.py TRACE [--steps 5:] [--step K ...] [--json] [--per-step]
 Output: one line per step with --per-step, then the median over the chosen steps (ms: the median of
@@ -104,6 +104,7 @@ def split(spans, k, compute_lane, comm_lane):
                 bwd.append(e - s)
     r["layer_bwd_count"] = len(bwd)
     r["comm_spans"] = sum(1 for l, _, _, _ in spans[k] if l == comm_lane)
+    r["comm_longest"] = max([e - s for l, _, s, e in spans[k] if l == comm_lane] or [0.0])
     return r
 
 
