@@ -13,7 +13,7 @@
 # Unless --no-link, the link's all-reduce rate at each N > 1 is measured alone with
 # build/tests/test_comm --bench MB (MB = the largest gradient bucket; --gpu host|nccl on cuda).
 # $OUT (default bench/out/ranks): b<B>/n<N>[-r<R>]/{train.log,metrics.jsonl,trace.json,split.json},
-# link-n<N>.txt, table.md, runs.json (input of bench/scaling_model.py --check). Needs build/nobubble
+# link-n<N>-r<R>.txt, table.md, runs.json (input of bench/scaling_model.py --check). Needs build/nobubble
 # (make -j2 NB_CUDA=0 on a CPU machine), mpirun, python3 and data/sotu/train.bin.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -64,6 +64,16 @@ run_one() { # run_one B N DIR
     echo "  b=$b n=$n: $(python3 bench/trace_split.py "$dir/trace.json" --steps "$warmup:" | tail -n 1)"
 }
 
+link_one() { # link_one N FILE: the link alone, all-reduce of the largest bucket's size (from the model line)
+    local T=${NB_BUILD:-build}/tests/test_comm mb gpu=()
+    [ -x "$T" ] || { echo "  link: $T not built (make $T): no link measurement" >&2; return 0; }
+    mb=$(grep -h -m1 '^model ' "$OUT"/b*/n*/train.log 2>/dev/null | head -n 1 | sed -n 's/.*dim \([0-9]*\),.*padded \([0-9]*\)), seq \([0-9]*\).*/\1 \2 \3/p' |
+         awk '{m = ($2 + $3) * $1 * 4 / 1e6; printf "%d", m < 1 ? 1 : m + 0.5}')
+    [ "$device" != cpu ] && gpu=(--gpu "$([ "$comm" = auto ] && echo nccl || echo "$comm")")
+    "${MPI[@]}" -np "$1" "$T" --bench "${mb:-16}" "${gpu[@]}" > "$2" 2>&1 || echo "  link n=$1: test_comm --bench failed: $(tail -n 1 "$2")" >&2
+    grep bench "$2" | sed 's/^/  link: /'
+}
+
 echo "ranks_bench: $model, --device $device, --comm $comm, --threads $threads per rank, batches $batches, ranks $ranks, $steps steps (median after $warmup), out $OUT"
 for r in $(seq 1 "$repeat"); do
     for b in ${batches//,/ }; do
@@ -72,27 +82,9 @@ for r in $(seq 1 "$repeat"); do
             run_one "$b" "$n" "$d"
         done
     done
+    # the link alone, once per repeat (next to the runs it is compared with)
+    for n in ${ranks//,/ }; do [ $link = 1 ] && [ "$n" -gt 1 ] && link_one "$n" "$OUT/link-n$n-r$r.txt"; done
 done
-
-# the link alone: all-reduce of the largest bucket's size (the shape from the trainer's model line)
-if [ $link = 1 ]; then
-    T=${NB_BUILD:-build}/tests/test_comm
-    first=$(ls -d "$OUT"/b*/n*/ 2>/dev/null | head -n 1)
-    mb=$(grep -m1 '^model ' "$first/train.log" 2>/dev/null | sed -n 's/.*layers \([0-9]*\), dim \([0-9]*\),.*padded \([0-9]*\)), seq \([0-9]*\).*/\1 \2 \3 \4/p' |
-         awk '{c=$2; v=$3; t=$4; m=(v*c+t*c)*4/1e6; printf "%d", m < 1 ? 1 : m + 0.5}')
-    [ -n "$mb" ] || mb=16
-    gpu=(); [ "$device" != cpu ] && gpu=(--gpu "$([ "$comm" = auto ] && echo nccl || echo "$comm")")
-    for n in ${ranks//,/ }; do
-        [ "$n" -gt 1 ] || continue
-        if [ -x "$T" ]; then
-            "${MPI[@]}" -np "$n" "$T" --bench "$mb" "${gpu[@]}" > "$OUT/link-n$n.txt" 2>&1 \
-                || echo "  link n=$n: test_comm --bench failed: $(tail -n 1 "$OUT/link-n$n.txt")" >&2
-            sed 's/^/  link: /' "$OUT/link-n$n.txt" | grep bench
-        else
-            echo "  link: $T not built (make $T): no link measurement" >&2
-        fi
-    done
-fi
 
 # one table per batch, runs.json for the scaling model
 OUT="$OUT" MODEL="$model" DEVICE="$device" COMM="$comm" THREADS="$threads" WARMUP="$warmup" STEPS="$steps" \
@@ -100,10 +92,10 @@ COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo none)$(git diff --quiet
 HOST="$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" python3 - <<'PY' || die "table failed"
 import glob, json, os, re, statistics
 E = os.environ; out = E["OUT"]; runs = []; link = {}
-for f in sorted(glob.glob(f"{out}/link-n*.txt")):
-    t = open(f).read(); n = int(re.search(r"n(\d+)\.txt$", f).group(1))
+for f in sorted(glob.glob(f"{out}/link-n*-r*.txt")):
+    t = open(f).read(); n, rep = map(int, re.search(r"n(\d+)-r(\d+)\.txt$", f).groups())
     m = re.search(r"all-reduce of (\d+) MB .*: ([\d.]+) ms, ([\d.]+) GB/s", t); s = re.search(r"4 KB: ([\d.]+) us", t)
-    if m: link[n] = {"mb": float(m.group(1)), "ms": float(m.group(2)), "gbps": float(m.group(3)), "small_us": float(s.group(1)) if s else None}
+    if m: link[n, rep] = {"mb": float(m.group(1)), "ms": float(m.group(2)), "gbps": float(m.group(3)), "small_us": float(s.group(1)) if s else None}
 for d in sorted(glob.glob(f"{out}/b*/n*/"), key=lambda p: [int(x) for x in re.findall(r"\d+", p[len(out):])]):
     if not os.path.exists(d + "split.json"): continue
     b, n, r = (re.findall(r"\d+", d[len(out):]) + ["1"])[:3]
@@ -113,7 +105,7 @@ for d in sorted(glob.glob(f"{out}/b*/n*/"), key=lambda p: [int(x) for x in re.fi
     runs.append({"model": E["MODEL"], "device": E["DEVICE"], "comm": E["COMM"], "threads": int(E["THREADS"]), "batch": int(b),
                  "ranks": int(n), "repeat": int(r), "ms": round(statistics.median(ms), 3), "steps_timed": len(ms),
                  "shape": dict(zip(["layers", "dim", "vocab_padded", "seq"], map(int, m.groups()))) if m else None,
-                 "split": json.load(open(d + "split.json"))["median"], "link": link.get(int(n)), "dir": d})
+                 "split": json.load(open(d + "split.json"))["median"], "link": link.get((int(n), int(r))), "dir": d})
 meta = {"date": os.popen("date -u +%Y-%m-%d").read().strip(), "commit": E["COMMIT"], "host": E["HOST"]}
 json.dump({"meta": meta, "runs": runs}, open(f"{out}/runs.json", "w"), indent=1, sort_keys=True)
 lines = [f"{meta['date']}, {meta['host']}, commit {meta['commit']}; {E['MODEL']}, --device {E['DEVICE']}, --comm {E['COMM']}, "
@@ -122,14 +114,14 @@ lines = [f"{meta['date']}, {meta['host']}, commit {meta['commit']}; {E['MODEL']}
 for b in sorted({x["batch"] for x in runs}):
     rows = [x for x in runs if x["batch"] == b]; one = [x["ms"] for x in rows if x["ranks"] == 1]
     t1 = statistics.median(one) if one else None
-    lines += ["", f"global batch {b}:", "", "| ranks | run | ms/step | speedup vs 1 rank | compute | exposed comm | rest | comm busy | hidden comm | exposed % of step |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", f"global batch {b}:", "", "| ranks | run | ms/step | speedup vs 1 rank | trace window | compute | exposed comm | rest | comm busy | hidden comm | exposed % of window |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         s = x["split"]; sp = f"{t1 / x['ms']:.2f}x" if t1 else "-"
-        lines.append(f"| {x['ranks']} | {x['repeat']} | {x['ms']:.1f} | {sp} | {s['compute']:.1f} | {s['exposed']:.2f} | {s['rest']:.2f} "
+        lines.append(f"| {x['ranks']} | {x['repeat']} | {x['ms']:.1f} | {sp} | {s['window']:.1f} | {s['compute']:.1f} | {s['exposed']:.2f} | {s['rest']:.2f} "
                      f"| {s['comm']:.2f} | {s['hidden']:.2f} | {100 * s['exposed'] / s['window']:.1f} |")
-for n, l in sorted(link.items()):
-    lines.append(f"\nlink alone (test_comm --bench, {n} ranks): all-reduce of {l['mb']:.0f} MB in {l['ms']} ms ({l['gbps']} GB/s buffer bytes / time), 4 KB in {l['small_us']} us")
+for (n, rep), l in sorted(link.items()):
+    lines.append(f"\nlink alone (test_comm --bench, {n} ranks, after run {rep}): all-reduce of {l['mb']:.0f} MB in {l['ms']} ms ({l['gbps']} GB/s buffer bytes / time), 4 KB in {l['small_us']} us")
 open(f"{out}/table.md", "w").write("\n".join(lines) + "\n"); print("\n".join(lines))
 PY
 echo "raw outputs: $OUT (runs.json for: python3 bench/scaling_model.py --check $OUT/runs.json)"

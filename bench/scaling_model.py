@@ -210,7 +210,8 @@ def check(a):
         step, comm, exposed = dp_step(st, bk, n, a, "overlapped")
         big = max(b for calls in bk for b in calls)
         rows = [(f"largest all-reduce ({big / 1e6:.1f} MB)", allreduce_ms(big, n, a), s.get("comm_longest", float("nan"))),
-                ("comm busy", comm, s["comm"]), ("exposed comm", exposed, s["exposed"]), ("step (measured compute)", step, r["ms"])]
+                ("comm busy", comm, s["comm"]), ("exposed comm", exposed, s["exposed"]), ("rest (both lanes idle)", st["rest"], s["rest"]),
+                ("step (measured compute)", step, r["ms"])]
         if base:
             b = base[0]["split"]
             st1 = {"pre": (b["stage_fwd"] + b["stage_head"]) / n, "layer_bwd": [b["stage_bwd"] / sh["layers"] / n] * sh["layers"],

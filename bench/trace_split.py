@@ -13,9 +13,8 @@ window = compute + exposed + rest. Also per-stage sums on the compute lane (fwd,
 opt) and the longest comm span (comm_longest) for the scaling model's --check. Other lanes (data prefetch) are not counted.
 
   python3 bench/trace_split.py TRACE [--steps 5:] [--step K ...] [--json] [--per-step]
-Output: one line per step with --per-step, then the median over the chosen steps (ms: the median of
-window, compute, exposed and comm each; rest and hidden are then the remainders, so that the
-medians add up: window = compute + exposed + rest, comm = exposed + hidden); --json
+Output: one line per step with --per-step, then the median over the chosen steps of each quantity
+(ms; each step adds up exactly, the medians only about: window ~ compute + exposed + rest); --json
 prints one JSON object (medians, plus "steps": per-step values). Stdlib only, deterministic.
 """
 import argparse, json, re, statistics, sys
@@ -138,8 +137,6 @@ def main():
     rows = [split(spans, k, a.compute_lane, a.comm_lane) for k in pick_steps(spans, a.steps, a.step)]
     keys = [k for k in rows[0] if k != "step"]
     med = {k: round(statistics.median(r[k] for r in rows), 4) for k in keys}
-    med["rest"] = round(med["window"] - med["compute"] - med["exposed"], 4)  # so that the medians add up
-    med["hidden"] = round(med["comm"] - med["exposed"], 4)
     med["steps_used"] = [r["step"] for r in rows]
     if a.json:
         print(json.dumps({"trace": a.trace, "median": med, "steps": [{k: round(v, 4) if isinstance(v, float) else v
