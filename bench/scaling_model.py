@@ -231,6 +231,24 @@ def check(a):
     return errs
 
 
+def self_test(a):
+    """The formulas at points worked by hand (2 GPUs, 16 GPUs, a made-up two-bucket backward)."""
+    a.algo, a.gpus_per_node, a.nvlink_gbs, a.nvlink_us, a.net_gbs, a.net_us, a.msg_us, a.contention = "ring", 8, 400, 2, 50, 5, 0.5, 0
+    mb = 400e6  # 400 MB
+    checks = [("ring N=2", allreduce_ms(mb, 2, a), 1.0 + 0.004),            # 2*1/2 * 400e6 / 400e9 s + 2 * 2 us
+              ("ring N=16 (network)", allreduce_ms(mb, 16, a), 2 * 15 / 16 * 8.0 + 30 * 0.005),
+              ("all-to-all N=4", alltoall_ms(mb, 4, a), 0.75 + 0.002 + 3 * 0.0005)]
+    a.algo = "hier"
+    checks.append(("hier N=16", allreduce_ms(mb, 16, a), 2 * 7 / 8 * 1.0 + 14 * 0.002 + 2 * 1 / 2 * 50e6 / 50e6 + 2 * 0.005))
+    a.algo = "ring"
+    st = {"pre": 10, "layer_bwd": [5], "tail": 1, "opt": 2, "rest": 0}  # bucket 1 ready at 15, bucket 0 at 16
+    checks.append(("dp sync", dp_step(st, [[400e6], [400e6]], 2, a, "sync")[0], 16 + 2 * 1.004 + 2))
+    checks.append(("dp overlapped", dp_step(st, [[400e6], [400e6]], 2, a, "overlapped")[0], 15 + 2 * 1.004 + 2))
+    bad = [(n, got, want) for n, got, want in checks if abs(got - want) > 1e-9]
+    print("scaling_model self-test: " + ("ok" if not bad else f"FAILED {bad}"))
+    sys.exit(1 if bad else 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -260,7 +278,10 @@ def main():
     A("--pipe-exposed", type=float, default=0.05, help="pipe: fraction of the communication left exposed (default 0.05: ASSUMPTION)")
     A("--check", metavar="RUNS.json", help="model vs measured for bench/ranks_bench.sh's runs.json")
     A("--json", metavar="FILE", help="also write the rows as JSON")
+    A("--self-test", action="store_true", help="check the formulas at points worked by hand")
     a = ap.parse_args()
+    if a.self_test:
+        self_test(a)
     try:
         a.n = [int(x) for x in a.n.split(",")]
         a.ctr_phases = [float(x) for x in a.ctr_phases.split(",")]

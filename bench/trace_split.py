@@ -13,6 +13,7 @@ window = compute + exposed + rest. Also per-stage sums on the compute lane (fwd,
 opt) and the longest comm span (comm_longest) for the scaling model's --check. Other lanes (data prefetch) are not counted.
 
   python3 bench/trace_split.py TRACE [--steps 5:] [--step K ...] [--json] [--per-step]
+  python3 bench/trace_split.py --self-test      (a made-up step with known parts)
 Output: one line per step with --per-step, then the median over the chosen steps of each quantity
 (ms; each step adds up exactly, the medians only about: window ~ compute + exposed + rest); --json
 prints one JSON object (medians, plus "steps": per-step values). Stdlib only, deterministic.
@@ -122,7 +123,20 @@ def pick_steps(spans, steps_arg, step_list):
     return ks
 
 
+def self_test():
+    """A made-up step: compute [0,10] + [12,20], comm [8,15], next step at 25 (ms)."""
+    sp = {0: [("compute", "fwd S0 L0", 0, 10), ("compute", "bwd S0 L0", 12, 20), ("comm", "all-reduce 1", 8, 15)],
+          1: [("compute", "embed fwd", 25, 26)]}
+    r = split(sp, 0, "compute", "comm")
+    want = {"window": 25, "compute": 18, "comm": 7, "hidden": 5, "exposed": 2, "rest": 5, "stage_fwd": 10, "stage_bwd": 8}
+    bad = {k: (r[k], v) for k, v in want.items() if abs(r[k] - v) > 1e-9}
+    print("trace_split self-test: " + ("ok" if not bad else f"FAILED {bad}"))
+    sys.exit(1 if bad else 0)
+
+
 def main():
+    if "--self-test" in sys.argv:
+        self_test()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", help="Chrome trace written by nobubble train --trace")
