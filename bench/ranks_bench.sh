@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
             esac
             shift ;;
         --no-link) link=0 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
     shift
