@@ -26,6 +26,19 @@ same_state() {
         && pass "$1: bitwise (weights, optimizer state, losses, gradient norms)" || fail "$1: differs"
 }
 
+# expect_error_ranks NAME PATTERN CMD...: like expect_error for an mpirun job, where every rank
+# may print the error before the job ends: a non-zero exit (not a timeout or a crash of ours) and
+# an error line matching PATTERN.
+expect_error_ranks() {
+    local name=$1 pat=$2; shift 2
+    timeout 120 "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "$name: exit code $rc"; tail -5 "$TMP/err"; return; fi
+    grep -q "Segmentation\|core dumped\|AddressSanitizer" "$TMP/err" && { fail "$name: crashed"; tail -5 "$TMP/err"; return; }
+    local line=$(grep -m1 "error:.*$pat" "$TMP/err")
+    [ -n "$line" ] && pass "$name: $line" || { fail "$name: no error line matching '$pat'"; tail -5 "$TMP/err"; }
+}
+
 # The default corpus; fetched once (the fetch script caches it under data/).
 need_sotu() {
     if [ ! -f "$ROOT/data/sotu/train.bin" ] || [ ! -f "$ROOT/data/sotu/val.bin" ]; then

@@ -101,6 +101,13 @@ double nb_comm_sum_f64_host(double value);
 #define nb_comm_check_all(ok, hint, ...) nb_comm_check_all_at(__FILE__, __LINE__, (ok), (hint), __VA_ARGS__)
 void nb_comm_check_all_at(const char *file, int line, int ok, const char *hint, const char *fmt, ...)
     NB_PRINTF(5, 6);
+/* all[k * bytes ..] = rank k's `mine` (bytes each), on every rank (host memory). */
+void nb_comm_all_gather_host(const void *mine, void *all, size_t bytes, const char *what);
+/* Host memory, elem_bytes per element: rank r sends send[send_displs[j] ..+ send_counts[j]) to
+ * rank j, which receives it at recv[recv_displs[r] ..]; counts as nb_comm_all_to_all_v's (exchange
+ * them first, e.g. with nb_comm_all_gather_host or an all-to-all of N counts). */
+void nb_comm_all_to_all_v_host(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                               const size_t *recv_counts, const size_t *recv_displs, size_t elem_bytes, const char *what);
 /* bytes of buf on rank root are copied to buf on every rank (host memory). */
 void nb_comm_bcast_host(void *buf, size_t bytes, int root);
 /* Every rank waits until every rank has arrived. */

@@ -246,8 +246,24 @@ static nb_hc *helpers(const char *what) {
     return &W.hc;
 }
 
-void nb_comm__all_gather_host(const void *mine, void *all, size_t bytes, const char *what) {
+void nb_comm_all_gather_host(const void *mine, void *all, size_t bytes, const char *what) {
     nb_hc_all_gather(helpers(what), mine, all, bytes, NB_COMM_U8);
+}
+
+void nb_comm__all_gather_host(const void *mine, void *all, size_t bytes, const char *what) {
+    nb_comm_all_gather_host(mine, all, bytes, what);
+}
+
+void nb_comm_all_to_all_v_host(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                               const size_t *recv_counts, const size_t *recv_displs, size_t elem_bytes, const char *what) {
+    int N = nb_comm_size();
+    size_t *c = nb_malloc(4 * (size_t)N * sizeof *c, "all-to-all counts");
+    for (int j = 0; j < N; j++) { /* in bytes: the helpers' element type is one byte */
+        c[j] = send_counts[j] * elem_bytes, c[N + j] = send_displs[j] * elem_bytes;
+        c[2 * N + j] = recv_counts[j] * elem_bytes, c[3 * N + j] = recv_displs[j] * elem_bytes;
+    }
+    nb_hc_all_to_all_v(helpers(what), send, recv, c, NB_COMM_U8);
+    free(c);
 }
 
 static int64_t *gather_i64(int64_t v, const char *what) {

@@ -108,16 +108,21 @@ static void push_criteo(nb_ctr_set *set, const nb_ctr_sample *x) {
     ctr_set_push(set, x->dense, x->cat, 0, NULL, 0, (float)x->label);
 }
 
-void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) {
+void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) { nb_ctr_fill_train_slice(s, t, B, 0, B); }
+
+void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B) {
+    NB_ASSERT(first >= 0 && B >= 1 && first + B <= Bg);
     t->b.B = B;
-    if (s->kind == NB_CTR_SYNTH) {
-        nb_synth_fill(s->g, s->next, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
-        s->next += (uint64_t)B;
-    } else if (s->kind == NB_CTR_CRITEO) {
+    if (s->kind == NB_CTR_SYNTH) { /* any sample by its index: only the slice is made */
+        nb_synth_fill(s->g, s->next + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        s->next += (uint64_t)Bg;
+    } else if (s->kind == NB_CTR_CRITEO) { /* a stream: every rank reads through the whole batch */
         nb_ctr_sample x;
-        for (int r = 0; r < B; r++) {
+        for (int i = 0; i < Bg; i++) {
             NB_CHECK(criteo_next(s, &x), "use a file with more samples than --eval-samples",
                      "no training samples after the %ld held-out ones", s->skip);
+            int r = i - first;
+            if (r < 0 || r >= B) continue;
             memcpy(t->dense + (size_t)r * NB_SC_NDENSE, x.dense, sizeof x.dense);
             memcpy(t->cat + (size_t)r * NB_SC_NCAT, x.cat, sizeof x.cat);
             t->target[r] = 0;
@@ -125,9 +130,10 @@ void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) {
             t->label[r] = (float)x.label;
         }
     } else {
-        for (int r = 0; r < B; r++) {
+        for (int i = 0; i < Bg; i++) {
             if (s->pos == s->train.n) shuffle(s);
-            ctr_set_get(&s->train, s->perm[s->pos++], t, r, s->max_len);
+            long at = s->perm[s->pos++];
+            if (i >= first && i < first + B) ctr_set_get(&s->train, at, t, i - first, s->max_len);
         }
     }
 }

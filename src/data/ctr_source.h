@@ -74,6 +74,9 @@ void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L);
 void nb_ctr_batch_free(nb_ctr_batch *t);
 /* The next B training samples; held-out samples first .. first + B - 1. */
 void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
+/* Samples first .. first + B - 1 of the next Bg (a rank's slice of the global batch); the
+ * position moves past all Bg, so every rank stays at the same position. */
+void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B);
 void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
 long nb_ctr_eval_count(const nb_ctr_source *s);
 uint64_t nb_ctr_source_position(const nb_ctr_source *s);

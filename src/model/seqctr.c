@@ -68,9 +68,20 @@ struct nb_sc_stage {
     int64_t *d_rows, *d_dst, *d_src;
     int32_t *d_order, *d_seg, *d_off;
     int64_t *d_uniq;
+    /* sharded (nb_sc_shard): rows asked of each owner (ids: h_uniq's local rows, owner blocks),
+     * rows other ranks ask of this one (asker blocks) with their offsets j * E, and the owner's
+     * deduplication of them (its unique rows, each one's requests in rank order) */
+    size_t *asked, *asked_displ, *served, *served_displ; /* [world] */
+    int64_t *h_ask, *h_serve, *h_serve_off, *h_own;
+    int32_t *h_own_order, *h_own_seg, *h_own_inverse;
+    uint64_t *h_own_keys;
+    int nserve, nown;
+    int64_t *d_serve, *d_serve_off, *d_own;
+    int32_t *d_own_order, *d_own_seg;
 };
 
 static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
+static int sharded(const nb_sc_model *m) { return m->shard.world > 0; }
 static int on_cpu(const nb_sc_model *m) { return m->be->device == NB_DEV_CPU; }
 static size_t act_es(const nb_sc_model *m) { return nb_dtype_size(m->be->act_dtype); }
 /* element i of an act_dtype buffer */
@@ -296,6 +307,37 @@ static void layout_acts(nb_sc_model *m) {
  * for nb_sc_forward (evaluation), which never overwrites a prepared training batch. On CUDA they
  * share one set of device arrays (the copies and every use are ordered on the model's lane); on
  * the CPU each stage's "backend copy" is its host array itself. */
+/* A stage's exchange lists (sharded models): host lists, and their backend copies as the index
+ * lists above (shared by the stages on a device, the host arrays themselves on the CPU). */
+static void layout_stage_shard(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
+    size_t N = (size_t)m->shard.world, NLK = max_lookups(m), NS = m->max_served;
+    s->asked = take(m, AR_HOST, N * sizeof(size_t));
+    s->asked_displ = take(m, AR_HOST, N * sizeof(size_t));
+    s->served = take(m, AR_HOST, N * sizeof(size_t));
+    s->served_displ = take(m, AR_HOST, N * sizeof(size_t));
+    s->h_ask = take(m, AR_HOST, NLK * sizeof(int64_t));
+    s->h_serve = take(m, AR_PIN, NS * sizeof(int64_t));
+    s->h_serve_off = take(m, AR_PIN, NS * sizeof(int64_t));
+    s->h_own = take(m, AR_PIN, NS * sizeof(int64_t));
+    s->h_own_order = take(m, AR_PIN, NS * sizeof(int32_t));
+    s->h_own_seg = take(m, AR_PIN, (NS + 1) * sizeof(int32_t));
+    s->h_own_inverse = take(m, AR_HOST, NS * sizeof(int32_t));
+    s->h_own_keys = take(m, AR_HOST, 2 * NS * sizeof(uint64_t));
+    if (on_cpu(m)) {
+        s->d_serve = s->h_serve, s->d_serve_off = s->h_serve_off, s->d_own = s->h_own;
+        s->d_own_order = s->h_own_order, s->d_own_seg = s->h_own_seg;
+    } else if (dev) {
+        s->d_serve = dev->d_serve, s->d_serve_off = dev->d_serve_off, s->d_own = dev->d_own;
+        s->d_own_order = dev->d_own_order, s->d_own_seg = dev->d_own_seg;
+    } else {
+        s->d_serve = take(m, AR_DEV, NS * sizeof(int64_t));
+        s->d_serve_off = take(m, AR_DEV, NS * sizeof(int64_t));
+        s->d_own = take(m, AR_DEV, NS * sizeof(int64_t));
+        s->d_own_order = take(m, AR_DEV, NS * sizeof(int32_t));
+        s->d_own_seg = take(m, AR_DEV, (NS + 1) * sizeof(int32_t));
+    }
+}
+
 static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
     size_t MB = (size_t)m->max_batch, NLK = max_lookups(m);
     s->h_dense = take(m, AR_PIN, MB * NB_SC_NDENSE * sizeof(float));
@@ -309,6 +351,7 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
     s->h_off = take(m, AR_PIN, (MB + 1) * sizeof(int32_t));
     s->h_inverse = take(m, AR_HOST, NLK * sizeof(int32_t));
     s->h_keys = take(m, AR_HOST, 2 * NLK * sizeof(uint64_t));
+    if (sharded(m)) layout_stage_shard(m, s, dev);
     if (on_cpu(m)) {
         s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
         s->d_src = s->h_src, s->d_order = s->h_order, s->d_seg = s->h_seg, s->d_off = s->h_off;
@@ -334,7 +377,7 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
  * tables, the unique rows' gradients, the tables' optimizer state (Adagrad sums, or sparse-Adam
  * moments), the step's scalars; on CUDA host mirrors of the weights for checkpoints. */
 static void layout_state(nb_sc_model *m) {
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E, rows = (size_t)m->emb_off[NB_SC_NTABLES];
+    size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E, rows = (size_t)m->emb_rows;
     size_t NU = max_lookups(m) * (size_t)m->cfg.E;
     m->d_params = F32(m, m->nparams);
     m->d_grads = F32(m, m->nparams);
@@ -343,6 +386,13 @@ static void layout_state(nb_sc_model *m) {
     m->d_emb = F32(m, nemb);
     m->d_uniq_grads = F32(m, NU);
     m->d_w = m->be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams);
+    if (sharded(m)) { /* the batch's rows, the owner's lookups and the gradients it gets, their sums */
+        size_t NS = m->max_served * (size_t)m->cfg.E;
+        m->d_work = F32(m, NU);
+        m->d_serve_rows = F32(m, NS);
+        m->d_serve_grads = F32(m, NS);
+        m->d_own_grads = F32(m, NS);
+    }
     m->d_eacc = m->emb_opt != NB_SC_ADAM ? F32(m, rows) : NULL;
     m->d_em = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
     m->d_ev = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
@@ -395,8 +445,22 @@ static void check_config(const nb_sc_config *c, int max_batch) {
              "detached blocks need their own loss: aux weight is 0");
 }
 
+/* A shard's rows and the most rows one batch may ask of it (every rank asks each row once). */
+static void plan_shard(nb_sc_model *m, const nb_sc_shard *shard) {
+    int64_t total = m->emb_off[NB_SC_NTABLES];
+    m->emb_rows = total;
+    if (!shard || shard->world < 1) return;
+    int N = shard->world, r = shard->rank;
+    NB_CHECK(r >= 0 && r < N, "this is a bug in nobubble; please report it", "shard rank %d of %d", r, N);
+    m->shard = *shard;
+    m->shard_stride = (total + N - 1) / N;
+    m->emb_rows = (total - r + N - 1) / N; /* rows g < total with g % N == r */
+    size_t per_rank = max_lookups(m) < (size_t)m->emb_rows ? max_lookups(m) : (size_t)m->emb_rows;
+    m->max_served = (size_t)N * (per_rank ? per_rank : 1);
+}
+
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be, int emb_opt,
-                nb_arena *dev, nb_arena *pinned, nb_arena *host) {
+                const nb_sc_shard *shard, nb_arena *dev, nb_arena *pinned, nb_arena *host) {
     memset(m, 0, sizeof *m);
     check_config(cfg, max_batch);
     m->cfg = *cfg;
@@ -418,6 +482,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
         NB_CHECK(rows >= 1, "every table needs at least one row", "table %d has %lld rows", t, (long long)rows);
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
+    plan_shard(m, shard);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
@@ -428,6 +493,23 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     layout(m);
 }
 
+/* Every element of global row g is element g * E + e of one normal sequence: a shard draws its
+ * rows' elements, so N ranks start from the tables of one. */
+static void init_tables(nb_sc_model *m) {
+    size_t E = (size_t)m->cfg.E;
+    uint64_t stream = nb_rng_stream_id("emb");
+    if (!sharded(m)) {
+        nb_rng_fill_normal(m->emb, (size_t)m->emb_rows * E, m->cfg.seed, stream, 0.0f, 0.05f);
+        return;
+    }
+    int64_t N = m->shard.world, r = m->shard.rank;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m->emb_rows; i++) {
+        uint64_t g = (uint64_t)(i * N + r);
+        for (size_t e = 0; e < E; e++) m->emb[(size_t)i * E + e] = 0.0f + 0.05f * nb_rng_normal_at(m->cfg.seed, stream, g * E + e);
+    }
+}
+
 void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
     nb_arena_seek(m->ar_dev, m->ar_start[AR_DEV]);
     nb_arena_seek(m->ar_pin, m->ar_start[AR_PIN]);
@@ -436,8 +518,7 @@ void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
     m->stage = m->stages[0];
     m->uniq_rows = m->stage->h_uniq;
     init_params(m, m->init_kind);
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
-    nb_rng_fill_normal(m->emb, nemb, m->cfg.seed, nb_rng_stream_id("emb"), 0.0f, 0.05f);
+    init_tables(m);
     const nb_task_ctx *saved = m->ctx;
     m->ctx = ctx;
     nb_sc_to_device(m);
@@ -465,7 +546,7 @@ void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const
     nb_arena_init(&own[AR_PIN], "seqctr pinned", (nb_device){NB_DEV_CPU, 0}, 0,
                   (nb_allocator_i){own_pin_alloc, own_pin_free, (void *)be});
     nb_arena_init(&own[AR_HOST], "seqctr host", (nb_device){NB_DEV_CPU, 0}, 0, nb_host_allocator);
-    nb_sc_plan(&tmp, cfg, max_batch, be, -1, &own[AR_DEV], &own[AR_PIN], &own[AR_HOST]);
+    nb_sc_plan(&tmp, cfg, max_batch, be, -1, NULL, &own[AR_DEV], &own[AR_PIN], &own[AR_HOST]);
     *m = tmp;
     for (int k = 0; k < 3; k++) nb_arena_alloc(&own[k], "lower the batch or the table sizes");
     m->own_arenas = own;
@@ -496,7 +577,7 @@ void nb_sc_set_ctx(nb_sc_model *m, const nb_task_ctx *ctx) { m->ctx = ctx; }
 
 /* host <-> backend copies of the optimizer state (dense moments, the tables' state) */
 static void optim_state_copy(nb_sc_model *m, nb_ctx c, int up) {
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E, rows = (size_t)m->emb_off[NB_SC_NTABLES];
+    size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E, rows = (size_t)m->emb_rows;
     float *d[5] = {m->d_am, m->d_av, m->d_eacc, m->d_em, m->d_ev}, *h[5] = {m->am, m->av, m->eacc, m->em, m->ev};
     size_t n[5] = {m->nparams, m->nparams, rows, nemb, nemb};
     for (int k = 0; k < 5; k++) {
@@ -510,7 +591,7 @@ static void optim_state_copy(nb_sc_model *m, nb_ctx c, int up) {
 
 void nb_sc_to_device(nb_sc_model *m) {
     nb_ctx c = CTX(m);
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E;
     if (!on_cpu(m)) {
         m->be->to_backend(c, m->d_params, m->params, m->nparams * sizeof(float));
         m->be->to_backend(c, m->d_emb, m->emb, nemb * sizeof(float));
@@ -522,7 +603,7 @@ void nb_sc_to_device(nb_sc_model *m) {
 void nb_sc_to_host(nb_sc_model *m) {
     if (on_cpu(m)) return;
     nb_ctx c = CTX(m);
-    size_t nemb = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E;
     m->be->to_host(c, m->params, m->d_params, m->nparams * sizeof(float));
     m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
     m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
@@ -567,6 +648,71 @@ void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
 
 int nb_sc_prepared_rows(const nb_sc_model *m) { return m->stage ? m->stage->nh : 0; }
 
+/* Sharded: global rows -> owner-major keys (owner * stride + local row), so that the sorted unique
+ * rows come grouped by owner, each group in local row order: the order of the rows all-to-all. */
+static void to_owner_keys(const nb_sc_model *m, int64_t *rows, size_t n) {
+    int64_t N = m->shard.world, stride = m->shard_stride;
+    for (size_t i = 0; i < n; i++) rows[i] = rows[i] % N * stride + rows[i] / N;
+}
+
+/* Sharded, after the deduplication: the rows asked of each owner, and each lookup's row in the
+ * work buffer (its unique row's position: the rows arrive in unique order). */
+static void ask_owners(const nb_sc_model *m, nb_sc_stage *s, size_t nlookups) {
+    int N = m->shard.world;
+    int64_t stride = m->shard_stride;
+    for (int j = 0; j < N; j++) s->asked[j] = 0;
+    for (int u = 0; u < s->nuniq; u++) {
+        s->asked[s->h_uniq[u] / stride]++;
+        s->h_ask[u] = s->h_uniq[u] % stride;
+    }
+    for (int j = 0, at = 0; j < N; at += (int)s->asked[j], j++) s->asked_displ[j] = (size_t)at;
+    for (size_t i = 0; i < nlookups; i++) s->h_rows[i] = s->h_inverse[i];
+}
+
+void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked) {
+    NB_ASSERT(sharded(m) && m->prepared);
+    *ids = m->prepared->h_ask;
+    *asked = m->prepared->asked;
+}
+
+void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
+    NB_ASSERT(sharded(m) && m->prepared);
+    nb_sc_stage *s = m->prepared;
+    size_t n = 0;
+    for (int j = 0; j < m->shard.world; j++) s->served_displ[j] = n, s->served[j] = served[j], n += served[j];
+    NB_CHECK(n <= m->max_served, "this is a bug in nobubble; please report it",
+             "rank %d is asked for %zu rows, more than the %zu planned", m->shard.rank, n, m->max_served);
+    int64_t E = m->cfg.E;
+    for (size_t i = 0; i < n; i++) {
+        NB_CHECK(ids[i] >= 0 && ids[i] < m->emb_rows, "the ranks disagree on the tables: start every rank with the same flags and data",
+                 "rank %d is asked for row %lld of its shard, which has %lld rows", m->shard.rank, (long long)ids[i],
+                 (long long)m->emb_rows);
+        s->h_serve[i] = ids[i];
+        s->h_serve_off[i] = (int64_t)i * E;
+    }
+    s->nserve = (int)n;
+    /* the owner's sum per row: each row's requests in asker (rank) order */
+    s->nown = nb_embag_unique_groups(s->h_own, s->h_own_order, s->h_own_seg, s->h_own_inverse, s->h_serve, (int)n,
+                                     s->h_own_keys);
+}
+
+void nb_sc_exchange_of(const nb_sc_model *m, int current, nb_sc_exchange *x) {
+    const nb_sc_stage *s = current ? m->stage : m->prepared;
+    NB_ASSERT(sharded(m) && s);
+    *x = (nb_sc_exchange){m->d_serve_rows, m->d_work, m->d_uniq_grads, m->d_serve_grads,
+                          s->asked, s->asked_displ, s->served, s->served_displ};
+}
+
+void *nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b) {
+    check_batch(m, b);
+    nb_sc_stage *ahead = m->prepared;
+    prepare_into(m, b, m->stages[2]);
+    m->prepared = m->stages[2];
+    return ahead;
+}
+
+void nb_sc_end_aside(nb_sc_model *m, void *ahead) { m->prepared = ahead; }
+
 static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     int B = b->B, E = m->cfg.E, D0 = m->D0;
     size_t MB = (size_t)m->max_batch;
@@ -601,12 +747,14 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
         s->h_off[i + 1] = (int32_t)(k - (size_t)B * NLK_PER_SAMPLE);
     }
     s->nh_real = s->h_off[B];
+    if (sharded(m)) to_owner_keys(m, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
+    if (sharded(m)) ask_owners(m, s, k);
     /* padding rows: gathered (row 0 of the item table) and encoded like history rows, in no
      * sample, left out of the deduplication: their gradient is 0 and reaches no table row */
     int nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
     for (int j = s->nh_real; j < nh; j++, k++) {
-        s->h_rows[k] = off[NB_SC_ITEM_TABLE];
+        s->h_rows[k] = sharded(m) ? 0 : off[NB_SC_ITEM_TABLE]; /* sharded: the batch's first unique row */
         s->h_dst[k] = (int64_t)j * E;
         s->h_src[k] = 0;
     }
@@ -629,7 +777,31 @@ static void upload_batch(nb_sc_model *m, nb_ctx c) {
     be->to_backend(c, s->d_seg, s->h_seg, (U + 1) * sizeof(int32_t));
     be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
+    if (!sharded(m)) return;
+    size_t ns = (size_t)s->nserve, no = (size_t)s->nown;
+    be->to_backend(c, s->d_serve, s->h_serve, ns * sizeof(int64_t));
+    be->to_backend(c, s->d_serve_off, s->h_serve_off, ns * sizeof(int64_t));
+    be->to_backend(c, s->d_own, s->h_own, no * sizeof(int64_t));
+    be->to_backend(c, s->d_own_order, s->h_own_order, ns * sizeof(int32_t));
+    be->to_backend(c, s->d_own_seg, s->h_own_seg, (no + 1) * sizeof(int32_t));
 }
+
+/* Sharded: the rows the askers want, from this owner's shard, fp32 (the all-to-all moves them). */
+static void serve_rows(nb_sc_model *m, nb_ctx c) {
+    const nb_sc_stage *s = m->stage;
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, s->d_serve, s->nserve, m->cfg.E);
+}
+
+/* Sharded, after the gradient all-to-all: each served row's gradient summed over its askers in
+ * rank order. */
+static void sum_served(nb_sc_model *m, nb_ctx c) {
+    const nb_sc_stage *s = m->stage;
+    nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, s->d_serve_off, s->d_own_order,
+                                               s->d_own_seg, s->nown, m->cfg.E);
+}
+
+/* The table the batch's lookups read: the tables, or (sharded) the batch's rows from the owners. */
+static const float *lookup_table(const nb_sc_model *m) { return sharded(m) ? m->d_work : m->d_emb; }
 
 static void encoder_fwd(nb_sc_model *m, nb_ctx c, int l, int N) {
     nb_sc_acts *a = m->acts;
@@ -744,7 +916,7 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     m->be->zero(c, a->dsrc, ((size_t)m->max_batch * (D0 + E) + (size_t)s->nh * E) * act_es(m));
     bottom_fwd(m, c, B);
     co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
-    co->emb_gather(c, a->x0, s->d_dst, m->d_emb, s->d_rows, B * NB_SC_NTABLES, E);
+    co->emb_gather(c, a->x0, s->d_dst, lookup_table(m), s->d_rows, B * NB_SC_NTABLES, E);
     co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + NB_SC_NCAT) * E), D0, B, E);
 }
 
@@ -758,7 +930,7 @@ static void history_fwd(nb_sc_model *m, nb_ctx c) {
     int B = s->B, E = cf->E, D0 = m->D0, nh = s->nh;
     if (nh > 0) {
         size_t first = (size_t)B * NLK_PER_SAMPLE;
-        co->emb_gather(c, a->h[0], s->d_dst + first, m->d_emb, s->d_rows + first, nh, E);
+        co->emb_gather(c, a->h[0], s->d_dst + first, lookup_table(m), s->d_rows + first, nh, E);
         for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, c, l, nh);
         be->matmul_fwd(c, a->q, a->temb, W(m, "target.wq", 0), NULL, B, E, E);
         be->matmul_fwd(c, a->kv, a->h[cf->hist_layers], W(m, "target.wk", 0), NULL, nh, E, 2 * E);
@@ -789,7 +961,7 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
         be->residual_fwd(c, a->xs[i], a->xs[i], a->c[i], (size_t)B * D0);
         co->linear1_fwd(c, a->logit[i], a->xs[i], W(m, "block.%d.head.w", i), W(m, "block.%d.head.b", i), B, D0);
         if (s->has_label && head_used(m, i)) {
-            float scale = (i == last ? 1.0f : cf->aux_weight) / (float)B;
+            float scale = (i == last ? 1.0f : cf->aux_weight) / (m->loss_den > 0 ? m->loss_den : (float)B);
             be->zero(c, a->dz[i], (size_t)B * sizeof(float));
             co->bce(c, a->dz[i], m->d_loss, a->logit[i], s->d_label, B, scale);
         }
@@ -921,6 +1093,14 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
+    if (sharded(m)) { /* the owner's rows, their summed gradients */
+        if (o->emb_adam)
+            m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_own, m->d_own_grads, s->nown, E, o->emb_lr, o->beta1,
+                               o->beta2, o->emb_eps, t);
+        else
+            m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_own, m->d_own_grads, s->nown, E, o->emb_lr, o->emb_eps);
+        return;
+    }
     if (o->emb_adam) {
         NB_CHECK(m->d_em != NULL, "this is a bug in nobubble; please report it", "sparse Adam without its planned moments");
         m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->beta1,
@@ -956,9 +1136,9 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
     optim_dense(m, c, o);
 }
 
-static const char *PHASE_NAMES[NB_SC_NPHASES] = {"batch upload", "embedding fwd", "history fwd", "dense fwd",
-                                                  "dense bwd",    "join bwd",      "history bwd", "bottom bwd",
-                                                  "dense optim",  "embedding bwd", "embedding optim"};
+static const char *PHASE_NAMES[NB_SC_NPHASES] = {
+    "batch upload", "embedding serve", "embedding fwd", "history fwd", "dense fwd",     "dense bwd",      "join bwd",
+    "history bwd",  "bottom bwd",      "dense optim",   "embedding bwd", "embedding sum", "embedding optim"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 
@@ -968,6 +1148,8 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     NB_ASSERT(seg >= 0 && seg < m->nseg);
     switch (p) {
     case NB_SC_FWD_UPLOAD: upload_batch(m, c); break;
+    case NB_SC_EMB_SERVE: serve_rows(m, c); break;
+    case NB_SC_EMB_SUM: sum_served(m, c); break;
     case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
     case NB_SC_FWD_HIST: history_fwd(m, c); break;
     case NB_SC_FWD_SEG: segment_fwd(m, c, seg); break;
@@ -1005,6 +1187,7 @@ static void table_name(char *buf, size_t cap, int t) {
 }
 
 void nb_sc_save(const nb_sc_model *m, const char *path) {
+    NB_CHECK(!sharded(m), "this is a bug in nobubble; please report it", "nb_sc_save on a sharded model (its rows are on several ranks)");
     const nb_sc_config *c = &m->cfg;
     nb_st_writer *w = nb_st_begin(path);
     char meta[256], names[NB_SC_NTABLES][32];
@@ -1026,6 +1209,7 @@ void nb_sc_save(const nb_sc_model *m, const char *path) {
 }
 
 void nb_sc_load(nb_sc_model *m, const char *path) {
+    NB_CHECK(!sharded(m), "this is a bug in nobubble; please report it", "nb_sc_load on a sharded model (its rows are on several ranks)");
     nb_st_file *f = nb_st_open(path);
     for (int i = 0; i < m->ntensors; i++) {
         int nd;

@@ -98,6 +98,27 @@ typedef struct {
 
 enum { NB_SC_ADAGRAD = 0, NB_SC_ADAM = 1 }; /* the tables' optimizer (nb_sc_plan's emb_opt) */
 
+/* Row-wise sharding of the tables over `world` ranks (--emb-shard row): global row g (table
+ * offset + row) lives on rank g % world, at row g / world of that rank's shard. A step asks each
+ * owner for the unique rows of its batch (host: nb_sc_asked, then nb_sc_serve with what the
+ * other ranks asked of this one), the owner looks them up (NB_SC_EMB_SERVE), the caller moves
+ * them to the askers (all-to-all: nb_sc_exchange's buffers), the batch reads them from its work
+ * buffer; backward sends each unique row's gradient back to its owner, which sums what it got
+ * per row in rank order (NB_SC_EMB_SUM) and updates its rows (NB_SC_OPT_EMB). world 1 is a shard
+ * of everything: the same path with copies for the exchanges. */
+typedef struct {
+    int world, rank;
+} nb_sc_shard;
+
+/* The buffers and row counts of the prepared batch's two all-to-alls (rows asked of / served to
+ * rank j, starting at the displacement: multiply by E for floats). Rows: serve_rows (this owner's
+ * lookups, asker blocks) -> work (the batch's unique rows, owner blocks). Gradients: uniq_grads
+ * (owner blocks) -> serve_grads (asker blocks). */
+typedef struct {
+    float *serve_rows, *work, *uniq_grads, *serve_grads;
+    const size_t *asked, *asked_displ, *served, *served_displ;
+} nb_sc_exchange;
+
 /* A model lives on one backend (backend.h + backend_ctr.h) and owns no memory: every buffer is
  * a view into three arenas the caller owns (nb_sc_plan / nb_sc_bind; nb_sc_init_on makes its own
  * for tests and tools). On the CPU backend the host arrays below ARE the backend's memory; on
@@ -112,7 +133,13 @@ typedef struct {
     size_t nparams_used;  /* parameters without the padding */
     float *params, *grads; /* [nparams] host */
     int64_t emb_off[NB_SC_NTABLES + 1]; /* emb_off[27] = total rows */
-    float *emb;                          /* [total rows, E] host */
+    float *emb;                          /* [emb_rows, E] host: every row, or this rank's shard */
+    int64_t emb_rows;                    /* rows held here: emb_off[27], or the shard's */
+    nb_sc_shard shard;                   /* world 0: not sharded */
+    int64_t shard_stride;                /* ceil(total rows / world): owner-major key = owner * stride + row */
+    size_t max_served;                   /* rows one batch may ask of this owner */
+    float *d_work, *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
+    float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
     /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
      * (uniq_rows is built on the host with the batch; uniq_grads is a mirror on CUDA) */
     int64_t *uniq_rows;
@@ -154,7 +181,21 @@ typedef struct {
  * optimizer state's mirrors on CUDA). Nothing is allocated. emb_opt: the tables' optimizer
  * (NB_SC_ADAGRAD, NB_SC_ADAM; -1 both). Fails (nb_fail) on an invalid config. */
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be, int emb_opt,
-                struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
+                const nb_sc_shard *shard, struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
+/* Sharded models (see nb_sc_shard): the prepared batch's rows asked of each owner: ids (local
+ * rows, owner blocks) and asked[world] counts. */
+void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked);
+/* The rows the other ranks asked of this one for the prepared batch (asker blocks in rank order,
+ * served[world] counts, as the id all-to-all delivered them): the owner's lookups and the plan
+ * of its gradient sums. Fails on a row outside this shard. */
+void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served);
+/* The prepared (or, after nb_sc_begin_step, the current) batch's exchange buffers and counts. */
+void nb_sc_exchange_of(const nb_sc_model *m, int current, nb_sc_exchange *x);
+/* A batch of a sharded model's evaluation, prepared into the evaluation stage (its exchange then
+ * runs like a training batch's); returns the training batch prepared ahead, for nb_sc_end_aside,
+ * which makes it the prepared batch again. */
+void *nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b);
+void nb_sc_end_aside(nb_sc_model *m, void *ahead);
 /* Once the arenas are allocated (and zeroed): binds every view and initialises the weights
  * (deterministic from cfg.seed), copied to the backend on ctx. */
 void nb_sc_bind(nb_sc_model *m, const struct nb_task_ctx *ctx);
@@ -199,6 +240,7 @@ void nb_sc_zero_grads(nb_sc_model *m);
  * the phases in order on one lane. seg is read by the SEG phases, o and t by the optimizers. */
 typedef enum {
     NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in (their sizes change per batch) */
+    NB_SC_EMB_SERVE,  /* sharded: the owner looks up the rows the askers want (then: the rows all-to-all) */
     NB_SC_FWD_EMB,    /* bottom MLP, embedding gather into x0 */
     NB_SC_FWD_HIST,   /* history gather, encoder, target attention */
     NB_SC_FWD_SEG,    /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
@@ -208,6 +250,7 @@ typedef enum {
     NB_SC_BWD_BOTTOM, /* the bottom MLP */
     NB_SC_OPT_DENSE,  /* AdamW */
     NB_SC_BWD_EMB,    /* the unique rows' embedding gradient (their count changes per batch) */
+    NB_SC_EMB_SUM,    /* sharded, after the gradient all-to-all: the owner's sum per row, in rank order */
     NB_SC_OPT_EMB,    /* sparse optimizer on the touched rows */
     NB_SC_NPHASES
 } nb_sc_phase;

@@ -94,6 +94,9 @@ extern const nb_ctr_ops_i nb_ctr_ops_cuda_f32;
 #endif
 /* The table that goes with a backend of backend.h (fails for one without ctr ops). */
 const nb_ctr_ops_i *nb_ctr_ops_for(const nb_backend_i *be);
+/* The same backend's table with fp32 activations (the tables' own rows and gradients, e.g. the
+ * rows sharded tables exchange): the fp32 CUDA table for either CUDA backend, the CPU's on the CPU. */
+const nb_ctr_ops_i *nb_ctr_ops_f32_for(const nb_backend_i *be);
 
 #ifdef __cplusplus
 }

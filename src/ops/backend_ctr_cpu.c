@@ -203,3 +203,10 @@ const nb_ctr_ops_i *nb_ctr_ops_for(const nb_backend_i *be) {
 #endif
     nb_fail("use --device cpu or cuda", "backend %s has no seqctr ops", be->name);
 }
+
+const nb_ctr_ops_i *nb_ctr_ops_f32_for(const nb_backend_i *be) {
+#ifdef NB_WITH_CUDA
+    if (be == &nb_backend_cuda_bf16 || be == &nb_backend_cuda_f32) return &nb_ctr_ops_cuda_f32;
+#endif
+    return nb_ctr_ops_for(be);
+}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm/comm.h"
 #include "core.h"
 #include "io/atomic.h"
 #include "io/json.h"
@@ -56,7 +57,7 @@ static const field train_fields[] = {
     FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers), FS("emb_optim", emb_optim), FF("emb_lr", emb_lr),
     {"table_cap", F_I64, offsetof(nb_train_opts, table_cap), sizeof(int64_t)}, FI("eval_samples", eval_samples),
     FI("strict", strict), FI("grad_accum", grad_accum), FS("comm", comm), FF("comm_timeout", comm_timeout),
-    FI("world", world),
+    FI("world", world), FS("emb_shard", emb_shard),
 };
 #define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])
@@ -142,6 +143,13 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
     nb_json_free(j);
 }
 
+void nb_ckpt_shard_path(char *out, size_t cap, const char *ckpt_dir, int rank, int world) {
+    snprintf(out, cap, "%s/shard-%05d-of-%05d.safetensors", ckpt_dir, rank, world);
+}
+
+static void load_list(const char *path, nb_ckpt_list *l);
+void nb_ckpt_load_file(const char *path, nb_ckpt_list *l) { load_list(path, l); }
+
 static void load_list(const char *path, nb_ckpt_list *l) {
     nb_st_file *f = nb_st_open(path);
     for (int i = 0; i < l->n; i++) {
@@ -171,21 +179,13 @@ static void write_list(const char *path, const nb_ckpt_list *l, int with_format)
     nb_st_end(w);
 }
 
-void nb_ckpt_save(nb_run *r, const char *out_dir, const nb_ckpt_state *st) {
-    nb_ckpt_list model = {0}, optim = {0};
-    r->fam->ckpt_tensors(r, &model, &optim);
-    nb_ckpt_write(out_dir, r->fam, &r->o, &model, &optim, st);
-    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
-}
-
-void nb_ckpt_write(const char *out_dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
-                   const nb_ckpt_list *optim, const nb_ckpt_state *st) {
-    char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32], path[NB_PATH_MAX + 64];
-    snprintf(final, sizeof final, "%s/ckpt", out_dir);
-    nb_dir_tmp_begin(final, tmp, sizeof tmp);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+/* model.safetensors, optim.safetensors and state.json into the directory dir. */
+static void write_contents(const char *dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
+                           const nb_ckpt_list *optim, const nb_ckpt_state *st) {
+    char path[NB_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_list(path, model, 1);
-    snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
+    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
     write_list(path, optim, 0);
 
     nb_json_writer j;
@@ -202,9 +202,50 @@ void nb_ckpt_write(const char *out_dir, const nb_family_i *fam, const nb_train_o
     fam->write_config(o, &j);
     write_train_opts(&j, o);
     nb_json_end_obj(&j);
-    snprintf(path, sizeof path, "%s/state.json", tmp);
+    snprintf(path, sizeof path, "%s/state.json", dir);
     nb_write_file_atomic(path, nb_json_text(&j), nb_json_len(&j));
     nb_json_writer_free(&j);
+}
 
+/* A family with sharded state: every rank writes its shard into the temp directory rank 0 made,
+ * rank 0 the replicated part, and rank 0 swaps the directory in once every rank is done (a rank
+ * that fails ends the job first: the old checkpoint stays whole). The ranks share the run
+ * directory's file system. */
+static void save_sharded(nb_run *r, const char *out_dir, const nb_ckpt_list *model, const nb_ckpt_list *optim,
+                         const nb_ckpt_state *st) {
+    char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32], path[NB_PATH_MAX + 96];
+    nb_ckpt_list shard = {0};
+    r->fam->shard_tensors(r, &shard);
+    snprintf(final, sizeof final, "%s/ckpt", out_dir);
+    if (r->rank == 0)
+        nb_dir_tmp_begin(final, tmp, sizeof tmp);
+    else
+        nb_dir_tmp_path(final, tmp, sizeof tmp);
+    nb_comm_barrier_host(); /* the temp directory exists */
+    nb_ckpt_shard_path(path, sizeof path, tmp, r->rank, r->world);
+    write_list(path, &shard, 0);
+    if (r->rank == 0) write_contents(tmp, r->fam, &r->o, model, optim, st);
+    nb_comm_barrier_host(); /* every shard is on disk */
+    if (r->rank == 0) nb_dir_replace(tmp, final);
+    nb_comm_barrier_host(); /* the checkpoint is in place for every rank */
+    nb_ckpt_list_free(&shard);
+}
+
+void nb_ckpt_save(nb_run *r, const char *out_dir, const nb_ckpt_state *st) {
+    nb_ckpt_list model = {0}, optim = {0};
+    r->fam->ckpt_tensors(r, &model, &optim);
+    if (nb_run_sharded(r))
+        save_sharded(r, out_dir, &model, &optim, st);
+    else
+        nb_ckpt_write(out_dir, r->fam, &r->o, &model, &optim, st);
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+}
+
+void nb_ckpt_write(const char *out_dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
+                   const nb_ckpt_list *optim, const nb_ckpt_state *st) {
+    char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32];
+    snprintf(final, sizeof final, "%s/ckpt", out_dir);
+    nb_dir_tmp_begin(final, tmp, sizeof tmp);
+    write_contents(tmp, fam, o, model, optim, st);
     nb_dir_replace(tmp, final);
 }

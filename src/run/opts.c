@@ -13,6 +13,7 @@ static void common_defaults(nb_train_opts *o) {
     snprintf(o->schedule, sizeof o->schedule, "plain");
     snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
+    snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
     o->stream_slots = 2;
     o->pinned_slabs = 2;
     o->beta1 = 0.9f;
@@ -142,6 +143,8 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
     NB_CHECK(!strcmp(o->emb_optim, "adagrad") || !strcmp(o->emb_optim, "adam"), "pass --emb-optim adagrad or adam",
              "unknown --emb-optim '%s'", o->emb_optim);
+    NB_CHECK(!strcmp(o->emb_shard, "auto") || !strcmp(o->emb_shard, "row") || !strcmp(o->emb_shard, "none"),
+             "pass --emb-shard row, none or auto", "unknown --emb-shard '%s'", o->emb_shard);
     NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
     NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
     NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);

@@ -52,6 +52,9 @@ typedef struct nb_train_opts {
     int world;          /* ranks the run was started with (state.json: a resume needs the same) */
     /* seqctr: the embedding tables' optimizer, their rows, the held-out set, Criteo parsing */
     char emb_optim[16]; /* adagrad (row-wise) or adam (lazy sparse) */
+    /* where the tables' rows live: "row" (row-wise sharded over the ranks: global row g on rank
+     * g % N), "none" (every rank holds every row: one rank only), "auto" (row with several ranks) */
+    char emb_shard[8];
     float emb_lr;
     int64_t table_cap;
     int eval_samples;

@@ -33,7 +33,14 @@ void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_ta
     }
     nb_item *it = &l->v[l->n++];
     snprintf(it->name, sizeof it->name, "%s", name);
-    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b;
+    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b, it->hook = NULL;
+}
+
+int nb_run_sharded(nb_run *r) { return r->fam->shard_tensors && r->fam->shard_tensors(r, NULL); }
+
+void nb_items_add_hook(nb_items *l, const char *name, nb_hook_fn hook, void *arg) {
+    nb_items_add(l, name, NB_SPAN_OTHER, NULL, arg);
+    l->v[l->n - 1].hook = hook;
 }
 
 void nb_items_free(nb_items *l) {
@@ -66,7 +73,8 @@ static void work_bucket_add(void *arg, const nb_task_ctx *ctx) {
 }
 
 static void bucket_done(nb_run *r, nb_lane *lane, int b, int step) {
-    if (r->micro > 0) nb_lane_run(lane, "accumulate", NB_SPAN_BWD, step, work_bucket_add, &r->bucket_work[b]);
+    /* a family without a micro-batch slab accumulates in place */
+    if (r->micro > 0 && r->grad_micro) nb_lane_run(lane, "accumulate", NB_SPAN_BWD, step, work_bucket_add, &r->bucket_work[b]);
     if (!r->comm || r->micro + 1 < r->nmicro || r->capturing) return;
     const nb_bucket *bk = &r->buckets[b];
     nb_comm_wait(r->comm, nb_lane_mark(lane));
@@ -78,6 +86,11 @@ static void bucket_done(nb_run *r, nb_lane *lane, int b, int step) {
 
 void nb_items_run(nb_run *r, const nb_items *l, nb_lane *lane, int step) {
     for (int i = 0; i < l->n; i++) {
+        if (l->v[i].hook) {
+            NB_ASSERT(!r->capturing);
+            l->v[i].hook(r, lane, step, l->v[i].arg);
+            continue;
+        }
         nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
         if (l->v[i].bucket >= 0 && (r->micro > 0 || r->comm)) bucket_done(r, lane, l->v[i].bucket, step);
     }
@@ -223,7 +236,8 @@ static void create_comm(nb_run *r) {
     nb_comm_kind kind = nb_comm_kind_parse(r->o.comm);
     /* one rank with a named --comm still goes through it: a communicator of one runs the code
      * path of many (its reductions are copies), so one GPU checks the NCCL path */
-    if (r->eval_only || (r->world == 1 && kind == NB_COMM_AUTO)) return;
+    int wanted = r->fam->wants_comm && r->fam->wants_comm(&r->o);
+    if (r->eval_only || (r->world == 1 && kind == NB_COMM_AUTO && !wanted)) return;
     nb_comm_set_timeout(r->o.comm_timeout);
     nb_comm_opts co = {.kind = kind, .timeout_s = r->o.comm_timeout, .name = "comm"};
     r->comm = nb_comm_create(r->lanes, r->be, &co);
@@ -248,6 +262,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
         NB_CHECK(r->o.world == r->world, "resume with as many ranks as the run was started with (mpirun -np N)",
                  "the checkpoint in %s was written by %d rank%s; this run has %d (its data and state are not resharded)",
                  o->resume, r->o.world, r->o.world == 1 ? "" : "s", r->world);
+    r->ckpt_world = o->resume[0] ? o->world : 0;
     r->o.world = r->world;
     nb_train_opts_check(&r->o);
     r->fam->check(&r->o);
@@ -509,23 +524,24 @@ static void run_step(nb_run *r, int step, int first) {
 /* The first weight or optimizer value that is not finite, in the host copies (current after
  * nb_run_sync_to_host): its tensor's name into what, or 0 when every value is finite. */
 static int find_nonfinite_state(nb_run *r, char *what, size_t cap) {
-    nb_ckpt_list model = {0}, optim = {0};
+    nb_ckpt_list model = {0}, optim = {0}, shard = {0};
     r->fam->ckpt_tensors(r, &model, &optim);
-    nb_ckpt_list *lists[2] = {&model, &optim};
+    if (nb_run_sharded(r)) r->fam->shard_tensors(r, &shard);
+    nb_ckpt_list *lists[3] = {&model, &optim, &shard};
     int found = 0;
-    for (int k = 0; k < 2 && !found; k++)
+    for (int k = 0; k < 3 && !found; k++)
         for (int i = 0; i < lists[k]->n && !found; i++) {
             const nb_ckpt_tensor *t = &lists[k]->v[i];
             size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
             for (size_t e = 0; e < n; e++)
                 if (!isfinite(t->data[e])) {
-                    snprintf(what, cap, "%s %s (element %zu: %g)", k ? "the optimizer state" : "the weight", t->name, e,
+                    snprintf(what, cap, "%s %s (element %zu: %g)", k == 0 ? "the weight" : k == 1 ? "the optimizer state" : "the shard tensor", t->name, e,
                              (double)t->data[e]);
                     found = 1;
                     break;
                 }
         }
-    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim), nb_ckpt_list_free(&shard);
     return found;
 }
 
@@ -554,9 +570,10 @@ static void check_state_finite(nb_run *r, int step) {
         nb_fail(NONFINITE_HINT, "step %d: %s is not finite; the checkpoint was not written", step + 1, what);
 }
 
-/* Every rank holds the same weights and optimizer state (replicated): rank 0 writes them. */
+/* Replicated weights and optimizer state: rank 0 writes them; a family's shards: every rank
+ * its own (nb_ckpt_save is then collective). */
 static void save_checkpoint(nb_run *r, int step) {
-    if (r->rank != 0) return;
+    if (r->rank != 0 && !nb_run_sharded(r)) return;
     nb_ckpt_state cs = {step + 1, r->fam->data_pos(r), r->o.seed};
     nb_run_sync_to_host(r);
     check_state_finite(r, step);

@@ -26,14 +26,19 @@
 
 typedef struct nb_run nb_run;
 
+/* Host work of an item, run when the item is enqueued (not on a lane): e.g. a collective on the
+ * comm lane that waits for `lane` and that `lane` then waits for. */
+typedef void (*nb_hook_fn)(nb_run *r, nb_lane *lane, int step, void *arg);
+
 /* One work item of a step: a task and the span it shows as; bucket: the gradient bucket (index
- * into nb_run.buckets) the item completes, or -1. */
+ * into nb_run.buckets) the item completes, or -1; or (hook set) host work at enqueue time. */
 typedef struct {
     char name[40];
     nb_span_kind kind;
     nb_task_fn fn;
     void *arg;
     int bucket;
+    nb_hook_fn hook;
 } nb_item;
 
 typedef struct {
@@ -44,6 +49,9 @@ typedef struct {
 void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg);
 /* An item after which gradient bucket b holds its final values for this micro-batch. */
 void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg, int b);
+/* An item whose work is host work at enqueue time (outside any graph capture: use it in pre,
+ * post). */
+void nb_items_add_hook(nb_items *l, const char *name, nb_hook_fn hook, void *arg);
 void nb_items_free(nb_items *l);
 /* Enqueue every item of l on lane, in order, tagged with step. After an item that completes a
  * gradient bucket: the micro-batch's gradient is added to the step's (micro-batches after the
@@ -144,6 +152,12 @@ typedef struct nb_family_i {
     /* which captured graph serves this step (graphs of different keys may have different
      * shapes); -1: run this step eagerly */
     int (*graph_key)(nb_run *r);
+    /* the family talks to other ranks even at one rank (NULL: only with several) */
+    int (*wants_comm)(const nb_train_opts *o);
+    /* state held in shards, one per rank: adds this rank's tensors to shard (when not NULL),
+     * written by every rank into the checkpoint beside rank 0's replicated ones
+     * (nb_ckpt_shard_path); returns 0 when the run keeps no shards (NULL: never) */
+    int (*shard_tensors)(nb_run *r, nb_ckpt_list *shard);
 } nb_family_i;
 
 extern const nb_family_i nb_family_transformer, nb_family_seqctr;
@@ -167,6 +181,7 @@ struct nb_run {
     nb_train_opts o;
     /* ranks: this one and how many; the communicator (NULL with one rank) */
     int rank, world;
+    int ckpt_world; /* ranks that wrote the checkpoint read (o.resume; eval reads any), 0: none */
     struct nb_comm *comm;
     /* micro-batches of the step (--grad-accum), the one whose items are being enqueued */
     int micro, nmicro;
@@ -212,6 +227,8 @@ struct nb_run {
     nb_eval last_eval;
 };
 
+/* Does this run keep state in shards (nb_family_i.shard_tensors)? */
+int nb_run_sharded(nb_run *r);
 /* The family's gradient buckets (the run keeps the array). */
 void nb_run_set_buckets(nb_run *r, nb_bucket *buckets, int n);
 

@@ -12,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core.h"
 #include "data/ctr_source.h"
 #include "host.h"
 #include "model/seqctr.h"
 #include "run/run.h"
+#include "run/ckpt.h"
 #include "run/step_stats.h"
 
 /* One phase of the step (seqctr.h's nb_sc_phase; seg for the per-segment ones), a span of its
@@ -30,6 +32,13 @@ typedef struct {
 typedef struct sc_train {
     nb_run *run;
     nb_sc_model m;
+    /* ranks: this rank trains samples first .. first + Bl - 1 of each global batch; sharded: the
+     * tables row-wise over the ranks (nb_sc_shard), the host's scratch of the id exchange */
+    int sharded, Bl, first;
+    size_t *all_asked;            /* [world * world]: rows rank j asks of rank k at j * world + k */
+    size_t *served, *asked_displ, *served_displ, *cnt; /* [world] each; cnt [4 * world] elements */
+    int64_t *recv_ids;            /* [max_served] */
+    nb_bucket dense_bucket;       /* the dense gradient: one bucket for the ranks' all-reduce */
     nb_ctr_source src;
     nb_ctr_batch batch;
     nb_sc_optim optim;
@@ -135,11 +144,51 @@ static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
     nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
 }
 
+/* The count arrays of an all-to-all in elements (rows * E): send_counts | send_displs |
+ * recv_counts | recv_displs, each [world]. */
+static void element_counts(sc_train *t, const size_t *sc, const size_t *sd, const size_t *rc, const size_t *rd) {
+    int N = t->run->world;
+    size_t E = (size_t)t->m.cfg.E;
+    for (int j = 0; j < N; j++)
+        t->cnt[j] = sc[j] * E, t->cnt[N + j] = sd[j] * E, t->cnt[2 * N + j] = rc[j] * E, t->cnt[3 * N + j] = rd[j] * E;
+}
+
+static void all_to_all_on(nb_run *r, nb_lane *lane, const void *send, void *recv, const size_t *cnt, const char *name) {
+    int N = r->world;
+    nb_comm_wait(r->comm, nb_lane_mark(lane));
+    nb_lane_wait(lane, nb_comm_all_to_all_v(r->comm, send, cnt, cnt + N, recv, cnt + 2 * N, cnt + 3 * N, NB_COMM_F32, name));
+}
+
+/* Sharded: the owners' rows to the ranks that asked (into the batch's work buffer); the compute
+ * lane waits for them. */
+static void hook_rows(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_sc_exchange x;
+    nb_sc_exchange_of(&t->m, 1, &x);
+    element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
+    all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all");
+}
+
+/* Sharded: each unique row's gradient to its owner. */
+static void hook_grads(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_sc_exchange x;
+    nb_sc_exchange_of(&t->m, 1, &x);
+    element_counts(t, x.asked, x.asked_displ, x.served, x.served_displ);
+    all_to_all_on(r, lane, x.uniq_grads, x.serve_grads, t->cnt, "grads all-to-all");
+}
+
 static void build_items(nb_run *r, sc_train *t) {
     nb_step_items *it = &r->items;
     char name[40];
     it->nseg = t->m.nseg;
     add_fixed(&it->pre, t, NB_SC_FWD_UPLOAD);
+    if (t->sharded) {
+        add_fixed(&it->pre, t, NB_SC_EMB_SERVE);
+        nb_items_add_hook(&it->pre, "rows all-to-all", hook_rows, t);
+    }
     add_fixed(&it->input, t, NB_SC_FWD_EMB);
     add_fixed(&it->input, t, NB_SC_FWD_HIST);
     for (int k = 0; k < t->m.nseg; k++) {
@@ -150,10 +199,24 @@ static void build_items(nb_run *r, sc_train *t) {
         snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_BWD_SEG), k);
         nb_items_add(&it->bwd[k], name, NB_SPAN_BWD, work_phase, &t->bwd[k]);
     }
-    for (int p = NB_SC_BWD_JOIN; p <= NB_SC_OPT_DENSE; p++) add_fixed(&it->tail, t, (nb_sc_phase)p);
+    add_fixed(&it->tail, t, NB_SC_BWD_JOIN);
+    add_fixed(&it->tail, t, NB_SC_BWD_HIST);
+    /* the dense gradient is complete after the bottom MLP's backward: one bucket, all-reduced
+     * over the ranks while the embedding backward runs */
+    t->fixed[NB_SC_BWD_BOTTOM] = (sc_work){t, NB_SC_BWD_BOTTOM, 0};
+    nb_items_add_bucket(&it->tail, nb_sc_phase_name(NB_SC_BWD_BOTTOM), NB_SPAN_BWD, work_phase, &t->fixed[NB_SC_BWD_BOTTOM], 0);
+    add_fixed(&it->opt, t, NB_SC_OPT_DENSE);
     /* the unique rows' gradient and update: their count changes per batch (outside a graph) */
     add_fixed(&it->post, t, NB_SC_BWD_EMB);
+    if (t->sharded) {
+        nb_items_add_hook(&it->post, "grads all-to-all", hook_grads, t);
+        add_fixed(&it->post, t, NB_SC_EMB_SUM);
+    }
     add_fixed(&it->post, t, NB_SC_OPT_EMB);
+    t->dense_bucket = (nb_bucket){{0, 0}, {t->m.nparams, 0}, 1};
+    nb_run_set_buckets(r, &t->dense_bucket, 1);
+    r->grad_sum = t->m.d_grads;
+    r->grad_micro = NULL; /* one micro-batch: nothing to accumulate */
 }
 
 /* The compute lane's context, for the model's calls from the host (losses, copies, evaluation);
@@ -190,6 +253,31 @@ static void sc_check(nb_train_opts *o) {
     o->seq = 0;
 }
 
+/* Was the checkpoint's (or this run's) table state sharded? (--emb-shard auto: with several ranks) */
+static int shard_opts(const nb_train_opts *o, int world) {
+    return !strcmp(o->emb_shard, "row") || (!strcmp(o->emb_shard, "auto") && world > 1);
+}
+
+static int sc_wants_comm(const nb_train_opts *o) { return shard_opts(o, nb_comm_size()); }
+
+/* This rank's slice of the global batch, and whether the tables are sharded. */
+static void plan_ranks(nb_run *r, sc_train *t) {
+    const nb_train_opts *o = &r->o;
+    t->sharded = !r->eval_only && shard_opts(o, r->world);
+    t->Bl = o->batch, t->first = 0;
+    if (r->eval_only) return;
+    NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
+             "--emb-shard none with %d ranks: every rank holding every row is not built (the ranks' row updates would have "
+             "to be merged)", r->world);
+    NB_CHECK(o->batch % r->world == 0, "pass a --batch (the global batch) divisible by the number of ranks",
+             "--batch %d does not split evenly over %d ranks", o->batch, r->world);
+    t->Bl = o->batch / r->world;
+    t->first = r->rank * t->Bl;
+    if (t->sharded && r->rank == 0)
+        nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d); %d samples per rank\n", r->world,
+               r->world == 1 ? "" : "s", r->world, t->Bl);
+}
+
 static void sc_init(nb_run *r) {
     sc_train *t = nb_calloc(1, sizeof *t, "the seqctr family");
     r->fs = t;
@@ -199,11 +287,22 @@ static void sc_init(nb_run *r) {
     nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
     nb_ctr_source_open(&t->src, &so, &mc);
     int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
-    nb_sc_plan(&t->m, &mc, o->batch, r->be, emb_opt, &r->dev, &r->pinned, &r->host);
+    plan_ranks(r, t);
+    nb_sc_shard shard = {r->world, r->rank};
+    nb_sc_plan(&t->m, &mc, t->Bl, r->be, emb_opt, t->sharded ? &shard : NULL, &r->dev, &r->pinned, &r->host);
+    t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
-    nb_ctr_batch_alloc(&t->batch, o->batch, mc.max_len);
+    nb_ctr_batch_alloc(&t->batch, t->Bl, mc.max_len);
+    if (t->sharded) {
+        int N = r->world;
+        t->all_asked = nb_malloc((size_t)N * N * sizeof(size_t), "the id exchange");
+        t->served = nb_malloc(3 * (size_t)N * sizeof(size_t), "the id exchange");
+        t->asked_displ = t->served + N, t->served_displ = t->served + 2 * N;
+        t->cnt = nb_malloc(4 * (size_t)N * sizeof(size_t), "the id exchange");
+        t->recv_ids = nb_malloc(t->m.max_served * sizeof(int64_t), "the id exchange");
+    }
     t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                              .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
                              .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
@@ -217,6 +316,8 @@ static void sc_init(nb_run *r) {
 }
 
 static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim);
+static int sc_shard_tensors(nb_run *r, nb_ckpt_list *shard);
+static void assemble_shards(nb_run *r, const char *dir);
 void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
 
 static void sc_start(nb_run *r, const char *resume_dir) {
@@ -226,6 +327,16 @@ static void sc_start(nb_run *r, const char *resume_dir) {
         sc_ckpt_tensors(r, &model, r->eval_only ? NULL : &optim);
         nb_ckpt_load_lists(resume_dir, &model, r->eval_only ? NULL : &optim);
         nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
+        if (t->sharded) { /* this rank's shard, written by this rank (the world size was checked) */
+            nb_ckpt_list shard = {0};
+            char path[NB_PATH_MAX + 96];
+            sc_shard_tensors(r, &shard);
+            nb_ckpt_shard_path(path, sizeof path, resume_dir, r->rank, r->world);
+            nb_ckpt_load_file(path, &shard);
+            nb_ckpt_list_free(&shard);
+        } else if (shard_opts(&r->o, r->ckpt_world)) {
+            assemble_shards(r, resume_dir);
+        }
         nb_sc_to_device(&t->m);
         nb_ctr_source_seek(&t->src, r->data_pos0);
     }
@@ -235,6 +346,7 @@ static void sc_free(nb_run *r) {
     sc_train *t = T(r);
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
+    free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
     nb_sc_free(&t->m);
     nb_ctr_source_close(&t->src);
     free(t->step_secs);
@@ -244,13 +356,36 @@ static void sc_free(nb_run *r) {
 
 static double sc_per_step(const nb_run *r) { return (double)r->o.batch; }
 
-/* The next training batch: samples, then the model's index lists (host work, timed). */
+/* Sharded, for the prepared batch: every rank learns what the others ask of it (the counts, then
+ * the ids: host collectives), and plans its lookups and its gradient sums. */
+static void exchange_ids(sc_train *t) {
+    int N = t->run->world, me = t->run->rank;
+    const int64_t *ids;
+    const size_t *asked;
+    nb_sc_asked(&t->m, &ids, &asked);
+    nb_comm_all_gather_host(asked, t->all_asked, (size_t)N * sizeof(size_t), "rows asked");
+    size_t a = 0, b = 0;
+    for (int j = 0; j < N; j++) {
+        t->served[j] = t->all_asked[(size_t)j * N + me];
+        t->asked_displ[j] = a, t->served_displ[j] = b;
+        a += asked[j], b += t->served[j];
+    }
+    NB_CHECK(b <= t->m.max_served, "this is a bug in nobubble; please report it", "rank %d is asked for %zu rows (%zu planned)",
+             me, b, t->m.max_served);
+    nb_comm_all_to_all_v_host(ids, asked, t->asked_displ, t->recv_ids, t->served, t->served_displ, sizeof(int64_t),
+                              "row ids");
+    nb_sc_serve(&t->m, t->recv_ids, t->served);
+}
+
+/* The next training batch (this rank's slice): samples, then the model's index lists and, when
+ * sharded, the id exchange (host work, timed). */
 static void prefetch(sc_train *t) {
     double t0 = nb_now();
     t->next_pos = nb_ctr_source_position(&t->src);
-    nb_ctr_fill_train(&t->src, &t->batch, t->run->o.batch);
+    nb_ctr_fill_train_slice(&t->src, &t->batch, t->run->o.batch, t->first, t->Bl);
     double t1 = nb_now();
     nb_sc_prepare(&t->m, &t->batch.b);
+    if (t->sharded) exchange_ids(t);
     t->fill_s = t1 - t0;
     t->prep_s = nb_now() - t1;
     t->prefetched = 1;
@@ -298,7 +433,8 @@ static void add_breakdown(nb_lanes *lanes, int step, double *phase_s) {
 static void sc_end_step(nb_run *r, int step, nb_mark done) {
     (void)done;
     sc_train *t = T(r);
-    r->loss = nb_sc_loss(&t->m);
+    r->loss = nb_sc_loss(&t->m); /* this rank's share of the global batch's mean */
+    r->loss_sum = r->loss * r->o.batch;
     double sumsq = 0;
     if (r->o.grad_clip > 0) r->be->to_host(&t->ctx, &sumsq, t->m.d_loss + 1, sizeof sumsq);
     r->grad_norm = (float)sqrt(sumsq);
@@ -309,18 +445,66 @@ static void sc_end_step(nb_run *r, int step, nb_mark done) {
     }
 }
 
+/* Sharded: a forward of an evaluation batch through the run's lanes (the rows come from their
+ * owners, like a training step's); logits[b->B] on the host. */
+static void sharded_forward(nb_run *r, sc_train *t, const nb_sc_batch *b, float *logits) {
+    void *ahead = nb_sc_prepare_aside(&t->m, b);
+    exchange_ids(t);
+    nb_sc_begin_step(&t->m);
+    nb_items_run(r, &r->items.pre, r->compute, t->step);
+    nb_items_run(r, &r->items.input, r->compute, t->step);
+    for (int k = 0; k < t->m.nseg; k++) nb_items_run(r, &r->items.fwd[k], r->compute, t->step);
+    nb_mark_wait_host(nb_lane_mark(r->compute));
+    nb_sc_logits(&t->m, logits);
+    nb_sc_end_aside(&t->m, ahead);
+}
+
+/* Sharded: the held-out set in rounds of one global batch, split over the ranks (a rank with no
+ * sample left in a round scores a stand-in it drops: every rank takes part in each exchange);
+ * the scores are gathered, so every rank computes the same NE and AUC. */
+static void sharded_scores(nb_run *r, sc_train *t, long n, float *logit, float *label) {
+    int N = r->world;
+    float *mine = nb_malloc((size_t)t->Bl * sizeof(float), "evaluation scores");
+    float *all = nb_malloc((size_t)t->Bl * N * sizeof(float), "evaluation scores");
+    for (long first = 0; first < n; first += r->o.batch) {
+        long cnt = n - first < r->o.batch ? n - first : r->o.batch, per = (cnt + N - 1) / N;
+        long from = first + r->rank * per, own = cnt - r->rank * per;
+        own = own < 0 ? 0 : own > per ? per : own;
+        nb_ctr_fill_eval(&t->src, &t->batch, own ? from : first, own ? (int)own : 1);
+        nb_sc_batch b = t->batch.b;
+        b.label = NULL;
+        sharded_forward(r, t, &b, mine);
+        nb_comm_all_gather_host(mine, all, (size_t)per * sizeof(float), "evaluation scores");
+        for (int k = 0; k < N; k++) {
+            long at = first + k * per, len = cnt - k * per;
+            len = len < 0 ? 0 : len > per ? per : len;
+            if (len) memcpy(logit + at, all + (size_t)k * per, (size_t)len * sizeof(float));
+        }
+    }
+    for (long first = 0; first < n; first += t->Bl) { /* the labels: the held-out set is the same on every rank */
+        int B = (int)(n - first < t->Bl ? n - first : t->Bl);
+        nb_ctr_fill_eval(&t->src, &t->batch, first, B);
+        memcpy(label + first, t->batch.label, (size_t)B * sizeof(float));
+    }
+    free(mine), free(all);
+}
+
 static void sc_evaluate(nb_run *r, nb_eval *ev) {
     sc_train *t = T(r);
     long n = nb_ctr_eval_count(&t->src);
     float *logit = nb_malloc((size_t)n * sizeof(float), "evaluation scores");
     float *label = nb_malloc((size_t)n * sizeof(float), "evaluation labels");
-    for (long first = 0; first < n; first += r->o.batch) {
-        int B = (int)(n - first < r->o.batch ? n - first : r->o.batch);
-        nb_ctr_fill_eval(&t->src, &t->batch, first, B);
-        nb_sc_batch b = t->batch.b;
-        b.label = NULL;
-        nb_sc_forward(&t->m, &b, logit + first);
-        memcpy(label + first, t->batch.label, (size_t)B * sizeof(float));
+    if (t->sharded) {
+        sharded_scores(r, t, n, logit, label);
+    } else {
+        for (long first = 0; first < n; first += t->Bl) {
+            int B = (int)(n - first < t->Bl ? n - first : t->Bl);
+            nb_ctr_fill_eval(&t->src, &t->batch, first, B);
+            nb_sc_batch b = t->batch.b;
+            b.label = NULL;
+            nb_sc_forward(&t->m, &b, logit + first);
+            memcpy(label + first, t->batch.label, (size_t)B * sizeof(float));
+        }
     }
     *ev = finish_eval(logit, label, n, 1);
     free(logit);
@@ -380,6 +564,8 @@ static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
         snprintf(name, sizeof name, "%s.exp_avg_sq", t->name);
         nb_ckpt_list_add(optim, name, nd, sh, m->av + t->off);
     }
+    /* the tables of a sharded run: each rank's shard (sc_shard_tensors; assemble_shards reads them all) */
+    if (T(r)->sharded || (r->eval_only && shard_opts(&r->o, r->ckpt_world))) return;
     for (int t = 0; t < NB_SC_NTABLES; t++) {
         int64_t rows = m->emb_off[t + 1] - m->emb_off[t], sh[2] = {rows, E};
         size_t at = (size_t)m->emb_off[t] * (size_t)E;
@@ -396,6 +582,44 @@ static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
             table_name(name, sizeof name, t, ".exp_avg_sq");
             nb_ckpt_list_add(optim, name, 2, sh, m->ev + at);
         }
+    }
+}
+
+/* Sharded: this rank's rows of every table (global row g = i * world + rank at row i, g as
+ * seqctr.h's table offset + row) and their optimizer state. */
+static int sc_shard_tensors(nb_run *r, nb_ckpt_list *shard) {
+    sc_train *t = T(r);
+    if (!t || !t->sharded) return 0;
+    if (!shard) return 1;
+    nb_sc_model *m = &t->m;
+    int64_t sh[2] = {m->emb_rows, m->cfg.E};
+    nb_ckpt_list_add(shard, "emb.shard", 2, sh, m->emb);
+    if (m->eacc) nb_ckpt_list_add(shard, "emb.shard.adagrad_sum", 1, sh, m->eacc);
+    if (m->em) {
+        nb_ckpt_list_add(shard, "emb.shard.exp_avg", 2, sh, m->em);
+        nb_ckpt_list_add(shard, "emb.shard.exp_avg_sq", 2, sh, m->ev);
+    }
+    return 1;
+}
+
+/* A sharded checkpoint read by one process (eval, export, sample): every rank's rows into the
+ * whole tables. */
+static void assemble_shards(nb_run *r, const char *dir) {
+    nb_sc_model *m = &T(r)->m;
+    int N = r->ckpt_world;
+    int64_t total = m->emb_off[NB_SC_NTABLES], E = m->cfg.E;
+    char path[NB_PATH_MAX + 96];
+    for (int k = 0; k < N; k++) {
+        int64_t rows = (total - k + N - 1) / N, sh[2] = {rows, E};
+        float *buf = nb_malloc((size_t)(rows ? rows : 1) * (size_t)E * sizeof(float), "a table shard");
+        nb_ckpt_list l = {0};
+        nb_ckpt_list_add(&l, "emb.shard", 2, sh, buf);
+        nb_ckpt_shard_path(path, sizeof path, dir, k, N);
+        nb_ckpt_load_file(path, &l);
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(m->emb + (size_t)(i * N + k) * (size_t)E, buf + (size_t)i * (size_t)E, (size_t)E * sizeof(float));
+        nb_ckpt_list_free(&l);
+        free(buf);
     }
 }
 
@@ -447,7 +671,7 @@ static void sc_summary(nb_run *r, int steps_run) {
     if (measured > 0) {
         double total = 0, busy = 0;
         for (int p = 0; p < NB_SC_NPHASES; p++) total += t->phase_s[p];
-        printf("breakdown ms/step:");
+        printf("breakdown ms/step%s:", r->world > 1 ? " (rank 0)" : "");
         for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
         printf(" total=%.3f\n", 1e3 * total / measured);
         printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f\n", 1e3 * t->host_s[0] / measured,
@@ -455,10 +679,11 @@ static void sc_summary(nb_run *r, int steps_run) {
         if (t->m.nseg > 1)
             printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
                    t->overlap_sum / measured);
-        double fl = nb_sc_flops(&t->m, o->batch, (long)(t->hist_rows / measured));
+        double fl = nb_sc_flops(&t->m, t->Bl, (long)(t->hist_rows / measured));
         for (int p = 0; p < NB_SC_NPHASES; p++) busy += t->phase_s[p];
-        printf("flops: %.1f GFLOP/step (matmuls, forward + backward, %.1f history rows per sample); %.1f TFLOP/s over "
-               "the phases\n", fl / 1e9, t->hist_rows / measured / o->batch, busy > 0 ? fl * measured / busy / 1e12 : 0.0);
+        printf("flops: %.1f GFLOP/step%s (matmuls, forward + backward, %.1f history rows per sample); %.1f TFLOP/s over "
+               "the phases\n", fl / 1e9, r->world > 1 ? " on rank 0" : "", t->hist_rows / measured / t->Bl,
+               busy > 0 ? fl * measured / busy / 1e12 : 0.0);
     }
     (void)steps_run;
     if (t->src.kind == NB_CTR_SYNTH) { /* the best any model can do on this evaluation range */
@@ -521,4 +746,6 @@ const nb_family_i nb_family_seqctr = {
     .read_config = sc_read_config,
     .summary = sc_summary,
     .graph_key = sc_graph_key,
+    .wants_comm = sc_wants_comm,
+    .shard_tensors = sc_shard_tensors,
 };
