@@ -6,6 +6,8 @@
 #    gives the eager ranks' bits; --comm auto picks host for ranks sharing a GPU;
 #  - seqctr with the tables sharded over the two ranks: fp32 follows two CPU ranks, bf16 twice and
 #    with --graphs bitwise; one rank through NCCL with one shard gives the unsharded losses;
+#  - --schedule pipe bitwise the synchronous schedule at 1 and 2 ranks (also --graphs), and its
+#    next-batch fetch beside the step's compute in the trace of a B=4096 run;
 #  - NCCL with one rank (a communicator of one, the code path of many) gives the bits of a run
 #    without a communicator, eager and with --graphs; --comm nccl for ranks sharing a GPU is a
 #    clear error.
@@ -65,6 +67,32 @@ run "seqctr: one GPU rank" $NB train "${S[@]}" --device cuda --out "$TMP/sc-1"
 run "seqctr: one GPU rank, NCCL, sharded" $NB train "${S[@]}" --device cuda --comm nccl --emb-shard row --out "$TMP/sc-1n"
 [ -n "$(losses "$TMP/sc-1")" ] && [ "$(losses "$TMP/sc-1")" = "$(losses "$TMP/sc-1n")" ] \
     && pass "seqctr: one rank through NCCL with the tables as one shard: the unsharded run's losses" || fail "seqctr: one rank NCCL sharded differs"
+
+# --schedule pipe on the GPU: bitwise the synchronous schedule at one rank and at two ranks sharing
+# the GPU, with --graphs too; at a size where the next batch's fetch has compute to hide behind,
+# the trace shows it beside the step's compute
+for n in 1 2; do
+    L=(); [ $n = 2 ] && L=("${MPI[@]}")
+    run "seqctr sync, $n rank(s)" "${L[@]}" $NB train "${S[@]}" --device cuda --emb-shard row --out "$TMP/ps$n"
+    for v in "" "--graphs"; do
+        run "seqctr pipe $v, $n rank(s)" "${L[@]}" $NB train "${S[@]}" --device cuda --schedule pipe $v --out "$TMP/pp$n$v"
+        ok=1
+        for f in "$TMP/ps$n"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/pp$n$v/ckpt/$(basename "$f")" || ok=0; done
+        [ $ok = 1 ] && [ "$(losses "$TMP/ps$n")" = "$(losses "$TMP/pp$n$v")" ] && pass "GPU pipe $v at $n rank(s): bitwise sync" \
+            || fail "GPU pipe $v at $n rank(s) differs from sync"
+    done
+done
+run "seqctr pipe, traced" $NB train --model seqctr --device cuda --data "synth:cap=1000000,max_len=256" --emb-dim 64 \
+    --max-len 256 --table-cap 1000000 --batch 4096 --steps 8 --eval-every 0 --no-ckpt --schedule pipe --trace "$TMP/pipe.json"
+node -e '
+const t = JSON.parse(require("fs").readFileSync(process.argv[1])), all = t.traceEvents || t, lanes = {};
+for (const e of all) if (e.ph === "M" && e.name === "thread_name") lanes[e.tid] = e.args.name;
+const X = all.filter(e => e.ph === "X" && e.args.step >= 2);
+const nxt = X.filter(e => / \(next\)$/.test(e.name)), comp = X.filter(e => lanes[e.tid] === "compute" && /fwd|bwd/.test(e.name));
+const hid = nxt.filter(a => comp.some(b => b.ts < a.ts + a.dur && a.ts < b.ts + b.dur));
+console.log(`${hid.length} of ${nxt.length} next-batch spans (upload, lookups, rows all-to-all) ran beside a forward or backward span`);
+process.exit(nxt.length && hid.length ? 0 : 1);' "$TMP/pipe.json" > "$TMP/pov.txt" 2>&1 \
+    && pass "GPU pipe overlaps: $(cat "$TMP/pov.txt")" || fail "GPU pipe: no overlap ($(cat "$TMP/pov.txt"))"
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpu" -eq 1 ]; then

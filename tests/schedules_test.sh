@@ -24,6 +24,9 @@ ROWS=(
     "seqctr|erase|--detach 2|--erase-dispatch async --side-lanes 2"
     "seqctr|erase|--detach all --emb-optim adam --graphs|--erase-dispatch blocking"
     "seqctr|stream|n/a|does not run seqctr"
+    "seqctr|pipe|--emb-shard row|"
+    "seqctr|pipe|--emb-shard row --emb-optim adam --graphs|"
+    "transformer|pipe|n/a|does not run transformer"
 )
 family_args() { case $1 in transformer) echo "${TF[@]}";; llama) echo "${TF[@]/gpt2-tiny/llama-tiny}";; seqctr) echo "${SC[@]}";; esac; }
 same() { # same NAME DIR_A DIR_B

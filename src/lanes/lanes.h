@@ -79,8 +79,12 @@ nb_lane *nb_lanes_get(nb_lanes *L, int index);
 void nb_lane_run(nb_lane *lane, const char *name, nb_span_kind kind, int step, nb_task_fn fn, void *arg);
 /* The mark at the current end of lane's queue. */
 nb_mark nb_lane_mark(nb_lane *lane);
-/* Tasks enqueued on lane after this call start only once m is reached. */
+/* Tasks enqueued on lane after this call start only once m is reached. The lane's own marks do
+ * not move: a mark taken right after a wait is the mark of the task before it. */
 void nb_lane_wait(nb_lane *lane, nb_mark m);
+/* A wait the lane's marks cover: nb_lane_wait and an empty task (a span named `name`), so a mark
+ * of lane taken after it is reached only once m is (other lanes and the host can wait on it). */
+void nb_lane_join(nb_lane *lane, nb_mark m, const char *name);
 /* Block the calling (host) thread until m is reached. */
 void nb_mark_wait_host(nb_mark m);
 /* Non-blocking: has m been reached? */
@@ -163,12 +167,15 @@ void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path);
 
 /* Per-step statistics over [t0, t1] (the step's wall window) for the spans of that step:
  * bubble_pct = 100 * idle time of `lane` within the window / window;
- * overlap_pct = 100 * time when two or more lanes were busy / window. */
+ * overlap_pct = 100 * time when two or more lanes were busy / window;
+ * exposed_pct = 100 * time when `lane` was idle while another lane moved data (spans of kind
+ * COMM, H2D, D2H, or OTHER: lookups, copies) / window: the transfers nothing hid. */
 typedef struct {
     double window_s;
     double busy_s;
     double bubble_pct;
     double overlap_pct;
+    double exposed_pct;
 } nb_step_stats;
 nb_step_stats nb_lanes_step_stats(nb_lanes *L, int step, int lane, double t0, double t1);
 

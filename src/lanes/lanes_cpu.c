@@ -410,6 +410,13 @@ void nb_lane_run(nb_lane *lane, const char *name, nb_span_kind kind, int step, n
     push(lane, &e);
 }
 
+static void nothing(void *arg, const nb_task_ctx *ctx) { (void)arg, (void)ctx; }
+
+void nb_lane_join(nb_lane *lane, nb_mark m, const char *name) {
+    nb_lane_wait(lane, m);
+    nb_lane_run(lane, name, NB_SPAN_OTHER, -1, nothing, NULL);
+}
+
 nb_mark nb_lane_mark(nb_lane *lane) {
     NB_ASSERT(lane);
     nb_graph *g;

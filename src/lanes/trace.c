@@ -199,6 +199,7 @@ void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path) {
 typedef struct {
     int lane;
     double a, b;
+    int moves; /* a transfer: COMM, H2D, D2H or OTHER */
 } interval;
 
 static int interval_cmp(const void *pa, const void *pb) {
@@ -231,7 +232,8 @@ static size_t collect_intervals(nb_lanes *L, int step, double t0, double t1, int
         if (step >= 0 && s->step != step) continue;
         if (s->lane < 0 || s->lane >= lanes) continue;
         double a = s->t0 > t0 ? s->t0 : t0, b = s->t1 < t1 ? s->t1 : t1;
-        if (b > a) iv[n++] = (interval){s->lane, a, b};
+        int moves = s->kind == NB_SPAN_COMM || s->kind == NB_SPAN_H2D || s->kind == NB_SPAN_D2H || s->kind == NB_SPAN_OTHER;
+        if (b > a) iv[n++] = (interval){s->lane, a, b, moves};
     }
     NB_ASSERT(pthread_mutex_unlock(&t->mu) == 0);
     *out = iv;
@@ -273,6 +275,29 @@ static double overlap_measure(const interval *iv, size_t n) {
     return total;
 }
 
+/* Union of the intervals keep() selects, sorted and disjoint, into out; returns the count. */
+static size_t union_of(const interval *iv, size_t n, int lane, int transfers, interval *out) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (transfers ? iv[i].lane != lane && iv[i].moves : iv[i].lane == lane) out[m++] = (interval){0, iv[i].a, iv[i].b, 0};
+    return merge_per_lane(out, m);
+}
+
+/* Time the transfers of other lanes ran while `lane` was idle. */
+static double exposed_measure(const interval *iv, size_t n, int lane) {
+    interval *c = nb_malloc((n ? n : 1) * sizeof *c, "step statistics"), *x = nb_malloc((n ? n : 1) * sizeof *x, "step statistics");
+    size_t nc = union_of(iv, n, lane, 0, c), nx = union_of(iv, n, lane, 1, x);
+    double total = 0, both = 0;
+    for (size_t i = 0; i < nx; i++) total += x[i].b - x[i].a;
+    for (size_t i = 0, j = 0; i < nx && j < nc;) { /* |x and c| over two sorted disjoint lists */
+        double a = x[i].a > c[j].a ? x[i].a : c[j].a, b = x[i].b < c[j].b ? x[i].b : c[j].b;
+        if (b > a) both += b - a;
+        if (x[i].b < c[j].b) i++; else j++;
+    }
+    free(c), free(x);
+    return total - both;
+}
+
 nb_step_stats nb_lanes_step_stats(nb_lanes *L, int step, int lane, double t0, double t1) {
     NB_ASSERT(L && lane >= 0 && lane < nb_lanes_count(L));
     nb_step_stats st = {0};
@@ -285,6 +310,7 @@ nb_step_stats nb_lanes_step_stats(nb_lanes *L, int step, int lane, double t0, do
         if (iv[i].lane == lane) st.busy_s += iv[i].b - iv[i].a;
     st.bubble_pct = 100.0 * (st.window_s - st.busy_s) / st.window_s;
     st.overlap_pct = 100.0 * overlap_measure(iv, n) / st.window_s;
+    st.exposed_pct = 100.0 * exposed_measure(iv, n, lane) / st.window_s;
     free(iv);
     return st;
 }

@@ -78,6 +78,13 @@ struct nb_sc_stage {
     int nserve, nown;
     int64_t *d_serve, *d_serve_off, *d_own;
     int32_t *d_own_order, *d_own_seg;
+    float *work; /* [lookups, E] the batch's unique rows (owner blocks), as the rows all-to-all left them */
+    /* pipelined: the served rows the batch before updates (owner: its local rows, their positions
+     * in the asker's block, per asker), and where the re-sent rows go (asker: work offsets) */
+    size_t *resync_out, *resync_out_displ, *resync_in, *resync_in_displ; /* [world] */
+    int64_t *h_resync_src, *h_resync_pos, *h_resync_dst;
+    int nresync_out, nresync_in;
+    int64_t *d_resync_src, *d_resync_dst;
 };
 
 static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
@@ -323,6 +330,16 @@ static void layout_stage_shard(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage
     s->h_own_seg = take(m, AR_PIN, (NS + 1) * sizeof(int32_t));
     s->h_own_inverse = take(m, AR_HOST, NS * sizeof(int32_t));
     s->h_own_keys = take(m, AR_HOST, 2 * NS * sizeof(uint64_t));
+    s->work = dev ? dev->work : F32(m, NLK * (size_t)m->cfg.E);
+    if (m->pipelined) {
+        s->resync_out = take(m, AR_HOST, 4 * N * sizeof(size_t));
+        s->resync_out_displ = s->resync_out + N, s->resync_in = s->resync_out + 2 * N, s->resync_in_displ = s->resync_out + 3 * N;
+        s->h_resync_src = take(m, AR_PIN, NS * sizeof(int64_t));
+        s->h_resync_pos = take(m, AR_HOST, NS * sizeof(int64_t));
+        s->h_resync_dst = take(m, AR_PIN, NLK * sizeof(int64_t));
+        s->d_resync_src = on_cpu(m) ? s->h_resync_src : take(m, AR_DEV, NS * sizeof(int64_t));
+        s->d_resync_dst = on_cpu(m) ? s->h_resync_dst : take(m, AR_DEV, NLK * sizeof(int64_t));
+    }
     if (on_cpu(m)) {
         s->d_serve = s->h_serve, s->d_serve_off = s->h_serve_off, s->d_own = s->h_own;
         s->d_own_order = s->h_own_order, s->d_own_seg = s->h_own_seg;
@@ -388,10 +405,15 @@ static void layout_state(nb_sc_model *m) {
     m->d_w = m->be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams);
     if (sharded(m)) { /* the batch's rows, the owner's lookups and the gradients it gets, their sums */
         size_t NS = m->max_served * (size_t)m->cfg.E;
-        m->d_work = F32(m, NU);
         m->d_serve_rows = F32(m, NS);
         m->d_serve_grads = F32(m, NS);
         m->d_own_grads = F32(m, NS);
+        if (m->pipelined) {
+            m->d_resync_rows = F32(m, NS);
+            m->d_resync_in = F32(m, NU);
+            m->d_iota = take(m, AR_DEV, max_lookups(m) * sizeof(int64_t));
+            m->h_iota = on_cpu(m) ? m->d_iota : take(m, AR_PIN, max_lookups(m) * sizeof(int64_t));
+        }
     }
     m->d_eacc = m->emb_opt != NB_SC_ADAM ? F32(m, rows) : NULL;
     m->d_em = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
@@ -417,9 +439,10 @@ static void layout_state(nb_sc_model *m) {
 
 static void layout(nb_sc_model *m) {
     layout_state(m);
-    layout_stage(m, m->stages[0], NULL);
-    layout_stage(m, m->stages[1], m->stages[0]);
-    layout_stage(m, m->stages[2], m->stages[0]);
+    /* the stages share one set of device lists (the copies and every use are ordered on the
+     * model's lane), except when pipelined: the next batch's lists are copied in while this one's
+     * are read */
+    for (int k = 0; k <= NB_SC_RING; k++) layout_stage(m, m->stages[k], k && !m->pipelined ? m->stages[0] : NULL);
     layout_acts(m);
 }
 
@@ -459,8 +482,11 @@ static void plan_shard(nb_sc_model *m, const nb_sc_shard *shard) {
     m->max_served = (size_t)N * (per_rank ? per_rank : 1);
 }
 
-void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be, int emb_opt,
-                const nb_sc_shard *shard, nb_arena *dev, nb_arena *pinned, nb_arena *host) {
+void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be,
+                const nb_sc_plan_opts *po, nb_arena *dev, nb_arena *pinned, nb_arena *host) {
+    nb_sc_plan_opts none = {.emb_opt = -1};
+    if (!po) po = &none;
+    int emb_opt = po->emb_opt;
     memset(m, 0, sizeof *m);
     check_config(cfg, max_batch);
     m->cfg = *cfg;
@@ -482,12 +508,13 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
         NB_CHECK(rows >= 1, "every table needs at least one row", "table %d has %lld rows", t, (long long)rows);
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
-    plan_shard(m, shard);
+    plan_shard(m, po->shard.world > 0 ? &po->shard : NULL);
+    m->pipelined = po->pipelined && sharded(m);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
     acts_tables(m);
-    for (int k = 0; k < 3; k++) m->stages[k] = nb_calloc(1, sizeof(nb_sc_stage), "seqctr batch");
+    for (int k = 0; k <= NB_SC_RING; k++) m->stages[k] = nb_calloc(1, sizeof(nb_sc_stage), "seqctr batch");
     m->ar_dev = dev, m->ar_pin = pinned, m->ar_host = host;
     m->ar_start[AR_DEV] = dev->planned, m->ar_start[AR_PIN] = pinned->planned, m->ar_start[AR_HOST] = host->planned;
     layout(m);
@@ -517,7 +544,12 @@ void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
     layout(m);
     m->stage = m->stages[0];
     m->uniq_rows = m->stage->h_uniq;
+    m->nqueue = 0, m->ring = 0, m->prepared = m->next = m->latest = m->prev_train = NULL;
     init_params(m, m->init_kind);
+    if (m->h_iota) {
+        for (size_t i = 0; i < max_lookups(m); i++) m->h_iota[i] = (int64_t)i;
+        if (!on_cpu(m)) m->be->to_backend(ctx, m->d_iota, m->h_iota, max_lookups(m) * sizeof(int64_t));
+    }
     init_tables(m);
     const nb_task_ctx *saved = m->ctx;
     m->ctx = ctx;
@@ -546,7 +578,7 @@ void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const
     nb_arena_init(&own[AR_PIN], "seqctr pinned", (nb_device){NB_DEV_CPU, 0}, 0,
                   (nb_allocator_i){own_pin_alloc, own_pin_free, (void *)be});
     nb_arena_init(&own[AR_HOST], "seqctr host", (nb_device){NB_DEV_CPU, 0}, 0, nb_host_allocator);
-    nb_sc_plan(&tmp, cfg, max_batch, be, -1, NULL, &own[AR_DEV], &own[AR_PIN], &own[AR_HOST]);
+    nb_sc_plan(&tmp, cfg, max_batch, be, NULL, &own[AR_DEV], &own[AR_PIN], &own[AR_HOST]);
     *m = tmp;
     for (int k = 0; k < 3; k++) nb_arena_alloc(&own[k], "lower the batch or the table sizes");
     m->own_arenas = own;
@@ -562,7 +594,7 @@ void nb_sc_free(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
     if (!a) return;
     free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
-    for (int k = 0; k < 3; k++) free(m->stages[k]);
+    for (int k = 0; k <= NB_SC_RING; k++) free(m->stages[k]);
     free(m->spans);
     free(a);
     if (m->own_arenas) {
@@ -637,13 +669,32 @@ static int bucket_rows(int n, int cap) {
     return b < cap ? (int)b : cap;
 }
 
+/* Training batches go round the ring: at most the step's batch, the next one and the one after
+ * are in use at a time (a pipelined schedule fetches the next one's rows while the step trains,
+ * and the host prepares the one after). */
 void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
     check_batch(m, b);
-    nb_sc_stage *s = m->stages[m->prep];
-    m->prep ^= 1;
+    NB_CHECK(m->nqueue < NB_SC_RING - 1, "this is a bug in nobubble; please report it",
+             "seqctr: %d batches prepared ahead of the step (at most %d)", m->nqueue + 1, NB_SC_RING - 1);
+    nb_sc_stage *s = m->stages[m->ring];
+    m->ring = (m->ring + 1) % NB_SC_RING;
     prepare_into(m, b, s);
-    m->prepared = s;
+    m->queue[m->nqueue++] = s;
+    m->prepared = m->queue[0];
+    m->prev_train = m->latest && m->latest != m->stages[NB_SC_RING] ? m->latest : m->prev_train;
+    m->latest = s;
     m->stage_nh = s->nh_real;
+}
+
+void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced) {
+    *distinct = m->stage ? m->stage->nuniq : 0;
+    *resynced = m->stage && m->pipelined ? m->stage->nresync_in : 0;
+}
+
+int nb_sc_current_slot(const nb_sc_model *m) {
+    for (int k = 0; k <= NB_SC_RING; k++)
+        if (m->stage == m->stages[k]) return k;
+    return 0;
 }
 
 int nb_sc_prepared_rows(const nb_sc_model *m) { return m->stage ? m->stage->nh : 0; }
@@ -669,15 +720,17 @@ static void ask_owners(const nb_sc_model *m, nb_sc_stage *s, size_t nlookups) {
     for (size_t i = 0; i < nlookups; i++) s->h_rows[i] = s->h_inverse[i];
 }
 
+static void find_collisions(nb_sc_model *m, nb_sc_stage *s);
+
 void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked) {
-    NB_ASSERT(sharded(m) && m->prepared);
-    *ids = m->prepared->h_ask;
-    *asked = m->prepared->asked;
+    NB_ASSERT(sharded(m) && m->latest);
+    *ids = m->latest->h_ask;
+    *asked = m->latest->asked;
 }
 
 void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
-    NB_ASSERT(sharded(m) && m->prepared);
-    nb_sc_stage *s = m->prepared;
+    NB_ASSERT(sharded(m) && m->latest);
+    nb_sc_stage *s = m->latest;
     size_t n = 0;
     for (int j = 0; j < m->shard.world; j++) s->served_displ[j] = n, s->served[j] = served[j], n += served[j];
     NB_CHECK(n <= m->max_served, "this is a bug in nobubble; please report it",
@@ -694,24 +747,87 @@ void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
     /* the owner's sum per row: each row's requests in asker (rank) order */
     s->nown = nb_embag_unique_groups(s->h_own, s->h_own_order, s->h_own_seg, s->h_own_inverse, s->h_serve, (int)n,
                                      s->h_own_keys);
+    if (m->pipelined) find_collisions(m, s);
 }
 
-void nb_sc_exchange_of(const nb_sc_model *m, int current, nb_sc_exchange *x) {
-    const nb_sc_stage *s = current ? m->stage : m->prepared;
+/* Is row in the sorted rows[0..n)? */
+static int has_row(const int64_t *rows, int n, int64_t row) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (rows[mid] < row) lo = mid + 1; else hi = mid;
+    }
+    return lo < n && rows[lo] == row;
+}
+
+/* The served rows of s that the training batch before it updates on this owner (its unique
+ * rows: prev->h_own): fetched before that update, they are sent again after it. The evaluation
+ * stage and a batch with nothing before it have none. */
+static void find_collisions(nb_sc_model *m, nb_sc_stage *s) {
+    const nb_sc_stage *prev = m->prev_train;
+    int N = m->shard.world, c = 0;
+    for (int j = 0; j < N; j++) {
+        s->resync_out_displ[j] = (size_t)c;
+        if (prev && s != m->stages[NB_SC_RING])
+            for (size_t q = 0; q < s->served[j]; q++) {
+                int64_t row = s->h_serve[s->served_displ[j] + q];
+                if (!has_row(prev->h_own, prev->nown, row)) continue;
+                s->h_resync_src[c] = row;
+                s->h_resync_pos[c++] = (int64_t)q;
+            }
+        s->resync_out[j] = (size_t)c - s->resync_out_displ[j];
+    }
+    s->nresync_out = c;
+}
+
+void nb_sc_collisions(const nb_sc_model *m, const int64_t **pos, const size_t **counts) {
+    NB_ASSERT(m->pipelined && m->latest);
+    *pos = m->latest->h_resync_pos;
+    *counts = m->latest->resync_out;
+}
+
+void nb_sc_set_resync(nb_sc_model *m, const int64_t *pos, const size_t *counts) {
+    NB_ASSERT(m->pipelined && m->latest);
+    nb_sc_stage *s = m->latest;
+    int64_t E = m->cfg.E;
+    size_t n = 0;
+    for (int j = 0; j < m->shard.world; j++) {
+        s->resync_in_displ[j] = n, s->resync_in[j] = counts[j];
+        for (size_t q = 0; q < counts[j]; q++, n++) {
+            NB_CHECK(pos[n] >= 0 && (size_t)pos[n] < s->asked[j], "this is a bug in nobubble; please report it",
+                     "rank %d: owner %d re-syncs position %lld of %zu rows asked", m->shard.rank, j, (long long)pos[n], s->asked[j]);
+            s->h_resync_dst[n] = ((int64_t)s->asked_displ[j] + pos[n]) * E;
+        }
+    }
+    s->nresync_in = (int)n;
+}
+
+void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x) {
+    const nb_sc_stage *s = which == NB_SC_CURRENT ? m->stage : which == NB_SC_NEXT ? m->next : m->latest;
     NB_ASSERT(sharded(m) && s);
-    *x = (nb_sc_exchange){m->d_serve_rows, m->d_work, m->d_uniq_grads, m->d_serve_grads,
-                          s->asked, s->asked_displ, s->served, s->served_displ};
+    *x = (nb_sc_exchange){m->d_serve_rows, s->work, m->d_uniq_grads, m->d_serve_grads, m->d_resync_rows, m->d_resync_in,
+                          s->asked, s->asked_displ, s->served, s->served_displ,
+                          s->resync_out, s->resync_out_displ, s->resync_in, s->resync_in_displ};
 }
 
+/* Evaluation batches: the stage after the ring, which no training batch uses. */
 void *nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b) {
     check_batch(m, b);
-    nb_sc_stage *ahead = m->prepared;
-    prepare_into(m, b, m->stages[2]);
-    m->prepared = m->stages[2];
-    return ahead;
+    nb_sc_stage *latest = m->latest;
+    prepare_into(m, b, m->stages[NB_SC_RING]);
+    m->latest = m->stages[NB_SC_RING];
+    return latest;
 }
 
-void nb_sc_end_aside(nb_sc_model *m, void *ahead) { m->prepared = ahead; }
+static void begin_stage(nb_sc_model *m, nb_sc_stage *s) {
+    m->stage = s;
+    m->uniq_rows = s->h_uniq;
+    m->nuniq = s->nuniq;
+}
+
+void nb_sc_begin_aside(nb_sc_model *m) { begin_stage(m, m->stages[NB_SC_RING]); }
+
+void nb_sc_end_aside(nb_sc_model *m, void *latest) { m->latest = latest; }
 
 static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     int B = b->B, E = m->cfg.E, D0 = m->D0;
@@ -763,9 +879,8 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */
-static void upload_batch(nb_sc_model *m, nb_ctx c) {
+static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (on_cpu(m)) return;
-    nb_sc_stage *s = m->stage;
     const nb_backend_i *be = m->be;
     size_t n = (size_t)s->nlk, U = (size_t)s->nuniq;
     be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * NB_SC_NDENSE * sizeof(float));
@@ -784,12 +899,45 @@ static void upload_batch(nb_sc_model *m, nb_ctx c) {
     be->to_backend(c, s->d_own, s->h_own, no * sizeof(int64_t));
     be->to_backend(c, s->d_own_order, s->h_own_order, ns * sizeof(int32_t));
     be->to_backend(c, s->d_own_seg, s->h_own_seg, (no + 1) * sizeof(int32_t));
+    if (!m->pipelined) return;
+    be->to_backend(c, s->d_resync_src, s->h_resync_src, (size_t)s->nresync_out * sizeof(int64_t));
+    be->to_backend(c, s->d_resync_dst, s->h_resync_dst, (size_t)s->nresync_in * sizeof(int64_t));
 }
 
+static void upload_batch(nb_sc_model *m, nb_ctx c) { upload_stage(m, c, m->stage); }
+
 /* Sharded: the rows the askers want, from this owner's shard, fp32 (the all-to-all moves them). */
-static void serve_rows(nb_sc_model *m, nb_ctx c) {
-    const nb_sc_stage *s = m->stage;
+static void serve_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, s->d_serve, s->nserve, m->cfg.E);
+}
+
+static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage); }
+
+/* Pipelined, once the step's table update is done: the next batch's collision rows, from this
+ * owner's updated shard, to send again (the offsets j * E of the served list serve as theirs). */
+static void resync_serve(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    if (m->skip_resync || !s->nresync_out) return;
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_resync_rows, s->d_serve_off, m->d_emb, s->d_resync_src,
+                                          s->nresync_out, m->cfg.E);
+}
+
+/* And after their all-to-all: the fresh rows over the stale ones in the next batch's work buffer. */
+static void resync_apply(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    if (m->skip_resync || !s->nresync_in) return;
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, s->work, s->d_resync_dst, m->d_resync_in, m->d_iota, s->nresync_in, m->cfg.E);
+}
+
+void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase) {
+    nb_ctx c = ctx ? ctx : CTX(m);
+    const nb_sc_stage *s = m->next;
+    NB_CHECK(s != NULL, "this is a bug in nobubble; please report it", "seqctr: a next-batch phase without a next batch");
+    switch (phase) {
+    case NB_SC_FWD_UPLOAD: upload_stage(m, c, s); break;
+    case NB_SC_EMB_SERVE: serve_stage(m, c, s); break;
+    case NB_SC_RESYNC_SERVE: resync_serve(m, c, s); break;
+    case NB_SC_RESYNC_APPLY: resync_apply(m, c, s); break;
+    default: NB_ASSERT(!"not a next-batch phase");
+    }
 }
 
 /* Sharded, after the gradient all-to-all: each served row's gradient summed over its askers in
@@ -801,7 +949,7 @@ static void sum_served(nb_sc_model *m, nb_ctx c) {
 }
 
 /* The table the batch's lookups read: the tables, or (sharded) the batch's rows from the owners. */
-static const float *lookup_table(const nb_sc_model *m) { return sharded(m) ? m->d_work : m->d_emb; }
+static const float *lookup_table(const nb_sc_model *m) { return sharded(m) ? m->stage->work : m->d_emb; }
 
 static void encoder_fwd(nb_sc_model *m, nb_ctx c, int l, int N) {
     nb_sc_acts *a = m->acts;
@@ -898,11 +1046,11 @@ static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 
 
 /* x0 = [bottom | 26 categorical | target | (pooled, later)] and the target embedding. */
 void nb_sc_begin_step(nb_sc_model *m) {
-    NB_CHECK(m->prepared != NULL, "call nb_sc_prepare before each forward", "seqctr forward without a prepared batch");
-    m->stage = m->prepared;
-    m->prepared = NULL;
-    m->uniq_rows = m->stage->h_uniq;
-    m->nuniq = m->stage->nuniq;
+    NB_CHECK(m->nqueue > 0, "call nb_sc_prepare before each forward", "seqctr forward without a prepared batch");
+    begin_stage(m, m->queue[0]);
+    for (int k = 1; k < m->nqueue; k++) m->queue[k - 1] = m->queue[k];
+    m->nqueue--;
+    m->prepared = m->next = m->nqueue ? m->queue[0] : NULL;
 }
 
 static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
@@ -968,13 +1116,16 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
     }
 }
 
-void nb_sc_forward_enqueue(nb_sc_model *m) {
-    nb_ctx c = CTX(m);
-    nb_sc_begin_step(m);
+static void forward_phases(nb_sc_model *m, nb_ctx c) {
     upload_batch(m, c);
     embedding_fwd(m, c);
     history_fwd(m, c);
     for (int k = 0; k < m->nseg; k++) segment_fwd(m, c, k);
+}
+
+void nb_sc_forward_enqueue(nb_sc_model *m) {
+    nb_sc_begin_step(m);
+    forward_phases(m, CTX(m));
 }
 
 double nb_sc_loss(nb_sc_model *m) {
@@ -990,11 +1141,11 @@ void nb_sc_logits(nb_sc_model *m, float *logits) {
 /* In the third stage: a training batch prepared ahead stays prepared. */
 double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits) {
     check_batch(m, b);
-    nb_sc_stage *ahead = m->prepared;
-    prepare_into(m, b, m->stages[2]);
-    m->prepared = m->stages[2];
-    nb_sc_forward_enqueue(m);
-    m->prepared = ahead;
+    NB_CHECK(!sharded(m), "this is a bug in nobubble; please report it",
+             "nb_sc_forward on a sharded model (its rows come from the owners: nb_sc_prepare_aside)");
+    prepare_into(m, b, m->stages[NB_SC_RING]);
+    begin_stage(m, m->stages[NB_SC_RING]);
+    forward_phases(m, CTX(m));
     if (logits) nb_sc_logits(m, logits);
     return b->label ? nb_sc_loss(m) : 0.0;
 }
@@ -1138,7 +1289,8 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
 
 static const char *PHASE_NAMES[NB_SC_NPHASES] = {
     "batch upload", "embedding serve", "embedding fwd", "history fwd", "dense fwd",     "dense bwd",      "join bwd",
-    "history bwd",  "bottom bwd",      "dense optim",   "embedding bwd", "embedding sum", "embedding optim"};
+    "history bwd",  "bottom bwd",      "dense optim",   "embedding bwd", "embedding sum", "resync serve",
+    "resync apply", "embedding optim"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 

@@ -110,14 +110,30 @@ typedef struct {
     int world, rank;
 } nb_sc_shard;
 
-/* The buffers and row counts of the prepared batch's two all-to-alls (rows asked of / served to
- * rank j, starting at the displacement: multiply by E for floats). Rows: serve_rows (this owner's
+/* The buffers and row counts of a batch's all-to-alls (rows asked of / served to rank j,
+ * starting at the displacement: multiply by E for floats). Rows: serve_rows (this owner's
  * lookups, asker blocks) -> work (the batch's unique rows, owner blocks). Gradients: uniq_grads
- * (owner blocks) -> serve_grads (asker blocks). */
+ * (owner blocks) -> serve_grads (asker blocks). Pipelined models, the re-sync of the rows the
+ * batch before this one updates: resync_rows (this owner's, asker blocks) -> resync_in (owner
+ * blocks), then scattered into work. */
 typedef struct {
-    float *serve_rows, *work, *uniq_grads, *serve_grads;
+    float *serve_rows, *work, *uniq_grads, *serve_grads, *resync_rows, *resync_in;
     const size_t *asked, *asked_displ, *served, *served_displ;
+    const size_t *resync_out, *resync_out_displ, *resync_inn, *resync_in_displ;
 } nb_sc_exchange;
+
+/* How a model is laid out beyond its shape. */
+typedef struct {
+    int emb_opt;       /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
+    nb_sc_shard shard; /* world 0: the tables whole on this rank */
+    /* sharded, for a schedule that fetches the next batch's rows while this one trains: every
+     * training stage keeps its own device lists and work buffer, and the rows a batch shares with
+     * the batch before it are re-synced after that one's update (nb_sc_collisions) */
+    int pipelined;
+} nb_sc_plan_opts;
+
+#define NB_SC_RING 3 /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
+enum { NB_SC_CURRENT = 0, NB_SC_NEXT = 1, NB_SC_LATEST = 2 }; /* which batch: nb_sc_exchange_of */
 
 /* A model lives on one backend (backend.h + backend_ctr.h) and owns no memory: every buffer is
  * a view into three arenas the caller owns (nb_sc_plan / nb_sc_bind; nb_sc_init_on makes its own
@@ -138,7 +154,9 @@ typedef struct {
     nb_sc_shard shard;                   /* world 0: not sharded */
     int64_t shard_stride;                /* ceil(total rows / world): owner-major key = owner * stride + row */
     size_t max_served;                   /* rows one batch may ask of this owner */
-    float *d_work, *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
+    float *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
+    float *d_resync_rows, *d_resync_in; /* pipelined: the re-synced rows, sent and received */
+    int64_t *d_iota, *h_iota;           /* pipelined: 0, 1, 2, ... (the received rows' order) */
     float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
     /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
      * (uniq_rows is built on the host with the batch; uniq_grads is a mirror on CUDA) */
@@ -158,10 +176,18 @@ typedef struct {
     void *d_k, *h_k;            /* AdamW scalars (nb_adamw_scalars[2]) in backend / host memory */
     int nseg, seg_first[NB_SC_MAX_BLOCKS + 1]; /* segments: blocks seg_first[k] .. seg_first[k+1]-1 */
     nb_sc_stage *stage;      /* the batch the last forward read */
-    nb_sc_stage *stages[3];  /* host staging: [0], [1] alternated by nb_sc_prepare, [2] nb_sc_forward's */
-    nb_sc_stage *prepared;   /* the batch the next forward reads */
-    int prep;
-    int stage_nh; /* history rows of the prepared batch (before padding) */
+    /* host staging: a ring of NB_SC_RING training stages filled by nb_sc_prepare (a queue: the
+     * oldest prepared is the next step's) and [NB_SC_RING] for evaluation batches */
+    nb_sc_stage *stages[NB_SC_RING + 1];
+    nb_sc_stage *queue[NB_SC_RING];
+    int nqueue, ring;
+    nb_sc_stage *prepared; /* the batch the next forward reads (queue[0]) */
+    nb_sc_stage *next;     /* after nb_sc_begin_step: the batch after the step's, if prepared */
+    nb_sc_stage *latest;   /* the batch prepared last (its exchange is planned next) */
+    nb_sc_stage *prev_train; /* the training batch prepared before `latest` (pipelined: collisions) */
+    int pipelined;
+    int skip_resync; /* debug: leave the collision rows stale (a test shows the results then differ) */
+    int stage_nh;  /* history rows of the prepared batch (before padding) */
     int pad_rows; /* device backends: histories padded to a bucket (seqctr.c: bucket_rows) */
     nb_sc_acts *acts;
     int max_batch;
@@ -180,22 +206,36 @@ typedef struct {
  * activations, the batch's index lists; pinned: their host staging; host: the weights' and the
  * optimizer state's mirrors on CUDA). Nothing is allocated. emb_opt: the tables' optimizer
  * (NB_SC_ADAGRAD, NB_SC_ADAM; -1 both). Fails (nb_fail) on an invalid config. */
-void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be, int emb_opt,
-                const nb_sc_shard *shard, struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
-/* Sharded models (see nb_sc_shard): the prepared batch's rows asked of each owner: ids (local
- * rows, owner blocks) and asked[world] counts. */
+void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be,
+                const nb_sc_plan_opts *po, struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
+/* Sharded models (see nb_sc_shard), for the batch prepared last: its rows asked of each owner:
+ * ids (local rows, owner blocks) and asked[world] counts. */
 void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked);
-/* The rows the other ranks asked of this one for the prepared batch (asker blocks in rank order,
- * served[world] counts, as the id all-to-all delivered them): the owner's lookups and the plan
- * of its gradient sums. Fails on a row outside this shard. */
+/* The rows the other ranks asked of this one for the batch prepared last (asker blocks in rank
+ * order, served[world] counts, as the id all-to-all delivered them): the owner's lookups and the
+ * plan of its gradient sums. Fails on a row outside this shard. */
 void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served);
-/* The prepared (or, after nb_sc_begin_step, the current) batch's exchange buffers and counts. */
-void nb_sc_exchange_of(const nb_sc_model *m, int current, nb_sc_exchange *x);
+/* Pipelined, after nb_sc_serve: the served rows the previous training batch updates on this
+ * owner (its rows come from this owner before that update: they are sent again after it). pos:
+ * their positions in each asker's block, counts[world] per asker, to be sent to the askers. */
+void nb_sc_collisions(const nb_sc_model *m, const int64_t **pos, const size_t **counts);
+/* The askers' side: the positions each owner sent (owner blocks, counts[world]), where the
+ * re-synced rows go in the batch's work buffer. */
+void nb_sc_set_resync(nb_sc_model *m, const int64_t *pos, const size_t *counts);
+/* A batch's exchange buffers and counts: NB_SC_CURRENT (the step's, after nb_sc_begin_step),
+ * NB_SC_NEXT (the one after it), NB_SC_LATEST (prepared last). */
+void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x);
+/* Phases of the batch after the step's (pipelined: NB_SC_FWD_UPLOAD, NB_SC_EMB_SERVE,
+ * NB_SC_RESYNC_SERVE, NB_SC_RESYNC_APPLY), enqueued while the step's batch trains. */
+void nb_sc_enqueue_next_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, int phase);
 /* A batch of a sharded model's evaluation, prepared into the evaluation stage (its exchange then
- * runs like a training batch's); returns the training batch prepared ahead, for nb_sc_end_aside,
- * which makes it the prepared batch again. */
+ * runs like a training batch's: nb_sc_asked / nb_sc_serve see it as the batch prepared last);
+ * nb_sc_begin_aside makes it the current batch; nb_sc_end_aside(m, token) hands the exchange
+ * back to the training batches (token: what nb_sc_prepare_aside returned). Training batches
+ * prepared ahead stay prepared. */
 void *nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b);
-void nb_sc_end_aside(nb_sc_model *m, void *ahead);
+void nb_sc_begin_aside(nb_sc_model *m);
+void nb_sc_end_aside(nb_sc_model *m, void *token);
 /* Once the arenas are allocated (and zeroed): binds every view and initialises the weights
  * (deterministic from cfg.seed), copied to the backend on ctx. */
 void nb_sc_bind(nb_sc_model *m, const struct nb_task_ctx *ctx);
@@ -251,6 +291,8 @@ typedef enum {
     NB_SC_OPT_DENSE,  /* AdamW */
     NB_SC_BWD_EMB,    /* the unique rows' embedding gradient (their count changes per batch) */
     NB_SC_EMB_SUM,    /* sharded, after the gradient all-to-all: the owner's sum per row, in rank order */
+    NB_SC_RESYNC_SERVE, /* pipelined, after the step's table update: the next batch's collision rows */
+    NB_SC_RESYNC_APPLY, /* and after their all-to-all: into the next batch's work buffer */
     NB_SC_OPT_EMB,    /* sparse optimizer on the touched rows */
     NB_SC_NPHASES
 } nb_sc_phase;
@@ -259,6 +301,12 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_ph
 /* With the phases: makes the prepared batch the step's (forward_enqueue does it itself). Call
  * it from the thread that prepares, before the step's first phase is enqueued. */
 void nb_sc_begin_step(nb_sc_model *m);
+/* The ring slot (0 .. NB_SC_RING-1) of the step's batch: pipelined device steps capture a graph
+ * per slot (each slot has its own device lists). */
+int nb_sc_current_slot(const nb_sc_model *m);
+/* The step's batch: its distinct rows (the rows a sharded batch moves), and (pipelined) how many
+ * of them were re-synced after the step before updated them. */
+void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced);
 const char *nb_sc_phase_name(nb_sc_phase p);
 /* History rows (with the padding) of the batch the next phases read: the step's graph key. */
 int nb_sc_prepared_rows(const nb_sc_model *m);

@@ -214,7 +214,7 @@ int nb_run_nonfinite(nb_run *r, const float *p, size_t n) {
 
 static void check_schedule(const nb_run *r) {
     const char *why = NULL;
-    NB_CHECK(r->sched != NULL, "pass --schedule plain, erase or stream", "unknown --schedule '%s' (the schedules: %s)",
+    NB_CHECK(r->sched != NULL, "pass one of the schedules listed (nobubble train --help)", "unknown --schedule '%s' (the schedules: %s)",
              r->o.schedule, nb_sched_names());
     NB_CHECK(!r->sched->applies || r->sched->applies(r->fam, &why), "pick another --schedule (nobubble train --help lists them)",
              "--schedule %s does not run %s models: %s", r->sched->name, r->fam->name, why ? why : "");
@@ -307,6 +307,7 @@ void nb_run_free(nb_run *r) {
     nb_arena_free(&r->dev), nb_arena_free(&r->pinned), nb_arena_free(&r->host);
     nb_items_free(&r->items.pre), nb_items_free(&r->items.input), nb_items_free(&r->items.tail);
     nb_items_free(&r->items.post), nb_items_free(&r->items.opt);
+    nb_items_free(&r->items.next), nb_items_free(&r->items.resync);
     for (int s = 0; s < NB_MAX_SEGMENTS; s++) nb_items_free(&r->items.fwd[s]), nb_items_free(&r->items.bwd[s]);
     nb_backend_destroy(r->backend);
     free(r->train_hist.step), free(r->train_hist.loss), free(r->val_hist.step), free(r->val_hist.loss);
@@ -383,6 +384,7 @@ static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats 
     nb_json_knum(&w, key, r->fam->per_step(r) / secs);
     nb_json_knum(&w, "bubble_pct", st->bubble_pct);
     nb_json_knum(&w, "overlap_pct", st->overlap_pct);
+    nb_json_knum(&w, "exposed_pct", st->exposed_pct);
     nb_json_end_obj(&w);
     fprintf(r->metrics, "%s\n", nb_json_text(&w));
     NB_CHECK(fflush(r->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
@@ -510,13 +512,16 @@ static void run_step(nb_run *r, int step, int first) {
         if (k > 0) nb_mark_wait_host(nb_lane_mark(r->compute));
         r->micro = k;
         if (r->fam->begin_micro) r->fam->begin_micro(r, k);
-        nb_items_run(r, &r->items.pre, r->compute, step);
+        if (!r->sched->prefetches || step == first) nb_items_run(r, &r->items.pre, r->compute, step);
+        if (r->sched->prologue) r->sched->prologue(r, step);
         run_pass(r, step, first, opt_inside);
         if (last && !opt_inside && !r->sched->own_optimizer) {
             if (r->reduced_set) nb_lane_wait(r->compute, r->reduced);
             nb_items_run(r, &r->items.opt, r->compute, step);
         }
+        if (r->sched->before_post) r->sched->before_post(r, step);
         nb_items_run(r, &r->items.post, r->compute, step);
+        if (r->sched->epilogue) r->sched->epilogue(r, step);
         if (!last && r->fam->enqueue_results) r->fam->enqueue_results(r, step);
     }
 }

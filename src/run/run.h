@@ -76,9 +76,13 @@ typedef struct {
  * of the gradients); the schedule runs input .. tail, once per micro-batch. pre, post: items the
  * run enqueues before and after the step, outside any graph capture (work whose sizes change
  * from batch to batch: copies in, the touched embedding rows). */
+/* next, resync: a family that can fetch ahead (nb_family_i.fetches_ahead) also gives the pre
+ * items of the batch after the step's (for a pipelining schedule to run while the step trains),
+ * and the items that bring that batch's fetched inputs up to date after the step's update. */
 typedef struct {
     int nseg;
     nb_items pre, input, fwd[NB_MAX_SEGMENTS], bwd[NB_MAX_SEGMENTS], tail, opt, post;
+    nb_items next, resync;
 } nb_step_items;
 
 /* A held-out evaluation: the mean loss, and for CTR models normalized entropy and AUC. */
@@ -152,6 +156,8 @@ typedef struct nb_family_i {
     /* which captured graph serves this step (graphs of different keys may have different
      * shapes); -1: run this step eagerly */
     int (*graph_key)(nb_run *r);
+    /* 1: it fills items.next and items.resync (a pipelining schedule can run it) */
+    int fetches_ahead;
     /* the family talks to other ranks even at one rank (NULL: only with several) */
     int (*wants_comm)(const nb_train_opts *o);
     /* state held in shards, one per rank: adds this rank's tensors to shard (when not NULL),

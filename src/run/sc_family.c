@@ -20,6 +20,7 @@
 #include "run/run.h"
 #include "run/ckpt.h"
 #include "run/step_stats.h"
+#include "sched/sched.h"
 
 /* One phase of the step (seqctr.h's nb_sc_phase; seg for the per-segment ones), a span of its
  * own, so the trace gives the step breakdown and the timeline. */
@@ -28,6 +29,12 @@ typedef struct {
     nb_sc_phase phase;
     int seg;
 } sc_work;
+
+typedef struct {
+    uint64_t pos;
+    double fill_s, prep_s;
+    int nh;
+} sc_ahead;
 
 typedef struct sc_train {
     nb_run *run;
@@ -44,10 +51,15 @@ typedef struct sc_train {
     nb_sc_optim optim;
     nb_task_ctx ctx;   /* the compute lane's, kept for the model's calls from the host */
     int step;          /* the step whose items run (the sparse optimizer's t = step + 1) */
-    int prefetched;    /* a batch is prepared for the next step */
-    uint64_t next_pos; /* the source position of the prepared batch's first sample */
-    double fill_s, prep_s; /* host time of the last prefetch: samples, index lists */
-    sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS];
+    /* batches prepared ahead, oldest first (the model's queue): each one's source position (of
+     * its global batch's first sample), host times (samples, index lists) and history rows */
+    sc_ahead ahead[NB_SC_RING];
+    int nahead;
+    int pipelined; /* the schedule fetches the next batch while the step trains (two batches ahead) */
+    size_t *resync_cnt; /* [world * world] pipelined: collision rows owner j sends rank k at j * world + k */
+    size_t *resync_in, *resync_in_displ, *resync_out_displ; /* [world] each */
+    int64_t *resync_pos; /* [max lookups] received collision positions */
+    sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS], next[NB_SC_NPHASES];
     /* the summary's statistics, over the steps after warm-up */
     double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, host_s[2], t_start;
     double *step_secs;
@@ -134,6 +146,12 @@ static void work_phase(void *arg, const nb_task_ctx *ctx) {
     nb_sc_enqueue_phase(&t->m, ctx, w->phase, w->seg, &t->optim, t->step + 1);
 }
 
+/* A phase of the batch after the step's (pipelined); nothing when there is none (the last step). */
+static void work_next(void *arg, const nb_task_ctx *ctx) {
+    sc_work *w = arg;
+    if (w->t->m.next) nb_sc_enqueue_next_phase(&w->t->m, ctx, w->phase);
+}
+
 static nb_span_kind phase_kind(nb_sc_phase p) {
     if (p <= NB_SC_FWD_SEG) return NB_SPAN_FWD;
     return p == NB_SC_OPT_DENSE || p == NB_SC_OPT_EMB ? NB_SPAN_OPTIM : NB_SPAN_BWD;
@@ -156,7 +174,9 @@ static void element_counts(sc_train *t, const size_t *sc, const size_t *sd, cons
 static void all_to_all_on(nb_run *r, nb_lane *lane, const void *send, void *recv, const size_t *cnt, const char *name) {
     int N = r->world;
     nb_comm_wait(r->comm, nb_lane_mark(lane));
-    nb_lane_wait(lane, nb_comm_all_to_all_v(r->comm, send, cnt, cnt + N, recv, cnt + 2 * N, cnt + 3 * N, NB_COMM_F32, name));
+    /* joined: later marks of the lane (the next lane's waits, the step's end) cover the exchange */
+    nb_lane_join(lane, nb_comm_all_to_all_v(r->comm, send, cnt, cnt + N, recv, cnt + 2 * N, cnt + 3 * N, NB_COMM_F32, name),
+                 "wait all-to-all");
 }
 
 /* Sharded: the owners' rows to the ranks that asked (into the batch's work buffer); the compute
@@ -165,7 +185,7 @@ static void hook_rows(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
     nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, 1, &x);
+    nb_sc_exchange_of(&t->m, NB_SC_CURRENT, &x);
     element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
     all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all");
 }
@@ -175,9 +195,36 @@ static void hook_grads(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
     nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, 1, &x);
+    nb_sc_exchange_of(&t->m, NB_SC_CURRENT, &x);
     element_counts(t, x.asked, x.asked_displ, x.served, x.served_displ);
     all_to_all_on(r, lane, x.uniq_grads, x.serve_grads, t->cnt, "grads all-to-all");
+}
+
+/* Pipelined: the next batch's rows, fetched while the step trains. */
+static void hook_rows_next(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    if (!t->m.next) return;
+    nb_sc_exchange x;
+    nb_sc_exchange_of(&t->m, NB_SC_NEXT, &x);
+    element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
+    all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all (next)");
+}
+
+/* Pipelined, after the step's update: the next batch's rows that the update changed, again. */
+static void hook_resync(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    if (!t->m.next || t->m.skip_resync) return;
+    nb_sc_exchange x;
+    nb_sc_exchange_of(&t->m, NB_SC_NEXT, &x);
+    element_counts(t, x.resync_out, x.resync_out_displ, x.resync_inn, x.resync_in_displ);
+    all_to_all_on(r, lane, x.resync_rows, x.resync_in, t->cnt, "resync all-to-all");
+}
+
+static void add_next(nb_items *l, sc_train *t, nb_sc_phase p, const char *name) {
+    t->next[p] = (sc_work){t, p, 0};
+    nb_items_add(l, name, p == NB_SC_FWD_UPLOAD ? NB_SPAN_H2D : NB_SPAN_OTHER, work_next, &t->next[p]);
 }
 
 static void build_items(nb_run *r, sc_train *t) {
@@ -213,6 +260,14 @@ static void build_items(nb_run *r, sc_train *t) {
         add_fixed(&it->post, t, NB_SC_EMB_SUM);
     }
     add_fixed(&it->post, t, NB_SC_OPT_EMB);
+    if (t->pipelined) {
+        add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
+        add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
+        nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
+        add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
+        nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
+        add_next(&it->resync, t, NB_SC_RESYNC_APPLY, "resync apply");
+    }
     t->dense_bucket = (nb_bucket){{0, 0}, {t->m.nparams, 0}, 1};
     nb_run_set_buckets(r, &t->dense_bucket, 1);
     r->grad_sum = t->m.d_grads;
@@ -258,14 +313,20 @@ static int shard_opts(const nb_train_opts *o, int world) {
     return !strcmp(o->emb_shard, "row") || (!strcmp(o->emb_shard, "auto") && world > 1);
 }
 
-static int sc_wants_comm(const nb_train_opts *o) { return shard_opts(o, nb_comm_size()); }
+static int sc_wants_comm(const nb_train_opts *o) {
+    const nb_sched_i *sc = nb_sched_find(o->schedule);
+    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches);
+}
 
 /* This rank's slice of the global batch, and whether the tables are sharded. */
 static void plan_ranks(nb_run *r, sc_train *t) {
     const nb_train_opts *o = &r->o;
-    t->sharded = !r->eval_only && shard_opts(o, r->world);
+    t->pipelined = !r->eval_only && r->sched->prefetches;
+    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined);
     t->Bl = o->batch, t->first = 0;
     if (r->eval_only) return;
+    NB_CHECK(!t->pipelined || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --schedule pipe",
+             "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
     NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
              "--emb-shard none with %d ranks: every rank holding every row is not built (the ranks' row updates would have "
              "to be merged)", r->world);
@@ -289,7 +350,8 @@ static void sc_init(nb_run *r) {
     int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t);
     nb_sc_shard shard = {r->world, r->rank};
-    nb_sc_plan(&t->m, &mc, t->Bl, r->be, emb_opt, t->sharded ? &shard : NULL, &r->dev, &r->pinned, &r->host);
+    nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined};
+    nb_sc_plan(&t->m, &mc, t->Bl, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
@@ -302,6 +364,14 @@ static void sc_init(nb_run *r) {
         t->asked_displ = t->served + N, t->served_displ = t->served + 2 * N;
         t->cnt = nb_malloc(4 * (size_t)N * sizeof(size_t), "the id exchange");
         t->recv_ids = nb_malloc(t->m.max_served * sizeof(int64_t), "the id exchange");
+    }
+    if (t->pipelined) {
+        int N = r->world;
+        t->m.skip_resync = o->pipe_skip_resync;
+        t->resync_cnt = nb_malloc((size_t)N * N * sizeof(size_t), "the collision exchange");
+        t->resync_in = nb_malloc(3 * (size_t)N * sizeof(size_t), "the collision exchange");
+        t->resync_in_displ = t->resync_in + N, t->resync_out_displ = t->resync_in + 2 * N;
+        t->resync_pos = nb_malloc((size_t)(t->m.max_batch * (28 + t->m.cfg.max_len)) * sizeof(int64_t), "the collision exchange");
     }
     t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                              .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
@@ -347,6 +417,7 @@ static void sc_free(nb_run *r) {
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
     free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
+    free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
     nb_sc_free(&t->m);
     nb_ctr_source_close(&t->src);
     free(t->step_secs);
@@ -377,31 +448,56 @@ static void exchange_ids(sc_train *t) {
     nb_sc_serve(&t->m, t->recv_ids, t->served);
 }
 
+/* Pipelined, for a training batch after nb_sc_serve: each owner tells each asker which of the
+ * rows it asked for the batch before will update (their positions in its request block). */
+static void exchange_collisions(sc_train *t) {
+    int N = t->run->world, me = t->run->rank;
+    const int64_t *pos;
+    const size_t *out;
+    nb_sc_collisions(&t->m, &pos, &out);
+    nb_comm_all_gather_host(out, t->resync_cnt, (size_t)N * sizeof(size_t), "collision rows");
+    size_t a = 0, b = 0;
+    for (int j = 0; j < N; j++) {
+        t->resync_in[j] = t->resync_cnt[(size_t)j * N + me];
+        t->resync_out_displ[j] = a, t->resync_in_displ[j] = b;
+        a += out[j], b += t->resync_in[j];
+    }
+    nb_comm_all_to_all_v_host(pos, out, t->resync_out_displ, t->resync_pos, t->resync_in, t->resync_in_displ,
+                              sizeof(int64_t), "collision positions");
+    nb_sc_set_resync(&t->m, t->resync_pos, t->resync_in);
+}
+
 /* The next training batch (this rank's slice): samples, then the model's index lists and, when
  * sharded, the id exchange (host work, timed). */
 static void prefetch(sc_train *t) {
+    NB_ASSERT(t->nahead < NB_SC_RING);
     double t0 = nb_now();
-    t->next_pos = nb_ctr_source_position(&t->src);
+    uint64_t pos = nb_ctr_source_position(&t->src);
     nb_ctr_fill_train_slice(&t->src, &t->batch, t->run->o.batch, t->first, t->Bl);
     double t1 = nb_now();
     nb_sc_prepare(&t->m, &t->batch.b);
     if (t->sharded) exchange_ids(t);
-    t->fill_s = t1 - t0;
-    t->prep_s = nb_now() - t1;
-    t->prefetched = 1;
+    if (t->pipelined) exchange_collisions(t);
+    t->ahead[t->nahead++] = (sc_ahead){pos, t1 - t0, nb_now() - t1, t->m.stage_nh};
 }
+
+/* batches prepared ahead of the step's: one, or two when the schedule fetches the next one while
+ * the step trains (the host prepares the one after) */
+static int lookahead(const sc_train *t) { return t->pipelined ? 2 : 1; }
 
 static void sc_begin_step(nb_run *r, int step) {
     sc_train *t = T(r);
     const nb_train_opts *o = &r->o;
     if (!t->nsteps) t->t_start = nb_now();
-    if (!t->prefetched) prefetch(t);
+    if (!t->nahead) prefetch(t);
+    if (t->pipelined && t->nahead == 1 && step + 1 < o->steps) prefetch(t); /* the first step's next batch */
     if (step >= nb_step_warmup(o->steps)) {
-        t->hist_rows += (double)t->m.stage_nh;
-        t->host_s[0] += t->fill_s;
-        t->host_s[1] += t->prep_s;
+        t->hist_rows += (double)t->ahead[0].nh;
+        t->host_s[0] += t->ahead[0].fill_s;
+        t->host_s[1] += t->ahead[0].prep_s;
     }
-    t->prefetched = 0;
+    for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
+    t->nahead--;
     nb_sc_begin_step(&t->m);
     t->step = step;
     /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */
@@ -410,9 +506,10 @@ static void sc_begin_step(nb_run *r, int step) {
     nb_sc_optim_prepare(&t->m, &t->optim, step + 1);
 }
 
-/* the next batch is made on the host while this step runs */
+/* the next batch (pipelined: the one after it) is made on the host while this step runs */
 static void sc_overlap(nb_run *r, int step) {
-    if (step + 1 < r->o.steps) prefetch(T(r));
+    sc_train *t = T(r);
+    if (step + lookahead(t) < r->o.steps) prefetch(t);
 }
 
 /* "dense fwd 3" is a span of the phase "dense fwd" */
@@ -450,7 +547,7 @@ static void sc_end_step(nb_run *r, int step, nb_mark done) {
 static void sharded_forward(nb_run *r, sc_train *t, const nb_sc_batch *b, float *logits) {
     void *ahead = nb_sc_prepare_aside(&t->m, b);
     exchange_ids(t);
-    nb_sc_begin_step(&t->m);
+    nb_sc_begin_aside(&t->m);
     nb_items_run(r, &r->items.pre, r->compute, t->step);
     nb_items_run(r, &r->items.input, r->compute, t->step);
     for (int k = 0; k < t->m.nseg; k++) nb_items_run(r, &r->items.fwd[k], r->compute, t->step);
@@ -518,7 +615,14 @@ static void sc_print_eval(const nb_run *r, int step, const nb_eval *ev) {
 
 static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb_eval *ev) {
     (void)secs;
+    const sc_train *t = CT(r);
     nb_json_knum(w, "lr", r->lr);
+    if (t->sharded) { /* this rank's batch: the distinct rows it fetched, and those fetched again */
+        int distinct, resynced;
+        nb_sc_batch_rows(&t->m, &distinct, &resynced);
+        nb_json_kint(w, "rows_moved", distinct);
+        if (t->pipelined) nb_json_kint(w, "rows_resynced", resynced);
+    }
     if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
     if (ev && ev->done) {
         nb_json_knum(w, "eval_loss", ev->loss);
@@ -534,7 +638,7 @@ static void sc_metrics_losses(const nb_json *line, double *loss, double *held_ou
 
 static size_t sc_data_pos(const nb_run *r) {
     const sc_train *t = CT(r);
-    return t->prefetched ? t->next_pos : nb_ctr_source_position(&t->src);
+    return t->nahead ? t->ahead[0].pos : nb_ctr_source_position(&t->src);
 }
 
 static void sc_sync_to_host(nb_run *r) { nb_sc_to_host(&T(r)->m); }
@@ -714,7 +818,12 @@ int nb_sc_export(nb_run *r, const char *path) {
 
 /* Device steps are captured per history-row bucket (seqctr.c pads the rows); the CPU backend
  * replays a graph by running its tasks, which read each batch's sizes: one graph. */
-static int sc_graph_key(nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : nb_sc_prepared_rows(&T(r)->m); }
+static int sc_graph_key(nb_run *r) {
+    const nb_sc_model *m = &T(r)->m;
+    if (r->be->device == NB_DEV_CPU) return 0;
+    /* pipelined: each ring slot has its own device lists and work buffer */
+    return m->pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
+}
 
 static const char *sc_model_name(const nb_train_opts *o) {
     (void)o;
@@ -747,5 +856,6 @@ const nb_family_i nb_family_seqctr = {
     .summary = sc_summary,
     .graph_key = sc_graph_key,
     .wants_comm = sc_wants_comm,
+    .fetches_ahead = 1,
     .shard_tensors = sc_shard_tensors,
 };

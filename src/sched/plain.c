@@ -3,8 +3,6 @@
  * input backward, optimizer). Every other schedule is tested against this one. */
 #include "sched/sched.h"
 
-nb_mark nb_plain_step(nb_run *r, int step);
-
 nb_mark nb_plain_step(nb_run *r, int step) {
     const nb_step_items *it = &r->items;
     nb_items_run(r, &it->input, r->compute, step);

@@ -6,6 +6,8 @@
  *   plain   the step's items in order on the compute lane: the reference (plain.c)
  *   erase   detached segments' backward on side lanes while later segments run forward (erase.c)
  *   stream  a transformer's state in host memory, layers streamed through device slots (stream.c)
+ *   pipe    NestPipe's dual-buffer pipelining for seqctr: the next batch's rows fetched while this
+ *           one trains, the rows this step updates sent again before the next one reads them (pipe.c)
  *
  * A schedule's step may return before the device has finished it: the run waits on the mark it
  * returns, and the host may prepare the next batch meanwhile (and a pipelining schedule may
@@ -42,6 +44,15 @@ typedef struct nb_sched_i {
     int graphs;
     /* 1: its step runs the optimizer itself (the family's optimizer items are not run) */
     int own_optimizer;
+    /* 1: it fetches the next batch's inputs while the step trains (the family's items.next, and
+     * items.resync after the step's update): the run enqueues items.pre only for the first step
+     * of a process, whose batch nothing fetched ahead; the family prepares two batches ahead */
+    int prefetches;
+    /* host work around the pass, outside any graph capture (NULL: none): before the pass; after
+     * the optimizer, before the family's post items; after them */
+    void (*prologue)(nb_run *r, int step);
+    void (*before_post)(nb_run *r, int step);
+    void (*epilogue)(nb_run *r, int step);
 } nb_sched_i;
 
 /* The schedule of a --schedule name, or NULL. */
@@ -51,6 +62,8 @@ const nb_sched_i *const *nb_sched_all(void);
 /* "plain, erase or stream" */
 const char *nb_sched_names(void);
 
-extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream;
+extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream, nb_sched_pipe;
+/* plain's step (the pass in order on the compute lane), for schedules that add work around it */
+nb_mark nb_plain_step(nb_run *r, int step);
 
 #endif

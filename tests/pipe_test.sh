@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# --schedule pipe (NestPipe's dual-buffer pipelining, seqctr) on CPU ranks:
+#  - bitwise the synchronous schedule (plain, the tables sharded the same way) at 1, 2 and 4 ranks:
+#    dense weights, AdamW state, every shard, every step's loss; also with --graphs, sparse Adam,
+#    and a stop + resume;
+#  - the re-sync of the rows a step updates is what keeps it so: --pipe-skip-resync (a debug switch)
+#    leaves them stale, and the results differ;
+#  - the trace: from the second step on, the next batch's lookups and rows all-to-all run inside
+#    the step before it (before its table update), and no step but the first fetches its own rows;
+#  - metrics.jsonl: rows moved and re-synced per step, exposed transfer %; clear refusals.
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
+MPI=(mpirun --oversubscribe --allow-run-as-root)
+C=(--model seqctr --data "synth:cap=1000,items=2000,calib=16384,max_len=16" --emb-dim 16 --blocks 3 --cross-rank 32
+   --block-hidden 64 --batch 64 --steps 20 --eval-every 10 --eval-samples 512 --quiet --threads 1 --seed 4 --emb-shard row)
+run() { # run NAME CMD...
+    local name=$1; shift
+    "$@" >"$TMP/$name.log" 2>&1 || { fail "$name (exit $?)"; tail -n 5 "$TMP/$name.log"; }
+}
+all_same() { # all_same DIR_A DIR_B: every checkpoint file and every loss
+    local f
+    for f in "$1"/ckpt/*.safetensors; do cmp -s "$f" "$2/ckpt/$(basename "$f")" || return 1; done
+    [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ]
+}
+
+for n in 1 2 4; do
+    run sync$n "${MPI[@]}" -np $n $NB train "${C[@]}" --out "$TMP/sync$n"
+    run pipe$n "${MPI[@]}" -np $n $NB train "${C[@]}" --schedule pipe --out "$TMP/pipe$n"
+    all_same "$TMP/sync$n" "$TMP/pipe$n" && pass "$n rank(s): pipe is bitwise sync (dense, AdamW, every shard, 20 losses)" \
+        || fail "$n rank(s): pipe differs from sync"
+done
+run skip "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --pipe-skip-resync --out "$TMP/skip"
+resynced=$(grep -o '"rows_resynced":[0-9]*' "$TMP/pipe2/metrics.jsonl" | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
+! all_same "$TMP/sync2" "$TMP/skip" && [ "$resynced" -gt 0 ] \
+    && pass "--pipe-skip-resync (stale rows) differs from sync: the re-sync of $resynced rows over 20 steps is what keeps pipe exact" \
+    || fail "--pipe-skip-resync: no difference (re-synced rows: $resynced)"
+
+run sync-adam "${MPI[@]}" -np 2 $NB train "${C[@]}" --emb-optim adam --out "$TMP/sync-adam"
+for v in "--emb-optim adam" "--graphs"; do
+    tag=$(echo "$v" | tr -dc 'a-z')
+    ref=$TMP/sync2; [ "$tag" = emboptimadam ] && ref=$TMP/sync-adam
+    run v-$tag "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe $v --out "$TMP/v-$tag"
+    all_same "$ref" "$TMP/v-$tag" && pass "2 ranks, pipe $v: bitwise sync" || fail "2 ranks, pipe $v differs from sync"
+done
+run split1 "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --stop-after 7 --out "$TMP/split"
+run split2 "${MPI[@]}" -np 2 $NB train --resume "$TMP/split" --quiet
+all_same "$TMP/pipe2" "$TMP/split" && pass "2 ranks, pipe: stop at 7, resume to 20 == straight, bitwise" || fail "pipe resume differs"
+
+run trace "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --steps 6 --eval-every 0 --no-ckpt --trace "$TMP/t.json" --out "$TMP/t"
+node -e '
+const t = JSON.parse(require("fs").readFileSync(process.argv[1])), all = t.traceEvents || t, lanes = {};
+for (const e of all) if (e.ph === "M" && e.name === "thread_name") lanes[e.tid] = e.args.name;
+const X = all.filter(e => e.ph === "X");
+const of = (step, pred) => X.filter(e => e.args.step === step && pred(e));
+let inside = 0, own = 0;
+for (let s = 0; s < 5; s++) {
+  const next = of(s, e => e.name === "rows all-to-all (next)"), upd = of(s, e => e.name === "embedding optim");
+  if (next.length && upd.length && next.every(a => a.ts + a.dur <= Math.max(...upd.map(u => u.ts + u.dur)))) inside++;
+  if (s > 0) own += of(s, e => e.name === "rows all-to-all").length;
+}
+console.log(`${inside} of 5 steps fetched the next batch inside themselves, before their update; ${own} steps after the first fetched their own rows`);
+process.exit(inside === 5 && own === 0 ? 0 : 1);' "$TMP/t.json" > "$TMP/tr.txt" 2>&1 \
+    && pass "trace: $(cat "$TMP/tr.txt")" || fail "trace: $(cat "$TMP/tr.txt")"
+grep -q '"exposed_pct":' "$TMP/t/metrics.jsonl" && grep -q '"rows_moved":' "$TMP/t/metrics.jsonl" \
+    && pass "metrics.jsonl: $(sed -n 3p "$TMP/t/metrics.jsonl" | grep -o '"rows_moved":[0-9]*,"rows_resynced":[0-9]*' ), exposed_pct" \
+    || fail "metrics.jsonl lacks rows_moved / exposed_pct"
+
+expect_error "pipe for a transformer" "does not run transformer models" $NB train --model gpt2-tiny --schedule pipe --steps 1
+expect_error "pipe with --emb-shard none" "fetches the rows through the sharded" $NB train "${C[@]}" --schedule pipe --emb-shard none --steps 1
+expect_error "--pipe-skip-resync without pipe" "debug switch of --schedule pipe" $NB train "${C[@]}" --pipe-skip-resync --steps 1
+finish
