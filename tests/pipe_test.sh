@@ -7,6 +7,7 @@
 #    leaves them stale, and the results differ;
 #  - the trace: from the second step on, the next batch's lookups and rows all-to-all run inside
 #    the step before it (before its table update), and no step but the first fetches its own rows;
+#  - --emb-place host (owners' shards in host memory) gives the same bits;
 #  - metrics.jsonl: rows moved and re-synced per step, exposed transfer %; clear refusals.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
@@ -41,6 +42,11 @@ for v in "--emb-optim adam" "--graphs"; do
     ref=$TMP/sync2; [ "$tag" = emboptimadam ] && ref=$TMP/sync-adam
     run v-$tag "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe $v --out "$TMP/v-$tag"
     all_same "$ref" "$TMP/v-$tag" && pass "2 ranks, pipe $v: bitwise sync" || fail "2 ranks, pipe $v differs from sync"
+done
+for sc in plain pipe; do # --emb-place host: the owners' shards in host memory (on the CPU backend: the same memory)
+    run host-$sc "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule $sc --emb-place host --out "$TMP/host-$sc"
+    all_same "$TMP/sync2" "$TMP/host-$sc" && pass "2 ranks, $sc --emb-place host: bitwise sync with the shards in device memory" \
+        || fail "2 ranks, $sc --emb-place host differs"
 done
 run split1 "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --stop-after 7 --out "$TMP/split"
 run split2 "${MPI[@]}" -np 2 $NB train --resume "$TMP/split" --quiet

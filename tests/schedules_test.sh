@@ -27,6 +27,8 @@ ROWS=(
     "seqctr|pipe|--emb-shard row|"
     "seqctr|pipe|--emb-shard row --emb-optim adam --graphs|"
     "transformer|pipe|n/a|does not run transformer"
+    "seqctr|sparse-dist|--emb-shard row|"
+    "transformer|sparse-dist|n/a|does not run transformer"
 )
 family_args() { case $1 in transformer) echo "${TF[@]}";; llama) echo "${TF[@]/gpt2-tiny/llama-tiny}";; seqctr) echo "${SC[@]}";; esac; }
 same() { # same NAME DIR_A DIR_B

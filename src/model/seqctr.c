@@ -88,8 +88,12 @@ struct nb_sc_stage {
 };
 
 static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
-static int sharded(const nb_sc_model *m) { return m->shard.world > 0; }
 static int on_cpu(const nb_sc_model *m) { return m->be->device == NB_DEV_CPU; }
+static int sharded(const nb_sc_model *m) { return m->shard.world > 0; }
+/* --emb-place host on a device backend: the shard and its optimizer state in host memory, the
+ * owner's lookups, sums and updates on the host (the CPU's ops), the rows copied over */
+static int host_tables(const nb_sc_model *m) { return m->host_tables && !on_cpu(m); }
+
 static size_t act_es(const nb_sc_model *m) { return nb_dtype_size(m->be->act_dtype); }
 /* element i of an act_dtype buffer */
 static void *AT(const nb_sc_model *m, void *p, size_t i) { return (char *)p + i * act_es(m); }
@@ -400,14 +404,20 @@ static void layout_state(nb_sc_model *m) {
     m->d_grads = F32(m, m->nparams);
     m->d_am = F32(m, m->nparams);
     m->d_av = F32(m, m->nparams);
-    m->d_emb = F32(m, nemb);
+    int ht = host_tables(m);
+    m->d_emb = ht ? take(m, AR_HOST, nemb * sizeof(float)) : F32(m, nemb);
     m->d_uniq_grads = F32(m, NU);
     m->d_w = m->be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams);
     if (sharded(m)) { /* the batch's rows, the owner's lookups and the gradients it gets, their sums */
         size_t NS = m->max_served * (size_t)m->cfg.E;
         m->d_serve_rows = F32(m, NS);
         m->d_serve_grads = F32(m, NS);
-        m->d_own_grads = F32(m, NS);
+        m->d_own_grads = ht ? take(m, AR_HOST, NS * sizeof(float)) : F32(m, NS);
+        if (ht) { /* the host's side of the copies */
+            m->h_serve_rows = take(m, AR_PIN, NS * sizeof(float));
+            m->h_serve_grads = take(m, AR_PIN, NS * sizeof(float));
+            if (m->pipelined) m->h_resync_rows = take(m, AR_PIN, NS * sizeof(float));
+        }
         if (m->pipelined) {
             m->d_resync_rows = F32(m, NS);
             m->d_resync_in = F32(m, NU);
@@ -415,9 +425,10 @@ static void layout_state(nb_sc_model *m) {
             m->h_iota = on_cpu(m) ? m->d_iota : take(m, AR_PIN, max_lookups(m) * sizeof(int64_t));
         }
     }
-    m->d_eacc = m->emb_opt != NB_SC_ADAM ? F32(m, rows) : NULL;
-    m->d_em = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
-    m->d_ev = m->emb_opt != NB_SC_ADAGRAD ? F32(m, nemb) : NULL;
+    int w = ht ? AR_HOST : AR_DEV;
+    m->d_eacc = m->emb_opt != NB_SC_ADAM ? take(m, w, rows * sizeof(float)) : NULL;
+    m->d_em = m->emb_opt != NB_SC_ADAGRAD ? take(m, w, nemb * sizeof(float)) : NULL;
+    m->d_ev = m->emb_opt != NB_SC_ADAGRAD ? take(m, w, nemb * sizeof(float)) : NULL;
     m->d_loss = take(m, AR_DEV, 2 * sizeof(double)); /* the loss, then the dense gradient's sum of squares */
     m->d_k = take(m, AR_DEV, 2 * sizeof(nb_adamw_scalars));
     m->h_k = on_cpu(m) ? m->d_k : take(m, AR_PIN, 2 * sizeof(nb_adamw_scalars));
@@ -428,10 +439,14 @@ static void layout_state(nb_sc_model *m) {
     }
     m->params = take(m, AR_HOST, m->nparams * sizeof(float));
     m->grads = take(m, AR_HOST, m->nparams * sizeof(float));
-    m->emb = take(m, AR_HOST, nemb * sizeof(float));
+    m->emb = ht ? m->d_emb : take(m, AR_HOST, nemb * sizeof(float));
     m->uniq_grads = take(m, AR_HOST, NU * sizeof(float));
     m->am = take(m, AR_HOST, m->nparams * sizeof(float));
     m->av = take(m, AR_HOST, m->nparams * sizeof(float));
+    if (ht) { /* the tables' state lives on the host already */
+        m->eacc = m->d_eacc, m->em = m->d_em, m->ev = m->d_ev;
+        return;
+    }
     m->eacc = m->emb_opt != NB_SC_ADAM ? take(m, AR_HOST, rows * sizeof(float)) : NULL;
     m->em = m->emb_opt != NB_SC_ADAGRAD ? take(m, AR_HOST, nemb * sizeof(float)) : NULL;
     m->ev = m->emb_opt != NB_SC_ADAGRAD ? take(m, AR_HOST, nemb * sizeof(float)) : NULL;
@@ -510,6 +525,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     }
     plan_shard(m, po->shard.world > 0 ? &po->shard : NULL);
     m->pipelined = po->pipelined && sharded(m);
+    m->host_tables = po->host_tables && sharded(m);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
@@ -613,7 +629,7 @@ static void optim_state_copy(nb_sc_model *m, nb_ctx c, int up) {
     float *d[5] = {m->d_am, m->d_av, m->d_eacc, m->d_em, m->d_ev}, *h[5] = {m->am, m->av, m->eacc, m->em, m->ev};
     size_t n[5] = {m->nparams, m->nparams, rows, nemb, nemb};
     for (int k = 0; k < 5; k++) {
-        if (!d[k]) continue;
+        if (!d[k] || d[k] == h[k]) continue; /* host tables: one copy */
         if (up)
             m->be->to_backend(c, d[k], h[k], n[k] * sizeof(float));
         else
@@ -626,7 +642,7 @@ void nb_sc_to_device(nb_sc_model *m) {
     size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E;
     if (!on_cpu(m)) {
         m->be->to_backend(c, m->d_params, m->params, m->nparams * sizeof(float));
-        m->be->to_backend(c, m->d_emb, m->emb, nemb * sizeof(float));
+        if (!host_tables(m)) m->be->to_backend(c, m->d_emb, m->emb, nemb * sizeof(float));
         optim_state_copy(m, c, 1);
     }
     if (m->d_w != (void *)m->d_params) m->be->cast_params(c, m->d_w, m->d_params, m->nparams);
@@ -638,7 +654,7 @@ void nb_sc_to_host(nb_sc_model *m) {
     size_t nemb = (size_t)m->emb_rows * (size_t)m->cfg.E;
     m->be->to_host(c, m->params, m->d_params, m->nparams * sizeof(float));
     m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
-    m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
+    if (!host_tables(m)) m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
     m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
     optim_state_copy(m, c, 0);
 }
@@ -907,8 +923,17 @@ static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
 static void upload_batch(nb_sc_model *m, nb_ctx c) { upload_stage(m, c, m->stage); }
 
 /* Sharded: the rows the askers want, from this owner's shard, fp32 (the all-to-all moves them). */
+/* The owner's lookups: on the device, or (host tables) on the host into pinned memory, then
+ * copied up (serve_up). The host reads its own lists (h_), the device its copies. */
 static void serve_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
-    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, s->d_serve, s->nserve, m->cfg.E);
+    if (host_tables(m))
+        nb_ctr_ops_cpu.emb_gather(c, m->h_serve_rows, s->h_serve_off, m->d_emb, s->h_serve, s->nserve, m->cfg.E);
+    else
+        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, s->d_serve, s->nserve, m->cfg.E);
+}
+
+static void serve_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    if (host_tables(m)) m->be->to_backend(c, m->d_serve_rows, m->h_serve_rows, (size_t)s->nserve * m->cfg.E * sizeof(float));
 }
 
 static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage); }
@@ -917,8 +942,16 @@ static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage); 
  * owner's updated shard, to send again (the offsets j * E of the served list serve as theirs). */
 static void resync_serve(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (m->skip_resync || !s->nresync_out) return;
-    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_resync_rows, s->d_serve_off, m->d_emb, s->d_resync_src,
-                                          s->nresync_out, m->cfg.E);
+    if (host_tables(m))
+        nb_ctr_ops_cpu.emb_gather(c, m->h_resync_rows, s->h_serve_off, m->d_emb, s->h_resync_src, s->nresync_out, m->cfg.E);
+    else
+        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_resync_rows, s->d_serve_off, m->d_emb, s->d_resync_src,
+                                              s->nresync_out, m->cfg.E);
+}
+
+static void resync_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    if (host_tables(m) && !m->skip_resync && s->nresync_out)
+        m->be->to_backend(c, m->d_resync_rows, m->h_resync_rows, (size_t)s->nresync_out * m->cfg.E * sizeof(float));
 }
 
 /* And after their all-to-all: the fresh rows over the stale ones in the next batch's work buffer. */
@@ -934,7 +967,9 @@ void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase)
     switch (phase) {
     case NB_SC_FWD_UPLOAD: upload_stage(m, c, s); break;
     case NB_SC_EMB_SERVE: serve_stage(m, c, s); break;
+    case NB_SC_EMB_SERVE_UP: serve_up(m, c, s); break;
     case NB_SC_RESYNC_SERVE: resync_serve(m, c, s); break;
+    case NB_SC_RESYNC_UP: resync_up(m, c, s); break;
     case NB_SC_RESYNC_APPLY: resync_apply(m, c, s); break;
     default: NB_ASSERT(!"not a next-batch phase");
     }
@@ -944,8 +979,18 @@ void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase)
  * rank order. */
 static void sum_served(nb_sc_model *m, nb_ctx c) {
     const nb_sc_stage *s = m->stage;
-    nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, s->d_serve_off, s->d_own_order,
-                                               s->d_own_seg, s->nown, m->cfg.E);
+    if (host_tables(m))
+        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, s->h_serve_off, s->h_own_order, s->h_own_seg,
+                                       s->nown, m->cfg.E);
+    else
+        nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, s->d_serve_off, s->d_own_order,
+                                                   s->d_own_seg, s->nown, m->cfg.E);
+}
+
+/* host tables: the askers' gradients down, for the host's sums */
+static void sum_down(nb_sc_model *m, nb_ctx c) {
+    if (host_tables(m))
+        m->be->to_host_async(c, m->h_serve_grads, m->d_serve_grads, (size_t)m->stage->nserve * m->cfg.E * sizeof(float));
 }
 
 /* The table the batch's lookups read: the tables, or (sharded) the batch's rows from the owners. */
@@ -1244,12 +1289,14 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
-    if (sharded(m)) { /* the owner's rows, their summed gradients */
+    if (sharded(m)) { /* the owner's rows, their summed gradients (host tables: on the host) */
+        const nb_ctr_ops_i *to = host_tables(m) ? &nb_ctr_ops_cpu : m->co;
+        const int64_t *own = host_tables(m) ? s->h_own : s->d_own;
         if (o->emb_adam)
-            m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_own, m->d_own_grads, s->nown, E, o->emb_lr, o->beta1,
-                               o->beta2, o->emb_eps, t);
+            to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, s->nown, E, o->emb_lr, o->beta1, o->beta2,
+                            o->emb_eps, t);
         else
-            m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_own, m->d_own_grads, s->nown, E, o->emb_lr, o->emb_eps);
+            to->rowwise_adagrad(c, m->d_emb, m->d_eacc, own, m->d_own_grads, s->nown, E, o->emb_lr, o->emb_eps);
         return;
     }
     if (o->emb_adam) {
@@ -1288,9 +1335,13 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
 }
 
 static const char *PHASE_NAMES[NB_SC_NPHASES] = {
-    "batch upload", "embedding serve", "embedding fwd", "history fwd", "dense fwd",     "dense bwd",      "join bwd",
-    "history bwd",  "bottom bwd",      "dense optim",   "embedding bwd", "embedding sum", "resync serve",
-    "resync apply", "embedding optim"};
+    "batch upload", "embedding serve", "embedding serve up", "embedding fwd", "history fwd",   "dense fwd",
+    "dense bwd",    "join bwd",        "history bwd",        "bottom bwd",    "dense optim",   "embedding bwd",
+    "embedding sum down", "embedding sum", "resync serve",   "resync up",     "resync apply",  "embedding optim"};
+
+int nb_sc_phase_on_host(const nb_sc_model *m, int p) {
+    return host_tables(m) && (p == NB_SC_EMB_SERVE || p == NB_SC_EMB_SUM || p == NB_SC_OPT_EMB || p == NB_SC_RESYNC_SERVE);
+}
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 
@@ -1301,6 +1352,8 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     switch (p) {
     case NB_SC_FWD_UPLOAD: upload_batch(m, c); break;
     case NB_SC_EMB_SERVE: serve_rows(m, c); break;
+    case NB_SC_EMB_SERVE_UP: serve_up(m, c, m->stage); break;
+    case NB_SC_EMB_SUM_DOWN: sum_down(m, c); break;
     case NB_SC_EMB_SUM: sum_served(m, c); break;
     case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
     case NB_SC_FWD_HIST: history_fwd(m, c); break;

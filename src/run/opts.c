@@ -14,6 +14,7 @@ static void common_defaults(nb_train_opts *o) {
     snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
     snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
+    snprintf(o->emb_place, sizeof o->emb_place, "gpu");
     o->stream_slots = 2;
     o->pinned_slabs = 2;
     o->beta1 = 0.9f;
@@ -145,6 +146,8 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "unknown --emb-optim '%s'", o->emb_optim);
     NB_CHECK(!strcmp(o->emb_shard, "auto") || !strcmp(o->emb_shard, "row") || !strcmp(o->emb_shard, "none"),
              "pass --emb-shard row, none or auto", "unknown --emb-shard '%s'", o->emb_shard);
+    NB_CHECK(!strcmp(o->emb_place, "gpu") || !strcmp(o->emb_place, "host"), "pass --emb-place gpu or host",
+             "unknown --emb-place '%s'", o->emb_place);
     NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
     NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
     NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);

@@ -55,6 +55,7 @@ typedef struct nb_train_opts {
     /* where the tables' rows live: "row" (row-wise sharded over the ranks: global row g on rank
      * g % N), "none" (every rank holds every row: one rank only), "auto" (row with several ranks) */
     char emb_shard[8];
+    char emb_place[8];    /* where an owner's shard lives: gpu (the device's memory) or host (host DRAM) */
     int pipe_skip_resync; /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
     float emb_lr;
     int64_t table_cap;

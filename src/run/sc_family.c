@@ -56,6 +56,7 @@ typedef struct sc_train {
     sc_ahead ahead[NB_SC_RING];
     int nahead;
     int pipelined; /* the schedule fetches the next batch while the step trains (two batches ahead) */
+    int ids_ahead; /* the next batch's ids are routed while the step trains (else at the step's start) */
     size_t *resync_cnt; /* [world * world] pipelined: collision rows owner j sends rank k at j * world + k */
     size_t *resync_in, *resync_in_displ, *resync_out_displ; /* [world] each */
     int64_t *resync_pos; /* [max lookups] received collision positions */
@@ -159,7 +160,10 @@ static nb_span_kind phase_kind(nb_sc_phase p) {
 
 static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
     t->fixed[p] = (sc_work){t, p, 0};
-    nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
+    if (nb_sc_phase_on_host(&t->m, p))
+        nb_items_add_host(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
+    else
+        nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
 }
 
 /* The count arrays of an all-to-all in elements (rows * E): send_counts | send_displs |
@@ -224,7 +228,11 @@ static void hook_resync(nb_run *r, nb_lane *lane, int step, void *arg) {
 
 static void add_next(nb_items *l, sc_train *t, nb_sc_phase p, const char *name) {
     t->next[p] = (sc_work){t, p, 0};
-    nb_items_add(l, name, p == NB_SC_FWD_UPLOAD ? NB_SPAN_H2D : NB_SPAN_OTHER, work_next, &t->next[p]);
+    nb_span_kind k = p == NB_SC_FWD_UPLOAD || p == NB_SC_EMB_SERVE_UP || p == NB_SC_RESYNC_UP ? NB_SPAN_H2D : NB_SPAN_OTHER;
+    if (nb_sc_phase_on_host(&t->m, p))
+        nb_items_add_host(l, name, k, work_next, &t->next[p]);
+    else
+        nb_items_add(l, name, k, work_next, &t->next[p]);
 }
 
 static void build_items(nb_run *r, sc_train *t) {
@@ -234,6 +242,7 @@ static void build_items(nb_run *r, sc_train *t) {
     add_fixed(&it->pre, t, NB_SC_FWD_UPLOAD);
     if (t->sharded) {
         add_fixed(&it->pre, t, NB_SC_EMB_SERVE);
+        if (t->m.host_tables) add_fixed(&it->pre, t, NB_SC_EMB_SERVE_UP);
         nb_items_add_hook(&it->pre, "rows all-to-all", hook_rows, t);
     }
     add_fixed(&it->input, t, NB_SC_FWD_EMB);
@@ -257,14 +266,17 @@ static void build_items(nb_run *r, sc_train *t) {
     add_fixed(&it->post, t, NB_SC_BWD_EMB);
     if (t->sharded) {
         nb_items_add_hook(&it->post, "grads all-to-all", hook_grads, t);
+        if (t->m.host_tables) add_fixed(&it->post, t, NB_SC_EMB_SUM_DOWN);
         add_fixed(&it->post, t, NB_SC_EMB_SUM);
     }
     add_fixed(&it->post, t, NB_SC_OPT_EMB);
     if (t->pipelined) {
         add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
+        if (t->m.host_tables) add_next(&it->next, t, NB_SC_EMB_SERVE_UP, "embedding serve up (next)");
         nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
         add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
+        if (t->m.host_tables) add_next(&it->resync, t, NB_SC_RESYNC_UP, "resync up");
         nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
         add_next(&it->resync, t, NB_SC_RESYNC_APPLY, "resync apply");
     }
@@ -315,16 +327,20 @@ static int shard_opts(const nb_train_opts *o, int world) {
 
 static int sc_wants_comm(const nb_train_opts *o) {
     const nb_sched_i *sc = nb_sched_find(o->schedule);
-    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches);
+    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host");
 }
 
 /* This rank's slice of the global batch, and whether the tables are sharded. */
 static void plan_ranks(nb_run *r, sc_train *t) {
     const nb_train_opts *o = &r->o;
     t->pipelined = !r->eval_only && r->sched->prefetches;
-    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined);
+    t->ids_ahead = r->sched->ids_ahead;
+    int host = !strcmp(o->emb_place, "host");
+    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host);
     t->Bl = o->batch, t->first = 0;
     if (r->eval_only) return;
+    NB_CHECK(!host || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --emb-place host",
+             "--emb-place host keeps each owner's shard on its host: the tables go through the sharded exchange");
     NB_CHECK(!t->pipelined || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --schedule pipe",
              "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
     NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
@@ -335,8 +351,20 @@ static void plan_ranks(nb_run *r, sc_train *t) {
     t->Bl = o->batch / r->world;
     t->first = r->rank * t->Bl;
     if (t->sharded && r->rank == 0)
-        nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d); %d samples per rank\n", r->world,
-               r->world == 1 ? "" : "s", r->world, t->Bl);
+        nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
+               r->world, r->world == 1 ? "" : "s", r->world, o->emb_place, t->Bl);
+}
+
+/* The plan, and where the tables' rows and optimizer state live (--emb-place). */
+static void print_memory(const nb_run *r, const sc_train *t) {
+    if (r->rank != 0 || nb_verbosity < 1) return;
+    const nb_sc_model *m = &t->m;
+    double per_row = (double)m->cfg.E * 4 * (m->emb_opt == NB_SC_ADAM ? 3 : 1) + (m->emb_opt == NB_SC_ADAM ? 0 : 4);
+    char a[32], b[32], c[32], d[32];
+    fprintf(stderr, "memory      device %s, pinned %s, host %s; this rank's table rows and their optimizer state: %s %s\n",
+            nb_fmt_bytes(a, sizeof a, (double)r->dev.planned), nb_fmt_bytes(b, sizeof b, (double)r->pinned.planned),
+            nb_fmt_bytes(c, sizeof c, (double)r->host.planned), nb_fmt_bytes(d, sizeof d, per_row * (double)m->emb_rows),
+            m->host_tables || r->be->device == NB_DEV_CPU ? "in host memory" : "on the device");
 }
 
 static void sc_init(nb_run *r) {
@@ -350,9 +378,11 @@ static void sc_init(nb_run *r) {
     int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t);
     nb_sc_shard shard = {r->world, r->rank};
-    nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined};
+    nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
+                          .host_tables = t->sharded && !strcmp(o->emb_place, "host")};
     nb_sc_plan(&t->m, &mc, t->Bl, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
+    print_memory(r, t);
     nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
@@ -476,7 +506,7 @@ static void prefetch(sc_train *t) {
     nb_ctr_fill_train_slice(&t->src, &t->batch, t->run->o.batch, t->first, t->Bl);
     double t1 = nb_now();
     nb_sc_prepare(&t->m, &t->batch.b);
-    if (t->sharded) exchange_ids(t);
+    if (t->sharded && t->ids_ahead) exchange_ids(t);
     if (t->pipelined) exchange_collisions(t);
     t->ahead[t->nahead++] = (sc_ahead){pos, t1 - t0, nb_now() - t1, t->m.stage_nh};
 }
@@ -498,6 +528,7 @@ static void sc_begin_step(nb_run *r, int step) {
     }
     for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
     t->nahead--;
+    if (t->sharded && !t->ids_ahead) exchange_ids(t); /* the synchronous baseline: in line */
     nb_sc_begin_step(&t->m);
     t->step = step;
     /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */

@@ -81,6 +81,7 @@ const nb_sched_i nb_sched_pipe = {
     .settles = 1,
     .graphs = 1,
     .prefetches = 1,
+    .ids_ahead = 1,
     .prologue = pipe_prologue,
     .before_post = pipe_before_post,
     .epilogue = pipe_epilogue,

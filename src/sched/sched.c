@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static const nb_sched_i *const registry[] = {&nb_sched_plain, &nb_sched_erase, &nb_sched_stream, &nb_sched_pipe, NULL};
+static const nb_sched_i *const registry[] = {&nb_sched_plain, &nb_sched_erase, &nb_sched_stream, &nb_sched_sparse_dist, &nb_sched_pipe, NULL};
 
 const nb_sched_i *const *nb_sched_all(void) { return registry; }
 

@@ -6,6 +6,8 @@
  *   plain   the step's items in order on the compute lane: the reference (plain.c)
  *   erase   detached segments' backward on side lanes while later segments run forward (erase.c)
  *   stream  a transformer's state in host memory, layers streamed through device slots (stream.c)
+ *   sparse-dist  TorchRec's TrainPipelineSparseDist for seqctr (a baseline): the next batch's ids
+ *           routed while this one trains, its lookups and rows all-to-all in line (plain.c)
  *   pipe    NestPipe's dual-buffer pipelining for seqctr: the next batch's rows fetched while this
  *           one trains, the rows this step updates sent again before the next one reads them (pipe.c)
  *
@@ -48,6 +50,9 @@ typedef struct nb_sched_i {
      * items.resync after the step's update): the run enqueues items.pre only for the first step
      * of a process, whose batch nothing fetched ahead; the family prepares two batches ahead */
     int prefetches;
+    /* 1: the family may route the next batch's ids (sharded tables) while the step trains; 0: the
+     * step routes its own at its start, in line (the synchronous baseline) */
+    int ids_ahead;
     /* host work around the pass, outside any graph capture (NULL: none): before the pass; after
      * the optimizer, before the family's post items; after them */
     void (*prologue)(nb_run *r, int step);
@@ -62,7 +67,7 @@ const nb_sched_i *const *nb_sched_all(void);
 /* "plain, erase or stream" */
 const char *nb_sched_names(void);
 
-extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream, nb_sched_pipe;
+extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream, nb_sched_sparse_dist, nb_sched_pipe;
 /* plain's step (the pass in order on the compute lane), for schedules that add work around it */
 nb_mark nb_plain_step(nb_run *r, int step);
 
