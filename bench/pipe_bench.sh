@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# NestPipe's schedules on seqctr (issue 16), every row in one call on the same device:
+#   sync         --schedule plain with the tables sharded: each step routes its ids, looks its rows up
+#                and moves them in line (the synchronous baseline)
+#   sparse-dist  TorchRec's TrainPipelineSparseDist: the next batch's ids routed while the step trains
+#   pipe         dual-buffer pipelining: the next batch's lookups and rows fetched while the step
+#                trains, staleness-free (the rows a step updates are sent again)
+# for each placement of the tables: gpu (device memory) and host (--emb-place host: host DRAM, the
+# GPU holding a batch's rows; with --gpu-mem-limit below the tables, where gpu does not fit), plus
+# the unsharded single-GPU run for reference. Synthetic Criteo-scale data: 26 tables of 1M rows and
+# a 1M-row item table, E = 64, histories up to 256, B = 4096 per rank.
+#   bash bench/pipe_bench.sh [--no-build] [--steps 40] [--batch 4096] [--device cuda|cpu]
+#        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST]
+#   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
+#   --rows: comma list of unsharded,sync,sparse-dist,pipe (default all), each run for both placements
+#   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
+# Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
+# per step from metrics.jsonl, the ratio to sync of the same placement) and writes $OUT/table.md.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
+build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=6000000000 graphs="" rows=unsharded,sync,sparse-dist,pipe small=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-build) build=0 ;;
+        --graphs) graphs=--graphs ;;
+        --small) small=1 ;;
+        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows)
+            [ $# -ge 2 ] || die "$1 needs a value"
+            case "$1" in --steps) steps=$2 ;; --batch) batch=$2 ;; --device) device=$2 ;; --ranks) ranks=$2 ;;
+                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; esac
+            shift ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+        *) die "unknown option '$1' (see --help)" ;;
+    esac
+    shift
+done
+NB=${NB_BUILD:-build}/nobubble
+[ $build = 1 ] && { make -j"$(nproc)" BUILD="${NB_BUILD:-build}" ${NB_MAKE_FLAGS:-} >/dev/null || die "build failed"; }
+[ -x "$NB" ] || die "$NB not found (build first)"
+OUT=${OUT:-bench/out/pipe}
+mkdir -p "$OUT" || exit 1
+L=()
+[ "$ranks" -gt 1 ] && L=(mpirun -np "$ranks" --oversubscribe --allow-run-as-root)
+cap=1000000 len=256
+[ $small = 1 ] && cap=10000 len=32
+C=(--model seqctr --device "$device" --data synth:cap=$cap,max_len=$len --emb-dim 64 --max-len $len --table-cap $cap
+   --batch $((batch * ranks)) --steps "$steps" --eval-every 0 --eval-samples 4096 --no-ckpt --no-progress $graphs)
+[ "$device" = cpu ] && C+=(--threads "$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))")
+
+# run NAME PLACE FLAGS...: "p90 median exposed moved resynced" (or "failed: ...")
+run() {
+    local name=$1 place=$2; shift 2
+    local dir=$OUT/$name-$place log=$OUT/$name-$place.log lim=()
+    [ "$place" = host ] && lim=(--emb-place host --gpu-mem-limit "$gpu_limit")
+    "${L[@]}" "$NB" train "${C[@]}" "$@" "${lim[@]}" --out "$dir" >"$log" 2>&1 || { echo "failed: $(grep -m1 'error:' "$log" | cut -c1-120)"; return; }
+    local tp; tp=$(sed -n 's/^throughput steps=[0-9]* warmup=\([0-9]*\) p90_samples_per_s=\([0-9]*\) median_samples_per_s=\([0-9]*\).*/\1 \2 \3/p' "$log")
+    set -- $tp
+    local warm=${1:-0} p90=${2:-?} med=${3:-?}
+    awk -v w="$warm" -F'[,:{}]' '
+        { for (i = 1; i < NF; i++) { k = $i; gsub(/"/, "", k); v[k] = $(i + 1) } }
+        v["step"] >= w { n++; e += v["exposed_pct"]; m += v["rows_moved"]; s += v["rows_resynced"] }
+        END { printf "%s %s %.1f %.0f %.0f\n", "'"$p90"'", "'"$med"'", n ? e / n : 0, n ? m / n : 0, n ? s / n : 0 }' "$dir/metrics.jsonl"
+}
+
+{
+    echo "| schedule | tables | p90 samples/s | median samples/s | exposed transfer % | rows moved / step | re-synced / step | p90 vs sync |"
+    echo "|---|---|---|---|---|---|---|---|"
+} > "$OUT/table.md"
+if [ "$device" != cpu ]; then # the shards in device memory do not fit under the limit: the reason for host placement
+    res=$(run sync-limited gpu --emb-shard row --gpu-mem-limit "$gpu_limit")
+    echo "sync (gpu, --gpu-mem-limit $gpu_limit): $res"
+    echo "| sync | gpu, --gpu-mem-limit $gpu_limit | ${res:0:100} | | | | | |" >> "$OUT/table.md"
+fi
+for place in gpu host; do
+    sync_p90=""
+    for row in ${rows//,/ }; do
+        case $row in
+            unsharded) [ "$place" = host ] && continue; [ "$ranks" -gt 1 ] && continue; res=$(run unsharded gpu --emb-shard none) ;;
+            sync) res=$(run sync "$place" --emb-shard row --schedule plain) ;;
+            sparse-dist) res=$(run sparse-dist "$place" --emb-shard row --schedule sparse-dist) ;;
+            pipe) res=$(run pipe "$place" --emb-shard row --schedule pipe) ;;
+            *) die "unknown row '$row'" ;;
+        esac
+        echo "$row ($place): $res"
+        case $res in failed*) echo "| $row | $place | $res | | | | | |" >> "$OUT/table.md"; continue ;; esac
+        set -- $res
+        [ "$row" = sync ] && sync_p90=$1
+        ratio=$(awk -v a="$sync_p90" -v b="$1" 'BEGIN {if (a + 0 > 0) printf "%.2fx", b / a; else print "-"}')
+        echo "| $row | $place | $1 | $2 | $3 | $4 | $5 | $ratio |" >> "$OUT/table.md"
+    done
+done
+echo
+echo "device $device, ranks $ranks, B = $batch per rank, $steps steps, --gpu-mem-limit $gpu_limit for host placement $graphs"
+cat "$OUT/table.md"
