@@ -3,32 +3,37 @@
 #   sync         --schedule plain with the tables sharded: each step routes its ids, looks its rows up
 #                and moves them in line (the synchronous baseline)
 #   sparse-dist  TorchRec's TrainPipelineSparseDist: the next batch's ids routed while the step trains
-#   pipe         dual-buffer pipelining: the next batch's lookups and rows fetched while the step
-#                trains, staleness-free (the rows a step updates are sent again)
+#   pipe         dual-buffer pipelining (DBP): the next batch's lookups and rows fetched while the
+#                step trains, staleness-free (the rows a step updates are sent again)
+#   pipe-fwp     DBP + Frozen-Window Pipelining (--micro-batches M: the next part's rows fetched
+#                while one part trains, the tables updated once per step)
+#   pipe-fwp-ck  the same with key-centric clustering of the samples into parts (--cluster-keys)
 # for each placement of the tables: gpu (device memory) and host (--emb-place host: host DRAM, the
 # GPU holding a batch's rows; with --gpu-mem-limit below the tables, where gpu does not fit), plus
 # the unsharded single-GPU run for reference. Synthetic Criteo-scale data: 26 tables of 1M rows and
 # a 1M-row item table, E = 64, histories up to 256, B = 4096 per rank.
 #   bash bench/pipe_bench.sh [--no-build] [--steps 40] [--batch 4096] [--device cuda|cpu]
-#        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST]
+#        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
-#   --rows: comma list of unsharded,sync,sparse-dist,pipe (default all), each run for both placements
+#   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-fwp,pipe-fwp-ck (default all), each
+#           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
 # per step from metrics.jsonl, the ratio to sync of the same placement) and writes $OUT/table.md.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=6000000000 graphs="" rows=unsharded,sync,sparse-dist,pipe small=0
+build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=6000000000 graphs="" small=0 parts=4
+rows=unsharded,sync,sparse-dist,pipe,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
         --graphs) graphs=--graphs ;;
         --small) small=1 ;;
-        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows)
+        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows|--micro-batches)
             [ $# -ge 2 ] || die "$1 needs a value"
             case "$1" in --steps) steps=$2 ;; --batch) batch=$2 ;; --device) device=$2 ;; --ranks) ranks=$2 ;;
-                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; esac
+                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; --micro-batches) parts=$2 ;; esac
             shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
@@ -80,6 +85,8 @@ for place in gpu host; do
             sync) res=$(run sync "$place" --emb-shard row --schedule plain) ;;
             sparse-dist) res=$(run sparse-dist "$place" --emb-shard row --schedule sparse-dist) ;;
             pipe) res=$(run pipe "$place" --emb-shard row --schedule pipe) ;;
+            pipe-fwp) res=$(run pipe-fwp "$place" --emb-shard row --schedule pipe --micro-batches "$parts") ;;
+            pipe-fwp-ck) res=$(run pipe-fwp-ck "$place" --emb-shard row --schedule pipe --micro-batches "$parts" --cluster-keys) ;;
             *) die "unknown row '$row'" ;;
         esac
         echo "$row ($place): $res"

@@ -8,6 +8,8 @@
 #  - the trace: from the second step on, the next batch's lookups and rows all-to-all run inside
 #    the step before it (before its table update), and no step but the first fetches its own rows;
 #  - --emb-place host (owners' shards in host memory) gives the same bits;
+#  - --micro-batches M (Frozen-Window Pipelining): pipe bitwise its synchronous twin, following the
+#    whole batch within rounding; --cluster-keys keeps NE within 0.1% and reports the rows moved;
 #  - metrics.jsonl: rows moved and re-synced per step, exposed transfer %; clear refusals.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
@@ -48,6 +50,32 @@ for sc in plain pipe; do # --emb-place host: the owners' shards in host memory (
     all_same "$TMP/sync2" "$TMP/host-$sc" && pass "2 ranks, $sc --emb-place host: bitwise sync with the shards in device memory" \
         || fail "2 ranks, $sc --emb-place host differs"
 done
+# Frozen-Window Pipelining: --micro-batches M parts on one frozen embedding state, the tables
+# updated once after the last part; pipe (the next part's rows fetched while one trains) is bitwise
+# its synchronous twin, and the window follows the whole batch (the same samples, the same
+# weights: only the summation order differs)
+for mb in 2 4; do
+    run fwp-sync$mb "${MPI[@]}" -np 2 $NB train "${C[@]}" --micro-batches $mb --out "$TMP/fwp-sync$mb"
+    run fwp-pipe$mb "${MPI[@]}" -np 2 $NB train "${C[@]}" --micro-batches $mb --schedule pipe --out "$TMP/fwp-pipe$mb"
+    all_same "$TMP/fwp-sync$mb" "$TMP/fwp-pipe$mb" && pass "2 ranks, --micro-batches $mb: pipe is bitwise sync" \
+        || fail "2 ranks, --micro-batches $mb: pipe differs from sync"
+    worst=$(worst_loss_diff "$TMP/sync2" "$TMP/fwp-sync$mb")
+    awk -v w="$worst" 'BEGIN {exit !(w < 1e-5)}' && pass "--micro-batches $mb follows the whole batch (worst loss rel diff $worst over 20 steps)" \
+        || fail "--micro-batches $mb vs the whole batch: $worst"
+done
+run fwp-host "${MPI[@]}" -np 2 $NB train "${C[@]}" --micro-batches 2 --schedule pipe --emb-place host --out "$TMP/fwp-host"
+all_same "$TMP/fwp-sync2" "$TMP/fwp-host" && pass "2 ranks, --micro-batches 2, pipe --emb-place host: bitwise sync" || fail "FWP host placement differs"
+run fwp-graphs "${MPI[@]}" -np 2 $NB train "${C[@]}" --micro-batches 2 --schedule pipe --graphs --out "$TMP/fwp-graphs"
+all_same "$TMP/fwp-sync2" "$TMP/fwp-graphs" && pass "2 ranks, --micro-batches 2, pipe --graphs: bitwise sync" || fail "FWP with graphs differs"
+# key-centric clustering: only which samples share a part changes (NE within 0.1%); the rows moved
+run ck0 $NB train "${C[@]}" --batch 256 --micro-batches 4 --schedule pipe --out "$TMP/ck0"
+run ck1 $NB train "${C[@]}" --batch 256 --micro-batches 4 --schedule pipe --cluster-keys --out "$TMP/ck1"
+ne0=$(grep "^eval step=20 " "$TMP/ck0.log" | tr ' ' '\n' | grep '^ne=' | cut -d= -f2)
+ne1=$(grep "^eval step=20 " "$TMP/ck1.log" | tr ' ' '\n' | grep '^ne=' | cut -d= -f2)
+rows() { grep -o '"rows_moved":[0-9]*' "$1/metrics.jsonl" | cut -d: -f2 | awk '{s+=$1} END {printf "%.0f", s/NR}'; }
+awk -v a="$ne0" -v b="$ne1" 'BEGIN {d=(a-b)/a; if (d<0) d=-d; exit !(a != "" && d < 1e-3)}' \
+    && pass "--cluster-keys: NE $ne1 vs $ne0 unclustered (within 0.1%); distinct rows moved per step $(rows "$TMP/ck1") vs $(rows "$TMP/ck0")" \
+    || fail "--cluster-keys: NE $ne1 vs $ne0"
 run split1 "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --stop-after 7 --out "$TMP/split"
 run split2 "${MPI[@]}" -np 2 $NB train --resume "$TMP/split" --quiet
 all_same "$TMP/pipe2" "$TMP/split" && pass "2 ranks, pipe: stop at 7, resume to 20 == straight, bitwise" || fail "pipe resume differs"
@@ -73,5 +101,6 @@ grep -q '"exposed_pct":' "$TMP/t/metrics.jsonl" && grep -q '"rows_moved":' "$TMP
 
 expect_error "pipe for a transformer" "does not run transformer models" $NB train --model gpt2-tiny --schedule pipe --steps 1
 expect_error "pipe with --emb-shard none" "fetches the rows through the sharded" $NB train "${C[@]}" --schedule pipe --emb-shard none --steps 1
+expect_error "--cluster-keys without micro-batches" "there is one" $NB train "${C[@]}" --cluster-keys --steps 1
 expect_error "--pipe-skip-resync without pipe" "debug switch of --schedule pipe" $NB train "${C[@]}" --pipe-skip-resync --steps 1
 finish

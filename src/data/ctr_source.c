@@ -62,6 +62,93 @@ void nb_ctr_batch_free(nb_ctr_batch *t) {
     free(t->dense), free(t->label), free(t->cat), free(t->target), free(t->hist), free(t->len);
 }
 
+/* ---- key-centric clustering (--cluster-keys) ---- */
+
+/* Open-addressing counts of 64-bit keys (the table's size a power of two, at least twice the keys). */
+typedef struct {
+    uint64_t *key;
+    int32_t *cnt;
+    size_t mask;
+} key_counts;
+
+static size_t slot_of(const key_counts *h, uint64_t k) {
+    size_t i = (size_t)((k * 0x9E3779B97F4A7C15ULL) >> 20) & h->mask;
+    while (h->cnt[i] && h->key[i] != k) i = (i + 1) & h->mask;
+    return i;
+}
+
+/* The key of lookup f of sample i of w: its global row (table offset + id mod rows), as the model
+ * looks it up; f < NB_SC_NCAT: a categorical table, f = NB_SC_NCAT: the target item, f > NB_SC_NCAT:
+ * history item f - NB_SC_NCAT - 1. */
+static uint64_t key_of(const nb_ctr_batch *w, const nb_sc_model *m, int i, int f) {
+    int t = f < NB_SC_NCAT ? f : NB_SC_ITEM_TABLE;
+    uint64_t id = f < NB_SC_NCAT ? w->cat[(size_t)i * NB_SC_NCAT + f]
+                  : f == NB_SC_NCAT ? w->target[i]
+                                    : w->hist[(size_t)i * w->b.hist_stride + (size_t)(f - NB_SC_NCAT - 1)];
+    uint64_t rows = (uint64_t)(m->emb_off[t + 1] - m->emb_off[t]);
+    return (uint64_t)m->emb_off[t] + id % rows;
+}
+
+static int lookups_of(const nb_ctr_batch *w, int i) { return NB_SC_NCAT + 1 + w->len[i]; }
+
+typedef struct {
+    uint64_t key;
+    int32_t cnt, i;
+} sample_key;
+
+/* hottest shared key first, then the key, then the sample: a total order (deterministic) */
+static int cmp_sample_key(const void *a, const void *b) {
+    const sample_key *x = a, *y = b;
+    if (x->cnt != y->cnt) return x->cnt > y->cnt ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Moves sample `from` of src into row `to` of dst. */
+static void copy_sample(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int from) {
+    size_t L = (size_t)src->b.hist_stride;
+    memcpy(dst->dense + (size_t)to * NB_SC_NDENSE, src->dense + (size_t)from * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
+    memcpy(dst->cat + (size_t)to * NB_SC_NCAT, src->cat + (size_t)from * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
+    memcpy(dst->hist + (size_t)to * L, src->hist + (size_t)from * L, (size_t)src->len[from] * sizeof(uint32_t));
+    dst->target[to] = src->target[from], dst->len[to] = src->len[from], dst->label[to] = src->label[from];
+}
+
+void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts) {
+    int B = w->b.B, per_part = B / parts;
+    if (parts <= 1 || B <= 1) return;
+    size_t n = 0, cap = 1;
+    for (int i = 0; i < B; i++) n += (size_t)lookups_of(w, i);
+    while (cap < 2 * n) cap <<= 1;
+    key_counts h = {nb_malloc(cap * sizeof(uint64_t), "key clustering"), nb_calloc(cap, sizeof(int32_t), "key clustering"),
+                    cap - 1};
+    for (int i = 0; i < B; i++)
+        for (int f = 0; f < lookups_of(w, i); f++) {
+            uint64_t k = key_of(w, m, i, f);
+            size_t at = slot_of(&h, k);
+            h.key[at] = k, h.cnt[at]++;
+        }
+    /* each sample goes by its most shared key that still fits in one part: gathering that key's
+     * samples into one part fetches it once instead of in every part it would land in (a key
+     * more samples have than a part holds is fetched by several parts anyway) */
+    sample_key *order = nb_malloc((size_t)B * sizeof *order, "key clustering");
+    for (int i = 0; i < B; i++) {
+        order[i] = (sample_key){UINT64_MAX, 0, i};
+        for (int f = 0; f < lookups_of(w, i); f++) {
+            uint64_t k = key_of(w, m, i, f);
+            int32_t c = h.cnt[slot_of(&h, k)];
+            if (c < 2 || c > per_part) continue;
+            if (c > order[i].cnt || (c == order[i].cnt && k < order[i].key)) order[i].key = k, order[i].cnt = c;
+        }
+    }
+    qsort(order, (size_t)B, sizeof *order, cmp_sample_key);
+    nb_ctr_batch tmp;
+    nb_ctr_batch_alloc(&tmp, B, w->b.hist_stride);
+    for (int r = 0; r < B; r++) copy_sample(&tmp, r, w, order[r].i);
+    for (int r = 0; r < B; r++) copy_sample(w, r, &tmp, r);
+    nb_ctr_batch_free(&tmp);
+    free(order), free(h.key), free(h.cnt);
+}
+
 /* Sample i of a set into batch row r (the most recent max_len history items). */
 static void ctr_set_get(const nb_ctr_set *s, long i, nb_ctr_batch *t, int r, int max_len) {
     memcpy(t->dense + (size_t)r * NB_SC_NDENSE, s->dense + i * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));

@@ -78,6 +78,11 @@ void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
  * position moves past all Bg, so every rank stays at the same position. */
 void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B);
 void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
+/* Key-centric clustering of a window's samples before it is cut into `parts` micro-batches
+ * (NestPipe): samples are reordered by the most shared key each has (its table rows, as model m
+ * looks them up; keys every sample has are skipped), so samples sharing hot keys land in the same
+ * part and each part moves fewer distinct rows. Deterministic; the window's samples are unchanged. */
+void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts);
 long nb_ctr_eval_count(const nb_ctr_source *s);
 uint64_t nb_ctr_source_position(const nb_ctr_source *s);
 /* Continue from a position another run's source reported (its checkpoint). */

@@ -56,6 +56,21 @@ struct nb_sc_acts {
 
 /* The batch as index lists: host arrays (h_) and their backend copies (d_; the same memory on
  * the CPU). */
+/* A window's owner side (sharded): the rows the askers asked of this owner in each of its parts
+ * (part-major, then asker rank), their gradients' sums per row in that order, and the rows the
+ * window's single update touches. Windows go round a ring like the stages: the one training, the
+ * one being fetched, the one being planned. */
+struct nb_sc_window {
+    int parts_done, complete;
+    size_t n, *part_base; /* served rows so far; part k's block starts at part_base[k] */
+    int64_t *h_serve, *h_off, *h_own;
+    int32_t *h_order, *h_seg, *h_inverse;
+    uint64_t *h_keys;
+    int nown;
+    int64_t *d_off, *d_own;
+    int32_t *d_order, *d_seg;
+};
+
 struct nb_sc_stage {
     int B, nh, nlk, nuniq; /* of the prepared batch (nh, nlk with the padding rows) */
     int nh_real;           /* history rows before padding */
@@ -72,12 +87,13 @@ struct nb_sc_stage {
      * rows other ranks ask of this one (asker blocks) with their offsets j * E, and the owner's
      * deduplication of them (its unique rows, each one's requests in rank order) */
     size_t *asked, *asked_displ, *served, *served_displ; /* [world] */
-    int64_t *h_ask, *h_serve, *h_serve_off, *h_own;
-    int32_t *h_own_order, *h_own_seg, *h_own_inverse;
-    uint64_t *h_own_keys;
-    int nserve, nown;
-    int64_t *d_serve, *d_serve_off, *d_own;
-    int32_t *d_own_order, *d_own_seg;
+    int64_t *h_ask, *h_serve, *h_serve_off;
+    int nserve;
+    int64_t *d_serve, *d_serve_off;
+    /* the batch is part `part` of `nparts` of a window (--micro-batches: parts share one frozen
+     * embedding state; the tables change once, after the last part); the eval stage has none */
+    int part, nparts;
+    nb_sc_window *win, *prev_win;
     float *work; /* [lookups, E] the batch's unique rows (owner blocks), as the rows all-to-all left them */
     /* pipelined: the served rows the batch before updates (owner: its local rows, their positions
      * in the asker's block, per asker), and where the re-sent rows go (asker: work offsets) */
@@ -329,11 +345,6 @@ static void layout_stage_shard(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage
     s->h_ask = take(m, AR_HOST, NLK * sizeof(int64_t));
     s->h_serve = take(m, AR_PIN, NS * sizeof(int64_t));
     s->h_serve_off = take(m, AR_PIN, NS * sizeof(int64_t));
-    s->h_own = take(m, AR_PIN, NS * sizeof(int64_t));
-    s->h_own_order = take(m, AR_PIN, NS * sizeof(int32_t));
-    s->h_own_seg = take(m, AR_PIN, (NS + 1) * sizeof(int32_t));
-    s->h_own_inverse = take(m, AR_HOST, NS * sizeof(int32_t));
-    s->h_own_keys = take(m, AR_HOST, 2 * NS * sizeof(uint64_t));
     s->work = dev ? dev->work : F32(m, NLK * (size_t)m->cfg.E);
     if (m->pipelined) {
         s->resync_out = take(m, AR_HOST, 4 * N * sizeof(size_t));
@@ -345,18 +356,34 @@ static void layout_stage_shard(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage
         s->d_resync_dst = on_cpu(m) ? s->h_resync_dst : take(m, AR_DEV, NLK * sizeof(int64_t));
     }
     if (on_cpu(m)) {
-        s->d_serve = s->h_serve, s->d_serve_off = s->h_serve_off, s->d_own = s->h_own;
-        s->d_own_order = s->h_own_order, s->d_own_seg = s->h_own_seg;
+        s->d_serve = s->h_serve, s->d_serve_off = s->h_serve_off;
     } else if (dev) {
-        s->d_serve = dev->d_serve, s->d_serve_off = dev->d_serve_off, s->d_own = dev->d_own;
-        s->d_own_order = dev->d_own_order, s->d_own_seg = dev->d_own_seg;
+        s->d_serve = dev->d_serve, s->d_serve_off = dev->d_serve_off;
     } else {
         s->d_serve = take(m, AR_DEV, NS * sizeof(int64_t));
         s->d_serve_off = take(m, AR_DEV, NS * sizeof(int64_t));
-        s->d_own = take(m, AR_DEV, NS * sizeof(int64_t));
-        s->d_own_order = take(m, AR_DEV, NS * sizeof(int32_t));
-        s->d_own_seg = take(m, AR_DEV, (NS + 1) * sizeof(int32_t));
     }
+}
+
+/* A window's lists for up to parts * max_served rows (host, and the device's copies). */
+static void layout_window(nb_sc_model *m, nb_sc_window *w) {
+    size_t NW = m->max_window;
+    w->part_base = take(m, AR_HOST, (size_t)m->nparts * sizeof(size_t));
+    w->h_serve = take(m, AR_HOST, NW * sizeof(int64_t));
+    w->h_off = take(m, AR_PIN, NW * sizeof(int64_t));
+    w->h_own = take(m, AR_PIN, NW * sizeof(int64_t));
+    w->h_order = take(m, AR_PIN, NW * sizeof(int32_t));
+    w->h_seg = take(m, AR_PIN, (NW + 1) * sizeof(int32_t));
+    w->h_inverse = take(m, AR_HOST, NW * sizeof(int32_t));
+    w->h_keys = take(m, AR_HOST, 2 * NW * sizeof(uint64_t));
+    if (on_cpu(m)) {
+        w->d_off = w->h_off, w->d_own = w->h_own, w->d_order = w->h_order, w->d_seg = w->h_seg;
+        return;
+    }
+    w->d_off = take(m, AR_DEV, NW * sizeof(int64_t));
+    w->d_own = take(m, AR_DEV, NW * sizeof(int64_t));
+    w->d_order = take(m, AR_DEV, NW * sizeof(int32_t));
+    w->d_seg = take(m, AR_DEV, (NW + 1) * sizeof(int32_t));
 }
 
 static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
@@ -411,11 +438,12 @@ static void layout_state(nb_sc_model *m) {
     if (sharded(m)) { /* the batch's rows, the owner's lookups and the gradients it gets, their sums */
         size_t NS = m->max_served * (size_t)m->cfg.E;
         m->d_serve_rows = F32(m, NS);
-        m->d_serve_grads = F32(m, NS);
-        m->d_own_grads = ht ? take(m, AR_HOST, NS * sizeof(float)) : F32(m, NS);
+        size_t NW = m->max_window * (size_t)m->cfg.E; /* a window's gradients, all its parts */
+        m->d_serve_grads = F32(m, NW);
+        m->d_own_grads = ht ? take(m, AR_HOST, NW * sizeof(float)) : F32(m, NW);
         if (ht) { /* the host's side of the copies */
             m->h_serve_rows = take(m, AR_PIN, NS * sizeof(float));
-            m->h_serve_grads = take(m, AR_PIN, NS * sizeof(float));
+            m->h_serve_grads = take(m, AR_PIN, NW * sizeof(float));
             if (m->pipelined) m->h_resync_rows = take(m, AR_PIN, NS * sizeof(float));
         }
         if (m->pipelined) {
@@ -458,6 +486,8 @@ static void layout(nb_sc_model *m) {
      * model's lane), except when pipelined: the next batch's lists are copied in while this one's
      * are read */
     for (int k = 0; k <= NB_SC_RING; k++) layout_stage(m, m->stages[k], k && !m->pipelined ? m->stages[0] : NULL);
+    if (sharded(m))
+        for (int k = 0; k < NB_SC_RING; k++) layout_window(m, &m->wins[k]);
     layout_acts(m);
 }
 
@@ -495,6 +525,7 @@ static void plan_shard(nb_sc_model *m, const nb_sc_shard *shard) {
     m->emb_rows = (total - r + N - 1) / N; /* rows g < total with g % N == r */
     size_t per_rank = max_lookups(m) < (size_t)m->emb_rows ? max_lookups(m) : (size_t)m->emb_rows;
     m->max_served = (size_t)N * (per_rank ? per_rank : 1);
+    m->max_window = m->max_served * (size_t)m->nparts;
 }
 
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be,
@@ -523,7 +554,9 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
         NB_CHECK(rows >= 1, "every table needs at least one row", "table %d has %lld rows", t, (long long)rows);
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
+    m->nparts = po->parts > 1 ? po->parts : 1;
     plan_shard(m, po->shard.world > 0 ? &po->shard : NULL);
+    if (sharded(m)) m->wins = nb_calloc(NB_SC_RING, sizeof(nb_sc_window), "seqctr windows");
     m->pipelined = po->pipelined && sharded(m);
     m->host_tables = po->host_tables && sharded(m);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
@@ -561,6 +594,7 @@ void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
     m->stage = m->stages[0];
     m->uniq_rows = m->stage->h_uniq;
     m->nqueue = 0, m->ring = 0, m->prepared = m->next = m->latest = m->prev_train = NULL;
+    m->wring = 0, m->cur_win = m->prev_win = NULL;
     init_params(m, m->init_kind);
     if (m->h_iota) {
         for (size_t i = 0; i < max_lookups(m); i++) m->h_iota[i] = (int64_t)i;
@@ -611,6 +645,7 @@ void nb_sc_free(nb_sc_model *m) {
     if (!a) return;
     free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
     for (int k = 0; k <= NB_SC_RING; k++) free(m->stages[k]);
+    free(m->wins);
     free(m->spans);
     free(a);
     if (m->own_arenas) {
@@ -688,19 +723,38 @@ static int bucket_rows(int n, int cap) {
 /* Training batches go round the ring: at most the step's batch, the next one and the one after
  * are in use at a time (a pipelined schedule fetches the next one's rows while the step trains,
  * and the host prepares the one after). */
-void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) {
+void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b) { nb_sc_prepare_part(m, b, 0, 1); }
+
+void nb_sc_prepare_part(nb_sc_model *m, const nb_sc_batch *b, int part, int nparts) {
     check_batch(m, b);
+    NB_CHECK(part >= 0 && part < nparts && nparts <= m->nparts, "this is a bug in nobubble; please report it",
+             "seqctr: part %d of %d (the model was planned for windows of %d parts)", part, nparts, m->nparts);
     NB_CHECK(m->nqueue < NB_SC_RING - 1, "this is a bug in nobubble; please report it",
              "seqctr: %d batches prepared ahead of the step (at most %d)", m->nqueue + 1, NB_SC_RING - 1);
     nb_sc_stage *s = m->stages[m->ring];
     m->ring = (m->ring + 1) % NB_SC_RING;
     prepare_into(m, b, s);
+    s->part = part, s->nparts = nparts;
+    if (sharded(m)) { /* a window begins with its first part */
+        if (part == 0) {
+            m->prev_win = m->cur_win;
+            m->cur_win = &m->wins[m->wring];
+            m->wring = (m->wring + 1) % NB_SC_RING;
+            m->cur_win->parts_done = m->cur_win->complete = 0;
+            m->cur_win->n = 0;
+        }
+        NB_CHECK(m->cur_win && m->cur_win->parts_done == part, "this is a bug in nobubble; please report it",
+                 "seqctr: part %d prepared out of order", part);
+        s->win = m->cur_win, s->prev_win = m->prev_win;
+    }
     m->queue[m->nqueue++] = s;
     m->prepared = m->queue[0];
     m->prev_train = m->latest && m->latest != m->stages[NB_SC_RING] ? m->latest : m->prev_train;
     m->latest = s;
     m->stage_nh = s->nh_real;
 }
+
+int nb_sc_first_part(const nb_sc_model *m) { return !m->stage || m->stage->part == 0; }
 
 void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced) {
     *distinct = m->stage ? m->stage->nuniq : 0;
@@ -744,6 +798,21 @@ void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked
     *asked = m->latest->asked;
 }
 
+/* The window gets the part's served rows; after its last part: the owner's sums per row over
+ * every part and asker, in (part, rank) order. */
+static void add_to_window(nb_sc_model *m, nb_sc_stage *s) {
+    nb_sc_window *w = s->win;
+    int64_t E = m->cfg.E;
+    NB_CHECK(w->n + (size_t)s->nserve <= m->max_window, "this is a bug in nobubble; please report it",
+             "seqctr: a window's rows exceed the %zu planned", m->max_window);
+    w->part_base[s->part] = w->n;
+    for (int i = 0; i < s->nserve; i++, w->n++) w->h_serve[w->n] = s->h_serve[i], w->h_off[w->n] = (int64_t)w->n * E;
+    w->parts_done++;
+    if (s->part + 1 < s->nparts) return;
+    w->nown = nb_embag_unique_groups(w->h_own, w->h_order, w->h_seg, w->h_inverse, w->h_serve, (int)w->n, w->h_keys);
+    w->complete = 1;
+}
+
 void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
     NB_ASSERT(sharded(m) && m->latest);
     nb_sc_stage *s = m->latest;
@@ -760,9 +829,8 @@ void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
         s->h_serve_off[i] = (int64_t)i * E;
     }
     s->nserve = (int)n;
-    /* the owner's sum per row: each row's requests in asker (rank) order */
-    s->nown = nb_embag_unique_groups(s->h_own, s->h_own_order, s->h_own_seg, s->h_own_inverse, s->h_serve, (int)n,
-                                     s->h_own_keys);
+    if (s == m->stages[NB_SC_RING]) return; /* evaluation: lookups only */
+    add_to_window(m, s);
     if (m->pipelined) find_collisions(m, s);
 }
 
@@ -776,15 +844,18 @@ static int has_row(const int64_t *rows, int n, int64_t row) {
     return lo < n && rows[lo] == row;
 }
 
-/* The served rows of s that the training batch before it updates on this owner (its unique
- * rows: prev->h_own): fetched before that update, they are sent again after it. The evaluation
- * stage and a batch with nothing before it have none. */
+/* The served rows of s that the window before it updates on this owner (its unique rows):
+ * fetched before that update, they are sent again after it. Only a window's first part is
+ * fetched before the window before it is done (its later parts are fetched while it trains);
+ * a window with nothing before it has none. */
 static void find_collisions(nb_sc_model *m, nb_sc_stage *s) {
-    const nb_sc_stage *prev = m->prev_train;
+    const nb_sc_window *prev = s->part == 0 ? s->prev_win : NULL;
+    NB_CHECK(!prev || prev->complete, "this is a bug in nobubble; please report it",
+             "seqctr: a window's first part planned before the window before it");
     int N = m->shard.world, c = 0;
     for (int j = 0; j < N; j++) {
         s->resync_out_displ[j] = (size_t)c;
-        if (prev && s != m->stages[NB_SC_RING])
+        if (prev)
             for (size_t q = 0; q < s->served[j]; q++) {
                 int64_t row = s->h_serve[s->served_displ[j] + q];
                 if (!has_row(prev->h_own, prev->nown, row)) continue;
@@ -821,7 +892,9 @@ void nb_sc_set_resync(nb_sc_model *m, const int64_t *pos, const size_t *counts) 
 void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x) {
     const nb_sc_stage *s = which == NB_SC_CURRENT ? m->stage : which == NB_SC_NEXT ? m->next : m->latest;
     NB_ASSERT(sharded(m) && s);
-    *x = (nb_sc_exchange){m->d_serve_rows, s->work, m->d_uniq_grads, m->d_serve_grads, m->d_resync_rows, m->d_resync_in,
+    /* a part's gradients land in its window's block of the gradient buffer */
+    float *grads_in = m->d_serve_grads + (s->win ? s->win->part_base[s->part] * (size_t)m->cfg.E : 0);
+    *x = (nb_sc_exchange){m->d_serve_rows, s->work, m->d_uniq_grads, grads_in, m->d_resync_rows, m->d_resync_in,
                           s->asked, s->asked_displ, s->served, s->served_displ,
                           s->resync_out, s->resync_out_displ, s->resync_in, s->resync_in_displ};
 }
@@ -895,6 +968,9 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */
+/* A window's last part: after its backward the owner sums the window's gradients and updates. */
+static int is_window_end(const nb_sc_stage *s) { return s->win && s->part + 1 == s->nparts; }
+
 static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (on_cpu(m)) return;
     const nb_backend_i *be = m->be;
@@ -909,12 +985,16 @@ static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
     if (!sharded(m)) return;
-    size_t ns = (size_t)s->nserve, no = (size_t)s->nown;
+    size_t ns = (size_t)s->nserve;
     be->to_backend(c, s->d_serve, s->h_serve, ns * sizeof(int64_t));
     be->to_backend(c, s->d_serve_off, s->h_serve_off, ns * sizeof(int64_t));
-    be->to_backend(c, s->d_own, s->h_own, no * sizeof(int64_t));
-    be->to_backend(c, s->d_own_order, s->h_own_order, ns * sizeof(int32_t));
-    be->to_backend(c, s->d_own_seg, s->h_own_seg, (no + 1) * sizeof(int32_t));
+    if (is_window_end(s)) { /* the window's sums and update, read after this part's backward */
+        const nb_sc_window *w = s->win;
+        be->to_backend(c, w->d_off, w->h_off, w->n * sizeof(int64_t));
+        be->to_backend(c, w->d_own, w->h_own, (size_t)w->nown * sizeof(int64_t));
+        be->to_backend(c, w->d_order, w->h_order, w->n * sizeof(int32_t));
+        be->to_backend(c, w->d_seg, w->h_seg, ((size_t)w->nown + 1) * sizeof(int32_t));
+    }
     if (!m->pipelined) return;
     be->to_backend(c, s->d_resync_src, s->h_resync_src, (size_t)s->nresync_out * sizeof(int64_t));
     be->to_backend(c, s->d_resync_dst, s->h_resync_dst, (size_t)s->nresync_in * sizeof(int64_t));
@@ -979,18 +1059,20 @@ void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase)
  * rank order. */
 static void sum_served(nb_sc_model *m, nb_ctx c) {
     const nb_sc_stage *s = m->stage;
+    if (!is_window_end(s)) return;
+    const nb_sc_window *w = s->win;
     if (host_tables(m))
-        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, s->h_serve_off, s->h_own_order, s->h_own_seg,
-                                       s->nown, m->cfg.E);
+        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, w->h_off, w->h_order, w->h_seg, w->nown, m->cfg.E);
     else
-        nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, s->d_serve_off, s->d_own_order,
-                                                   s->d_own_seg, s->nown, m->cfg.E);
+        nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, w->d_off, w->d_order, w->d_seg,
+                                                   w->nown, m->cfg.E);
 }
 
-/* host tables: the askers' gradients down, for the host's sums */
+/* host tables: the askers' gradients of the window down, for the host's sums */
 static void sum_down(nb_sc_model *m, nb_ctx c) {
-    if (host_tables(m))
-        m->be->to_host_async(c, m->h_serve_grads, m->d_serve_grads, (size_t)m->stage->nserve * m->cfg.E * sizeof(float));
+    const nb_sc_stage *s = m->stage;
+    if (host_tables(m) && is_window_end(s))
+        m->be->to_host_async(c, m->h_serve_grads, m->d_serve_grads, s->win->n * m->cfg.E * sizeof(float));
 }
 
 /* The table the batch's lookups read: the tables, or (sharded) the batch's rows from the owners. */
@@ -1103,7 +1185,7 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
     const nb_ctr_ops_i *co = m->co;
     int B = s->B, E = m->cfg.E, D0 = m->D0;
-    m->be->zero(c, m->d_loss, sizeof(double));
+    if (s->part == 0) m->be->zero(c, m->d_loss, sizeof(double)); /* a window's parts add up their losses */
     /* the gradient region is zeroed here, on the forward's lane, so that the segments' backward
      * passes (on any lane, after their forward) can accumulate into it */
     m->be->zero(c, a->dsrc, ((size_t)m->max_batch * (D0 + E) + (size_t)s->nh * E) * act_es(m));
@@ -1289,14 +1371,16 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
-    if (sharded(m)) { /* the owner's rows, their summed gradients (host tables: on the host) */
+    if (sharded(m)) { /* once per window: the owner's rows, their summed gradients (host tables: on the host) */
+        if (!is_window_end(s)) return;
+        const nb_sc_window *w = s->win;
         const nb_ctr_ops_i *to = host_tables(m) ? &nb_ctr_ops_cpu : m->co;
-        const int64_t *own = host_tables(m) ? s->h_own : s->d_own;
+        const int64_t *own = host_tables(m) ? w->h_own : w->d_own;
         if (o->emb_adam)
-            to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, s->nown, E, o->emb_lr, o->beta1, o->beta2,
+            to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, w->nown, E, o->emb_lr, o->beta1, o->beta2,
                             o->emb_eps, t);
         else
-            to->rowwise_adagrad(c, m->d_emb, m->d_eacc, own, m->d_own_grads, s->nown, E, o->emb_lr, o->emb_eps);
+            to->rowwise_adagrad(c, m->d_emb, m->d_eacc, own, m->d_own_grads, w->nown, E, o->emb_lr, o->emb_eps);
         return;
     }
     if (o->emb_adam) {

@@ -82,6 +82,7 @@ typedef struct {
 
 typedef struct nb_sc_acts nb_sc_acts;
 typedef struct nb_sc_stage nb_sc_stage;
+typedef struct nb_sc_window nb_sc_window;
 struct nb_backend_i;
 struct nb_ctr_ops_i;
 struct nb_task_ctx;
@@ -134,6 +135,10 @@ typedef struct {
      * device holds only the rows a batch needs); the owner's lookups, sums and updates run on the
      * host (the host phases: nb_sc_phase_on_host), the rows and gradients are copied over */
     int host_tables;
+    /* sharded: batches come in windows of this many parts (--micro-batches: Frozen-Window
+     * Pipelining): the parts share one embedding state; the owners sum the window's gradients and
+     * update the tables once, after its last part. 0 or 1: every batch is a window. */
+    int parts;
 } nb_sc_plan_opts;
 
 #define NB_SC_RING 3 /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
@@ -158,6 +163,10 @@ typedef struct {
     nb_sc_shard shard;                   /* world 0: not sharded */
     int64_t shard_stride;                /* ceil(total rows / world): owner-major key = owner * stride + row */
     size_t max_served;                   /* rows one batch may ask of this owner */
+    size_t max_window;                   /* rows one window (its parts) may ask of this owner */
+    int nparts;                          /* parts per window (nb_sc_plan_opts.parts) */
+    nb_sc_window *wins, *cur_win, *prev_win; /* sharded: the owner side of each window, a ring */
+    int wring;
     float *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
     float *d_resync_rows, *d_resync_in; /* pipelined: the re-synced rows, sent and received */
     int64_t *d_iota, *h_iota;           /* pipelined: 0, 1, 2, ... (the received rows' order) */
@@ -270,6 +279,12 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b);
  * copies read: the batch after next may be prepared only once the step that read the
  * buffer before it has finished (so: prepare k+1 while step k runs, wait for step k, go on). */
 void nb_sc_prepare(nb_sc_model *m, const nb_sc_batch *b);
+/* The same for part `part` of a window of nparts batches (sharded: nb_sc_plan_opts.parts). The
+ * first part of a window zeroes the loss (and the caller the dense gradient: nb_sc_first_part);
+ * the tables' sums and update run after the last part's backward. */
+void nb_sc_prepare_part(nb_sc_model *m, const nb_sc_batch *b, int part, int nparts);
+/* Is the step's batch the first part of its window? */
+int nb_sc_first_part(const nb_sc_model *m);
 void nb_sc_forward_enqueue(nb_sc_model *m);
 void nb_sc_backward_enqueue(nb_sc_model *m);
 /* One optimizer step t >= 1 on the gradients of the last backward. */

@@ -56,7 +56,8 @@ typedef struct nb_train_opts {
      * g % N), "none" (every rank holds every row: one rank only), "auto" (row with several ranks) */
     char emb_shard[8];
     char emb_place[8];    /* where an owner's shard lives: gpu (the device's memory) or host (host DRAM) */
-    int pipe_skip_resync; /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
+    int pipe_skip_resync;
+    int cluster_keys; /* seqctr --micro-batches: samples sharing hot keys go to the same micro-batch */ /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
     float emb_lr;
     int64_t table_cap;
     int eval_samples;

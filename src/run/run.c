@@ -538,7 +538,8 @@ static void run_step(nb_run *r, int step, int first) {
         if (k > 0) nb_mark_wait_host(nb_lane_mark(r->compute));
         r->micro = k;
         if (r->fam->begin_micro) r->fam->begin_micro(r, k);
-        if (!r->sched->prefetches || step == first) nb_items_run(r, &r->items.pre, r->compute, step);
+        /* a prefetching schedule fetched this micro-batch's inputs during the one before */
+        if (!r->sched->prefetches || (step == first && k == 0)) nb_items_run(r, &r->items.pre, r->compute, step);
         if (r->sched->prologue) r->sched->prologue(r, step);
         run_pass(r, step, first, opt_inside);
         if (last && !opt_inside && !r->sched->own_optimizer) {
@@ -549,6 +550,7 @@ static void run_step(nb_run *r, int step, int first) {
         nb_items_run(r, &r->items.post, r->compute, step);
         if (r->sched->epilogue) r->sched->epilogue(r, step);
         if (!last && r->fam->enqueue_results) r->fam->enqueue_results(r, step);
+        if (!last && r->fam->overlap_micro) r->fam->overlap_micro(r, step);
     }
 }
 

@@ -130,6 +130,8 @@ typedef struct nb_family_i {
     void (*begin_step)(nb_run *r, int step);
     /* host work that overlaps the enqueued step (the next batch); may be NULL */
     void (*overlap)(nb_run *r, int step);
+    /* the same after each micro-batch but the last, before the run waits for it (NULL: none) */
+    void (*overlap_micro)(nb_run *r, int step);
     /* host side before micro-batch k's items are enqueued (k > 0 after micro-batch k-1 ended):
      * which slice of the batch and which gradient slab its items use (NULL: one micro-batch) */
     void (*begin_micro)(nb_run *r, int k);

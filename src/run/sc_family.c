@@ -42,6 +42,14 @@ typedef struct sc_train {
     /* ranks: this rank trains samples first .. first + Bl - 1 of each global batch; sharded: the
      * tables row-wise over the ranks (nb_sc_shard), the host's scratch of the id exchange */
     int sharded, Bl, first;
+    /* Frozen-Window Pipelining (--micro-batches M, the run's micro-batches): a rank's slice of the
+     * global batch is a window of M parts of Bm samples (read once into `window`, reordered by
+     * --cluster-keys), trained one after another on one embedding state */
+    int M, Bm;
+    nb_ctr_batch window;
+    uint64_t window_pos;       /* the source position of the window being cut into parts */
+    long next_u, popped_u;     /* parts prepared, and popped, since the run started (part u = step * M + k) */
+    int step_rows, step_resynced; /* the step's parts: distinct rows moved, re-synced */
     size_t *all_asked;            /* [world * world]: rows rank j asks of rank k at j * world + k */
     size_t *served, *asked_displ, *served_displ, *cnt; /* [world] each; cnt [4 * world] elements */
     int64_t *recv_ids;            /* [max_served] */
@@ -143,7 +151,7 @@ static void print_eval_line(const char *what, int step, const nb_eval *e) {
 static void work_phase(void *arg, const nb_task_ctx *ctx) {
     sc_work *w = arg;
     sc_train *t = w->t;
-    if (w->phase == NB_SC_FWD_EMB) nb_sc_zero_grads(&t->m);
+    if (w->phase == NB_SC_FWD_EMB && nb_sc_first_part(&t->m)) nb_sc_zero_grads(&t->m); /* parts add up */
     nb_sc_enqueue_phase(&t->m, ctx, w->phase, w->seg, &t->optim, t->step + 1);
 }
 
@@ -299,8 +307,6 @@ static void work_bind_ctx(void *arg, const nb_task_ctx *ctx) {
 
 static void sc_check(nb_train_opts *o) {
     nb_sc_config *c = &o->ctr;
-    NB_CHECK(o->grad_accum == 1, "drop --grad-accum for seqctr",
-             "seqctr does not accumulate micro-batches yet (its tables' sparse gradients would have to be merged)");
     static const char *hint = "check the seqctr flags (--emb-dim, --heads, --blocks, --max-len)";
     NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint, "--emb-dim %d must be a multiple of the %d heads",
              c->E, c->heads);
@@ -336,9 +342,12 @@ static void plan_ranks(nb_run *r, sc_train *t) {
     t->pipelined = !r->eval_only && r->sched->prefetches;
     t->ids_ahead = r->sched->ids_ahead;
     int host = !strcmp(o->emb_place, "host");
-    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host);
-    t->Bl = o->batch, t->first = 0;
+    /* micro-batches share one frozen embedding state: the owners sum their gradients (the exchange) */
+    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host || o->grad_accum > 1);
+    t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
+    NB_CHECK(o->grad_accum == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches",
+             "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
     NB_CHECK(!host || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --emb-place host",
              "--emb-place host keeps each owner's shard on its host: the tables go through the sharded exchange");
     NB_CHECK(!t->pipelined || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --schedule pipe",
@@ -350,6 +359,12 @@ static void plan_ranks(nb_run *r, sc_train *t) {
              "--batch %d does not split evenly over %d ranks", o->batch, r->world);
     t->Bl = o->batch / r->world;
     t->first = r->rank * t->Bl;
+    t->M = o->grad_accum;
+    NB_CHECK(t->Bl % t->M == 0, "pass a --batch divisible by ranks x --micro-batches",
+             "this rank's %d samples do not split into %d micro-batches", t->Bl, t->M);
+    t->Bm = t->Bl / t->M;
+    NB_CHECK(!o->cluster_keys || t->M > 1, "add --micro-batches M > 1 with --cluster-keys",
+             "--cluster-keys groups a batch's samples into micro-batches: there is one");
     if (t->sharded && r->rank == 0)
         nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
                r->world, r->world == 1 ? "" : "s", r->world, o->emb_place, t->Bl);
@@ -379,14 +394,15 @@ static void sc_init(nb_run *r) {
     plan_ranks(r, t);
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
-                          .host_tables = t->sharded && !strcmp(o->emb_place, "host")};
-    nb_sc_plan(&t->m, &mc, t->Bl, r->be, &po, &r->dev, &r->pinned, &r->host);
+                          .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M};
+    nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     print_memory(r, t);
     nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
-    nb_ctr_batch_alloc(&t->batch, t->Bl, mc.max_len);
+    nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len);
+    nb_ctr_batch_alloc(&t->window, t->Bl, mc.max_len);
     if (t->sharded) {
         int N = r->world;
         t->all_asked = nb_malloc((size_t)N * N * sizeof(size_t), "the id exchange");
@@ -446,6 +462,7 @@ static void sc_free(nb_run *r) {
     sc_train *t = T(r);
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
+    nb_ctr_batch_free(&t->window);
     free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
     free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
     nb_sc_free(&t->m);
@@ -497,39 +514,73 @@ static void exchange_collisions(sc_train *t) {
     nb_sc_set_resync(&t->m, t->resync_pos, t->resync_in);
 }
 
-/* The next training batch (this rank's slice): samples, then the model's index lists and, when
- * sharded, the id exchange (host work, timed). */
-static void prefetch(sc_train *t) {
-    NB_ASSERT(t->nahead < NB_SC_RING);
-    double t0 = nb_now();
-    uint64_t pos = nb_ctr_source_position(&t->src);
-    nb_ctr_fill_train_slice(&t->src, &t->batch, t->run->o.batch, t->first, t->Bl);
-    double t1 = nb_now();
-    nb_sc_prepare(&t->m, &t->batch.b);
-    if (t->sharded && t->ids_ahead) exchange_ids(t);
-    if (t->pipelined) exchange_collisions(t);
-    t->ahead[t->nahead++] = (sc_ahead){pos, t1 - t0, nb_now() - t1, t->m.stage_nh};
+/* Part k of the window in t->window, as a batch (a view). */
+static nb_sc_batch part_of(const sc_train *t, int k) {
+    nb_sc_batch b = t->window.b;
+    size_t at = (size_t)k * t->Bm;
+    b.B = t->Bm;
+    b.dense += at * NB_SC_NDENSE, b.cat += at * NB_SC_NCAT, b.target += at, b.hist += at * b.hist_stride;
+    b.hist_len += at, b.label += at;
+    return b;
 }
 
-/* batches prepared ahead of the step's: one, or two when the schedule fetches the next one while
- * the step trains (the host prepares the one after) */
+/* The next part (this rank's slice of the global batch, cut into the window's parts): the samples
+ * at a window's first part, then the model's index lists and, when sharded, the id exchange (host
+ * work, timed). */
+static void prefetch(sc_train *t) {
+    NB_ASSERT(t->nahead < NB_SC_RING);
+    int k = (int)(t->next_u % t->M);
+    double t0 = nb_now();
+    if (k == 0) {
+        t->window_pos = nb_ctr_source_position(&t->src);
+        nb_ctr_fill_train_slice(&t->src, &t->window, t->run->o.batch, t->first, t->Bl);
+        if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M);
+    }
+    double t1 = nb_now();
+    nb_sc_batch b = part_of(t, k);
+    nb_sc_prepare_part(&t->m, &b, k, t->M);
+    if (t->sharded && t->ids_ahead) exchange_ids(t);
+    if (t->pipelined) exchange_collisions(t);
+    t->ahead[t->nahead++] = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh};
+    t->next_u++;
+}
+
+/* parts prepared ahead of the one training: one, or two when the schedule fetches the next one
+ * while this one trains (the host prepares the one after) */
 static int lookahead(const sc_train *t) { return t->pipelined ? 2 : 1; }
 
-static void sc_begin_step(nb_run *r, int step) {
-    sc_train *t = T(r);
-    const nb_train_opts *o = &r->o;
-    if (!t->nsteps) t->t_start = nb_now();
-    if (!t->nahead) prefetch(t);
-    if (t->pipelined && t->nahead == 1 && step + 1 < o->steps) prefetch(t); /* the first step's next batch */
-    if (step >= nb_step_warmup(o->steps)) {
+/* Prepare parts up to `upto` (exclusive), never past the run's last. */
+static void top_up(sc_train *t, long upto) {
+    long total = (long)t->run->o.steps * t->M;
+    while (t->next_u < upto && t->next_u < total) prefetch(t);
+}
+
+/* The next part becomes the step's: prepared (with the one a pipelining schedule fetches while it
+ * trains), its statistics counted, its ids routed now when the schedule does not route ahead. */
+static void pop_part(nb_run *r, sc_train *t, int step) {
+    top_up(t, t->popped_u + 1 + (t->pipelined ? 1 : 0));
+    if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
         t->host_s[0] += t->ahead[0].fill_s;
         t->host_s[1] += t->ahead[0].prep_s;
     }
     for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
     t->nahead--;
+    t->popped_u++;
     if (t->sharded && !t->ids_ahead) exchange_ids(t); /* the synchronous baseline: in line */
     nb_sc_begin_step(&t->m);
+    int distinct, resynced;
+    nb_sc_batch_rows(&t->m, &distinct, &resynced);
+    t->step_rows += distinct, t->step_resynced += resynced;
+}
+
+static void sc_begin_step(nb_run *r, int step) {
+    sc_train *t = T(r);
+    const nb_train_opts *o = &r->o;
+    if (!t->nsteps) t->t_start = nb_now();
+    if (!t->next_u) t->next_u = t->popped_u = (long)step * t->M; /* a resumed run starts at its step */
+    t->step_rows = t->step_resynced = 0;
+    pop_part(r, t, step);
     t->step = step;
     /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */
     r->lr = nb_lr_cosine(step, nb_train_warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
@@ -537,10 +588,16 @@ static void sc_begin_step(nb_run *r, int step) {
     nb_sc_optim_prepare(&t->m, &t->optim, step + 1);
 }
 
-/* the next batch (pipelined: the one after it) is made on the host while this step runs */
+/* Part k > 0 of the step's window (the run waited for part k - 1). */
+static void sc_begin_micro(nb_run *r, int k) {
+    if (k > 0) pop_part(r, T(r), T(r)->step);
+}
+
+/* the next part (pipelined: the one after it) is made on the host while this one runs */
 static void sc_overlap(nb_run *r, int step) {
+    (void)step;
     sc_train *t = T(r);
-    if (step + lookahead(t) < r->o.steps) prefetch(t);
+    top_up(t, t->popped_u + lookahead(t));
 }
 
 /* "dense fwd 3" is a span of the phase "dense fwd" */
@@ -592,10 +649,11 @@ static void sharded_forward(nb_run *r, sc_train *t, const nb_sc_batch *b, float 
  * the scores are gathered, so every rank computes the same NE and AUC. */
 static void sharded_scores(nb_run *r, sc_train *t, long n, float *logit, float *label) {
     int N = r->world;
-    float *mine = nb_malloc((size_t)t->Bl * sizeof(float), "evaluation scores");
-    float *all = nb_malloc((size_t)t->Bl * N * sizeof(float), "evaluation scores");
-    for (long first = 0; first < n; first += r->o.batch) {
-        long cnt = n - first < r->o.batch ? n - first : r->o.batch, per = (cnt + N - 1) / N;
+    long round = (long)t->Bm * N; /* every rank scores at most one part's samples at a time */
+    float *mine = nb_malloc((size_t)t->Bm * sizeof(float), "evaluation scores");
+    float *all = nb_malloc((size_t)t->Bm * N * sizeof(float), "evaluation scores");
+    for (long first = 0; first < n; first += round) {
+        long cnt = n - first < round ? n - first : round, per = (cnt + N - 1) / N;
         long from = first + r->rank * per, own = cnt - r->rank * per;
         own = own < 0 ? 0 : own > per ? per : own;
         nb_ctr_fill_eval(&t->src, &t->batch, own ? from : first, own ? (int)own : 1);
@@ -609,8 +667,8 @@ static void sharded_scores(nb_run *r, sc_train *t, long n, float *logit, float *
             if (len) memcpy(logit + at, all + (size_t)k * per, (size_t)len * sizeof(float));
         }
     }
-    for (long first = 0; first < n; first += t->Bl) { /* the labels: the held-out set is the same on every rank */
-        int B = (int)(n - first < t->Bl ? n - first : t->Bl);
+    for (long first = 0; first < n; first += t->Bm) { /* the labels: the held-out set is the same on every rank */
+        int B = (int)(n - first < t->Bm ? n - first : t->Bm);
         nb_ctr_fill_eval(&t->src, &t->batch, first, B);
         memcpy(label + first, t->batch.label, (size_t)B * sizeof(float));
     }
@@ -648,11 +706,9 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
     (void)secs;
     const sc_train *t = CT(r);
     nb_json_knum(w, "lr", r->lr);
-    if (t->sharded) { /* this rank's batch: the distinct rows it fetched, and those fetched again */
-        int distinct, resynced;
-        nb_sc_batch_rows(&t->m, &distinct, &resynced);
-        nb_json_kint(w, "rows_moved", distinct);
-        if (t->pipelined) nb_json_kint(w, "rows_resynced", resynced);
+    if (t->sharded) { /* this rank's step (its parts): the distinct rows it fetched, and those fetched again */
+        nb_json_kint(w, "rows_moved", t->step_rows);
+        if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
     }
     if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
     if (ev && ev->done) {
@@ -874,6 +930,8 @@ const nb_family_i nb_family_seqctr = {
     .per_step = sc_per_step,
     .begin_step = sc_begin_step,
     .overlap = sc_overlap,
+    .overlap_micro = sc_overlap,
+    .begin_micro = sc_begin_micro,
     .end_step = sc_end_step,
     .evaluate = sc_evaluate,
     .metrics = sc_metrics,
