@@ -778,9 +778,40 @@ static void check_targetattn(int B, int max_len, int E, int fused) {
     free(off);
 }
 
+/* The warp-per-sample kernels take the model's shapes (the table's bf16 results are theirs). */
+static void check_targetattn_dispatch(void) {
+    int B = 33, max_len = 256, E = 64, nh = 0;
+    int32_t *off = make_offsets(B, max_len, &nh);
+    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E;
+    float *q = randn_bf(nq, 0, 2, 1), *kv = randn_bf(nkv, 0, 1, 1);
+    void *doff = dev_raw(off, ((size_t)B + 1) * 4), *dq = dev_up(q, nq, 1), *dkv = dev_up(kv, nkv, 1);
+    void *p[2], *a[2];
+    for (int v = 0; v < 2; v++) {
+        p[v] = dev_nan(nq, 1), a[v] = dev_nan(nh, 0);
+        if (v == 0) gpu(1)->targetattn_fwd(&gctx, p[v], a[v], dq, dkv, dev_at(dkv, E, 1), doff, B, max_len, E, 2 * E);
+        else CHECK(nb_cuda_targetattn_warp_forward_bf16(p[v], a[v], dq, dkv, dev_at(dkv, E, 1), doff, B, max_len, E,
+                                                        2 * E, st) == 1,
+                   "the warp-per-sample target attention refused the model's shape");
+    }
+    float *h[4] = {dev_get(p[0], nq, 1), dev_get(p[1], nq, 1), dev_get(a[0], nh, 0), dev_get(a[1], nh, 0)};
+    expect_same("targetattn fwd pooled: the table's bf16 path is the warp-per-sample kernel's", h[0], h[1], nq);
+    expect_same("targetattn fwd attn: the table's bf16 path is the warp-per-sample kernel's", h[2], h[3], nh);
+    for (int i = 0; i < 4; i++) free(h[i]);
+    for (int v = 0; v < 2; v++) dev_free(p[v]), dev_free(a[v]);
+    dev_free(doff), dev_free(dq), dev_free(dkv);
+    free(off), free(q), free(kv);
+}
+
 TEST_CASE(test_targetattn) {
     check_targetattn(61, 37, 12, 0);
     check_targetattn(45, 300, 64, 1); /* histories past one 256-key chunk */
+    check_targetattn(45, 256, 64, 1); /* bf16: the warp-per-sample kernels (max_len <= 256) */
+    check_targetattn(30, 70, 64, 0);
+    check_targetattn(1, 1, 64, 1);
+    nb_cuda_ctr_kernels_set(0); /* the old kernels keep their tests */
+    check_targetattn(45, 256, 64, 1);
+    nb_cuda_ctr_kernels_set(1);
+    check_targetattn_dispatch();
 }
 
 /* ---- timing (test_ops_ctr_cuda --bench [SPEC [TABLE_CAP [B]]]): every op of the seqctr model's
@@ -1210,6 +1241,16 @@ static void op_seqattn_b_old(void) {
     op_seqattn_b();
     nb_cuda_ctr_kernels_set(1);
 }
+static void op_targetattn_f_old(void) {
+    nb_cuda_ctr_kernels_set(0);
+    op_targetattn_f();
+    nb_cuda_ctr_kernels_set(1);
+}
+static void op_targetattn_b_old(void) {
+    nb_cuda_ctr_kernels_set(0);
+    op_targetattn_b();
+    nb_cuda_ctr_kernels_set(1);
+}
 static void op_grad_unique_old(void) {
     nb_cuda_ctr_kernels_set(0);
     op_grad_unique();
@@ -1419,6 +1460,10 @@ static void build_ops(void) {
            op_seqattn_f_old, "B=%d L=%d H=%d E=%d nh=%d", iB, BT.L, BT.H, iE, inh);
     add_op(ph, 1, "seqattn_bwd old", 10 * S2 * E, es * (3 * nh * E + 2 * nh * E + 6 * nh * E) + 4 * nh * BT.H,
            op_seqattn_b_old, "B=%d L=%d H=%d E=%d nh=%d", iB, BT.L, BT.H, iE, inh);
+    add_op(ph, 1, "targetattn_fwd old", 4 * nh * E, es * (2 * B * E + 2 * nh * E) + 4 * nh + 4 * (B + 1),
+           op_targetattn_f_old, "B=%d E=%d ldkv=%d nh=%d", iB, iE, 2 * iE, inh);
+    add_op(ph, 1, "targetattn_bwd old", 8 * nh * E, es * (4 * B * E + 6 * nh * E) + 4 * nh + 4 * (B + 1),
+           op_targetattn_b_old, "B=%d E=%d ldkv=%d nh=%d", iB, iE, 2 * iE, inh);
     add_op(ph, 1, "emb_grad_unique old", 0, es * n * E + 12 * n + 4 * (U + 1) + 4 * U * E, op_grad_unique_old,
            "n=%d U=%d (max group %d)", BT.nlk, BT.U, BT.max_group);
     NB_ASSERT(BK == BNOPS);
@@ -1760,6 +1805,8 @@ static void bn_print(void) {
 static void bn_print_old_new(void) {
     static const char *pairs[][2] = {{"seqattn_fwd", "seqattn_fwd old"},
                                      {"seqattn_bwd", "seqattn_bwd old"},
+                                     {"targetattn_fwd", "targetattn_fwd old"},
+                                     {"targetattn_bwd", "targetattn_bwd old"},
                                      {"emb_grad_unique", "emb_grad_unique old"}};
     printf("\nissue 19 kernels, new vs old (us of one launch alone; %% of the ceilings 790 TFLOP/s bf16, 4.2 TB/s):\n");
     printf("  %-18s %9s %9s %8s | %9s %7s %7s | %9s %9s\n", "op", "new bf16", "old bf16", "speedup", "GB/s",

@@ -5,7 +5,8 @@
  *   by ctr_tc.cu's two passes; the previous kernel here (NB_CTR_KERNELS=old), one warp per unique
  *   row, gives the same bits with a hot row as one warp's serial chain.
  * - history self-attention in bf16: ctr_tc.cu's tensor-core kernels where they apply; the
- *   CUDA-core kernels below for fp32, other head sizes and NB_CTR_KERNELS=old.
+ *   CUDA-core kernels below for fp32, other head sizes and NB_CTR_KERNELS=old. Target attention
+ *   in bf16 likewise: ctr_tc.cu's warp per sample, or the block per sample below.
  * - cross and linear1 parameter gradients: cuBLASLt GEMMs (non-atomic split-K, see matmul.cu)
  *   and column sums over fixed blocks of NB_COL_ROWS rows finished by nb_col_finish.
  * - bce: one block, each thread a contiguous run of indices in order, then a fixed tree, in double.
@@ -869,6 +870,10 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || (pooled && attn && q && k && v && off)),                      \
                       "nb_cuda_targetattn_forward_" #SFX);                                         \
         if (B == 0) return;                                                                        \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_targetattn_warp_forward_bf16((nb_bf16 *)pooled, attn, (const nb_bf16 *)q, (const nb_bf16 *)k, \
+                                                 (const nb_bf16 *)v, off, B, max_len, E, ldkv, stream)) \
+            return;                                                                                \
         targetattn_fwd_kernel<<<B, TA_THREADS, (size_t)E * sizeof(float), stream>>>(               \
             (KT *)pooled, attn, (const KT *)q, (const KT *)k, (const KT *)v, off, E, ldkv);        \
         CUDA_CHECK_LAUNCH("target attention forward");                                             \
@@ -881,6 +886,11 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || !(dq || dk || dv) || (dpooled && q && k && v && attn && off)), \
                       "nb_cuda_targetattn_backward_" #SFX);                                        \
         if (B == 0 || !(dq || dk || dv)) return;                                                   \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_targetattn_warp_backward_bf16((nb_bf16 *)dq, (nb_bf16 *)dk, (nb_bf16 *)dv,    \
+                                                  (const nb_bf16 *)dpooled, (const nb_bf16 *)q, (const nb_bf16 *)k, \
+                                                  (const nb_bf16 *)v, attn, off, B, max_len, E, ldkv, stream)) \
+            return;                                                                                \
         targetattn_bwd_kernel<<<B, TA_THREADS, (size_t)(TA_CHUNK + 3 * E) * sizeof(float), stream>>>( \
             (KT *)dq, (KT *)dk, (KT *)dv, (const KT *)dpooled, (const KT *)q, (const KT *)k, (const KT *)v, attn, \
             off, E, ldkv);                                                                         \

@@ -75,6 +75,10 @@
 typedef struct {
     unsigned x, y;
 } tc_u2;
+/* 16 bytes: eight bf16 */
+typedef struct {
+    unsigned x, y, z, w;
+} tc_u4;
 
 /* ---- primitives: the only PTX ---- */
 #ifndef CTR_TC_EMU
@@ -118,10 +122,16 @@ static __device__ __forceinline__ tc_u2 tc_ld8(const nb_bf16 *p) {
     return r;
 }
 static __device__ __forceinline__ void tc_st8(nb_bf16 *p, tc_u2 v) { *(uint2 *)p = make_uint2(v.x, v.y); }
+static __device__ __forceinline__ tc_u4 tc_ld16(const nb_bf16 *p) {
+    uint4 u = *(const uint4 *)p;
+    tc_u4 r = {u.x, u.y, u.z, u.w};
+    return r;
+}
 #else
-/* the emulator defines these two after including this file */
+/* the emulator defines these after including this file */
 static tc_u2 tc_ld8(const nb_bf16 *p);
 static void tc_st8(nb_bf16 *p, tc_u2 v);
+static tc_u4 tc_ld16(const nb_bf16 *p);
 #endif
 
 static __device__ __forceinline__ float tc_lo(unsigned u) { return __uint_as_float(u << 16); }
@@ -621,6 +631,155 @@ static __device__ __forceinline__ void egu_finish(float *dunique, const float *p
     }
 }
 
+/* ==== target attention ====
+ * A warp per sample (TC_WARPS samples a block). Scores, weights and the backward's ds: a lane per
+ * key (keys lane + 32 r, r < TA_SLOTS, kept in registers: max_len <= 32 * TA_SLOTS), each key's
+ * row read whole with 16-byte loads against q (or dpooled) in the warp's shared memory (one
+ * broadcast address per access); softmax max and sums by butterflies (a fixed order). Pooling
+ * and the row gradients: a lane per column, the keys in order with their weight (ds) shuffled
+ * from the lane that holds it; rows read and written coalesced. dq sums ds_j k_j in key order. */
+
+#define TA_SLOTS 8   /* keys per lane */
+#define TA_MAX_E 256 /* columns (q and dpooled in shared memory) */
+
+static __device__ __forceinline__ float ta_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += tc_shfl_xor(v, o);
+    return v;
+}
+static __device__ __forceinline__ float ta_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, tc_shfl_xor(v, o));
+    return v;
+}
+static __device__ __forceinline__ nb_bf16 ta_bf(float x) { return (nb_bf16)(tc_pack(x, 0.0f) & 0xffffu); }
+
+/* x (E floats, shared) . the bf16 row r (16-byte aligned, E % 8 == 0), in column order */
+static __device__ __forceinline__ float ta_dot(const float *x, const nb_bf16 *r, int E) {
+    float s = 0.0f;
+    for (int e = 0; e < E; e += 8) {
+        const tc_u4 u = tc_ld16(r + e);
+        s += x[e] * tc_lo(u.x);
+        s += x[e + 1] * tc_hi(u.x);
+        s += x[e + 2] * tc_lo(u.y);
+        s += x[e + 3] * tc_hi(u.y);
+        s += x[e + 4] * tc_lo(u.z);
+        s += x[e + 5] * tc_hi(u.z);
+        s += x[e + 6] * tc_lo(u.w);
+        s += x[e + 7] * tc_hi(u.w);
+    }
+    return s;
+}
+
+static __device__ __forceinline__ void ta_fwd(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k,
+                                              const nb_bf16 *v, const int32_t *off, int B, int E, int ldkv) {
+    TC_SMEM(sm);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = (int)blockIdx.x * TC_WARPS + warp;
+    if (b >= B) return;
+    float *sq = (float *)sm + (size_t)warp * 2 * TA_MAX_E;
+    const int start = off[b], len = off[b + 1] - start > 0 ? off[b + 1] - start : 0;
+    nb_bf16 *pb = pooled + (size_t)b * E;
+    if (len == 0) {
+        for (int c = lane; c < E; c += 32) pb[c] = 0; /* bf16 zero */
+        return;
+    }
+    for (int c = lane; c < E; c += 32) sq[c] = tc_bf(q[(size_t)b * E + c]);
+    tc_syncwarp();
+    const float scale = 1.0f / sqrtf((float)E);
+    float w[TA_SLOTS], mx = -INFINITY;
+    TC_UNROLL
+    for (int r = 0; r < TA_SLOTS; r++) {
+        const int j = lane + 32 * r;
+        w[r] = j < len ? scale * ta_dot(sq, k + (size_t)(start + j) * ldkv, E) : -INFINITY;
+        mx = fmaxf(mx, w[r]);
+    }
+    mx = ta_warp_max(mx);
+    float sum = 0.0f;
+    TC_UNROLL
+    for (int r = 0; r < TA_SLOTS; r++) {
+        w[r] = lane + 32 * r < len ? expf(w[r] - mx) : 0.0f;
+        sum += w[r];
+    }
+    const float inv = 1.0f / ta_warp_sum(sum);
+    TC_UNROLL
+    for (int r = 0; r < TA_SLOTS; r++) {
+        w[r] *= inv;
+        if (lane + 32 * r < len) attn[start + lane + 32 * r] = w[r];
+    }
+    for (int c0 = 0; c0 < E; c0 += 64) {
+        const int c = c0 + lane, d = c0 + 32 + lane;
+        float a0 = 0.0f, a1 = 0.0f;
+        TC_UNROLL
+        for (int r = 0; r < TA_SLOTS; r++) {
+            const int n = len - 32 * r < 32 ? len - 32 * r : 32; /* <= 0: no key in slot r */
+            TC_UNROLL_N(4)
+            for (int jj = 0; jj < n; jj++) {
+                const float a = tc_shfl_f(w[r], jj);
+                const nb_bf16 *vr = v + (size_t)(start + 32 * r + jj) * ldkv;
+                if (c < E) a0 += a * tc_bf(vr[c]);
+                if (d < E) a1 += a * tc_bf(vr[d]);
+            }
+        }
+        if (c < E) pb[c] = ta_bf(a0);
+        if (d < E) pb[d] = ta_bf(a1);
+    }
+}
+
+/* ds_j = a_j (dp . v_j - sum_i a_i dp . v_i) / sqrt(E); dv_j += a_j dp, dk_j += ds_j q, dq += sum_j ds_j k_j */
+static __device__ __forceinline__ void ta_bwd(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
+                                              const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
+                                              const int32_t *off, int B, int E, int ldkv) {
+    TC_SMEM(sm);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = (int)blockIdx.x * TC_WARPS + warp;
+    if (b >= B) return;
+    float *sq = (float *)sm + (size_t)warp * 2 * TA_MAX_E, *sdp = sq + TA_MAX_E;
+    const int start = off[b], len = off[b + 1] - start;
+    if (len <= 0) return;
+    for (int c = lane; c < E; c += 32) sq[c] = tc_bf(q[(size_t)b * E + c]), sdp[c] = tc_bf(dpooled[(size_t)b * E + c]);
+    tc_syncwarp();
+    const float scale = 1.0f / sqrtf((float)E);
+    float a[TA_SLOTS], ds[TA_SLOTS], ada = 0.0f;
+    TC_UNROLL
+    for (int r = 0; r < TA_SLOTS; r++) {
+        const int j = lane + 32 * r;
+        a[r] = j < len ? attn[start + j] : 0.0f;
+        ds[r] = j < len ? ta_dot(sdp, v + (size_t)(start + j) * ldkv, E) : 0.0f; /* da_j */
+        ada += a[r] * ds[r];
+    }
+    ada = ta_warp_sum(ada);
+    TC_UNROLL
+    for (int r = 0; r < TA_SLOTS; r++) ds[r] = a[r] * (ds[r] - ada) * scale;
+    for (int c0 = 0; c0 < E; c0 += 64) {
+        const int c = c0 + lane, d = c0 + 32 + lane;
+        const float q0 = c < E ? sq[c] : 0.0f, q1 = d < E ? sq[d] : 0.0f;
+        const float p0 = c < E ? sdp[c] : 0.0f, p1 = d < E ? sdp[d] : 0.0f;
+        float g0 = 0.0f, g1 = 0.0f;
+        TC_UNROLL
+        for (int r = 0; r < TA_SLOTS; r++) {
+            const int n = len - 32 * r < 32 ? len - 32 * r : 32; /* <= 0: no key in slot r */
+            TC_UNROLL_N(2)
+            for (int jj = 0; jj < n; jj++) {
+                const float aj = tc_shfl_f(a[r], jj), dj = tc_shfl_f(ds[r], jj);
+                const size_t row = (size_t)(start + 32 * r + jj) * ldkv;
+                if (dv) {
+                    if (c < E) dv[row + c] = ta_bf(tc_bf(dv[row + c]) + aj * p0);
+                    if (d < E) dv[row + d] = ta_bf(tc_bf(dv[row + d]) + aj * p1);
+                }
+                if (dk) {
+                    if (c < E) dk[row + c] = ta_bf(tc_bf(dk[row + c]) + dj * q0);
+                    if (d < E) dk[row + d] = ta_bf(tc_bf(dk[row + d]) + dj * q1);
+                }
+                if (dq) {
+                    if (c < E) g0 += dj * tc_bf(k[row + c]);
+                    if (d < E) g1 += dj * tc_bf(k[row + d]);
+                }
+            }
+        }
+        if (dq) {
+            if (c < E) dq[(size_t)b * E + c] = ta_bf(tc_bf(dq[(size_t)b * E + c]) + g0);
+            if (d < E) dq[(size_t)b * E + d] = ta_bf(tc_bf(dq[(size_t)b * E + d]) + g1);
+        }
+    }
+}
+
 /* ==== kernels ==== */
 
 #define TC_SA_KERNELS(HS)                                                                          \
@@ -655,6 +814,19 @@ TC_SA_KERNELS(64)
     }
 EGU_KERNELS(f32, 0)
 EGU_KERNELS(bf16, 1)
+
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    ta_fwd_kernel(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v,
+                  const int32_t *off, int B, int E, int ldkv) {
+    ta_fwd(pooled, attn, q, k, v, off, B, E, ldkv);
+}
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    ta_bwd_kernel(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled, const nb_bf16 *q, const nb_bf16 *k,
+                  const nb_bf16 *v, const float *attn, const int32_t *off, int B, int E, int ldkv) {
+    ta_bwd(dq, dk, dv, dpooled, q, k, v, attn, off, B, E, ldkv);
+}
+#define TA_SMEM_BYTES (TC_WARPS * 2 * TA_MAX_E * 4)
+static unsigned ta_blocks(int B) { return (unsigned)((B + TC_WARPS - 1) / TC_WARPS); }
 
 /* ---- launch shapes (shared with the emulator) ---- */
 
@@ -733,6 +905,37 @@ extern "C" int nb_cuda_seqattn_tc_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *do
     CUDA_CHECK_LAUNCH("history self-attention backward (dq, tensor cores)");
     dkv<<<(unsigned)(B * a.nch), 32 * TC_WARPS, 0, stream>>>(dqkv, dout, qkv, out, lse, off, a);
     CUDA_CHECK_LAUNCH("history self-attention backward (dk, dv, tensor cores)");
+    return 1;
+}
+
+static int tc_al16(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
+
+/* The warp-per-sample target attention: histories of at most 32 * TA_SLOTS keys (max_len bounds
+ * them, backend_ctr.h), E a multiple of 8 up to TA_MAX_E, k and v rows in 16-byte pieces. */
+static int ta_usable(int B, int max_len, int E, int ldkv, const void *k, const void *v) {
+    return max_len <= 32 * TA_SLOTS && E % 8 == 0 && E <= TA_MAX_E && ldkv % 8 == 0 && tc_al16(k) && tc_al16(v) &&
+           B <= 0x7fffffff - TC_WARPS;
+}
+
+extern "C" int nb_cuda_targetattn_warp_forward_bf16(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k,
+                                                     const nb_bf16 *v, const int32_t *off, int B, int max_len, int E,
+                                                     int ldkv, nb_stream_t stream) {
+    if (!ta_usable(B, max_len, E, ldkv, k, v)) return 0;
+    if (B <= 0) return 1;
+    ta_fwd_kernel<<<ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, stream>>>(pooled, attn, q, k, v, off, B, E, ldkv);
+    CUDA_CHECK_LAUNCH("target attention forward (a warp per sample)");
+    return 1;
+}
+
+extern "C" int nb_cuda_targetattn_warp_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
+                                                      const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v,
+                                                      const float *attn, const int32_t *off, int B, int max_len,
+                                                      int E, int ldkv, nb_stream_t stream) {
+    if (!ta_usable(B, max_len, E, ldkv, k, v)) return 0;
+    if (B <= 0 || !(dq || dk || dv)) return 1;
+    ta_bwd_kernel<<<ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, stream>>>(dq, dk, dv, dpooled, q, k, v, attn, off, B,
+                                                                          E, ldkv);
+    CUDA_CHECK_LAUNCH("target attention backward (a warp per sample)");
     return 1;
 }
 
