@@ -1,4 +1,5 @@
-/* Faster kernels for two of ctr.cu's ops (issue 19), drop-in behind ctr.cu's launchers:
+/* Faster kernels for three of ctr.cu's ops (issue 19), drop-in behind ctr.cu's launchers
+ * (NB_CTR_KERNELS=old, or nb_cuda_ctr_kernels_set(0), keeps the previous ones):
  *
  * 1. History self-attention over packed histories on tensor cores (bf16 table only; the fp32
  *    table keeps ctr.cu's exact CUDA-core kernels): a varlen flash attention with
@@ -6,6 +7,7 @@
  * 2. emb_grad_unique in two passes, so that a row looked up 100k times is not one warp's serial
  *    chain: lookups are summed in chunks of NB_EMB_GRAD_CHUNK (backend_ctr.h's order), the chunks
  *    of one row by different warps, then each long row's chunk sums in chunk order.
+ * 3. Target attention (bf16) a warp per sample instead of a block (see its section below).
  *
  * ---- attention ----
  * Work: a block of TC_WARPS warps takes one sample and one 64-row chunk of its rows (queries in
