@@ -5,7 +5,8 @@
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
 # Stages: builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
 #   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
-#   and tests/comm_test.sh), ctr_ops_bench, adamw_bench, host_info (CPU and NUMA layout),
+#   and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
+#   --bench with the new-vs-old table last), adamw_bench, host_info (CPU and NUMA layout),
 #   stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality. The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
@@ -41,6 +42,7 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
+        k19) build && { "$NB_BUILD/tests/test_ops_ctr_cuda" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(ok|FAIL)|FAIL|largest" "$R/k19-test.log"; echo "test_ops_ctr_cuda rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops_ctr_cuda" --bench; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
         adamw_bench) build && "$NB_BUILD/tests/test_adamw_host" --bench ;;
         host_info) lscpu; for n in /sys/devices/system/node/node*; do echo "$n: cpus $(cat $n/cpulist) $(grep MemTotal $n/meminfo)"; done; command -v numactl && numactl -H ;;
         stream1b) build && KEEP=${KEEP1:-} OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --batch "${B1:-16}" --steps 10 ${STREAM1_ARGS:---parts --anchor --budget 250} ;;

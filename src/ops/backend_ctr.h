@@ -24,6 +24,9 @@
 extern "C" {
 #endif
 
+/* Lookups per chunk of emb_grad_unique's summation order (below). */
+#define NB_EMB_GRAD_CHUNK 128
+
 typedef struct nb_ctr_ops_i {
     const char *name;
 
@@ -32,9 +35,13 @@ typedef struct nb_ctr_ops_i {
      * dst[i] are element offsets into out (so one call fills strided slices of x0). */
     void (*emb_gather)(nb_ctx, void *out, const int64_t *dst, const float *table, const int64_t *rows, int n, int E);
     /* Unique-row gradient, OVERWRITES dunique [U, E] (fp32):
-     *   dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1, in k order, of src[src_off[order[k]] + e]
+     *   dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1 of src[src_off[order[k]] + e]
      * src is act_dtype; src_off[i] element offsets into src (one per lookup i); order lists the
-     * lookups grouped by unique row (within a group by position); seg[U] = number of lookups. */
+     * lookups grouped by unique row (within a group by position); seg[U] = number of lookups.
+     * Order of the fp32 additions (every table): a row's lookups in chunks of NB_EMB_GRAD_CHUNK
+     * from its first one, each chunk summed in k order from 0, then the chunk sums added in chunk
+     * order (the first chunk's sum is the start); a row of at most NB_EMB_GRAD_CHUNK lookups is
+     * the plain k-order sum. (Chunks let the GPU split a hot row over many warps.) */
     void (*emb_grad_unique)(nb_ctx, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
                             const int32_t *seg, int U, int E);
     /* optim_sparse.h's formulas on the U listed rows (strictly increasing global rows) */

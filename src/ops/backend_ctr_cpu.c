@@ -20,16 +20,29 @@ static void emb_gather(nb_ctx c, void *out, const int64_t *dst, const float *tab
         memcpy(F(out) + dst[i], table + (size_t)rows[i] * E, (size_t)E * sizeof(float));
 }
 
+/* backend_ctr.h's order: chunk 0 summed into d, every later chunk summed apart and added to d. */
 static void emb_grad_unique(nb_ctx c, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
                             const int32_t *seg, int U, int E) {
-#pragma omp parallel for schedule(dynamic, 64)
-    for (int u = 0; u < U; u++) {
-        float *d = dunique + (size_t)u * E;
-        memset(d, 0, (size_t)E * sizeof(float));
-        for (int k = seg[u]; k < seg[u + 1]; k++) {
-            const float *s = CF(src) + src_off[order[k]];
-            for (int e = 0; e < E; e++) d[e] += s[e];
+#pragma omp parallel
+    {
+        float *part = nb_malloc((size_t)(E > 0 ? E : 1) * sizeof(float), "embedding gradient chunk");
+#pragma omp for schedule(dynamic, 64)
+        for (int u = 0; u < U; u++) {
+            float *d = dunique + (size_t)u * E;
+            memset(d, 0, (size_t)E * sizeof(float));
+            for (int c0 = seg[u]; c0 < seg[u + 1]; c0 += NB_EMB_GRAD_CHUNK) {
+                int c1 = seg[u + 1] - c0 < NB_EMB_GRAD_CHUNK ? seg[u + 1] : c0 + NB_EMB_GRAD_CHUNK;
+                float *acc = c0 == seg[u] ? d : part;
+                if (acc == part) memset(part, 0, (size_t)E * sizeof(float));
+                for (int k = c0; k < c1; k++) {
+                    const float *s = CF(src) + src_off[order[k]];
+                    for (int e = 0; e < E; e++) acc[e] += s[e];
+                }
+                if (acc == part)
+                    for (int e = 0; e < E; e++) d[e] += part[e];
+            }
         }
+        free(part);
     }
 }
 

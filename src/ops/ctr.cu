@@ -1,9 +1,12 @@
 /* The seqctr ops on CUDA (ops_ctr_cuda.h), the GPU side of backend_ctr.h's table.
  *
  * Determinism without float atomics, op by op:
- * - emb_grad_unique: one warp per unique row adds its lookups in k order (the CPU's order, so
- *   fp32 gives the CPU's bits); lookup offsets are fetched 32 at a time and broadcast by shuffles
- *   so the row loads of consecutive lookups are in flight together.
+ * - emb_grad_unique: backend_ctr.h's chunked order (the CPU's, so fp32 gives the CPU's bits),
+ *   by ctr_tc.cu's two passes; the previous kernel here (NB_CTR_KERNELS=old), one warp per unique
+ *   row, gives the same bits with a hot row as one warp's serial chain.
+ * - history self-attention in bf16: ctr_tc.cu's tensor-core kernels where they apply; the
+ *   CUDA-core kernels below for fp32, other head sizes and NB_CTR_KERNELS=old. Target attention
+ *   in bf16 likewise: ctr_tc.cu's warp per sample, or the block per sample below.
  * - cross and linear1 parameter gradients: cuBLASLt GEMMs (non-atomic split-K, see matmul.cu)
  *   and column sums over fixed blocks of NB_COL_ROWS rows finished by nb_col_finish.
  * - bce: one block, each thread a contiguous run of indices in order, then a fixed tree, in double.
@@ -13,8 +16,26 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/backend_ctr.h"
 #include "ops/ops_ctr_cuda.h"
 #include "ops_cuda_common.cuh"
+
+/* The chunks of emb_grad_unique's order are whole batches of the old kernel's 32 lookups. */
+static_assert(NB_EMB_GRAD_CHUNK % 32 == 0, "NB_EMB_GRAD_CHUNK must be a multiple of 32");
+
+/* ---- which kernels (ops_ctr_cuda.h): -1 = not decided yet, then NB_CTR_KERNELS's choice ---- */
+static int ctr_new = -1;
+extern "C" int nb_cuda_ctr_kernels_new(void) {
+    if (ctr_new < 0) {
+        const char *v = getenv("NB_CTR_KERNELS");
+        ctr_new = !(v && strcmp(v, "old") == 0);
+    }
+    return ctr_new;
+}
+extern "C" void nb_cuda_ctr_kernels_set(int use_new) { ctr_new = use_new != 0; }
 
 #define THREADS 256
 #define WARPS (THREADS / 32)
@@ -129,16 +150,18 @@ NB_FOR_EACH_DTYPE(DEF_ELEM_KERNELS)
         else                                                                                       \
             for (int e = gl; e < E; e += G) nb_st(out + o + e, tr[e]);                             \
     }                                                                                              \
-    /* One warp per unique row; lane owns columns e0 + lane + 32 j. Each column is summed in k    \
-     * order from 0, as the CPU does; four lookups' loads are issued before their adds. */         \
+    /* One warp per unique row; lane owns columns e0 + lane + 32 j. Each column is summed in      \
+     * backend_ctr.h's order (chunks of NB_EMB_GRAD_CHUNK from 0 in k order, then the chunk sums  \
+     * in order), as the CPU does; four lookups' loads are issued before their adds. The previous \
+     * kernel (NB_CTR_KERNELS=old): a hot row is this warp's serial chain. */                     \
     static __global__ void emb_grad_unique_kernel(float *dunique, const T *src, const int64_t *src_off, \
                                                   const int32_t *order, const int32_t *seg, int U, int E) { \
         int u = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;                  \
         if (u >= U) return;                                                                        \
         int k0 = seg[u], k1 = seg[u + 1];                                                          \
         for (int e0 = 0; e0 < E; e0 += 32 * EGU_J) {                                               \
-            float acc[EGU_J];                                                                      \
-            _Pragma("unroll") for (int j = 0; j < EGU_J; j++) acc[j] = 0.0f;                       \
+            float acc[EGU_J], tot[EGU_J];                                                          \
+            _Pragma("unroll") for (int j = 0; j < EGU_J; j++) acc[j] = tot[j] = 0.0f;              \
             for (int kb = k0; kb < k1; kb += 32) {                                                 \
                 int cnt = min(32, k1 - kb);                                                        \
                 long long mine = lane < cnt ? (long long)src_off[order[kb + lane]] : 0;            \
@@ -162,10 +185,17 @@ NB_FOR_EACH_DTYPE(DEF_ELEM_KERNELS)
                         if (e < E) acc[j] += nb_ld(s + e);                                         \
                     }                                                                              \
                 }                                                                                  \
+                /* a chunk ends (chunks are whole 32-lookup batches): fold it into the total */    \
+                if ((kb - k0 + 32) % NB_EMB_GRAD_CHUNK == 0 || kb + 32 >= k1) {                    \
+                    _Pragma("unroll") for (int j = 0; j < EGU_J; j++) {                            \
+                        tot[j] = kb - k0 < NB_EMB_GRAD_CHUNK ? acc[j] : tot[j] + acc[j];           \
+                        acc[j] = 0.0f;                                                             \
+                    }                                                                              \
+                }                                                                                  \
             }                                                                                      \
             _Pragma("unroll") for (int j = 0; j < EGU_J; j++) {                                    \
                 int e = e0 + lane + 32 * j;                                                        \
-                if (e < E) dunique[(size_t)u * E + e] = acc[j];                                    \
+                if (e < E) dunique[(size_t)u * E + e] = tot[j];                                    \
             }                                                                                      \
         }                                                                                          \
     }
@@ -677,6 +707,10 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
         NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), \
                       "nb_cuda_emb_grad_unique_" #SFX);                                            \
         if (U == 0 || E == 0) return;                                                              \
+        if (nb_cuda_ctr_kernels_new()) {                                                           \
+            nb_cuda_emb_grad_unique_chunked(dunique, src, sizeof(KT) == 2, src_off, order, seg, U, E, stream); \
+            return;                                                                                \
+        }                                                                                          \
         emb_grad_unique_kernel<<<(U + WARPS - 1) / WARPS, THREADS, 0, stream>>>(dunique, (const KT *)src, src_off, \
                                                                                 order, seg, U, E); \
         CUDA_CHECK_LAUNCH("embedding unique-row gradient");                                        \
@@ -800,6 +834,9 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || (out && lse && qkv && off)),                                  \
                       "nb_cuda_seqattn_forward_" #SFX);                                            \
         if (B == 0) return;                                                                        \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_seqattn_tc_forward_bf16((nb_bf16 *)out, lse, (const nb_bf16 *)qkv, off, B, max_len, H, E, stream)) \
+            return;                                                                                \
         int hsm = sa_hsm(E / H), tile = sa_tile(max_len, 2 * hsm);                                 \
         size_t smem = (size_t)tile * 2 * hsm * sizeof(float);                                      \
         SA_LAUNCH(seqattn_fwd_kernel, hsm, dim3(B, H), smem, stream, (KT *)out, lse, (const KT *)qkv, off, H, E, \
@@ -813,6 +850,10 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || !dqkv || (dout && qkv && out && lse && off)),                 \
                       "nb_cuda_seqattn_backward_" #SFX);                                           \
         if (B == 0 || !dqkv) return;                                                               \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_seqattn_tc_backward_bf16((nb_bf16 *)dqkv, (const nb_bf16 *)dout, (const nb_bf16 *)qkv,  \
+                                             (const nb_bf16 *)out, lse, off, B, max_len, H, E, stream)) \
+            return;                                                                                \
         int hsm = sa_hsm(E / H);                                                                   \
         int tq = sa_tile(max_len, 2 * hsm), tkv = sa_tile(max_len, 2 * hsm + 2);                   \
         SA_LAUNCH(seqattn_dq_kernel, hsm, dim3(B, H), (size_t)tq * 2 * hsm * sizeof(float), stream, (KT *)dqkv, \
@@ -829,6 +870,10 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || (pooled && attn && q && k && v && off)),                      \
                       "nb_cuda_targetattn_forward_" #SFX);                                         \
         if (B == 0) return;                                                                        \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_targetattn_warp_forward_bf16((nb_bf16 *)pooled, attn, (const nb_bf16 *)q, (const nb_bf16 *)k, \
+                                                 (const nb_bf16 *)v, off, B, max_len, E, ldkv, stream)) \
+            return;                                                                                \
         targetattn_fwd_kernel<<<B, TA_THREADS, (size_t)E * sizeof(float), stream>>>(               \
             (KT *)pooled, attn, (const KT *)q, (const KT *)k, (const KT *)v, off, E, ldkv);        \
         CUDA_CHECK_LAUNCH("target attention forward");                                             \
@@ -841,6 +886,11 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || !(dq || dk || dv) || (dpooled && q && k && v && attn && off)), \
                       "nb_cuda_targetattn_backward_" #SFX);                                        \
         if (B == 0 || !(dq || dk || dv)) return;                                                   \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+            nb_cuda_targetattn_warp_backward_bf16((nb_bf16 *)dq, (nb_bf16 *)dk, (nb_bf16 *)dv,    \
+                                                  (const nb_bf16 *)dpooled, (const nb_bf16 *)q, (const nb_bf16 *)k, \
+                                                  (const nb_bf16 *)v, attn, off, B, max_len, E, ldkv, stream)) \
+            return;                                                                                \
         targetattn_bwd_kernel<<<B, TA_THREADS, (size_t)(TA_CHUNK + 3 * E) * sizeof(float), stream>>>( \
             (KT *)dq, (KT *)dk, (KT *)dv, (const KT *)dpooled, (const KT *)q, (const KT *)k, (const KT *)v, attn, \
             off, E, ldkv);                                                                         \

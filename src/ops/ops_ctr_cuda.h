@@ -107,6 +107,34 @@ void nb_cuda_targetattn_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, con
                                       const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
                                       const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
 
+/* ---- the faster kernels of issue 19 (ctr_tc.cu) and their switch ----
+ * By default the bf16 history self-attention runs on tensor cores (head sizes 16, 32, 64, rows
+ * 8-byte aligned; other shapes and the fp32 table keep the CUDA-core kernels above), the bf16
+ * target attention a warp per sample (max_len <= 256), and emb_grad_unique runs in two passes (chunk sums, then each long row's chunks in order). With
+ * NB_CTR_KERNELS=old in the environment (read at the first launch), or after
+ * nb_cuda_ctr_kernels_set(0), ctr.cu's previous kernels run instead: the fallback if a new kernel
+ * misbehaves on some device, and the baseline of test_ops_ctr_cuda --bench. Both paths keep
+ * backend_ctr.h's contract; emb_grad_unique gives the same bits either way. */
+int nb_cuda_ctr_kernels_new(void); /* 1: the new kernels are selected */
+void nb_cuda_ctr_kernels_set(int use_new);
+/* The tensor-core attention itself: 1 if it took the call, 0 if the shape is not one it has. */
+int nb_cuda_seqattn_tc_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, const int32_t *off, int B,
+                                    int max_len, int H, int E, nb_stream_t stream);
+int nb_cuda_seqattn_tc_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
+                                     const float *lse, const int32_t *off, int B, int max_len, int H, int E,
+                                     nb_stream_t stream);
+/* The warp-per-sample target attention (bf16): 1 if it took the call (max_len <= 256, E % 8 == 0,
+ * E <= 256, k/v rows 16-byte aligned), 0 if not. */
+int nb_cuda_targetattn_warp_forward_bf16(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k,
+                                         const nb_bf16 *v, const int32_t *off, int B, int max_len, int E, int ldkv,
+                                         nb_stream_t stream);
+int nb_cuda_targetattn_warp_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
+                                          const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
+                                          const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
+/* The two-pass unique-row gradient (src fp32, or bf16 when src_bf16). */
+void nb_cuda_emb_grad_unique_chunked(float *dunique, const void *src, int src_bf16, const int64_t *src_off,
+                                     const int32_t *order, const int32_t *seg, int U, int E, nb_stream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

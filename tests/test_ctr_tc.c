@@ -1,0 +1,665 @@
+/* ctr_tc.cu's kernels (tensor-core history attention, two-pass embedding gradient) on a CPU
+ * emulator of the GPU, against the CPU table (nb_ctr_ops_cpu): runs everywhere, GPU or not, so
+ * the kernels' indexing, fragment layouts and chunk walk are checked in CI. (The same kernels on
+ * a real GPU: test_ops_ctr_cuda, which compares the CUDA tables with the CPU table.)
+ *
+ * The emulator (after test_attention_fa.c's): each GPU thread is a ucontext coroutine; warp
+ * collectives (shuffles, ballot, mma.sync, movmatrix, __syncwarp) are barriers over the warp's
+ * 32 threads that exchange operands through per-warp slots and compute what each lane receives
+ * from the PTX ISA's fragment layouts; blocks run one at a time. Two schedules must give the same
+ * bits: threads round-robin with blocks in order, and whole warps one at a time (a rotating
+ * order) with blocks in reverse order, so a kernel that depends on how warps or blocks interleave
+ * shows. Shared memory starts as NaN bytes.
+ *
+ * Checks: attention forward (out, lse) and backward (dq, dk, dv increments, compared separately)
+ * within bf16's 1e-2 (lse 1e-4) of the fp32 CPU reference on bf16-rounded inputs, head sizes 16,
+ * 32, 64, histories of length 0, 1, 15, 16, 17, 63..65, 100, 256 and past max_len, B = 1;
+ * outputs poisoned with NaN; the backward accumulates (dqkv starts random). Embedding gradient:
+ * the CPU table's bits exactly (fp32 and bf16 src), one row looked up 100k times among 5000 others,
+ * E = 12, 64, 200, unaligned source rows, two grid sizes, and a scratch too small for the hot row
+ * (pass 2's own path) giving the same bits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "bf16_host.h"
+#include "check.h"
+#include "core.h"
+#include "ops/backend_ctr.h"
+#include "ops/ops_ctr.h"
+#include "ops/ops_cuda.h"
+#include "rng.h"
+
+#define SEED 20261219u
+#define TOL 1e-2
+#define TOL_LSE 1e-4
+
+static uint64_t next_stream = 1;
+static double worst;
+
+/* ==== the emulator ==== */
+
+typedef struct {
+    int x, y, z;
+} emu_dim3;
+
+#define EMU_STACK (256 * 1024)
+#define EMU_MAX_THREADS 128
+
+typedef struct {
+    _Alignas(64) ucontext_t ctx;
+    emu_dim3 tid;
+    int done, warp, lane;
+    char *stack;
+} emu_thread;
+
+typedef struct {
+    int count, gen;
+    unsigned u[32];
+    long long ll[32];
+    unsigned a[32][4], b[32][2];
+} emu_warp;
+
+static struct {
+    emu_thread *cur, *threads;
+    emu_warp *warps;
+    int nthreads, nalloc, by_warp;
+    long progress;
+    emu_dim3 block, grid, block_dim;
+    unsigned char *smem;
+    size_t smem_bytes;
+    ucontext_t sched;
+    void (*body)(void *);
+    void *arg;
+} emu;
+
+static void emu_die(const char *what) {
+    fprintf(stderr, "emulator: %s (block %d, thread %d)\n", what, emu.block.x, emu.cur ? emu.cur->tid.x : -1);
+    abort();
+}
+
+static void emu_yield(void) { swapcontext(&emu.cur->ctx, &emu.sched); }
+
+static void emu_warp_sync(void) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    int g = w->gen;
+    emu.progress++;
+    if (++w->count == 32) {
+        w->count = 0;
+        w->gen++;
+    } else {
+        while (w->gen == g) emu_yield();
+    }
+}
+
+static float emu_uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static int emu_min(int a, int b) { return a < b ? a : b; }
+static float emu_bf(unsigned bits16) { return emu_uint_as_float((bits16 & 0xffffu) << 16); }
+
+/* mma.m16n8k16 row.col: A from a[0..3] (rows g, g+8; columns 2t, +1 and 2t+8, +9), B from b0
+ * (rows 2t, +1 of column g) and b1 (rows 2t+8, +9); lane's c: rows g, g+8, columns 2t, +1. */
+static void tc_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    int lane = emu.cur->lane;
+    memcpy(w->a[lane], a, sizeof w->a[lane]);
+    w->b[lane][0] = b0, w->b[lane][1] = b1;
+    emu_warp_sync();
+    float A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 4; i++) {
+            int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+            A[row][col] = emu_bf(w->a[l][i]), A[row][col + 1] = emu_bf(w->a[l][i] >> 16);
+        }
+        for (int i = 0; i < 2; i++) Bm[2 * t + 8 * i][g] = emu_bf(w->b[l][i]), Bm[2 * t + 8 * i + 1][g] = emu_bf(w->b[l][i] >> 16);
+    }
+    int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = c[e];
+        for (int k = 0; k < 16; k++) s += A[row][k] * Bm[k][col];
+        c[e] = s;
+    }
+    emu_warp_sync();
+}
+
+/* movmatrix.m8n8.trans.b16: lane l holds row l/4, columns 2(l%4), +1 of an 8x8 matrix; it gets
+ * the same places of the transpose: M[2t][g] (low half) and M[2t+1][g]. */
+static unsigned tc_movt(unsigned x) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    int lane = emu.cur->lane, g = lane >> 2, t = lane & 3;
+    w->u[lane] = x;
+    emu_warp_sync();
+    /* M[r][c] = half (c & 1) of lane 4r + c/2 */
+    unsigned lo = (w->u[4 * (2 * t) + (g >> 1)] >> (16 * (g & 1))) & 0xffffu;
+    unsigned hi = (w->u[4 * (2 * t + 1) + (g >> 1)] >> (16 * (g & 1))) & 0xffffu;
+    emu_warp_sync();
+    return lo | hi << 16;
+}
+
+static unsigned tc_pack(float lo, float hi) { return (unsigned)f2bf(lo) | (unsigned)f2bf(hi) << 16; }
+static float tc_ex2(float x) { return exp2f(x); }
+
+static unsigned emu_xchg(unsigned v, int src) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    w->u[emu.cur->lane] = v;
+    emu_warp_sync();
+    unsigned r = w->u[src & 31];
+    emu_warp_sync();
+    return r;
+}
+static float tc_shfl_xor(float v, int m) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    return emu_uint_as_float(emu_xchg(u, emu.cur->lane ^ m));
+}
+static float tc_shfl_f(float v, int src) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    return emu_uint_as_float(emu_xchg(u, src));
+}
+static int tc_shfl_i(int v, int src) { return (int)emu_xchg((unsigned)v, src); }
+static long long tc_shfl_ll(long long v, int src) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    w->ll[emu.cur->lane] = v;
+    emu_warp_sync();
+    long long r = w->ll[src & 31];
+    emu_warp_sync();
+    return r;
+}
+static unsigned tc_ballot(int p) {
+    emu_warp *w = &emu.warps[emu.cur->warp];
+    w->u[emu.cur->lane] = p != 0;
+    emu_warp_sync();
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) m |= w->u[l] << l;
+    emu_warp_sync();
+    return m;
+}
+static void tc_syncwarp(void) { emu_warp_sync(); }
+static int tc_clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+
+/* What the kernels see of CUDA. */
+#undef __device__
+#undef __global__
+#undef __forceinline__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define TC_UNROLL
+#define TC_UNROLL_N(n)
+#define TC_SMEM(name) unsigned char *name = emu.smem
+#define threadIdx (emu.cur->tid)
+#define blockIdx (emu.block)
+#define gridDim (emu.grid)
+#define blockDim (emu.block_dim)
+#define __uint_as_float emu_uint_as_float
+#define min emu_min
+#define CTR_TC_EMU 1
+#include "ops/ctr_tc.cu"
+#undef min
+
+static tc_u2 tc_ld8(const nb_bf16 *p) {
+    if ((uintptr_t)p & 7) emu_die("8-byte load not 8-byte aligned");
+    tc_u2 r;
+    memcpy(&r, p, 8);
+    return r;
+}
+static void tc_st8(nb_bf16 *p, tc_u2 v) {
+    if ((uintptr_t)p & 7) emu_die("8-byte store not 8-byte aligned");
+    memcpy(p, &v, 8);
+}
+
+static tc_u4 tc_ld16(const nb_bf16 *p) {
+    if ((uintptr_t)p & 15) emu_die("16-byte load not 16-byte aligned");
+    tc_u4 r;
+    memcpy(&r, p, 16);
+    return r;
+}
+
+static void emu_entry(void) {
+    emu.body(emu.arg);
+    emu.cur->done = 1;
+    emu.progress++;
+}
+
+static int emu_pass(unsigned *order) {
+    int nw = (emu.nthreads + 31) / 32, alive = 0;
+    if (emu.by_warp) {
+        *order = *order * 1103515245u + 12345u;
+        int first = (int)((*order >> 8) % (unsigned)nw);
+        for (int k = 0; k < nw; k++) {
+            int w = (first + k) % nw;
+            long before;
+            do {
+                before = emu.progress;
+                for (int i = 32 * w; i < 32 * w + 32 && i < emu.nthreads; i++) {
+                    if (emu.threads[i].done) continue;
+                    emu.cur = &emu.threads[i];
+                    swapcontext(&emu.sched, &emu.threads[i].ctx);
+                }
+            } while (emu.progress != before);
+        }
+    } else {
+        for (int i = 0; i < emu.nthreads; i++) {
+            if (emu.threads[i].done) continue;
+            emu.cur = &emu.threads[i];
+            swapcontext(&emu.sched, &emu.threads[i].ctx);
+        }
+    }
+    for (int i = 0; i < emu.nthreads; i++) alive += !emu.threads[i].done;
+    emu.cur = NULL;
+    return alive;
+}
+
+/* body(arg) as a kernel of `blocks` blocks of `threads` (a multiple of 32), one block at a time. */
+static void emu_launch(unsigned blocks, int threads, size_t smem, void (*body)(void *), void *arg) {
+    NB_CHECK(threads <= EMU_MAX_THREADS && threads % 32 == 0, "", "%d threads per block", threads);
+    if (!emu.threads) emu.threads = nb_aligned_alloc(EMU_MAX_THREADS * sizeof(emu_thread), "emulated threads");
+    for (; emu.nalloc < threads; emu.nalloc++) emu.threads[emu.nalloc].stack = nb_malloc(EMU_STACK, "emulated stack");
+    int nw = threads / 32;
+    emu.warps = nb_malloc((size_t)nw * sizeof(emu_warp), "emulated warps");
+    emu.smem_bytes = smem;
+    emu.smem = smem ? nb_aligned_alloc(smem, "emulated shared memory") : NULL;
+    emu.grid = (emu_dim3){(int)blocks, 1, 1};
+    emu.block_dim = (emu_dim3){threads, 1, 1};
+    emu.nthreads = threads, emu.body = body, emu.arg = arg;
+    unsigned order = 12345u;
+    for (unsigned i = 0; i < blocks; i++) {
+        int bx = emu.by_warp ? (int)(blocks - 1 - i) : (int)i;
+        emu.block = (emu_dim3){bx, 0, 0};
+        if (smem) memset(emu.smem, 0xff, smem);
+        memset(emu.warps, 0, (size_t)nw * sizeof(emu_warp));
+        for (int t = 0; t < threads; t++) {
+            emu_thread *th = &emu.threads[t];
+            th->tid = (emu_dim3){t, 0, 0};
+            th->done = 0, th->warp = t / 32, th->lane = t % 32;
+            NB_CHECK(getcontext(&th->ctx) == 0, "", "getcontext failed");
+            th->ctx.uc_stack.ss_sp = th->stack;
+            th->ctx.uc_stack.ss_size = EMU_STACK;
+            th->ctx.uc_link = &emu.sched;
+            makecontext(&th->ctx, emu_entry, 0);
+        }
+        for (;;) {
+            long before = emu.progress;
+            if (!emu_pass(&order)) break;
+            if (emu.progress == before) emu_die("deadlock: a collective some lanes never reach");
+        }
+    }
+    free(emu.warps);
+    free(emu.smem);
+}
+
+/* ==== host helpers ==== */
+
+static float *randn_bf(size_t n, float std) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    nb_rng_fill_normal(p, n, SEED, next_stream++, 0.0f, std);
+    for (size_t i = 0; i < n; i++) p[i] = bf2f(f2bf(p[i]));
+    return p;
+}
+static float *randn_f(size_t n, float std) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    nb_rng_fill_normal(p, n, SEED, next_stream++, 0.0f, std);
+    return p;
+}
+static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
+static float *copy_of(const float *h, size_t n) {
+    float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
+    memcpy(p, h, n * sizeof(float));
+    return p;
+}
+static nb_bf16 *to_bf(const float *h, size_t n) {
+    nb_bf16 *b = nb_malloc((n ? n : 1) * 2, "bf16 tensor");
+    for (size_t i = 0; i < n; i++) b[i] = f2bf(h[i]);
+    return b;
+}
+static float *from_bf(const nb_bf16 *b, size_t n) {
+    float *h = zeros(n);
+    for (size_t i = 0; i < n; i++) h[i] = bf2f(b[i]);
+    return h;
+}
+static double rms(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return n ? sqrt(s / n) : 0;
+}
+
+static void expect_close(const char *what, const float *got, const float *ref, size_t n, double tol) {
+    double e = rel_err(got, ref, n);
+    if (e > worst && isfinite(e) && tol == TOL) worst = e;
+    printf("    %-66s rel err %.2e\n", what, e);
+    CHECK(e <= tol, "%s: relative error %.3g > %.3g", what, e, tol);
+}
+static void expect_same(const char *what, const void *a, const void *b, size_t bytes) {
+    CHECK(memcmp(a, b, bytes) == 0, "%s: results differ bitwise", what);
+}
+
+/* ==== history self-attention ==== */
+
+typedef struct {
+    tc_sa_fwd_fn fwd;
+    tc_sa_bwd_fn bwd;
+    nb_bf16 *out, *dqkv;
+    float *lse;
+    const nb_bf16 *qkv, *dout, *o;
+    const float *lse_in;
+    const int32_t *off;
+    tc_sa_dims a;
+} sa_args;
+
+static void sa_fwd_body(void *p) {
+    sa_args *e = p;
+    e->fwd(e->out, e->lse, e->qkv, e->off, e->a);
+}
+static void sa_bwd_body(void *p) {
+    sa_args *e = p;
+    e->bwd(e->dqkv, e->dout, e->qkv, e->o, e->lse_in, e->off, e->a);
+}
+
+/* Increments (got - init, ref - init) of the q, k or v columns of dqkv [nh, 3E]. */
+static void expect_part(const char *tag, const char *name, int part, const float *got, const float *ref,
+                        const float *init, int nh, int E) {
+    size_t n = (size_t)nh * E;
+    float *dg = zeros(n), *dr = zeros(n);
+    for (size_t r = 0; r < (size_t)nh; r++)
+        for (int c = 0; c < E; c++) {
+            size_t i = r * 3 * E + (size_t)part * E + c;
+            dg[r * E + c] = got[i] - init[i], dr[r * E + c] = ref[i] - init[i];
+        }
+    char what[200];
+    snprintf(what, sizeof what, "%s bwd %s", tag, name);
+    expect_close(what, dg, dr, n, TOL);
+    free(dg), free(dr);
+}
+
+/* One case: lens[B] (the kernel gets max_len, which may be below the longest history). */
+static void check_seqattn(const int *lens, int B, int max_len, int H, int E, float std) {
+    int32_t *off = nb_malloc(((size_t)B + 1) * 4, "offsets");
+    int longest = 0;
+    off[0] = 0;
+    for (int b = 0; b < B; b++) off[b + 1] = off[b] + lens[b], longest = lens[b] > longest ? lens[b] : longest;
+    int nh = off[B];
+    size_t nq = (size_t)nh * 3 * E, no = (size_t)nh * E, nl = (size_t)nh * H;
+    char tag[160];
+    snprintf(tag, sizeof tag, "B=%d nh=%d longest=%d max_len=%d H=%d HS=%d", B, nh, longest, max_len, H, E / H);
+    float *qkv = randn_bf(nq, std), *dout = randn_bf(no, 1.0f), *rout = zeros(no), *rlse = zeros(nl);
+    nb_ctr_ops_cpu.seqattn_fwd(NULL, rout, rlse, qkv, off, B, longest, H, E);
+    float *rout_bf = copy_of(rout, no);
+    for (size_t i = 0; i < no; i++) rout_bf[i] = bf2f(f2bf(rout_bf[i]));
+    float *g0 = zeros(nq);
+    nb_ctr_ops_cpu.seqattn_bwd(NULL, g0, dout, qkv, rout_bf, rlse, off, B, longest, H, E);
+    float *init = randn_bf(nq, (float)(rms(g0, nq) > 0 ? rms(g0, nq) : 1.0)), *rg = copy_of(init, nq);
+    nb_ctr_ops_cpu.seqattn_bwd(NULL, rg, dout, qkv, rout_bf, rlse, off, B, longest, H, E);
+
+    sa_args e;
+    memset(&e, 0, sizeof e);
+    tc_sa_bwd_fn dq = NULL, dkv = NULL;
+    NB_CHECK(tc_sa_kernels(E / H, &e.fwd, &dq, &dkv), "", "no kernels for HS %d", E / H);
+    e.a = tc_sa_dims_of(max_len, H, E), e.off = off;
+    nb_bf16 *q = to_bf(qkv, nq), *dy = to_bf(dout, no), *ro = to_bf(rout_bf, no);
+    unsigned blocks = (unsigned)(B * e.a.nch);
+    float *out[2], *lse[2], *g[2];
+    for (int sched = 0; sched < 2; sched++) {
+        emu.by_warp = sched;
+        nb_bf16 *o = nb_malloc((no ? no : 1) * 2, "out"), *gd = to_bf(init, nq);
+        memset(o, 0xff, no * 2); /* NaN: an element the kernel forgets shows */
+        lse[sched] = zeros(nl);
+        memset(lse[sched], 0xff, nl * 4);
+        e.out = o, e.lse = lse[sched], e.qkv = q;
+        emu_launch(blocks, 32 * TC_WARPS, 0, sa_fwd_body, &e);
+        out[sched] = from_bf(o, no);
+        /* the backward from the reference out and lse, as the GPU test does */
+        e.dqkv = gd, e.dout = dy, e.o = ro, e.lse_in = rlse;
+        e.bwd = dq;
+        emu_launch(blocks, 32 * TC_WARPS, 0, sa_bwd_body, &e);
+        e.bwd = dkv;
+        emu_launch(blocks, 32 * TC_WARPS, 0, sa_bwd_body, &e);
+        g[sched] = from_bf(gd, nq);
+        free(o), free(gd);
+    }
+    char what[220];
+    snprintf(what, sizeof what, "%s fwd out", tag);
+    expect_close(what, out[0], rout, no, TOL);
+    snprintf(what, sizeof what, "%s fwd lse", tag);
+    expect_close(what, lse[0], rlse, nl, TOL_LSE);
+    expect_part(tag, "dq", 0, g[0], rg, init, nh, E);
+    expect_part(tag, "dk", 1, g[0], rg, init, nh, E);
+    expect_part(tag, "dv", 2, g[0], rg, init, nh, E);
+    expect_same("attention fwd out, two schedules", out[0], out[1], no * 4);
+    expect_same("attention fwd lse, two schedules", lse[0], lse[1], nl * 4);
+    expect_same("attention bwd dqkv, two schedules", g[0], g[1], nq * 4);
+    free(qkv), free(dout), free(rout), free(rlse), free(rout_bf), free(g0), free(init), free(rg);
+    free(q), free(dy), free(ro), free(off);
+    for (int s = 0; s < 2; s++) free(out[s]), free(lse[s]), free(g[s]);
+}
+
+TEST_CASE(test_seqattn_emulated) {
+    static const int one[] = {1}, odd[] = {0, 1, 15, 16, 17, 63, 64, 65, 100, 0, 3};
+    static const int longh[] = {256, 5, 0, 129};
+    check_seqattn(one, 1, 1, 4, 64, 1.0f);                /* B = 1, one row */
+    check_seqattn(odd, 11, 100, 4, 64, 1.5f);             /* the model's heads (HS 16), tile edges */
+    check_seqattn(odd, 11, 100, 2, 64, 1.0f);             /* HS 32 */
+    check_seqattn(odd, 11, 100, 2, 128, 1.0f);            /* HS 64 */
+    check_seqattn(longh, 4, 256, 4, 64, 1.0f);            /* a max_len history, 129 = 2 chunks + 1 */
+    check_seqattn(odd, 11, 40, 4, 64, 3.0f);              /* histories past max_len; sharp softmax */
+}
+
+/* ==== target attention ==== */
+
+typedef struct {
+    nb_bf16 *pooled, *dq, *dk, *dv;
+    float *attn;
+    const nb_bf16 *q, *k, *v, *dp;
+    const float *attn_in;
+    const int32_t *off;
+    int B, E, ldkv;
+} ta_args;
+
+static void ta_fwd_body(void *p) {
+    ta_args *e = p;
+    ta_fwd_kernel(e->pooled, e->attn, e->q, e->k, e->v, e->off, e->B, e->E, e->ldkv);
+}
+static void ta_bwd_body(void *p) {
+    ta_args *e = p;
+    ta_bwd_kernel(e->dq, e->dk, e->dv, e->dp, e->q, e->k, e->v, e->attn_in, e->off, e->B, e->E, e->ldkv);
+}
+
+/* k, v: fused rows [k | v] (ldkv 2E) or two [nh, E] blocks (ldkv E); want: bit 0 dq, bit 1 dk and dv */
+static void emu_ta_bwd(float *gq, float *gkv, int want, const nb_bf16 *dp, const nb_bf16 *q, const nb_bf16 *kv,
+                       const float *attn, const int32_t *off, int B, int E, int nh, int fused) {
+    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E, vo = fused ? (size_t)E : (size_t)nh * E;
+    nb_bf16 *bq = to_bf(gq, nq), *bkv = to_bf(gkv, nkv);
+    ta_args e = {NULL, want & 1 ? bq : NULL, want & 2 ? bkv : NULL, want & 2 ? bkv + vo : NULL, NULL, q, kv, kv + vo,
+                 dp, attn, off, B, E, fused ? 2 * E : E};
+    emu_launch(ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, ta_bwd_body, &e);
+    float *fq = from_bf(bq, nq), *fkv = from_bf(bkv, nkv);
+    memcpy(gq, fq, nq * 4), memcpy(gkv, fkv, nkv * 4);
+    free(bq), free(bkv), free(fq), free(fkv);
+}
+
+static void check_targetattn(const int *lens, int B, int E, int fused) {
+    int32_t *off = nb_malloc(((size_t)B + 1) * 4, "offsets");
+    int longest = 0;
+    off[0] = 0;
+    for (int b = 0; b < B; b++) off[b + 1] = off[b] + lens[b], longest = lens[b] > longest ? lens[b] : longest;
+    int nh = off[B], ld = fused ? 2 * E : E;
+    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E, vo = fused ? (size_t)E : (size_t)nh * E;
+    char tag[128], what[200];
+    snprintf(tag, sizeof tag, "targetattn B=%d nh=%d longest=%d E=%d %s", B, nh, longest, E, fused ? "k|v" : "k, v");
+    float *q = randn_bf(nq, 2.0f), *kv = randn_bf(nkv, 1.0f), *dp = randn_bf(nq, 1.0f);
+    float *rp = zeros(nq), *ra = zeros(nh ? nh : 1);
+    nb_ctr_ops_cpu.targetattn_fwd(NULL, rp, ra, q, kv, kv + vo, off, B, longest, E, ld);
+    nb_bf16 *bq = to_bf(q, nq), *bkv = to_bf(kv, nkv), *bdp = to_bf(dp, nq);
+    float *pooled[2], *attn[2];
+    for (int sched = 0; sched < 2; sched++) {
+        emu.by_warp = sched;
+        nb_bf16 *po = nb_malloc(nq * 2, "pooled");
+        memset(po, 0xff, nq * 2);
+        attn[sched] = zeros(nh ? nh : 1);
+        memset(attn[sched], 0xff, (size_t)nh * 4);
+        ta_args e = {po, NULL, NULL, NULL, attn[sched], bq, bkv, bkv + vo, NULL, NULL, off, B, E, ld};
+        emu_launch(ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, ta_fwd_body, &e);
+        pooled[sched] = from_bf(po, nq);
+        free(po);
+    }
+    snprintf(what, sizeof what, "%s fwd pooled", tag);
+    expect_close(what, pooled[0], rp, nq, TOL);
+    snprintf(what, sizeof what, "%s fwd attn", tag);
+    expect_close(what, attn[0], ra, nh, TOL);
+    expect_same("targetattn fwd, two schedules", pooled[0], pooled[1], nq * 4);
+    expect_same("targetattn fwd attn, two schedules", attn[0], attn[1], (size_t)nh * 4);
+    /* backward from the CPU's attn, increments onto random gradients */
+    float *z = zeros(nq), *zkv = zeros(nkv);
+    nb_ctr_ops_cpu.targetattn_bwd(NULL, z, zkv, zkv + vo, dp, q, kv, kv + vo, ra, off, B, longest, E, ld);
+    float *iq = randn_bf(nq, (float)(rms(z, nq) > 0 ? rms(z, nq) : 1)), *ikv = randn_bf(nkv, (float)(rms(zkv, nkv) > 0 ? rms(zkv, nkv) : 1));
+    float *rq = copy_of(iq, nq), *rkv = copy_of(ikv, nkv);
+    nb_ctr_ops_cpu.targetattn_bwd(NULL, rq, rkv, rkv + vo, dp, q, kv, kv + vo, ra, off, B, longest, E, ld);
+    float *gq[3], *gkv[3];
+    for (int v = 0; v < 3; v++) { /* both, both (other schedule), dq only then dk/dv only */
+        emu.by_warp = v == 1;
+        gq[v] = copy_of(iq, nq), gkv[v] = copy_of(ikv, nkv);
+        if (v < 2) emu_ta_bwd(gq[v], gkv[v], 3, bdp, bq, bkv, ra, off, B, E, nh, fused);
+        else {
+            emu_ta_bwd(gq[v], gkv[v], 1, bdp, bq, bkv, ra, off, B, E, nh, fused);
+            emu_ta_bwd(gq[v], gkv[v], 2, bdp, bq, bkv, ra, off, B, E, nh, fused);
+        }
+    }
+    float *dg = zeros(nkv > nq ? nkv : nq), *dr = zeros(nkv > nq ? nkv : nq);
+    for (size_t i = 0; i < nq; i++) dg[i] = gq[0][i] - iq[i], dr[i] = rq[i] - iq[i];
+    snprintf(what, sizeof what, "%s bwd dq", tag);
+    expect_close(what, dg, dr, nq, TOL);
+    for (size_t i = 0; i < nkv; i++) dg[i] = gkv[0][i] - ikv[i], dr[i] = rkv[i] - ikv[i];
+    snprintf(what, sizeof what, "%s bwd dk, dv", tag);
+    expect_close(what, dg, dr, nkv, TOL);
+    expect_same("targetattn bwd dq, two schedules", gq[0], gq[1], nq * 4);
+    expect_same("targetattn bwd dk, dv, two schedules", gkv[0], gkv[1], nkv * 4);
+    expect_same("targetattn bwd dq (dk, dv NULL)", gq[0], gq[2], nq * 4);
+    expect_same("targetattn bwd dk, dv (dq NULL)", gkv[0], gkv[2], nkv * 4);
+    free(off), free(q), free(kv), free(dp), free(rp), free(ra), free(bq), free(bkv), free(bdp), free(z), free(zkv);
+    free(iq), free(ikv), free(rq), free(rkv), free(dg), free(dr);
+    for (int v = 0; v < 2; v++) free(pooled[v]), free(attn[v]);
+    for (int v = 0; v < 3; v++) free(gq[v]), free(gkv[v]);
+}
+
+TEST_CASE(test_targetattn_emulated) {
+    static const int one[] = {1}, odd[] = {0, 1, 31, 32, 33, 0, 256, 7, 64, 65};
+    check_targetattn(one, 1, 64, 1);
+    check_targetattn(odd, 10, 64, 1); /* the model's fused k|v rows */
+    check_targetattn(odd, 10, 64, 0); /* k and v apart */
+    check_targetattn(odd, 10, 136, 1); /* E past 64 columns (a second column pass) */
+    check_targetattn(odd, 10, 8, 0);
+}
+
+/* ==== embedding gradient ==== */
+
+typedef struct {
+    float *dunique, *part;
+    int cap, U, E, bf;
+    const void *src;
+    const int64_t *src_off;
+    const int32_t *order, *seg;
+} egu_args;
+
+static void egu_tiles_body(void *p) {
+    egu_args *e = p;
+    if (e->bf) egu_tiles_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+    else egu_tiles_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+}
+static void egu_finish_body(void *p) {
+    egu_args *e = p;
+    if (e->bf) egu_finish_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+    else egu_finish_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+}
+
+/* The launcher's two passes on the emulator (pass 1 with `blocks` blocks, scratch of cap slots). */
+static float *emu_egu(const void *src, int bf, const int64_t *src_off, const int32_t *order, const int32_t *seg,
+                      int U, int E, unsigned blocks, int cap) {
+    size_t nu = (size_t)U * E;
+    float *d = zeros(nu), *part = nb_malloc((size_t)cap * E * 4, "chunk sums");
+    memset(d, 0xff, nu * 4);
+    memset(part, 0xff, (size_t)cap * E * 4);
+    egu_args e = {d, part, cap, U, E, bf, src, src_off, order, seg};
+    emu_launch(blocks, 32 * TC_WARPS, EGU_SMEM_BYTES, egu_tiles_body, &e);
+    emu_launch(egu_finish_blocks(U), 32 * TC_WARPS, 0, egu_finish_body, &e);
+    free(part);
+    return d;
+}
+
+/* n lookups of rows from rows_of(i); src rows at scattered, unaligned offsets of a [n, E + 3] buffer. */
+static void check_egu(const char *name, const int64_t *rows, int n, int E) {
+    int ld = E + 3;
+    int64_t *src_off = nb_malloc((size_t)n * 8, "src_off"), *uniq = nb_malloc((size_t)n * 8, "uniq");
+    int32_t *order = nb_malloc((size_t)n * 4, "order"), *inverse = nb_malloc((size_t)n * 4, "inverse");
+    int32_t *seg = nb_malloc(((size_t)n + 1) * 4, "seg");
+    for (int i = 0; i < n; i++) src_off[i] = (int64_t)(((long long)i * 7919) % n) * ld + i % 3;
+    int U = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n, NULL);
+    int most = 0;
+    for (int u = 0; u < U; u++) most = seg[u + 1] - seg[u] > most ? seg[u + 1] - seg[u] : most;
+    size_t nsrc = (size_t)n * ld, nu = (size_t)U * E;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *src = bf ? randn_bf(nsrc, 1.0f) : randn_f(nsrc, 1.0f), *ref = randn_f(nu, 1.0f); /* overwritten */
+        nb_ctr_ops_cpu.emb_grad_unique(NULL, ref, src, src_off, order, seg, U, E);
+        nb_bf16 *sb = bf ? to_bf(src, nsrc) : NULL;
+        const void *s = bf ? (const void *)sb : (const void *)src;
+        double t0 = nb_now();
+        emu.by_warp = 0;
+        float *a = emu_egu(s, bf, src_off, order, seg, U, E, 64, egu_cap(U, E));
+        double t1 = nb_now();
+        emu.by_warp = 1;
+        float *b = emu_egu(s, bf, src_off, order, seg, U, E, 7, egu_cap(U, E)); /* another grid */
+        float *c = emu_egu(s, bf, src_off, order, seg, U, E, 64, 3);          /* scratch too small */
+        char what[200];
+        snprintf(what, sizeof what, "emb_grad_unique %s %s E=%d n=%d U=%d (largest row %d)", name, bf ? "bf16" : "f32",
+                 E, n, U, most);
+        int same = memcmp(a, ref, nu * 4) == 0;
+        printf("    %-80s %s (%.1f s)\n", what, same ? "CPU's bits" : "DIFFERENT", t1 - t0);
+        CHECK(same, "%s: differs from the CPU table (rel err %.3g)", what, rel_err(a, ref, nu));
+        expect_same("emb_grad_unique: another grid and order of blocks", a, b, nu * 4);
+        expect_same("emb_grad_unique: pass 2 summing chunks without slots", a, c, nu * 4);
+        free(src), free(ref), free(sb), free(a), free(b), free(c);
+    }
+    free(src_off), free(uniq), free(order), free(inverse), free(seg);
+}
+
+TEST_CASE(test_emb_grad_emulated) {
+    uint64_t s = next_stream++;
+    int n = 3000;
+    int64_t *rows = nb_malloc(200000 * 8, "rows");
+    /* 40% on one row (10 chunks), a fifth rows of their own, the rest over 50 rows */
+    for (int i = 0; i < n; i++)
+        rows[i] = i % 5 < 2 ? 7 : i % 5 == 2 ? 1000 + i : (int64_t)(nb_philox(SEED, s, (uint64_t)i).v[0] % 50);
+    check_egu("mixed", rows, n, 64);
+    check_egu("mixed", rows, n, 12);
+    check_egu("mixed", rows, n, 200);
+    /* one lookup; then 129 lookups of one row (a chunk of one past the first) */
+    rows[0] = 5;
+    check_egu("one", rows, 1, 64);
+    for (int i = 0; i < 129; i++) rows[i] = 3;
+    check_egu("129 of one", rows, 129, 64);
+    /* the hot row: 100k lookups of one row among 5000 rows looked up once, interleaved */
+    n = 105000;
+    for (int i = 0; i < n; i++) rows[i] = i % 21 == 5 ? 100000 + i : 42;
+    check_egu("hot row", rows, n, 64);
+    free(rows);
+}
+
+int main(void) {
+    double t0 = nb_now();
+    printf("ctr_tc.cu's kernels on the CPU emulator\n");
+    RUN(test_seqattn_emulated);
+    RUN(test_targetattn_emulated);
+    RUN(test_emb_grad_emulated);
+    printf("largest relative error %.2e (tol %.0e); %.1f s\n", worst, TOL, nb_now() - t0);
+    for (int i = 0; i < emu.nalloc; i++) free(emu.threads[i].stack);
+    free(emu.threads);
+    TEST_EXIT();
+}
