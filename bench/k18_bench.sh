@@ -4,7 +4,7 @@
 # binary, same tokens, same call.
 #   bash bench/k18_bench.sh [--no-build] [--steps N]
 # Prints test_ops_cuda --bench18 (per kernel: old vs new ms, TFLOP/s, GB/s, ms per step), then a
-# table of median step ms (steps after the 5th) for gpt2 B=32 T=1024 and gpt2-proxy B=8 T=256
+# table of median step ms (steps after the 5th) / last loss for gpt2 B=32 T=1024 and gpt2-proxy B=8 T=256
 # with --graphs, new vs old (NB_FUSE_RESIDUAL=0 NB_FUSE_DGELU=0 NB_GRAD_SET=0), and new with
 # NB_BGRAD=1. torch.compile's numbers for the same rows: bench/gpu_bench.sh (not run here: ~6 min).
 set -uo pipefail
@@ -31,10 +31,11 @@ TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT
 SHARD=$TMP/tokens.bin
 "$PY" bench/torch_anchor.py --make-shard "$SHARD" --tokens 2000000 --seed 1337 >/dev/null || exit 1
-median_ms() { # metrics.jsonl -> median "ms" of the steps after the 5th
+median_ms() { # metrics.jsonl -> "median ms of the steps after the 5th / last loss"
     "$PY" -c 'import json, sys, statistics
-ms = [r["ms"] for r in map(json.loads, open(sys.argv[1])) if "ms" in r and r.get("step", 0) > 5]
-print("%.2f" % statistics.median(ms) if ms else "-")' "$1" 2>/dev/null || echo "-"
+rs = [r for r in map(json.loads, open(sys.argv[1])) if "ms" in r]
+ms = [r["ms"] for r in rs if r.get("step", 0) > 5]
+print("%.2f/%.4f" % (statistics.median(ms), rs[-1]["loss"]) if ms else "-")' "$1" 2>/dev/null || echo "-"
 }
 run() { # LABEL MODEL B T ENV...
     local label=$1 model=$2 b=$3 t=$4; shift 4
@@ -49,11 +50,11 @@ run() { # LABEL MODEL B T ENV...
     fi
 }
 OLD="NB_FUSE_RESIDUAL=0 NB_FUSE_DGELU=0 NB_GRAD_SET=0"
-printf "\n== training steps (median ms, --graphs, bf16)\n%-26s %10s %10s %14s\n" "model" "old" "new" "new+BGRAD"
+printf "\n== training steps: median ms / loss at the last step (--graphs, bf16; the losses of one row\n   should agree to ~1e-2: the same math, rounded differently)\n%-26s %18s %18s %18s\n" "model" "old" "new" "new+BGRAD"
 for row in "gpt2 32 1024" "gpt2-proxy 8 256"; do
     set -- $row
     o=$(run old "$1" "$2" "$3" $OLD)
     n=$(run new "$1" "$2" "$3" NB_K18=1)
     g=$(run bgrad "$1" "$2" "$3" NB_BGRAD=1)
-    printf "%-26s %10s %10s %14s\n" "$1 B=$2 T=$3" "$o" "$n" "$g"
+    printf "%-26s %18s %18s %18s\n" "$1 B=$2 T=$3" "$o" "$n" "$g"
 done

@@ -930,8 +930,8 @@ TEST_CASE(test_matmul_dgelu_backward) {
     unsetenv("NB_BGRAD");
 }
 
-/* matmul_backward_set writes dinp (NaN-poisoned here); dw, dbias accumulate. Also the plain
- * matmul_backward with NB_BGRAD=1 (the BGRADB epilogue for dbias). */
+/* matmul_backward_set writes dinp (NaN-poisoned here; NB_GRAD_SET=0: its memset + accumulate
+ * fallback); dw, dbias accumulate, with NB_BGRAD=1 dbias through the BGRADB epilogue. */
 TEST_CASE(test_matmul_backward_set) {
     int N = 3 * 101, C = 80, OC = 64;
     size_t ni = (size_t)N * C, nw = (size_t)OC * C;
@@ -952,23 +952,20 @@ TEST_CASE(test_matmul_backward_set) {
                 for (int run = 0; run < 2; run++) {
                     void *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, ni, bf), *dwt = dev_up(w, nw, bf);
                     void *gdi = dev_nan(ni, bf), *gdw = dev_up(iw, nw, 0), *gdb = dev_up(ib, OC, 0);
-                    if (!set) CUDA_CHECK(cudaMemset(gdi, 0, ni * (bf ? 2 : 4))); /* the plain op accumulates */
-                    if (set)
-                        CALL(bf, nb_cuda_matmul_backward_set, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
-                    else
-                        CALL(bf, nb_cuda_matmul_backward, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
+                    /* NB_GRAD_SET=0: the op zeroes dinp itself, then accumulates */
+                    CALL(bf, nb_cuda_matmul_backward_set, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
                     gi[run] = zeros(ni), gw[run] = zeros(nw), gb[run] = zeros(OC);
                     dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gb[run], gdb, OC, 0);
                     dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
                 }
                 char what[96];
-                snprintf(what, sizeof what, "matmul bwd%s%s dinp", set ? " set" : "", bgrad ? " bgrad" : "");
+                snprintf(what, sizeof what, "matmul bwd set%s%s dinp", set ? "" : " (memset)", bgrad ? " bgrad" : "");
                 expect_close(what, bf, gi[0], ri, ni);
                 expect_same(what, gi[0], gi[1], ni);
-                snprintf(what, sizeof what, "matmul bwd%s%s dw", set ? " set" : "", bgrad ? " bgrad" : "");
+                snprintf(what, sizeof what, "matmul bwd set%s%s dw", set ? "" : " (memset)", bgrad ? " bgrad" : "");
                 expect_grad(what, bf, gw[0], rw, iw, nw);
                 expect_same(what, gw[0], gw[1], nw);
-                snprintf(what, sizeof what, "matmul bwd%s%s dbias", set ? " set" : "", bgrad ? " bgrad" : "");
+                snprintf(what, sizeof what, "matmul bwd set%s%s dbias", set ? "" : " (memset)", bgrad ? " bgrad" : "");
                 expect_grad(what, bf, gb[0], rb, ib, OC);
                 expect_same(what, gb[0], gb[1], OC);
                 free(dout), free(inp), free(w), free(ri), free(g0w), free(g0b), free(iw), free(ib), free(rw), free(rb);
@@ -1259,16 +1256,14 @@ static void bench18(void) {
         BENCH_PAIR(bgrad ? "mlp proj bwd + gelu bwd + fc dbias (BGRAD)" : "mlp proj bwd + gelu bwd + fc dbias", L,
                    4.0 * nc * F, 2.0 * (nc + nf) + 2.0 * 4 * nf + 2.0 * 2 * nf + 2.0 * nf + 2.0 * nf,
                    2.0 * (nc + 2 * nf + nf) + 2.0 * nf,
-                   CUDA_CHECK(cudaMemsetAsync(dfca, 0, (size_t)N * F * 4, st)); /* dfca and dfch: adjacent in the model */
+                   CUDA_CHECK(cudaMemsetAsync(dfca, 0, (size_t)N * F * 2, st)); /* the model zeroed both */
+                   CUDA_CHECK(cudaMemsetAsync(dfch, 0, (size_t)N * F * 2, st));
                    nb_cuda_matmul_backward_bf16(dfca, dwfp, dbfp, dres, fca, wfp, N, F, C, lt, st);
                    nb_cuda_gelu_backward_bf16(dfch, fch, dfca, (size_t)N * F, st);
                    nb_cuda_matmul_backward_bf16(NULL, NULL, dbfc, dfch, NULL, NULL, N, C, F, lt, st),
                    nb_cuda_matmul_dgelu_backward_bf16(dfch, dwfp, dbfp, dbfc, dres, fca, wfp, fch, N, F, C, lt, st));
     }
     unsetenv("NB_BGRAD");
-    dev_free(dfca), dev_free(dfch);
-    dfca = dev_zero((size_t)N * F * 2);
-    dfch = dev_zero((size_t)N * F * 2);
     /* dinp written instead of zeroed + accumulated: the qkv backward (dout N x 2304 -> dln N x 768) */
     {
         int OC = 3 * C;
