@@ -7,7 +7,8 @@
 #   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
 #   and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
 #   --bench with the new-vs-old table last), adamw_bench, host_info (CPU and NUMA layout),
-#   stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality. The stream runs take env
+#   stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
+#   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests). The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
@@ -51,6 +52,11 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;
+        k18) build && { T=$NB_BUILD/tests; r=0; k18_part() { echo "--- k18: $*"; "$@" || { echo "--- k18 FAILED (rc $?): $*"; r=1; }; }
+            k18_part $T/test_ops_cuda; k18_part $T/test_attention_fa; k18_part bash bench/k18_bench.sh --no-build
+            mkdir -p tests/torch/ref; k18_part python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors
+            k18_part python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors
+            k18_part $T/test_torch_ref; k18_part bash tests/gpu_train_test.sh; return $r; } ;;
         *) echo "device_session.sh: unknown stage '$1'" >&2; return 2 ;;
     esac
 }

@@ -455,13 +455,15 @@ static float *from_bf(const nb_bf16 *b, size_t n) {
 /* The launchers' sequence (forward; D, dq, dk/dv) on the emulator, with kernels kf, kq, kk. */
 static void emu_attention(float *out, float *lse, float *dqkv, const float *qkv, const float *dout,
                           const float *ref_out, const float *ref_lse, int B, int T, int NH, int NKV, int HS,
-                          const fa_kernel *kf, const fa_kernel *kq, const fa_kernel *kk) {
+                          const fa_kernel *kf, const fa_kernel *kq, const fa_kernel *kk, int acc) {
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
     emu_args e;
     memset(&e, 0, sizeof e);
     e.a = fa_dims_of(T, NH, NKV, HS), e.T = T, e.NH = NH, e.HS = HS, e.nrows = (size_t)B * T * NH;
+    e.a.acc = acc;
     nb_bf16 *q = to_bf(qkv, nqkv), *o = nb_malloc(no * 2, "out"), *dy = to_bf(dout, no), *ro = to_bf(ref_out, no);
     nb_bf16 *g = to_bf(dqkv, nqkv);
+    if (!acc) memset(g, 0xff, nqkv * 2); /* the write mode must store every element */
     memset(o, 0xff, no * 2); /* NaN: unwritten elements show */
     for (size_t i = 0; i < nl; i++) lse[i] = NAN;
     e.k = kf, e.out = o, e.lse = lse, e.qkv = q;
@@ -506,8 +508,19 @@ static void emu_check(int B, int T, int NH, int NKV, int HS, const fa_kernel *kf
     for (int sched = 0; sched < 2; sched++) {
         emu.eager = sched;
         out[sched] = zeros(no), lse[sched] = zeros(nl), g[sched] = copy_of(init, nqkv);
-        emu_attention(out[sched], lse[sched], g[sched], qkv, dout, rout, rlse, B, T, NH, NKV, HS, kf, kq, kk);
+        emu_attention(out[sched], lse[sched], g[sched], qkv, dout, rout, rlse, B, T, NH, NKV, HS, kf, kq, kk, 1);
     }
+    /* the write mode (fa_dims.acc = 0, attention_bwd_set): from NaN, against the CPU from zero,
+     * and bitwise the accumulating kernels' result from zero */
+    float *gw = zeros(nqkv), *ga = zeros(nqkv), *zero = zeros(nqkv), *ow = zeros(no), *lw = zeros(nl);
+    emu.eager = 0;
+    emu_attention(ow, lw, gw, qkv, dout, rout, rlse, B, T, NH, NKV, HS, kf, kq, kk, 0);
+    emu_attention(ow, lw, ga, qkv, dout, rout, rlse, B, T, NH, NKV, HS, kf, kq, kk, 1);
+    snprintf(what, sizeof what, "%s (write mode)", tag);
+    /* T = 1: dq and dk are exactly 0 on the CPU and ~1e-9 here (a relative error means nothing) */
+    if (T > 1) expect_dqkv(what, gw, g0, zero, B * T, NH, NKV, HS);
+    expect_same("emulated bwd dqkv, write mode vs accumulate from zero", gw, ga, nqkv);
+    free(gw), free(ga), free(zero), free(ow), free(lw);
     snprintf(what, sizeof what, "%s fwd out", tag);
     expect_close(what, out[0], rout32, no, TOL);
     snprintf(what, sizeof what, "%s fwd lse", tag);

@@ -11,6 +11,7 @@
  * - determinism: the CUDA op runs twice from the same state and the results must be bitwise equal.
  * Exits 77 (skipped) without a GPU, or when built without CUDA. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -811,6 +812,221 @@ TEST_CASE(test_adamw_spans) {
     check_adamw_spans(600, 0, 1); /* three launches of up to 256 tensors */
 }
 
+/* ---- issue 18: fused and gradient-writing ops ----
+ * Each against the CPU's unfused sequence, with NaN-poisoned outputs (a _set op must write every
+ * element; an accumulating one would keep the NaN), twice for bitwise repeatability, and under
+ * each of its environment switches (the paths the integrator can pick on the device). */
+
+static void set_env(const char *name, int v) {
+    char b[4];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(name, b, 1);
+}
+
+/* out = resid + inp @ w^T + bias; OC = 64 fuses the add into the GEMM (if cuBLASLt offers it),
+ * OC = 53 and NB_FUSE_RESIDUAL=0 take the GEMM + residual kernel. */
+TEST_CASE(test_matmul_residual_forward) {
+    int N = 3 * 101, C = 80;
+    int ocs[2] = {64, 53};
+    for (int bf = 0; bf <= 1; bf++)
+        for (int k = 0; k < 2; k++)
+            for (int fuse = 0; fuse <= 1; fuse++)
+                for (int with_bias = 0; with_bias <= 1; with_bias++) {
+                    int OC = ocs[k];
+                    size_t no = (size_t)N * OC;
+                    set_env("NB_FUSE_RESIDUAL", fuse);
+                    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
+                    float *res = randn(no, 0, 1);
+                    round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
+                    round_bf(res, no, bf);
+                    float *ref = zeros(no);
+                    nb_matmul_forward(ref, inp, w, with_bias ? b : NULL, N, C, OC);
+                    for (size_t i = 0; i < no; i++) ref[i] += res[i];
+                    float *g[2];
+                    for (int run = 0; run < 2; run++) {
+                        void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
+                        void *db = with_bias ? dev_up(b, OC, bf) : NULL, *dr = dev_up(res, no, bf);
+                        void *dout = dev_nan(no, bf);
+                        CALL(bf, nb_cuda_matmul_residual_forward, dout, di, dw, db, dr, N, C, OC, lt, st);
+                        g[run] = zeros(no);
+                        dev_down(g[run], dout, no, bf);
+                        float *rback = zeros(no);
+                        dev_down(rback, dr, no, bf);
+                        expect_untouched("matmul+residual resid", rback, res, no);
+                        free(rback);
+                        dev_free(di), dev_free(dw), dev_free(db), dev_free(dr), dev_free(dout);
+                    }
+                    char what[96];
+                    snprintf(what, sizeof what, "matmul+residual OC=%d%s%s", OC, with_bias ? " bias" : "",
+                             fuse ? "" : " (unfused)");
+                    expect_close(what, bf, g[0], ref, no);
+                    expect_same(what, g[0], g[1], no);
+                    free(inp), free(w), free(b), free(res), free(ref), free(g[0]), free(g[1]);
+                }
+    unsetenv("NB_FUSE_RESIDUAL");
+}
+
+/* The backward of out = gelu(pre) @ w^T + bias. C = 64: DGELU epilogue (DGELU_BGRAD with
+ * NB_BGRAD=1), C = 53: the GEMM + gelu'-scale kernel, as with NB_FUSE_DGELU=0. */
+TEST_CASE(test_matmul_dgelu_backward) {
+    int N = 3 * 101, OC = 40;
+    int cs[2] = {64, 53};
+    int modes[3][2] = {{1, 0}, {1, 1}, {0, 0}}; /* NB_FUSE_DGELU, NB_BGRAD */
+    for (int bf = 0; bf <= 1; bf++)
+        for (int k = 0; k < 2; k++)
+            for (int m = 0; m < 3; m++) {
+                int C = cs[k];
+                size_t ni = (size_t)N * C, nw = (size_t)OC * C;
+                set_env("NB_FUSE_DGELU", modes[m][0]);
+                set_env("NB_BGRAD", modes[m][1]);
+                float *pre = randn(ni, 0, 1.5f), *dout = randn((size_t)N * OC, 0, 1), *w = randn(nw, 0, 0.1f);
+                round_bf(pre, ni, bf), round_bf(dout, (size_t)N * OC, bf), round_bf(w, nw, bf);
+                float *inp = zeros(ni);
+                nb_gelu_forward(inp, pre, ni);
+                round_bf(inp, ni, bf);
+                /* reference: dz = dout @ w (from zero), dpre = gelu'(pre) * dz, dbias_pre = colsum */
+                float *dz = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC), *rdpre = zeros(ni);
+                nb_matmul_backward(dz, g0w, g0b, dout, inp, w, N, C, OC);
+                nb_gelu_backward(rdpre, pre, dz, ni);
+                float *g0bp = zeros(C);
+                for (int r = 0; r < N; r++)
+                    for (int c = 0; c < C; c++) g0bp[c] += rdpre[(size_t)r * C + c];
+                float *iw = grad_init(g0w, nw, 0), *ib = grad_init(g0b, OC, 0), *ibp = grad_init(g0bp, C, 0);
+                float *rw = copy_of(iw, nw), *rb = copy_of(ib, OC), *rbp = copy_of(ibp, C);
+                for (size_t i = 0; i < nw; i++) rw[i] += g0w[i];
+                for (int i = 0; i < OC; i++) rb[i] += g0b[i];
+                for (int i = 0; i < C; i++) rbp[i] += g0bp[i];
+                float *gp[2], *gw[2], *gb[2], *gbp[2];
+                for (int run = 0; run < 2; run++) {
+                    void *dpre_ = dev_nan(ni, bf), *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, ni, bf);
+                    void *dwt = dev_up(w, nw, bf), *dp = dev_up(pre, ni, bf);
+                    void *gdw = dev_up(iw, nw, 0), *gdb = dev_up(ib, OC, 0), *gdbp = dev_up(ibp, C, 0);
+                    CALL(bf, nb_cuda_matmul_dgelu_backward, dpre_, gdw, gdb, gdbp, ddo, di, dwt, dp, N, C, OC, lt, st);
+                    gp[run] = zeros(ni), gw[run] = zeros(nw), gb[run] = zeros(OC), gbp[run] = zeros(C);
+                    dev_down(gp[run], dpre_, ni, bf), dev_down(gw[run], gdw, nw, 0);
+                    dev_down(gb[run], gdb, OC, 0), dev_down(gbp[run], gdbp, C, 0);
+                    dev_free(dpre_), dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(dp);
+                    dev_free(gdw), dev_free(gdb), dev_free(gdbp);
+                }
+                char what[120];
+                const char *tag = modes[m][0] ? (modes[m][1] ? "fused+bgrad" : "fused") : "unfused";
+                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dpre", C, tag);
+                expect_close(what, bf, gp[0], rdpre, ni);
+                expect_same(what, gp[0], gp[1], ni);
+                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dw", C, tag);
+                expect_grad(what, bf, gw[0], rw, iw, nw);
+                expect_same(what, gw[0], gw[1], nw);
+                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dbias", C, tag);
+                expect_grad(what, bf, gb[0], rb, ib, OC);
+                expect_same(what, gb[0], gb[1], OC);
+                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dbias_pre", C, tag);
+                expect_grad(what, bf, gbp[0], rbp, ibp, C);
+                expect_same(what, gbp[0], gbp[1], C);
+                free(pre), free(dout), free(w), free(inp), free(dz), free(g0w), free(g0b), free(rdpre), free(g0bp);
+                free(iw), free(ib), free(ibp), free(rw), free(rb), free(rbp);
+                for (int run = 0; run < 2; run++) free(gp[run]), free(gw[run]), free(gb[run]), free(gbp[run]);
+            }
+    unsetenv("NB_FUSE_DGELU");
+    unsetenv("NB_BGRAD");
+}
+
+/* matmul_backward_set writes dinp (NaN-poisoned here; NB_GRAD_SET=0: its memset + accumulate
+ * fallback); dw, dbias accumulate, with NB_BGRAD=1 dbias through the BGRADB epilogue. */
+TEST_CASE(test_matmul_backward_set) {
+    int N = 3 * 101, C = 80, OC = 64;
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C;
+    for (int bf = 0; bf <= 1; bf++)
+        for (int bgrad = 0; bgrad <= 1; bgrad++)
+            for (int set = 0; set <= 1; set++) {
+                set_env("NB_BGRAD", bgrad);
+                set_env("NB_GRAD_SET", set);
+                float *dout = randn((size_t)N * OC, 0, 1), *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.1f);
+                round_bf(dout, (size_t)N * OC, bf), round_bf(inp, ni, bf), round_bf(w, nw, bf);
+                float *ri = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC);
+                nb_matmul_backward(ri, g0w, g0b, dout, inp, w, N, C, OC);
+                float *iw = grad_init(g0w, nw, 0), *ib = grad_init(g0b, OC, 0);
+                float *rw = copy_of(iw, nw), *rb = copy_of(ib, OC);
+                for (size_t i = 0; i < nw; i++) rw[i] += g0w[i];
+                for (int i = 0; i < OC; i++) rb[i] += g0b[i];
+                float *gi[2], *gw[2], *gb[2];
+                for (int run = 0; run < 2; run++) {
+                    void *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, ni, bf), *dwt = dev_up(w, nw, bf);
+                    void *gdi = dev_nan(ni, bf), *gdw = dev_up(iw, nw, 0), *gdb = dev_up(ib, OC, 0);
+                    /* NB_GRAD_SET=0: the op zeroes dinp itself, then accumulates */
+                    CALL(bf, nb_cuda_matmul_backward_set, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
+                    gi[run] = zeros(ni), gw[run] = zeros(nw), gb[run] = zeros(OC);
+                    dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gb[run], gdb, OC, 0);
+                    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "matmul bwd set%s%s dinp", set ? "" : " (memset)", bgrad ? " bgrad" : "");
+                expect_close(what, bf, gi[0], ri, ni);
+                expect_same(what, gi[0], gi[1], ni);
+                snprintf(what, sizeof what, "matmul bwd set%s%s dw", set ? "" : " (memset)", bgrad ? " bgrad" : "");
+                expect_grad(what, bf, gw[0], rw, iw, nw);
+                expect_same(what, gw[0], gw[1], nw);
+                snprintf(what, sizeof what, "matmul bwd set%s%s dbias", set ? "" : " (memset)", bgrad ? " bgrad" : "");
+                expect_grad(what, bf, gb[0], rb, ib, OC);
+                expect_same(what, gb[0], gb[1], OC);
+                free(dout), free(inp), free(w), free(ri), free(g0w), free(g0b), free(iw), free(ib), free(rw), free(rb);
+                for (int run = 0; run < 2; run++) free(gi[run]), free(gw[run]), free(gb[run]);
+            }
+    unsetenv("NB_BGRAD");
+    unsetenv("NB_GRAD_SET");
+}
+
+/* swiglu_bwd_set and attention_bwd_set: written from NaN, against the CPU from zero, and bitwise
+ * the accumulating op's result from zero (x rounds the same as 0 + x). */
+TEST_CASE(test_backward_set) {
+    int N = 3 * 101, F = 45;
+    size_t nio = (size_t)N * 2 * F, no = (size_t)N * F;
+    for (int bf = 0; bf <= 1; bf++) {
+        float *gu = randn(nio, 0, 2), *dout = randn(no, 0, 1);
+        round_bf(gu, nio, bf), round_bf(dout, no, bf);
+        float *rg = zeros(nio);
+        nb_swiglu_backward(rg, dout, gu, N, F);
+        void *dgu = dev_up(gu, nio, bf), *ddo = dev_up(dout, no, bf), *gset = dev_nan(nio, bf), *gacc = dev_nan(nio, bf);
+        CUDA_CHECK(cudaMemset(gacc, 0, nio * (bf ? 2 : 4)));
+        CALL(bf, nb_cuda_swiglu_backward_set, gset, ddo, dgu, N, F, st);
+        CALL(bf, nb_cuda_swiglu_backward, gacc, ddo, dgu, N, F, st);
+        float *hs = zeros(nio), *ha = zeros(nio);
+        dev_down(hs, gset, nio, bf), dev_down(ha, gacc, nio, bf);
+        expect_close("swiglu bwd set dgu", bf, hs, rg, nio);
+        expect_same("swiglu bwd set vs accumulate from zero", hs, ha, nio);
+        dev_free(dgu), dev_free(ddo), dev_free(gset), dev_free(gacc);
+        free(gu), free(dout), free(rg), free(hs), free(ha);
+    }
+    /* HS 64 (bf16: the tensor-core kernels' write mode) and HS 24 (memset + accumulate) */
+    static const int shapes[][5] = {{2, 67, 4, 2, 64}, {1, 45, 4, 4, 64}, {2, 37, 6, 2, 24}};
+    for (int sh = 0; sh < 3; sh++)
+        for (int bf = 0; bf <= 1; bf++) {
+            int B = shapes[sh][0], T = shapes[sh][1], NH = shapes[sh][2], NKV = shapes[sh][3], HS = shapes[sh][4];
+            size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nob = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+            float *qkv = randn(nqkv, 0, 1), *dy = randn(nob, 0, 1);
+            round_bf(qkv, nqkv, bf), round_bf(dy, nob, bf);
+            float *rout = zeros(nob), *rlse = zeros(nl), *rg = zeros(nqkv);
+            nb_attention_forward(rout, rlse, qkv, B, T, NH, NKV, HS);
+            round_bf(rout, nob, bf);
+            nb_attention_backward(rg, dy, qkv, rout, rlse, B, T, NH, NKV, HS);
+            void *dq = dev_up(qkv, nqkv, bf), *ddy = dev_up(dy, nob, bf), *dro = dev_up(rout, nob, bf);
+            void *dl = dev_up(rlse, nl, 0), *gset[2] = {dev_nan(nqkv, bf), dev_nan(nqkv, bf)}, *gacc = dev_nan(nqkv, bf);
+            CUDA_CHECK(cudaMemset(gacc, 0, nqkv * (bf ? 2 : 4)));
+            for (int run = 0; run < 2; run++)
+                CALL(bf, nb_cuda_attention_backward_set, gset[run], ddy, dq, dro, dl, B, T, NH, NKV, HS, st);
+            CALL(bf, nb_cuda_attention_backward, gacc, ddy, dq, dro, dl, B, T, NH, NKV, HS, st);
+            float *h0 = zeros(nqkv), *h1 = zeros(nqkv), *ha = zeros(nqkv);
+            dev_down(h0, gset[0], nqkv, bf), dev_down(h1, gset[1], nqkv, bf), dev_down(ha, gacc, nqkv, bf);
+            char what[128];
+            snprintf(what, sizeof what, "attention bwd set dqkv (T=%d NH=%d NKV=%d HS=%d)", T, NH, NKV, HS);
+            expect_close(what, bf, h0, rg, nqkv);
+            expect_same(what, h0, h1, nqkv);
+            expect_same("attention bwd set vs accumulate from zero", h0, ha, nqkv);
+            dev_free(dq), dev_free(ddy), dev_free(dro), dev_free(dl), dev_free(gset[0]), dev_free(gset[1]);
+            dev_free(gacc);
+            free(qkv), free(dy), free(rout), free(rlse), free(rg), free(h0), free(h1), free(ha);
+        }
+}
+
 /* ---- timing (test_ops_cuda --bench): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
  * attention, bf16. Not a test: numbers for planning the tuning work. ---- */
 
@@ -974,11 +1190,140 @@ static void bench(void) {
     CUDA_CHECK(cudaEventDestroy(ev1));
 }
 
+/* ---- issue 18 (test_ops_cuda --bench18, also the end of --bench): old vs new sequences at
+ * GPT-2 124M's B=32 x T=1024 (N = 32768, C = 768, 12 heads) and llama-1b's SwiGLU width. "old" is
+ * what the model ran before (memsets included), "new" the fused / writing op; the per-step
+ * figure multiplies the difference by the calls a gpt2 step makes (12 layers). ---- */
+
+#define BENCH_PAIR(label, calls, flop, bytes_old, bytes_new, old_stmt, new_stmt)                   \
+    do {                                                                                           \
+        char lo_[96], ln_[96];                                                                     \
+        snprintf(lo_, sizeof lo_, "%s (old)", (label));                                            \
+        snprintf(ln_, sizeof ln_, "%s (new)", (label));                                            \
+        double o_ = bench_median(lo_, (flop), (bytes_old), ({ old_stmt; }));                       \
+        double n_ = bench_median(ln_, (flop), (bytes_new), ({ new_stmt; }));                       \
+        printf("  %-44s %+9.3f ms per call, %+8.2f ms per gpt2 B=32 step (x%d)\n", "  -> new - old",  \
+               n_ - o_, (n_ - o_) * (calls), (calls));                                             \
+    } while (0)
+
+/* the BENCH macro's loop, returning the median (statement expressions: nvcc's host compiler and
+ * gcc both take them) */
+#define bench_median(label, flop, bytes, stmt)                                                     \
+    ({                                                                                             \
+        float ms_[BENCH_REPS];                                                                     \
+        for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                   \
+        for (int r_ = 0; r_ < BENCH_REPS; r_++) {                                                  \
+            CUDA_CHECK(cudaEventRecord(ev0, st));                                                  \
+            stmt;                                                                                  \
+            CUDA_CHECK(cudaEventRecord(ev1, st));                                                  \
+            CUDA_CHECK(cudaEventSynchronize(ev1));                                                 \
+            CUDA_CHECK(cudaEventElapsedTime(&ms_[r_], ev0, ev1));                                  \
+        }                                                                                          \
+        qsort(ms_, BENCH_REPS, sizeof(float), cmp_float);                                          \
+        double med_ = (ms_[BENCH_REPS / 2 - 1] + ms_[BENCH_REPS / 2]) / 2;                         \
+        printf("  %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", label, med_, (flop) / med_ / 1e9,    \
+               (bytes) / med_ / 1e6);                                                              \
+        med_;                                                                                      \
+    })
+
+static void bench18(void) {
+    if (!ev0) CUDA_CHECK(cudaEventCreate(&ev0));
+    if (!ev1) CUDA_CHECK(cudaEventCreate(&ev1));
+    const int B = 32, T = 1024, C = 768, NH = 12, HS = 64, F = 4 * C, L = 12;
+    const int N = B * T;
+    const double nc = (double)N * C, nf = (double)N * F;
+    printf("issue 18 kernels, bf16, gpt2 124M B=%d T=%d (N=%d): old vs new, median of %d; ceilings ~790 TFLOP/s, "
+           "~4200 GB/s\n", B, T, N, BENCH_REPS);
+    void *x = dev_rand_bf16((size_t)N * C, 1), *y = dev_zero((size_t)N * C * 2), *att = dev_rand_bf16((size_t)N * C, 1);
+    void *wp = dev_rand_bf16((size_t)C * C, 0.05f), *bp = dev_rand_bf16(C, 0.1f);
+    void *fca = dev_rand_bf16((size_t)N * F, 1), *fch = dev_rand_bf16((size_t)N * F, 2);
+    void *wfp = dev_rand_bf16((size_t)C * F, 0.03f), *bfp = dev_rand_bf16(C, 0.1f);
+    void *dres = dev_rand_bf16((size_t)N * C, 1), *dfca = dev_zero((size_t)N * F * 2), *dfch = dev_zero((size_t)N * F * 2);
+    float *dwfp = dev_zero((size_t)C * F * 4), *dbfp = dev_zero(C * 4), *dbfc = dev_zero(F * 4);
+    float *dwp = dev_zero((size_t)C * C * 4), *dbp = dev_zero(C * 4);
+    /* forward: projection + residual (attention proj: K = 768; MLP proj: K = 3072) */
+    BENCH_PAIR("attn proj + residual N x 768 x 768", L, 2.0 * nc * C, 2.0 * (3 * nc + nc) + 2.0 * nc, 2.0 * 3 * nc,
+               nb_cuda_matmul_forward_bf16(y, att, wp, bp, N, C, C, lt, st);
+               nb_cuda_residual_forward_bf16(y, x, y, (size_t)N * C, st),
+               nb_cuda_matmul_residual_forward_bf16(y, att, wp, bp, x, N, C, C, lt, st));
+    BENCH_PAIR("mlp proj + residual N x 3072 x 768", L, 2.0 * nc * F, 2.0 * (nf + nc + 3 * nc), 2.0 * (nf + 2 * nc),
+               nb_cuda_matmul_forward_bf16(y, fca, wfp, bfp, N, F, C, lt, st);
+               nb_cuda_residual_forward_bf16(y, x, y, (size_t)N * C, st),
+               nb_cuda_matmul_residual_forward_bf16(y, fca, wfp, bfp, x, N, F, C, lt, st));
+    /* backward: MLP proj GEMMs + GELU backward + the fc bias gradient */
+    for (int bgrad = 0; bgrad <= 1; bgrad++) {
+        set_env("NB_BGRAD", bgrad);
+        BENCH_PAIR(bgrad ? "mlp proj bwd + gelu bwd + fc dbias (BGRAD)" : "mlp proj bwd + gelu bwd + fc dbias", L,
+                   4.0 * nc * F, 2.0 * (nc + nf) + 2.0 * 4 * nf + 2.0 * 2 * nf + 2.0 * nf + 2.0 * nf,
+                   2.0 * (nc + 2 * nf + nf) + 2.0 * nf,
+                   CUDA_CHECK(cudaMemsetAsync(dfca, 0, (size_t)N * F * 2, st)); /* the model zeroed both */
+                   CUDA_CHECK(cudaMemsetAsync(dfch, 0, (size_t)N * F * 2, st));
+                   nb_cuda_matmul_backward_bf16(dfca, dwfp, dbfp, dres, fca, wfp, N, F, C, lt, st);
+                   nb_cuda_gelu_backward_bf16(dfch, fch, dfca, (size_t)N * F, st);
+                   nb_cuda_matmul_backward_bf16(NULL, NULL, dbfc, dfch, NULL, NULL, N, C, F, lt, st),
+                   nb_cuda_matmul_dgelu_backward_bf16(dfch, dwfp, dbfp, dbfc, dres, fca, wfp, fch, N, F, C, lt, st));
+    }
+    unsetenv("NB_BGRAD");
+    /* dinp written instead of zeroed + accumulated: the qkv backward (dout N x 2304 -> dln N x 768) */
+    {
+        int OC = 3 * C;
+        void *dqkv = dev_rand_bf16((size_t)N * OC, 1), *wq = dev_rand_bf16((size_t)OC * C, 0.05f);
+        float *dwq = dev_zero((size_t)OC * C * 4), *dbq = dev_zero(OC * 4);
+        for (int bgrad = 0; bgrad <= 1; bgrad++) {
+            set_env("NB_BGRAD", bgrad);
+            BENCH_PAIR(bgrad ? "qkv bwd, dinp written (BGRADB)" : "qkv bwd, dinp written", L, 4.0 * nc * OC,
+                       2.0 * nc + 2.0 * ((double)N * OC * 2 + nc * 3), 2.0 * ((double)N * OC * 2 + nc * 2),
+                       CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)N * C * 2, st));
+                       nb_cuda_matmul_backward_bf16(y, dwq, dbq, dqkv, x, wq, N, C, OC, lt, st),
+                       nb_cuda_matmul_backward_set_bf16(y, dwq, dbq, dqkv, x, wq, N, C, OC, lt, st));
+        }
+        unsetenv("NB_BGRAD");
+        dev_free(dqkv), dev_free(wq), dev_free(dwq), dev_free(dbq);
+    }
+    dev_free(x), dev_free(y), dev_free(att), dev_free(wp), dev_free(bp), dev_free(fca), dev_free(fch);
+    dev_free(wfp), dev_free(bfp), dev_free(dres), dev_free(dfca), dev_free(dfch), dev_free(dwfp), dev_free(dbfp);
+    dev_free(dbfc), dev_free(dwp), dev_free(dbp);
+    /* attention backward writing dqkv (no memset, no read-modify-write) */
+    {
+        size_t nqkv = (size_t)N * 3 * C, no = (size_t)N * C;
+        void *qkv = dev_rand_bf16(nqkv, 2), *out = dev_zero(no * 2), *lse = dev_zero((size_t)B * NH * T * 4);
+        void *dout = dev_rand_bf16(no, 1), *dqkv = dev_zero(nqkv * 2);
+        nb_cuda_attention_forward_bf16(out, lse, qkv, B, T, NH, NH, HS, st);
+        double unit = (double)B * NH * T * T * HS;
+        BENCH_PAIR("attention bwd, dqkv written", L, 5 * unit, 2.0 * (2 * nqkv + 2 * no) + 2.0 * nqkv * 2,
+                   2.0 * (2 * nqkv + 2 * no),
+                   CUDA_CHECK(cudaMemsetAsync(dqkv, 0, nqkv * 2, st));
+                   nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NH, HS, st),
+                   nb_cuda_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NH, HS, st));
+        dev_free(qkv), dev_free(out), dev_free(lse), dev_free(dout), dev_free(dqkv);
+    }
+    /* llama-1b's SwiGLU backward (B=16 x T=2048, F = 8192): written instead of zeroed + added */
+    {
+        int Nl = 16 * 2048, Fl = 8192;
+        size_t n = (size_t)Nl * Fl;
+        void *gu = dev_rand_bf16(2 * n, 2), *dy = dev_rand_bf16(n, 1), *dgu = dev_zero(4 * n);
+        BENCH_PAIR("llama-1b swiglu bwd N=32768 F=8192", 16, 0, 2.0 * (2 * n + n + 2 * n + 2 * n) + 4.0 * n,
+                   2.0 * (2 * n + n + 2 * n),
+                   CUDA_CHECK(cudaMemsetAsync(dgu, 0, 4 * n, st));
+                   nb_cuda_swiglu_backward_bf16(dgu, dy, gu, Nl, Fl, st),
+                   nb_cuda_swiglu_backward_set_bf16(dgu, dy, gu, Nl, Fl, st));
+        printf("  (the llama line's per-step figure is for llama-1b's 16 layers)\n");
+        dev_free(gu), dev_free(dy), dev_free(dgu);
+    }
+}
+
 int main(int argc, char **argv) {
     if (cuda_test_start()) return 77;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         nb_verbosity = 2; /* says whether the GELU epilogue was fused */
         bench();
+        bench18();
+        CUDA_CHECK(cudaStreamDestroy(st));
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--bench18") == 0) {
+        nb_verbosity = 2; /* says where a fused epilogue fell back */
+        bench18();
         CUDA_CHECK(cudaStreamDestroy(st));
         return 0;
     }
@@ -997,6 +1342,10 @@ int main(int argc, char **argv) {
     RUN(test_xent);
     RUN(test_adamw);
     RUN(test_adamw_spans);
+    RUN(test_matmul_residual_forward);
+    RUN(test_matmul_dgelu_backward);
+    RUN(test_matmul_backward_set);
+    RUN(test_backward_set);
     CUDA_CHECK(cudaStreamDestroy(st));
     printf("largest relative error: f32 %.2e (tol %.0e), bf16 %.2e (tol %.0e); %.1f s\n", worst[0], TOL[0], worst[1],
            TOL[1], nb_now() - t0);

@@ -388,6 +388,18 @@ static void norm_bwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, v
         be->rmsnorm_bwd(ctx, dx, dw, dout, x, w, rstd, N, m->cfg.dim);
 }
 
+/* out = resid + inp @ w^T + bias: one fused op where the backend has it (issue 18), else the
+ * projection and the residual add. */
+static void proj_residual(const nb_backend_i *be, nb_ctx ctx, void *out, const void *inp, const void *w,
+                          const void *bias, const void *resid, int N, int K, int C) {
+    if (be->matmul_residual_fwd) {
+        be->matmul_residual_fwd(ctx, out, inp, w, bias, resid, N, K, C);
+        return;
+    }
+    be->matmul_fwd(ctx, out, inp, w, bias, N, K, C);
+    be->residual_fwd(ctx, out, resid, out, (size_t)N * C);
+}
+
 void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
                          int l, nb_tf_acts *a) {
     const nb_tf_config *c = &m->cfg;
@@ -405,8 +417,7 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
         be->rope_fwd(ctx, at(s->qkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
     }
     be->attention_fwd(ctx, s->atty, s->lse, s->qkv, B, T, c->heads, c->kv_heads, c->head_size);
-    be->matmul_fwd(ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], N, A, C);
-    be->residual_fwd(ctx, s->res2, x, s->res2, (size_t)N * C);
+    proj_residual(be, ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], x, N, A, C);
 
     norm_fwd(m, be, ctx, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, w->t[NB_TF_LN2_W], w->t[NB_TF_LN2_B], N);
     if (c->arch == NB_ARCH_GPT2) {
@@ -415,8 +426,7 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
         be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], NULL, N, C, fc_width(c));
         be->swiglu_fwd(ctx, s->fca, s->fch, N, c->ffn);
     }
-    be->matmul_fwd(ctx, out, s->fca, w->t[NB_TF_FCPROJ_W], w->t[NB_TF_FCPROJ_B], N, c->ffn, C);
-    be->residual_fwd(ctx, out, s->res2, out, (size_t)N * C);
+    proj_residual(be, ctx, out, s->fca, w->t[NB_TF_FCPROJ_W], w->t[NB_TF_FCPROJ_B], s->res2, N, c->ffn, C);
 }
 
 /* Zeroes the backward scratch from p (one of dres, dln) to the end of `last` (of `bytes`), in one
@@ -430,8 +440,61 @@ static void zero_from(const nb_backend_i *be, nb_ctx ctx, const nb_tf_acts *a, v
     be->zero(ctx, p, (size_t)((const char *)last - (const char *)p) + bytes);
 }
 
+/* ---- issue 18: the layer backward through ops that WRITE their activation gradients ----
+ * Taken when the backend offers every _set op (CUDA bf16): each of dfca, dfch, dln, datty and
+ * dqkv is written by the op that produces it (gpt2: the GELU backward rides on the fc-proj
+ * GEMM's epilogue, and dfca is never formed), so none is zeroed first and no GEMM reads it back.
+ * The same gradients as the accumulating path below (the same math; bf16 rounds once less where
+ * the GELU derivative is fused). dres still accumulates (the skip connection's sum). */
+static int writes_grads(const nb_tf_model *m, const nb_backend_i *be) {
+    if (!be->matmul_bwd_set || !be->attention_bwd_set) return 0;
+    return m->cfg.arch == NB_ARCH_GPT2 ? be->matmul_dgelu_bwd != NULL : be->swiglu_bwd_set != NULL;
+}
+
+static void layer_backward_set(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                               const nb_tf_layer_view *dw, int l, nb_tf_acts *a) {
+    const nb_tf_config *c = &m->cfg;
+    const nb_tf_layer_acts *s = &a->layer[l];
+    int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c), FC = fc_width(c);
+    size_t es = act_es(be);
+    const void *x = a->resid[l];
+
+    /* MLP branch: dres is d(out) */
+    if (c->arch == NB_ARCH_GPT2) {
+        be->matmul_dgelu_bwd(ctx, a->dfch, dw->t[NB_TF_FCPROJ_W], dw->t[NB_TF_FCPROJ_B], dw->t[NB_TF_FC_B], a->dres,
+                             s->fca, w->t[NB_TF_FCPROJ_W], s->fch, N, c->ffn, C);
+        be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_FC_W], NULL, a->dfch, s->ln2, w->t[NB_TF_FC_W], N, C, FC);
+    } else {
+        be->matmul_bwd_set(ctx, a->dfca, dw->t[NB_TF_FCPROJ_W], dw->t[NB_TF_FCPROJ_B], a->dres, s->fca,
+                           w->t[NB_TF_FCPROJ_W], N, c->ffn, C);
+        be->swiglu_bwd_set(ctx, a->dfch, a->dfca, s->fch, N, c->ffn);
+        be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_FC_W], dw->t[NB_TF_FC_B], a->dfch, s->ln2, w->t[NB_TF_FC_W], N, C,
+                           FC);
+    }
+    norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN2_W], dw->t[NB_TF_LN2_B], a->dln, s->res2, w->t[NB_TF_LN2_W],
+             s->ln2_mean, s->ln2_rstd, N);
+
+    /* attention branch: dres is now d(res2) */
+    be->matmul_bwd_set(ctx, a->datty, dw->t[NB_TF_PROJ_W], dw->t[NB_TF_PROJ_B], a->dres, s->atty, w->t[NB_TF_PROJ_W], N,
+                       A, C);
+    be->attention_bwd_set(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads,
+                          c->head_size);
+    if (c->arch == NB_ARCH_LLAMA) {
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
+        be->rope_bwd(ctx, at(a->dqkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+    }
+    be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C,
+                       QKV);
+    norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN1_W], dw->t[NB_TF_LN1_B], a->dln, x, w->t[NB_TF_LN1_W], s->ln1_mean,
+             s->ln1_rstd, N);
+}
+
 void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
                           const nb_tf_layer_view *dw, int l, nb_tf_acts *a) {
+    if (writes_grads(m, be)) {
+        layer_backward_set(m, be, ctx, w, dw, l, a);
+        return;
+    }
     const nb_tf_config *c = &m->cfg;
     const nb_tf_layer_acts *s = &a->layer[l];
     int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c), FC = fc_width(c);

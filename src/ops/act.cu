@@ -29,6 +29,10 @@ static __device__ __forceinline__ float gelu_grad_f(float x) {
     static __global__ void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {       \
         GRID_STRIDE(i, n) nb_st(dinp + i, nb_ld(dinp + i) + gelu_grad_f(nb_ld(inp + i)) * nb_ld(dout + i)); \
     }                                                                                              \
+    /* x = gelu'(pre) * x in place: the unfused half of nb_cuda_matmul_dgelu_backward */        \
+    static __global__ void gelu_bwd_scale_kernel(T *x, const T *pre, size_t n) {                   \
+        GRID_STRIDE(i, n) nb_st(x + i, gelu_grad_f(nb_ld(pre + i)) * nb_ld(x + i));                \
+    }                                                                                              \
     /* silu(g) = g / (1 + exp(-g)), as torch writes it (g < -88: exp -> inf, silu -> -0). */       \
     static __global__ void swiglu_fwd_kernel(T *out, const T *gu, int F, size_t n) {               \
         GRID_STRIDE(i, n) {                                                                        \
@@ -46,6 +50,18 @@ static __device__ __forceinline__ float gelu_grad_f(float x) {
             float s = 1.0f / e1, silu = g / e1;                                                    \
             nb_st(dgu + ig, nb_ld(dgu + ig) + dy * u * s * (1.0f + g * (1.0f - s)));               \
             nb_st(dgu + iu, nb_ld(dgu + iu) + dy * silu);                                          \
+        }                                                                                          \
+    }                                                                                              \
+    /* the same, writing dgu (=) instead of adding to it */                                      \
+    static __global__ void swiglu_bwd_set_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) { \
+        GRID_STRIDE(i, n) {                                                                        \
+            size_t row = i / F, col = i % F;                                                       \
+            size_t ig = row * 2 * F + col, iu = ig + F;                                            \
+            float g = nb_ld(gu + ig), u = nb_ld(gu + iu), dy = nb_ld(dout + i);                    \
+            float e1 = 1.0f + expf(-g);                                                            \
+            float s = 1.0f / e1, silu = g / e1;                                                    \
+            nb_st(dgu + ig, dy * u * s * (1.0f + g * (1.0f - s)));                                 \
+            nb_st(dgu + iu, dy * silu);                                                            \
         }                                                                                          \
     }                                                                                              \
     static __global__ void residual_kernel(T *out, const T *a, const T *b, size_t n) {             \
@@ -82,6 +98,10 @@ static __global__ void cast_bf16_f32_kernel(float *dst, const nb_bf16_t *src, si
                       "nb_cuda_gelu_backward_" #SFX);                                              \
         LAUNCH_1D(gelu_bwd_kernel, n, "gelu backward", (KT *)dinp, (const KT *)inp, (const KT *)dout, n); \
     }                                                                                              \
+    extern "C" void nb_cuda_gelu_backward_scale_##SFX(T *x, const T *pre, size_t n, nb_stream_t stream) { \
+        NB_CUDA_SHAPE(x && pre && (const void *)x != (const void *)pre, "nb_cuda_gelu_backward_scale_" #SFX); \
+        LAUNCH_1D(gelu_bwd_scale_kernel, n, "gelu backward (scale in place)", (KT *)x, (const KT *)pre, n); \
+    }                                                                                              \
     extern "C" void nb_cuda_swiglu_forward_##SFX(T *out, const T *gu, int N, int F, nb_stream_t stream) { \
         NB_CUDA_SHAPE(out && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_forward_" #SFX);              \
         size_t n = (size_t)N * F;                                                                  \
@@ -93,6 +113,18 @@ static __global__ void cast_bf16_f32_kernel(float *dst, const nb_bf16_t *src, si
         NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_" #SFX);            \
         size_t n = (size_t)N * F;                                                                  \
         LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
+    }                                                                                              \
+    extern "C" void nb_cuda_swiglu_backward_set_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \
+                                                       nb_stream_t stream) {                       \
+        if (!dgu) return;                                                                          \
+        NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_set_" #SFX);        \
+        size_t n = (size_t)N * F;                                                                  \
+        if (!nb_env_flag("NB_GRAD_SET", 1)) {                                                      \
+            if (n) CUDA_CHECK(cudaMemsetAsync(dgu, 0, 2 * n * sizeof(T), stream));                 \
+            LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
+            return;                                                                                \
+        }                                                                                          \
+        LAUNCH_1D(swiglu_bwd_set_kernel, n, "swiglu backward (set)", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
     }                                                                                              \
     extern "C" void nb_cuda_residual_forward_##SFX(T *out, const T *a, const T *b, size_t n,       \
                                                     nb_stream_t stream) {                          \

@@ -320,3 +320,27 @@ extern "C" int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *
     }
 DEF_ATTN_LAUNCHERS(f32, float, float)
 DEF_ATTN_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+
+/* The write variant (ops_cuda.h): the tensor-core kernels store instead of adding; everything
+ * else (fp32, shapes they refuse, NB_GRAD_SET=0) zeroes dqkv and accumulates. */
+extern "C" int nb_cuda_attention_fa_backward_mode_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                                        const nb_bf16 *out, const float *lse, int B, int T, int NH,
+                                                        int NKV, int HS, int acc, nb_stream_t stream);
+#define FA_BACKWARD_SET_bf16(...) nb_cuda_attention_fa_backward_mode_bf16(__VA_ARGS__, 0, stream)
+#define FA_BACKWARD_SET_f32(...) 0
+
+#define DEF_ATTN_SET_LAUNCHER(SFX, T)                                                              \
+    extern "C" void nb_cuda_attention_backward_set_##SFX(T *dqkv, const T *dout, const T *qkv, const T *out, \
+                                                          const float *lse, int B, int T_, int NH, int NKV, \
+                                                          int HS, nb_stream_t stream) {            \
+        if (!dqkv) return;                                                                         \
+        attn_dims_of("nb_cuda_attention_backward_set_" #SFX, B, T_, NH, NKV, HS);                  \
+        if (B == 0 || T_ == 0) return;                                                             \
+        if (nb_env_flag("NB_GRAD_SET", 1) && dout && qkv && out && lse &&                          \
+            FA_BACKWARD_SET_##SFX(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HS))                  \
+            return;                                                                                \
+        CUDA_CHECK(cudaMemsetAsync(dqkv, 0, (size_t)B * T_ * (NH + 2 * NKV) * HS * sizeof(T), stream)); \
+        nb_cuda_attention_backward_##SFX(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HS, stream);   \
+    }
+DEF_ATTN_SET_LAUNCHER(f32, float)
+DEF_ATTN_SET_LAUNCHER(bf16, nb_bf16)

@@ -51,6 +51,7 @@
 typedef struct {
     int T, NH, NKV, R, group; /* R = (NH + 2*NKV) * HS: one qkv row; group = NH / NKV */
     float scale, sl2;         /* 1/sqrt(HS), and scale * log2(e) for exp2 */
+    int acc;                  /* backward: 1 adds into dqkv, 0 writes it (its old contents unread) */
 } fa_dims;
 
 /* ---- primitives: the only PTX. Everything from here to the launchers is also plain C, so that
@@ -157,6 +158,9 @@ static __device__ __forceinline__ void fa_add2(nb_bf16 *p, float x0, float x1) {
     unsigned *q = (unsigned *)p, u = *q;
     *q = fa_pack(fa_lo(u) + x0, fa_hi(u) + x1);
 }
+
+/* dst[2 elements at p] = (x0, x1) in bf16: the write mode (fa_dims.acc == 0). */
+static __device__ __forceinline__ void fa_set2(nb_bf16 *p, float x0, float x1) { *(unsigned *)p = fa_pack(x0, x1); }
 
 /* ---- forward ---- */
 
@@ -450,10 +454,14 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
     for (int i = 0; i < 2 * MT; i++) {
         const int r = w0 + 16 * (i >> 1) + gr + 8 * (i & 1);
         nb_bf16 *row = dqkv + ((size_t)b * T + r) * a.R + (size_t)h * HS + 2 * tq;
-        if (r < T)
+        if (r < T && a.acc)
             FA_UNROLL
             for (int d = 0; d < HS / 8; d++)
                 fa_add2(row + d * 8, a.scale * dq[i >> 1][d][2 * (i & 1)], a.scale * dq[i >> 1][d][2 * (i & 1) + 1]);
+        else if (r < T)
+            FA_UNROLL
+            for (int d = 0; d < HS / 8; d++)
+                fa_set2(row + d * 8, a.scale * dq[i >> 1][d][2 * (i & 1)], a.scale * dq[i >> 1][d][2 * (i & 1) + 1]);
     }
 }
 
@@ -609,11 +617,17 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
     for (int i = 0; i < 2 * MT; i++) {
         const int key = w0 + 16 * (i >> 1) + gr + 8 * (i & 1), mt = i >> 1, e = 2 * (i & 1);
         nb_bf16 *krow = dqkv + ((size_t)b * T + key) * a.R + (size_t)(a.NH + kvh) * HS + 2 * tq;
-        if (key < T)
+        if (key < T && a.acc)
             FA_UNROLL
             for (int d = 0; d < HS / 8; d++) {
                 fa_add2(krow + d * 8, a.scale * dk[mt][d][e], a.scale * dk[mt][d][e + 1]);
                 fa_add2(krow + voff + d * 8, dv[mt][d][e], dv[mt][d][e + 1]);
+            }
+        else if (key < T)
+            FA_UNROLL
+            for (int d = 0; d < HS / 8; d++) {
+                fa_set2(krow + d * 8, a.scale * dk[mt][d][e], a.scale * dk[mt][d][e + 1]);
+                fa_set2(krow + voff + d * 8, dv[mt][d][e], dv[mt][d][e + 1]);
             }
     }
 }
@@ -707,6 +721,7 @@ static fa_dims fa_dims_of(int T, int NH, int NKV, int HS) {
     a.T = T, a.NH = NH, a.NKV = NKV, a.R = (NH + 2 * NKV) * HS, a.group = NH / NKV;
     a.scale = 1.0f / sqrtf((float)HS);
     a.sl2 = a.scale * FA_LOG2E;
+    a.acc = 1;
     return a;
 }
 
@@ -787,13 +802,16 @@ extern "C" int nb_cuda_attention_fa_forward_bf16(nb_bf16 *out, float *lse, const
     return 1;
 }
 
-extern "C" int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
-                                                   const nb_bf16 *out, const float *lse, int B, int T, int NH,
-                                                   int NKV, int HS, nb_stream_t stream) {
+/* acc 1: dqkv += the gradient (the op's contract); 0: dqkv = the gradient (every element of the
+ * q, k and v columns is stored once, its old contents never read: no memset needed before). */
+extern "C" int nb_cuda_attention_fa_backward_mode_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                                        const nb_bf16 *out, const float *lse, int B, int T, int NH,
+                                                        int NKV, int HS, int acc, nb_stream_t stream) {
     if (!fa_usable(B, T, NH, NKV, HS, dqkv, dout, qkv, out)) return 0;
     if (!dqkv || B <= 0 || T <= 0) return 1;
     NB_CUDA_SHAPE(dout && qkv && out && lse, "nb_cuda_attention_fa_backward_bf16");
     fa_dims a = fa_dims_of(T, NH, NKV, HS);
+    a.acc = acc != 0;
     size_t nrows = (size_t)B * T * NH;
     float *Dv = (float *)nb_cuda_scratch(nrows * sizeof(float), stream);
     fa_d_kernel<<<(unsigned)((nrows + FA_D_ROWS_PER_BLOCK - 1) / FA_D_ROWS_PER_BLOCK), FA_D_THREADS, 0, stream>>>(
@@ -809,6 +827,12 @@ extern "C" int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *
     }
     nb_cuda_scratch_free(Dv, stream);
     return 1;
+}
+
+extern "C" int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                                   const nb_bf16 *out, const float *lse, int B, int T, int NH,
+                                                   int NKV, int HS, nb_stream_t stream) {
+    return nb_cuda_attention_fa_backward_mode_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, 1, stream);
 }
 
 #endif /* FA_EMU */

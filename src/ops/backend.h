@@ -63,6 +63,24 @@ typedef struct nb_backend_i {
     void (*xent_fwd_bwd)(nb_ctx, void *dinp, void *dw, float *losses, const void *inp, const void *w,
                          const int32_t *targets, int N, int C, int V, int Vp, float grad_scale);
 
+    /* ---- optional (issue 18): fused ops and gradient-writing variants. NULL where a backend has
+     * none (the CPU, CUDA fp32: the tight-parity path keeps its order of roundings), and the model
+     * then calls the plain ops above. The _set ops WRITE their activation gradient (=) where the
+     * plain op accumulates (+=), so that buffer needs no zeroing first; parameter gradients (dw,
+     * dbias) still accumulate. ---- */
+    /* out = resid + inp @ w^T + bias (out != resid): matmul_fwd then residual_fwd(out, resid, out) */
+    void (*matmul_residual_fwd)(nb_ctx, void *out, const void *inp, const void *w, const void *bias,
+                                const void *resid, int N, int C, int OC);
+    /* the backward of out = gelu(pre) @ w^T + bias, inp = gelu(pre): dw, dbias as matmul_bwd;
+     * dpre = gelu'(pre) * (dout @ w) (written); dbias_pre += column sums of dpre (NULL skips) */
+    void (*matmul_dgelu_bwd)(nb_ctx, void *dpre, void *dw, void *dbias, void *dbias_pre, const void *dout,
+                             const void *inp, const void *w, const void *pre, int N, int C, int OC);
+    void (*matmul_bwd_set)(nb_ctx, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                           const void *w, int N, int C, int OC);
+    void (*swiglu_bwd_set)(nb_ctx, void *dgu, const void *dout, const void *gu, int N, int F);
+    void (*attention_bwd_set)(nb_ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
+                              const float *lse, int B, int T, int NH, int NKV, int HS);
+
     /* ---- optimizer pieces (parameters, their gradients and AdamW state are fp32 slabs) ---- */
     /* *out = sum of x[0..n) (out: backend memory; fixed order) */
     void (*sum_f64)(nb_ctx, double *out, const float *x, size_t n);

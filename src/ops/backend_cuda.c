@@ -102,6 +102,28 @@
 NB_CUDA_BACKEND_OPS(f32, float)
 NB_CUDA_BACKEND_OPS(bf16, nb_bf16)
 
+/* ---- the optional fused / gradient-writing entries (issue 18): bf16 only; the fp32 table keeps
+ * them NULL, so its parity path runs the plain ops in their old order ---- */
+static void matmul_residual_fwd_bf16(nb_ctx c, void *out, const void *inp, const void *w, const void *bias,
+                                     const void *resid, int N, int C, int OC) {
+    nb_cuda_matmul_residual_forward_bf16(out, inp, w, bias, resid, N, C, OC, LT(c), S(c));
+}
+static void matmul_dgelu_bwd_bf16(nb_ctx c, void *dpre, void *dw, void *dbias, void *dbias_pre, const void *dout,
+                                  const void *inp, const void *w, const void *pre, int N, int C, int OC) {
+    nb_cuda_matmul_dgelu_backward_bf16(dpre, dw, dbias, dbias_pre, dout, inp, w, pre, N, C, OC, LT(c), S(c));
+}
+static void matmul_bwd_set_bf16(nb_ctx c, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                                const void *w, int N, int C, int OC) {
+    nb_cuda_matmul_backward_set_bf16(dinp, dw, dbias, dout, inp, w, N, C, OC, LT(c), S(c));
+}
+static void swiglu_bwd_set_bf16(nb_ctx c, void *dgu, const void *dout, const void *gu, int N, int F) {
+    nb_cuda_swiglu_backward_set_bf16(dgu, dout, gu, N, F, S(c));
+}
+static void attention_bwd_set_bf16(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
+                                   const float *lse, int B, int Tt, int NH, int NKV, int HS) {
+    nb_cuda_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
+}
+
 /* ---- precision-independent entries ---- */
 static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sum_f64(out, x, n, S(c)); }
 static void sumsq_f64(nb_ctx c, double *out, const float *x, size_t n) { nb_cuda_sumsq(out, x, n, S(c)); }
@@ -165,8 +187,14 @@ static size_t dev_available(void) {
     return free_b;
 }
 
-#define NB_CUDA_BACKEND_TABLE(SUF, DT, CAST)                                                               \
+#define NB_CUDA_FUSED_NONE
+#define NB_CUDA_FUSED_BF16                                                                                 \
+    .matmul_residual_fwd = matmul_residual_fwd_bf16, .matmul_dgelu_bwd = matmul_dgelu_bwd_bf16,            \
+    .matmul_bwd_set = matmul_bwd_set_bf16, .swiglu_bwd_set = swiglu_bwd_set_bf16,                          \
+    .attention_bwd_set = attention_bwd_set_bf16,
+#define NB_CUDA_BACKEND_TABLE(SUF, DT, CAST, FUSED)                                                        \
     {                                                                                                      \
+        FUSED                                                                                              \
         .name = "cuda-" #SUF, .device = NB_DEV_CUDA, .act_dtype = DT, .matmul_fwd = matmul_fwd_##SUF,      \
         .matmul_bwd = matmul_bwd_##SUF, .layernorm_fwd = layernorm_fwd_##SUF,                              \
         .layernorm_bwd = layernorm_bwd_##SUF, .rmsnorm_fwd = rmsnorm_fwd_##SUF,                            \
@@ -186,8 +214,8 @@ static size_t dev_available(void) {
 
 static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_cuda_add_inplace_f32(dst, src, n, S(c)); }
 
-const nb_backend_i nb_backend_cuda_f32 = NB_CUDA_BACKEND_TABLE(f32, NB_F32, cast_none);
-const nb_backend_i nb_backend_cuda_bf16 = NB_CUDA_BACKEND_TABLE(bf16, NB_BF16, cast_bf16);
+const nb_backend_i nb_backend_cuda_f32 = NB_CUDA_BACKEND_TABLE(f32, NB_F32, cast_none, NB_CUDA_FUSED_NONE);
+const nb_backend_i nb_backend_cuda_bf16 = NB_CUDA_BACKEND_TABLE(bf16, NB_BF16, cast_bf16, NB_CUDA_FUSED_BF16);
 
 /* "0: NVIDIA H200, 1: ..." */
 static void list_gpus(char *buf, size_t cap, int n) {

@@ -79,6 +79,10 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
     if (g->bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                     sizeof g->bias));
+    if (g->bias_f32) {
+        int32_t bt = CUDA_R_32F;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
     if (g->aux) {
         int64_t ldaux = g->ldd;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
@@ -92,7 +96,8 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
 
     /* Tell the heuristic the real alignments: its default assumes 256-byte aligned pointers,
      * and a view such as qkv + NH*HS is not. */
-    uint32_t al_a = ptr_align(g->A), al_b = ptr_align(g->B), al_d = ptr_align(g->D);
+    const void *Cm = g->C ? g->C : g->D;
+    uint32_t al_a = ptr_align(g->A), al_b = ptr_align(g->B), al_d = ptr_align(g->D), al_c = ptr_align(Cm);
     size_t max_ws = LT_MAX_WORKSPACE;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
@@ -101,8 +106,8 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
                                                       sizeof al_a));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
                                                       sizeof al_b));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
-                                                      sizeof al_d));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                                      sizeof al_c));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
                                                       sizeof al_d));
 
@@ -119,7 +124,7 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
     if (found) {
         float alpha = 1.0f, beta = g->beta;
         void *ws = nb_cuda_scratch(heur.workspaceSize, stream);
-        CUBLAS_CHECK(cublasLtMatmul(lt_handle, op, &alpha, g->A, la, g->B, lb, &beta, g->D, ld, g->D, ld, &heur.algo,
+        CUBLAS_CHECK(cublasLtMatmul(lt_handle, op, &alpha, g->A, la, g->B, lb, &beta, Cm, ld, g->D, ld, &heur.algo,
                                     ws, heur.workspaceSize, stream));
         nb_cuda_scratch_free(ws, stream);
     }
@@ -189,6 +194,42 @@ DEF_MATMUL_FORWARD(bf16, nb_bf16, CUDA_R_16BF)
 DEF_MATMUL_GELU_FORWARD(f32, float, CUDA_R_32F, 0)
 DEF_MATMUL_GELU_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
 
+/* ---- forward with the residual add (issue 18) ---- */
+
+/* out = resid + inp @ w^T + bias in one GEMM: resid is cuBLASLt's C matrix (beta = 1, C != D),
+ * so the separate residual kernel (read 2, write 1 of N x OC) disappears. bf16 only (fp32 is
+ * the tight-parity mode and keeps act.c's order: round(matmul) then the add), and only while
+ * NB_FUSE_RESIDUAL is not 0; otherwise, or if cuBLASLt has no algorithm, the GEMM and
+ * nb_cuda_residual_forward. bf16 rounds once (fp32 accumulator + resid + bias) instead of twice. */
+#define DEF_MATMUL_RESIDUAL_FORWARD(SFX, T, CT, FUSE)                                              \
+    extern "C" void nb_cuda_matmul_residual_forward_##SFX(T *out, const T *inp, const T *w, const T *bias, \
+                                                           const T *resid, int N, int C, int OC,   \
+                                                           nb_blas_t lt, nb_stream_t stream) {     \
+        const char *name = "nb_cuda_matmul_residual_forward_" #SFX;                                \
+        check_shapes(name, N, C, OC);                                                              \
+        NB_CUDA_SHAPE(out && inp && w && resid && (const void *)out != (const void *)resid, name); \
+        if (N == 0 || OC == 0) return;                                                             \
+        if (FUSE && nb_env_flag("NB_FUSE_RESIDUAL", 1)) {                                          \
+            nb_lt_gemm g = {};                                                                     \
+            g.m = OC, g.n = N, g.k = C;                                                            \
+            g.transa = 1, g.transb = 0;                                                            \
+            g.A = w, g.lda = C;                                                                    \
+            g.B = inp, g.ldb = C;                                                                  \
+            g.D = out, g.ldd = OC;                                                                 \
+            g.C = resid;                                                                           \
+            g.tab = CT, g.td = CT;                                                                 \
+            g.beta = 1.0f;                                                                         \
+            g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;                     \
+            g.bias = bias;                                                                         \
+            if (nb_lt_run(&g, lt, stream, 1)) return;                                              \
+            nb_log(2, "matmul+residual %dx%dx%d: residual not fused (no cuBLASLt algorithm)", N, C, OC); \
+        }                                                                                          \
+        nb_cuda_matmul_forward_##SFX(out, inp, w, bias, N, C, OC, lt, stream);                     \
+        nb_cuda_residual_forward_##SFX(out, resid, out, (size_t)N * OC, stream);                   \
+    }
+DEF_MATMUL_RESIDUAL_FORWARD(f32, float, CUDA_R_32F, 0)
+DEF_MATMUL_RESIDUAL_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
+
 /* ---- backward ---- */
 
 /* part[blockIdx.y][c] = sum of dout[r][c] over this block's NB_COL_ROWS rows: 32 columns per
@@ -211,7 +252,72 @@ DEF_MATMUL_GELU_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
     }
 NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
 
-#define DEF_MATMUL_BACKWARD(SFX, T, KT, CT)                                                        \
+/* dbias[OC] += column sums of dout[N, OC] (bf: bf16 elements), our two-pass fixed-order reduction. */
+static void dbias_reduce(float *dbias, const void *dout, int bf, int N, int OC, cudaStream_t stream, const char *name) {
+    int nparts = nb_col_parts(N);
+    NB_CUDA_SHAPE(nparts <= 65535, name);
+    float *part = (float *)nb_cuda_scratch((size_t)nparts * OC * sizeof(float), stream);
+    dim3 grid((OC + 31) / 32, nparts);
+    if (bf)
+        dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const nb_bf16_t *)dout, N, OC);
+    else
+        dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const float *)dout, N, OC);
+    CUDA_CHECK_LAUNCH("matmul dbias (first pass)");
+    nb_col_finish(dbias, part, nparts, OC, stream);
+    nb_cuda_scratch_free(part, stream);
+}
+
+/* dinp[N, C] += dout @ w (beta 1), or = when overwrite (beta 0). */
+static void dinp_gemm(void *dinp, const void *dout, const void *w, int N, int C, int OC, cudaDataType_t ct,
+                      int overwrite, nb_blas_t lt, cudaStream_t stream) {
+    nb_lt_gemm g = {};
+    g.m = C, g.n = N, g.k = OC;
+    g.A = w, g.lda = C;
+    g.B = dout, g.ldb = OC;
+    g.D = dinp, g.ldd = C;
+    g.tab = ct, g.td = ct;
+    g.beta = overwrite ? 0.0f : 1.0f;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    nb_lt_run(&g, lt, stream, 0);
+}
+
+/* dw[OC, C] += dout^T @ inp, and dbias[OC] += column sums of dout. With NB_BGRAD=1 (bf16 only)
+ * the bias gradient comes from the same GEMM's BGRADB epilogue (the reduction over k = N of
+ * dout, in fp32; cuBLAS repeats its bits run to run like any of its GEMMs), written to scratch
+ * and added to dbias; else, or without an algorithm for it, our own reduction. */
+static void dw_dbias(float *dw, float *dbias, const void *dout, const void *inp, int N, int C, int OC,
+                     cudaDataType_t ct, nb_blas_t lt, cudaStream_t stream, const char *name) {
+    int bf = ct == CUDA_R_16BF;
+    if (dw) {
+        nb_lt_gemm g = {};
+        g.m = C, g.n = OC, g.k = N;
+        g.transb = 1;
+        g.A = inp, g.lda = C;
+        g.B = dout, g.ldb = OC;
+        g.D = dw, g.ldd = C;
+        g.tab = ct, g.td = CUDA_R_32F;
+        g.beta = 1.0f;
+        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        if (dbias && bf && nb_env_flag("NB_BGRAD", 0)) {
+            float *bg = (float *)nb_cuda_scratch((size_t)OC * sizeof(float), stream);
+            g.epi = CUBLASLT_EPILOGUE_BGRADB;
+            g.bias = bg;
+            g.bias_f32 = 1;
+            int ok = nb_lt_run(&g, lt, stream, 1);
+            if (ok) nb_col_finish(dbias, bg, 1, OC, stream);
+            nb_cuda_scratch_free(bg, stream);
+            if (ok) return;
+            nb_log(2, "matmul bwd %dx%dx%d: no BGRADB algorithm, bias gradient by our reduction", N, C, OC);
+            g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+            g.bias = NULL;
+            g.bias_f32 = 0;
+        }
+        nb_lt_run(&g, lt, stream, 0);
+    }
+    if (dbias) dbias_reduce(dbias, dout, bf, N, OC, stream, name);
+}
+
+#define DEF_MATMUL_BACKWARD(SFX, T, CT)                                                            \
     extern "C" void nb_cuda_matmul_backward_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
                                                    const T *inp, const T *w, int N, int C, int OC, \
                                                    nb_blas_t lt, nb_stream_t stream) {             \
@@ -219,39 +325,97 @@ NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
         check_shapes(name, N, C, OC);                                                              \
         NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
         if (N == 0 || OC == 0) return;                                                             \
-        if (dinp) {                                                                                \
-            nb_lt_gemm g = {};                                                                     \
-            g.m = C, g.n = N, g.k = OC;                                                            \
-            g.A = w, g.lda = C;                                                                    \
-            g.B = dout, g.ldb = OC;                                                                \
-            g.D = dinp, g.ldd = C;                                                                 \
-            g.tab = CT, g.td = CT;                                                                 \
-            g.beta = 1.0f;                                                                         \
-            g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
-            nb_lt_run(&g, lt, stream, 0);                                                              \
-        }                                                                                          \
-        if (dw) {                                                                                  \
-            nb_lt_gemm g = {};                                                                     \
-            g.m = C, g.n = OC, g.k = N;                                                            \
-            g.transb = 1;                                                                          \
-            g.A = inp, g.lda = C;                                                                  \
-            g.B = dout, g.ldb = OC;                                                                \
-            g.D = dw, g.ldd = C;                                                                   \
-            g.tab = CT, g.td = CUDA_R_32F;                                                         \
-            g.beta = 1.0f;                                                                         \
-            g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
-            nb_lt_run(&g, lt, stream, 0);                                                              \
-        }                                                                                          \
-        if (dbias) {                                                                               \
-            int nparts = nb_col_parts(N);                                                          \
-            NB_CUDA_SHAPE(nparts <= 65535, name);                                                  \
-            float *part = (float *)nb_cuda_scratch((size_t)nparts * OC * sizeof(float), stream);   \
-            dim3 grid((OC + 31) / 32, nparts);                                                     \
-            dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const KT *)dout, N, OC);    \
-            CUDA_CHECK_LAUNCH("matmul dbias (first pass)");                                        \
-            nb_col_finish(dbias, part, nparts, OC, stream);                                        \
-            nb_cuda_scratch_free(part, stream);                                                    \
-        }                                                                                          \
+        if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, CT, 0, lt, stream);                           \
+        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
     }
-DEF_MATMUL_BACKWARD(f32, float, float, CUDA_R_32F)
-DEF_MATMUL_BACKWARD(bf16, nb_bf16, nb_bf16_t, CUDA_R_16BF)
+DEF_MATMUL_BACKWARD(f32, float, CUDA_R_32F)
+DEF_MATMUL_BACKWARD(bf16, nb_bf16, CUDA_R_16BF)
+
+/* As nb_cuda_matmul_backward, but dinp is WRITTEN (beta 0: its old contents, NaN included, are
+ * never read), so the caller needs no memset of it and the GEMM no read of it. NB_GRAD_SET=0:
+ * a memset, then the accumulating GEMM (the old sequence). */
+#define DEF_MATMUL_BACKWARD_SET(SFX, T, CT)                                                        \
+    extern "C" void nb_cuda_matmul_backward_set_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
+                                                       const T *inp, const T *w, int N, int C, int OC, \
+                                                       nb_blas_t lt, nb_stream_t stream) {         \
+        const char *name = "nb_cuda_matmul_backward_set_" #SFX;                                    \
+        check_shapes(name, N, C, OC);                                                              \
+        NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
+        if (N == 0) return;                                                                        \
+        int set = nb_env_flag("NB_GRAD_SET", 1);                                                   \
+        if (dinp && (OC == 0 || !set)) CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(T), stream)); \
+        if (OC == 0) return;                                                                       \
+        if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, CT, set, lt, stream);                         \
+        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
+    }
+DEF_MATMUL_BACKWARD_SET(f32, float, CUDA_R_32F)
+DEF_MATMUL_BACKWARD_SET(bf16, nb_bf16, CUDA_R_16BF)
+
+/* ---- backward through GELU (issue 18) ---- */
+
+/* The backward of out = gelu(pre) @ w^T + bias, with inp = gelu(pre) saved by the forward:
+ * dw += dout^T inp and dbias += column sums of dout (as nb_cuda_matmul_backward), and
+ *   dpre = gelu'(pre) * (dout @ w)        WRITTEN, not accumulated,
+ *   dbias_pre += column sums of dpre      (NULL skips; the bias gradient of the layer before),
+ * bf16: the GELU derivative is cuBLASLt's DGELU epilogue on the fp32 accumulator (aux = pre,
+ * which the forward's GELU_AUX epilogue wrote), so neither dout @ w (N x C) nor a separate GELU
+ * backward kernel touches memory; with NB_BGRAD=1 also dbias_pre from DGELU_BGRAD (fp32 bias
+ * gradient; if cuBLASLt has no such algorithm, our reduction over dpre). NB_FUSE_DGELU=0, fp32,
+ * unaligned tensors or no algorithm: the GEMM writes dout @ w into dpre and a kernel multiplies
+ * it by gelu'(pre) in place (the unfused math, one bf16 rounding more). */
+static int dgelu_gemm(void *dpre, float *dbias_pre, const void *dout, const void *w, const void *pre, int N, int C,
+                      int OC, nb_blas_t lt, cudaStream_t stream, int *bias_done) {
+    *bias_done = 0;
+    if (!nb_env_flag("NB_FUSE_DGELU", 1)) return 0;
+    if (C % 8 != 0 || ptr_align(pre) < 16 || ptr_align(dpre) < 16) return 0;
+    nb_lt_gemm g = {};
+    g.m = C, g.n = N, g.k = OC;
+    g.A = w, g.lda = C;
+    g.B = dout, g.ldb = OC;
+    g.D = dpre, g.ldd = C;
+    g.tab = CUDA_R_16BF, g.td = CUDA_R_16BF;
+    g.beta = 0.0f;
+    g.epi = CUBLASLT_EPILOGUE_DGELU;
+    g.aux = (void *)pre;
+    if (dbias_pre && nb_env_flag("NB_BGRAD", 0)) {
+        float *bg = (float *)nb_cuda_scratch((size_t)C * sizeof(float), stream);
+        nb_lt_gemm gb = g;
+        gb.epi = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        gb.bias = bg;
+        gb.bias_f32 = 1;
+        int ok = nb_lt_run(&gb, lt, stream, 1);
+        if (ok) nb_col_finish(dbias_pre, bg, 1, C, stream);
+        nb_cuda_scratch_free(bg, stream);
+        if (ok) {
+            *bias_done = 1;
+            return 1;
+        }
+        nb_log(2, "matmul+dgelu %dx%dx%d: no DGELU_BGRAD algorithm with an fp32 bias gradient", N, C, OC);
+    }
+    if (nb_lt_run(&g, lt, stream, 1)) return 1;
+    nb_log(2, "matmul+dgelu %dx%dx%d: GELU backward not fused (no cuBLASLt algorithm)", N, C, OC);
+    return 0;
+}
+
+#define DEF_MATMUL_DGELU_BACKWARD(SFX, T, CT, FUSE)                                                \
+    extern "C" void nb_cuda_matmul_dgelu_backward_##SFX(T *dpre, float *dw, float *dbias, float *dbias_pre, \
+                                                         const T *dout, const T *inp, const T *w, const T *pre, \
+                                                         int N, int C, int OC, nb_blas_t lt, nb_stream_t stream) { \
+        const char *name = "nb_cuda_matmul_dgelu_backward_" #SFX;                                  \
+        check_shapes(name, N, C, OC);                                                              \
+        NB_CUDA_SHAPE(dpre && dout && w && pre && (!dw || inp) && (const void *)dpre != (const void *)pre, name); \
+        if (N == 0) return;                                                                        \
+        if (OC == 0) {                                                                             \
+            CUDA_CHECK(cudaMemsetAsync(dpre, 0, (size_t)N * C * sizeof(T), stream));               \
+            return;                                                                                \
+        }                                                                                          \
+        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
+        int bias_done = 0;                                                                         \
+        if (!(FUSE && dgelu_gemm(dpre, dbias_pre, dout, w, pre, N, C, OC, lt, stream, &bias_done))) { \
+            dinp_gemm(dpre, dout, w, N, C, OC, CT, 1, lt, stream);                                 \
+            nb_cuda_gelu_backward_scale_##SFX(dpre, pre, (size_t)N * C, stream);                   \
+        }                                                                                          \
+        if (dbias_pre && !bias_done) dbias_reduce(dbias_pre, dpre, CT == CUDA_R_16BF, N, C, stream, name); \
+    }
+DEF_MATMUL_DGELU_BACKWARD(f32, float, CUDA_R_32F, 0)
+DEF_MATMUL_DGELU_BACKWARD(bf16, nb_bf16, CUDA_R_16BF, 1)

@@ -62,6 +62,36 @@ void nb_cuda_matmul_backward_bf16(nb_bf16 *dinp, float *dw, float *dbias, const 
                                   const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC,
                                   nb_blas_t lt, nb_stream_t stream);
 
+/* out[N,OC] = resid + inp @ w^T + bias (out != resid): a projection and the residual add after
+ * it, as nb_cuda_matmul_forward then nb_cuda_residual_forward(out, resid, out). bf16: resid is the
+ * GEMM's C matrix (one rounding; NB_FUSE_RESIDUAL=0 turns it off); fp32: those two calls. */
+void nb_cuda_matmul_residual_forward_f32(float *out, const float *inp, const float *w, const float *bias,
+                                         const float *resid, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
+void nb_cuda_matmul_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w, const nb_bf16 *bias,
+                                          const nb_bf16 *resid, int N, int C, int OC, nb_blas_t lt,
+                                          nb_stream_t stream);
+/* As nb_cuda_matmul_backward, but dinp is WRITTEN (=), not accumulated: no memset before it, no
+ * read of it (NB_GRAD_SET=0: memset, then the accumulating GEMM). dw, dbias accumulate. */
+void nb_cuda_matmul_backward_set_f32(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                     const float *w, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
+void nb_cuda_matmul_backward_set_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
+                                      const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC, nb_blas_t lt,
+                                      nb_stream_t stream);
+/* The backward of out = gelu(pre) @ w^T + bias with inp = gelu(pre) (an MLP's second linear):
+ * dw += dout^T @ inp, dbias += column sums of dout, dpre[N,C] = gelu'(pre) * (dout @ w) WRITTEN
+ * (not accumulated: it replaces a zeroed buffer, a GEMM and nb_cuda_gelu_backward), and
+ * dbias_pre[C] += column sums of dpre (the first linear's bias gradient; NULL skips). bf16: the
+ * GELU derivative in cuBLASLt's DGELU epilogue (NB_FUSE_DGELU=0 turns it off; NB_BGRAD=1 also
+ * takes dbias_pre and dbias from DGELU_BGRAD / BGRADB epilogues); fp32: GEMM then
+ * nb_cuda_gelu_backward_scale. */
+void nb_cuda_matmul_dgelu_backward_f32(float *dpre, float *dw, float *dbias, float *dbias_pre, const float *dout,
+                                       const float *inp, const float *w, const float *pre, int N, int C, int OC,
+                                       nb_blas_t lt, nb_stream_t stream);
+void nb_cuda_matmul_dgelu_backward_bf16(nb_bf16 *dpre, float *dw, float *dbias, float *dbias_pre,
+                                        const nb_bf16 *dout, const nb_bf16 *inp, const nb_bf16 *w,
+                                        const nb_bf16 *pre, int N, int C, int OC, nb_blas_t lt,
+                                        nb_stream_t stream);
+
 /* ---- norm.cu ---- */
 void nb_cuda_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                    const float *b, int N, int C, float eps, nb_stream_t stream);
@@ -89,12 +119,20 @@ void nb_cuda_gelu_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, size_t n, nb_st
 void nb_cuda_gelu_backward_f32(float *dinp, const float *inp, const float *dout, size_t n, nb_stream_t stream);
 void nb_cuda_gelu_backward_bf16(nb_bf16 *dinp, const nb_bf16 *inp, const nb_bf16 *dout, size_t n,
                                 nb_stream_t stream);
+/* x[i] = gelu'(pre[i]) * x[i], in place (x != pre). */
+void nb_cuda_gelu_backward_scale_f32(float *x, const float *pre, size_t n, nb_stream_t stream);
+void nb_cuda_gelu_backward_scale_bf16(nb_bf16 *x, const nb_bf16 *pre, size_t n, nb_stream_t stream);
 void nb_cuda_swiglu_forward_f32(float *out, const float *gu, int N, int F, nb_stream_t stream);
 void nb_cuda_swiglu_forward_bf16(nb_bf16 *out, const nb_bf16 *gu, int N, int F, nb_stream_t stream);
 void nb_cuda_swiglu_backward_f32(float *dgu, const float *dout, const float *gu, int N, int F,
                                  nb_stream_t stream);
 void nb_cuda_swiglu_backward_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
                                   nb_stream_t stream);
+/* As nb_cuda_swiglu_backward, writing dgu (=) instead of adding to it (NB_GRAD_SET=0: memset + add). */
+void nb_cuda_swiglu_backward_set_f32(float *dgu, const float *dout, const float *gu, int N, int F,
+                                     nb_stream_t stream);
+void nb_cuda_swiglu_backward_set_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
+                                      nb_stream_t stream);
 void nb_cuda_residual_forward_f32(float *out, const float *a, const float *b, size_t n, nb_stream_t stream);
 void nb_cuda_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *a, const nb_bf16 *b, size_t n,
                                    nb_stream_t stream);
@@ -125,6 +163,16 @@ void nb_cuda_attention_backward_f32(float *dqkv, const float *dout, const float 
 void nb_cuda_attention_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
                                      const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                      int HS, nb_stream_t stream);
+
+/* As nb_cuda_attention_backward, writing dqkv (=) instead of adding to it: bf16 through the
+ * tensor-core kernels' store-instead-of-add mode; other shapes and fp32, or NB_GRAD_SET=0: a
+ * memset of dqkv, then the accumulating backward. */
+void nb_cuda_attention_backward_set_f32(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                        const float *lse, int B, int T, int NH, int NKV, int HS,
+                                        nb_stream_t stream);
+void nb_cuda_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                         const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                         int HS, nb_stream_t stream);
 
 /* ---- embed.cu ---- V = rows of wte. A token outside [0, V) makes its output row NaN (forward)
  * and is skipped (backward): device data cannot be checked on the host without a sync. */

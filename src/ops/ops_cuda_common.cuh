@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "core.h"
 #include "cuda_check.h"
@@ -87,10 +88,20 @@ typedef struct {
     cudaDataType_t tab, td; /* A and B share a type; D (and C = D) may differ */
     float beta;
     cublasLtEpilogue_t epi;
-    const void *bias;
+    const void *bias; /* bias (forward), or the bias gradient written by a BGRAD epilogue */
     void *aux;
+    const void *C;    /* the matrix beta scales, layout and type of D; NULL: D itself (in place) */
+    int bias_f32;     /* bias / bias gradient in fp32 whatever D's type (a parameter gradient) */
 } nb_lt_gemm;
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail);
+
+/* A switch read from the environment at each call (so tests can flip it): unset or empty ->
+ * dflt, "0" -> 0, anything else -> 1. Host code; reading it inside a graph capture is fine. */
+static inline int nb_env_flag(const char *name, int dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    return !(v[0] == '0' && v[1] == 0);
+}
 
 /* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
  * over the block sums, so the result depends only on n. (optim/adamw.cu) */
