@@ -3,7 +3,8 @@
 # each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
 # (the device tool returns at most 8 files).
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
-# Stages: builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
+# Stages: gpu_seqctr, gpu_ranks (the GPU test scripts), pipe (bench/pipe_bench.sh, PIPE_ARGS),
+#   ranks_gpu (bench/ranks_bench.sh on the GPU, RANKS_ARGS), builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
 #   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
 #   and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
 #   --bench with the new-vs-old table last), adamw_bench, host_info (CPU and NUMA layout),
@@ -42,6 +43,10 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         ab) build && OUT=$R/ab bash bench/engine_ab.sh /tmp/before/build/nobubble "$NB_BUILD/nobubble" ${AB_ROWS:-} ;;
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
+        gpu_seqctr) build && bash tests/gpu_seqctr_test.sh ;;
+        gpu_ranks) build && bash tests/gpu_ranks_test.sh ;;
+        pipe) build && OUT=$R/pipe bash bench/pipe_bench.sh --no-build ${PIPE_ARGS:---steps 40 --graphs} ;;
+        ranks_gpu) build && OUT=$R/ranks bash bench/ranks_bench.sh --device cuda --comm host ${RANKS_ARGS:---model gpt2 --batch 32 --seq 1024 --steps 12 --warmup 4} ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
         k19) build && { "$NB_BUILD/tests/test_ops_ctr_cuda" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(ok|FAIL)|FAIL|largest" "$R/k19-test.log"; echo "test_ops_ctr_cuda rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops_ctr_cuda" --bench; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
         adamw_bench) build && "$NB_BUILD/tests/test_adamw_host" --bench ;;
