@@ -103,15 +103,18 @@ for opt in adam adagrad; do
 done
 run "seqctr pipe, traced" $NB train --model seqctr --device cuda --data "synth:cap=1000000,max_len=256" --emb-dim 64 \
     --max-len 256 --table-cap 1000000 --batch 4096 --steps 8 --eval-every 0 --no-ckpt --schedule pipe --trace "$TMP/pipe.json"
-node -e '
-const t = JSON.parse(require("fs").readFileSync(process.argv[1])), all = t.traceEvents || t, lanes = {};
-for (const e of all) if (e.ph === "M" && e.name === "thread_name") lanes[e.tid] = e.args.name;
-const X = all.filter(e => e.ph === "X" && e.args.step >= 2);
-const nxt = X.filter(e => / \(next\)$/.test(e.name)), comp = X.filter(e => lanes[e.tid] === "compute" && /fwd|bwd/.test(e.name));
-const hid = nxt.filter(a => comp.some(b => b.ts < a.ts + a.dur && a.ts < b.ts + b.dur));
-console.log(`${hid.length} of ${nxt.length} next-batch spans (upload, lookups, rows all-to-all) ran beside a forward or backward span`);
-process.exit(nxt.length && hid.length ? 0 : 1);' "$TMP/pipe.json" > "$TMP/pov.txt" 2>&1 \
-    && pass "GPU pipe overlaps: $(cat "$TMP/pov.txt")" || fail "GPU pipe: no overlap ($(cat "$TMP/pov.txt"))"
+python3 - "$TMP/pipe.json" > "$TMP/pov.txt" 2>&1 <<'PYEOF'
+import json, re, sys
+t = json.load(open(sys.argv[1])); ev = t["traceEvents"] if isinstance(t, dict) else t
+lanes = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+X = [e for e in ev if e.get("ph") == "X" and e.get("args", {}).get("step", -1) >= 2]
+nxt = [e for e in X if e["name"].endswith(" (next)")]
+comp = [e for e in X if lanes.get(e["tid"]) == "compute" and re.search("fwd|bwd", e["name"])]
+hid = [a for a in nxt if any(b["ts"] < a["ts"] + a["dur"] and a["ts"] < b["ts"] + b["dur"] for b in comp)]
+print(f"{len(hid)} of {len(nxt)} next-batch spans (upload, lookups, rows all-to-all) ran beside a forward or backward span")
+sys.exit(0 if nxt and hid else 1)
+PYEOF
+[ $? = 0 ] && pass "GPU pipe overlaps: $(cat "$TMP/pov.txt")" || fail "GPU pipe: no overlap ($(cat "$TMP/pov.txt"))"
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpu" -eq 1 ]; then

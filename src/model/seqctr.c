@@ -1449,6 +1449,11 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_BWD_EMB: embedding_bwd(m, c); break;
     case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
     case NB_SC_OPT_DENSE: optim_dense(m, c, o); break;
+    case NB_SC_RESYNC_SERVE: /* the next batch's (nothing without one) */
+    case NB_SC_RESYNC_UP:
+    case NB_SC_RESYNC_APPLY:
+        if (m->next) nb_sc_enqueue_next_phase(m, c, p);
+        break;
     default: NB_ASSERT(0);
     }
 }
