@@ -451,6 +451,7 @@ static void layout_state(nb_sc_model *m) {
             m->d_resync_in = F32(m, NU);
             m->d_iota = take(m, AR_DEV, max_lookups(m) * sizeof(int64_t));
             m->h_iota = on_cpu(m) ? m->d_iota : take(m, AR_PIN, max_lookups(m) * sizeof(int64_t));
+            m->own_bits = take(m, AR_HOST, ((size_t)m->emb_rows / 64 + 1) * sizeof(uint64_t));
         }
     }
     int w = ht ? AR_HOST : AR_DEV;
@@ -773,6 +774,7 @@ int nb_sc_prepared_rows(const nb_sc_model *m) { return m->stage ? m->stage->nh :
  * rows come grouped by owner, each group in local row order: the order of the rows all-to-all. */
 static void to_owner_keys(const nb_sc_model *m, int64_t *rows, size_t n) {
     int64_t N = m->shard.world, stride = m->shard_stride;
+#pragma omp parallel for schedule(static) if (n >= 65536)
     for (size_t i = 0; i < n; i++) rows[i] = rows[i] % N * stride + rows[i] / N;
 }
 
@@ -787,6 +789,7 @@ static void ask_owners(const nb_sc_model *m, nb_sc_stage *s, size_t nlookups) {
         s->h_ask[u] = s->h_uniq[u] % stride;
     }
     for (int j = 0, at = 0; j < N; at += (int)s->asked[j], j++) s->asked_displ[j] = (size_t)at;
+#pragma omp parallel for schedule(static) if (nlookups >= 65536)
     for (size_t i = 0; i < nlookups; i++) s->h_rows[i] = s->h_inverse[i];
 }
 
@@ -834,15 +837,6 @@ void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served) {
     if (m->pipelined) find_collisions(m, s);
 }
 
-/* Is row in the sorted rows[0..n)? */
-static int has_row(const int64_t *rows, int n, int64_t row) {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (rows[mid] < row) lo = mid + 1; else hi = mid;
-    }
-    return lo < n && rows[lo] == row;
-}
 
 /* The served rows of s that the window before it updates on this owner (its unique rows):
  * fetched before that update, they are sent again after it. Only a window's first part is
@@ -853,18 +847,23 @@ static void find_collisions(nb_sc_model *m, nb_sc_stage *s) {
     NB_CHECK(!prev || prev->complete, "this is a bug in nobubble; please report it",
              "seqctr: a window's first part planned before the window before it");
     int N = m->shard.world, c = 0;
+    uint64_t *bits = m->own_bits; /* the previous window's rows, one bit per row of the shard */
+    if (prev)
+        for (int u = 0; u < prev->nown; u++) bits[prev->h_own[u] >> 6] |= 1ULL << (prev->h_own[u] & 63);
     for (int j = 0; j < N; j++) {
         s->resync_out_displ[j] = (size_t)c;
         if (prev)
             for (size_t q = 0; q < s->served[j]; q++) {
                 int64_t row = s->h_serve[s->served_displ[j] + q];
-                if (!has_row(prev->h_own, prev->nown, row)) continue;
+                if (!(bits[row >> 6] >> (row & 63) & 1)) continue;
                 s->h_resync_src[c] = row;
                 s->h_resync_pos[c++] = (int64_t)q;
             }
         s->resync_out[j] = (size_t)c - s->resync_out_displ[j];
     }
     s->nresync_out = c;
+    if (prev)
+        for (int u = 0; u < prev->nown; u++) bits[prev->h_own[u] >> 6] = 0;
 }
 
 void nb_sc_collisions(const nb_sc_model *m, const int64_t **pos, const size_t **counts) {
@@ -927,6 +926,9 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     s->has_label = b->label != NULL;
     memcpy(s->h_dense, b->dense, (size_t)B * NB_SC_NDENSE * sizeof(float));
     if (b->label) memcpy(s->h_label, b->label, (size_t)B * sizeof(float));
+    /* the lists are independent per sample: threads fill them (the host prepares a batch while
+     * the device trains the one before, and at B = 4096 this is milliseconds) */
+#pragma omp parallel for schedule(static) if (B >= 256)
     for (int i = 0; i < B; i++) {
         for (int f = 0; f < NB_SC_NTABLES; f++) {
             size_t k = (size_t)i * NB_SC_NTABLES + f;
@@ -940,18 +942,20 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
         s->h_dst[k] = -1; /* not gathered: only its gradient (through wq) is summed */
         s->h_src[k] = (int64_t)(MB * D0) + (int64_t)i * E;
     }
-    size_t k = (size_t)B * NLK_PER_SAMPLE;
     s->h_off[0] = 0;
-    for (int i = 0; i < B; i++) {
-        for (int j = 0; j < b->hist_len[i]; j++, k++) {
-            int64_t row = (int64_t)(k - (size_t)B * NLK_PER_SAMPLE);
+    for (int i = 0; i < B; i++) s->h_off[i + 1] = s->h_off[i] + b->hist_len[i];
+    size_t first = (size_t)B * NLK_PER_SAMPLE;
+#pragma omp parallel for schedule(static) if (B >= 256)
+    for (int i = 0; i < B; i++)
+        for (int j = 0; j < b->hist_len[i]; j++) {
+            int64_t row = s->h_off[i] + j;
+            size_t k = first + (size_t)row;
             s->h_rows[k] = off[NB_SC_ITEM_TABLE] + (int64_t)(b->hist[(size_t)i * b->hist_stride + j] % item_rows);
             s->h_dst[k] = row * E;
             s->h_src[k] = (int64_t)(MB * D0 + MB * E) + row * E;
         }
-        s->h_off[i + 1] = (int32_t)(k - (size_t)B * NLK_PER_SAMPLE);
-    }
     s->nh_real = s->h_off[B];
+    size_t k = first + (size_t)s->nh_real;
     if (sharded(m)) to_owner_keys(m, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
     if (sharded(m)) ask_owners(m, s, k);

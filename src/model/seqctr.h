@@ -170,6 +170,7 @@ typedef struct {
     float *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
     float *d_resync_rows, *d_resync_in; /* pipelined: the re-synced rows, sent and received */
     int64_t *d_iota, *h_iota;           /* pipelined: 0, 1, 2, ... (the received rows' order) */
+    uint64_t *own_bits;                 /* pipelined: a bit per shard row (the collision test; zero between uses) */
     float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
     /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
      * (uniq_rows is built on the host with the batch; uniq_grads is a mirror on CUDA) */

@@ -26,16 +26,20 @@
 /* The chunks of emb_grad_unique's order are whole batches of the old kernel's 32 lookups. */
 static_assert(NB_EMB_GRAD_CHUNK % 32 == 0, "NB_EMB_GRAD_CHUNK must be a multiple of 32");
 
-/* ---- which kernels (ops_ctr_cuda.h): -1 = not decided yet, then NB_CTR_KERNELS's choice ---- */
+/* ---- which kernels (ops_ctr_cuda.h): -1 = not decided yet, then NB_CTR_KERNELS's choice:
+ * 0 (old) the previous kernels; 1 (default) the tensor-core history attention and the two-pass
+ * embedding gradient; 2 (all) also the warp-per-sample target attention, which measured slower
+ * than the block-per-sample kernel on the H200 (2026-12-01: 124 vs 94 us forward, 482 vs 229 us
+ * backward at B=4096), so it is not the default ---- */
 static int ctr_new = -1;
 extern "C" int nb_cuda_ctr_kernels_new(void) {
     if (ctr_new < 0) {
         const char *v = getenv("NB_CTR_KERNELS");
-        ctr_new = !(v && strcmp(v, "old") == 0);
+        ctr_new = v && strcmp(v, "old") == 0 ? 0 : v && strcmp(v, "all") == 0 ? 2 : 1;
     }
     return ctr_new;
 }
-extern "C" void nb_cuda_ctr_kernels_set(int use_new) { ctr_new = use_new != 0; }
+extern "C" void nb_cuda_ctr_kernels_set(int use_new) { ctr_new = use_new ? 2 : 0; }
 
 #define THREADS 256
 #define WARPS (THREADS / 32)
@@ -870,7 +874,7 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || (pooled && attn && q && k && v && off)),                      \
                       "nb_cuda_targetattn_forward_" #SFX);                                         \
         if (B == 0) return;                                                                        \
-        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() >= 2 &&                                   \
             nb_cuda_targetattn_warp_forward_bf16((nb_bf16 *)pooled, attn, (const nb_bf16 *)q, (const nb_bf16 *)k, \
                                                  (const nb_bf16 *)v, off, B, max_len, E, ldkv, stream)) \
             return;                                                                                \
@@ -886,7 +890,7 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
                           (B == 0 || !(dq || dk || dv) || (dpooled && q && k && v && attn && off)), \
                       "nb_cuda_targetattn_backward_" #SFX);                                        \
         if (B == 0 || !(dq || dk || dv)) return;                                                   \
-        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() &&                                        \
+        if (sizeof(KT) == 2 && nb_cuda_ctr_kernels_new() >= 2 &&                                   \
             nb_cuda_targetattn_warp_backward_bf16((nb_bf16 *)dq, (nb_bf16 *)dk, (nb_bf16 *)dv,    \
                                                   (const nb_bf16 *)dpooled, (const nb_bf16 *)q, (const nb_bf16 *)k, \
                                                   (const nb_bf16 *)v, attn, off, B, max_len, E, ldkv, stream)) \

@@ -109,13 +109,15 @@ void nb_cuda_targetattn_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, con
 
 /* ---- the faster kernels of issue 19 (ctr_tc.cu) and their switch ----
  * By default the bf16 history self-attention runs on tensor cores (head sizes 16, 32, 64, rows
- * 8-byte aligned; other shapes and the fp32 table keep the CUDA-core kernels above), the bf16
- * target attention a warp per sample (max_len <= 256), and emb_grad_unique runs in two passes (chunk sums, then each long row's chunks in order). With
+ * 8-byte aligned; other shapes and the fp32 table keep the CUDA-core kernels above) and
+ * emb_grad_unique runs in two passes (chunk sums, then each long row's chunks in order); the bf16
+ * target attention a warp per sample (max_len <= 256) only with NB_CTR_KERNELS=all or after
+ * nb_cuda_ctr_kernels_set(1) (it measured slower than the block per sample). With
  * NB_CTR_KERNELS=old in the environment (read at the first launch), or after
  * nb_cuda_ctr_kernels_set(0), ctr.cu's previous kernels run instead: the fallback if a new kernel
  * misbehaves on some device, and the baseline of test_ops_ctr_cuda --bench. Both paths keep
  * backend_ctr.h's contract; emb_grad_unique gives the same bits either way. */
-int nb_cuda_ctr_kernels_new(void); /* 1: the new kernels are selected */
+int nb_cuda_ctr_kernels_new(void); /* 0 old, 1 default (not the warp target attention), 2 all new (NB_CTR_KERNELS=all) */
 void nb_cuda_ctr_kernels_set(int use_new);
 /* The tensor-core attention itself: 1 if it took the call, 0 if the shape is not one it has. */
 int nb_cuda_seqattn_tc_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, const int32_t *off, int B,
