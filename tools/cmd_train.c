@@ -229,6 +229,8 @@ int nb_cmd_train(int argc, char **argv) {
         {"pipe-skip-resync", ARG_BOOL, &o.pipe_skip_resync, 0, NULL, "debug (--schedule pipe): skip the re-sync of the rows a step updates (results then differ from sync)", 0, 0, G_SC},
         {"micro-batches", ARG_INT, &o.grad_accum, 0, "M", "Frozen-Window Pipelining: each rank's batch in M parts on one frozen embedding state, the tables updated once after the last (the same as --grad-accum)", 1, 0, G_SC},
         {"cluster-keys", ARG_BOOL, &o.cluster_keys, 0, NULL, "with --micro-batches: samples sharing hot keys go to the same part (fewer distinct rows moved)", 0, 0, G_SC},
+        {"balance", ARG_STR, o.balance, sizeof o.balance, "HOW", "FreeScale: where each global batch's samples train: none (slices in data order), fbs (equal counts, lengths dealt zig-zag), vbs[:A[:C0]] (counts vary, equal sums of C0 + L^A; default 1.5:16)", 0, 0, G_SC},
+        {"emulate-ranks", ARG_INT, &o.emulate_ranks, 0, "N", "train N ranks' shares one after another in one process and time each: the straggler measurement on one GPU", 0, 0, G_SC},
         {"emb-place", ARG_STR, o.emb_place, sizeof o.emb_place, "WHERE", "gpu, or host: each owner's table rows and their optimizer state in host DRAM, the GPU holding only a batch's rows", 0, 0, G_SC},
         {"emb-shard", ARG_STR, o.emb_shard, sizeof o.emb_shard, "HOW", "row: tables sharded by row over the ranks (row g on rank g % N); none; auto: row with several ranks", 0, 0, G_SC},
         {"table-cap", ARG_INT, &table_cap, 0, "N", "rows per embedding table at most (ids mod rows)", 1, 0, G_SC},

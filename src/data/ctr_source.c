@@ -105,12 +105,42 @@ static int cmp_sample_key(const void *a, const void *b) {
 }
 
 /* Moves sample `from` of src into row `to` of dst. */
-static void copy_sample(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int from) {
+void nb_ctr_batch_copy(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int from) {
     size_t L = (size_t)src->b.hist_stride;
     memcpy(dst->dense + (size_t)to * NB_SC_NDENSE, src->dense + (size_t)from * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
     memcpy(dst->cat + (size_t)to * NB_SC_NCAT, src->cat + (size_t)from * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
     memcpy(dst->hist + (size_t)to * L, src->hist + (size_t)from * L, (size_t)src->len[from] * sizeof(uint32_t));
     dst->target[to] = src->target[from], dst->len[to] = src->len[from], dst->label[to] = src->label[from];
+}
+
+/* the words of a packed sample before its history: index, length, label, target, dense, cat */
+#define PACK_HEAD (4 + NB_SC_NDENSE + NB_SC_NCAT)
+
+size_t nb_ctr_packed_words(int32_t len) { return PACK_HEAD + (size_t)len; }
+
+size_t nb_ctr_pack(const nb_ctr_batch *t, int i, uint32_t index, uint32_t *out) {
+    size_t L = (size_t)t->b.hist_stride;
+    out[0] = index, out[3] = t->target[i];
+    memcpy(out + 1, &t->len[i], 4), memcpy(out + 2, &t->label[i], 4);
+    memcpy(out + 4, t->dense + (size_t)i * NB_SC_NDENSE, NB_SC_NDENSE * 4);
+    memcpy(out + 4 + NB_SC_NDENSE, t->cat + (size_t)i * NB_SC_NCAT, NB_SC_NCAT * 4);
+    memcpy(out + PACK_HEAD, t->hist + (size_t)i * L, (size_t)t->len[i] * 4);
+    return nb_ctr_packed_words(t->len[i]);
+}
+
+size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, uint32_t *index) {
+    size_t L = (size_t)t->b.hist_stride;
+    int32_t len;
+    NB_CHECK(words >= PACK_HEAD, "this is a bug in nobubble; please report it", "a packed sample of %zu words", words);
+    memcpy(&len, in + 1, 4);
+    NB_CHECK(len >= 0 && (size_t)len <= L && PACK_HEAD + (size_t)len <= words, "this is a bug in nobubble; please report it",
+             "a packed sample with a history of %d items (%zu words left, max_len %zu)", len, words, L);
+    *index = in[0], t->target[j] = in[3], t->len[j] = len;
+    memcpy(&t->label[j], in + 2, 4);
+    memcpy(t->dense + (size_t)j * NB_SC_NDENSE, in + 4, NB_SC_NDENSE * 4);
+    memcpy(t->cat + (size_t)j * NB_SC_NCAT, in + 4 + NB_SC_NDENSE, NB_SC_NCAT * 4);
+    memcpy(t->hist + (size_t)j * L, in + PACK_HEAD, (size_t)len * 4);
+    return PACK_HEAD + (size_t)len;
 }
 
 void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts) {
@@ -143,8 +173,8 @@ void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts) {
     qsort(order, (size_t)B, sizeof *order, cmp_sample_key);
     nb_ctr_batch tmp;
     nb_ctr_batch_alloc(&tmp, B, w->b.hist_stride);
-    for (int r = 0; r < B; r++) copy_sample(&tmp, r, w, order[r].i);
-    for (int r = 0; r < B; r++) copy_sample(w, r, &tmp, r);
+    for (int r = 0; r < B; r++) nb_ctr_batch_copy(&tmp, r, w, order[r].i);
+    for (int r = 0; r < B; r++) nb_ctr_batch_copy(w, r, &tmp, r);
     nb_ctr_batch_free(&tmp);
     free(order), free(h.key), free(h.cnt);
 }

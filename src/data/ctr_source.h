@@ -77,6 +77,14 @@ void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
 /* Samples first .. first + B - 1 of the next Bg (a rank's slice of the global batch); the
  * position moves past all Bg, so every rank stays at the same position. */
 void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B);
+/* Sample `from` of src into position `to` of dst (batches of the same max_len). */
+void nb_ctr_batch_copy(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int from);
+/* Samples as flat words for moving them between ranks: its global-batch index, then every field
+ * and its history (nb_ctr_packed_words long). unpack checks the length against dst's max_len and
+ * `words` (what is left of the buffer) and returns the words it read. */
+size_t nb_ctr_packed_words(int32_t len);
+size_t nb_ctr_pack(const nb_ctr_batch *t, int i, uint32_t index, uint32_t *out);
+size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, uint32_t *index);
 void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
 /* Key-centric clustering of a window's samples before it is cut into `parts` micro-batches
  * (NestPipe): samples are reordered by the most shared key each has (its table rows, as model m

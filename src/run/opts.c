@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "data/balance.h"
 
 static void common_defaults(nb_train_opts *o) {
     snprintf(o->device, sizeof o->device, "cpu");
@@ -15,6 +16,7 @@ static void common_defaults(nb_train_opts *o) {
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
     snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
     snprintf(o->emb_place, sizeof o->emb_place, "gpu");
+    snprintf(o->balance, sizeof o->balance, "none");
     o->stream_slots = 2;
     o->pinned_slabs = 2;
     o->beta1 = 0.9f;
@@ -151,6 +153,10 @@ void nb_train_opts_check(const nb_train_opts *o) {
     NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
     NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
     NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);
+    NB_CHECK(o->emulate_ranks == 0 || (o->emulate_ranks >= 2 && o->emulate_ranks <= 256), hint,
+             "--emulate-ranks is %d: it must be 2..256 (0: none)", o->emulate_ranks);
+    nb_balance b;
+    nb_balance_parse(&b, o->balance);
     check_range("comm-timeout", o->comm_timeout, 0.1, 1e7, 0, "a positive number of seconds");
     NB_CHECK(!strcmp(o->comm, "auto") || !strcmp(o->comm, "mpi") || !strcmp(o->comm, "nccl") || !strcmp(o->comm, "host"),
              "pass --comm auto, mpi, nccl or host", "unknown --comm '%s'", o->comm);

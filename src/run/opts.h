@@ -58,6 +58,10 @@ typedef struct nb_train_opts {
     char emb_place[8];    /* where an owner's shard lives: gpu (the device's memory) or host (host DRAM) */
     int pipe_skip_resync;
     int cluster_keys; /* seqctr --micro-batches: samples sharing hot keys go to the same micro-batch */ /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
+    /* FreeScale: where a global batch's samples train (none, fbs, vbs[:alpha[:c0]]), and ranks
+     * emulated on one GPU (0: none) */
+    char balance[32];
+    int emulate_ranks;
     float emb_lr;
     int64_t table_cap;
     int eval_samples;

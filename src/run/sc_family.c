@@ -19,6 +19,7 @@
 #include "model/seqctr.h"
 #include "run/run.h"
 #include "run/ckpt.h"
+#include "run/sc_place.h"
 #include "run/step_stats.h"
 #include "sched/sched.h"
 
@@ -30,10 +31,15 @@ typedef struct {
     int seg;
 } sc_work;
 
+/* the cost fit's exponents: a = 1, 1.1, .., 2.5 */
+#define FIT_NA 16
+static double fit_alpha(int j) { return 1.0 + 0.1 * j; }
+
 typedef struct {
     uint64_t pos;
     double fill_s, prep_s;
-    int nh;
+    int nh, B;
+    double sum_pow[FIT_NA]; /* sum over the part's samples of L^a */
 } sc_ahead;
 
 typedef struct sc_train {
@@ -47,6 +53,24 @@ typedef struct sc_train {
      * --cluster-keys), trained one after another on one embedding state */
     int M, Bm;
     nb_ctr_batch window;
+    /* FreeScale: where the global batch's samples train (--balance), and --emulate-ranks N (this
+     * process trains N ranks' shares one after another: the window's parts are the shares) */
+    nb_sc_placer place;
+    int emulate;
+    int *win_idx;            /* [window capacity] each window sample's index in its global batch */
+    int *part_at;            /* [M + 1] where each part of the window starts */
+    FILE *samples_log;       /* NB_SAMPLES_LOG: every trained sample's (step, part, index), for tests */
+    /* per part of the step: compute-lane busy seconds (its spans), samples and history rows */
+    size_t span_seen;
+    int part_k;
+    double *part_s, *part_nh;
+    /* straggler statistics over the measured steps: (max - mean) / max of the ranks' compute, the
+     * ranks' idle share of the synchronous step, the emulated step time */
+    double strag_sum, rank_bubble_sum, step_strag, step_rank_bubble, step_emul_s, step_max_s, step_mean_s;
+    double *emul_secs;
+    /* the cost fit's records (emulated ranks): per part, samples, time and sum of L^a per exponent */
+    double *fit;
+    int nfit, fit_cap;
     uint64_t window_pos;       /* the source position of the window being cut into parts */
     long next_u, popped_u;     /* parts prepared, and popped, since the run started (part u = step * M + k) */
     int step_rows, step_resynced; /* the step's parts: distinct rows moved, re-synced */
@@ -333,20 +357,61 @@ static int shard_opts(const nb_train_opts *o, int world) {
 
 static int sc_wants_comm(const nb_train_opts *o) {
     const nb_sched_i *sc = nb_sched_find(o->schedule);
-    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host");
+    /* micro-batches and emulated ranks sum their parts' table gradients through the exchange */
+    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host") || o->grad_accum > 1 ||
+           o->emulate_ranks > 1;
+}
+
+/* --balance and --emulate-ranks: the shares, the window and the parts (micro-batches). */
+static void plan_placement(nb_run *r, sc_train *t, int max_len) {
+    const nb_train_opts *o = &r->o;
+    nb_balance bal;
+    nb_balance_parse(&bal, o->balance);
+    t->emulate = o->emulate_ranks > 1 ? o->emulate_ranks : 0;
+    NB_CHECK(!t->emulate || r->world == 1, "run --emulate-ranks in one process (no mpirun)",
+             "--emulate-ranks %d stands in for ranks on one GPU; this run has %d real ones", o->emulate_ranks, r->world);
+    NB_CHECK(!t->emulate || o->grad_accum == 1, "drop --micro-batches with --emulate-ranks",
+             "the emulated ranks' shares are the step's parts");
+    NB_CHECK(!t->emulate || !o->graphs, "drop --graphs with --emulate-ranks",
+             "each emulated rank is timed by its phases' spans; a graph replay is one span");
+    NB_CHECK(bal.kind != NB_BALANCE_VBS || !o->graphs, "drop --graphs with --balance vbs",
+             "vbs changes the per-rank batch size every step: a captured step would not replay");
+    int shares = t->emulate ? t->emulate : r->world;
+    NB_CHECK(o->batch % shares == 0, "pass a --batch divisible by the ranks (emulated ones too)",
+             "--batch %d does not split over %d ranks", o->batch, shares);
+    NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
+             "both decide where the samples go");
+    nb_sc_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len);
+    t->M = t->emulate ? t->emulate : o->grad_accum;
+    int wcap = nb_sc_placer_window_cap(&t->place);
+    if (bal.kind == NB_BALANCE_NONE && !t->emulate)
+        NB_CHECK(t->Bl % t->M == 0, "pass a --batch divisible by ranks x --micro-batches",
+                 "this rank's %d samples do not split into %d micro-batches", t->Bl, t->M);
+    NB_CHECK(t->emulate || t->place.cap >= t->M, "pass a --batch of at least ranks x --micro-batches",
+             "a rank's share does not split into %d micro-batches", t->M);
+    t->Bm = t->emulate ? t->place.cap : (wcap + t->M - 1) / t->M; /* the largest part */
+    NB_CHECK(!o->cluster_keys || t->M > 1, "add --micro-batches M > 1 with --cluster-keys",
+             "--cluster-keys groups a batch's samples into micro-batches: there is one");
+    if ((bal.kind != NB_BALANCE_NONE || t->emulate) && r->rank == 0) {
+        char name[64];
+        nb_balance_name(&bal, name, sizeof name);
+        nb_log(1, "balance     --balance %s over %d %sranks: at most %d samples per rank (of %d)\n", name, shares,
+               t->emulate ? "emulated " : "", t->place.cap, o->batch);
+    }
 }
 
 /* This rank's slice of the global batch, and whether the tables are sharded. */
-static void plan_ranks(nb_run *r, sc_train *t) {
+static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     const nb_train_opts *o = &r->o;
     t->pipelined = !r->eval_only && r->sched->prefetches;
     t->ids_ahead = r->sched->ids_ahead;
     int host = !strcmp(o->emb_place, "host");
     /* micro-batches share one frozen embedding state: the owners sum their gradients (the exchange) */
-    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host || o->grad_accum > 1);
+    int parts = o->emulate_ranks > 1 ? o->emulate_ranks : o->grad_accum;
+    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host || parts > 1);
     t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
-    NB_CHECK(o->grad_accum == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches",
+    NB_CHECK(parts == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches / --emulate-ranks",
              "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
     NB_CHECK(!host || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --emb-place host",
              "--emb-place host keeps each owner's shard on its host: the tables go through the sharded exchange");
@@ -359,12 +424,7 @@ static void plan_ranks(nb_run *r, sc_train *t) {
              "--batch %d does not split evenly over %d ranks", o->batch, r->world);
     t->Bl = o->batch / r->world;
     t->first = r->rank * t->Bl;
-    t->M = o->grad_accum;
-    NB_CHECK(t->Bl % t->M == 0, "pass a --batch divisible by ranks x --micro-batches",
-             "this rank's %d samples do not split into %d micro-batches", t->Bl, t->M);
-    t->Bm = t->Bl / t->M;
-    NB_CHECK(!o->cluster_keys || t->M > 1, "add --micro-batches M > 1 with --cluster-keys",
-             "--cluster-keys groups a batch's samples into micro-batches: there is one");
+    plan_placement(r, t, max_len);
     if (t->sharded && r->rank == 0)
         nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
                r->world, r->world == 1 ? "" : "s", r->world, o->emb_place, t->Bl);
@@ -391,7 +451,7 @@ static void sc_init(nb_run *r) {
     nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
     nb_ctr_source_open(&t->src, &so, &mc);
     int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
-    plan_ranks(r, t);
+    plan_ranks(r, t, mc.max_len);
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
                           .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M};
@@ -402,7 +462,24 @@ static void sc_init(nb_run *r) {
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len);
-    nb_ctr_batch_alloc(&t->window, t->Bl, mc.max_len);
+    int wcap = nb_sc_placer_window_cap(&t->place);
+    nb_ctr_batch_alloc(&t->window, wcap, mc.max_len);
+    t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
+    t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
+    t->part_s = nb_calloc(2 * (size_t)t->M, sizeof(double), "part times");
+    t->part_nh = t->part_s + t->M;
+    t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
+    if (t->emulate) {
+        t->fit_cap = o->steps * t->M;
+        t->fit = nb_malloc((size_t)t->fit_cap * (FIT_NA + 2) * sizeof(double), "the cost fit");
+    }
+    const char *log = getenv("NB_SAMPLES_LOG");
+    if (log && log[0]) {
+        char path[NB_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s.%d", log, r->rank);
+        t->samples_log = fopen(path, "w");
+        NB_CHECK(t->samples_log != NULL, "set NB_SAMPLES_LOG to a writable path prefix", "cannot write %s", path);
+    }
     if (t->sharded) {
         int N = r->world;
         t->all_asked = nb_malloc((size_t)N * N * sizeof(size_t), "the id exchange");
@@ -463,6 +540,9 @@ static void sc_free(nb_run *r) {
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
     nb_ctr_batch_free(&t->window);
+    nb_sc_placer_free(&t->place);
+    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit);
+    if (t->samples_log) fclose(t->samples_log);
     free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
     free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
     nb_sc_free(&t->m);
@@ -517,11 +597,32 @@ static void exchange_collisions(sc_train *t) {
 /* Part k of the window in t->window, as a batch (a view). */
 static nb_sc_batch part_of(const sc_train *t, int k) {
     nb_sc_batch b = t->window.b;
-    size_t at = (size_t)k * t->Bm;
-    b.B = t->Bm;
+    size_t at = (size_t)t->part_at[k];
+    b.B = t->part_at[k + 1] - t->part_at[k];
     b.dense += at * NB_SC_NDENSE, b.cat += at * NB_SC_NCAT, b.target += at, b.hist += at * b.hist_stride;
     b.hist_len += at, b.label += at;
     return b;
+}
+
+/* This rank's samples of the next global batch (placed by --balance) and the window's parts: the
+ * emulated ranks' shares, or the rank's samples cut into M near-equal parts. */
+static void fill_window(sc_train *t) {
+    int share_first[NB_SC_MAX_EMULATE + 1];
+    nb_sc_place(&t->place, &t->src, &t->window, t->win_idx, share_first, t->emulate ? 1 : t->M);
+    if (t->emulate) {
+        memcpy(t->part_at, share_first, (size_t)(t->M + 1) * sizeof(int));
+        return;
+    }
+    if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M);
+    int n = t->window.b.B;
+    for (int k = 0; k <= t->M; k++) t->part_at[k] = (int)((long)k * n / t->M);
+}
+
+static void log_samples(sc_train *t, int k) {
+    long step = t->next_u / t->M;
+    for (int i = t->part_at[k]; i < t->part_at[k + 1]; i++)
+        fprintf(t->samples_log, "%ld %d %d %d\n", step, t->run->rank, k, t->win_idx[i]);
+    fflush(t->samples_log);
 }
 
 /* The next part (this rank's slice of the global batch, cut into the window's parts): the samples
@@ -533,15 +634,19 @@ static void prefetch(sc_train *t) {
     double t0 = nb_now();
     if (k == 0) {
         t->window_pos = nb_ctr_source_position(&t->src);
-        nb_ctr_fill_train_slice(&t->src, &t->window, t->run->o.batch, t->first, t->Bl);
-        if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M);
+        fill_window(t);
     }
     double t1 = nb_now();
     nb_sc_batch b = part_of(t, k);
+    if (t->samples_log) log_samples(t, k);
     nb_sc_prepare_part(&t->m, &b, k, t->M);
     if (t->sharded && t->ids_ahead) exchange_ids(t);
     if (t->pipelined) exchange_collisions(t);
-    t->ahead[t->nahead++] = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh};
+    sc_ahead *a = &t->ahead[t->nahead++];
+    *a = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh, b.B, {0}};
+    if (t->emulate)
+        for (int i = 0; i < b.B; i++)
+            for (int j = 0; j < FIT_NA; j++) a->sum_pow[j] += pow((double)b.hist_len[i], fit_alpha(j));
     t->next_u++;
 }
 
@@ -555,10 +660,70 @@ static void top_up(sc_train *t, long upto) {
     while (t->next_u < upto && t->next_u < total) prefetch(t);
 }
 
+static int phase_named(const char *span, const char *phase);
+
+/* Phases that serve the whole step, not one rank's share: the owners' sums and updates, the
+ * re-sync after them, the dense optimizer. */
+static int common_phase(const char *span) {
+    static const nb_sc_phase common[] = {NB_SC_OPT_DENSE, NB_SC_EMB_SUM_DOWN, NB_SC_EMB_SUM, NB_SC_RESYNC_SERVE,
+                                         NB_SC_RESYNC_UP, NB_SC_RESYNC_APPLY, NB_SC_OPT_EMB};
+    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+        if (phase_named(span, nb_sc_phase_name(common[i]))) return 1;
+    return 0;
+}
+
+/* The compute lane's busy seconds in the step's spans recorded since the last call: a rank's (or
+ * an emulated rank's) compute time for its share, the common phases left out. */
+static double part_busy(nb_run *r, sc_train *t) {
+    const nb_span *sp;
+    size_t n = nb_lanes_spans(r->lanes, &sp);
+    int lane = nb_lane_index(r->compute);
+    double busy = 0;
+    for (size_t i = t->span_seen; i < n; i++)
+        if (sp[i].lane == lane && sp[i].step == t->step && sp[i].kind != NB_SPAN_COMM && !common_phase(sp[i].name))
+            busy += sp[i].t1 - sp[i].t0;
+    t->span_seen = n;
+    return busy;
+}
+
+static void add_fit_record(sc_train *t, const sc_ahead *a) {
+    if (t->nfit == t->fit_cap) return;
+    double *f = t->fit + (size_t)t->nfit++ * (FIT_NA + 2);
+    f[0] = a->B, f[1] = -1; /* the time comes when the part has run */
+    memcpy(f + 2, a->sum_pow, sizeof a->sum_pow);
+}
+
+/* The step's ranks (emulated: the parts; real: every rank's busy time, all-gathered): the
+ * straggler share (max - mean) / max, the ranks' idle share of the synchronous step, and for
+ * emulated ranks the step they stand for: the slowest share plus what the step did besides the
+ * shares (the communication, the owners' updates, the optimizer). */
+static void rank_times(nb_run *r, sc_train *t, int step) {
+    int N = t->emulate ? t->M : r->world;
+    if (N < 2) return;
+    double mine = 0, *all = nb_malloc((size_t)N * sizeof(double), "rank times");
+    for (int k = 0; k < t->M; k++) mine += t->part_s[k];
+    if (t->emulate)
+        memcpy(all, t->part_s, (size_t)N * sizeof(double));
+    else
+        nb_comm_all_gather_host(&mine, all, sizeof(double), "rank times");
+    double mx = 0, sum = 0;
+    for (int k = 0; k < N; k++) mx = fmax(mx, all[k]), sum += all[k];
+    double mean = sum / N, sync = t->emulate ? fmax(r->last_secs - sum + mx, mx) : r->last_secs;
+    t->step_strag = mx > 0 ? 100 * (mx - mean) / mx : 0;
+    t->step_rank_bubble = sync > 0 ? 100 * (mx - mean) / sync : 0;
+    t->step_emul_s = sync, t->step_max_s = mx, t->step_mean_s = mean;
+    if (t->emulate && step >= nb_step_warmup(r->o.steps) && t->nfit >= t->M)
+        for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * (FIT_NA + 2) + 1] = t->part_s[k];
+    if (step >= nb_step_warmup(r->o.steps)) t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
+    free(all);
+}
+
 /* The next part becomes the step's: prepared (with the one a pipelining schedule fetches while it
  * trains), its statistics counted, its ids routed now when the schedule does not route ahead. */
 static void pop_part(nb_run *r, sc_train *t, int step) {
     top_up(t, t->popped_u + 1 + (t->pipelined ? 1 : 0));
+    t->part_nh[t->part_k] = t->ahead[0].nh;
+    if (t->emulate && step >= nb_step_warmup(r->o.steps)) add_fit_record(t, &t->ahead[0]);
     if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
         t->host_s[0] += t->ahead[0].fill_s;
@@ -578,6 +743,9 @@ static void sc_begin_step(nb_run *r, int step) {
     sc_train *t = T(r);
     const nb_train_opts *o = &r->o;
     if (!t->nsteps) t->t_start = nb_now();
+    const nb_span *sp;
+    t->span_seen = nb_lanes_spans(r->lanes, &sp);
+    t->part_k = 0;
     if (!t->next_u) t->next_u = t->popped_u = (long)step * t->M; /* a resumed run starts at its step */
     t->step_rows = t->step_resynced = 0;
     pop_part(r, t, step);
@@ -588,9 +756,13 @@ static void sc_begin_step(nb_run *r, int step) {
     nb_sc_optim_prepare(&t->m, &t->optim, step + 1);
 }
 
-/* Part k > 0 of the step's window (the run waited for part k - 1). */
+/* Part k > 0 of the step's window (the run waited for part k - 1: its spans are in). */
 static void sc_begin_micro(nb_run *r, int k) {
-    if (k > 0) pop_part(r, T(r), T(r)->step);
+    if (k == 0) return;
+    sc_train *t = T(r);
+    t->part_s[k - 1] = part_busy(r, t);
+    t->part_k = k;
+    pop_part(r, t, t->step);
 }
 
 /* the next part (pipelined: the one after it) is made on the host while this one runs */
@@ -623,6 +795,9 @@ static void sc_end_step(nb_run *r, int step, nb_mark done) {
     double sumsq = 0;
     if (r->o.grad_clip > 0) r->be->to_host(&t->ctx, &sumsq, t->m.d_loss + 1, sizeof sumsq);
     r->grad_norm = (float)sqrt(sumsq);
+    t->part_s[t->part_k] = part_busy(r, t);
+    rank_times(r, t, step);
+    if (t->nsteps < r->o.steps) t->emul_secs[t->nsteps] = t->step_emul_s;
     if (t->nsteps < r->o.steps) t->step_secs[t->nsteps++] = r->last_secs;
     if (step >= nb_step_warmup(r->o.steps)) {
         add_breakdown(r->lanes, step, t->phase_s);
@@ -711,6 +886,13 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
         if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
     }
     if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
+    if (t->emulate || r->world > 1) { /* the ranks' compute (busy) times of this step */
+        nb_json_knum(w, "straggler_pct", t->step_strag);
+        nb_json_knum(w, "rank_bubble_pct", t->step_rank_bubble);
+        nb_json_knum(w, "rank_ms_max", 1e3 * t->step_max_s);
+        nb_json_knum(w, "rank_ms_mean", 1e3 * t->step_mean_s);
+        if (t->emulate) nb_json_knum(w, "emulated_ms", 1e3 * t->step_emul_s);
+    }
     if (ev && ev->done) {
         nb_json_knum(w, "eval_loss", ev->loss);
         if (isfinite(ev->ne)) nb_json_knum(w, "eval_ne", ev->ne);
@@ -847,6 +1029,57 @@ static void sc_read_config(const nb_json *j, nb_train_opts *o) {
     c->max_len = req_int(j, "max_len", 0, 65536);
 }
 
+/* Least squares of the parts' times t = x n + y sum L^a for each exponent a of the grid: the best
+ * fit's a and c0 = x / y (a sample's fixed cost in units of L^a), as --balance vbs:a:c0 takes them. */
+static void print_cost_fit(const sc_train *t) {
+    int best = -1;
+    double best_sse = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
+    for (int i = 0; i < t->nfit; i++)
+        if (t->fit[(size_t)i * (FIT_NA + 2) + 1] >= 0) mean += t->fit[(size_t)i * (FIT_NA + 2) + 1], n++;
+    if (n < 4) return;
+    mean /= n;
+    for (int j = 0; j < FIT_NA; j++) {
+        double snn = 0, sns = 0, sss = 0, snt = 0, sst_ = 0, sse = 0;
+        for (int i = 0; i < t->nfit; i++) {
+            const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+            if (f[1] < 0) continue;
+            snn += f[0] * f[0], sns += f[0] * f[2 + j], sss += f[2 + j] * f[2 + j], snt += f[0] * f[1], sst_ += f[2 + j] * f[1];
+        }
+        double det = snn * sss - sns * sns;
+        if (det <= 0) continue;
+        double x = (snt * sss - sst_ * sns) / det, y = (snn * sst_ - sns * snt) / det;
+        for (int i = 0; i < t->nfit; i++) {
+            const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+            if (f[1] >= 0) sse += (f[1] - x * f[0] - y * f[2 + j]) * (f[1] - x * f[0] - y * f[2 + j]);
+        }
+        if (best < 0 || sse < best_sse) best = j, best_sse = sse, bx = x, by = y;
+    }
+    for (int i = 0; i < t->nfit; i++) {
+        const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+        if (f[1] >= 0) sst += (f[1] - mean) * (f[1] - mean);
+    }
+    if (best < 0 || by <= 0) {
+        printf("cost fit: no positive fit of part time = x samples + y sum L^a over %.0f parts\n", n);
+        return;
+    }
+    printf("cost fit: part time = %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance vbs:%.1f:%.0f\n",
+           1e3 * bx, 1e3 * by, fit_alpha(best), n, sst > 0 ? 1 - best_sse / sst : 1.0, fit_alpha(best), fmax(bx / by, 0));
+}
+
+/* The ranks' compute: straggler and idle shares; for emulated ranks the synchronous step they
+ * stand for, and the cost fit of their shares' times. */
+static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
+    printf("ranks: %d%s, straggler_pct=%.2f rank_bubble_pct=%.2f (mean over %d steps; straggler = (max - mean) / max of "
+           "the ranks' compute)\n", t->emulate ? t->emulate : r->world, t->emulate ? " emulated (one GPU, one after another)" : "",
+           t->strag_sum / measured, t->rank_bubble_sum / measured, measured);
+    if (!t->emulate) return;
+    nb_step_times st = nb_step_times_of(t->emul_secs, t->nsteps);
+    if (st.n)
+        printf("emulated steps=%d p90_step_ms=%.3f median_step_ms=%.3f p90_samples_per_s=%.0f (the slowest rank's share + "
+               "the rest of the step)\n", st.n, 1e3 * st.p90, 1e3 * st.median, r->o.batch / st.p90);
+    print_cost_fit(t);
+}
+
 /* The summary lines the benchmarks and tests read (stdout), after the run's own. */
 static void sc_summary(nb_run *r, int steps_run) {
     sc_train *t = T(r);
@@ -877,6 +1110,7 @@ static void sc_summary(nb_run *r, int steps_run) {
                busy > 0 ? fl * measured / busy / 1e12 : 0.0);
     }
     (void)steps_run;
+    if (measured > 0 && (t->emulate || r->world > 1)) print_rank_times(r, t, measured);
     if (t->src.kind == NB_CTR_SYNTH) { /* the best any model can do on this evaluation range */
         long ne = o->eval_samples;
         float *tl = nb_malloc((size_t)ne * sizeof(float), "teacher logits"), *lab = nb_malloc((size_t)ne * sizeof(float), "labels");

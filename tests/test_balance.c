@@ -1,0 +1,118 @@
+/* --balance's plans (data/balance.c) and the packed samples the ranks exchange: every sample
+ * placed exactly once, the counts each kind promises, the length balance it is for, the same
+ * plan every time, and a pack / unpack round trip. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core.h"
+#include "data/balance.h"
+#include "data/ctr_source.h"
+#include "data/synth.h"
+
+enum { BG = 1024, MAX_SHARES = 8 };
+
+/* Pareto-like lengths with a few at the cap, from the synthetic generator (a heavy tail) */
+static void lengths(int32_t *len, int n, int max_len) {
+    nb_synth g;
+    char spec[128];
+    snprintf(spec, sizeof spec, "synth:max_len=%d,hist_alpha=1.0,hist_scale=32,calib=1024", max_len);
+    nb_synth_open(&g, spec);
+    nb_synth_fill(&g, 7, n, NULL, NULL, NULL, NULL, len, NULL, NULL);
+}
+
+static double max_over_mean_cost(const nb_balance *b, const int32_t *len, const int *share_of, int shares) {
+    double load[MAX_SHARES] = {0}, mx = 0, sum = 0;
+    for (int i = 0; i < BG; i++) load[share_of[i]] += nb_balance_cost(b, len[i]);
+    for (int s = 0; s < shares; s++) mx = fmax(mx, load[s]), sum += load[s];
+    return mx / (sum / shares);
+}
+
+static void check_plan(const char *spec, const int32_t *len, int shares, int min_count) {
+    nb_balance b;
+    nb_balance_parse(&b, spec);
+    int share_of[BG], count[MAX_SHARES], again[BG], cnt2[MAX_SHARES], seen[MAX_SHARES] = {0};
+    nb_balance_assign(&b, len, BG, shares, min_count, share_of, count);
+    nb_balance_assign(&b, len, BG, shares, min_count, again, cnt2);
+    CHECK(!memcmp(share_of, again, sizeof share_of), "%s: the same lengths give the same plan", spec);
+    int cap = nb_balance_cap(&b, BG, shares), total = 0;
+    for (int i = 0; i < BG; i++) {
+        CHECK(share_of[i] >= 0 && share_of[i] < shares, "%s: sample %d placed on share %d", spec, i, share_of[i]);
+        seen[share_of[i]]++;
+    }
+    for (int s = 0; s < shares; s++) {
+        CHECK(seen[s] == count[s], "%s: share %d counted %d, holds %d", spec, s, count[s], seen[s]);
+        CHECK(count[s] >= min_count && count[s] <= cap, "%s: share %d has %d samples (%d..%d)", spec, s, count[s], min_count, cap);
+        if (b.kind != NB_BALANCE_VBS) CHECK(count[s] == BG / shares, "%s: share %d has %d samples", spec, s, count[s]);
+        total += count[s];
+    }
+    CHECK(total == BG, "%s: %d samples placed of %d", spec, total, BG);
+    int order[BG], first[MAX_SHARES + 1];
+    nb_balance_order(share_of, BG, shares, order, first);
+    for (int s = 0; s < shares; s++)
+        for (int k = first[s]; k < first[s + 1]; k++) {
+            CHECK(share_of[order[k]] == s, "%s: position %d of share %d holds a sample of share %d", spec, k, s, share_of[order[k]]);
+            if (k > first[s]) CHECK(order[k] > order[k - 1], "%s: share %d is out of data order at %d", spec, s, k);
+        }
+    if (b.kind == NB_BALANCE_NONE)
+        for (int i = 0; i < BG; i++) CHECK(share_of[i] == i / (BG / shares), "none: sample %d on share %d", i, share_of[i]);
+}
+
+TEST_CASE(plans_place_every_sample_once) {
+    int32_t len[BG];
+    lengths(len, BG, 8192);
+    const char *specs[] = {"none", "fbs", "vbs", "vbs:2", "vbs:1.2:64"};
+    for (int k = 0; k < 5; k++)
+        for (int shares = 1; shares <= MAX_SHARES; shares *= 2) check_plan(specs[k], len, shares, specs[k][0] == 'v' ? 4 : 0);
+}
+
+/* the point of the plans: the most loaded share is closer to the mean than with slices */
+TEST_CASE(plans_balance_the_cost) {
+    int32_t len[BG];
+    lengths(len, BG, 8192);
+    nb_balance none, fbs, vbs;
+    nb_balance_parse(&none, "none"), nb_balance_parse(&fbs, "fbs"), nb_balance_parse(&vbs, "vbs:2:0");
+    int a[BG], b[BG], c[BG], cnt[MAX_SHARES];
+    nb_balance_assign(&none, len, BG, 8, 0, a, cnt);
+    nb_balance_assign(&fbs, len, BG, 8, 0, b, cnt);
+    nb_balance_assign(&vbs, len, BG, 8, 1, c, cnt);
+    double r_none = max_over_mean_cost(&vbs, len, a, 8), r_fbs = max_over_mean_cost(&vbs, len, b, 8),
+           r_vbs = max_over_mean_cost(&vbs, len, c, 8);
+    printf("  max/mean of sum L^2 over 8 shares: none %.3f fbs %.3f vbs %.3f\n", r_none, r_fbs, r_vbs);
+    CHECK(r_vbs <= r_fbs + 1e-9 && r_vbs < r_none, "vbs %.3f, fbs %.3f, none %.3f", r_vbs, r_fbs, r_none);
+    double l_none = 0, l_fbs = 0, sum[2][MAX_SHARES] = {{0}};
+    for (int i = 0; i < BG; i++) sum[0][a[i]] += len[i], sum[1][b[i]] += len[i];
+    for (int s = 0; s < 8; s++) l_none = fmax(l_none, sum[0][s]), l_fbs = fmax(l_fbs, sum[1][s]);
+    CHECK(l_fbs <= l_none, "fbs: the longest share's rows %.0f, none's %.0f", l_fbs, l_none);
+}
+
+TEST_CASE(packed_samples_round_trip) {
+    nb_synth g;
+    nb_synth_open(&g, "synth:max_len=64,calib=1024");
+    nb_ctr_batch a, b;
+    nb_ctr_batch_alloc(&a, 16, 64), nb_ctr_batch_alloc(&b, 16, 64);
+    nb_synth_fill(&g, 100, 16, a.dense, a.cat, a.target, a.hist, a.len, a.label, NULL);
+    uint32_t *buf = nb_malloc(16 * nb_ctr_packed_words(64) * sizeof(uint32_t), "test");
+    size_t at = 0, got = 0;
+    for (int i = 0; i < 16; i++) at += nb_ctr_pack(&a, 15 - i, (uint32_t)(1000 + i), buf + at);
+    for (int j = 0; j < 16; j++) {
+        uint32_t idx;
+        got += nb_ctr_unpack(&b, j, buf + got, at - got, &idx);
+        int i = 15 - j;
+        CHECK(idx == (uint32_t)(1000 + j), "index %u", idx);
+        CHECK(b.len[j] == a.len[i] && b.target[j] == a.target[i] && b.label[j] == a.label[i], "sample %d", j);
+        CHECK(!memcmp(b.dense + j * 13, a.dense + i * 13, 13 * 4) && !memcmp(b.cat + j * 26, a.cat + i * 26, 26 * 4), "sample %d", j);
+        CHECK(!memcmp(b.hist + j * 64, a.hist + i * 64, (size_t)a.len[i] * 4), "history of sample %d", j);
+    }
+    CHECK(got == at, "read %zu words of %zu", got, at);
+    free(buf);
+    nb_ctr_batch_free(&a), nb_ctr_batch_free(&b);
+}
+
+int main(void) {
+    RUN(plans_place_every_sample_once);
+    RUN(plans_balance_the_cost);
+    RUN(packed_samples_round_trip);
+    return nb_test_failures ? 1 : 0;
+}
