@@ -4,8 +4,9 @@
 # (its phases' spans) and reports the synchronous step they stand for (the slowest share plus the
 # rest of the step: the owners' updates, the optimizer). THIS IS AN EMULATION of N ranks, not N GPUs.
 # Synthetic Pareto history lengths (synth hist_alpha, hist_scale) capped at 8K and 16K; for each cap
-# and N: --balance none (slices in data order), fbs, vbs (the cost exponent as given, default 1.5).
-#   bash bench/balance_bench.sh [--no-build] [--device cuda|cpu] [--steps 20] [--batch 1024]
+# and N: --balance none (slices in data order), fbs, vbs (the cost model as given, default 1.5:16), and
+# vbs with the exponent and C0 that the none run's cost fit printed (the measured cost of these kernels).
+#   bash bench/balance_bench.sh [--no-build] [--device cuda|cpu] [--steps 20] [--batch 2048]
 #        [--ranks 4,8] [--caps 8192,16384] [--vbs vbs:1.5:16] [--small]
 #   --small: caps of 256, B = 64 (a smoke run of the script on a CPU machine)
 #   --e2e: instead, end to end with 2 real ranks (mpirun; on one GPU they share it over --comm host)
@@ -17,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "balance_bench.sh: $*" >&2; exit 1; }
-build=1 steps=20 batch=1024 device=cuda ranks=4,8 caps=8192,16384 vbs=vbs small=0 e2e=0 alpha=1.2 scale=64
+build=1 steps=20 batch=2048 device=cuda ranks=4,8 caps=8192,16384 vbs=vbs small=0 e2e=0 alpha=1.2 scale=64
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -66,7 +67,11 @@ fi
 for cap in ${caps//,/ }; do
     for n in ${ranks//,/ }; do
         none_bub=""
-        for b in none fbs $vbs; do
+        fitted=""
+        for b in none fbs $vbs fit; do
+            if [ $b = fit ]; then # the exponent and C0 the none run's cost fit measured on these kernels
+                b=$fitted; [ -n "$b" ] || continue
+            fi
             tag=$cap-$n-${b//:/_} log=$OUT/$cap-$n-${b//:/_}.log
             "$NB" train --model seqctr --device "$device" --data "$(data_of "$cap")" \
                 --emb-dim 64 --batch "$batch" --steps "$steps" --eval-every 0 --eval-samples 1024 --no-ckpt --no-progress \
@@ -74,7 +79,7 @@ for cap in ${caps//,/ }; do
                 || { echo "| $cap | $n | $b | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | |" >> "$OUT/table.md"; continue; }
             read -r ms sps < <(sed -n 's/^emulated steps=[0-9]* p90_step_ms=\([0-9.]*\) median_step_ms=[0-9.]* p90_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
             read -r st bu < <(sed -n 's/^ranks: .*straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\).*/\1 \2/p' "$log")
-            [ "$b" = none ] && none_bub=$bu
+            [ "$b" = none ] && none_bub=$bu && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
             cut=$(awk -v a="$none_bub" -v b="$bu" 'BEGIN {if (a + 0 > 0) printf "%.0f%% fewer", 100 * (a - b) / a; else print "-"}')
             echo "| $cap | $n | $b | $ms | $sps | $st | $bu | $cut |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"

@@ -1029,41 +1029,70 @@ static void sc_read_config(const nb_json *j, nb_train_opts *o) {
     c->max_len = req_int(j, "max_len", 0, 65536);
 }
 
-/* Least squares of the parts' times t = x n + y sum L^a for each exponent a of the grid: the best
- * fit's a and c0 = x / y (a sample's fixed cost in units of L^a), as --balance vbs:a:c0 takes them. */
+/* Solves the 3 x 3 system a x = y (Cramer's rule); 0 when it is singular. */
+static int solve3(const double a[3][3], const double y[3], double x[3]) {
+    double det = a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+                 a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+    if (fabs(det) < 1e-300) return 0;
+    for (int c = 0; c < 3; c++) {
+        double m[3][3];
+        memcpy(m, a, sizeof m);
+        for (int r = 0; r < 3; r++) m[r][c] = y[r];
+        x[c] = (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])) / det;
+    }
+    return 1;
+}
+
+/* Least squares of the parts' times t = k + x n + y sum L^a for each exponent a of the grid (k:
+ * what every part costs whatever its samples, launches and fixed-size kernels: no placement moves
+ * it). The best fit's a and c0 = x / y (a sample's own cost in units of L^a) are what --balance
+ * vbs:a:c0 takes. */
 static void print_cost_fit(const sc_train *t) {
-    int best = -1;
-    double best_sse = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
+    int best = -1, equal = 0;
+    double best_sse = 0, bk = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
     for (int i = 0; i < t->nfit; i++)
         if (t->fit[(size_t)i * (FIT_NA + 2) + 1] >= 0) mean += t->fit[(size_t)i * (FIT_NA + 2) + 1], n++;
-    if (n < 4) return;
+    if (n < 6) return;
     mean /= n;
     for (int j = 0; j < FIT_NA; j++) {
-        double snn = 0, sns = 0, sss = 0, snt = 0, sst_ = 0, sse = 0;
+        double A[3][3] = {{0}}, Y[3] = {0}, X[3], sse = 0;
         for (int i = 0; i < t->nfit; i++) {
-            const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+            const double *f = t->fit + (size_t)i * (FIT_NA + 2), v[3] = {1, f[0], f[2 + j]};
             if (f[1] < 0) continue;
-            snn += f[0] * f[0], sns += f[0] * f[2 + j], sss += f[2 + j] * f[2 + j], snt += f[0] * f[1], sst_ += f[2 + j] * f[1];
+            for (int r = 0; r < 3; r++) {
+                Y[r] += v[r] * f[1];
+                for (int c = 0; c < 3; c++) A[r][c] += v[r] * v[c];
+            }
         }
-        double det = snn * sss - sns * sns;
-        if (det <= 0) continue;
-        double x = (snt * sss - sst_ * sns) / det, y = (snn * sst_ - sns * snt) / det;
+        if (!solve3(A, Y, X)) { /* equal counts: the per-part and per-sample costs are one term, k' = k + x n */
+            double det = A[0][0] * A[2][2] - A[0][2] * A[0][2];
+            if (fabs(det) < 1e-300 || A[0][0] <= 0) continue;
+            X[2] = (A[0][0] * Y[2] - A[0][2] * Y[0]) / det;
+            X[1] = (Y[0] - X[2] * A[0][2]) / A[0][1]; /* k' spread over the samples: A[0][1] = sum of n */
+            X[0] = 0;
+            equal = 1;
+        }
+        if (X[2] <= 0) continue;
         for (int i = 0; i < t->nfit; i++) {
             const double *f = t->fit + (size_t)i * (FIT_NA + 2);
-            if (f[1] >= 0) sse += (f[1] - x * f[0] - y * f[2 + j]) * (f[1] - x * f[0] - y * f[2 + j]);
+            double e = f[1] - X[0] - X[1] * f[0] - X[2] * f[2 + j];
+            if (f[1] >= 0) sse += e * e;
         }
-        if (best < 0 || sse < best_sse) best = j, best_sse = sse, bx = x, by = y;
+        if (best < 0 || sse < best_sse) best = j, best_sse = sse, bk = X[0], bx = X[1], by = X[2];
     }
     for (int i = 0; i < t->nfit; i++) {
         const double *f = t->fit + (size_t)i * (FIT_NA + 2);
         if (f[1] >= 0) sst += (f[1] - mean) * (f[1] - mean);
     }
-    if (best < 0 || by <= 0) {
-        printf("cost fit: no positive fit of part time = x samples + y sum L^a over %.0f parts\n", n);
+    if (best < 0) {
+        printf("cost fit: no fit of part time = k + x samples + y sum L^a (y > 0) over %.0f parts\n", n);
         return;
     }
-    printf("cost fit: part time = %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance vbs:%.1f:%.0f\n",
-           1e3 * bx, 1e3 * by, fit_alpha(best), n, sst > 0 ? 1 - best_sse / sst : 1.0, fit_alpha(best), fmax(bx / by, 0));
+    printf("cost fit: part time = %.4g ms + %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance "
+           "vbs:%.1f:%.0f\n", 1e3 * bk, 1e3 * bx, 1e3 * by, fit_alpha(best), n, sst > 0 ? 1 - best_sse / sst : 1.0,
+           fit_alpha(best), fmin(fmax(bx / by, 0), 1e12));
+    if (equal) printf("cost fit: the parts had equal sample counts, so the fixed per-part cost is counted per sample (C0 is an upper bound)\n");
 }
 
 /* The ranks' compute: straggler and idle shares; for emulated ranks the synchronous step they
