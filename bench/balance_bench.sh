@@ -2,7 +2,8 @@
 # FreeScale's length balancing (issue 17) measured on one GPU with emulated ranks: --emulate-ranks N
 # trains each rank's share of the global batch one after another on the real kernels, times each
 # (its phases' spans) and reports the synchronous step they stand for (the slowest share plus the
-# rest of the step: the owners' updates, the optimizer). THIS IS AN EMULATION of N ranks, not N GPUs.
+# step's measured communication and common phases: the owners' sums and updates, the optimizer).
+# THIS IS AN EMULATION of N ranks, not N GPUs.
 # Synthetic Pareto history lengths (synth hist_alpha, hist_scale) capped at 8K and 16K; for each cap
 # and N: --balance none (slices in data order), fbs, vbs (the cost model as given, default 1.5:16), and
 # vbs with the exponent and C0 that the none run's cost fit printed (the measured cost of these kernels).
