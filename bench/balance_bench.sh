@@ -11,8 +11,9 @@
 #        [--ranks 4,8] [--caps 8192,16384] [--vbs vbs:1.5:16] [--small]
 #   --small: caps of 256, B = 64 (a smoke run of the script on a CPU machine)
 #   --e2e: instead, end to end with 2 real ranks (mpirun; on one GPU they share it over --comm host)
-#          and the tables in host memory (--emb-place host): sync (plain), pipe, pipe + --balance vbs
-#          (the FreeScale parts built), histories up to the first cap
+#          and the tables in host memory (--emb-place host): sync (plain), pipe, pipe-freescale (pipe
+#          + --balance vbs + --emb-priority, + $SM_FREE when set: --comm-sm-free), histories up to the
+#          first cap
 # Prints the table (emulated p90 step ms and samples/s, straggler % = (max - mean) / max of the
 # ranks' compute, bubble % = the ranks' idle share of the step, the bubble cut vs none) and writes
 # $OUT/table.md; the runs' logs (with the cost fit's exponent) next to it.
@@ -45,8 +46,9 @@ data_of() { echo "synth:cap=100000,items=1000000,max_len=$1,hist_alpha=$alpha,hi
 if [ $e2e = 1 ]; then
     cap=${caps%%,*}
     { echo "| schedule | p90 samples/s | median samples/s | straggler % | rank bubble % | exposed transfer % |"; echo "|---|---|---|---|---|---|"; } > "$OUT/e2e.md"
-    for row in sync pipe pipe-vbs; do
-        f=(--schedule plain); [ $row != sync ] && f=(--schedule pipe); [ $row = pipe-vbs ] && f+=(--balance "$vbs")
+    for row in sync pipe pipe-freescale; do
+        f=(--schedule plain); [ $row != sync ] && f=(--schedule pipe)
+        [ $row = pipe-freescale ] && f+=(--balance "$vbs" --emb-priority ${SM_FREE:-})
         log=$OUT/e2e-$row.log
         mpirun -np 2 --oversubscribe --allow-run-as-root "$NB" train --model seqctr --device "$device" --data "$(data_of "$cap")" \
             --emb-dim 64 --batch "$batch" --steps "$steps" --eval-every 0 --eval-samples 1024 --no-ckpt --no-progress \

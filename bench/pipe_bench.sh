@@ -5,6 +5,8 @@
 #   sparse-dist  TorchRec's TrainPipelineSparseDist: the next batch's ids routed while the step trains
 #   pipe         dual-buffer pipelining (DBP): the next batch's lookups and rows fetched while the
 #                step trains, staleness-free (the rows a step updates are sent again)
+#   pipe-prio    DBP + FreeScale's collision-first exchange (--emb-priority: only the exclusive rows
+#                move ahead, the collision rows after the update)
 #   pipe-fwp     DBP + Frozen-Window Pipelining (--micro-batches M: the next part's rows fetched
 #                while one part trains, the tables updated once per step)
 #   pipe-fwp-ck  the same with key-centric clustering of the samples into parts (--cluster-keys)
@@ -15,7 +17,7 @@
 #   bash bench/pipe_bench.sh [--no-build] [--steps 40] [--batch 4096] [--device cuda|cpu]
 #        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
-#   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-fwp,pipe-fwp-ck (default all), each
+#   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
 #           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
@@ -24,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
 build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=6000000000 graphs="" small=0 parts=4
-rows=unsharded,sync,sparse-dist,pipe,pipe-fwp,pipe-fwp-ck
+rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -85,6 +87,7 @@ for place in gpu host; do
             sync) res=$(run sync "$place" --emb-shard row --schedule plain) ;;
             sparse-dist) res=$(run sparse-dist "$place" --emb-shard row --schedule sparse-dist) ;;
             pipe) res=$(run pipe "$place" --emb-shard row --schedule pipe) ;;
+            pipe-prio) res=$(run pipe-prio "$place" --emb-shard row --schedule pipe --emb-priority) ;;
             pipe-fwp) res=$(run pipe-fwp "$place" --emb-shard row --schedule pipe --micro-batches "$parts") ;;
             pipe-fwp-ck) res=$(run pipe-fwp-ck "$place" --emb-shard row --schedule pipe --micro-batches "$parts" --cluster-keys) ;;
             *) die "unknown row '$row'" ;;

@@ -6,7 +6,7 @@
 #    gives the eager ranks' bits; --comm auto picks host for ranks sharing a GPU;
 #  - seqctr with the tables sharded over the two ranks: fp32 follows two CPU ranks, bf16 twice and
 #    with --graphs bitwise; one rank through NCCL with one shard gives the unsharded losses;
-#  - --schedule pipe bitwise the synchronous schedule at 1 and 2 ranks (also --graphs), and its
+#  - --schedule pipe bitwise the synchronous schedule at 1 and 2 ranks (also --graphs, --emb-priority), and its
 #    next-batch fetch beside the step's compute in the trace of a B=4096 run;
 #  - NCCL with one rank (a communicator of one, the code path of many) gives the bits of a run
 #    without a communicator, eager and with --graphs; --comm nccl for ranks sharing a GPU is a
@@ -74,11 +74,11 @@ run "seqctr: one GPU rank, NCCL, sharded" $NB train "${S[@]}" --device cuda --co
 for n in 1 2; do
     L=(); [ $n = 2 ] && L=("${MPI[@]}")
     run "seqctr sync, $n rank(s)" "${L[@]}" $NB train "${S[@]}" --device cuda --emb-shard row --out "$TMP/ps$n"
-    for v in "" "--graphs"; do
-        run "seqctr pipe $v, $n rank(s)" "${L[@]}" $NB train "${S[@]}" --device cuda --schedule pipe $v --out "$TMP/pp$n$v"
+    for v in "" "--graphs" "--emb-priority" "--emb-priority --graphs"; do
+        run "seqctr pipe $v, $n rank(s)" "${L[@]}" $NB train "${S[@]}" --device cuda --schedule pipe $v --out "$TMP/pp$n${v// /}"
         ok=1
-        for f in "$TMP/ps$n"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/pp$n$v/ckpt/$(basename "$f")" || ok=0; done
-        [ $ok = 1 ] && [ "$(losses "$TMP/ps$n")" = "$(losses "$TMP/pp$n$v")" ] && pass "GPU pipe $v at $n rank(s): bitwise sync" \
+        for f in "$TMP/ps$n"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/pp$n${v// /}/ckpt/$(basename "$f")" || ok=0; done
+        [ $ok = 1 ] && [ "$(losses "$TMP/ps$n")" = "$(losses "$TMP/pp$n${v// /}")" ] && pass "GPU pipe $v at $n rank(s): bitwise sync" \
             || fail "GPU pipe $v at $n rank(s) differs from sync"
     done
 done

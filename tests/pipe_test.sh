@@ -10,6 +10,10 @@
 #  - --emb-place host (owners' shards in host memory) gives the same bits;
 #  - --micro-batches M (Frozen-Window Pipelining): pipe bitwise its synchronous twin, following the
 #    whole batch within rounding; --cluster-keys keeps NE within 0.1% and reports the rows moved;
+#  - --emb-priority (FreeScale): only the exclusive rows move ahead, the collision rows after the
+#    update: bitwise sync and pipe (1, 2, 4 ranks; host placement, graphs, sparse Adam, FWP); the
+#    trace shows the exclusive rows moved before the step's update and the collision rows' all-to-all
+#    first on the comm lane after it;
 #  - metrics.jsonl: rows moved and re-synced per step, exposed transfer %; clear refusals.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
@@ -98,6 +102,52 @@ process.exit(inside === 5 && own === 0 ? 0 : 1);' "$TMP/t.json" > "$TMP/tr.txt" 
 grep -q '"exposed_pct":' "$TMP/t/metrics.jsonl" && grep -q '"rows_moved":' "$TMP/t/metrics.jsonl" \
     && pass "metrics.jsonl: $(sed -n 3p "$TMP/t/metrics.jsonl" | grep -o '"rows_moved":[0-9]*,"rows_resynced":[0-9]*' ), exposed_pct" \
     || fail "metrics.jsonl lacks rows_moved / exposed_pct"
+
+# FreeScale's collision-first exchange (--emb-priority): the next batch's exclusive rows move while
+# the step trains, its collision rows only after the step's update, first on the comm lane
+for n in 1 2 4; do
+    run prio$n "${MPI[@]}" -np $n $NB train "${C[@]}" --schedule pipe --emb-priority --out "$TMP/prio$n"
+    all_same "$TMP/sync$n" "$TMP/prio$n" && all_same "$TMP/pipe$n" "$TMP/prio$n" \
+        && pass "$n rank(s): pipe --emb-priority is bitwise sync and pipe" || fail "$n rank(s): pipe --emb-priority differs"
+done
+for v in "--emb-place host" "--graphs" "--emb-optim adam"; do
+    tag=$(echo "$v" | tr -dc 'a-z')
+    ref=$TMP/sync2; [ "$tag" = emboptimadam ] && ref=$TMP/sync-adam
+    run prio-$tag "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --emb-priority $v --out "$TMP/prio-$tag"
+    all_same "$ref" "$TMP/prio-$tag" && pass "2 ranks, pipe --emb-priority $v: bitwise sync" || fail "2 ranks, pipe --emb-priority $v differs"
+done
+run prio-fwp "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --emb-priority --micro-batches 2 --out "$TMP/prio-fwp"
+all_same "$TMP/fwp-sync2" "$TMP/prio-fwp" && pass "2 ranks, --micro-batches 2, pipe --emb-priority: bitwise sync" || fail "FWP + --emb-priority differs"
+ahead=$(grep -o '"rows_ahead":[0-9]*' "$TMP/prio2/metrics.jsonl" | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
+moved=$(grep -o '"rows_moved":[0-9]*' "$TMP/prio2/metrics.jsonl" | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
+rsync=$(grep -o '"rows_resynced":[0-9]*' "$TMP/prio2/metrics.jsonl" | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
+[ "$rsync" -gt 0 ] && [ "$ahead" -eq $((moved - rsync)) ] \
+    && pass "--emb-priority: $ahead rows moved ahead over 20 steps, $rsync (the collisions) only after the update; pipe alone moves all $moved ahead" \
+    || fail "--emb-priority: rows ahead $ahead, moved $moved, re-synced $rsync"
+run prio-trace "${MPI[@]}" -np 2 $NB train "${C[@]}" --schedule pipe --emb-priority --steps 6 --eval-every 0 --no-ckpt --trace "$TMP/tp.json" --out "$TMP/tp"
+python3 - "$TMP/tp.json" > "$TMP/tp.txt" 2>&1 <<'PY' && pass "trace, --emb-priority: $(cat "$TMP/tp.txt")" || fail "trace, --emb-priority: $(cat "$TMP/tp.txt")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+lanes = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+X = [e for e in ev if e.get("ph") == "X"]
+comm = sorted((e for e in X if lanes.get(e["tid"]) == "comm"), key=lambda e: e["ts"])
+early = first = 0
+for s in range(1, 5):
+    upd = [e for e in X if e["args"].get("step") == s and e["name"] == "embedding optim"]
+    ex = [e for e in X if e["args"].get("step") == s and e["name"] == "exclusive rows all-to-all (next)"]
+    if not upd:
+        continue
+    end = max(u["ts"] + u["dur"] for u in upd)
+    if ex and all(e["ts"] + e["dur"] <= end for e in ex):
+        early += 1
+    after = [e for e in comm if e["ts"] >= end]
+    if after and after[0]["name"] == "resync all-to-all":
+        first += 1
+print(f"in {early} of 4 steps the next batch's exclusive rows moved before the step's update; in {first} of 4 the collision rows' all-to-all was the comm lane's first op after it")
+sys.exit(0 if early == 4 and first == 4 else 1)
+PY
+expect_error "--emb-priority without pipe" "add --schedule pipe with --emb-priority" $NB train "${C[@]}" --emb-priority --steps 1
 
 expect_error "pipe for a transformer" "does not run transformer models" $NB train --model gpt2-tiny --schedule pipe --steps 1
 expect_error "pipe with --emb-shard none" "fetches the rows through the sharded" $NB train "${C[@]}" --schedule pipe --emb-shard none --steps 1

@@ -101,6 +101,12 @@ struct nb_sc_stage {
     int64_t *h_resync_src, *h_resync_pos, *h_resync_dst;
     int nresync_out, nresync_in;
     int64_t *d_resync_src, *d_resync_dst;
+    /* --emb-priority (pipelined): only the exclusive rows (those the batch before does not update)
+     * move while that batch trains; the collision rows come only after its update (the re-sync).
+     * Owner: the exclusive rows per asker (local rows); asker: where they go in work */
+    size_t *excl_out, *excl_out_displ, *excl_in, *excl_in_displ; /* [world] */
+    int64_t *h_excl_src, *h_excl_dst, *d_excl_src, *d_excl_dst;
+    int nexcl_out, nexcl_in;
 };
 
 static nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
@@ -355,6 +361,14 @@ static void layout_stage_shard(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage
         s->d_resync_src = on_cpu(m) ? s->h_resync_src : take(m, AR_DEV, NS * sizeof(int64_t));
         s->d_resync_dst = on_cpu(m) ? s->h_resync_dst : take(m, AR_DEV, NLK * sizeof(int64_t));
     }
+    if (m->priority) {
+        s->excl_out = take(m, AR_HOST, 4 * N * sizeof(size_t));
+        s->excl_out_displ = s->excl_out + N, s->excl_in = s->excl_out + 2 * N, s->excl_in_displ = s->excl_out + 3 * N;
+        s->h_excl_src = take(m, AR_PIN, NS * sizeof(int64_t));
+        s->h_excl_dst = take(m, AR_PIN, NLK * sizeof(int64_t));
+        s->d_excl_src = on_cpu(m) ? s->h_excl_src : take(m, AR_DEV, NS * sizeof(int64_t));
+        s->d_excl_dst = on_cpu(m) ? s->h_excl_dst : take(m, AR_DEV, NLK * sizeof(int64_t));
+    }
     if (on_cpu(m)) {
         s->d_serve = s->h_serve, s->d_serve_off = s->h_serve_off;
     } else if (dev) {
@@ -449,6 +463,7 @@ static void layout_state(nb_sc_model *m) {
         if (m->pipelined) {
             m->d_resync_rows = F32(m, NS);
             m->d_resync_in = F32(m, NU);
+            if (m->priority) m->d_excl_in = F32(m, NU);
             m->d_iota = take(m, AR_DEV, max_lookups(m) * sizeof(int64_t));
             m->h_iota = on_cpu(m) ? m->d_iota : take(m, AR_PIN, max_lookups(m) * sizeof(int64_t));
             m->own_bits = take(m, AR_HOST, ((size_t)m->emb_rows / 64 + 1) * sizeof(uint64_t));
@@ -559,6 +574,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     plan_shard(m, po->shard.world > 0 ? &po->shard : NULL);
     if (sharded(m)) m->wins = nb_calloc(NB_SC_RING, sizeof(nb_sc_window), "seqctr windows");
     m->pipelined = po->pipelined && sharded(m);
+    m->priority = po->priority && m->pipelined;
     m->host_tables = po->host_tables && sharded(m);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
@@ -757,6 +773,8 @@ void nb_sc_prepare_part(nb_sc_model *m, const nb_sc_batch *b, int part, int npar
 
 int nb_sc_first_part(const nb_sc_model *m) { return !m->stage || m->stage->part == 0; }
 
+int nb_sc_rows_ahead(const nb_sc_model *m) { return m->stage && m->priority ? m->stage->nexcl_in : -1; }
+
 void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced) {
     *distinct = m->stage ? m->stage->nuniq : 0;
     *resynced = m->stage && m->pipelined ? m->stage->nresync_in : 0;
@@ -850,18 +868,23 @@ static void find_collisions(nb_sc_model *m, nb_sc_stage *s) {
     uint64_t *bits = m->own_bits; /* the previous window's rows, one bit per row of the shard */
     if (prev)
         for (int u = 0; u < prev->nown; u++) bits[prev->h_own[u] >> 6] |= 1ULL << (prev->h_own[u] & 63);
+    int x = 0; /* --emb-priority: the exclusive rows, sent ahead */
     for (int j = 0; j < N; j++) {
         s->resync_out_displ[j] = (size_t)c;
-        if (prev)
-            for (size_t q = 0; q < s->served[j]; q++) {
-                int64_t row = s->h_serve[s->served_displ[j] + q];
-                if (!(bits[row >> 6] >> (row & 63) & 1)) continue;
+        if (m->priority) s->excl_out_displ[j] = (size_t)x;
+        for (size_t q = 0; q < s->served[j]; q++) {
+            int64_t row = s->h_serve[s->served_displ[j] + q];
+            if (prev && bits[row >> 6] >> (row & 63) & 1) {
                 s->h_resync_src[c] = row;
                 s->h_resync_pos[c++] = (int64_t)q;
+            } else if (m->priority) {
+                s->h_excl_src[x++] = row;
             }
+        }
         s->resync_out[j] = (size_t)c - s->resync_out_displ[j];
+        if (m->priority) s->excl_out[j] = (size_t)x - s->excl_out_displ[j];
     }
-    s->nresync_out = c;
+    s->nresync_out = c, s->nexcl_out = x;
     if (prev)
         for (int u = 0; u < prev->nown; u++) bits[prev->h_own[u] >> 6] = 0;
 }
@@ -886,6 +909,24 @@ void nb_sc_set_resync(nb_sc_model *m, const int64_t *pos, const size_t *counts) 
         }
     }
     s->nresync_in = (int)n;
+    if (!m->priority) return;
+    size_t x = 0, at = 0;
+    for (int j = 0; j < m->shard.world; j++) { /* positions are increasing per owner (find_collisions' order) */
+        s->excl_in_displ[j] = x;
+        size_t q = 0, end = at + counts[j];
+        for (size_t p = 0; p < s->asked[j]; p++) {
+            if (at + q < end && (size_t)pos[at + q] == p) {
+                q++;
+                continue;
+            }
+            s->h_excl_dst[x++] = ((int64_t)s->asked_displ[j] + (int64_t)p) * E;
+        }
+        NB_CHECK(q == counts[j], "this is a bug in nobubble; please report it", "rank %d: owner %d's collision positions are not increasing",
+                 m->shard.rank, j);
+        s->excl_in[j] = x - s->excl_in_displ[j];
+        at = end;
+    }
+    s->nexcl_in = (int)x;
 }
 
 void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x) {
@@ -895,7 +936,8 @@ void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x) {
     float *grads_in = m->d_serve_grads + (s->win ? s->win->part_base[s->part] * (size_t)m->cfg.E : 0);
     *x = (nb_sc_exchange){m->d_serve_rows, s->work, m->d_uniq_grads, grads_in, m->d_resync_rows, m->d_resync_in,
                           s->asked, s->asked_displ, s->served, s->served_displ,
-                          s->resync_out, s->resync_out_displ, s->resync_in, s->resync_in_displ};
+                          s->resync_out, s->resync_out_displ, s->resync_in, s->resync_in_displ,
+                          m->d_excl_in, s->excl_out, s->excl_out_displ, s->excl_in, s->excl_in_displ};
 }
 
 /* Evaluation batches: the stage after the ring, which no training batch uses. */
@@ -1002,6 +1044,9 @@ static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (!m->pipelined) return;
     be->to_backend(c, s->d_resync_src, s->h_resync_src, (size_t)s->nresync_out * sizeof(int64_t));
     be->to_backend(c, s->d_resync_dst, s->h_resync_dst, (size_t)s->nresync_in * sizeof(int64_t));
+    if (!m->priority) return;
+    be->to_backend(c, s->d_excl_src, s->h_excl_src, (size_t)s->nexcl_out * sizeof(int64_t));
+    be->to_backend(c, s->d_excl_dst, s->h_excl_dst, (size_t)s->nexcl_in * sizeof(int64_t));
 }
 
 static void upload_batch(nb_sc_model *m, nb_ctx c) { upload_stage(m, c, m->stage); }
@@ -1009,18 +1054,29 @@ static void upload_batch(nb_sc_model *m, nb_ctx c) { upload_stage(m, c, m->stage
 /* Sharded: the rows the askers want, from this owner's shard, fp32 (the all-to-all moves them). */
 /* The owner's lookups: on the device, or (host tables) on the host into pinned memory, then
  * copied up (serve_up). The host reads its own lists (h_), the device its copies. */
-static void serve_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+/* ahead: the next batch's lookups while the step trains (with --emb-priority its exclusive rows only,
+ * packed: the offsets j * E of the served list serve as theirs) */
+static void serve_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s, int ahead) {
+    int excl = ahead && m->priority, n = excl ? s->nexcl_out : s->nserve;
+    const int64_t *h_rows = excl ? s->h_excl_src : s->h_serve, *d_rows = excl ? s->d_excl_src : s->d_serve;
     if (host_tables(m))
-        nb_ctr_ops_cpu.emb_gather(c, m->h_serve_rows, s->h_serve_off, m->d_emb, s->h_serve, s->nserve, m->cfg.E);
+        nb_ctr_ops_cpu.emb_gather(c, m->h_serve_rows, s->h_serve_off, m->d_emb, h_rows, n, m->cfg.E);
     else
-        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, s->d_serve, s->nserve, m->cfg.E);
+        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, d_rows, n, m->cfg.E);
 }
 
-static void serve_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
-    if (host_tables(m)) m->be->to_backend(c, m->d_serve_rows, m->h_serve_rows, (size_t)s->nserve * m->cfg.E * sizeof(float));
+static void serve_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s, int ahead) {
+    size_t n = (size_t)(ahead && m->priority ? s->nexcl_out : s->nserve);
+    if (host_tables(m)) m->be->to_backend(c, m->d_serve_rows, m->h_serve_rows, n * m->cfg.E * sizeof(float));
 }
 
-static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage); }
+/* --emb-priority, after the exclusive rows' all-to-all: into their places in the next batch's work */
+static void fetch_apply(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    if (!m->priority || !s->nexcl_in) return;
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, s->work, s->d_excl_dst, m->d_excl_in, m->d_iota, s->nexcl_in, m->cfg.E);
+}
+
+static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage, 0); }
 
 /* Pipelined, once the step's table update is done: the next batch's collision rows, from this
  * owner's updated shard, to send again (the offsets j * E of the served list serve as theirs). */
@@ -1050,8 +1106,9 @@ void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase)
     NB_CHECK(s != NULL, "this is a bug in nobubble; please report it", "seqctr: a next-batch phase without a next batch");
     switch (phase) {
     case NB_SC_FWD_UPLOAD: upload_stage(m, c, s); break;
-    case NB_SC_EMB_SERVE: serve_stage(m, c, s); break;
-    case NB_SC_EMB_SERVE_UP: serve_up(m, c, s); break;
+    case NB_SC_EMB_SERVE: serve_stage(m, c, s, 1); break;
+    case NB_SC_EMB_SERVE_UP: serve_up(m, c, s, 1); break;
+    case NB_SC_FETCH_APPLY: fetch_apply(m, c, s); break;
     case NB_SC_RESYNC_SERVE: resync_serve(m, c, s); break;
     case NB_SC_RESYNC_UP: resync_up(m, c, s); break;
     case NB_SC_RESYNC_APPLY: resync_apply(m, c, s); break;
@@ -1425,7 +1482,8 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
 static const char *PHASE_NAMES[NB_SC_NPHASES] = {
     "batch upload", "embedding serve", "embedding serve up", "embedding fwd", "history fwd",   "dense fwd",
     "dense bwd",    "join bwd",        "history bwd",        "bottom bwd",    "dense optim",   "embedding bwd",
-    "embedding sum down", "embedding sum", "resync serve",   "resync up",     "resync apply",  "embedding optim"};
+    "embedding sum down", "embedding sum", "resync serve",   "resync up",     "resync apply",  "embedding optim",
+    "rows apply"};
 
 int nb_sc_phase_on_host(const nb_sc_model *m, int p) {
     return host_tables(m) && (p == NB_SC_EMB_SERVE || p == NB_SC_EMB_SUM || p == NB_SC_OPT_EMB || p == NB_SC_RESYNC_SERVE);
@@ -1440,7 +1498,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     switch (p) {
     case NB_SC_FWD_UPLOAD: upload_batch(m, c); break;
     case NB_SC_EMB_SERVE: serve_rows(m, c); break;
-    case NB_SC_EMB_SERVE_UP: serve_up(m, c, m->stage); break;
+    case NB_SC_EMB_SERVE_UP: serve_up(m, c, m->stage, 0); break;
     case NB_SC_EMB_SUM_DOWN: sum_down(m, c); break;
     case NB_SC_EMB_SUM: sum_served(m, c); break;
     case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
@@ -1456,6 +1514,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_RESYNC_SERVE: /* the next batch's (nothing without one) */
     case NB_SC_RESYNC_UP:
     case NB_SC_RESYNC_APPLY:
+    case NB_SC_FETCH_APPLY:
         if (m->next) nb_sc_enqueue_next_phase(m, c, p);
         break;
     default: NB_ASSERT(0);

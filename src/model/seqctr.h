@@ -121,6 +121,10 @@ typedef struct {
     float *serve_rows, *work, *uniq_grads, *serve_grads, *resync_rows, *resync_in;
     const size_t *asked, *asked_displ, *served, *served_displ;
     const size_t *resync_out, *resync_out_displ, *resync_inn, *resync_in_displ;
+    /* --emb-priority: the next batch's exclusive rows (owner serve_rows, packed -> excl_in, then
+     * NB_SC_FETCH_APPLY scatters them into work) */
+    float *excl_in;
+    const size_t *excl_out, *excl_out_displ, *excl_inn, *excl_in_displ;
 } nb_sc_exchange;
 
 /* How a model is laid out beyond its shape. */
@@ -139,6 +143,9 @@ typedef struct {
      * Pipelining): the parts share one embedding state; the owners sum the window's gradients and
      * update the tables once, after its last part. 0 or 1: every batch is a window. */
     int parts;
+    /* pipelined, --emb-priority (FreeScale): the next batch's exclusive rows move while the step
+     * trains, its collision rows only after the step's update (bitwise the same rows as without) */
+    int priority;
 } nb_sc_plan_opts;
 
 #define NB_SC_RING 3 /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
@@ -169,6 +176,8 @@ typedef struct {
     int wring;
     float *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
     float *d_resync_rows, *d_resync_in; /* pipelined: the re-synced rows, sent and received */
+    float *d_excl_in;                   /* --emb-priority: the exclusive rows received ahead */
+    int priority;                       /* nb_sc_plan_opts.priority */
     int64_t *d_iota, *h_iota;           /* pipelined: 0, 1, 2, ... (the received rows' order) */
     uint64_t *own_bits;                 /* pipelined: a bit per shard row (the collision test; zero between uses) */
     float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
@@ -318,6 +327,7 @@ typedef enum {
     NB_SC_RESYNC_UP,    /* host tables: those rows copied to the device */
     NB_SC_RESYNC_APPLY, /* and after their all-to-all: into the next batch's work buffer */
     NB_SC_OPT_EMB,    /* sparse optimizer on the touched rows */
+    NB_SC_FETCH_APPLY, /* --emb-priority: the next batch's exclusive rows, after their all-to-all, into its work buffer */
     NB_SC_NPHASES
 } nb_sc_phase;
 void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_phase p, int seg, const nb_sc_optim *o,
@@ -334,6 +344,8 @@ int nb_sc_current_slot(const nb_sc_model *m);
 /* The step's batch: its distinct rows (the rows a sharded batch moves), and (pipelined) how many
  * of them were re-synced after the step before updated them. */
 void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced);
+/* --emb-priority: the step's rows that moved ahead (its exclusive rows); -1 without it. */
+int nb_sc_rows_ahead(const nb_sc_model *m);
 const char *nb_sc_phase_name(nb_sc_phase p);
 /* History rows (with the padding) of the batch the next phases read: the step's graph key. */
 int nb_sc_prepared_rows(const nb_sc_model *m);

@@ -58,7 +58,7 @@ static const field train_fields[] = {
     {"table_cap", F_I64, offsetof(nb_train_opts, table_cap), sizeof(int64_t)}, FI("eval_samples", eval_samples),
     FI("strict", strict), FI("grad_accum", grad_accum), FS("comm", comm), FF("comm_timeout", comm_timeout),
     FI("world", world), FS("emb_shard", emb_shard), FI("pipe_skip_resync", pipe_skip_resync), FS("emb_place", emb_place), FI("cluster_keys", cluster_keys),
-    FS("balance", balance), FI("emulate_ranks", emulate_ranks),
+    FS("balance", balance), FI("emulate_ranks", emulate_ranks), FI("emb_priority", emb_priority),
 };
 #define FIRST_OPTIONAL 21
 #define NFIELDS (sizeof train_fields / sizeof train_fields[0])

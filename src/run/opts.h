@@ -62,6 +62,7 @@ typedef struct nb_train_opts {
      * emulated on one GPU (0: none) */
     char balance[32];
     int emulate_ranks;
+    int emb_priority; /* --schedule pipe: exclusive rows fetched ahead, collision rows after the update */
     float emb_lr;
     int64_t table_cap;
     int eval_samples;

@@ -75,6 +75,7 @@ typedef struct sc_train {
     uint64_t window_pos;       /* the source position of the window being cut into parts */
     long next_u, popped_u;     /* parts prepared, and popped, since the run started (part u = step * M + k) */
     int step_rows, step_resynced; /* the step's parts: distinct rows moved, re-synced */
+    int step_ahead;               /* --emb-priority: those moved ahead (the exclusive ones) */
     size_t *all_asked;            /* [world * world]: rows rank j asks of rank k at j * world + k */
     size_t *served, *asked_displ, *served_displ, *cnt; /* [world] each; cnt [4 * world] elements */
     int64_t *recv_ids;            /* [max_served] */
@@ -244,6 +245,11 @@ static void hook_rows_next(nb_run *r, nb_lane *lane, int step, void *arg) {
     if (!t->m.next) return;
     nb_sc_exchange x;
     nb_sc_exchange_of(&t->m, NB_SC_NEXT, &x);
+    if (t->m.priority) { /* the exclusive rows only: the collision rows come after the step's update */
+        element_counts(t, x.excl_out, x.excl_out_displ, x.excl_inn, x.excl_in_displ);
+        all_to_all_on(r, lane, x.serve_rows, x.excl_in, t->cnt, "exclusive rows all-to-all (next)");
+        return;
+    }
     element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
     all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all (next)");
 }
@@ -308,6 +314,7 @@ static void build_items(nb_run *r, sc_train *t) {
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
         if (t->m.host_tables) add_next(&it->next, t, NB_SC_EMB_SERVE_UP, "embedding serve up (next)");
         nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
+        if (t->m.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
         add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
         if (t->m.host_tables) add_next(&it->resync, t, NB_SC_RESYNC_UP, "resync up");
         nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
@@ -416,6 +423,10 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
              "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
     NB_CHECK(!host || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --emb-place host",
              "--emb-place host keeps each owner's shard on its host: the tables go through the sharded exchange");
+    NB_CHECK(!o->emb_priority || t->pipelined, "add --schedule pipe with --emb-priority",
+             "--emb-priority orders the rows the pipe schedule fetches ahead: exclusive rows early, collision rows after the update");
+    NB_CHECK(!o->emb_priority || !o->pipe_skip_resync, "drop --pipe-skip-resync with --emb-priority",
+             "with --emb-priority the collision rows arrive only through the re-sync");
     NB_CHECK(!t->pipelined || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --schedule pipe",
              "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
     NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
@@ -455,7 +466,8 @@ static void sc_init(nb_run *r) {
     plan_ranks(r, t, mc.max_len);
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
-                          .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M};
+                          .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M,
+                          .priority = o->emb_priority};
     nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     print_memory(r, t);
@@ -745,6 +757,7 @@ static void pop_part(nb_run *r, sc_train *t, int step) {
     int distinct, resynced;
     nb_sc_batch_rows(&t->m, &distinct, &resynced);
     t->step_rows += distinct, t->step_resynced += resynced;
+    if (t->m.priority) t->step_ahead += nb_sc_rows_ahead(&t->m);
 }
 
 static void sc_begin_step(nb_run *r, int step) {
@@ -755,7 +768,7 @@ static void sc_begin_step(nb_run *r, int step) {
     t->span_seen = nb_lanes_spans(r->lanes, &sp);
     t->part_k = 0, t->step_shared_s = 0;
     if (!t->next_u) t->next_u = t->popped_u = (long)step * t->M; /* a resumed run starts at its step */
-    t->step_rows = t->step_resynced = 0;
+    t->step_rows = t->step_resynced = t->step_ahead = 0;
     pop_part(r, t, step);
     t->step = step;
     /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */
@@ -892,6 +905,7 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
     if (t->sharded) { /* this rank's step (its parts): the distinct rows it fetched, and those fetched again */
         nb_json_kint(w, "rows_moved", t->step_rows);
         if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
+        if (t->m.priority) nb_json_kint(w, "rows_ahead", t->step_ahead);
     }
     if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
     if (t->emulate || r->world > 1) { /* the ranks' compute (busy) times of this step */
