@@ -7,7 +7,7 @@
 # Synthetic Pareto history lengths (synth hist_alpha, hist_scale) capped at 8K and 16K; for each cap
 # and N: --balance none (slices in data order), fbs, vbs (the cost model as given, default 1.5:16), and
 # vbs with the exponent and C0 that the none run's cost fit printed (the measured cost of these kernels).
-#   bash bench/balance_bench.sh [--no-build] [--device cuda|cpu] [--steps 20] [--batch 2048]
+#   bash bench/balance_bench.sh [--no-build] [--device cuda|cpu] [--steps 40] [--batch 2048]
 #        [--ranks 4,8] [--caps 8192,16384] [--vbs vbs:1.5:16] [--small]
 #   --small: caps of 256, B = 64 (a smoke run of the script on a CPU machine)
 #   --e2e: instead, end to end with 2 real ranks (mpirun; on one GPU they share it over --comm host)
@@ -20,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "balance_bench.sh: $*" >&2; exit 1; }
-build=1 steps=20 batch=2048 device=cuda ranks=4,8 caps=8192,16384 vbs=vbs small=0 e2e=0 alpha=1.2 scale=64
+build=1 steps=40 batch=2048 device=cuda ranks=4,8 caps=8192,16384 vbs=vbs small=0 e2e=0 alpha=1.2 scale=64
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -64,7 +64,7 @@ if [ $e2e = 1 ]; then
     exit 0
 fi
 {
-    echo "| max len | ranks | balance | emulated p90 step ms | emulated p90 samples/s | straggler % | bubble % | bubble vs none |"
+    echo "| max len | ranks | balance | emulated p90 step ms | emulated p90 samples/s | straggler % mean / median | bubble % mean / median | bubble vs none (mean / median) |"
     echo "|---|---|---|---|---|---|---|---|"
 } > "$OUT/table.md"
 for cap in ${caps//,/ }; do
@@ -81,10 +81,11 @@ for cap in ${caps//,/ }; do
                 --emulate-ranks "$n" --balance "$b" --out "$OUT/$tag" >"$log" 2>&1 \
                 || { echo "| $cap | $n | $b | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | |" >> "$OUT/table.md"; continue; }
             read -r ms sps < <(sed -n 's/^emulated steps=[0-9]* p90_step_ms=\([0-9.]*\) median_step_ms=[0-9.]* p90_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
-            read -r st bu < <(sed -n 's/^ranks: .*straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\).*/\1 \2/p' "$log")
+            read -r st bu mst mbu < <(sed -n 's/^ranks: .* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\) .*median_straggler_pct=\([0-9.]*\) median_rank_bubble_pct=\([0-9.]*\).*/\1 \2 \3 \4/p' "$log")
+            [ "$b" = none ] && none_mbu=$mbu
             [ "$b" = none ] && none_bub=$bu && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
-            cut=$(awk -v a="$none_bub" -v b="$bu" 'BEGIN {if (a + 0 > 0) printf "%.0f%% fewer", 100 * (a - b) / a; else print "-"}')
-            echo "| $cap | $n | $b | $ms | $sps | $st | $bu | $cut |" >> "$OUT/table.md"
+            cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')
+            echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"
         done
     done

@@ -69,6 +69,8 @@ typedef struct sc_train {
     double step_shared_s; /* the step's communication and common phases (busy seconds) */
     double strag_sum, rank_bubble_sum, step_strag, step_rank_bubble, step_emul_s, step_max_s, step_mean_s;
     double *emul_secs;
+    double *strag_steps, *bubble_steps; /* per measured step, for the medians */
+    int nstrag;
     /* the cost fit's records (emulated ranks): per part, samples, time and sum of L^a per exponent */
     double *fit;
     int nfit, fit_cap;
@@ -482,6 +484,8 @@ static void sc_init(nb_run *r) {
     t->part_s = nb_calloc(2 * (size_t)t->M, sizeof(double), "part times");
     t->part_nh = t->part_s + t->M;
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
+    t->strag_steps = nb_calloc(2 * (size_t)o->steps, sizeof(double), "straggler times");
+    t->bubble_steps = t->strag_steps + o->steps;
     if (t->emulate) {
         t->fit_cap = o->steps * t->M;
         t->fit = nb_malloc((size_t)t->fit_cap * (FIT_NA + 2) * sizeof(double), "the cost fit");
@@ -554,7 +558,7 @@ static void sc_free(nb_run *r) {
     nb_ctr_batch_free(&t->batch);
     nb_ctr_batch_free(&t->window);
     nb_sc_placer_free(&t->place);
-    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit);
+    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit), free(t->strag_steps);
     if (t->samples_log) fclose(t->samples_log);
     free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
     free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
@@ -734,7 +738,10 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
     t->step_emul_s = sync, t->step_max_s = mx, t->step_mean_s = mean;
     if (t->emulate && step >= nb_step_warmup(r->o.steps) && t->nfit >= t->M)
         for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * (FIT_NA + 2) + 1] = t->part_s[k];
-    if (step >= nb_step_warmup(r->o.steps)) t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
+    if (step >= nb_step_warmup(r->o.steps)) {
+        t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
+        if (t->nstrag < r->o.steps) t->strag_steps[t->nstrag] = t->step_strag, t->bubble_steps[t->nstrag++] = t->step_rank_bubble;
+    }
     free(all);
 }
 
@@ -1119,10 +1126,26 @@ static void print_cost_fit(const sc_train *t) {
 
 /* The ranks' compute: straggler and idle shares; for emulated ranks the synchronous step they
  * stand for, and the cost fit of their shares' times. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n) {
+    if (n <= 0) return 0;
+    double *c = nb_malloc((size_t)n * sizeof *c, "a median");
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
 static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
-    printf("ranks: %d%s, straggler_pct=%.2f rank_bubble_pct=%.2f (mean over %d steps; straggler = (max - mean) / max of "
-           "the ranks' compute)\n", t->emulate ? t->emulate : r->world, t->emulate ? " emulated (one GPU, one after another)" : "",
-           t->strag_sum / measured, t->rank_bubble_sum / measured, measured);
+    printf("ranks: %d%s, straggler_pct=%.2f rank_bubble_pct=%.2f (mean over %d steps), median_straggler_pct=%.2f "
+           "median_rank_bubble_pct=%.2f; straggler = (max - mean) / max of the ranks' compute\n", t->emulate ? t->emulate : r->world,
+           t->emulate ? " emulated (one GPU, one after another)" : "", t->strag_sum / measured, t->rank_bubble_sum / measured,
+           measured, median_of(t->strag_steps, t->nstrag), median_of(t->bubble_steps, t->nstrag));
     if (!t->emulate) return;
     nb_step_times st = nb_step_times_of(t->emul_secs, t->nsteps);
     if (st.n)
