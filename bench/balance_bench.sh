@@ -55,7 +55,7 @@ if [ $e2e = 1 ]; then
             --emb-place host --emb-shard row "${f[@]}" --out "$OUT/e2e-$row" >"$log" 2>&1 \
             || { echo "| $row | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | |" >> "$OUT/e2e.md"; continue; }
         read -r p90 med < <(sed -n 's/^throughput steps=[0-9]* warmup=[0-9]* p90_samples_per_s=\([0-9]*\) median_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
-        read -r st bu < <(sed -n 's/^ranks: .*straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\).*/\1 \2/p' "$log")
+        read -r st bu < <(sed -n 's/^ranks: [^=]* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\).*/\1 \2/p' "$log")
         ex=$(awk -F'[,:{}]' '{ for (i = 1; i < NF; i++) if ($i == "\"exposed_pct\"") { e += $(i + 1); n++ } } END { printf "%.1f", n ? e / n : 0 }' "$OUT/e2e-$row/metrics.jsonl")
         echo "| $row | $p90 | $med | $st | $bu | $ex |" >> "$OUT/e2e.md"
     done
@@ -81,7 +81,7 @@ for cap in ${caps//,/ }; do
                 --emulate-ranks "$n" --balance "$b" --out "$OUT/$tag" >"$log" 2>&1 \
                 || { echo "| $cap | $n | $b | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | |" >> "$OUT/table.md"; continue; }
             read -r ms sps < <(sed -n 's/^emulated steps=[0-9]* p90_step_ms=\([0-9.]*\) median_step_ms=[0-9.]* p90_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
-            read -r st bu mst mbu < <(sed -n 's/^ranks: .* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\) .*median_straggler_pct=\([0-9.]*\) median_rank_bubble_pct=\([0-9.]*\).*/\1 \2 \3 \4/p' "$log")
+            read -r st bu mst mbu < <(sed -n 's/^ranks: [^=]* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\) .*median_straggler_pct=\([0-9.]*\) median_rank_bubble_pct=\([0-9.]*\).*/\1 \2 \3 \4/p' "$log")
             [ "$b" = none ] && none_mbu=$mbu
             [ "$b" = none ] && none_bub=$bu && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
             cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')

@@ -48,8 +48,8 @@ for b in none fbs vbs; do
     awk -v w="$worst" 'BEGIN {exit !(w < 1e-5)}' && pass "--emulate-ranks 4 --balance $b follows 4 real ranks (worst loss rel diff $worst)" \
         || fail "emulated 4 ranks $b vs real: loss rel diff $worst"
 done
-s_none=$(grep -o 'straggler_pct=[0-9.]*' "$TMP/emu-none.log" | cut -d= -f2)
-s_vbs=$(grep -o 'straggler_pct=[0-9.]*' "$TMP/emu-vbs.log" | cut -d= -f2)
+s_none=$(grep -o ' straggler_pct=[0-9.]*' "$TMP/emu-none.log" | cut -d= -f2)
+s_vbs=$(grep -o ' straggler_pct=[0-9.]*' "$TMP/emu-vbs.log" | cut -d= -f2)
 grep -q '^emulated steps=' "$TMP/emu-vbs.log" && grep -q '"straggler_pct"' "$TMP/emu-vbs/metrics.jsonl" \
     && pass "emulated ranks: straggler none ${s_none}% vbs ${s_vbs}%, the emulated step and metrics.jsonl's straggler_pct" \
     || fail "emulated ranks: no straggler report"
