@@ -9,7 +9,8 @@
 #     --budget S      no run starts that would end later than S seconds after the start [540]
 # Environment: OUT (results; default bench/results/<date>-<host>/seqctr), NB_BUILD [build],
 #   PYTHON [python3], SPEC [synth:cap=1000000,max_len=256], EMB [64], MAX_LEN [256],
-#   TABLE_CAP [1000000]; DEVICE [cuda] and DTYPE [bf16]: DEVICE=cpu DTYPE=fp32 checks the script
+#   TABLE_CAP [1000000], NB_FLAGS (nobubble's extra flags) [--graphs: the step captured once and
+#   replayed, its fastest mode]; DEVICE [cuda] and DTYPE [bf16]: DEVICE=cpu DTYPE=fp32 checks the script
 #   on a machine without a GPU (Debian's torch 1.13: PYTHON=/usr/bin/python3; no compile there).
 # Writes to $OUT: build.log, dump.log, nb-b<B>/ (train.log, metrics.jsonl), nobubble.jsonl and
 # torch.jsonl (one JSON line per run), torch.log, table.md; prints the table last.
@@ -110,7 +111,7 @@ for B in ${batches//,/ }; do
     fi
     # --out in $TMP: the run ends with a checkpoint of every embedding table (GBs at these sizes)
     timeout "$t" "$NB" train --model seqctr --device "$DEVICE" --data "$SPEC" --emb-dim "$EMB" --max-len "$MAX_LEN" \
-        --table-cap "$TABLE_CAP" --batch "$B" --steps $(( steps + WARM )) --eval-samples 4096 --no-ckpt --out "$TMP/nb-b$B" \
+        --table-cap "$TABLE_CAP" --batch "$B" --steps $(( steps + WARM )) --eval-samples 4096 --no-ckpt --out "$TMP/nb-b$B" ${NB_FLAGS---graphs} \
         >"$dir/train.log" 2>&1
     rc=$?
     cp "$TMP/nb-b$B/metrics.jsonl" "$dir/" 2>/dev/null

@@ -9,6 +9,7 @@
 #   and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
 #   --bench with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
+#   seqctr (bench/seqctr_bench.sh: nobubble --graphs vs PyTorch eager/compile; SC_STEPS, SC_BATCH, SC_BUDGET),
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
 #   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests). The stream runs take env
@@ -51,6 +52,7 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         ranks_gpu) build && OUT=$R/ranks bash bench/ranks_bench.sh --device cuda --comm host ${RANKS_ARGS:---model gpt2 --batch 32 --seq 1024 --steps 12 --warmup 4} ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
         k19) build && { "$NB_BUILD/tests/test_ops_ctr_cuda" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(ok|FAIL)|FAIL|largest" "$R/k19-test.log"; echo "test_ops_ctr_cuda rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops_ctr_cuda" --bench; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
+        seqctr) build && OUT=$R/seqctr bash bench/seqctr_bench.sh --no-build --steps "${SC_STEPS:-100}" --batch "${SC_BATCH:-4096,1024}" --budget "${SC_BUDGET:-280}" ;;
         balance) build && OUT=$R/balance bash bench/balance_bench.sh --no-build ${BAL_ARGS:-} ;;
         balance_e2e) build && OUT=$R/balance bash bench/balance_bench.sh --no-build --e2e ${BAL_E2E_ARGS:---batch 1024 --caps 2048} ;;
         balance_test) build && bash tests/balance_test.sh "$NB_BUILD" ;;
