@@ -6,7 +6,7 @@
 # THIS IS AN EMULATION of N ranks, not N GPUs.
 # Synthetic Pareto history lengths (synth hist_alpha, hist_scale) capped at 8K and 16K; for each cap
 # and N: --balance none (slices in data order), fbs, vbs (the cost model as given, default 1.5:16), and
-# vbs with the exponent and C0 that the none run's cost fit printed (the measured cost of these kernels).
+# vbs with the exponent and C0 that the vbs run's cost fit printed (the measured cost of these kernels).
 #   bash bench/balance_bench.sh [--no-build] [--device cuda|cpu] [--steps 40] [--batch 2048]
 #        [--ranks 4,8] [--caps 8192,16384] [--vbs vbs:1.5:16] [--small]
 #   --small: caps of 256, B = 64 (a smoke run of the script on a CPU machine)
@@ -83,7 +83,10 @@ for cap in ${caps//,/ }; do
             read -r ms sps < <(sed -n 's/^emulated steps=[0-9]* p90_step_ms=\([0-9.]*\) median_step_ms=[0-9.]* p90_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
             read -r st bu mst mbu < <(sed -n 's/^ranks: [^=]* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\) .*median_straggler_pct=\([0-9.]*\) median_rank_bubble_pct=\([0-9.]*\).*/\1 \2 \3 \4/p' "$log")
             [ "$b" = none ] && none_mbu=$mbu
-            [ "$b" = none ] && none_bub=$bu && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
+            [ "$b" = none ] && none_bub=$bu
+            # the cost fit of a run whose shares had different counts (vbs) separates the per-part,
+            # per-sample and per-history costs; equal counts (none, fbs) cannot
+            [ "$b" = "$vbs" ] && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
             cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')
             echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"
