@@ -86,7 +86,7 @@ for cap in ${caps//,/ }; do
             [ "$b" = none ] && none_bub=$bu
             # the cost fit of a run whose shares had different counts (vbs) separates the per-part,
             # per-sample and per-history costs; equal counts (none, fbs) cannot
-            [ "$b" = "$vbs" ] && fitted=$(grep -o -- '--balance vbs:[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f2)
+            [ "$b" = "$vbs" ] && fitted=$(grep '^cost fit: part' "$log" | grep -o -- '--balance vbs:[0-9.]*:[0-9]*' | head -1 | cut -d' ' -f2)
             cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')
             echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"
