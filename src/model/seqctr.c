@@ -463,7 +463,9 @@ static void layout_state(nb_sc_model *m) {
         if (m->pipelined) {
             m->d_resync_rows = F32(m, NS);
             m->d_resync_in = F32(m, NU);
-            if (m->priority) m->d_excl_in = F32(m, NU);
+            /* --emb-priority: the exclusive rows land where the re-synced ones will: the pipe
+             * schedule applies them (emb lane) before the step's update, which the re-sync follows */
+            if (m->priority) m->d_excl_in = m->d_resync_in;
             m->d_iota = take(m, AR_DEV, max_lookups(m) * sizeof(int64_t));
             m->h_iota = on_cpu(m) ? m->d_iota : take(m, AR_PIN, max_lookups(m) * sizeof(int64_t));
             m->own_bits = take(m, AR_HOST, ((size_t)m->emb_rows / 64 + 1) * sizeof(uint64_t));
