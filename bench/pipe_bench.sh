@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=6000000000 graphs="" small=0 parts=4
+build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4
 rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
