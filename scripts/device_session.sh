@@ -6,7 +6,7 @@
 # Stages: gpu_seqctr, gpu_ranks (the GPU test scripts), pipe (bench/pipe_bench.sh, PIPE_ARGS),
 #   ranks_gpu (bench/ranks_bench.sh on the GPU, RANKS_ARGS), builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
 #   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
-#   and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
+#   --sm-free: 2 ranks sharing it over CUDA IPC, 1 nccl rank (IPC and --staged), a counts mismatch; and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
 #   --bench with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
 #   seqctr (bench/seqctr_bench.sh: nobubble --graphs vs PyTorch eager/compile; SC_STEPS, SC_BATCH, SC_BUDGET),
@@ -38,8 +38,11 @@ build() {
 stage() { # NAME: the commands of one stage (output to $R/NAME.log)
     case $1 in
         comm_gpu) build && { M="mpirun -np 2 --oversubscribe --allow-run-as-root"; T=$NB_BUILD/tests/test_comm
+            # the expected failures go to a log first: under pipefail a failing mpirun piped into grep fails the chain
             $T --gpu nccl && $T --gpu host && $M $T --gpu host && $M $T --gpu auto && $M $T --gpu host --bench 100 \
-                && { $M $T --gpu nccl 2>&1 | grep "share a GPU"; } && NB_BUILD=$NB_BUILD bash tests/comm_test.sh; } ;;
+                && $M $T --gpu host --sm-free && $T --gpu nccl --sm-free && $T --gpu nccl --sm-free --staged \
+                && { $M $T --gpu host --sm-free --fail counts --fail-rank 1 --timeout 30 >"$R/smfree_counts.log" 2>&1; grep "counts disagree" "$R/smfree_counts.log"; } \
+                && { $M $T --gpu nccl >"$R/nccl_shared.log" 2>&1; grep "share a GPU" "$R/nccl_shared.log"; } && NB_BUILD=$NB_BUILD bash tests/comm_test.sh; } ;;
         builds) { mkdir -p /tmp/before && tar xzf .before/src.tgz -C /tmp/before \
                     && make -C /tmp/before -j"$(nproc)" BUILD=build $NB_MAKE_FLAGS build/nobubble > "$R/build-before.log" 2>&1; } &
                 build; b=$?; wait $! || { echo "before build failed"; tail -5 "$R/build-before.log"; }; return $b ;;

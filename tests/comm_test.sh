@@ -7,7 +7,8 @@
 #    `timeout` turns a hang into a failure;
 #  - counts that disagree between ranks, and a check that fails on one rank only, are one clear
 #    error (on every rank for the latter);
-#  - torchrun's variables without an MPI launcher: a clear error; WORLD_SIZE=1 runs.
+#  - torchrun's variables without an MPI launcher: a clear error; WORLD_SIZE=1 runs;
+#  - --comm-sm-free on the CPU: a clear error (its GPU runs are scripts/device_session.sh comm_gpu's).
 source "$(dirname "$0")/lib.sh"
 T=$NB_BUILD/tests/test_comm
 [ -x "$T" ] || { echo "no $T (build first)"; exit 1; }
@@ -70,4 +71,6 @@ expect_error torchrun "no MPI launcher started it.*mpirun -np N" env WORLD_SIZE=
 env WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$T" >"$TMP/w1.out" 2>&1 && pass "WORLD_SIZE=1: one process runs" \
     || { fail "WORLD_SIZE=1"; tail "$TMP/w1.out"; }
 expect_error parse "unknown --comm 'nvlink'" "$T" --parse nvlink
+# --comm-sm-free on the CPU (its GPU runs: scripts/device_session.sh comm_gpu)
+expect_error sm_free_cpu "--comm-sm-free is for GPU ranks" "$T" --sm-free
 finish

@@ -5,7 +5,8 @@
 #  - bf16: two GPU ranks give one GPU rank's bits with --grad-accum 2; the same twice; --graphs
 #    gives the eager ranks' bits; --comm auto picks host for ranks sharing a GPU;
 #  - seqctr with the tables sharded over the two ranks: fp32 follows two CPU ranks, bf16 twice and
-#    with --graphs bitwise; one rank through NCCL with one shard gives the unsharded losses;
+#    with --graphs bitwise, and with --comm-sm-free (all-to-alls by CUDA IPC copies); one rank through
+#    NCCL with one shard gives the unsharded losses, with --comm-sm-free too;
 #  - --schedule pipe bitwise the synchronous schedule at 1 and 2 ranks (also --graphs, --emb-priority), and its
 #    next-batch fetch beside the step's compute in the trace of a B=4096 run;
 #  - NCCL with one rank (a communicator of one, the code path of many) gives the bits of a run
@@ -57,7 +58,11 @@ awk -v w="$early" 'BEGIN {exit !(w < 1e-5)}' && pass "seqctr: two GPU ranks (fp3
 run "seqctr: two GPU ranks, bf16" "${MPI[@]}" $NB train "${S[@]}" --device cuda --out "$TMP/sc-a"
 run "seqctr: two GPU ranks, bf16 again" "${MPI[@]}" $NB train "${S[@]}" --device cuda --out "$TMP/sc-b"
 run "seqctr: two GPU ranks, --graphs" "${MPI[@]}" $NB train "${S[@]}" --device cuda --graphs --out "$TMP/sc-g"
-for d in sc-b sc-g; do
+# --comm-sm-free: the rows' and gradients' all-to-alls as CUDA IPC copies between the two ranks
+# (reductions still --comm host): pure data movement, so the bits of the run above
+run "seqctr: two GPU ranks, --comm-sm-free" "${MPI[@]}" $NB train "${S[@]}" --device cuda --comm-sm-free --out "$TMP/sc-sf"
+grep -q "copy engines" "$TMP/run.log" || fail "--comm-sm-free: no 'copy engines' in the ranks line: $(grep ranks "$TMP/run.log")"
+for d in sc-b sc-g sc-sf; do
     ok=1
     for f in "$TMP/sc-a"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/$d/ckpt/$(basename "$f")" || ok=0; done
     [ $ok = 1 ] && [ "$(losses "$TMP/sc-a")" = "$(losses "$TMP/$d")" ] && pass "seqctr: two GPU ranks vs $d: bitwise (dense, optimizer, both shards, losses)" \
@@ -67,6 +72,11 @@ run "seqctr: one GPU rank" $NB train "${S[@]}" --device cuda --out "$TMP/sc-1"
 run "seqctr: one GPU rank, NCCL, sharded" $NB train "${S[@]}" --device cuda --comm nccl --emb-shard row --out "$TMP/sc-1n"
 [ -n "$(losses "$TMP/sc-1")" ] && [ "$(losses "$TMP/sc-1")" = "$(losses "$TMP/sc-1n")" ] \
     && pass "seqctr: one rank through NCCL with the tables as one shard: the unsharded run's losses" || fail "seqctr: one rank NCCL sharded differs"
+run "seqctr: one GPU rank, NCCL, sharded, --comm-sm-free" $NB train "${S[@]}" --device cuda --comm nccl --emb-shard row --comm-sm-free \
+    --out "$TMP/sc-1nf"
+[ -n "$(losses "$TMP/sc-1n")" ] && [ "$(losses "$TMP/sc-1n")" = "$(losses "$TMP/sc-1nf")" ] \
+    && pass "seqctr: one NCCL rank with --comm-sm-free (all-to-alls on its copy-engine lane): the same losses" \
+    || fail "seqctr: one NCCL rank with --comm-sm-free differs"
 
 # --schedule pipe on the GPU: bitwise the synchronous schedule at one rank and at two ranks sharing
 # the GPU, with --graphs too; at a size where the next batch's fetch has compute to hide behind,

@@ -10,7 +10,11 @@
  *  - the process-wide helpers (agree, check, broadcast, barrier).
  * Modes for the shell test: --fail kill|exit|stall|fail|counts|check --fail-rank R (one rank
  * misbehaves in the middle of a run of all-reduces), --timeout S, --parse KIND, --bench MB,
- * --gpu nccl|host (exit 77 without CUDA or a GPU). */
+ * --gpu nccl|host (exit 77 without CUDA or a GPU). --sm-free: the instance moves all-gather and
+ * all-to-all by copy engines (every case above runs on it, plus the sm_free_* cases: random bytes,
+ * zero, uneven and large counts, buffers reused and replaced, ops ordered across its two lanes);
+ * --staged with it takes the host-staged path of several machines even on one. On the CPU,
+ * --sm-free must fail with a hint. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -59,11 +63,19 @@ typedef struct {
     nb_comm *c;
     int gpu;
     int bitwise; /* sums in rank order (mpi, host); nccl: within fp32 rounding */
+    int sm_free; /* all-gather and all-to-all by copy engines */
 } env_t;
 static env_t E;
 
 static void *dev_alloc(size_t bytes) { return E.be->alloc(bytes ? bytes : 1, "test buffer"); }
 static void dev_free(void *p) { E.be->free(p); }
+static void up(void *dev, const void *host, size_t bytes);
+static void *dev_zalloc(size_t bytes) {
+    void *p = dev_alloc(bytes), *z = calloc(1, bytes ? bytes : 1);
+    up(p, z, bytes);
+    free(z);
+    return p;
+}
 static void up(void *dev, const void *host, size_t bytes) {
 #ifdef NB_WITH_CUDA
     if (E.gpu) {
@@ -441,7 +453,7 @@ TEST_CASE(kind_names) {
 
 static void misbehave(const char *mode, int fail_rank, double timeout) {
     const size_t n = 1 << 16;
-    float *buf = calloc(n, 4);
+    float *buf = dev_zalloc(n * 4); /* device memory with --gpu: the failure modes run there too */
     for (int it = 0; it < 4; it++) {
         if (it == 2 && R == fail_rank) {
             fprintf(stderr, "test_comm: rank %d: injecting '%s'\n", R, mode);
@@ -456,12 +468,12 @@ static void misbehave(const char *mode, int fail_rank, double timeout) {
             size_t *a = calloc(4 * (size_t)N, sizeof(size_t));
             for (int j = 0; j < N; j++) a[j] = a[2 * N + j] = 1, a[N + j] = a[3 * N + j] = (size_t)j * 2;
             if (R == fail_rank) a[0] = 2;
-            float *s = calloc(2 * (size_t)N, 4), *r = calloc(2 * (size_t)N, 4);
+            float *s = dev_zalloc(2 * (size_t)N * 4), *r = dev_zalloc(2 * (size_t)N * 4);
             nb_mark_wait_host(nb_comm_all_to_all_v(E.c, s, a, a + N, r, a + 2 * N, a + 3 * N, NB_COMM_F32, "a2av bad"));
         }
         nb_mark_wait_host(nb_comm_all_reduce(E.c, buf, buf, n, NB_COMM_F32, "ar misbehave"));
     }
-    free(buf);
+    dev_free(buf);
 }
 
 /* ---- benchmark: all-reduce of MB megabytes of fp32 (GPU memory with --gpu) ---- */
@@ -550,6 +562,182 @@ TEST_CASE(gpu_repeatable) {
     dev_free(dev);
     free(h), free(a), free(b);
 }
+
+/* ---- --sm-free: all-gather and all-to-all by copy engines (IPC on one machine) ---- */
+
+/* Byte i of what rank `from` sends rank `to` in call `call`: random, never zero (a block that was
+ * not copied keeps the 0x5a sentinel or zeros, and shows). */
+static uint8_t rnd_byte(int call, int from, int to, size_t i) {
+    uint64_t x = (uint64_t)call * 0x9E3779B97F4A7C15ull ^ (uint64_t)from << 48 ^ (uint64_t)to << 40 ^ (uint64_t)i;
+    x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 27, x *= 0x94D049BB133111EBull, x ^= x >> 31;
+    uint8_t b = (uint8_t)(x >> 56);
+    return b ? b : 1;
+}
+
+/* Elements rank a sends rank b in call `call`: zero, small, uneven, or large (3 Mi elements). */
+static size_t sm_count(int call, int a, int b) {
+    static const size_t pick[] = {0, 1, 13, 4099, (size_t)3 << 20};
+    return pick[(size_t)(call * 7 + a * 3 + b * 5 + a * b) % 5];
+}
+
+/* A device buffer that ops reuse, or replace (fresh: freed and allocated again, so that the peers
+ * see a new allocation, often at the same address). */
+typedef struct {
+    char *p;
+    size_t bytes;
+} sm_buf;
+static char *sm_take(sm_buf *b, size_t bytes, int fresh) {
+    if (fresh || !b->p || bytes > b->bytes) {
+        if (b->p) dev_free(b->p);
+        b->p = dev_alloc(bytes);
+        b->bytes = bytes;
+    }
+    return b->p;
+}
+
+/* One all-to-all-v of random bytes; recv starts `off` elements into its allocation, blocks with
+ * gaps (send 3, recv 2 elements) that must keep the sentinel, like the bytes before recv. */
+static void check_sm_a2av(int call, nb_comm_dtype t, sm_buf *S, sm_buf *Rb, int fresh) {
+    const size_t es = nb_comm_dtype_size(t), off = 5 + (size_t)(call % 3) * 17;
+    size_t *sc = calloc(4 * (size_t)N, sizeof(size_t)), *sd = sc + N, *rc = sc + 2 * N, *rd = sc + 3 * N;
+    size_t send_n = 0, recv_n = 0;
+    for (int j = 0; j < N; j++) {
+        sc[j] = sm_count(call, R, j), sd[j] = send_n, send_n += sc[j] + 3;
+        rc[j] = sm_count(call, j, R), rd[j] = recv_n, recv_n += rc[j] + 2;
+    }
+    size_t sbytes = send_n * es, abytes = (off + recv_n) * es;
+    uint8_t *hs = malloc(sbytes), *want = malloc(abytes), *got = malloc(abytes > sbytes ? abytes : sbytes);
+    memset(hs, 0xee, sbytes);
+    for (int j = 0; j < N; j++)
+        for (size_t e = 0; e < sc[j] * es; e++) hs[sd[j] * es + e] = rnd_byte(call, R, j, e);
+    memset(want, 0x5a, abytes);
+    for (int k = 0; k < N; k++)
+        for (size_t e = 0; e < rc[k] * es; e++) want[(off + rd[k]) * es + e] = rnd_byte(call, k, R, e);
+    char *send = sm_take(S, sbytes, fresh), *all = sm_take(Rb, abytes, fresh), *recv = all + off * es;
+    uint8_t *sentinel = malloc(abytes);
+    memset(sentinel, 0x5a, abytes);
+    up(send, hs, sbytes);
+    up(all, sentinel, abytes);
+    nb_mark_wait_host(nb_comm_all_to_all_v(E.c, send, sc, sd, recv, rc, rd, t, "sm a2av"));
+    down(got, all, abytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < abytes; i++) bad += got[i] != want[i];
+    CHECK(bad == 0, "sm-free all-to-all-v call %d (%s, %zu bytes): %zu bytes differ from the expected ones", call,
+          nb_comm_dtype_name(t), abytes, bad);
+    down(got, send, sbytes);
+    CHECK(memcmp(got, hs, sbytes) == 0, "sm-free all-to-all-v call %d changed its send buffer", call);
+    free(sc), free(hs), free(want), free(got), free(sentinel);
+}
+
+/* One all-gather of n random elements per rank, recv `off` elements into its allocation. */
+static void check_sm_all_gather(int call, nb_comm_dtype t, size_t n, int in_place, sm_buf *S, sm_buf *Rb, int fresh) {
+    const size_t es = nb_comm_dtype_size(t), off = 11 + (size_t)(call % 5), b = n * es;
+    const size_t abytes = off * es + b * N + es;
+    uint8_t *want = malloc(abytes), *got = malloc(abytes), *mine = malloc(b + 1);
+    memset(want, 0x5a, abytes);
+    for (int k = 0; k < N; k++)
+        for (size_t e = 0; e < b; e++) want[off * es + (size_t)k * b + e] = rnd_byte(call, k, 0, e);
+    memcpy(mine, want + off * es + (size_t)R * b, b);
+    char *all = sm_take(Rb, abytes, fresh), *recv = all + off * es;
+    char *send = in_place ? recv + (size_t)R * b : sm_take(S, b, fresh);
+    uint8_t *sentinel = malloc(abytes);
+    memset(sentinel, 0x5a, abytes);
+    up(all, sentinel, abytes);
+    up(send, mine, b);
+    nb_mark_wait_host(nb_comm_all_gather(E.c, send, recv, n, t, "sm all-gather"));
+    down(got, all, abytes);
+    CHECK(memcmp(got, want, abytes) == 0, "sm-free all-gather call %d (%s, n=%zu, in_place=%d): wrong bytes", call,
+          nb_comm_dtype_name(t), n, in_place);
+    free(want), free(got), free(mine), free(sentinel);
+}
+
+TEST_CASE(sm_free_moves) {
+    if (!E.sm_free) return;
+    sm_buf S = {0}, Rb = {0}, S2 = {0}, R2 = {0};
+    const nb_comm_dtype types[] = {NB_COMM_U8, NB_COMM_BF16, NB_COMM_F64, NB_COMM_I32, NB_COMM_U8, NB_COMM_F32, NB_COMM_U8};
+    for (int call = 0; call < 7; call++) /* the same buffers (a kept mapping), replaced at call 3 */
+        check_sm_a2av(call, types[call], &S, &Rb, call == 3);
+    const size_t sizes[] = {0, 1, 4097, (size_t)3 << 20};
+    int call = 10;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int ip = 0; ip < 2; ip++, call++) check_sm_all_gather(call, NB_COMM_U8, sizes[k], ip, &S2, &R2, call == 13);
+    check_sm_all_gather(call++, NB_COMM_F64, 999, 0, &S2, &R2, 0);
+    /* every mapping closed after each op (the CUDA docs' lifetime), then kept again */
+    nb_comm_ce_keep_maps = 0;
+    check_sm_a2av(20, NB_COMM_U8, &S, &Rb, 0);
+    check_sm_all_gather(21, NB_COMM_U8, 4097, 1, &S2, &R2, 0);
+    nb_comm_ce_keep_maps = 1;
+    check_sm_a2av(22, NB_COMM_U8, &S, &Rb, 1);
+    /* a reduction on the same instance: still the base kind's */
+    check_all_reduce(NB_COMM_F32, 4099, 0);
+    check_all_reduce(NB_COMM_I64, 1000, 1);
+    dev_free(S.p), dev_free(Rb.p), dev_free(S2.p), dev_free(R2.p);
+}
+
+/* More live recv buffers than a peer's kept mappings: the least recently used are closed and
+ * opened again, with the same results. */
+TEST_CASE(sm_free_many_buffers) {
+    if (!E.sm_free) return;
+    enum { NBUF = 11 };
+    sm_buf bufs[NBUF] = {{0}}, S = {0};
+    for (int round = 0; round < 2; round++)
+        for (int b = 0; b < NBUF; b++) check_sm_all_gather(100 + round * NBUF + b, NB_COMM_U8, 3001, b & 1, &S, &bufs[b], 0);
+    for (int b = 0; b < NBUF; b++) dev_free(bufs[b].p);
+    dev_free(S.p);
+}
+
+/* Enqueued back to back with no wait: an all-reduce reads what the all-to-all wrote (on the other
+ * lane for nccl), an all-gather what the all-reduce wrote; spans of kind COMM on the right lanes. */
+TEST_CASE(sm_free_order_across_lanes) {
+    if (!E.sm_free) return;
+    const size_t n = 1000;
+    float *hs = malloc(n * N * 4), *want = malloc(n * N * 4), *got = malloc(n * N * 4);
+    /* multiples of 1/2 below 32: sums exact in any order (nccl's too) */
+#define SM_VAL(from, to, i) ((float)(((from) * 31 + (to) * 7 + (int)(i)) % 64) * 0.5f)
+    for (int j = 0; j < N; j++)
+        for (size_t i = 0; i < n; i++) hs[j * n + i] = SM_VAL(R, j, i);
+    float *send = dev_alloc(n * N * 4), *recv = dev_alloc(n * N * 4), *gat = dev_alloc(n * N * 4);
+    up(send, hs, n * N * 4);
+    nb_lanes_sync(E.L);
+    nb_lanes_trace_clear(E.L);
+    nb_comm_all_to_all(E.c, send, recv, n, NB_COMM_F32, "sm a2a order");
+    nb_comm_all_reduce(E.c, recv, recv, n * N, NB_COMM_F32, "sm ar after a2a");
+    nb_mark m = nb_comm_all_gather(E.c, recv, gat, n, NB_COMM_F32, "sm ag after ar");
+    nb_mark_wait_host(m);
+    for (int k = 0; k < N; k++) /* recv_q[k n + i] = SM_VAL(k, q, i), summed over q */
+        for (size_t i = 0; i < n; i++) {
+            float v = 0;
+            for (int q = 0; q < N; q++) v += SM_VAL(k, q, i);
+            want[k * n + i] = v;
+        }
+    down(got, recv, n * N * 4);
+    CHECK(memcmp(got, want, n * N * 4) == 0, "the all-reduce did not see the all-to-all's result");
+    down(got, gat, n * N * 4);
+    for (int k = 0; k < N; k++)
+        CHECK(memcmp(got + k * n, want, n * 4) == 0, "gathered block %d is not the all-reduced block 0", k);
+#undef SM_VAL
+    nb_lanes_sync(E.L);
+    int ce = nb_lane_index(nb_comm_lane(E.c)), base = ce;
+    if (nb_comm_get_kind(E.c) == NB_COMM_NCCL) {
+        ce = -1;
+        for (int i = 0; i < nb_lanes_count(E.L); i++)
+            if (!strcmp(nb_lane_name(nb_lanes_get(E.L, i)), "comm-ce")) ce = i;
+        CHECK(ce >= 0, "nccl --sm-free: no lane named comm-ce");
+    }
+    const nb_span *sp = NULL;
+    size_t ns = nb_lanes_spans(E.L, &sp);
+    int seen = 0;
+    for (size_t i = 0; i < ns; i++) {
+        int want_lane = !strcmp(sp[i].name, "sm ar after a2a") ? base : !strncmp(sp[i].name, "sm a", 4) ? ce : -2;
+        if (want_lane == -2) continue;
+        seen++;
+        CHECK(sp[i].lane == want_lane && sp[i].kind == NB_SPAN_COMM, "span '%s' on lane %d (want %d), kind %d", sp[i].name,
+              sp[i].lane, want_lane, sp[i].kind);
+    }
+    CHECK(seen == 3, "%d of the 3 spans recorded", seen);
+    dev_free(send), dev_free(recv), dev_free(gat);
+    free(hs), free(want), free(got);
+}
 #endif
 
 static int gpu_setup(const char *kind) {
@@ -572,10 +760,13 @@ static int gpu_setup(const char *kind) {
     E.gpu = 1;
     E.L = nb_lanes_create("cuda", 4096);
     nb_comm_kind k = nb_comm_kind_parse(kind);
-    E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = k});
+    E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = k, .sm_free = E.sm_free});
     E.bitwise = nb_comm_get_kind(E.c) != NB_COMM_NCCL;
-    nb_comm_printf0("gpu: %s, %d rank%s, comm %s, device %s\n", name, N, N > 1 ? "s" : "",
-                    nb_comm_kind_name(nb_comm_get_kind(E.c)), devs);
+    const char *ce = !E.sm_free                                       ? ""
+                     : nb_comm_ce_staged || nb_comm_local_size() < N ? ", sm-free (host-staged)"
+                                                                     : ", sm-free (CUDA IPC)";
+    nb_comm_printf0("gpu: %s, %d rank%s, comm %s%s, device %s\n", name, N, N > 1 ? "s" : "",
+                    nb_comm_kind_name(nb_comm_get_kind(E.c)), ce, devs);
     return 0;
 #endif
 }
@@ -584,7 +775,7 @@ int main(int argc, char **argv) {
     nb_comm_init(&argc, &argv);
     R = nb_comm_rank(), N = nb_comm_size();
     const char *fail = NULL, *gpu = NULL;
-    int fail_rank = 1;
+    int fail_rank = 1, staged = 0;
     double timeout = 0, bench_mb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fail") && i + 1 < argc) fail = argv[++i];
@@ -592,6 +783,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench_mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu") && i + 1 < argc) gpu = argv[++i];
+        else if (!strcmp(argv[i], "--sm-free")) E.sm_free = 1;
+        else if (!strcmp(argv[i], "--staged")) staged = 1;
         else if (!strcmp(argv[i], "--parse") && i + 1 < argc) {
             printf("%s\n", nb_comm_kind_name(nb_comm_kind_parse(argv[++i])));
             return 0;
@@ -601,6 +794,11 @@ int main(int argc, char **argv) {
         }
     }
     if (timeout > 0) nb_comm_set_timeout(timeout);
+#ifdef NB_WITH_CUDA
+    nb_comm_ce_staged = staged;
+#else
+    (void)staged;
+#endif
     if (gpu) {
         int rc = gpu_setup(gpu);
         if (rc) {
@@ -610,7 +808,7 @@ int main(int argc, char **argv) {
     } else {
         E.be = &nb_backend_cpu;
         E.L = nb_lanes_create("cpu", 4096);
-        E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = NB_COMM_AUTO});
+        E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = NB_COMM_AUTO, .sm_free = E.sm_free}); /* sm_free: fails */
         E.bitwise = 1;
         CHECK(nb_comm_get_kind(E.c) == NB_COMM_MPI, "auto on the CPU picked %s", nb_comm_kind_name(nb_comm_get_kind(E.c)));
     }
@@ -632,6 +830,9 @@ int main(int argc, char **argv) {
 #ifdef NB_WITH_CUDA
         RUN_C(gpu_lanes_order);
         RUN_C(gpu_repeatable);
+        RUN_C(sm_free_moves);
+        RUN_C(sm_free_many_buffers);
+        RUN_C(sm_free_order_across_lanes);
 #endif
     }
     nb_comm_destroy(E.c);

@@ -209,6 +209,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "print only errors and the summary", 0, 0, G_COMMON},
         {"grad-accum", ARG_INT, &o.grad_accum, 0, "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 0, G_RANKS},
         {"comm", ARG_STR, o.comm, sizeof o.comm, "KIND", "auto, mpi (CPU), nccl (a GPU per rank) or host (GPU buffers over MPI)", 0, 0, G_RANKS},
+        {"comm-sm-free", ARG_BOOL, &o.comm_sm_free, 0, NULL, "all-to-all and all-gather over copy engines (CUDA IPC peer copies on one node, host-staged across nodes); reductions stay on --comm", 0, 0, G_RANKS},
         {"comm-timeout", ARG_FLOAT, &o.comm_timeout, 0, "S", "a collective taking longer ends the job, naming the rank it waits for", 0, 0, G_RANKS},
         {"layers", ARG_INT, &mf.layers, 0, "N", "override: transformer layers", 1, 0, G_TF},
         {"dim", ARG_INT, &mf.dim, 0, "N", "override: model width", 1, 0, G_TF},

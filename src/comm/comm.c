@@ -3,7 +3,8 @@
  * An op is checked and copied into a heap record when it is enqueued (so the caller's count
  * arrays can go away), then the lane runs it: mpi on the lane's thread (hostcoll.c), host on the
  * lane's thread with copies through pinned memory (comm_host.c), nccl on the lane's stream
- * (comm_nccl.c; on CUDA a device lane's task runs at enqueue and only launches). The record is
+ * (comm_nccl.c; on CUDA a device lane's task runs at enqueue and only launches). With sm_free,
+ * all-gather and all-to-all-v go to the copy-engine lane instead (comm_peer.c). The record is
  * freed by the task. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -90,6 +91,11 @@ nb_comm *nb_comm_create(nb_lanes *L, const nb_backend_i *be, const nb_comm_opts 
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : nb_comm_timeout();
     c->kind = o->kind == NB_COMM_AUTO ? resolve_auto(be) : o->kind;
     check_kind_fits(c->kind, be);
+    NB_CHECK(!o->sm_free || c->kind != NB_COMM_MPI,
+             "--comm-sm-free is for GPU ranks (--device cuda, --comm host or nccl); drop it on the CPU",
+             "--comm-sm-free moves GPU buffers with copy engines, but backend '%s' keeps its buffers in host memory "
+             "(--comm mpi)",
+             be->name);
     nb_lane_kind want = c->kind == NB_COMM_NCCL ? NB_LANE_DEVICE : NB_LANE_HOST;
     c->lane = o->lane ? o->lane : nb_lane_create(L, o->name ? o->name : "comm", want);
     NB_CHECK(nb_lane_get_kind(c->lane) == want, "this is a bug in nobubble; please report it",
@@ -101,7 +107,7 @@ nb_comm *nb_comm_create(nb_lanes *L, const nb_backend_i *be, const nb_comm_opts 
         c->mpi_comm = nb_comm__dup_mpi();
         nb_hc_init(&c->hc, c->mpi_comm, c->rank, c->size, c->timeout_s);
 #ifdef NB_WITH_CUDA
-        if (c->kind == NB_COMM_HOST) nb_comm_host_create(c);
+        if (c->kind == NB_COMM_HOST) c->impl = nb_comm_stage_create(be);
 #endif
         break;
     case NB_COMM_NCCL:
@@ -111,14 +117,28 @@ nb_comm *nb_comm_create(nb_lanes *L, const nb_backend_i *be, const nb_comm_opts 
         break;
     default: NB_ASSERT(!"comm kind");
     }
+#ifdef NB_WITH_CUDA
+    if (o->sm_free) {
+        if (c->kind == NB_COMM_HOST) {
+            c->ce_lane = c->lane; /* already a host lane with an MPI communicator */
+        } else {
+            char name[40];
+            snprintf(name, sizeof name, "%s-ce", o->name ? o->name : "comm");
+            c->ce_lane = nb_lane_create(L, name, NB_LANE_HOST);
+        }
+        c->ce = nb_comm_ce_create(c);
+    }
+#endif
     return c;
 }
 
 void nb_comm_destroy(nb_comm *c) {
     if (!c) return;
     nb_mark_wait_host(nb_lane_mark(c->lane));
+    if (c->ce_lane && c->ce_lane != c->lane) nb_mark_wait_host(nb_lane_mark(c->ce_lane));
 #ifdef NB_WITH_CUDA
-    if (c->kind == NB_COMM_HOST) nb_comm_host_destroy(c);
+    nb_comm_ce_destroy(c->ce); /* before the staging it may borrow */
+    if (c->kind == NB_COMM_HOST) nb_comm_stage_destroy(c->impl);
 #endif
 #if defined(NB_WITH_CUDA) && defined(NB_WITH_NCCL)
     if (c->kind == NB_COMM_NCCL) nb_comm_nccl_destroy(c);
@@ -131,7 +151,15 @@ void nb_comm_destroy(nb_comm *c) {
 nb_comm_kind nb_comm_get_kind(const nb_comm *c) { return c->kind; }
 nb_lane *nb_comm_lane(nb_comm *c) { return c->lane; }
 void nb_comm_set_step(nb_comm *c, int step) { c->step = step; }
-void nb_comm_wait(nb_comm *c, nb_mark m) { nb_lane_wait(c->lane, m); }
+void nb_comm_wait(nb_comm *c, nb_mark m) {
+    nb_lane_wait(c->lane, m);
+    if (c->ce_lane && c->ce_lane != c->lane) nb_lane_wait(c->ce_lane, m);
+}
+
+/* sm_free: all-gather and all-to-all-v are the copy engines' */
+static int on_ce(const nb_comm *c, nb_comm_op_kind k) {
+    return c->ce && (k == NB_OP_ALL_GATHER || k == NB_OP_ALL_TO_ALL_V);
+}
 
 /* ---- ops ---- */
 
@@ -151,10 +179,17 @@ void nb_comm_run_hc(nb_hc *h, const nb_comm_op *op, const void *send, void *recv
 static void run_op(void *arg, const nb_task_ctx *ctx) {
     nb_comm_op *op = arg;
     nb_comm *c = op->c;
+#ifdef NB_WITH_CUDA
+    if (on_ce(c, op->op)) {
+        nb_comm_ce_run(c->ce, op);
+        free(op);
+        return;
+    }
+#endif
     switch (c->kind) {
     case NB_COMM_MPI: nb_comm_run_hc(&c->hc, op, op->send, op->recv); break;
 #ifdef NB_WITH_CUDA
-    case NB_COMM_HOST: nb_comm_host_run(c, op); break;
+    case NB_COMM_HOST: nb_comm_stage_run(c->impl, &c->hc, op); break;
 #endif
 #if defined(NB_WITH_CUDA) && defined(NB_WITH_NCCL)
     case NB_COMM_NCCL:
@@ -179,8 +214,12 @@ static nb_comm_op *new_op(nb_comm *c, nb_comm_op_kind k, const void *send, void 
 
 static nb_mark enqueue(nb_comm *c, nb_comm_op *op, const char *name) {
     op->seq = ++c->seq;
-    nb_lane_run(c->lane, name ? name : nb_comm_op_name(op->op), NB_SPAN_COMM, c->step, run_op, op);
-    return nb_lane_mark(c->lane);
+    nb_lane *lane = on_ce(c, op->op) ? c->ce_lane : c->lane;
+    /* the contract of comm.h: an op sees its predecessors' results, whichever lane ran them */
+    if (c->last_lane && c->last_lane != lane) nb_lane_wait(lane, nb_lane_mark(c->last_lane));
+    c->last_lane = lane;
+    nb_lane_run(lane, name ? name : nb_comm_op_name(op->op), NB_SPAN_COMM, c->step, run_op, op);
+    return nb_lane_mark(lane);
 }
 
 static void check_sum_type(nb_comm_dtype t, const char *what) {

@@ -7,8 +7,8 @@
  *   mpi   CPU buffers; point-to-point MPI messages, sums formed by this file in RANK ORDER.
  *   nccl  GPU buffers; one NCCL communicator, one process per GPU; ops on a device lane's stream.
  *   host  GPU buffers copied into pinned host memory, the mpi collective on them, copied back:
- *         works when several ranks share one GPU (NCCL refuses duplicate GPUs), and is the
- *         "SM-free" path later (no kernel of ours or NCCL's runs for it).
+ *         works when several ranks share one GPU (NCCL refuses duplicate GPUs); no kernel of
+ *         ours or NCCL's runs for it (and see SM-free communication below).
  *   auto  mpi on the CPU backend; nccl when every rank has its own GPU; host when ranks share one.
  *
  * Launch: `mpirun -np N nobubble ...`, or Slurm's `srun` (MPI initialised through PMI/PMIx). A
@@ -39,7 +39,27 @@
  * bits of one process that adds the N buffers in that order (acc = x_0; acc += x_1; ...; a result
  * of zero may differ in sign from "acc = 0; acc += x_k"). nccl: the same bits run to run for a
  * fixed world size, message sizes, NCCL version and NCCL environment (we pin no NCCL_ALGO or
- * NCCL_PROTO; NVLS stays as the machine sets it), and within fp32 rounding of one rank. */
+ * NCCL_PROTO; NVLS stays as the machine sets it), and within fp32 rounding of one rank.
+ *
+ * SM-free communication (opts.sm_free, --comm-sm-free; FreeScale): all-gather and all-to-all(-v)
+ * move their bytes with copy engines only (no kernel of ours or NCCL's takes multiprocessors from
+ * the compute beside them); reductions, broadcast and barrier stay on the instance's kind. The two
+ * run as tasks on a HOST lane (host: its own lane; nccl: a lane "<name>-ce" with its own MPI
+ * communicator), and ops keep their enqueue order across the two lanes (for nccl, a reduction
+ * enqueued after a copy-engine op blocks the enqueuing thread until that op is done: a device
+ * lane cannot wait on a host lane). Paths (comm_peer.c):
+ *   one machine: CUDA IPC, each rank copying its blocks straight into the peers' recv buffers
+ *     (cudaMemcpyAsync device to device) between an MPI exchange of {handle, offset, counts} and a
+ *     host barrier; ranks may share a GPU. recv must lie in one cudaMalloc allocation (the
+ *     backend's alloc; not cudaMallocAsync pools, cuMemCreate or managed memory); the peers keep
+ *     it mapped (a few allocations a peer, the least recently used closed first) until
+ *     nb_comm_destroy, so free it after that (CUDA calls freeing memory that another process has
+ *     open undefined).
+ *   several machines: the host kind's staging (D2H, MPI, H2D).
+ * Either way the bytes are those of the other kinds. Not built: NCCL 2.28's zero-CTA path
+ * (ncclConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO on buffers in symmetric windows from
+ * ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)): the NCCL headers here are 2.28.9 and
+ * have it, so --comm nccl could use it later. */
 #ifndef NB_COMM_H
 #define NB_COMM_H
 
@@ -134,6 +154,9 @@ typedef struct nb_comm_opts {
      * for mpi and host (the MPI waits run on its thread), a DEVICE lane for nccl (its stream). */
     nb_lane *lane;
     const char *name;
+    /* GPU backends: all-gather and all-to-all(-v) by copy engines on a host lane (see the file
+     * comment); the CPU backend (kind mpi) refuses it. */
+    int sm_free;
 } nb_comm_opts;
 
 /* Collective over every rank (each creates its instances in the same order). backend says where
@@ -141,16 +164,17 @@ typedef struct nb_comm_opts {
  * Fails with a hint when the kind does not fit (host or nccl on the CPU, mpi on a GPU, nccl with
  * two ranks on one GPU, nccl or CUDA missing from the build). */
 nb_comm *nb_comm_create(nb_lanes *L, const nb_backend_i *backend, const nb_comm_opts *opts);
-/* Drains the instance's lane first. Every rank destroys it (collective for nccl). */
+/* Drains the instance's lanes first. Every rank destroys it (collective for nccl). */
 void nb_comm_destroy(nb_comm *c);
 nb_comm_kind nb_comm_get_kind(const nb_comm *c); /* auto resolved */
-nb_lane *nb_comm_lane(nb_comm *c);
+nb_lane *nb_comm_lane(nb_comm *c); /* the reductions' lane (sm_free's copy-engine ops may run on another) */
 /* Step number for the spans of the ops enqueued from now on (per-step statistics). */
 void nb_comm_set_step(nb_comm *c, int step);
 
 /* ---- collectives ----
- * Each op is enqueued on the instance's lane as one task (span kind NB_SPAN_COMM, named `name` or
- * the op's name when NULL) and returns the lane's mark after it: reached when the results are in
+ * Each op is enqueued on the instance's lane (with sm_free all-gather and all-to-all on its
+ * copy-engine lane) as one task (span kind NB_SPAN_COMM, named `name` or the op's name when
+ * NULL) and returns the lane's mark after it: reached when the results are in
  * recv on this rank and send is no longer read. Ops of one instance run one after another in
  * enqueue order, on every rank in the same order (the caller's duty: the same sequence of ops with
  * matching counts on every rank). An op starts after the marks given to nb_comm_wait before it.
@@ -158,7 +182,8 @@ void nb_comm_set_step(nb_comm *c, int step);
  * until the returned mark is reached. Counts are in elements. N = nb_comm_size(), r = this rank.
  * With N == 1 every op is a copy (or nothing, in place). */
 
-/* The next op starts once m is reached (m from any lane of the same lanes runtime). */
+/* The next op starts once m is reached (m from any lane of the same lanes runtime); with sm_free
+ * both of the instance's lanes wait. */
 void nb_comm_wait(nb_comm *c, nb_mark m);
 
 /* recv[i] = sum over ranks k (in rank order) of send_k[i], i < count, on every rank.

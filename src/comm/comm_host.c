@@ -9,6 +9,8 @@
  * GPU; the task copies D2H on a stream of its own, runs MPI, copies H2D, and returns once the copy
  * is done, so a mark of the lane after the op means "the result is on the GPU". Ops of one
  * instance run one after another, each seeing its predecessors' results, as on the other kinds.
+ * The staging state takes any nb_hc, so --comm-sm-free's copy-engine lane (comm_peer.c) runs its
+ * all-gathers and all-to-alls through it too when the ranks span several machines.
  * (Later: cut each op into pieces so that piece k+1's D2H overlaps piece k's MPI.) */
 #ifdef NB_WITH_CUDA
 #ifndef _GNU_SOURCE
@@ -22,94 +24,92 @@
 #include "core.h"
 #include "cuda_check.h"
 
-typedef struct {
-    int device;          /* the CUDA device current at create: set again on the lane's thread */
-    cudaStream_t stream; /* the copies */
-    char *stage;         /* pinned (the backend's host_alloc), grown on demand */
+struct nb_comm_stage {
+    const nb_backend_i *be; /* its host_alloc pins the staging buffer */
+    int device;             /* the CUDA device current at create: set again on the lane's thread */
+    cudaStream_t stream;    /* the copies */
+    char *stage;            /* pinned, grown on demand */
     size_t cap;
-} nb_comm_host;
+};
 
-void nb_comm_host_create(nb_comm *c) {
-    nb_comm_host *h = nb_calloc(1, sizeof *h, "host comm");
+nb_comm_stage *nb_comm_stage_create(const nb_backend_i *be) {
+    nb_comm_stage *h = nb_calloc(1, sizeof *h, "host comm staging");
+    h->be = be;
     CUDA_CHECK(cudaGetDevice(&h->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
-    c->impl = h;
+    return h;
 }
 
-void nb_comm_host_destroy(nb_comm *c) {
-    nb_comm_host *h = c->impl;
+void nb_comm_stage_destroy(nb_comm_stage *h) {
     if (!h) return;
-    if (h->stage) c->be->host_free(h->stage);
+    if (h->stage) h->be->host_free(h->stage);
     CUDA_CHECK(cudaStreamDestroy(h->stream));
     free(h);
-    c->impl = NULL;
 }
 
-static char *stage(nb_comm *c, size_t bytes) {
-    nb_comm_host *h = c->impl;
+static char *stage(nb_comm_stage *h, size_t bytes) {
     if (bytes > h->cap) {
-        if (h->stage) c->be->host_free(h->stage);
+        if (h->stage) h->be->host_free(h->stage);
         size_t cap = h->cap * 2 > bytes ? h->cap * 2 : bytes;
-        h->stage = c->be->host_alloc(cap, "host comm staging (pinned)");
+        h->stage = h->be->host_alloc(cap, "host comm staging (pinned)");
         h->cap = cap;
     }
     return h->stage;
 }
 
-static void copy(nb_comm_host *h, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind dir) {
+static void copy(nb_comm_stage *h, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind dir) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, dir, h->stream));
 }
-static void d2h(nb_comm_host *h, void *dst, const void *src, size_t bytes) { copy(h, dst, src, bytes, cudaMemcpyDeviceToHost); }
-static void h2d(nb_comm_host *h, void *dst, const void *src, size_t bytes) { copy(h, dst, src, bytes, cudaMemcpyHostToDevice); }
-static void done(nb_comm_host *h) { CUDA_CHECK(cudaStreamSynchronize(h->stream)); }
+static void d2h(nb_comm_stage *h, void *dst, const void *src, size_t bytes) { copy(h, dst, src, bytes, cudaMemcpyDeviceToHost); }
+static void h2d(nb_comm_stage *h, void *dst, const void *src, size_t bytes) { copy(h, dst, src, bytes, cudaMemcpyHostToDevice); }
+static void done(nb_comm_stage *h) { CUDA_CHECK(cudaStreamSynchronize(h->stream)); }
 
 /* all-to-all-v: only the ranges the op writes go back (the gaps of recv keep their bytes) */
-static void run_a2av(nb_comm *c, nb_comm_host *h, const nb_comm_op *op, size_t es) {
-    const int N = c->size;
+static void run_a2av(nb_comm_stage *h, nb_hc *hc, const nb_comm_op *op, size_t es) {
+    const int N = hc->size;
     const size_t *rc = op->counts + 2 * N, *rd = op->counts + 3 * N;
     size_t recv_end = 0;
     for (int j = 0; j < N; j++)
         if (rc[j] && rd[j] + rc[j] > recv_end) recv_end = rd[j] + rc[j];
     size_t send_bytes = nb_align_up(op->count * es, 256);
-    char *s = stage(c, send_bytes + recv_end * es), *r = s + send_bytes;
+    char *s = stage(h, send_bytes + recv_end * es), *r = s + send_bytes;
     d2h(h, s, op->send, op->count * es);
     done(h);
-    nb_comm_run_hc(&c->hc, op, s, r);
+    nb_comm_run_hc(hc, op, s, r);
     for (int j = 0; j < N; j++) h2d(h, (char *)op->recv + rd[j] * es, r + rd[j] * es, rc[j] * es);
 }
 
-void nb_comm_host_run(nb_comm *c, nb_comm_op *op) {
-    nb_comm_host *h = c->impl;
+void nb_comm_stage_run(nb_comm_stage *h, nb_hc *hc, const nb_comm_op *op) {
     CUDA_CHECK(cudaSetDevice(h->device)); /* a lane's thread starts on device 0 */
-    const size_t es = nb_comm_dtype_size(op->dt), n = op->count * es, N = (size_t)c->size, r = (size_t)c->rank;
+    const size_t es = nb_comm_dtype_size(op->dt), n = op->count * es, N = (size_t)hc->size, r = (size_t)hc->rank;
     char *s;
     switch (op->op) {
     case NB_OP_ALL_REDUCE: /* in place on the copy */
-        s = stage(c, n);
+        s = stage(h, n);
         d2h(h, s, op->send, n), done(h);
-        nb_comm_run_hc(&c->hc, op, s, s);
+        nb_comm_run_hc(hc, op, s, s);
         h2d(h, op->recv, s, n);
         break;
     case NB_OP_REDUCE_SCATTER:
-        s = stage(c, n * N);
+        s = stage(h, n * N);
         d2h(h, s, op->send, n * N), done(h);
-        nb_comm_run_hc(&c->hc, op, s, s + r * n);
+        nb_comm_run_hc(hc, op, s, s + r * n);
         h2d(h, op->recv, s + r * n, n);
         break;
     case NB_OP_ALL_GATHER:
-        s = stage(c, n * N);
+        s = stage(h, n * N);
         d2h(h, s + r * n, op->send, n), done(h);
-        nb_comm_run_hc(&c->hc, op, s + r * n, s);
+        nb_comm_run_hc(hc, op, s + r * n, s);
         h2d(h, op->recv, s, n * N);
         break;
-    case NB_OP_ALL_TO_ALL_V: run_a2av(c, h, op, es); break;
+    case NB_OP_ALL_TO_ALL_V: run_a2av(h, hc, op, es); break;
     case NB_OP_BROADCAST:
-        s = stage(c, n);
+        s = stage(h, n);
         if ((int)r == op->root) d2h(h, s, op->recv, n), done(h);
-        nb_comm_run_hc(&c->hc, op, s, s);
+        nb_comm_run_hc(hc, op, s, s);
         if ((int)r != op->root) h2d(h, op->recv, s, n);
         break;
-    case NB_OP_BARRIER: nb_comm_run_hc(&c->hc, op, NULL, NULL); break;
+    case NB_OP_BARRIER: nb_comm_run_hc(hc, op, NULL, NULL); break;
     }
     done(h);
 }

@@ -1,7 +1,8 @@
 /* Comm internals shared by world.c (ranks, MPI start, process-wide helpers, the on-fail hook),
  * hostcoll.c (rank-order collectives over MPI point-to-point on host buffers), comm.c (instances,
- * ops as lane tasks), comm_host.c (GPU buffers staged through pinned host memory) and
- * comm_nccl.c (NCCL). Not for callers: they use comm.h. */
+ * ops as lane tasks), comm_host.c (GPU buffers staged through pinned host memory),
+ * comm_peer.c (--comm-sm-free: all-gather and all-to-all-v by copy engines) and comm_nccl.c
+ * (NCCL). Not for callers: they use comm.h. */
 #ifndef NB_COMM_INTERNAL_H
 #define NB_COMM_INTERNAL_H
 
@@ -117,19 +118,41 @@ struct nb_comm {
     uint64_t seq;   /* ops enqueued so far */
     void *mpi_comm; /* mpi and host: this instance's MPI communicator (NULL in a world of one) */
     nb_hc hc;       /* mpi and host: the rank-order collectives */
-    void *impl;     /* host: nb_comm_host state; nccl: nb_comm_nccl state */
+    void *impl;     /* host: nb_comm_stage; nccl: nb_comm_nccl state */
+    /* sm_free: all-gather and all-to-all-v run on ce_lane (host: `lane` itself; nccl: a host lane
+     * of the instance's own), by ce (comm_peer.c). last_lane: the lane of the latest op, which
+     * the next op waits for when it goes to the other lane (ops keep their enqueue order). */
+    nb_lane *ce_lane;
+    nb_lane *last_lane;
+    struct nb_comm_ce *ce;
 };
 
 /* comm.c: run one op on host buffers with h (the mpi kind; the host kind on its pinned copies) */
 void nb_comm_run_hc(nb_hc *h, const nb_comm_op *op, const void *send, void *recv);
 
 #ifdef NB_WITH_CUDA
-/* comm_host.c */
-void nb_comm_host_create(nb_comm *c);
-void nb_comm_host_destroy(nb_comm *c);
-void nb_comm_host_run(nb_comm *c, nb_comm_op *op);
-/* comm_nccl.c: unique GPUs? (every rank gathers every rank's GPU UUID) */
+/* comm_host.c: staging through pinned host memory (the host kind's ops; --comm-sm-free's across
+ * machines). Created on the thread whose current device the copies use. */
+typedef struct nb_comm_stage nb_comm_stage;
+nb_comm_stage *nb_comm_stage_create(const nb_backend_i *be);
+void nb_comm_stage_destroy(nb_comm_stage *s);
+/* Any op: D2H, the collective on hc over the host copies, H2D; returns once the result is in recv. */
+void nb_comm_stage_run(nb_comm_stage *s, nb_hc *hc, const nb_comm_op *op);
+/* unique GPUs? (every rank gathers every rank's GPU UUID) */
 int nb_comm_gpus_unique(void);
+
+/* comm_peer.c: --comm-sm-free's all-gather and all-to-all-v (collective create; c's kind, lane
+ * and, for the host kind, its hc and staging are set up first). */
+typedef struct nb_comm_ce nb_comm_ce;
+nb_comm_ce *nb_comm_ce_create(nb_comm *c);
+void nb_comm_ce_destroy(nb_comm_ce *ce); /* its lane drained first */
+void nb_comm_ce_run(nb_comm_ce *ce, const nb_comm_op *op);
+/* For the tests: 1 takes the host-staged path even when every rank is on one machine (the path
+ * of several machines, checked on one); 0 (the default) takes CUDA IPC there. Read at create. */
+extern int nb_comm_ce_staged;
+/* For the tests: 0 closes every peer mapping at the end of each op instead of keeping it for the
+ * next op on the same buffer (1, the default). Read at each op. */
+extern int nb_comm_ce_keep_maps;
 #endif
 #if defined(NB_WITH_CUDA) && defined(NB_WITH_NCCL)
 void nb_comm_nccl_create(nb_comm *c);

@@ -56,7 +56,7 @@ static const field train_fields[] = {
     FI("ckpt_interval", ckpt_interval), FI("stream_slots", stream_slots), FI("pinned_slabs", pinned_slabs),
     FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers), FS("emb_optim", emb_optim), FF("emb_lr", emb_lr),
     {"table_cap", F_I64, offsetof(nb_train_opts, table_cap), sizeof(int64_t)}, FI("eval_samples", eval_samples),
-    FI("strict", strict), FI("grad_accum", grad_accum), FS("comm", comm), FF("comm_timeout", comm_timeout),
+    FI("strict", strict), FI("grad_accum", grad_accum), FS("comm", comm), FI("comm_sm_free", comm_sm_free), FF("comm_timeout", comm_timeout),
     FI("world", world), FS("emb_shard", emb_shard), FI("pipe_skip_resync", pipe_skip_resync), FS("emb_place", emb_place), FI("cluster_keys", cluster_keys),
     FS("balance", balance), FI("emulate_ranks", emulate_ranks), FI("emb_priority", emb_priority),
 };

@@ -48,6 +48,7 @@ typedef struct nb_train_opts {
      * split over ranks x micro-batches), the communicator's kind and deadline */
     int grad_accum;
     char comm[16];      /* auto, mpi, nccl, host */
+    int comm_sm_free;   /* all-to-all and all-gather by copy engines (IPC / host-staged); sums stay on comm */
     float comm_timeout; /* seconds a collective may take before the job fails */
     int world;          /* ranks the run was started with (state.json: a resume needs the same) */
     /* seqctr: the embedding tables' optimizer, their rows, the held-out set, Criteo parsing */

@@ -262,14 +262,15 @@ static void create_comm(nb_run *r) {
     nb_comm_kind kind = nb_comm_kind_parse(r->o.comm);
     /* one rank with a named --comm still goes through it: a communicator of one runs the code
      * path of many (its reductions are copies), so one GPU checks the NCCL path */
-    int wanted = r->fam->wants_comm && r->fam->wants_comm(&r->o);
+    int wanted = (r->fam->wants_comm && r->fam->wants_comm(&r->o)) || r->o.comm_sm_free;
     if (r->eval_only || (r->world == 1 && kind == NB_COMM_AUTO && !wanted)) return;
     nb_comm_set_timeout(r->o.comm_timeout);
-    nb_comm_opts co = {.kind = kind, .timeout_s = r->o.comm_timeout, .name = "comm"};
+    nb_comm_opts co = {.kind = kind, .timeout_s = r->o.comm_timeout, .name = "comm", .sm_free = r->o.comm_sm_free};
     r->comm = nb_comm_create(r->lanes, r->be, &co);
     if (r->rank == 0)
-        nb_log(1, "ranks       %d (%s), --comm %s: gradients all-reduced in buckets as the backward makes them\n", r->world,
-               nb_comm_launcher(), nb_comm_kind_name(nb_comm_get_kind(r->comm)));
+        nb_log(1, "ranks       %d (%s), --comm %s: gradients all-reduced in buckets as the backward makes them%s\n", r->world,
+               nb_comm_launcher(), nb_comm_kind_name(nb_comm_get_kind(r->comm)),
+               r->o.comm_sm_free ? "; all-to-all and all-gather over copy engines (--comm-sm-free)" : "");
 }
 
 void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
