@@ -14,7 +14,6 @@
 
 #include "comm/comm_internal.h"
 #include "core.h"
-#include "lanes/lanes_internal.h"
 
 static const char *const kind_names[NB_COMM_KIND_COUNT] = {"auto", "mpi", "nccl", "host"};
 

@@ -70,6 +70,7 @@ void nb_lanes_set_thread_start(nb_lanes *L, void (*fn)(void *arg), void *arg);
  * (device index, library handles) through it (ops/backend.h). */
 void nb_lanes_bind(nb_lanes *L, const void *backend);
 nb_lane *nb_lane_create(nb_lanes *L, const char *name, nb_lane_kind kind);
+nb_lane_kind nb_lane_get_kind(const nb_lane *lane);
 const char *nb_lane_name(const nb_lane *lane);
 int nb_lane_index(const nb_lane *lane);
 int nb_lanes_count(const nb_lanes *L);

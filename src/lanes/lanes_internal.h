@@ -82,7 +82,6 @@ const void *nb_lanes_backend(const nb_lanes *L);
 void *nb_lanes_device_state(const nb_lanes *L);
 
 nb_lanes *nb_lane_owner(const nb_lane *lane);
-nb_lane_kind nb_lane_get_kind(const nb_lane *lane);
 /* Per-lane slot for the device backend (the cudaStream_t and whatever else it keeps). */
 void *nb_lane_device(const nb_lane *lane);
 void nb_lane_set_device(nb_lane *lane, void *state);
