@@ -12,8 +12,8 @@
 #   --small: caps of 256, B = 64 (a smoke run of the script on a CPU machine)
 #   --e2e: instead, end to end with 2 real ranks (mpirun; on one GPU they share it over --comm host)
 #          and the tables in host memory (--emb-place host): sync (plain), pipe, pipe-freescale (pipe
-#          + --balance vbs + --emb-priority, + $SM_FREE when set: --comm-sm-free), histories up to the
-#          first cap
+#          + --balance vbs + --emb-priority), pipe-freescale-smfree (+ --comm-sm-free: the all-to-alls
+#          by CUDA IPC copies), histories up to the first cap
 # Prints the table (emulated p90 step ms and samples/s, straggler % = (max - mean) / max of the
 # ranks' compute, bubble % = the ranks' idle share of the step, the bubble cut vs none) and writes
 # $OUT/table.md; the runs' logs (with the cost fit's exponent) next to it.
@@ -46,9 +46,10 @@ data_of() { echo "synth:cap=100000,items=1000000,max_len=$1,hist_alpha=$alpha,hi
 if [ $e2e = 1 ]; then
     cap=${caps%%,*}
     { echo "| schedule | p90 samples/s | median samples/s | straggler % | rank bubble % | exposed transfer % |"; echo "|---|---|---|---|---|---|"; } > "$OUT/e2e.md"
-    for row in sync pipe pipe-freescale; do
+    for row in sync pipe pipe-freescale pipe-freescale-smfree; do
         f=(--schedule plain); [ $row != sync ] && f=(--schedule pipe)
-        [ $row = pipe-freescale ] && f+=(--balance "$vbs" --emb-priority ${SM_FREE:-})
+        case $row in pipe-freescale*) f+=(--balance "$vbs" --emb-priority) ;; esac
+        [ $row = pipe-freescale-smfree ] && f+=(--comm-sm-free)
         log=$OUT/e2e-$row.log
         mpirun -np 2 --oversubscribe --allow-run-as-root "$NB" train --model seqctr --device "$device" --data "$(data_of "$cap")" \
             --emb-dim 64 --batch "$batch" --steps "$steps" --eval-every 0 --eval-samples 1024 --no-ckpt --no-progress \
