@@ -79,7 +79,10 @@ static void *dev_zalloc(size_t bytes) {
 static void up(void *dev, const void *host, size_t bytes) {
 #ifdef NB_WITH_CUDA
     if (E.gpu) {
-        if (cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) nb_fail(NULL, "cudaMemcpy H2D");
+        /* from pageable memory cudaMemcpy may return before the DMA lands; the comm's copies run
+         * on a stream of their own, which the legacy stream does not order: wait for it */
+        if (cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+            nb_fail(NULL, "cudaMemcpy H2D");
         return;
     }
 #endif
