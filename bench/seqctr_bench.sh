@@ -50,7 +50,7 @@ MAX_LEN=${MAX_LEN:-256}
 TABLE_CAP=${TABLE_CAP:-1000000}
 DEVICE=${DEVICE:-cuda}
 DTYPE=${DTYPE:-bf16}
-TORCH_RESERVE=200  # seconds per batch size kept back for the PyTorch runs (staging, eager, compile)
+TORCH_RESERVE=${TORCH_RESERVE:-200}  # seconds per batch size kept back for the PyTorch runs (staging, eager, compile)
 
 start=$(date +%s)
 mkdir -p "$OUT" || exit 1

@@ -218,6 +218,19 @@ static char *peer_recv(nb_comm_ce *ce, int peer, const ce_rec *rec, const nb_com
     v->ptr = NULL;
     void *p = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&p, rec->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e == cudaErrorAlreadyMapped) {
+        /* the peer's allocation is mapped here under a handle the cache holds with other bytes (the
+         * peer exported it again, or freed it and got the same memory back): drop this peer's
+         * mappings (no op in flight uses them: ops run one at a time) and open it afresh */
+        (void)cudaGetLastError();
+        for (int i = 0; i < NB_CE_MAPS; i++)
+            if (m[i].ptr) {
+                CUDA_CHECK(cudaIpcCloseMemHandle(m[i].ptr));
+                m[i].ptr = NULL;
+            }
+        v = m;
+        e = cudaIpcOpenMemHandle(&p, rec->handle, cudaIpcMemLazyEnablePeerAccess);
+    }
     if (e != cudaSuccess)
         nb_fail(NB_CE_IPC_HINT,
                 "rank %d: --comm-sm-free %s #%llu%s: cudaIpcOpenMemHandle of rank %d's recv buffer failed: %s (%s)",
