@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ERASE on seqctr (issue 5), nobubble's own configurations side by side on one GPU, one call:
-#   baseline (no detachment, plain), detached + plain, erase blocking, erase async
+#   baseline (no detachment, plain), detached + plain, erase blocking, erase async, and with --graphs
+#   (the step captured once and replayed): baseline and erase blocking (async cannot be captured)
 # at each batch size, then (with --quality) held-out NE of undetached vs erase after the same
 # steps on synthetic data and on MovieLens (when data/movielens exists).
 #   bash bench/erase_seqctr.sh [--steps S] [--batch 1024,4096] [--quality STEPS] [--no-build] [--torch]
@@ -59,6 +60,8 @@ baseline|--schedule plain
 detached-plain|--detach all --schedule plain
 erase-blocking|--detach all --schedule erase --side-lanes 4
 erase-async|--detach all --schedule erase --side-lanes 4 --erase-dispatch async
+baseline-graphs|--schedule plain --graphs
+erase-blocking-graphs|--detach all --schedule erase --side-lanes 4 --graphs
 CONFIGS
     [ -n "$bp90" ] && nb_best="${nb_best:+$nb_best,}$B=$bp90:$bname"
 done
