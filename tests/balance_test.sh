@@ -7,6 +7,7 @@
 #    steps: only the summation order moves); the same settings twice are bitwise;
 #  - --emulate-ranks N in one process follows N real ranks (1e-5) and reports the straggler share
 #    (timings: printed, not asserted) and the cost fit's exponent;
+#  - a stopped and resumed balanced run (vbs, 2 ranks, 2 micro-batches) is bitwise a straight one;
 #  - bad settings are clear errors.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
@@ -41,6 +42,14 @@ run again "${MPI[@]}" -np 2 $NB train "${C[@]}" --balance vbs --out "$TMP/again"
 [ "$(losses "$TMP/np2-vbs")" = "$(losses "$TMP/again")" ] && pass "2 ranks vbs twice: the same losses, bit for bit" \
     || fail "2 ranks vbs twice differ"
 
+# a stopped and resumed balanced run replans the same batches: bitwise the straight run
+R=(); for a in "${C[@]}"; do [ "$a" != --no-ckpt ] && R+=("$a"); done
+run straight "${MPI[@]}" -np 2 $NB train "${R[@]}" --balance vbs --micro-batches 2 --out "$TMP/straight"
+run part1 "${MPI[@]}" -np 2 $NB train "${R[@]}" --balance vbs --micro-batches 2 --stop-after 7 --out "$TMP/split"
+run part2 "${MPI[@]}" -np 2 $NB train --resume "$TMP/split" --quiet --threads 1
+same=1; for f in "$TMP/straight"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/split/ckpt/$(basename "$f")" || same=0; done
+[ $same = 1 ] && [ "$(losses "$TMP/straight")" = "$(losses "$TMP/split")" ] \
+    && pass "2 ranks --balance vbs --micro-batches 2: stop at 7, resume to 20 == straight, bitwise" || fail "balanced resume differs"
 for b in none fbs vbs; do
     NB_SAMPLES_LOG=$TMP/e-$b run emu-$b $NB train "${C[@]}" --emulate-ranks 4 --balance $b --out "$TMP/emu-$b"
     why=$(samples_kept "$TMP/e-$b" 20 64) && pass "--emulate-ranks 4 --balance $b: every sample once per step" || fail "emulated $b: $why"
