@@ -13,6 +13,8 @@
 
 enum { BG = 1024, MAX_SHARES = 8 };
 
+static void *scratch(void) { return nb_malloc(nb_balance_scratch_bytes(BG, MAX_SHARES), "test"); }
+
 /* Pareto-like lengths with a few at the cap, from the synthetic generator (a heavy tail) */
 static void lengths(int32_t *len, int n, int max_len) {
     nb_synth g;
@@ -33,8 +35,9 @@ static void check_plan(const char *spec, const int32_t *len, int shares, int min
     nb_balance b;
     nb_balance_parse(&b, spec);
     int share_of[BG], count[MAX_SHARES], again[BG], cnt2[MAX_SHARES], seen[MAX_SHARES] = {0};
-    nb_balance_assign(&b, len, BG, shares, min_count, share_of, count);
-    nb_balance_assign(&b, len, BG, shares, min_count, again, cnt2);
+    void *w = scratch();
+    nb_balance_assign(&b, len, BG, shares, min_count, share_of, count, w);
+    nb_balance_assign(&b, len, BG, shares, min_count, again, cnt2, w);
     CHECK(!memcmp(share_of, again, sizeof share_of), "%s: the same lengths give the same plan", spec);
     int cap = nb_balance_cap(&b, BG, shares), total = 0;
     for (int i = 0; i < BG; i++) {
@@ -49,7 +52,8 @@ static void check_plan(const char *spec, const int32_t *len, int shares, int min
     }
     CHECK(total == BG, "%s: %d samples placed of %d", spec, total, BG);
     int order[BG], first[MAX_SHARES + 1];
-    nb_balance_order(share_of, BG, shares, order, first);
+    nb_balance_order(share_of, BG, shares, order, first, w);
+    free(w);
     for (int s = 0; s < shares; s++)
         for (int k = first[s]; k < first[s + 1]; k++) {
             CHECK(share_of[order[k]] == s, "%s: position %d of share %d holds a sample of share %d", spec, k, s, share_of[order[k]]);
@@ -74,9 +78,11 @@ TEST_CASE(plans_balance_the_cost) {
     nb_balance none, fbs, vbs;
     nb_balance_parse(&none, "none"), nb_balance_parse(&fbs, "fbs"), nb_balance_parse(&vbs, "vbs:2:0");
     int a[BG], b[BG], c[BG], cnt[MAX_SHARES];
-    nb_balance_assign(&none, len, BG, 8, 0, a, cnt);
-    nb_balance_assign(&fbs, len, BG, 8, 0, b, cnt);
-    nb_balance_assign(&vbs, len, BG, 8, 1, c, cnt);
+    void *w = scratch();
+    nb_balance_assign(&none, len, BG, 8, 0, a, cnt, w);
+    nb_balance_assign(&fbs, len, BG, 8, 0, b, cnt, w);
+    nb_balance_assign(&vbs, len, BG, 8, 1, c, cnt, w);
+    free(w);
     double r_none = max_over_mean_cost(&vbs, len, a, 8), r_fbs = max_over_mean_cost(&vbs, len, b, 8),
            r_vbs = max_over_mean_cost(&vbs, len, c, 8);
     printf("  max/mean of sum L^2 over 8 shares: none %.3f fbs %.3f vbs %.3f\n", r_none, r_fbs, r_vbs);

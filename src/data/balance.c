@@ -60,8 +60,13 @@ static int cmp_keyed(const void *a, const void *b) {
     return (x->i > y->i) - (x->i < y->i);
 }
 
-static keyed *sorted_by(const nb_balance *b, const int32_t *len, int Bg) {
-    keyed *v = nb_malloc((size_t)Bg * sizeof *v, "the balance plan");
+size_t nb_balance_scratch_bytes(int Bg, int shares) {
+    size_t a = (size_t)Bg * sizeof(keyed), b = (size_t)shares * sizeof(double);
+    return a + (b > (size_t)shares * sizeof(int) ? b : (size_t)shares * sizeof(int));
+}
+
+/* the samples sorted by key into v (the scratch's head) */
+static keyed *sorted_by(const nb_balance *b, const int32_t *len, int Bg, keyed *v) {
     for (int i = 0; i < Bg; i++) v[i] = (keyed){b->kind == NB_BALANCE_VBS ? nb_balance_cost(b, len[i]) : (double)len[i], i};
     qsort(v, (size_t)Bg, sizeof *v, cmp_keyed);
     return v;
@@ -70,9 +75,9 @@ static keyed *sorted_by(const nb_balance *b, const int32_t *len, int Bg) {
 /* Longest-first: each sample to the least loaded share with room; once the samples left are just
  * enough to bring every share to min_count, only shares below it may take them. */
 static void assign_vbs(const nb_balance *b, const keyed *v, int Bg, int shares, int min_count, int *share_of,
-                       int *count) {
+                       int *count, double *load) {
     int cap = nb_balance_cap(b, Bg, shares);
-    double *load = nb_calloc((size_t)shares, sizeof *load, "the balance plan");
+    for (int s = 0; s < shares; s++) load[s] = 0;
     long deficit = (long)shares * min_count;
     for (int p = 0; p < Bg; p++) {
         int only_short = Bg - p <= deficit, best = -1;
@@ -86,11 +91,10 @@ static void assign_vbs(const nb_balance *b, const keyed *v, int Bg, int shares, 
         count[best]++;
         load[best] += v[p].key;
     }
-    free(load);
 }
 
 void nb_balance_assign(const nb_balance *b, const int32_t *len, int Bg, int shares, int min_count, int *share_of,
-                       int *count) {
+                       int *count, void *scratch) {
     NB_ASSERT(shares >= 1 && min_count >= 0 && (long)shares * min_count <= Bg);
     for (int s = 0; s < shares; s++) count[s] = 0;
     if (b->kind == NB_BALANCE_NONE) {
@@ -98,7 +102,7 @@ void nb_balance_assign(const nb_balance *b, const int32_t *len, int Bg, int shar
         for (int i = 0; i < Bg; i++) share_of[i] = i / (Bg / shares), count[i / (Bg / shares)]++;
         return;
     }
-    keyed *v = sorted_by(b, len, Bg);
+    keyed *v = sorted_by(b, len, Bg, scratch);
     if (b->kind == NB_BALANCE_FBS) {
         NB_ASSERT(Bg % shares == 0);
         for (int p = 0; p < Bg; p++) {
@@ -107,17 +111,15 @@ void nb_balance_assign(const nb_balance *b, const int32_t *len, int Bg, int shar
             count[s]++;
         }
     } else {
-        assign_vbs(b, v, Bg, shares, min_count, share_of, count);
+        assign_vbs(b, v, Bg, shares, min_count, share_of, count, (double *)(v + Bg));
     }
-    free(v);
 }
 
-void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *first) {
+void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *first, void *scratch) {
     for (int s = 0; s <= shares; s++) first[s] = 0;
     for (int i = 0; i < Bg; i++) first[share_of[i] + 1]++;
     for (int s = 0; s < shares; s++) first[s + 1] += first[s];
-    int *at = nb_malloc((size_t)shares * sizeof *at, "the balance plan");
+    int *at = (int *)((keyed *)scratch + Bg);
     memcpy(at, first, (size_t)shares * sizeof *at);
     for (int i = 0; i < Bg; i++) order[at[share_of[i]]++] = i;
-    free(at);
 }

@@ -19,6 +19,7 @@
 #ifndef NB_BALANCE_H
 #define NB_BALANCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { NB_BALANCE_NONE = 0, NB_BALANCE_FBS, NB_BALANCE_VBS } nb_balance_kind;
@@ -39,12 +40,15 @@ void nb_balance_name(const nb_balance *b, char *buf, int cap);
  * fbs need Bg divisible by shares (checked by the caller). */
 int nb_balance_cap(const nb_balance *b, int Bg, int shares);
 double nb_balance_cost(const nb_balance *b, int32_t len);
+/* Scratch bytes nb_balance_assign and nb_balance_order need (the caller allocates it once: a plan
+ * is made every step). */
+size_t nb_balance_scratch_bytes(int Bg, int shares);
 /* The plan for one global batch: share_of[i] in 0..shares-1 for sample i (len[i] its history
  * length), count[s] samples per share (each in min_count..cap). Needs shares * min_count <= Bg. */
 void nb_balance_assign(const nb_balance *b, const int32_t *len, int Bg, int shares, int min_count, int *share_of,
-                       int *count);
+                       int *count, void *scratch);
 /* The samples in share order (data order within a share): order[k] = the sample at position k;
  * first[s] = where share s starts (shares + 1 entries). */
-void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *first);
+void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *first, void *scratch);
 
 #endif

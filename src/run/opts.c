@@ -82,6 +82,8 @@ void nb_train_opts_defaults(nb_train_opts *o, const char *family) {
         transformer_defaults(o);
 }
 
+int nb_train_parts(const nb_train_opts *o) { return o->emulate_ranks > 1 ? o->emulate_ranks : o->grad_accum; }
+
 int nb_train_warmup_steps(const nb_train_opts *o) { return o->warmup >= 0 ? o->warmup : o->steps / 20; }
 
 static int is_seqctr(const nb_train_opts *o) { return !strcmp(o->family, "seqctr"); }

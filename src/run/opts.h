@@ -77,6 +77,8 @@ void nb_train_opts_defaults(nb_train_opts *o, const char *family);
 void nb_train_opts_print(const nb_train_opts *o, FILE *f);
 /* Warm-up steps the learning-rate schedule uses (--warmup -1: 5% of the steps). */
 int nb_train_warmup_steps(const nb_train_opts *o);
+/* Passes per optimizer step: the emulated ranks' shares (--emulate-ranks), else --grad-accum. */
+int nb_train_parts(const nb_train_opts *o);
 /* Options every family shares, checked like flags (also when they come from a state.json):
  * names the option and the accepted range. */
 void nb_train_opts_check(const nb_train_opts *o);

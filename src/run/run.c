@@ -281,7 +281,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     r->rank = eval_only ? 0 : nb_comm_rank();
     r->world = eval_only ? 1 : nb_comm_size();
     /* emulated ranks train their shares one after another, as the step's micro-batches */
-    r->nmicro = eval_only ? 1 : r->o.emulate_ranks > 1 ? r->o.emulate_ranks : r->o.grad_accum;
+    r->nmicro = eval_only ? 1 : nb_train_parts(&r->o);
     pick_device(r);
     r->fam = nb_family_named(o->family);
     NB_ASSERT(r->fam != NULL);

@@ -70,6 +70,7 @@ typedef struct sc_train {
     double strag_sum, rank_bubble_sum, step_strag, step_rank_bubble, step_emul_s, step_max_s, step_mean_s;
     double *emul_secs;
     double *strag_steps, *bubble_steps; /* per measured step, for the medians */
+    double *rank_s;                     /* [max(world, M)]: the step's ranks' compute seconds */
     int nstrag;
     /* the cost fit's records (emulated ranks): per part, samples, time and sum of L^a per exponent */
     double *fit;
@@ -365,12 +366,14 @@ static int shard_opts(const nb_train_opts *o, int world) {
     return !strcmp(o->emb_shard, "row") || (!strcmp(o->emb_shard, "auto") && world > 1);
 }
 
-static int sc_wants_comm(const nb_train_opts *o) {
-    const nb_sched_i *sc = nb_sched_find(o->schedule);
-    /* micro-batches and emulated ranks sum their parts' table gradients through the exchange */
-    return shard_opts(o, nb_comm_size()) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host") || o->grad_accum > 1 ||
-           o->emulate_ranks > 1;
+/* Do the tables go through the sharded exchange? With several ranks, under a prefetching schedule
+ * (its work buffers are the dual buffers), with the shards in host memory, and when a step's parts
+ * (micro-batches, emulated ranks) sum their table gradients at the owners. */
+static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_i *sc) {
+    return shard_opts(o, world) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host") || nb_train_parts(o) > 1;
 }
+
+static int sc_wants_comm(const nb_train_opts *o) { return uses_exchange(o, nb_comm_size(), nb_sched_find(o->schedule)); }
 
 /* --balance and --emulate-ranks: the shares, the window and the parts (micro-batches). */
 static void plan_placement(nb_run *r, sc_train *t, int max_len) {
@@ -392,7 +395,7 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len) {
     NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
              "both decide where the samples go");
     nb_sc_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len);
-    t->M = t->emulate ? t->emulate : o->grad_accum;
+    t->M = nb_train_parts(o);
     int wcap = nb_sc_placer_window_cap(&t->place);
     if (bal.kind == NB_BALANCE_NONE && !t->emulate)
         NB_CHECK(t->Bl % t->M == 0, "pass a --batch divisible by ranks x --micro-batches",
@@ -416,9 +419,8 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     t->pipelined = !r->eval_only && r->sched->prefetches;
     t->ids_ahead = r->sched->ids_ahead;
     int host = !strcmp(o->emb_place, "host");
-    /* micro-batches share one frozen embedding state: the owners sum their gradients (the exchange) */
-    int parts = o->emulate_ranks > 1 ? o->emulate_ranks : o->grad_accum;
-    t->sharded = !r->eval_only && (shard_opts(o, r->world) || t->pipelined || host || parts > 1);
+    int parts = nb_train_parts(o);
+    t->sharded = !r->eval_only && uses_exchange(o, r->world, r->sched);
     t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
     NB_CHECK(parts == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches / --emulate-ranks",
@@ -486,6 +488,7 @@ static void sc_init(nb_run *r) {
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
     t->strag_steps = nb_calloc(2 * (size_t)o->steps, sizeof(double), "straggler times");
     t->bubble_steps = t->strag_steps + o->steps;
+    t->rank_s = nb_calloc((size_t)(r->world > t->M ? r->world : t->M), sizeof(double), "rank times");
     if (t->emulate) {
         t->fit_cap = o->steps * t->M;
         t->fit = nb_malloc((size_t)t->fit_cap * (FIT_NA + 2) * sizeof(double), "the cost fit");
@@ -558,7 +561,7 @@ static void sc_free(nb_run *r) {
     nb_ctr_batch_free(&t->batch);
     nb_ctr_batch_free(&t->window);
     nb_sc_placer_free(&t->place);
-    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit), free(t->strag_steps);
+    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit), free(t->strag_steps), free(t->rank_s);
     if (t->samples_log) fclose(t->samples_log);
     free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
     free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
@@ -722,7 +725,7 @@ static void add_fit_record(sc_train *t, const sc_ahead *a) {
 static void rank_times(nb_run *r, sc_train *t, int step) {
     int N = t->emulate ? t->M : r->world;
     if (N < 2) return;
-    double mine = 0, *all = nb_malloc((size_t)N * sizeof(double), "rank times");
+    double mine = 0, *all = t->rank_s;
     for (int k = 0; k < t->M; k++) mine += t->part_s[k];
     if (t->emulate)
         memcpy(all, t->part_s, (size_t)N * sizeof(double));
@@ -742,7 +745,6 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
         t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
         if (t->nstrag < r->o.steps) t->strag_steps[t->nstrag] = t->step_strag, t->bubble_steps[t->nstrag++] = t->step_rank_bubble;
     }
-    free(all);
 }
 
 /* The next part becomes the step's: prepared (with the one a pipelining schedule fetches while it

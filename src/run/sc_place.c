@@ -20,6 +20,7 @@ void nb_sc_placer_init(nb_sc_placer *p, const nb_balance *bal, int Bg, int world
     p->order = nb_malloc((size_t)Bg * sizeof(int), "the balance plan");
     p->count = nb_malloc((size_t)p->shares * sizeof(int), "the balance plan");
     p->first = nb_malloc((size_t)(p->shares + 1) * sizeof(int), "the balance plan");
+    p->scratch = nb_malloc(nb_balance_scratch_bytes(Bg, p->shares), "the balance plan");
     nb_ctr_batch_alloc(&p->read, p->Bl, max_len);
     if (world > 1) {
         size_t most = (size_t)(p->cap > p->Bl ? p->cap : p->Bl) * nb_ctr_packed_words(max_len);
@@ -30,7 +31,7 @@ void nb_sc_placer_init(nb_sc_placer *p, const nb_balance *bal, int Bg, int world
 }
 
 void nb_sc_placer_free(nb_sc_placer *p) {
-    free(p->len), free(p->share_of), free(p->order), free(p->count), free(p->first);
+    free(p->len), free(p->share_of), free(p->order), free(p->count), free(p->first), free(p->scratch);
     if (p->read.dense) nb_ctr_batch_free(&p->read);
     free(p->send), free(p->recv), free(p->cnt);
     memset(p, 0, sizeof *p);
@@ -47,7 +48,7 @@ static void plan(nb_sc_placer *p, int min_count) {
         nb_comm_all_gather_host(p->read.len, p->len, (size_t)p->Bl * sizeof(int32_t), "history lengths");
     else
         memcpy(p->len, p->read.len, (size_t)p->Bg * sizeof(int32_t));
-    nb_balance_assign(&p->bal, p->len, p->Bg, p->shares, min_count, p->share_of, p->count);
+    nb_balance_assign(&p->bal, p->len, p->Bg, p->shares, min_count, p->share_of, p->count, p->scratch);
 }
 
 /* Every sample to its rank: counts from the plan (every rank knows every length), blocks in rank
@@ -97,7 +98,7 @@ void nb_sc_place(nb_sc_placer *p, nb_ctr_source *src, nb_ctr_batch *win, int *id
         share_first[0] = 0, share_first[1] = win->b.B;
         return;
     }
-    nb_balance_order(p->share_of, p->Bg, p->shares, p->order, p->first);
+    nb_balance_order(p->share_of, p->Bg, p->shares, p->order, p->first, p->scratch);
     for (int k = 0; k < p->Bg; k++) nb_ctr_batch_copy(win, k, &p->read, p->order[k]), idx[k] = p->order[k];
     win->b.B = p->Bg;
     memcpy(share_first, p->first, (size_t)(p->shares + 1) * sizeof(int));

@@ -21,6 +21,7 @@ typedef struct {
     int shares, cap, Bl;           /* shares = world * per_rank, at most cap samples each; Bl = Bg / world */
     int32_t *len;                  /* [Bg] the global batch's history lengths */
     int *share_of, *count, *order, *first; /* the plan: [Bg], [shares], [Bg], [shares + 1] */
+    void *scratch;                 /* nb_balance_scratch_bytes */
     nb_ctr_batch read;             /* the samples this rank reads before they move */
     uint32_t *send, *recv;
     size_t *cnt; /* [4 * world]: the all-to-all's counts and displacements */
