@@ -25,6 +25,9 @@ expect_error "heads do not divide dim" "heads" $NB "${T[@]}" --heads 5
 expect_error "resume from a non-checkpoint" "no checkpoint" $NB train --resume "$TMP"
 expect_error "eval without --ckpt" "ckpt" $NB eval --data "$TRAIN"
 expect_error "unknown command" "unknown command" $NB fly
+S=(train --model seqctr --data synth:cap=100,max_len=8 --batch 16 --steps 1 --device cpu --no-progress)
+expect_error "unknown --index-lists" "index-lists auto, host or device" $NB "${S[@]}" --index-lists gpu
+expect_error "--index-lists device on the CPU" "index-lists host" $NB "${S[@]}" --index-lists device
 
 # A damaged checkpoint is refused with the file named, before any training.
 $NB "${T[@]}" --data "$TRAIN" --out "$TMP/run" --quiet || fail "reference run"

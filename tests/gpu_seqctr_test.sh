@@ -46,6 +46,26 @@ cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/g-graphs/ckpt/model.safetenso
     && [ "$(losses "$TMP/g-eager")" = "$(losses "$TMP/g-graphs")" ] && [ "${reps%% *}" -ge 20 ] 2>/dev/null \
     && pass "GPU --graphs ($reps) is bitwise equal to eager steps (weights, optimizer state, losses)" \
     || fail "GPU --graphs differs from eager ($reps)"
+# the index lists built by the device (the default on CUDA) or by the host: the same bits
+rows() { grep -o '"rows_moved":[0-9]*' "$1/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+for v in "eager" "--graphs" "--emb-optim adam"; do
+    f=${v#eager}; tag=$(echo "${f:-eager}" | tr -dc 'a-z')
+    $NB train "${G[@]}" $f --index-lists host --out "$TMP/l-host-$tag" >/dev/null || fail "gpu host lists $v"
+    $NB train "${G[@]}" $f --index-lists device --out "$TMP/l-dev-$tag" >/dev/null || fail "gpu device lists $v"
+    cmp -s "$TMP/l-host-$tag/ckpt/model.safetensors" "$TMP/l-dev-$tag/ckpt/model.safetensors" \
+        && cmp -s "$TMP/l-host-$tag/ckpt/optim.safetensors" "$TMP/l-dev-$tag/ckpt/optim.safetensors" \
+        && [ "$(losses "$TMP/l-host-$tag")" = "$(losses "$TMP/l-dev-$tag")" ] \
+        && [ -n "$(rows "$TMP/l-dev-$tag")" ] && [ "$(rows "$TMP/l-host-$tag")" = "$(rows "$TMP/l-dev-$tag")" ] \
+        && pass "GPU index lists on the device = on the host ($v): weights, optimizer state, losses, rows moved" \
+        || fail "GPU index lists on the device differ from the host's ($v)"
+done
+cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/l-dev-eager/ckpt/model.safetensors" \
+    && pass "GPU --index-lists auto picks the device's lists (same bits)" || fail "GPU auto lists differ from device lists"
+$NB train "${G[@]}" --index-lists device --emb-shard row --out "$TMP/l-bad" >"$TMP/l-bad.out" 2>&1 \
+    && fail "--index-lists device with sharded tables was accepted" \
+    || { grep -q "index-lists host" "$TMP/l-bad.out" && pass "--index-lists device with sharded tables: a clear error" \
+        || fail "--index-lists device with sharded tables: unclear error: $(tail -n 2 "$TMP/l-bad.out")"; }
+
 for v in "bf16 --graphs" "fp32 --emb-optim adam"; do
     set -- $v
     $NB train "${G[@]}" --precision $1 $2 ${3:-} --out "$TMP/r-$1" >/dev/null || fail "gpu straight $v"

@@ -571,13 +571,13 @@ typedef struct {
 
 static void egu_tiles_body(void *p) {
     egu_args *e = p;
-    if (e->bf) egu_tiles_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
-    else egu_tiles_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+    if (e->bf) egu_tiles_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
+    else egu_tiles_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
 }
 static void egu_finish_body(void *p) {
     egu_args *e = p;
-    if (e->bf) egu_finish_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
-    else egu_finish_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, e->U, e->E);
+    if (e->bf) egu_finish_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
+    else egu_finish_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
 }
 
 /* The launcher's two passes on the emulator (pass 1 with `blocks` blocks, scratch of cap slots). */
@@ -607,7 +607,7 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E) {
     size_t nsrc = (size_t)n * ld, nu = (size_t)U * E;
     for (int bf = 0; bf <= 1; bf++) {
         float *src = bf ? randn_bf(nsrc, 1.0f) : randn_f(nsrc, 1.0f), *ref = randn_f(nu, 1.0f); /* overwritten */
-        nb_ctr_ops_cpu.emb_grad_unique(NULL, ref, src, src_off, order, seg, U, E);
+        nb_ctr_ops_cpu.emb_grad_unique(NULL, ref, src, src_off, order, seg, NULL, U, E);
         nb_bf16 *sb = bf ? to_bf(src, nsrc) : NULL;
         const void *s = bf ? (const void *)sb : (const void *)src;
         double t0 = nb_now();

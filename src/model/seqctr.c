@@ -1,9 +1,12 @@
 /* seqctr forward and backward on any backend (see seqctr.h for the model and the tensor names).
  *
- * The host turns a batch into index lists (nb_sc_prepare): the embedding rows to gather and where
- * each goes, the packed history offsets, and the deduplicated rows with their lookups grouped
- * for a fixed-order gradient sum. The backend then only gathers, computes and scatters by those
- * lists, so the device never sorts and the result does not depend on the backend's threads.
+ * A batch becomes index lists (nb_sc_prepare): the embedding rows to gather and where each goes,
+ * the packed history offsets, and the deduplicated rows with their lookups grouped for a
+ * fixed-order gradient sum. The host builds them (the CPU backend, sharded tables: the owners'
+ * plans need them on the host), or with device lists the host stages the raw ids and the
+ * device builds the same lists in the batch's upload phase (ctr ops lists / unique_groups). The
+ * backend then only gathers, computes and scatters by those lists, so the result does not depend
+ * on who built them or on the backend's threads.
  *
  * Lookup list of a batch of B samples with nh history items (global rows, one table set):
  *   [0, 27B)          sample i's 26 categorical rows and its target row, into x0[i, E..28E)
@@ -72,8 +75,15 @@ struct nb_sc_window {
 };
 
 struct nb_sc_stage {
-    int B, nh, nlk, nuniq; /* of the prepared batch (nh, nlk with the padding rows) */
+    int B, nh, nlk, nuniq; /* of the prepared batch (nh, nlk with the padding rows; nuniq -1:
+                            * device lists, not counted on the host yet) */
     int nh_real;           /* history rows before padding */
+    int nlk_real;          /* lookups before the padding rows: the deduplicated ones */
+    uint32_t *h_hist;      /* the history items packed ([nh_real]) */
+    /* device lists: the batch's raw ids staged (pinned), their device copies, the device's count
+     * of unique rows */
+    uint32_t *h_cat, *h_target, *d_cat, *d_target, *d_hist;
+    int32_t *d_count;
     int has_label;
     float *h_dense, *h_label;
     int64_t *h_rows, *h_dst, *h_src, *h_uniq;
@@ -413,6 +423,15 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
     s->h_off = take(m, AR_PIN, (MB + 1) * sizeof(int32_t));
     s->h_inverse = take(m, AR_HOST, NLK * sizeof(int32_t));
     s->h_keys = take(m, AR_HOST, 2 * NLK * sizeof(uint64_t));
+    s->h_hist = take(m, AR_PIN, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
+    if (m->dev_lists) {
+        s->h_cat = take(m, AR_PIN, MB * NB_SC_NCAT * sizeof(uint32_t));
+        s->h_target = take(m, AR_PIN, MB * sizeof(uint32_t));
+        s->d_cat = dev ? dev->d_cat : take(m, AR_DEV, MB * NB_SC_NCAT * sizeof(uint32_t));
+        s->d_target = dev ? dev->d_target : take(m, AR_DEV, MB * sizeof(uint32_t));
+        s->d_hist = dev ? dev->d_hist : take(m, AR_DEV, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
+        s->d_count = dev ? dev->d_count : take(m, AR_DEV, sizeof(int32_t));
+    }
     if (sharded(m)) layout_stage_shard(m, s, dev);
     if (on_cpu(m)) {
         s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
@@ -546,6 +565,16 @@ static void plan_shard(nb_sc_model *m, const nb_sc_shard *shard) {
     m->max_window = m->max_served * (size_t)m->nparts;
 }
 
+/* Device lists need a device, whole tables (a sharded batch's owner plans are host work) and
+ * rows that fit the device sort's 32-bit keys. */
+static int choose_lists(const nb_sc_model *m, int want) {
+    int can = !on_cpu(m) && !sharded(m) && m->emb_off[NB_SC_NTABLES] <= ((int64_t)1 << 32);
+    NB_CHECK(want != NB_SC_LISTS_DEVICE || can, "use --index-lists host (or auto)",
+             "--index-lists device needs a CUDA device, tables that are not sharded over ranks and at most 2^32 rows "
+             "(%s)", on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : "more rows");
+    return want == NB_SC_LISTS_HOST ? 0 : can;
+}
+
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb_backend_i *be,
                 const nb_sc_plan_opts *po, nb_arena *dev, nb_arena *pinned, nb_arena *host) {
     nb_sc_plan_opts none = {.emb_opt = -1};
@@ -578,6 +607,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     m->pipelined = po->pipelined && sharded(m);
     m->priority = po->priority && m->pipelined;
     m->host_tables = po->host_tables && sharded(m);
+    m->dev_lists = choose_lists(m, po->lists);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
@@ -702,6 +732,8 @@ void nb_sc_to_device(nb_sc_model *m) {
     if (m->d_w != (void *)m->d_params) m->be->cast_params(c, m->d_w, m->d_params, m->nparams);
 }
 
+static void learn_unique(nb_sc_model *m, nb_sc_stage *s, int with_rows);
+
 void nb_sc_to_host(nb_sc_model *m) {
     if (on_cpu(m)) return;
     nb_ctx c = CTX(m);
@@ -709,7 +741,8 @@ void nb_sc_to_host(nb_sc_model *m) {
     m->be->to_host(c, m->params, m->d_params, m->nparams * sizeof(float));
     m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
     if (!host_tables(m)) m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
-    m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
+    if (m->dev_lists && m->stage && m->stage != m->stages[NB_SC_RING]) learn_unique(m, m->stage, 1);
+    if (m->nuniq > 0) m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
     optim_state_copy(m, c, 0);
 }
 
@@ -777,8 +810,27 @@ int nb_sc_first_part(const nb_sc_model *m) { return !m->stage || m->stage->part 
 
 int nb_sc_rows_ahead(const nb_sc_model *m) { return m->stage && m->priority ? m->stage->nexcl_in : -1; }
 
-void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced) {
-    *distinct = m->stage ? m->stage->nuniq : 0;
+/* Device lists: the count from the device (its upload phase wrote it), the rows with it. */
+static void learn_unique(nb_sc_model *m, nb_sc_stage *s, int with_rows) {
+    if (s->nuniq < 0) {
+        int32_t n;
+        m->be->to_host(CTX(m), &n, s->d_count, sizeof n);
+        NB_CHECK(n >= 0 && n <= s->nlk_real, "this is a bug in nobubble; please report it",
+                 "seqctr: the device counts %d unique rows of %d lookups", (int)n, s->nlk_real);
+        s->nuniq = n;
+    }
+    if (with_rows) m->be->to_host(CTX(m), s->h_uniq, s->d_uniq, (size_t)s->nuniq * sizeof(int64_t));
+    if (s == m->stage) m->nuniq = s->nuniq;
+}
+
+int nb_sc_unique_rows(nb_sc_model *m) {
+    if (!m->stage) return 0;
+    learn_unique(m, m->stage, 0);
+    return m->stage->nuniq;
+}
+
+void nb_sc_batch_rows(nb_sc_model *m, int *distinct, int *resynced) {
+    *distinct = nb_sc_unique_rows(m);
     *resynced = m->stage && m->pipelined ? m->stage->nresync_in : 0;
 }
 
@@ -961,66 +1013,82 @@ void nb_sc_begin_aside(nb_sc_model *m) { begin_stage(m, m->stages[NB_SC_RING]); 
 
 void nb_sc_end_aside(nb_sc_model *m, void *latest) { m->latest = latest; }
 
+/* The lists' shape for a batch of B samples with nh_real history rows, nh with the padding. */
+static nb_ctr_lists_shape lists_shape(const nb_sc_model *m, int B, int nh_real, int nh) {
+    nb_ctr_lists_shape sh = {.B = B, .ncat = NB_SC_NCAT, .nh = nh_real, .nh_pad = nh, .D0 = m->D0, .E = m->cfg.E,
+                             .MB = m->max_batch};
+    /* padding rows: gathered and encoded like history rows, in no sample, left out of the
+     * deduplication: their gradient is 0 and reaches no table row (sharded: the batch's first
+     * unique row; whole tables: the item table's row 0) */
+    sh.pad_row = sharded(m) ? 0 : m->emb_off[NB_SC_ITEM_TABLE];
+    for (int f = 0; f < NB_SC_NTABLES; f++) {
+        sh.off[f] = m->emb_off[f];
+        sh.rows[f] = f < NB_SC_NCAT ? m->cfg.cat_rows[f] : m->cfg.item_rows;
+    }
+    return sh;
+}
+
+static nb_ctr_lists_shape stage_shape(const nb_sc_model *m, const nb_sc_stage *s) {
+    return lists_shape(m, s->B, s->nh_real, s->nh);
+}
+
 static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
-    int B = b->B, E = m->cfg.E, D0 = m->D0;
-    size_t MB = (size_t)m->max_batch;
-    const int64_t *off = m->emb_off;
-    uint64_t item_rows = (uint64_t)m->cfg.item_rows;
+    int B = b->B;
     s->B = B;
     s->has_label = b->label != NULL;
     memcpy(s->h_dense, b->dense, (size_t)B * NB_SC_NDENSE * sizeof(float));
     if (b->label) memcpy(s->h_label, b->label, (size_t)B * sizeof(float));
-    /* the lists are independent per sample: threads fill them (the host prepares a batch while
-     * the device trains the one before, and at B = 4096 this is milliseconds) */
-#pragma omp parallel for schedule(static) if (B >= 256)
-    for (int i = 0; i < B; i++) {
-        for (int f = 0; f < NB_SC_NTABLES; f++) {
-            size_t k = (size_t)i * NB_SC_NTABLES + f;
-            uint64_t id = f < NB_SC_NCAT ? b->cat[(size_t)i * NB_SC_NCAT + f] : b->target[i];
-            uint64_t rows = f < NB_SC_NCAT ? (uint64_t)m->cfg.cat_rows[f] : item_rows;
-            s->h_rows[k] = off[f] + (int64_t)(id % rows);
-            s->h_dst[k] = s->h_src[k] = (int64_t)i * D0 + (int64_t)(1 + f) * E;
-        }
-        size_t k = (size_t)B * NB_SC_NTABLES + i;
-        s->h_rows[k] = s->h_rows[(size_t)i * NB_SC_NTABLES + NB_SC_NCAT];
-        s->h_dst[k] = -1; /* not gathered: only its gradient (through wq) is summed */
-        s->h_src[k] = (int64_t)(MB * D0) + (int64_t)i * E;
-    }
     s->h_off[0] = 0;
     for (int i = 0; i < B; i++) s->h_off[i + 1] = s->h_off[i] + b->hist_len[i];
-    size_t first = (size_t)B * NLK_PER_SAMPLE;
 #pragma omp parallel for schedule(static) if (B >= 256)
     for (int i = 0; i < B; i++)
-        for (int j = 0; j < b->hist_len[i]; j++) {
-            int64_t row = s->h_off[i] + j;
-            size_t k = first + (size_t)row;
-            s->h_rows[k] = off[NB_SC_ITEM_TABLE] + (int64_t)(b->hist[(size_t)i * b->hist_stride + j] % item_rows);
-            s->h_dst[k] = row * E;
-            s->h_src[k] = (int64_t)(MB * D0 + MB * E) + row * E;
-        }
+        memcpy(s->h_hist + s->h_off[i], b->hist + (size_t)i * b->hist_stride, (size_t)b->hist_len[i] * sizeof(uint32_t));
     s->nh_real = s->h_off[B];
-    size_t k = first + (size_t)s->nh_real;
+    s->nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
+    s->nlk_real = B * NLK_PER_SAMPLE + s->nh_real;
+    s->nlk = B * NLK_PER_SAMPLE + s->nh;
+    if (m->dev_lists) { /* the device builds the lists from these in the upload phase */
+        memcpy(s->h_cat, b->cat, (size_t)B * NB_SC_NCAT * sizeof(uint32_t));
+        memcpy(s->h_target, b->target, (size_t)B * sizeof(uint32_t));
+        s->nuniq = -1;
+        return;
+    }
+    nb_ctr_lists_shape sh = stage_shape(m, s);
+    nb_ctr_lists(&sh, b->cat, b->target, s->h_hist, s->h_off, s->h_rows, s->h_dst, s->h_src);
+    size_t k = (size_t)s->nlk_real;
     if (sharded(m)) to_owner_keys(m, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
     if (sharded(m)) ask_owners(m, s, k);
-    /* padding rows: gathered (row 0 of the item table) and encoded like history rows, in no
-     * sample, left out of the deduplication: their gradient is 0 and reaches no table row */
-    int nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
-    for (int j = s->nh_real; j < nh; j++, k++) {
-        s->h_rows[k] = sharded(m) ? 0 : off[NB_SC_ITEM_TABLE]; /* sharded: the batch's first unique row */
-        s->h_dst[k] = (int64_t)j * E;
-        s->h_src[k] = 0;
-    }
-    s->nh = nh;
-    s->nlk = (int)k;
 }
 
 /* Copies the prepared lists in (nothing to copy on the CPU). */
 /* A window's last part: after its backward the owner sums the window's gradients and updates. */
 static int is_window_end(const nb_sc_stage *s) { return s->win && s->part + 1 == s->nparts; }
 
+/* Device lists: the raw ids in, the lists built there (a training batch's deduplicated too;
+ * an evaluation batch only gathers). */
+static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
+    const nb_backend_i *be = m->be;
+    size_t B = (size_t)s->B;
+    be->to_backend(c, s->d_dense, s->h_dense, B * NB_SC_NDENSE * sizeof(float));
+    if (s->has_label) be->to_backend(c, s->d_label, s->h_label, B * sizeof(float));
+    be->to_backend(c, s->d_cat, s->h_cat, B * NB_SC_NCAT * sizeof(uint32_t));
+    be->to_backend(c, s->d_target, s->h_target, B * sizeof(uint32_t));
+    be->to_backend(c, s->d_hist, s->h_hist, (size_t)s->nh_real * sizeof(uint32_t));
+    be->to_backend(c, s->d_off, s->h_off, (B + 1) * sizeof(int32_t));
+    nb_ctr_lists_shape sh = stage_shape(m, s);
+    m->co->lists(c, &sh, s->d_cat, s->d_target, s->d_hist, s->d_off, s->d_rows, s->d_dst, s->d_src);
+    if (s == m->stages[NB_SC_RING]) return;
+    m->co->unique_groups(c, s->d_uniq, s->d_order, s->d_seg, s->d_count, s->d_rows, s->nlk_real,
+                         m->emb_off[NB_SC_NTABLES] - 1);
+}
+
 static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (on_cpu(m)) return;
+    if (m->dev_lists) {
+        upload_build(m, c, s);
+        return;
+    }
     const nb_backend_i *be = m->be;
     size_t n = (size_t)s->nlk, U = (size_t)s->nuniq;
     be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * NB_SC_NDENSE * sizeof(float));
@@ -1125,10 +1193,11 @@ static void sum_served(nb_sc_model *m, nb_ctx c) {
     if (!is_window_end(s)) return;
     const nb_sc_window *w = s->win;
     if (host_tables(m))
-        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, w->h_off, w->h_order, w->h_seg, w->nown, m->cfg.E);
+        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, w->h_off, w->h_order, w->h_seg, NULL, w->nown,
+                                       m->cfg.E);
     else
         nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, w->d_off, w->d_order, w->d_seg,
-                                                   w->nown, m->cfg.E);
+                                                   NULL, w->nown, m->cfg.E);
 }
 
 /* host tables: the askers' gradients of the window down, for the host's sums */
@@ -1409,11 +1478,16 @@ static void history_bwd(nb_sc_model *m, nb_ctx c) {
     for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, c, l, nh, a->dh);
 }
 
+/* Device lists: the unique rows' count is on the device, and the lookups bound it. */
+static const int32_t *dev_count(const nb_sc_model *m, const nb_sc_stage *s) { return m->dev_lists ? s->d_count : NULL; }
+static int rows_bound(const nb_sc_model *m, const nb_sc_stage *s) { return m->dev_lists ? s->nlk_real : s->nuniq; }
+
 /* The embedding rows: one dedup over all lookups, so an item row's target and history
  * gradients are summed. */
 static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
-    m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, s->nuniq, m->cfg.E);
+    m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, dev_count(m, s),
+                           rows_bound(m, s), m->cfg.E);
 }
 
 void nb_sc_backward_enqueue(nb_sc_model *m) {
@@ -1440,19 +1514,20 @@ static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
         const nb_ctr_ops_i *to = host_tables(m) ? &nb_ctr_ops_cpu : m->co;
         const int64_t *own = host_tables(m) ? w->h_own : w->d_own;
         if (o->emb_adam)
-            to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, w->nown, E, o->emb_lr, o->beta1, o->beta2,
-                            o->emb_eps, t);
+            to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, NULL, w->nown, E, o->emb_lr, o->beta1,
+                            o->beta2, o->emb_eps, t);
         else
-            to->rowwise_adagrad(c, m->d_emb, m->d_eacc, own, m->d_own_grads, w->nown, E, o->emb_lr, o->emb_eps);
+            to->rowwise_adagrad(c, m->d_emb, m->d_eacc, own, m->d_own_grads, NULL, w->nown, E, o->emb_lr, o->emb_eps);
         return;
     }
     if (o->emb_adam) {
         NB_CHECK(m->d_em != NULL, "this is a bug in nobubble; please report it", "sparse Adam without its planned moments");
-        m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->beta1,
-                           o->beta2, o->emb_eps, t);
+        m->co->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, s->d_uniq, m->d_uniq_grads, dev_count(m, s), rows_bound(m, s),
+                           E, o->emb_lr, o->beta1, o->beta2, o->emb_eps, t);
     } else {
         NB_CHECK(m->d_eacc != NULL, "this is a bug in nobubble; please report it", "Adagrad without its planned sums");
-        m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_uniq, m->d_uniq_grads, s->nuniq, E, o->emb_lr, o->emb_eps);
+        m->co->rowwise_adagrad(c, m->d_emb, m->d_eacc, s->d_uniq, m->d_uniq_grads, dev_count(m, s), rows_bound(m, s), E,
+                               o->emb_lr, o->emb_eps);
     }
 }
 

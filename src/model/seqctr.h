@@ -146,7 +146,13 @@ typedef struct {
     /* pipelined, --emb-priority (FreeScale): the next batch's exclusive rows move while the step
      * trains, its collision rows only after the step's update (bitwise the same rows as without) */
     int priority;
+    /* who builds a batch's index lists and their deduplication: NB_SC_LISTS_AUTO (the device,
+     * when the backend has one and the tables are whole; else the host), _HOST, _DEVICE. The
+     * lists are the same bits either way; on the device the host only stages the raw ids. */
+    int lists;
 } nb_sc_plan_opts;
+
+enum { NB_SC_LISTS_AUTO = 0, NB_SC_LISTS_HOST = 1, NB_SC_LISTS_DEVICE = 2 };
 
 #define NB_SC_RING 3 /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
 enum { NB_SC_CURRENT = 0, NB_SC_NEXT = 1, NB_SC_LATEST = 2 }; /* which batch: nb_sc_exchange_of */
@@ -182,7 +188,8 @@ typedef struct {
     uint64_t *own_bits;                 /* pipelined: a bit per shard row (the collision test; zero between uses) */
     float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
     /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
-     * (uniq_rows is built on the host with the batch; uniq_grads is a mirror on CUDA) */
+     * (uniq_rows is built on the host with the batch, or with device lists copied back by
+     * nb_sc_to_host; uniq_grads is a mirror on CUDA) */
     int64_t *uniq_rows;
     float *uniq_grads;
     int nuniq;
@@ -213,6 +220,7 @@ typedef struct {
     int skip_resync; /* debug: leave the collision rows stale (a test shows the results then differ) */
     int stage_nh;  /* history rows of the prepared batch (before padding) */
     int pad_rows; /* device backends: histories padded to a bucket (seqctr.c: bucket_rows) */
+    int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     nb_sc_acts *acts;
     int max_batch;
     int emb_opt; /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
@@ -343,7 +351,10 @@ int nb_sc_phase_on_host(const nb_sc_model *m, int p);
 int nb_sc_current_slot(const nb_sc_model *m);
 /* The step's batch: its distinct rows (the rows a sharded batch moves), and (pipelined) how many
  * of them were re-synced after the step before updated them. */
-void nb_sc_batch_rows(const nb_sc_model *m, int *distinct, int *resynced);
+void nb_sc_batch_rows(nb_sc_model *m, int *distinct, int *resynced);
+/* The step's batch's unique rows. With device lists the device counts them: this waits for the
+ * batch's upload phase (call it after the step's phases, or in tests). */
+int nb_sc_unique_rows(nb_sc_model *m);
 /* --emb-priority: the step's rows that moved ahead (its exclusive rows); -1 without it. */
 int nb_sc_rows_ahead(const nb_sc_model *m);
 const char *nb_sc_phase_name(nb_sc_phase p);

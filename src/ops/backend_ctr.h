@@ -6,9 +6,9 @@
  *
  * Histories are PACKED (jagged, no padding): sample b's history rows are rows
  * off[b] .. off[b+1]-1 of a [nh, *] tensor, off[0] = 0, off[B] = nh, most recent last. Index
- * arrays (rows, offsets, order, segments) are int64/int32 in backend memory; the host builds
- * them (the lookup lists and their deduplication depend only on the batch's ids) and copies
- * them in, so the device never sorts.
+ * arrays (rows, offsets, order, segments) are int64/int32 in backend memory: the host builds
+ * them and copies them in, or (lists, unique_groups) the backend builds them from the batch's
+ * ids; they depend only on the ids, so both ways give the same lists.
  *
  * Embedding tables are fp32 in backend memory, all tables in one allocation addressed by
  * global row (table offset + row), as ops_ctr.h. */
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "ops/backend.h"
+#include "ops/ops_ctr.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,14 +42,23 @@ typedef struct nb_ctr_ops_i {
      * Order of the fp32 additions (every table): a row's lookups in chunks of NB_EMB_GRAD_CHUNK
      * from its first one, each chunk summed in k order from 0, then the chunk sums added in chunk
      * order (the first chunk's sum is the start); a row of at most NB_EMB_GRAD_CHUNK lookups is
-     * the plain k-order sum. (Chunks let the GPU split a hot row over many warps.) */
+     * the plain k-order sum. (Chunks let the GPU split a hot row over many warps.)
+     * count: NULL (U rows), or the number of rows in backend memory (unique_groups wrote it) with
+     * U its upper bound: the host need not wait to learn it. */
     void (*emb_grad_unique)(nb_ctx, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, int U, int E);
-    /* optim_sparse.h's formulas on the U listed rows (strictly increasing global rows) */
-    void (*rowwise_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
-                            float lr, float eps);
-    void (*sparse_adam)(nb_ctx, float *table, float *m, float *v, const int64_t *rows, const float *grads, int U,
-                        int E, float lr, float beta1, float beta2, float eps, int t);
+                            const int32_t *seg, const int32_t *count, int U, int E);
+    /* optim_sparse.h's formulas on the U listed rows (strictly increasing global rows); count as above */
+    void (*rowwise_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads,
+                            const int32_t *count, int U, int E, float lr, float eps);
+    void (*sparse_adam)(nb_ctx, float *table, float *m, float *v, const int64_t *rows, const float *grads,
+                        const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t);
+    /* ops_ctr.h's nb_ctr_lists from the batch's ids (backend memory) */
+    void (*lists)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
+                  const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
+    /* nb_embag_unique_groups of rows[n] (every row <= maxrow < 2^32) into uniq, order, seg and the
+     * count of unique rows into *count, all in backend memory */
+    void (*unique_groups)(nb_ctx, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
+                          int n, int64_t maxrow);
 
     /* ---- dense pieces ---- */
     /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,

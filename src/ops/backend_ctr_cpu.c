@@ -22,7 +22,8 @@ static void emb_gather(nb_ctx c, void *out, const int64_t *dst, const float *tab
 
 /* backend_ctr.h's order: chunk 0 summed into d, every later chunk summed apart and added to d. */
 static void emb_grad_unique(nb_ctx c, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, int U, int E) {
+                            const int32_t *seg, const int32_t *count, int U, int E) {
+    if (count) U = *count; /* backend memory is host memory here */
 #pragma omp parallel
     {
         float *part = nb_malloc((size_t)(E > 0 ? E : 1) * sizeof(float), "embedding gradient chunk");
@@ -50,15 +51,30 @@ static void emb_grad_unique(nb_ctx c, float *dunique, const void *src, const int
  * and the rows come from the host's own lookups, so any bound at least the largest row works. */
 static int64_t rows_bound(const int64_t *rows, int U) { return U ? rows[U - 1] + 1 : 1; }
 
-static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
-                            float lr, float eps) {
+static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads,
+                            const int32_t *count, int U, int E, float lr, float eps) {
+    if (count) U = *count;
     nb_rowwise_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
 }
 
-static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads, int U,
-                        int E, float lr, float beta1, float beta2, float eps, int t) {
+static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads,
+                        const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t) {
+    if (count) U = *count;
     nb_sparse_adam_update(table, m, v, rows, grads, U, E, rows_bound(rows, U),
                           (nb_sparse_adam_cfg){lr, beta1, beta2, eps}, t);
+}
+
+static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
+                  const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src) {
+    nb_ctr_lists(s, cat, target, hist, hoff, rows, dst, src);
+}
+
+static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
+                          int n, int64_t maxrow) {
+    (void)maxrow;
+    int32_t *inverse = nb_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t), "embedding dedup");
+    *count = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n, NULL);
+    free(inverse);
 }
 
 static void cross_fwd(nb_ctx c, void *out, void *vx, const void *x0, const void *x, const void *Uw, const void *Vw,
@@ -193,6 +209,8 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .emb_grad_unique = emb_grad_unique,
     .rowwise_adagrad = rowwise_adagrad,
     .sparse_adam = sparse_adam,
+    .lists = lists,
+    .unique_groups = unique_groups,
     .cross_fwd = cross_fwd,
     .cross_bwd = cross_bwd,
     .relu_fwd = relu_fwd,

@@ -16,8 +16,9 @@
         nb_cuda_emb_gather_##SUF((T *)out, dst, table, rows, n, E, S(c));                                   \
     }                                                                                                       \
     static void emb_grad_unique_##SUF(nb_ctx c, float *dunique, const void *src, const int64_t *src_off,    \
-                                      const int32_t *order, const int32_t *seg, int U, int E) {             \
-        nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, U, E, S(c));            \
+                                      const int32_t *order, const int32_t *seg, const int32_t *count, int U, \
+                                      int E) {                                                              \
+        nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, count, U, E, S(c));     \
     }                                                                                                       \
     static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, const void *x0, const void *x, const void *Uw, \
                                 const void *Vw, const void *b, int N, int D, int r) {                       \
@@ -78,13 +79,22 @@ NB_CUDA_CTR_OPS(f32, float)
 NB_CUDA_CTR_OPS(bf16, nb_bf16)
 
 /* ---- precision-independent entries (fp32 tables, state and logits) ---- */
-static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
-                            float lr, float eps) {
-    nb_cuda_rowwise_adagrad(table, acc, rows, grads, U, E, lr, eps, S(c));
+static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads,
+                            const int32_t *count, int U, int E, float lr, float eps) {
+    nb_cuda_rowwise_adagrad(table, acc, rows, grads, count, U, E, lr, eps, S(c));
 }
-static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads, int U,
-                        int E, float lr, float beta1, float beta2, float eps, int t) {
-    nb_cuda_sparse_adam(table, m, v, rows, grads, U, E, lr, beta1, beta2, eps, t, S(c));
+static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads,
+                        const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t) {
+    nb_cuda_sparse_adam(table, m, v, rows, grads, count, U, E, lr, beta1, beta2, eps, t, S(c));
+}
+static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
+                  const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src) {
+    (void)hoff; /* one thread per packed history row: the row's sample is not needed */
+    nb_cuda_ctr_lists(s, cat, target, hist, rows, dst, src, S(c));
+}
+static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
+                          int n, int64_t maxrow) {
+    nb_cuda_emb_unique_groups(uniq, order, seg, count, rows, n, maxrow, S(c));
 }
 static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *y, int N, float scale) {
     nb_cuda_bce_logits(dz, loss, z, y, N, scale, S(c));
@@ -93,7 +103,8 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
 #define NB_CUDA_CTR_TABLE(SUF)                                                                             \
     {                                                                                                      \
         .name = "cuda-" #SUF, .emb_gather = emb_gather_##SUF, .emb_grad_unique = emb_grad_unique_##SUF,    \
-        .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .cross_fwd = cross_fwd_##SUF,      \
+        .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .lists = lists,                    \
+        .unique_groups = unique_groups, .cross_fwd = cross_fwd_##SUF,                                      \
         .cross_bwd = cross_bwd_##SUF, .relu_fwd = relu_fwd_##SUF, .relu_bwd = relu_bwd_##SUF,              \
         .linear1_fwd = linear1_fwd_##SUF, .linear1_bwd = linear1_bwd_##SUF, .bce = bce,                    \
         .copy_cols = copy_cols_##SUF, .add_cols = add_cols_##SUF, .seqattn_fwd = seqattn_fwd_##SUF,        \

@@ -159,9 +159,10 @@ NB_FOR_EACH_DTYPE(DEF_ELEM_KERNELS)
      * in order), as the CPU does; four lookups' loads are issued before their adds. The previous \
      * kernel (NB_CTR_KERNELS=old): a hot row is this warp's serial chain. */                     \
     static __global__ void emb_grad_unique_kernel(float *dunique, const T *src, const int64_t *src_off, \
-                                                  const int32_t *order, const int32_t *seg, int U, int E) { \
+                                                  const int32_t *order, const int32_t *seg,        \
+                                                  const int32_t *count, int U, int E) {            \
         int u = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;                  \
-        if (u >= U) return;                                                                        \
+        if (u >= (count ? *count : U)) return;                                                     \
         int k0 = seg[u], k1 = seg[u + 1];                                                          \
         for (int e0 = 0; e0 < E; e0 += 32 * EGU_J) {                                               \
             float acc[EGU_J], tot[EGU_J];                                                          \
@@ -706,17 +707,18 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
         CUDA_CHECK_LAUNCH("embedding gather");                                                     \
     }                                                                                              \
     extern "C" void nb_cuda_emb_grad_unique_##SFX(float *dunique, const T *src, const int64_t *src_off, \
-                                                   const int32_t *order, const int32_t *seg, int U, int E, \
-                                                   nb_stream_t stream) {                           \
+                                                   const int32_t *order, const int32_t *seg,       \
+                                                   const int32_t *count, int U, int E, nb_stream_t stream) { \
         NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), \
                       "nb_cuda_emb_grad_unique_" #SFX);                                            \
         if (U == 0 || E == 0) return;                                                              \
         if (nb_cuda_ctr_kernels_new()) {                                                           \
-            nb_cuda_emb_grad_unique_chunked(dunique, src, sizeof(KT) == 2, src_off, order, seg, U, E, stream); \
+            nb_cuda_emb_grad_unique_chunked(dunique, src, sizeof(KT) == 2, src_off, order, seg, count, U, E, \
+                                            stream);                                               \
             return;                                                                                \
         }                                                                                          \
         emb_grad_unique_kernel<<<(U + WARPS - 1) / WARPS, THREADS, 0, stream>>>(dunique, (const KT *)src, src_off, \
-                                                                                order, seg, U, E); \
+                                                                                order, seg, count, U, E); \
         CUDA_CHECK_LAUNCH("embedding unique-row gradient");                                        \
     }                                                                                              \
     extern "C" void nb_cuda_cross_forward_##SFX(T *c, T *vx, const T *x0, const T *x, const T *Uw, const T *Vw, \

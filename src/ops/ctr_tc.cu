@@ -806,13 +806,13 @@ TC_SA_KERNELS(64)
 #define EGU_KERNELS(SFX, BF)                                                                       \
     static __global__ void __launch_bounds__(32 * TC_WARPS)                                        \
         egu_tiles_##SFX(float *dunique, float *part, int cap, const void *src, const int64_t *src_off, \
-                        const int32_t *order, const int32_t *seg, int U, int E) {                  \
-        egu_tiles(dunique, part, cap, src, src_off, order, seg, U, E, BF);                         \
+                        const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) { \
+        egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, BF);        \
     }                                                                                              \
     static __global__ void __launch_bounds__(32 * TC_WARPS)                                        \
         egu_finish_##SFX(float *dunique, const float *part, int cap, const void *src, const int64_t *src_off, \
-                         const int32_t *order, const int32_t *seg, int U, int E) {                 \
-        egu_finish(dunique, part, cap, src, src_off, order, seg, U, E, BF);                        \
+                         const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) { \
+        egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, BF);       \
     }
 EGU_KERNELS(f32, 0)
 EGU_KERNELS(bf16, 1)
@@ -943,7 +943,7 @@ extern "C" int nb_cuda_targetattn_warp_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, n
 
 extern "C" void nb_cuda_emb_grad_unique_chunked(float *dunique, const void *src, int src_bf16,
                                                 const int64_t *src_off, const int32_t *order, const int32_t *seg,
-                                                int U, int E, nb_stream_t stream) {
+                                                const int32_t *count, int U, int E, nb_stream_t stream) {
     NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)),
                   "nb_cuda_emb_grad_unique_chunked");
     if (U == 0 || E == 0) return;
@@ -951,17 +951,17 @@ extern "C" void nb_cuda_emb_grad_unique_chunked(float *dunique, const void *src,
     float *part = (float *)nb_cuda_scratch((size_t)cap * E * sizeof(float), stream);
     if (src_bf16)
         egu_tiles_bf16<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
-                                                                                   order, seg, U, E);
+                                                                                   order, seg, count, U, E);
     else
         egu_tiles_f32<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
-                                                                                  order, seg, U, E);
+                                                                                  order, seg, count, U, E);
     CUDA_CHECK_LAUNCH("embedding unique-row gradient (chunk sums)");
     if (src_bf16)
         egu_finish_bf16<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
-                                                                            seg, U, E);
+                                                                            seg, count, U, E);
     else
         egu_finish_f32<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
-                                                                           seg, U, E);
+                                                                           seg, count, U, E);
     CUDA_CHECK_LAUNCH("embedding unique-row gradient (rows of several chunks)");
     nb_cuda_scratch_free(part, stream);
 }

@@ -176,15 +176,72 @@ static void radix_sort_rows(uint64_t *a, uint64_t *b, int n, int64_t maxrow) {
     free(count);
 }
 
+/* Threads for the dedup's passes over n lookups: one below a size where a team costs more than
+ * it saves. */
+static int dedup_threads(int n) {
+#ifdef _OPENMP
+    int nt = n < 65536 ? 1 : omp_get_max_threads();
+    return nt > 64 ? 64 : nt;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
+/* The range of rows (the smallest, to reject negatives, and the largest, for the sort's passes). */
+static void row_range(const int64_t *rows, int n, int64_t *lo, int64_t *hi) {
+    int64_t mn = 0, mx = 0;
+#pragma omp parallel for num_threads(dedup_threads(n)) reduction(min : mn) reduction(max : mx) schedule(static)
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < mn) mn = rows[i];
+        if (rows[i] > mx) mx = rows[i];
+    }
+    *lo = mn, *hi = mx;
+}
+
+/* The groups from keys sorted by row (equal rows in position order): each thread takes a chunk,
+ * counts the groups that start in it, and after a prefix over the chunks writes its groups at
+ * their global index, so the output is the serial pass's for any thread count. */
+static int write_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const uint64_t *sorted, int n) {
+    int nt = dedup_threads(n), starts[65];
+    starts[0] = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        int lo = (int)((int64_t)n * t / nt), hi = (int)((int64_t)n * (t + 1) / nt), heads = 0;
+        for (int k = lo; k < hi; k++) heads += k == 0 || sorted[k] >> 32 != sorted[k - 1] >> 32;
+        starts[t + 1] = heads;
+#pragma omp barrier
+#pragma omp single
+        for (int u = 0; u < nt; u++) starts[u + 1] += starts[u];
+        int U = starts[t];
+        for (int k = lo; k < hi; k++) {
+            int64_t row = (int64_t)(sorted[k] >> 32);
+            int32_t pos = (int32_t)(sorted[k] & 0xffffffffu);
+            if (k == 0 || sorted[k] >> 32 != sorted[k - 1] >> 32) {
+                seg[U] = k;
+                uniq[U++] = row;
+            }
+            order[k] = pos;
+            inverse[pos] = U - 1;
+        }
+    }
+    seg[starts[nt]] = n;
+    return starts[nt];
+}
+
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
                            int n, uint64_t *scratch) {
     NB_ASSERT(n >= 0 && (n == 0 || (uniq && order && seg && inverse && rows)));
-    int64_t maxrow = 0;
-    for (int i = 0; i < n; i++) {
-        NB_CHECK(rows[i] >= 0, "map ids to rows with id mod rows_t before the lookup",
-                 "negative embedding row %lld at lookup %d", (long long)rows[i], i);
-        if (rows[i] > maxrow) maxrow = rows[i];
-    }
+    int64_t minrow, maxrow;
+    row_range(rows, n, &minrow, &maxrow);
+    if (minrow < 0)
+        for (int i = 0; i < n; i++)
+            NB_CHECK(rows[i] >= 0, "map ids to rows with id mod rows_t before the lookup",
+                     "negative embedding row %lld at lookup %d", (long long)rows[i], i);
     seg[0] = 0;
     if (n == 0) return 0;
     if (maxrow >= ((int64_t)1 << 32)) { /* rare: too many rows to pack; the general path */
@@ -200,24 +257,13 @@ int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t 
     }
     uint64_t *own = scratch ? NULL : nb_malloc(2 * (size_t)n * sizeof(uint64_t), "embedding dedup keys");
     uint64_t *a = scratch ? scratch : own, *b = a + n;
+#pragma omp parallel for num_threads(dedup_threads(n)) schedule(static)
     for (int i = 0; i < n; i++) a[i] = (uint64_t)rows[i] << 32 | (uint32_t)i;
     int passes = 0;
     for (int shift = 32; shift < 64 && (maxrow >> (shift - 32)) > 0; shift += NB_EMBAG_RADIX_BITS) passes++;
     radix_sort_rows(a, b, n, maxrow);
-    const uint64_t *sorted = passes % 2 ? b : a;
     /* sorted by row, equal rows in position order: the groups, in order, are the unique rows */
-    int U = 0;
-    for (int k = 0; k < n; k++) {
-        int64_t row = (int64_t)(sorted[k] >> 32);
-        int32_t pos = (int32_t)(sorted[k] & 0xffffffffu);
-        if (k == 0 || row != uniq[U - 1]) {
-            seg[U] = k;
-            uniq[U++] = row;
-        }
-        order[k] = pos;
-        inverse[pos] = U - 1;
-    }
-    seg[U] = n;
+    int U = write_groups(uniq, order, seg, inverse, passes % 2 ? b : a, n);
     free(own);
     return U;
 }

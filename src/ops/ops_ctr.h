@@ -51,6 +51,27 @@ void nb_embag_backward_unique(float *dunique, const float *dout, const int32_t *
 void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32_t *offsets,
                                   const int32_t *inverse, int B, int E, nb_embag_mode mode);
 
+/* ---- ctr_lists.c (CUDA twin: ctr_lists.cu) ---- */
+/* One batch's lookup lists for seqctr (model/seqctr.c's top comment), nf = ncat + 1 fields:
+ *   [0, nf B)              sample i's field f: row off[f] + id mod rows[f] (f < ncat: cat[i, f],
+ *                          f = ncat: target[i]), into x0: dst = src = i D0 + (1 + f) E
+ *   [nf B, (nf + 1) B)     sample i's target row again (its gradient through target.wq):
+ *                          dst -1 (not gathered), src MB D0 + i E
+ *   [(nf + 1) B, + nh)     packed history row r (sample i's item j, r = hoff[i] + j): row
+ *                          off[ncat] + hist[r] mod rows[ncat], dst r E, src MB (D0 + E) + r E
+ *   [.., + nh_pad - nh)    padding rows r = nh .. nh_pad - 1: row pad_row, dst r E, src 0
+ * hist is packed ([nh]); hoff[B] = nh. */
+#define NB_CTR_LISTS_MAX_FIELDS 32
+typedef struct {
+    int B, ncat, nh, nh_pad;
+    int64_t D0, E, MB, pad_row;
+    int64_t off[NB_CTR_LISTS_MAX_FIELDS], rows[NB_CTR_LISTS_MAX_FIELDS]; /* per field; [ncat]: the item table */
+} nb_ctr_lists_shape;
+/* Lookups the lists hold: (ncat + 2) B + nh_pad. */
+long nb_ctr_lists_count(const nb_ctr_lists_shape *s);
+void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
+                  const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
+
 /* ---- cross.c ---- */
 /* Low-rank DCNv2 cross layer: c = x0 * (U (V^T x) + b) + x, per row.
  * x0, x, c are [N, D]; Uw and Vw are [D, r]; b is [D] (NULL: no bias). vx[N, r] = x @ Vw (i.e.

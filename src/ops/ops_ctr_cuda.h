@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/ops_ctr.h"
 #include "ops/ops_cuda.h"
 
 #ifdef __cplusplus
@@ -29,18 +30,27 @@ void nb_cuda_emb_gather_f32(float *out, const int64_t *dst, const float *table, 
 void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const float *table, const int64_t *rows, int n,
                              int E, nb_stream_t stream);
 /* dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1 in k order of src[src_off[order[k]] + e]
- * (OVERWRITES dunique [U, E], fp32) */
+ * (OVERWRITES dunique [U, E], fp32). count: NULL, or the number of rows in device memory (the
+ * device's deduplication wrote it) and U only its upper bound; likewise for the sparse optimizers. */
 void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off, const int32_t *order,
-                                 const int32_t *seg, int U, int E, nb_stream_t stream);
+                                 const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
 void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off, const int32_t *order,
-                                  const int32_t *seg, int U, int E, nb_stream_t stream);
+                                  const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
+
+/* ---- lookup lists and their deduplication on the device (ctr_lists.cu): ops_ctr.h's
+ * nb_ctr_lists and nb_embag_unique_groups (without inverse), the same outputs bit for bit. The
+ * unique rows' count goes to *count (device memory), nothing waits. rows must be < 2^32. ---- */
+void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
+                       int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream);
+void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
+                               int n, int64_t maxrow, nb_stream_t stream);
 
 /* ---- sparse optimizers (optim/sparse.cu): optim_sparse.h's formulas on U strictly increasing
  * rows; the CPU's float operations one by one (no FMA contraction), so results match it. ---- */
-void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
-                             float lr, float eps, nb_stream_t stream);
-void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, int U, int E,
-                         float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
+void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
+                             int U, int E, float lr, float eps, nb_stream_t stream);
+void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, const int32_t *count,
+                         int U, int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
 
 /* ---- DCNv2 low-rank cross (ctr.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved) ---- */
 void nb_cuda_cross_forward_f32(float *c, float *vx, const float *x0, const float *x, const float *Uw,
@@ -135,7 +145,8 @@ int nb_cuda_targetattn_warp_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv,
                                           const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
 /* The two-pass unique-row gradient (src fp32, or bf16 when src_bf16). */
 void nb_cuda_emb_grad_unique_chunked(float *dunique, const void *src, int src_bf16, const int64_t *src_off,
-                                     const int32_t *order, const int32_t *seg, int U, int E, nb_stream_t stream);
+                                     const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E,
+                                     nb_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,10 @@
 
 /* One warp per row: the mean of g^2 in double (lanes over e, then a fixed butterfly), one
  * accumulator update, then the row's step. */
-static __global__ void rowwise_adagrad_kernel(float *table, float *acc, const int64_t *rows, const float *grads, int U,
-                                              int E, float lr, float eps) {
+static __global__ void rowwise_adagrad_kernel(float *table, float *acc, const int64_t *rows, const float *grads,
+                                              const int32_t *count, int U, int E, float lr, float eps) {
     int u = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (count) U = *count;
     if (u >= U) return;
     const float *g = grads + (size_t)u * E;
     int64_t r = rows[u];
@@ -33,9 +34,9 @@ static __global__ void rowwise_adagrad_kernel(float *table, float *acc, const in
 
 /* One thread per element of the listed rows. */
 static __global__ void sparse_adam_kernel(float *table, float *m, float *v, const int64_t *rows, const float *grads,
-                                          int U, int E, float b1, float b2, float w1, float w2, float step,
+                                          const int32_t *count, int U, int E, float b1, float b2, float w1, float w2, float step,
                                           float bc2_sqrt, float eps) {
-    size_t n = (size_t)U * E;
+    size_t n = (size_t)(count ? *count : U) * E;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t u = i / E, e = i % E, o = (size_t)rows[u] * E + e;
         float g = grads[i];
@@ -48,16 +49,18 @@ static __global__ void sparse_adam_kernel(float *table, float *m, float *v, cons
     }
 }
 
-extern "C" void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, int U,
-                                        int E, float lr, float eps, nb_stream_t stream) {
+extern "C" void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads,
+                                        const int32_t *count, int U, int E, float lr, float eps, nb_stream_t stream) {
     NB_CUDA_SHAPE(U >= 0 && E > 0 && (U == 0 || (table && acc && rows && grads)), "nb_cuda_rowwise_adagrad");
     if (U == 0) return;
-    rowwise_adagrad_kernel<<<(U + WARPS - 1) / WARPS, THREADS, 0, stream>>>(table, acc, rows, grads, U, E, lr, eps);
+    rowwise_adagrad_kernel<<<(U + WARPS - 1) / WARPS, THREADS, 0, stream>>>(table, acc, rows, grads, count, U, E, lr,
+                                                                            eps);
     CUDA_CHECK_LAUNCH("row-wise adagrad");
 }
 
-extern "C" void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, int U,
-                                    int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream) {
+extern "C" void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads,
+                                    const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps,
+                                    int t, nb_stream_t stream) {
     NB_CUDA_SHAPE(U >= 0 && E > 0 && t >= 1 && (U == 0 || (table && m && v && rows && grads)), "nb_cuda_sparse_adam");
     if (U == 0) return;
     /* the scalars exactly as sparse.c forms them */
@@ -65,7 +68,7 @@ extern "C" void nb_cuda_sparse_adam(float *table, float *m, float *v, const int6
     float step = (float)(lr / (1.0 - pow(beta1, t)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
     size_t n = (size_t)U * E;
-    sparse_adam_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(table, m, v, rows, grads, U, E, beta1, beta2, w1,
-                                                                       w2, step, bc2_sqrt, eps);
+    sparse_adam_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(table, m, v, rows, grads, count, U, E, beta1,
+                                                                       beta2, w1, w2, step, bc2_sqrt, eps);
     CUDA_CHECK_LAUNCH("sparse adam");
 }

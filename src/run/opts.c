@@ -16,6 +16,7 @@ static void common_defaults(nb_train_opts *o) {
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
     snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
     snprintf(o->emb_place, sizeof o->emb_place, "gpu");
+    snprintf(o->index_lists, sizeof o->index_lists, "auto");
     snprintf(o->balance, sizeof o->balance, "none");
     o->stream_slots = 2;
     o->pinned_slabs = 2;
@@ -152,6 +153,8 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "pass --emb-shard row, none or auto", "unknown --emb-shard '%s'", o->emb_shard);
     NB_CHECK(!strcmp(o->emb_place, "gpu") || !strcmp(o->emb_place, "host"), "pass --emb-place gpu or host",
              "unknown --emb-place '%s'", o->emb_place);
+    NB_CHECK(!strcmp(o->index_lists, "auto") || !strcmp(o->index_lists, "host") || !strcmp(o->index_lists, "device"),
+             "pass --index-lists auto, host or device", "unknown --index-lists '%s'", o->index_lists);
     NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
     NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
     NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);

@@ -57,6 +57,7 @@ typedef struct nb_train_opts {
      * g % N), "none" (every rank holds every row: one rank only), "auto" (row with several ranks) */
     char emb_shard[8];
     char emb_place[8];    /* where an owner's shard lives: gpu (the device's memory) or host (host DRAM) */
+    char index_lists[8];  /* who builds a batch's index lists: auto, host or device (nb_sc_plan_opts.lists) */
     int pipe_skip_resync;
     int cluster_keys; /* seqctr --micro-batches: samples sharing hot keys go to the same micro-batch */ /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
     /* FreeScale: where a global batch's samples train (none, fbs, vbs[:alpha[:c0]]), and ranks

@@ -471,7 +471,10 @@ static void sc_init(nb_run *r) {
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
                           .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M,
-                          .priority = o->emb_priority};
+                          .priority = o->emb_priority,
+                          .lists = !strcmp(o->index_lists, "host")     ? NB_SC_LISTS_HOST
+                                   : !strcmp(o->index_lists, "device") ? NB_SC_LISTS_DEVICE
+                                                                        : NB_SC_LISTS_AUTO};
     nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     print_memory(r, t);
@@ -523,9 +526,9 @@ static void sc_init(nb_run *r) {
     build_items(r, t);
     size_t rows = (size_t)t->m.emb_off[NB_SC_NTABLES];
     if (nb_verbosity > 0)
-        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s)\n",
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
                 mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, t->m.nparams_used / 1e6,
-                (double)rows / 1e6, r->be->name, r->backend->desc);
+                (double)rows / 1e6, r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
 }
 
 static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim);
@@ -763,6 +766,10 @@ static void pop_part(nb_run *r, sc_train *t, int step) {
     t->popped_u++;
     if (t->sharded && !t->ids_ahead) exchange_ids(t); /* the synchronous baseline: in line */
     nb_sc_begin_step(&t->m);
+}
+
+/* The rows the part that ran moved (device lists: counted on the device, so after it ran). */
+static void count_rows(sc_train *t) {
     int distinct, resynced;
     nb_sc_batch_rows(&t->m, &distinct, &resynced);
     t->step_rows += distinct, t->step_resynced += resynced;
@@ -791,6 +798,7 @@ static void sc_begin_micro(nb_run *r, int k) {
     if (k == 0) return;
     sc_train *t = T(r);
     t->part_s[k - 1] = part_busy(r, t);
+    count_rows(t);
     t->part_k = k;
     pop_part(r, t, t->step);
 }
@@ -826,6 +834,7 @@ static void sc_end_step(nb_run *r, int step, nb_mark done) {
     if (r->o.grad_clip > 0) r->be->to_host(&t->ctx, &sumsq, t->m.d_loss + 1, sizeof sumsq);
     r->grad_norm = (float)sqrt(sumsq);
     t->part_s[t->part_k] = part_busy(r, t);
+    count_rows(t);
     rank_times(r, t, step);
     if (t->nsteps < r->o.steps) t->emul_secs[t->nsteps] = t->step_emul_s;
     if (t->nsteps < r->o.steps) t->step_secs[t->nsteps++] = r->last_secs;

@@ -1,0 +1,131 @@
+/* seqctr's lookup lists and their deduplication on CUDA (ops_ctr.h's nb_ctr_lists and
+ * nb_embag_unique_groups, the same outputs bit for bit), so that the host of a step only stages
+ * the raw ids: at B = 4096 the host's lists and radix sort took ~3.3 ms a step, longer than the
+ * device needed for everything else it waited on.
+ *
+ * The deduplication is a stable radix sort of (row, position) by row (CUB's, LSD: equal rows keep
+ * their position order, which is the host sort's order), then the run heads: a flag per sorted
+ * lookup, an inclusive scan of the flags (each run's 1-based index) and a scatter of the heads into
+ * uniq / seg. The count of unique rows stays on the device (the ops that read the groups take it
+ * from there), so nothing here waits for the device. */
+#include <cub/cub.cuh>
+
+#include "ops/ops_ctr_cuda.h"
+#include "ops/ops_cuda_common.cuh"
+
+#define THREADS 256
+
+/* Lookups [0, (nf + 1) B) and the padding rows: one thread each. */
+static __global__ void lists_fixed_kernel(nb_ctr_lists_shape s, const uint32_t *cat, const uint32_t *target,
+                                          int64_t *rows, int64_t *dst, int64_t *src) {
+    const int nf = s.ncat + 1;
+    const long fixed = (long)(nf + 1) * s.B, pad = s.nh_pad - s.nh;
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < fixed + pad; k += (long)gridDim.x * blockDim.x) {
+        if (k >= fixed) { /* padding row r */
+            const int64_t r = s.nh + (k - fixed), at = fixed + r;
+            rows[at] = s.pad_row, dst[at] = r * s.E, src[at] = 0;
+            continue;
+        }
+        const int i = (int)(k < (long)nf * s.B ? k / nf : k - (long)nf * s.B);
+        const int f = k < (long)nf * s.B ? (int)(k % nf) : s.ncat; /* the second target lookup: the target's row */
+        const uint64_t id = f < s.ncat ? cat[(size_t)i * s.ncat + f] : target[i];
+        rows[k] = s.off[f] + (int64_t)(id % (uint64_t)s.rows[f]);
+        if (k < (long)nf * s.B)
+            dst[k] = src[k] = (int64_t)i * s.D0 + (int64_t)(1 + f) * s.E;
+        else
+            dst[k] = -1, src[k] = s.MB * s.D0 + (int64_t)i * s.E;
+    }
+}
+
+/* History rows: one thread per packed row. */
+static __global__ void lists_hist_kernel(nb_ctr_lists_shape s, const uint32_t *hist, int64_t *rows, int64_t *dst,
+                                         int64_t *src) {
+    const long first = (long)(s.ncat + 2) * s.B;
+    const int64_t item_off = s.off[s.ncat];
+    const uint64_t item_rows = (uint64_t)s.rows[s.ncat];
+    for (long r = (long)blockIdx.x * blockDim.x + threadIdx.x; r < s.nh; r += (long)gridDim.x * blockDim.x) {
+        rows[first + r] = item_off + (int64_t)(hist[r] % item_rows);
+        dst[first + r] = r * s.E;
+        src[first + r] = s.MB * (s.D0 + s.E) + r * s.E;
+    }
+}
+
+extern "C" void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
+                                  const uint32_t *hist, int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream) {
+    NB_CUDA_SHAPE(s && s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 &&
+                      s->nh_pad >= s->nh && (s->B == 0 || (cat && target)) && (s->nh == 0 || hist) &&
+                      (nb_ctr_lists_count(s) == 0 || (rows && dst && src)),
+                  "nb_cuda_ctr_lists");
+    const long fixed = (long)(s->ncat + 2) * s->B + (s->nh_pad - s->nh);
+    if (fixed > 0) {
+        lists_fixed_kernel<<<nb_grid_1d((size_t)fixed, THREADS), THREADS, 0, stream>>>(*s, cat, target, rows, dst, src);
+        CUDA_CHECK_LAUNCH("lookup lists (fields, padding)");
+    }
+    if (s->nh > 0) {
+        lists_hist_kernel<<<nb_grid_1d((size_t)s->nh, THREADS), THREADS, 0, stream>>>(*s, hist, rows, dst, src);
+        CUDA_CHECK_LAUNCH("lookup lists (histories)");
+    }
+}
+
+/* Sort input: the row as the key (rows < 2^32), the position as the value. */
+static __global__ void unique_keys_kernel(uint32_t *keys, int32_t *pos, const int64_t *rows, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        keys[i] = (uint32_t)rows[i], pos[i] = i;
+}
+
+static __global__ void unique_heads_kernel(int32_t *head, const uint32_t *sorted, int n) {
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
+        head[k] = k == 0 || sorted[k] != sorted[k - 1];
+}
+
+/* id[k]: the 1-based index of sorted lookup k's run; a head writes its run's row and start. */
+static __global__ void unique_scatter_kernel(int64_t *uniq, int32_t *seg, int32_t *count, const uint32_t *sorted,
+                                             const int32_t *head, const int32_t *id, int n) {
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+        if (head[k]) uniq[id[k] - 1] = (int64_t)sorted[k], seg[id[k] - 1] = k;
+        if (k == n - 1) seg[id[k]] = n, *count = id[k];
+    }
+}
+
+static int bits_for(int64_t maxrow) {
+    int b = 1;
+    while (b < 32 && (maxrow >> b) > 0) b++;
+    return b;
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+extern "C" void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count,
+                                          const int64_t *rows, int n, int64_t maxrow, nb_stream_t stream) {
+    NB_CUDA_SHAPE(n >= 0 && maxrow >= 0 && maxrow < ((int64_t)1 << 32) && seg && count &&
+                      (n == 0 || (uniq && order && rows)),
+                  "nb_cuda_emb_unique_groups");
+    if (n == 0) {
+        CUDA_CHECK(cudaMemsetAsync(seg, 0, sizeof(int32_t), stream));
+        CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
+        return;
+    }
+    size_t sort_bytes = 0, scan_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                               (const int32_t *)NULL, (int32_t *)NULL, n, 0, bits_for(maxrow), stream));
+    CUDA_CHECK(cub::DeviceScan::InclusiveSum(NULL, scan_bytes, (const int32_t *)NULL, (int32_t *)NULL, n, stream));
+    const size_t keys = align256((size_t)n * sizeof(uint32_t)), ints = align256((size_t)n * sizeof(int32_t));
+    const size_t temp = sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
+    char *base = (char *)nb_cuda_scratch(2 * keys + 3 * ints + temp, stream);
+    uint32_t *k_in = (uint32_t *)base, *k_out = (uint32_t *)(base + keys);
+    int32_t *pos = (int32_t *)(base + 2 * keys), *head = (int32_t *)(base + 2 * keys + ints);
+    int32_t *id = (int32_t *)(base + 2 * keys + 2 * ints);
+    void *tmp = base + 2 * keys + 3 * ints;
+    const unsigned grid = nb_grid_1d((size_t)n, THREADS);
+    unique_keys_kernel<<<grid, THREADS, 0, stream>>>(k_in, pos, rows, n);
+    CUDA_CHECK_LAUNCH("deduplication (keys)");
+    size_t bytes = sort_bytes;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, bytes, k_in, k_out, pos, order, n, 0, bits_for(maxrow), stream));
+    unique_heads_kernel<<<grid, THREADS, 0, stream>>>(head, k_out, n);
+    CUDA_CHECK_LAUNCH("deduplication (run heads)");
+    bytes = scan_bytes;
+    CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp, bytes, head, id, n, stream));
+    unique_scatter_kernel<<<grid, THREADS, 0, stream>>>(uniq, seg, count, k_out, head, id, n);
+    CUDA_CHECK_LAUNCH("deduplication (unique rows)");
+    nb_cuda_scratch_free(base, stream);
+}
