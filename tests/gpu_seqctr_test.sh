@@ -47,7 +47,7 @@ cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/g-graphs/ckpt/model.safetenso
     && pass "GPU --graphs ($reps) is bitwise equal to eager steps (weights, optimizer state, losses)" \
     || fail "GPU --graphs differs from eager ($reps)"
 # the index lists built by the device (the default on CUDA) or by the host: the same bits
-rows() { grep -o '"rows_moved":[0-9]*' "$1/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+rows() { grep -o '"unique_rows":[0-9]*' "$1/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
 for v in "eager" "--graphs" "--emb-optim adam"; do
     f=${v#eager}; tag=$(echo "${f:-eager}" | tr -dc 'a-z')
     $NB train "${G[@]}" $f --index-lists host --out "$TMP/l-host-$tag" >/dev/null || fail "gpu host lists $v"
@@ -56,7 +56,7 @@ for v in "eager" "--graphs" "--emb-optim adam"; do
         && cmp -s "$TMP/l-host-$tag/ckpt/optim.safetensors" "$TMP/l-dev-$tag/ckpt/optim.safetensors" \
         && [ "$(losses "$TMP/l-host-$tag")" = "$(losses "$TMP/l-dev-$tag")" ] \
         && [ -n "$(rows "$TMP/l-dev-$tag")" ] && [ "$(rows "$TMP/l-host-$tag")" = "$(rows "$TMP/l-dev-$tag")" ] \
-        && pass "GPU index lists on the device = on the host ($v): weights, optimizer state, losses, rows moved" \
+        && pass "GPU index lists on the device = on the host ($v): weights, optimizer state, losses, unique rows per step" \
         || fail "GPU index lists on the device differ from the host's ($v)"
 done
 cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/l-dev-eager/ckpt/model.safetensors" \

@@ -18,7 +18,7 @@ ne=$(get ne "$ev"); auc=$(get auc "$ev")
 awk -v ne="$ne" -v auc="$auc" 'BEGIN {exit !(ne < 1.0 && auc > 0.6)}' \
     && pass "synth held-out NE $ne AUC $auc after 300 steps ($(echo "$out" | grep '^teacher' | cut -d' ' -f4-6 | tr ' ' ','))" \
     || fail "synth held-out NE $ne AUC $auc (want NE < 1, AUC > 0.6)"
-for k in step loss samples_per_s ms bubble_pct eval_ne eval_auc eval_loss; do
+for k in step loss samples_per_s ms bubble_pct unique_rows eval_ne eval_auc eval_loss; do
     grep -q "\"$k\":" "$TMP/synth/metrics.jsonl" && pass "metrics has $k" || fail "metrics lacks $k"
 done
 [ -s "$TMP/synth/ckpt/model.safetensors" ] && pass "ckpt/model.safetensors written" || fail "no ckpt/model.safetensors in --out"

@@ -924,6 +924,8 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
         nb_json_kint(w, "rows_moved", t->step_rows);
         if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
         if (t->m.priority) nb_json_kint(w, "rows_ahead", t->step_ahead);
+    } else { /* the step's distinct table rows (their gradients and updates) */
+        nb_json_kint(w, "unique_rows", t->step_rows);
     }
     if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
     if (t->emulate || r->world > 1) { /* the ranks' compute (busy) times of this step */
