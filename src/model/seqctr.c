@@ -741,7 +741,7 @@ void nb_sc_to_host(nb_sc_model *m) {
     m->be->to_host(c, m->params, m->d_params, m->nparams * sizeof(float));
     m->be->to_host(c, m->grads, m->d_grads, m->nparams * sizeof(float));
     if (!host_tables(m)) m->be->to_host(c, m->emb, m->d_emb, nemb * sizeof(float));
-    if (m->dev_lists && m->stage && m->stage != m->stages[NB_SC_RING]) learn_unique(m, m->stage, 1);
+    if (m->dev_lists && m->stage) learn_unique(m, m->stage, 1);
     if (m->nuniq > 0) m->be->to_host(c, m->uniq_grads, m->d_uniq_grads, (size_t)m->nuniq * m->cfg.E * sizeof(float));
     optim_state_copy(m, c, 0);
 }
@@ -1065,8 +1065,8 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
 /* A window's last part: after its backward the owner sums the window's gradients and updates. */
 static int is_window_end(const nb_sc_stage *s) { return s->win && s->part + 1 == s->nparts; }
 
-/* Device lists: the raw ids in, the lists built there (a training batch's deduplicated too;
- * an evaluation batch only gathers). */
+/* Device lists: the raw ids in, the lists built and deduplicated there (an evaluation batch's
+ * too: nb_sc_forward's batch may be trained on). */
 static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     const nb_backend_i *be = m->be;
     size_t B = (size_t)s->B;
@@ -1078,7 +1078,6 @@ static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     be->to_backend(c, s->d_off, s->h_off, (B + 1) * sizeof(int32_t));
     nb_ctr_lists_shape sh = stage_shape(m, s);
     m->co->lists(c, &sh, s->d_cat, s->d_target, s->d_hist, s->d_off, s->d_rows, s->d_dst, s->d_src);
-    if (s == m->stages[NB_SC_RING]) return;
     m->co->unique_groups(c, s->d_uniq, s->d_order, s->d_seg, s->d_count, s->d_rows, s->nlk_real,
                          m->emb_off[NB_SC_NTABLES] - 1);
 }
