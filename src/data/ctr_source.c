@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "ops/ops_ctr.h"
 #include "run/opts.h" /* NB_PATH_MAX */
 
 #define POP_SMOOTH 10.0 /* popularity baseline: prior strength, in pseudo-ratings */
@@ -64,19 +65,6 @@ void nb_ctr_batch_free(nb_ctr_batch *t) {
 
 /* ---- key-centric clustering (--cluster-keys) ---- */
 
-/* Open-addressing counts of 64-bit keys (the table's size a power of two, at least twice the keys). */
-typedef struct {
-    uint64_t *key;
-    int32_t *cnt;
-    size_t mask;
-} key_counts;
-
-static size_t slot_of(const key_counts *h, uint64_t k) {
-    size_t i = (size_t)((k * 0x9E3779B97F4A7C15ULL) >> 20) & h->mask;
-    while (h->cnt[i] && h->key[i] != k) i = (i + 1) & h->mask;
-    return i;
-}
-
 /* The key of lookup f of sample i of w: its global row (table offset + id mod rows), as the model
  * looks it up; f < NB_SC_NCAT: a categorical table, f = NB_SC_NCAT: the target item, f > NB_SC_NCAT:
  * history item f - NB_SC_NCAT - 1. */
@@ -102,6 +90,64 @@ static int cmp_sample_key(const void *a, const void *b) {
     if (x->cnt != y->cnt) return x->cnt > y->cnt ? -1 : 1;
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return (x->i > y->i) - (x->i < y->i);
+}
+
+void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len) {
+    memset(c, 0, sizeof *c);
+    c->cap_B = B, c->cap_L = max_len;
+    c->cap_n = (size_t)B * (size_t)(NB_SC_NCAT + 1 + max_len);
+    c->keys = nb_malloc(c->cap_n * sizeof(int64_t), "key clustering");
+    c->uniq = nb_malloc(c->cap_n * sizeof(int64_t), "key clustering");
+    c->order = nb_malloc(c->cap_n * sizeof(int32_t), "key clustering");
+    c->seg = nb_malloc((c->cap_n + 1) * sizeof(int32_t), "key clustering");
+    c->inverse = nb_malloc(c->cap_n * sizeof(int32_t), "key clustering");
+    c->first = nb_malloc(((size_t)B + 1) * sizeof(int32_t), "key clustering");
+    c->sort = nb_malloc(2 * c->cap_n * sizeof(uint64_t), "key clustering");
+    c->samples = nb_malloc((size_t)B * sizeof(sample_key), "key clustering");
+    nb_ctr_batch_alloc(&c->tmp, B, max_len);
+}
+
+void nb_ctr_cluster_free(nb_ctr_cluster *c) {
+    if (!c->keys) return;
+    free(c->keys), free(c->uniq), free(c->order), free(c->seg), free(c->inverse), free(c->first), free(c->sort);
+    free(c->samples);
+    nb_ctr_batch_free(&c->tmp);
+    memset(c, 0, sizeof *c);
+}
+
+void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ctr_cluster *c) {
+    int B = w->b.B, per_part = B / parts;
+    if (parts <= 1 || B <= 1) return;
+    NB_CHECK(B <= c->cap_B && w->b.hist_stride <= c->cap_L, "this is a bug in nobubble; please report it",
+             "key clustering of %d samples (history %d) with scratch for %d (%d)", B, w->b.hist_stride, c->cap_B,
+             c->cap_L);
+    c->first[0] = 0;
+    for (int i = 0; i < B; i++) c->first[i + 1] = c->first[i] + lookups_of(w, i);
+    int n = c->first[B];
+#pragma omp parallel for schedule(static) if (B >= 256)
+    for (int i = 0; i < B; i++)
+        for (int f = 0; f < lookups_of(w, i); f++) c->keys[c->first[i] + f] = (int64_t)key_of(w, m, i, f);
+    /* every key's count: the size of its group in the (parallel, deterministic) dedup */
+    nb_embag_unique_groups(c->uniq, c->order, c->seg, c->inverse, c->keys, n, c->sort);
+    /* each sample goes by its most shared key that still fits in one part: gathering that key's
+     * samples into one part fetches it once instead of in every part it would land in (a key
+     * more samples have than a part holds is fetched by several parts anyway) */
+    sample_key *order = c->samples;
+#pragma omp parallel for schedule(static) if (B >= 256)
+    for (int i = 0; i < B; i++) {
+        order[i] = (sample_key){UINT64_MAX, 0, i};
+        for (int k = c->first[i]; k < c->first[i + 1]; k++) {
+            int u = c->inverse[k];
+            int32_t cnt = c->seg[u + 1] - c->seg[u];
+            uint64_t key = (uint64_t)c->keys[k];
+            if (cnt < 2 || cnt > per_part) continue;
+            if (cnt > order[i].cnt || (cnt == order[i].cnt && key < order[i].key)) order[i].key = key, order[i].cnt = cnt;
+        }
+    }
+    qsort(order, (size_t)B, sizeof *order, cmp_sample_key);
+    c->tmp.b.hist_stride = w->b.hist_stride;
+    for (int r = 0; r < B; r++) nb_ctr_batch_copy(&c->tmp, r, w, order[r].i);
+    for (int r = 0; r < B; r++) nb_ctr_batch_copy(w, r, &c->tmp, r);
 }
 
 /* Moves sample `from` of src into row `to` of dst. */
@@ -143,41 +189,6 @@ size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, u
     return PACK_HEAD + (size_t)len;
 }
 
-void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts) {
-    int B = w->b.B, per_part = B / parts;
-    if (parts <= 1 || B <= 1) return;
-    size_t n = 0, cap = 1;
-    for (int i = 0; i < B; i++) n += (size_t)lookups_of(w, i);
-    while (cap < 2 * n) cap <<= 1;
-    key_counts h = {nb_malloc(cap * sizeof(uint64_t), "key clustering"), nb_calloc(cap, sizeof(int32_t), "key clustering"),
-                    cap - 1};
-    for (int i = 0; i < B; i++)
-        for (int f = 0; f < lookups_of(w, i); f++) {
-            uint64_t k = key_of(w, m, i, f);
-            size_t at = slot_of(&h, k);
-            h.key[at] = k, h.cnt[at]++;
-        }
-    /* each sample goes by its most shared key that still fits in one part: gathering that key's
-     * samples into one part fetches it once instead of in every part it would land in (a key
-     * more samples have than a part holds is fetched by several parts anyway) */
-    sample_key *order = nb_malloc((size_t)B * sizeof *order, "key clustering");
-    for (int i = 0; i < B; i++) {
-        order[i] = (sample_key){UINT64_MAX, 0, i};
-        for (int f = 0; f < lookups_of(w, i); f++) {
-            uint64_t k = key_of(w, m, i, f);
-            int32_t c = h.cnt[slot_of(&h, k)];
-            if (c < 2 || c > per_part) continue;
-            if (c > order[i].cnt || (c == order[i].cnt && k < order[i].key)) order[i].key = k, order[i].cnt = c;
-        }
-    }
-    qsort(order, (size_t)B, sizeof *order, cmp_sample_key);
-    nb_ctr_batch tmp;
-    nb_ctr_batch_alloc(&tmp, B, w->b.hist_stride);
-    for (int r = 0; r < B; r++) nb_ctr_batch_copy(&tmp, r, w, order[r].i);
-    for (int r = 0; r < B; r++) nb_ctr_batch_copy(w, r, &tmp, r);
-    nb_ctr_batch_free(&tmp);
-    free(order), free(h.key), free(h.cnt);
-}
 
 /* Sample i of a set into batch row r (the most recent max_len history items). */
 static void ctr_set_get(const nb_ctr_set *s, long i, nb_ctr_batch *t, int r, int max_len) {

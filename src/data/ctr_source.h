@@ -89,8 +89,21 @@ void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
 /* Key-centric clustering of a window's samples before it is cut into `parts` micro-batches
  * (NestPipe): samples are reordered by the most shared key each has (its table rows, as model m
  * looks them up; keys every sample has are skipped), so samples sharing hot keys land in the same
- * part and each part moves fewer distinct rows. Deterministic; the window's samples are unchanged. */
-void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts);
+ * part and each part moves fewer distinct rows. Deterministic; the window's samples are unchanged.
+ * The scratch is sized once for windows of up to B samples of up to max_len history items (a
+ * step allocates nothing). */
+typedef struct {
+    int cap_B, cap_L;
+    size_t cap_n;
+    int64_t *keys, *uniq;
+    int32_t *order, *seg, *inverse, *first;
+    uint64_t *sort;
+    void *samples; /* [cap_B] the samples' chosen keys */
+    nb_ctr_batch tmp;
+} nb_ctr_cluster;
+void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len);
+void nb_ctr_cluster_free(nb_ctr_cluster *c);
+void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ctr_cluster *c);
 long nb_ctr_eval_count(const nb_ctr_source *s);
 uint64_t nb_ctr_source_position(const nb_ctr_source *s);
 /* Continue from a position another run's source reported (its checkpoint). */

@@ -53,6 +53,7 @@ typedef struct sc_train {
      * --cluster-keys), trained one after another on one embedding state */
     int M, Bm;
     nb_ctr_batch window;
+    nb_ctr_cluster cluster; /* --cluster-keys: its scratch */
     /* FreeScale: where the global batch's samples train (--balance), and --emulate-ranks N (this
      * process trains N ranks' shares one after another: the window's parts are the shares) */
     nb_sc_placer place;
@@ -484,6 +485,7 @@ static void sc_init(nb_run *r) {
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len);
     int wcap = nb_sc_placer_window_cap(&t->place);
     nb_ctr_batch_alloc(&t->window, wcap, mc.max_len);
+    if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len);
     t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
     t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
     t->part_s = nb_calloc(2 * (size_t)t->M, sizeof(double), "part times");
@@ -563,6 +565,7 @@ static void sc_free(nb_run *r) {
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
     nb_ctr_batch_free(&t->window);
+    nb_ctr_cluster_free(&t->cluster);
     nb_sc_placer_free(&t->place);
     free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit), free(t->strag_steps), free(t->rank_s);
     if (t->samples_log) fclose(t->samples_log);
@@ -636,7 +639,7 @@ static void fill_window(sc_train *t) {
         memcpy(t->part_at, share_first, (size_t)(t->M + 1) * sizeof(int));
         return;
     }
-    if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M);
+    if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M, &t->cluster);
     int n = t->window.b.B;
     for (int k = 0; k <= t->M; k++) t->part_at[k] = (int)((long)k * n / t->M);
 }
