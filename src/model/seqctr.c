@@ -1061,7 +1061,6 @@ static void prepare_into(nb_sc_model *m, const nb_sc_batch *b, nb_sc_stage *s) {
     if (sharded(m)) ask_owners(m, s, k);
 }
 
-/* Copies the prepared lists in (nothing to copy on the CPU). */
 /* A window's last part: after its backward the owner sums the window's gradients and updates. */
 static int is_window_end(const nb_sc_stage *s) { return s->win && s->part + 1 == s->nparts; }
 
@@ -1082,6 +1081,7 @@ static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
                          m->emb_off[NB_SC_NTABLES] - 1);
 }
 
+/* Copies the prepared lists in, or has the device build them (nothing to copy on the CPU). */
 static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (on_cpu(m)) return;
     if (m->dev_lists) {
