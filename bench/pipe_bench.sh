@@ -14,7 +14,7 @@
 # GPU holding a batch's rows; with --gpu-mem-limit below the tables, where gpu does not fit), plus
 # the unsharded single-GPU run for reference. Synthetic Criteo-scale data: 26 tables of 1M rows and
 # a 1M-row item table, E = 64, histories up to 256, B = 4096 per rank.
-#   bash bench/pipe_bench.sh [--no-build] [--steps 40] [--batch 4096] [--device cuda|cpu]
+#   bash bench/pipe_bench.sh [--no-build] [--steps 150] [--batch 4096] [--device cuda|cpu]
 #        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
 #   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=40 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4
+build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4
 rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in

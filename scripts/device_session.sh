@@ -52,7 +52,7 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         gpu_train) build && bash tests/gpu_train_test.sh ;;
         gpu_seqctr) build && bash tests/gpu_seqctr_test.sh ;;
         gpu_ranks) build && bash tests/gpu_ranks_test.sh ;;
-        pipe) build && OUT=$R/pipe bash bench/pipe_bench.sh --no-build ${PIPE_ARGS:---steps 40 --graphs} ;;
+        pipe) build && OUT=$R/pipe bash bench/pipe_bench.sh --no-build ${PIPE_ARGS:---steps 150 --graphs} ;;
         ranks_gpu) build && OUT=$R/ranks bash bench/ranks_bench.sh --device cuda --comm host ${RANKS_ARGS:---model gpt2 --batch 32 --seq 1024 --steps 12 --warmup 4} ;;
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
         k19) build && { "$NB_BUILD/tests/test_ops_ctr_cuda" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(ok|FAIL)|FAIL|largest" "$R/k19-test.log"; echo "test_ops_ctr_cuda rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops_ctr_cuda" --bench; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
