@@ -729,9 +729,13 @@ void nb_run_train(nb_run *r) {
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);
-    if (o->graphs)
-        fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed\n", r->ngraphs, r->replays,
+    if (o->graphs) {
+        fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->ngraphs, r->replays,
                 end - first);
+        /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
+        if (r->ngraphs == NB_MAX_GRAPHS) fprintf(stderr, "; the cache of %d graphs filled up", NB_MAX_GRAPHS);
+        fputc('\n', stderr);
+    }
     if (r->fam->summary) r->fam->summary(r, end - first);
     if (r->sched->report && end > first && nb_verbosity > 0) r->sched->report(r);
     if (r->dev_free0 && end > first && nb_verbosity > 0) report_device_memory(r);
