@@ -1,6 +1,7 @@
 /* --balance's plans (data/balance.c) and the packed samples the ranks exchange: every sample
  * placed exactly once, the counts each kind promises, the length balance it is for, the same
- * plan every time, and a pack / unpack round trip. */
+ * plan every time, and a pack / unpack round trip; --cluster-keys' order against a brute-force
+ * count of the keys. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "data/balance.h"
 #include "data/ctr_source.h"
 #include "data/synth.h"
+#include "model/seqctr.h"
 
 enum { BG = 1024, MAX_SHARES = 8 };
 
@@ -116,9 +118,97 @@ TEST_CASE(packed_samples_round_trip) {
     nb_ctr_batch_free(&a), nb_ctr_batch_free(&b);
 }
 
+/* Brute force: the number of lookups of key k in the window (keys sorted). */
+static int count_of(const uint64_t *sorted, size_t n, uint64_t k) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* first >= k */
+        size_t mid = (lo + hi) / 2;
+        if (sorted[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    size_t e = lo;
+    while (e < n && sorted[e] == k) e++;
+    return (int)(e - lo);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    uint64_t key;
+    int cnt, i;
+} chosen;
+
+static int cmp_chosen(const void *a, const void *b) {
+    const chosen *x = a, *y = b;
+    if (x->cnt != y->cnt) return x->cnt > y->cnt ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Each sample goes by its most shared key with 2..B/parts lookups (ties: the smaller key), the
+ * samples sorted by (count desc, key, index): the rule of ctr_source.h, counted here by brute
+ * force over a window large enough for the parallel paths. */
+TEST_CASE(cluster_keys_follow_the_rule) {
+    enum { B = 2048, L = 64, PARTS = 4 };
+    nb_synth g;
+    nb_synth_open(&g, "synth:cap=3000,items=4000,max_len=64,calib=1024");
+    nb_sc_model m;
+    memset(&m, 0, sizeof m);
+    for (int t = 0; t < NB_SC_NTABLES; t++) m.emb_off[t] = (int64_t)t * 3000; /* 26 tables of 3000 rows, 4000 items */
+    m.emb_off[NB_SC_NTABLES] = m.emb_off[NB_SC_ITEM_TABLE] + 4000;
+    nb_ctr_batch w, orig;
+    nb_ctr_batch_alloc(&w, B, L), nb_ctr_batch_alloc(&orig, B, L);
+    nb_synth_fill(&g, 0, B, orig.dense, orig.cat, orig.target, orig.hist, orig.len, orig.label, NULL);
+    size_t n = 0;
+    for (int i = 0; i < B; i++) n += (size_t)(NB_SC_NCAT + 1 + orig.len[i]);
+    uint64_t *keys = nb_malloc(n * sizeof(uint64_t), "test"), *sorted = nb_malloc(n * sizeof(uint64_t), "test");
+    size_t at = 0;
+    for (int i = 0; i < B; i++)
+        for (int f = 0; f < NB_SC_NCAT + 1 + orig.len[i]; f++) {
+            int t = f < NB_SC_NCAT ? f : NB_SC_ITEM_TABLE;
+            uint64_t id = f < NB_SC_NCAT ? orig.cat[i * NB_SC_NCAT + f] : f == NB_SC_NCAT ? orig.target[i] : orig.hist[i * L + f - NB_SC_NCAT - 1];
+            keys[at++] = (uint64_t)m.emb_off[t] + id % (uint64_t)(m.emb_off[t + 1] - m.emb_off[t]);
+        }
+    memcpy(sorted, keys, n * sizeof(uint64_t));
+    qsort(sorted, n, sizeof(uint64_t), cmp_u64);
+    chosen *want = nb_malloc(B * sizeof(chosen), "test");
+    at = 0;
+    for (int i = 0; i < B; i++) {
+        want[i] = (chosen){UINT64_MAX, 0, i};
+        for (int f = 0; f < NB_SC_NCAT + 1 + orig.len[i]; f++, at++) {
+            int c = count_of(sorted, n, keys[at]);
+            if (c < 2 || c > B / PARTS) continue;
+            if (c > want[i].cnt || (c == want[i].cnt && keys[at] < want[i].key)) want[i].key = keys[at], want[i].cnt = c;
+        }
+    }
+    qsort(want, B, sizeof(chosen), cmp_chosen);
+    nb_ctr_cluster cs;
+    nb_ctr_cluster_init(&cs, B, L);
+    for (int run = 0; run < 2; run++) { /* the scratch reused: the same order again */
+        for (int i = 0; i < B; i++) nb_ctr_batch_copy(&w, i, &orig, i);
+        nb_ctr_cluster_keys(&w, &m, PARTS, &cs);
+        int bad = 0;
+        for (int r = 0; r < B && !bad; r++) {
+            int i = want[r].i;
+            bad = w.len[r] != orig.len[i] || w.target[r] != orig.target[i] || w.label[r] != orig.label[i] ||
+                  memcmp(w.cat + r * NB_SC_NCAT, orig.cat + i * NB_SC_NCAT, NB_SC_NCAT * 4) ||
+                  memcmp(w.dense + r * 13, orig.dense + i * 13, 13 * 4) || memcmp(w.hist + r * L, orig.hist + i * L, (size_t)orig.len[i] * 4);
+            if (bad) printf("  run %d: row %d holds another sample than %d\n", run, r, i);
+        }
+        CHECK(!bad, "the clustered order differs from the rule's (run %d)", run);
+    }
+    CHECK(want[0].cnt >= 2, "the window has no shared key to cluster by");
+    nb_ctr_cluster_free(&cs);
+    free(keys), free(sorted), free(want);
+    nb_ctr_batch_free(&w), nb_ctr_batch_free(&orig);
+}
+
 int main(void) {
     RUN(plans_place_every_sample_once);
     RUN(plans_balance_the_cost);
     RUN(packed_samples_round_trip);
+    RUN(cluster_keys_follow_the_rule);
     return nb_test_failures ? 1 : 0;
 }
