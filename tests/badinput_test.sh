@@ -28,6 +28,7 @@ expect_error "unknown command" "unknown command" $NB fly
 S=(train --model seqctr --data synth:cap=100,max_len=8 --batch 16 --steps 1 --device cpu --no-progress)
 expect_error "unknown --index-lists" "index-lists auto, host or device" $NB "${S[@]}" --index-lists gpu
 expect_error "--index-lists device on the CPU" "index-lists host" $NB "${S[@]}" --index-lists device
+expect_error "--graph-cache 0" "graph-cache" $NB "${S[@]}" --graphs --graph-cache 0
 
 # A damaged checkpoint is refused with the file named, before any training.
 $NB "${T[@]}" --data "$TRAIN" --out "$TMP/run" --quiet || fail "reference run"

@@ -26,6 +26,7 @@ ROWS=(
     "seqctr|stream|n/a|does not run seqctr"
     "seqctr|pipe|--emb-shard row|"
     "seqctr|pipe|--emb-shard row --emb-optim adam --graphs|"
+    "seqctr|pipe|--emb-shard row --micro-batches 2 --graphs|--graph-cache 1"
     "transformer|pipe|n/a|does not run transformer"
     "seqctr|sparse-dist|--emb-shard row|"
     "transformer|sparse-dist|n/a|does not run transformer"

@@ -205,6 +205,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"log-every", ARG_INT, &o.log_every, 0, "N", "progress line every N steps when not on a terminal", 0, 0, G_COMMON},
         {"no-ckpt", ARG_BOOL, &o.no_ckpt, 0, NULL, "write no checkpoint (benchmarks; metrics.jsonl still)", 0, 0, G_COMMON},
         {"graphs", ARG_BOOL, &o.graphs, 0, NULL, "capture the step once (CUDA graph) and replay it", 0, 0, G_COMMON},
+        {"graph-cache", ARG_INT, &o.graph_cache, 0, "N", "--graphs: keep at most N captured steps, one per step shape (seqctr: history-row bucket, micro-batch, ring slot); steps of later shapes run eagerly, with the same bits; each graph holds its own scratch memory", 1, 0, G_COMMON},
         {"no-progress", ARG_BOOL, &no_progress, 0, NULL, "no live progress line", 0, 0, G_COMMON},
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "print only errors and the summary", 0, 0, G_COMMON},
         {"grad-accum", ARG_INT, &o.grad_accum, 0, "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 0, G_RANKS},

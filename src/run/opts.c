@@ -16,6 +16,7 @@ static void common_defaults(nb_train_opts *o) {
     snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
     snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
     snprintf(o->emb_place, sizeof o->emb_place, "gpu");
+    o->graph_cache = 16;
     snprintf(o->index_lists, sizeof o->index_lists, "auto");
     snprintf(o->balance, sizeof o->balance, "none");
     o->stream_slots = 2;
@@ -133,6 +134,8 @@ void nb_train_opts_check(const nb_train_opts *o) {
              "--eval-every %d, --eval-batches %d, --ckpt-every %d, --log-every %d: none may be negative", o->eval_every,
              o->eval_batches, o->ckpt_every, o->log_every);
     NB_CHECK(o->threads >= 0, hint, "--threads is %d: it must be >= 0 (0: all cores)", o->threads);
+    NB_CHECK(o->graph_cache >= 1 && o->graph_cache <= 1024, hint, "--graph-cache is %d: it must be in 1..1024",
+             o->graph_cache);
     check_range("lr", o->lr, 1e-30, 3.4e38, 0, "a positive number");
     check_range("min-lr-frac", o->min_lr_frac, 0, 1, 0, "between 0 and 1");
     check_range("weight-decay", o->weight_decay, 0, 1e3, 0, ">= 0");

@@ -27,6 +27,7 @@ typedef struct nb_train_opts {
     uint64_t seed;
     int progress;     /* 1: progress line on a terminal */
     int graphs;       /* capture the training step once (CUDA graph) and replay it */
+    int graph_cache;  /* --graphs: at most this many captured steps (one per step shape) */
     int no_ckpt;      /* write no checkpoint (benchmarks) */
     float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
     /* ERASE (detached segments): where new segments start, as given ("2,4": transformer layers

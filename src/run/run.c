@@ -327,6 +327,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
 void nb_run_free(nb_run *r) {
     if (r->lanes) nb_lanes_sync(r->lanes);
     for (int i = 0; i < r->ngraphs; i++) nb_graph_destroy(r->graphs[i].g);
+    free(r->graphs);
     if (r->sched && r->sched->free) r->sched->free(r);
     if (r->fam && r->fam->free) r->fam->free(r);
     if (r->comm) nb_comm_destroy(r->comm);
@@ -510,12 +511,13 @@ static void run_pass(nb_run *r, int step, int first, int with_opt) {
     int key = r->o.graphs && step != first ? r->fam->graph_key(r) : -1;
     if (key >= 0) key = (key * r->nmicro + r->micro) * 2 + with_opt;
     struct nb_graph *g = key >= 0 ? graph_for(r, key) : NULL;
-    if (key < 0 || (!g && r->ngraphs == NB_MAX_GRAPHS)) { /* eager: the same bits as a replay */
+    if (key < 0 || (!g && r->ngraphs == r->o.graph_cache)) { /* eager: the same bits as a replay */
         r->sched->step(r, step);
         if (with_opt && !r->sched->own_optimizer) nb_items_run(r, &r->items.opt, r->compute, step);
         return;
     }
     if (!g) {
+        if (!r->graphs) r->graphs = nb_calloc((size_t)r->o.graph_cache, sizeof *r->graphs, "the graph cache");
         r->capturing = 1;
         nb_lanes_capture_begin(r->lanes, r->compute);
         r->sched->step(r, step);
@@ -733,7 +735,8 @@ void nb_run_train(nb_run *r) {
         fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->ngraphs, r->replays,
                 end - first);
         /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
-        if (r->ngraphs == NB_MAX_GRAPHS) fprintf(stderr, "; the cache of %d graphs filled up", NB_MAX_GRAPHS);
+        if (r->ngraphs == o->graph_cache)
+            fprintf(stderr, "; the cache of %d filled up (--graph-cache N keeps more)", o->graph_cache);
         fputc('\n', stderr);
     }
     if (r->fam->summary) r->fam->summary(r, end - first);

@@ -186,8 +186,6 @@ typedef struct nb_series {
 } nb_series; /* a loss curve, for loss.svg */
 void nb_series_push(nb_series *s, double x, double y);
 
-#define NB_MAX_GRAPHS 16
-
 struct nb_comm;
 
 struct nb_run {
@@ -233,7 +231,7 @@ struct nb_run {
     struct {
         int key;
         struct nb_graph *g;
-    } graphs[NB_MAX_GRAPHS];
+    } *graphs; /* [o.graph_cache]: the captured steps, one per graph key */
     int ngraphs, replays;
     FILE *metrics;
     int stopped_by; /* the signal (SIGINT, SIGTERM) that stopped the run, 0 if none */
