@@ -291,7 +291,8 @@ double nb_sc_forward(nb_sc_model *m, const nb_sc_batch *b, float *logits);
 void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b);
 
 /* The same split for a training loop that keeps the device busy:
- *   nb_sc_prepare (host: index lists of the batch, deduplication) ->
+ *   nb_sc_prepare (host: index lists of the batch and their deduplication, or with device lists
+ *   the batch's raw ids staged for the upload phase) ->
  *   nb_sc_forward_enqueue -> nb_sc_backward_enqueue -> nb_sc_optim_enqueue ->
  *   nb_sc_loss (waits). prepare alternates between two host buffers, which the enqueued
  * copies read: the batch after next may be prepared only once the step that read the
@@ -317,7 +318,7 @@ void nb_sc_zero_grads(nb_sc_model *m);
  * later segments run forward (ERASE). forward_enqueue / backward_enqueue / optim_enqueue run
  * the phases in order on one lane. seg is read by the SEG phases, o and t by the optimizers. */
 typedef enum {
-    NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in (their sizes change per batch) */
+    NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in, or its ids and build them there (their sizes change per batch) */
     NB_SC_EMB_SERVE,  /* sharded: the owner looks up the rows the askers want (then: the rows all-to-all) */
     NB_SC_EMB_SERVE_UP, /* host tables: those rows copied to the device */
     NB_SC_FWD_EMB,    /* bottom MLP, embedding gather into x0 */

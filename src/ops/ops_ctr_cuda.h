@@ -7,7 +7,8 @@
  * one GPU give the same bits. Scratch comes from ops_cuda.h's stream-ordered pool.
  *
  * Index arrays (rows, dst/src offsets, order, seg, history offsets) are device memory the host
- * filled; the kernels cannot check them without a sync, so a bad one is the caller's bug. A
+ * filled (or nb_cuda_ctr_lists / nb_cuda_emb_unique_groups built); the kernels cannot check them
+ * without a sync, so a bad one is the caller's bug. A
  * history offset pair with off[b+1] < off[b] is an empty history; a length above max_len only
  * costs speed (max_len sizes shared-memory tiles, it does not bound the loops). */
 #ifndef NB_OPS_CTR_CUDA_H
