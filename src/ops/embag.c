@@ -134,24 +134,39 @@ static int embag_groups(const int32_t *inverse, int n, int32_t **start_out, int3
     return U;
 }
 
+/* Threads for the dedup's passes over n lookups: one below a size where a team costs more than
+ * it saves. */
+static int dedup_threads(int n) {
+#ifdef _OPENMP
+    int nt = n < 65536 ? 1 : omp_get_max_threads();
+    return nt > 64 ? 64 : nt;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
+/* This thread's index in its team and the team's size (which may be smaller than asked for):
+ * the passes cut their chunks by the team they got. */
+static void team_slot(int *t, int *nt) {
+    *t = 0, *nt = 1;
+#ifdef _OPENMP
+    *t = omp_get_thread_num(), *nt = omp_get_num_threads();
+#endif
+}
+
 /* Stable parallel LSD radix sort of keys (row << 32 | position) by row: each thread counts and
  * scatters one contiguous chunk, and the chunks' slots are laid out in chunk order, so the result
  * is the serial stable sort's for any thread count. */
 /* The sorted keys end in a after an even number of passes, in b after an odd one. */
 static void radix_sort_rows(uint64_t *a, uint64_t *b, int n, int64_t maxrow) {
-    int nt = 1;
-#ifdef _OPENMP
-    nt = n < 65536 ? 1 : omp_get_max_threads();
-    if (nt > 64) nt = 64;
-#endif
-    size_t *count = nb_malloc((size_t)nt * NB_EMBAG_RADIX * sizeof(size_t), "radix counts");
+    int want = dedup_threads(n);
+    size_t *count = nb_malloc((size_t)want * NB_EMBAG_RADIX * sizeof(size_t), "radix counts");
     for (int shift = 32; shift < 64 && (maxrow >> (shift - 32)) > 0; shift += NB_EMBAG_RADIX_BITS) {
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(want)
         {
-            int t = 0;
-#ifdef _OPENMP
-            t = omp_get_thread_num();
-#endif
+            int t, nt;
+            team_slot(&t, &nt);
             int lo = (int)((int64_t)n * t / nt), hi = (int)((int64_t)n * (t + 1) / nt);
             size_t *c = count + (size_t)t * NB_EMBAG_RADIX;
             memset(c, 0, NB_EMBAG_RADIX * sizeof(size_t));
@@ -176,18 +191,6 @@ static void radix_sort_rows(uint64_t *a, uint64_t *b, int n, int64_t maxrow) {
     free(count);
 }
 
-/* Threads for the dedup's passes over n lookups: one below a size where a team costs more than
- * it saves. */
-static int dedup_threads(int n) {
-#ifdef _OPENMP
-    int nt = n < 65536 ? 1 : omp_get_max_threads();
-    return nt > 64 ? 64 : nt;
-#else
-    (void)n;
-    return 1;
-#endif
-}
-
 /* The range of rows (the smallest, to reject negatives, and the largest, for the sort's passes). */
 static void row_range(const int64_t *rows, int n, int64_t *lo, int64_t *hi) {
     int64_t mn = 0, mx = 0;
@@ -203,20 +206,21 @@ static void row_range(const int64_t *rows, int n, int64_t *lo, int64_t *hi) {
  * counts the groups that start in it, and after a prefix over the chunks writes its groups at
  * their global index, so the output is the serial pass's for any thread count. */
 static int write_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const uint64_t *sorted, int n) {
-    int nt = dedup_threads(n), starts[65];
+    int starts[65], team = 1;
     starts[0] = 0;
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(dedup_threads(n))
     {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
+        int t, nt;
+        team_slot(&t, &nt);
         int lo = (int)((int64_t)n * t / nt), hi = (int)((int64_t)n * (t + 1) / nt), heads = 0;
         for (int k = lo; k < hi; k++) heads += k == 0 || sorted[k] >> 32 != sorted[k - 1] >> 32;
         starts[t + 1] = heads;
 #pragma omp barrier
 #pragma omp single
-        for (int u = 0; u < nt; u++) starts[u + 1] += starts[u];
+        {
+            for (int u = 0; u < nt; u++) starts[u + 1] += starts[u];
+            team = nt;
+        }
         int U = starts[t];
         for (int k = lo; k < hi; k++) {
             int64_t row = (int64_t)(sorted[k] >> 32);
@@ -229,8 +233,8 @@ static int write_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *in
             inverse[pos] = U - 1;
         }
     }
-    seg[starts[nt]] = n;
-    return starts[nt];
+    seg[starts[team]] = n;
+    return starts[team];
 }
 
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
