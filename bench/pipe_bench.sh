@@ -12,7 +12,10 @@
 #   pipe-fwp-ck  the same with key-centric clustering of the samples into parts (--cluster-keys)
 # for each placement of the tables: gpu (device memory) and host (--emb-place host: host DRAM, the
 # GPU holding a batch's rows; with --gpu-mem-limit below the tables, where gpu does not fit), plus
-# the unsharded single-GPU run for reference. Synthetic Criteo-scale data: 26 tables of 1M rows and
+# the unsharded run for reference (whole tables; at host placement read in place in host DRAM).
+# Below the table: the most any overlap could give over sync at each placement, sync's p90 step
+# against the device's busy time per step (its phases' sum), since no schedule runs faster than
+# the device's own work. Synthetic Criteo-scale data: 26 tables of 1M rows and
 # a 1M-row item table, E = 64, histories up to 256, B = 4096 per rank.
 #   bash bench/pipe_bench.sh [--no-build] [--steps 150] [--batch 4096] [--device cuda|cpu]
 #        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
@@ -20,22 +23,23 @@
 #   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
 #           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
+#   --args "FLAGS": more nobubble flags for every run (e.g. --graph-cache 64)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
 # per step from metrics.jsonl, the ratio to sync of the same placement) and writes $OUT/table.md.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4
+build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4 extra=""
 rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
         --graphs) graphs=--graphs ;;
         --small) small=1 ;;
-        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows|--micro-batches)
+        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows|--micro-batches|--args)
             [ $# -ge 2 ] || die "$1 needs a value"
             case "$1" in --steps) steps=$2 ;; --batch) batch=$2 ;; --device) device=$2 ;; --ranks) ranks=$2 ;;
-                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; --micro-batches) parts=$2 ;; esac
+                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; --micro-batches) parts=$2 ;; --args) extra=$2 ;; esac
             shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
@@ -52,7 +56,7 @@ L=()
 cap=1000000 len=256
 [ $small = 1 ] && cap=10000 len=32
 C=(--model seqctr --device "$device" --data synth:cap=$cap,max_len=$len --emb-dim 64 --max-len $len --table-cap $cap
-   --batch $((batch * ranks)) --steps "$steps" --eval-every 0 --eval-samples 4096 --no-ckpt --no-progress $graphs)
+   --batch $((batch * ranks)) --steps "$steps" --eval-every 0 --eval-samples 4096 --no-ckpt --no-progress $graphs $extra)
 [ "$device" = cpu ] && C+=(--threads "$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))")
 
 # run NAME PLACE FLAGS...: "p90 median exposed moved resynced" (or "failed: ...")
@@ -83,7 +87,7 @@ for place in gpu host; do
     sync_p90=""
     for row in ${rows//,/ }; do
         case $row in
-            unsharded) [ "$place" = host ] && continue; [ "$ranks" -gt 1 ] && continue; res=$(run unsharded gpu --emb-shard none) ;;
+            unsharded) [ "$ranks" -gt 1 ] && continue; res=$(run unsharded "$place" --emb-shard none) ;;
             sync) res=$(run sync "$place" --emb-shard row --schedule plain) ;;
             sparse-dist) res=$(run sparse-dist "$place" --emb-shard row --schedule sparse-dist) ;;
             pipe) res=$(run pipe "$place" --emb-shard row --schedule pipe) ;;
@@ -100,6 +104,17 @@ for place in gpu host; do
         echo "| $row | $place | $1 | $2 | $3 | $4 | $5 | $ratio |" >> "$OUT/table.md"
     done
 done
+{
+    echo
+    for place in gpu host; do
+        log=$OUT/sync-$place.log
+        [ -f "$log" ] || continue
+        step=$(sed -n 's/^throughput steps=.* p90_step_ms=\([0-9.]*\).*/\1/p' "$log")
+        busy=$(sed -n 's/^breakdown ms\/step: .* total=\([0-9.]*\).*/\1/p' "$log")
+        awk -v p="$place" -v s="$step" -v b="$busy" 'BEGIN { if (s > 0 && b > 0)
+            printf "- %s placement: sync p90 step %.2f ms, the device busy %.2f ms per step: no overlap can beat sync by more than %.2fx\n", p, s, b, s / b }'
+    done
+} >> "$OUT/table.md"
 echo
-echo "device $device, ranks $ranks, B = $batch per rank, $steps steps, --gpu-mem-limit $gpu_limit for host placement $graphs"
+echo "device $device, ranks $ranks, B = $batch per rank, $steps steps, --gpu-mem-limit $gpu_limit for host placement $graphs $extra"
 cat "$OUT/table.md"

@@ -61,6 +61,17 @@ for v in "eager" "--graphs" "--emb-optim adam"; do
 done
 cmp -s "$TMP/g-eager/ckpt/model.safetensors" "$TMP/l-dev-eager/ckpt/model.safetensors" \
     && pass "GPU --index-lists auto picks the device's lists (same bits)" || fail "GPU auto lists differ from device lists"
+# --emb-place host with whole tables: the tables and their optimizer state in pinned host memory,
+# read and updated in place by the same kernels: the bits of the tables in device memory
+for v in "eager" "--graphs" "--emb-optim adam"; do
+    f=${v#eager}; tag=$(echo "${f:-eager}" | tr -dc 'a-z')
+    $NB train "${G[@]}" $f --emb-place host --out "$TMP/h-$tag" >"$TMP/h-$tag.out" 2>&1 || fail "gpu --emb-place host $v"
+    cmp -s "$TMP/l-dev-$tag/ckpt/model.safetensors" "$TMP/h-$tag/ckpt/model.safetensors" \
+        && cmp -s "$TMP/l-dev-$tag/ckpt/optim.safetensors" "$TMP/h-$tag/ckpt/optim.safetensors" \
+        && [ "$(losses "$TMP/l-dev-$tag")" = "$(losses "$TMP/h-$tag")" ] && grep -q "in host memory" "$TMP/h-$tag.out" \
+        && pass "GPU --emb-place host, whole tables ($v): bitwise the tables in device memory" \
+        || fail "GPU --emb-place host, whole tables ($v) differs from device memory"
+done
 $NB train "${G[@]}" --index-lists device --emb-shard row --out "$TMP/l-bad" >"$TMP/l-bad.out" 2>&1 \
     && fail "--index-lists device with sharded tables was accepted" \
     || { grep -q "index-lists host" "$TMP/l-bad.out" && pass "--index-lists device with sharded tables: a clear error" \

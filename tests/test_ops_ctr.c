@@ -256,33 +256,45 @@ TEST_CASE(test_embag_unique_large) {
     free(rows), free(uniq), free(inv);
 }
 
-/* nb_embag_unique_groups (the parallel packed-key sort, past its 65536-lookup threshold) against
- * nb_embag_unique plus a serial stable grouping, for 1 and 4 threads: the same arrays. */
-TEST_CASE(test_embag_unique_groups_parallel) {
-    enum { N = 200003 };
-    int64_t *rows = nb_malloc(N * sizeof(int64_t), "rows"), *u1 = nb_malloc(N * sizeof(int64_t), "uniq"),
-            *u2 = nb_malloc(N * sizeof(int64_t), "uniq");
-    int32_t *inv1 = nb_malloc(N * sizeof(int32_t), "inv"), *inv2 = nb_malloc(N * sizeof(int32_t), "inv");
-    int32_t *ord = nb_malloc(N * sizeof(int32_t), "order"), *seg = nb_malloc((N + 1) * sizeof(int32_t), "seg");
-    for (int i = 0; i < N; i++) { /* heavy duplicates (a hot head) over ~6.5M rows: 3 radix passes */
-        uint32_t r = nb_philox(SEED, 71, i).v[0];
-        rows[i] = (r & 1) ? (int64_t)(r >> 1) % 37 : (int64_t)(r >> 1) % 6500000;
-    }
-    int U = nb_embag_unique(u1, inv1, rows, N);
+/* nb_embag_unique_groups against nb_embag_unique plus a serial stable grouping, for 1 and 4
+ * threads: the same arrays. */
+static int groups_agree(const int64_t *rows, int n) {
+    int64_t *u1 = nb_malloc((size_t)n * sizeof(int64_t), "uniq"), *u2 = nb_malloc((size_t)n * sizeof(int64_t), "uniq");
+    int32_t *inv1 = nb_malloc((size_t)n * sizeof(int32_t), "inv"), *inv2 = nb_malloc((size_t)n * sizeof(int32_t), "inv");
+    int32_t *ord = nb_malloc((size_t)n * sizeof(int32_t), "order"), *seg = nb_malloc(((size_t)n + 1) * sizeof(int32_t), "seg");
+    int U = nb_embag_unique(u1, inv1, rows, n), ok = 1;
     for (int t = 1; t <= 4; t += 3) {
         omp_set_num_threads(t);
-        int U2 = nb_embag_unique_groups(u2, ord, seg, inv2, rows, N, NULL);
-        int ok = U2 == U && !memcmp(u1, u2, (size_t)U * sizeof(int64_t)) && !memcmp(inv1, inv2, N * sizeof(int32_t));
-        ok &= seg[0] == 0 && seg[U2] == N;
+        int U2 = nb_embag_unique_groups(u2, ord, seg, inv2, rows, n, NULL);
+        ok &= U2 == U && !memcmp(u1, u2, (size_t)U * sizeof(int64_t)) && !memcmp(inv1, inv2, (size_t)n * sizeof(int32_t));
+        ok &= seg[0] == 0 && seg[U2] == n;
         for (int u = 0; ok && u < U2; u++)
             for (int k = seg[u]; k < seg[u + 1]; k++) {
                 ok &= rows[ord[k]] == u2[u];
                 if (k > seg[u]) ok &= ord[k] > ord[k - 1]; /* position order inside a group */
             }
-        CHECK(ok, "%d threads: unique_groups disagrees with nb_embag_unique or its groups are out of order", t);
     }
     omp_set_num_threads(default_threads);
-    free(rows), free(u1), free(u2), free(inv1), free(inv2), free(ord), free(seg);
+    free(u1), free(u2), free(inv1), free(inv2), free(ord), free(seg);
+    return ok;
+}
+
+/* Past the 65536-lookup threshold (the parallel packed-key sort), and the ascending fast path. */
+TEST_CASE(test_embag_unique_groups_parallel) {
+    enum { N = 200003 };
+    int64_t *rows = nb_malloc(N * sizeof(int64_t), "rows");
+    for (int i = 0; i < N; i++) { /* heavy duplicates (a hot head) over ~6.5M rows: 3 radix passes */
+        uint32_t r = nb_philox(SEED, 71, i).v[0];
+        rows[i] = (r & 1) ? (int64_t)(r >> 1) % 37 : (int64_t)(r >> 1) % 6500000;
+    }
+    CHECK(groups_agree(rows, N), "hot-head rows: unique_groups disagrees with nb_embag_unique or its groups are out of order");
+    for (int i = 0; i < N; i++) rows[i] = 3 * (int64_t)i + (i & 1); /* already unique and ascending */
+    CHECK(groups_agree(rows, N), "ascending rows: the fast path disagrees with nb_embag_unique");
+    rows[N - 1] = rows[N - 2]; /* one repeat at the end: not strictly ascending, the sort again */
+    CHECK(groups_agree(rows, N), "ascending rows with one repeat: unique_groups disagrees with nb_embag_unique");
+    rows[0] = rows[1] + 1; /* one descent at the start */
+    CHECK(groups_agree(rows, N), "ascending rows with one descent: unique_groups disagrees with nb_embag_unique");
+    free(rows);
 }
 
 static void bad_row(void) {

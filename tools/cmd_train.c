@@ -235,7 +235,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"emb-priority", ARG_BOOL, &o.emb_priority, 0, NULL, "FreeScale, with --schedule pipe: the next batch's exclusive rows move while the step trains, its collision rows (the ones the step updates) right after the update", 0, 0, G_SC},
         {"emulate-ranks", ARG_INT, &o.emulate_ranks, 0, "N", "train N ranks' shares one after another in one process and time each: the straggler measurement on one GPU", 0, 0, G_SC},
         {"index-lists", ARG_STR, o.index_lists, sizeof o.index_lists, "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", 0, 0, G_SC},
-        {"emb-place", ARG_STR, o.emb_place, sizeof o.emb_place, "WHERE", "gpu, or host: each owner's table rows and their optimizer state in host DRAM, the GPU holding only a batch's rows", 0, 0, G_SC},
+        {"emb-place", ARG_STR, o.emb_place, sizeof o.emb_place, "WHERE", "gpu, or host: the table rows (each owner's shard, when sharded) and their optimizer state in pinned host DRAM, which the GPU reads and updates in place", 0, 0, G_SC},
         {"emb-shard", ARG_STR, o.emb_shard, sizeof o.emb_shard, "HOW", "row: tables sharded by row over the ranks (row g on rank g % N); none; auto: row with several ranks", 0, 0, G_SC},
         {"table-cap", ARG_INT, &table_cap, 0, "N", "rows per embedding table at most (ids mod rows)", 1, 0, G_SC},
         {"eval-samples", ARG_INT, &o.eval_samples, 0, "N", "held-out samples (synth, criteo)", 1, 0, G_SC},

@@ -464,8 +464,11 @@ static void layout_state(nb_sc_model *m) {
     m->d_grads = F32(m, m->nparams);
     m->d_am = F32(m, m->nparams);
     m->d_av = F32(m, m->nparams);
+    /* host tables: pinned host memory, which the device reads and writes in place over the bus
+     * (unified addressing maps every pinned allocation), so the owner's lookups, sums and updates
+     * are the same kernels as on the device, and no copy or host hop sits between them */
     int ht = host_tables(m);
-    m->d_emb = ht ? take(m, AR_HOST, nemb * sizeof(float)) : F32(m, nemb);
+    m->d_emb = ht ? take(m, AR_PIN, nemb * sizeof(float)) : F32(m, nemb);
     m->d_uniq_grads = F32(m, NU);
     m->d_w = m->be->act_dtype == NB_F32 ? (void *)m->d_params : A(m, m->nparams);
     if (sharded(m)) { /* the batch's rows, the owner's lookups and the gradients it gets, their sums */
@@ -473,12 +476,7 @@ static void layout_state(nb_sc_model *m) {
         m->d_serve_rows = F32(m, NS);
         size_t NW = m->max_window * (size_t)m->cfg.E; /* a window's gradients, all its parts */
         m->d_serve_grads = F32(m, NW);
-        m->d_own_grads = ht ? take(m, AR_HOST, NW * sizeof(float)) : F32(m, NW);
-        if (ht) { /* the host's side of the copies */
-            m->h_serve_rows = take(m, AR_PIN, NS * sizeof(float));
-            m->h_serve_grads = take(m, AR_PIN, NW * sizeof(float));
-            if (m->pipelined) m->h_resync_rows = take(m, AR_PIN, NS * sizeof(float));
-        }
+        m->d_own_grads = F32(m, NW);
         if (m->pipelined) {
             m->d_resync_rows = F32(m, NS);
             m->d_resync_in = F32(m, NU);
@@ -490,7 +488,7 @@ static void layout_state(nb_sc_model *m) {
             m->own_bits = take(m, AR_HOST, ((size_t)m->emb_rows / 64 + 1) * sizeof(uint64_t));
         }
     }
-    int w = ht ? AR_HOST : AR_DEV;
+    int w = ht ? AR_PIN : AR_DEV;
     m->d_eacc = m->emb_opt != NB_SC_ADAM ? take(m, w, rows * sizeof(float)) : NULL;
     m->d_em = m->emb_opt != NB_SC_ADAGRAD ? take(m, w, nemb * sizeof(float)) : NULL;
     m->d_ev = m->emb_opt != NB_SC_ADAGRAD ? take(m, w, nemb * sizeof(float)) : NULL;
@@ -606,7 +604,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     if (sharded(m)) m->wins = nb_calloc(NB_SC_RING, sizeof(nb_sc_window), "seqctr windows");
     m->pipelined = po->pipelined && sharded(m);
     m->priority = po->priority && m->pipelined;
-    m->host_tables = po->host_tables && sharded(m);
+    m->host_tables = po->host_tables;
     m->dev_lists = choose_lists(m, po->lists);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
@@ -1120,23 +1118,14 @@ static void upload_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
 
 static void upload_batch(nb_sc_model *m, nb_ctx c) { upload_stage(m, c, m->stage); }
 
-/* Sharded: the rows the askers want, from this owner's shard, fp32 (the all-to-all moves them). */
-/* The owner's lookups: on the device, or (host tables) on the host into pinned memory, then
- * copied up (serve_up). The host reads its own lists (h_), the device its copies. */
-/* ahead: the next batch's lookups while the step trains (with --emb-priority its exclusive rows only,
- * packed: the offsets j * E of the served list serve as theirs) */
+/* Sharded: the rows the askers want, from this owner's shard (host tables: read over the bus),
+ * fp32 (the all-to-all moves them). ahead: the next batch's lookups while the step trains (with
+ * --emb-priority its exclusive rows only, packed: the offsets j * E of the served list serve as
+ * theirs) */
 static void serve_stage(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s, int ahead) {
     int excl = ahead && m->priority, n = excl ? s->nexcl_out : s->nserve;
-    const int64_t *h_rows = excl ? s->h_excl_src : s->h_serve, *d_rows = excl ? s->d_excl_src : s->d_serve;
-    if (host_tables(m))
-        nb_ctr_ops_cpu.emb_gather(c, m->h_serve_rows, s->h_serve_off, m->d_emb, h_rows, n, m->cfg.E);
-    else
-        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, d_rows, n, m->cfg.E);
-}
-
-static void serve_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s, int ahead) {
-    size_t n = (size_t)(ahead && m->priority ? s->nexcl_out : s->nserve);
-    if (host_tables(m)) m->be->to_backend(c, m->d_serve_rows, m->h_serve_rows, n * m->cfg.E * sizeof(float));
+    const int64_t *rows = excl ? s->d_excl_src : s->d_serve;
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_serve_rows, s->d_serve_off, m->d_emb, rows, n, m->cfg.E);
 }
 
 /* --emb-priority, after the exclusive rows' all-to-all: into their places in the next batch's work */
@@ -1151,16 +1140,8 @@ static void serve_rows(nb_sc_model *m, nb_ctx c) { serve_stage(m, c, m->stage, 0
  * owner's updated shard, to send again (the offsets j * E of the served list serve as theirs). */
 static void resync_serve(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     if (m->skip_resync || !s->nresync_out) return;
-    if (host_tables(m))
-        nb_ctr_ops_cpu.emb_gather(c, m->h_resync_rows, s->h_serve_off, m->d_emb, s->h_resync_src, s->nresync_out, m->cfg.E);
-    else
-        nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_resync_rows, s->d_serve_off, m->d_emb, s->d_resync_src,
-                                              s->nresync_out, m->cfg.E);
-}
-
-static void resync_up(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
-    if (host_tables(m) && !m->skip_resync && s->nresync_out)
-        m->be->to_backend(c, m->d_resync_rows, m->h_resync_rows, (size_t)s->nresync_out * m->cfg.E * sizeof(float));
+    nb_ctr_ops_f32_for(m->be)->emb_gather(c, m->d_resync_rows, s->d_serve_off, m->d_emb, s->d_resync_src, s->nresync_out,
+                                          m->cfg.E);
 }
 
 /* And after their all-to-all: the fresh rows over the stale ones in the next batch's work buffer. */
@@ -1176,10 +1157,8 @@ void nb_sc_enqueue_next_phase(nb_sc_model *m, const nb_task_ctx *ctx, int phase)
     switch (phase) {
     case NB_SC_FWD_UPLOAD: upload_stage(m, c, s); break;
     case NB_SC_EMB_SERVE: serve_stage(m, c, s, 1); break;
-    case NB_SC_EMB_SERVE_UP: serve_up(m, c, s, 1); break;
     case NB_SC_FETCH_APPLY: fetch_apply(m, c, s); break;
     case NB_SC_RESYNC_SERVE: resync_serve(m, c, s); break;
-    case NB_SC_RESYNC_UP: resync_up(m, c, s); break;
     case NB_SC_RESYNC_APPLY: resync_apply(m, c, s); break;
     default: NB_ASSERT(!"not a next-batch phase");
     }
@@ -1191,19 +1170,8 @@ static void sum_served(nb_sc_model *m, nb_ctx c) {
     const nb_sc_stage *s = m->stage;
     if (!is_window_end(s)) return;
     const nb_sc_window *w = s->win;
-    if (host_tables(m))
-        nb_ctr_ops_cpu.emb_grad_unique(c, m->d_own_grads, m->h_serve_grads, w->h_off, w->h_order, w->h_seg, NULL, w->nown,
-                                       m->cfg.E);
-    else
-        nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, w->d_off, w->d_order, w->d_seg,
-                                                   NULL, w->nown, m->cfg.E);
-}
-
-/* host tables: the askers' gradients of the window down, for the host's sums */
-static void sum_down(nb_sc_model *m, nb_ctx c) {
-    const nb_sc_stage *s = m->stage;
-    if (host_tables(m) && is_window_end(s))
-        m->be->to_host_async(c, m->h_serve_grads, m->d_serve_grads, s->win->n * m->cfg.E * sizeof(float));
+    nb_ctr_ops_f32_for(m->be)->emb_grad_unique(c, m->d_own_grads, m->d_serve_grads, w->d_off, w->d_order, w->d_seg, NULL,
+                                               w->nown, m->cfg.E);
 }
 
 /* The table the batch's lookups read: the tables, or (sharded) the batch's rows from the owners. */
@@ -1507,11 +1475,11 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     nb_sc_stage *s = m->stage;
     int E = m->cfg.E;
-    if (sharded(m)) { /* once per window: the owner's rows, their summed gradients (host tables: on the host) */
+    if (sharded(m)) { /* once per window: the owner's rows, their summed gradients (host tables: written over the bus) */
         if (!is_window_end(s)) return;
         const nb_sc_window *w = s->win;
-        const nb_ctr_ops_i *to = host_tables(m) ? &nb_ctr_ops_cpu : m->co;
-        const int64_t *own = host_tables(m) ? w->h_own : w->d_own;
+        const int64_t *own = w->d_own;
+        const nb_ctr_ops_i *to = m->co;
         if (o->emb_adam)
             to->sparse_adam(c, m->d_emb, m->d_em, m->d_ev, own, m->d_own_grads, NULL, w->nown, E, o->emb_lr, o->beta1,
                             o->beta2, o->emb_eps, t);
@@ -1556,14 +1524,9 @@ void nb_sc_optim_enqueue(nb_sc_model *m, const nb_sc_optim *o, int t) {
 }
 
 static const char *PHASE_NAMES[NB_SC_NPHASES] = {
-    "batch upload", "embedding serve", "embedding serve up", "embedding fwd", "history fwd",   "dense fwd",
-    "dense bwd",    "join bwd",        "history bwd",        "bottom bwd",    "dense optim",   "embedding bwd",
-    "embedding sum down", "embedding sum", "resync serve",   "resync up",     "resync apply",  "embedding optim",
-    "rows apply"};
-
-int nb_sc_phase_on_host(const nb_sc_model *m, int p) {
-    return host_tables(m) && (p == NB_SC_EMB_SERVE || p == NB_SC_EMB_SUM || p == NB_SC_OPT_EMB || p == NB_SC_RESYNC_SERVE);
-}
+    "batch upload", "embedding serve", "embedding fwd", "history fwd",  "dense fwd",    "dense bwd",
+    "join bwd",     "history bwd",     "bottom bwd",    "dense optim",  "embedding bwd", "embedding sum",
+    "resync serve", "resync apply",    "embedding optim", "rows apply"};
 
 const char *nb_sc_phase_name(nb_sc_phase p) { return p >= 0 && p < NB_SC_NPHASES ? PHASE_NAMES[p] : "?"; }
 
@@ -1574,8 +1537,6 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     switch (p) {
     case NB_SC_FWD_UPLOAD: upload_batch(m, c); break;
     case NB_SC_EMB_SERVE: serve_rows(m, c); break;
-    case NB_SC_EMB_SERVE_UP: serve_up(m, c, m->stage, 0); break;
-    case NB_SC_EMB_SUM_DOWN: sum_down(m, c); break;
     case NB_SC_EMB_SUM: sum_served(m, c); break;
     case NB_SC_FWD_EMB: embedding_fwd(m, c); break;
     case NB_SC_FWD_HIST: history_fwd(m, c); break;
@@ -1588,7 +1549,6 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
     case NB_SC_OPT_DENSE: optim_dense(m, c, o); break;
     case NB_SC_RESYNC_SERVE: /* the next batch's (nothing without one) */
-    case NB_SC_RESYNC_UP:
     case NB_SC_RESYNC_APPLY:
     case NB_SC_FETCH_APPLY:
         if (m->next) nb_sc_enqueue_next_phase(m, c, p);

@@ -135,9 +135,9 @@ typedef struct {
      * training stage keeps its own device lists and work buffer, and the rows a batch shares with
      * the batch before it are re-synced after that one's update (nb_sc_collisions) */
     int pipelined;
-    /* sharded, --emb-place host: this rank's shard and its optimizer state in host memory (the
-     * device holds only the rows a batch needs); the owner's lookups, sums and updates run on the
-     * host (the host phases: nb_sc_phase_on_host), the rows and gradients are copied over */
+    /* --emb-place host: the tables (sharded: this rank's shard) and their optimizer state in
+     * pinned host memory; the device's own kernels read and update them in place over the bus
+     * (sharded, the device holds the rows a batch needs in its work buffer; whole, nothing) */
     int host_tables;
     /* sharded: batches come in windows of this many parts (--micro-batches: Frozen-Window
      * Pipelining): the parts share one embedding state; the owners sum the window's gradients and
@@ -216,7 +216,6 @@ typedef struct {
     nb_sc_stage *latest;   /* the batch prepared last (its exchange is planned next) */
     nb_sc_stage *prev_train; /* the training batch prepared before `latest` (pipelined: collisions) */
     int pipelined, host_tables;
-    float *h_serve_rows, *h_serve_grads, *h_resync_rows; /* host tables: pinned sides of the copies */
     int skip_resync; /* debug: leave the collision rows stale (a test shows the results then differ) */
     int stage_nh;  /* history rows of the prepared batch (before padding) */
     int pad_rows; /* device backends: histories padded to a bucket (seqctr.c: bucket_rows) */
@@ -320,7 +319,6 @@ void nb_sc_zero_grads(nb_sc_model *m);
 typedef enum {
     NB_SC_FWD_UPLOAD, /* copy the prepared batch's index lists in, or its ids and build them there (their sizes change per batch) */
     NB_SC_EMB_SERVE,  /* sharded: the owner looks up the rows the askers want (then: the rows all-to-all) */
-    NB_SC_EMB_SERVE_UP, /* host tables: those rows copied to the device */
     NB_SC_FWD_EMB,    /* bottom MLP, embedding gather into x0 */
     NB_SC_FWD_HIST,   /* history gather, encoder, target attention */
     NB_SC_FWD_SEG,    /* one segment's blocks, heads and losses (seg = 0 .. nseg-1, in order) */
@@ -330,10 +328,8 @@ typedef enum {
     NB_SC_BWD_BOTTOM, /* the bottom MLP */
     NB_SC_OPT_DENSE,  /* AdamW */
     NB_SC_BWD_EMB,    /* the unique rows' embedding gradient (their count changes per batch) */
-    NB_SC_EMB_SUM_DOWN, /* host tables: the gradients the owner got, copied to the host */
     NB_SC_EMB_SUM,    /* sharded, after the gradient all-to-all: the owner's sum per row, in rank order */
     NB_SC_RESYNC_SERVE, /* pipelined, after the step's table update: the next batch's collision rows */
-    NB_SC_RESYNC_UP,    /* host tables: those rows copied to the device */
     NB_SC_RESYNC_APPLY, /* and after their all-to-all: into the next batch's work buffer */
     NB_SC_OPT_EMB,    /* sparse optimizer on the touched rows */
     NB_SC_FETCH_APPLY, /* --emb-priority: the next batch's exclusive rows, after their all-to-all, into its work buffer */
@@ -344,9 +340,6 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, nb_sc_ph
 /* With the phases: makes the prepared batch the step's (forward_enqueue does it itself). Call
  * it from the thread that prepares, before the step's first phase is enqueued. */
 void nb_sc_begin_step(nb_sc_model *m);
-/* Does phase p run on the host (CPU code on host memory: --emb-place host's table work)? The
- * caller runs it on a host lane, in order with the phases around it. */
-int nb_sc_phase_on_host(const nb_sc_model *m, int p);
 /* The ring slot (0 .. NB_SC_RING-1) of the step's batch: pipelined device steps capture a graph
  * per slot (each slot has its own device lists). */
 int nb_sc_current_slot(const nb_sc_model *m);

@@ -237,6 +237,13 @@ static int write_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *in
     return starts[team];
 }
 
+static int strictly_ascending(const int64_t *rows, int n) {
+    int ok = 1;
+#pragma omp parallel for num_threads(dedup_threads(n)) schedule(static) reduction(&& : ok)
+    for (int i = 1; i < n; i++) ok = ok && rows[i - 1] < rows[i];
+    return ok;
+}
+
 int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *inverse, const int64_t *rows,
                            int n, uint64_t *scratch) {
     NB_ASSERT(n >= 0 && (n == 0 || (uniq && order && seg && inverse && rows)));
@@ -248,6 +255,11 @@ int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t 
                      "negative embedding row %lld at lookup %d", (long long)rows[i], i);
     seg[0] = 0;
     if (n == 0) return 0;
+    if (strictly_ascending(rows, n)) { /* already unique and sorted (an owner's rows of one asker): the groups are the positions */
+        memcpy(uniq, rows, (size_t)n * sizeof(int64_t));
+        for (int i = 0; i < n; i++) order[i] = inverse[i] = i, seg[i + 1] = i + 1;
+        return n;
+    }
     if (maxrow >= ((int64_t)1 << 32)) { /* rare: too many rows to pack; the general path */
         int U = nb_embag_unique(uniq, inverse, rows, n);
         memset(seg, 0, ((size_t)U + 1) * sizeof(int32_t));

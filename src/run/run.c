@@ -33,28 +33,10 @@ void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_ta
     }
     nb_item *it = &l->v[l->n++];
     snprintf(it->name, sizeof it->name, "%s", name);
-    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b, it->hook = NULL, it->on_host = 0;
+    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b, it->hook = NULL;
 }
 
 int nb_run_sharded(nb_run *r) { return r->fam->shard_tensors && r->fam->shard_tensors(r, NULL); }
-
-void nb_items_add_host(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg) {
-    nb_items_add(l, name, kind, fn, arg);
-    l->v[l->n - 1].on_host = 1;
-}
-
-static void work_host_threads(void *arg, const nb_task_ctx *ctx) {
-    (void)ctx;
-    nb_host_set_threads(((nb_run *)arg)->o.threads);
-}
-
-nb_lane *nb_run_host_lane(nb_run *r) {
-    if (!r->host_lane) {
-        r->host_lane = nb_lane_create(r->lanes, "host", NB_LANE_HOST);
-        nb_lane_run(r->host_lane, "set threads", NB_SPAN_OTHER, -1, work_host_threads, r);
-    }
-    return r->host_lane;
-}
 
 void nb_items_add_hook(nb_items *l, const char *name, nb_hook_fn hook, void *arg) {
     nb_items_add(l, name, NB_SPAN_OTHER, NULL, arg);
@@ -107,14 +89,6 @@ void nb_items_run(nb_run *r, const nb_items *l, nb_lane *lane, int step) {
         if (l->v[i].hook) {
             NB_ASSERT(!r->capturing);
             l->v[i].hook(r, lane, step, l->v[i].arg);
-            continue;
-        }
-        if (l->v[i].on_host && r->be->device != NB_DEV_CPU) { /* a hop to the host lane and back */
-            NB_ASSERT(!r->capturing);
-            nb_lane *h = nb_run_host_lane(r);
-            nb_lane_wait(h, nb_lane_mark(lane));
-            nb_lane_run(h, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
-            nb_lane_join(lane, nb_lane_mark(h), "wait host");
             continue;
         }
         nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);

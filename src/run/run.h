@@ -39,7 +39,6 @@ typedef struct {
     void *arg;
     int bucket;
     nb_hook_fn hook;
-    int on_host; /* host work (CPU code on host memory): run on the run's host lane, in order */
 } nb_item;
 
 typedef struct {
@@ -53,10 +52,6 @@ void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_ta
 /* An item whose work is host work at enqueue time (outside any graph capture: use it in pre,
  * post). */
 void nb_items_add_hook(nb_items *l, const char *name, nb_hook_fn hook, void *arg);
-/* An item of host work (e.g. --emb-place host's table updates): on a device backend it runs on
- * the run's host lane (nb_run_host_lane), after what the lane it is enqueued on did before, and
- * that lane's later work waits for it; on the CPU it runs in place. */
-void nb_items_add_host(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg);
 void nb_items_free(nb_items *l);
 /* Enqueue every item of l on lane, in order, tagged with step. After an item that completes a
  * gradient bucket: the micro-batch's gradient is added to the step's (micro-batches after the
@@ -210,7 +205,6 @@ struct nb_run {
     const nb_backend_i *be; /* its op table */
     nb_lanes *lanes;
     nb_lane *compute;
-    nb_lane *host_lane; /* host items of a device run (NULL until nb_run_host_lane) */
     /* the run's memory: the family and the schedule plan into these arenas, the run allocates
      * them once (dev: device memory, the same kind of RAM as host on the CPU backend) */
     nb_arena host, pinned, dev;
@@ -240,7 +234,6 @@ struct nb_run {
 };
 
 /* The run's host lane (created at the first call): where host items of a device run go. */
-nb_lane *nb_run_host_lane(nb_run *r);
 /* Does this run keep state in shards (nb_family_i.shard_tensors)? */
 int nb_run_sharded(nb_run *r);
 /* The family's gradient buckets (the run keeps the array). */

@@ -34,12 +34,15 @@ typedef struct {
 /* the cost fit's exponents: a = 1, 1.1, .., 2.5 */
 #define FIT_NA 16
 static double fit_alpha(int j) { return 1.0 + 0.1 * j; }
+/* a fit record: samples, time (-1 until the part ran), sum of L^a per exponent, max of L^a per exponent */
+#define FIT_REC (2 * FIT_NA + 2)
 
 typedef struct {
     uint64_t pos;
     double fill_s, prep_s;
     int nh, B;
     double sum_pow[FIT_NA]; /* sum over the part's samples of L^a */
+    double max_pow[FIT_NA]; /* the largest L^a of a sample of the part */
 } sc_ahead;
 
 typedef struct sc_train {
@@ -198,10 +201,7 @@ static nb_span_kind phase_kind(nb_sc_phase p) {
 
 static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
     t->fixed[p] = (sc_work){t, p, 0};
-    if (nb_sc_phase_on_host(&t->m, p))
-        nb_items_add_host(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
-    else
-        nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
+    nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
 }
 
 /* The count arrays of an all-to-all in elements (rows * E): send_counts | send_displs |
@@ -271,11 +271,9 @@ static void hook_resync(nb_run *r, nb_lane *lane, int step, void *arg) {
 
 static void add_next(nb_items *l, sc_train *t, nb_sc_phase p, const char *name) {
     t->next[p] = (sc_work){t, p, 0};
-    nb_span_kind k = p == NB_SC_FWD_UPLOAD || p == NB_SC_EMB_SERVE_UP || p == NB_SC_RESYNC_UP ? NB_SPAN_H2D : NB_SPAN_OTHER;
-    if (nb_sc_phase_on_host(&t->m, p))
-        nb_items_add_host(l, name, k, work_next, &t->next[p]);
-    else
-        nb_items_add(l, name, k, work_next, &t->next[p]);
+    /* host tables: the lookups read host memory over the bus, a transfer like the upload */
+    int moves = p == NB_SC_FWD_UPLOAD || (t->m.host_tables && (p == NB_SC_EMB_SERVE || p == NB_SC_RESYNC_SERVE));
+    nb_items_add(l, name, moves ? NB_SPAN_H2D : NB_SPAN_OTHER, work_next, &t->next[p]);
 }
 
 static void build_items(nb_run *r, sc_train *t) {
@@ -285,7 +283,6 @@ static void build_items(nb_run *r, sc_train *t) {
     add_fixed(&it->pre, t, NB_SC_FWD_UPLOAD);
     if (t->sharded) {
         add_fixed(&it->pre, t, NB_SC_EMB_SERVE);
-        if (t->m.host_tables) add_fixed(&it->pre, t, NB_SC_EMB_SERVE_UP);
         nb_items_add_hook(&it->pre, "rows all-to-all", hook_rows, t);
     }
     add_fixed(&it->input, t, NB_SC_FWD_EMB);
@@ -309,18 +306,15 @@ static void build_items(nb_run *r, sc_train *t) {
     add_fixed(&it->post, t, NB_SC_BWD_EMB);
     if (t->sharded) {
         nb_items_add_hook(&it->post, "grads all-to-all", hook_grads, t);
-        if (t->m.host_tables) add_fixed(&it->post, t, NB_SC_EMB_SUM_DOWN);
         add_fixed(&it->post, t, NB_SC_EMB_SUM);
     }
     add_fixed(&it->post, t, NB_SC_OPT_EMB);
     if (t->pipelined) {
         add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
-        if (t->m.host_tables) add_next(&it->next, t, NB_SC_EMB_SERVE_UP, "embedding serve up (next)");
         nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
         if (t->m.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
         add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
-        if (t->m.host_tables) add_next(&it->resync, t, NB_SC_RESYNC_UP, "resync up");
         nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
         add_next(&it->resync, t, NB_SC_RESYNC_APPLY, "resync apply");
     }
@@ -368,10 +362,11 @@ static int shard_opts(const nb_train_opts *o, int world) {
 }
 
 /* Do the tables go through the sharded exchange? With several ranks, under a prefetching schedule
- * (its work buffers are the dual buffers), with the shards in host memory, and when a step's parts
- * (micro-batches, emulated ranks) sum their table gradients at the owners. */
+ * (its work buffers are the dual buffers), and when a step's parts (micro-batches, emulated ranks)
+ * sum their table gradients at the owners. (Whole tables in host memory need none of it: the
+ * device reads and updates them in place.) */
 static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_i *sc) {
-    return shard_opts(o, world) || (sc && sc->prefetches) || !strcmp(o->emb_place, "host") || nb_train_parts(o) > 1;
+    return shard_opts(o, world) || (sc && sc->prefetches) || nb_train_parts(o) > 1;
 }
 
 static int sc_wants_comm(const nb_train_opts *o) { return uses_exchange(o, nb_comm_size(), nb_sched_find(o->schedule)); }
@@ -419,15 +414,12 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     const nb_train_opts *o = &r->o;
     t->pipelined = !r->eval_only && r->sched->prefetches;
     t->ids_ahead = r->sched->ids_ahead;
-    int host = !strcmp(o->emb_place, "host");
     int parts = nb_train_parts(o);
     t->sharded = !r->eval_only && uses_exchange(o, r->world, r->sched);
     t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
     NB_CHECK(parts == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches / --emulate-ranks",
              "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
-    NB_CHECK(!host || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --emb-place host",
-             "--emb-place host keeps each owner's shard on its host: the tables go through the sharded exchange");
     NB_CHECK(!o->emb_priority || t->pipelined, "add --schedule pipe with --emb-priority",
              "--emb-priority orders the rows the pipe schedule fetches ahead: exclusive rows early, collision rows after the update");
     NB_CHECK(!o->emb_priority || !o->pipe_skip_resync, "drop --pipe-skip-resync with --emb-priority",
@@ -471,7 +463,7 @@ static void sc_init(nb_run *r) {
     plan_ranks(r, t, mc.max_len);
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
-                          .host_tables = t->sharded && !strcmp(o->emb_place, "host"), .parts = t->M,
+                          .host_tables = !r->eval_only && !strcmp(o->emb_place, "host"), .parts = t->M,
                           .priority = o->emb_priority,
                           .lists = !strcmp(o->index_lists, "host")     ? NB_SC_LISTS_HOST
                                    : !strcmp(o->index_lists, "device") ? NB_SC_LISTS_DEVICE
@@ -496,7 +488,7 @@ static void sc_init(nb_run *r) {
     t->rank_s = nb_calloc((size_t)(r->world > t->M ? r->world : t->M), sizeof(double), "rank times");
     if (t->emulate) {
         t->fit_cap = o->steps * t->M;
-        t->fit = nb_malloc((size_t)t->fit_cap * (FIT_NA + 2) * sizeof(double), "the cost fit");
+        t->fit = nb_malloc((size_t)t->fit_cap * FIT_REC * sizeof(double), "the cost fit");
     }
     const char *log = getenv("NB_SAMPLES_LOG");
     if (log && log[0]) {
@@ -669,10 +661,13 @@ static void prefetch(sc_train *t) {
     if (t->sharded && t->ids_ahead) exchange_ids(t);
     if (t->pipelined) exchange_collisions(t);
     sc_ahead *a = &t->ahead[t->nahead++];
-    *a = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh, b.B, {0}};
+    *a = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh, b.B, {0}, {0}};
     if (t->emulate)
         for (int i = 0; i < b.B; i++)
-            for (int j = 0; j < FIT_NA; j++) a->sum_pow[j] += pow((double)b.hist_len[i], fit_alpha(j));
+            for (int j = 0; j < FIT_NA; j++) {
+                double c = pow((double)b.hist_len[i], fit_alpha(j));
+                a->sum_pow[j] += c, a->max_pow[j] = fmax(a->max_pow[j], c);
+            }
     t->next_u++;
 }
 
@@ -691,8 +686,8 @@ static int phase_named(const char *span, const char *phase);
 /* Phases that serve the whole step, not one rank's share: the owners' sums and updates, the
  * re-sync after them, the dense optimizer. */
 static int common_phase(const char *span) {
-    static const nb_sc_phase common[] = {NB_SC_OPT_DENSE, NB_SC_EMB_SUM_DOWN, NB_SC_EMB_SUM, NB_SC_RESYNC_SERVE,
-                                         NB_SC_RESYNC_UP, NB_SC_RESYNC_APPLY, NB_SC_OPT_EMB};
+    static const nb_sc_phase common[] = {NB_SC_OPT_DENSE, NB_SC_EMB_SUM, NB_SC_RESYNC_SERVE, NB_SC_RESYNC_APPLY,
+                                         NB_SC_OPT_EMB};
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
         if (phase_named(span, nb_sc_phase_name(common[i]))) return 1;
     return 0;
@@ -719,9 +714,10 @@ static double part_busy(nb_run *r, sc_train *t) {
 
 static void add_fit_record(sc_train *t, const sc_ahead *a) {
     if (t->nfit == t->fit_cap) return;
-    double *f = t->fit + (size_t)t->nfit++ * (FIT_NA + 2);
+    double *f = t->fit + (size_t)t->nfit++ * FIT_REC;
     f[0] = a->B, f[1] = -1; /* the time comes when the part has run */
     memcpy(f + 2, a->sum_pow, sizeof a->sum_pow);
+    memcpy(f + 2 + FIT_NA, a->max_pow, sizeof a->max_pow);
 }
 
 /* The step's ranks (emulated: the parts; real: every rank's busy time, all-gathered): the
@@ -746,7 +742,7 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
     t->step_rank_bubble = sync > 0 ? 100 * (mx - mean) / sync : 0;
     t->step_emul_s = sync, t->step_max_s = mx, t->step_mean_s = mean;
     if (t->emulate && step >= nb_step_warmup(r->o.steps) && t->nfit >= t->M)
-        for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * (FIT_NA + 2) + 1] = t->part_s[k];
+        for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * FIT_REC + 1] = t->part_s[k];
     if (step >= nb_step_warmup(r->o.steps)) {
         t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
         if (t->nstrag < r->o.steps) t->strag_steps[t->nstrag] = t->step_strag, t->bubble_steps[t->nstrag++] = t->step_rank_bubble;
@@ -1089,21 +1085,41 @@ static int solve3(const double a[3][3], const double y[3], double x[3]) {
     return 1;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n) {
+    if (n <= 0) return 0;
+    double *c = nb_malloc((size_t)n * sizeof *c, "a median");
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
 /* Least squares of the parts' times t = k + x n + y sum L^a for each exponent a of the grid (k:
  * what every part costs whatever its samples, launches and fixed-size kernels: no placement moves
  * it). The best fit's a and c0 = x / y (a sample's own cost in units of L^a) are what --balance
  * vbs:a:c0 takes. */
-static void print_cost_fit(const sc_train *t) {
+typedef struct {
+    int j; /* the exponent's index, -1: no fit */
+    double k, x, y;
+} cost_fit;
+
+static cost_fit print_cost_fit(const sc_train *t) {
     int best = -1, equal = 0;
     double best_sse = 0, bk = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
     for (int i = 0; i < t->nfit; i++)
-        if (t->fit[(size_t)i * (FIT_NA + 2) + 1] >= 0) mean += t->fit[(size_t)i * (FIT_NA + 2) + 1], n++;
-    if (n < 6) return;
+        if (t->fit[(size_t)i * FIT_REC + 1] >= 0) mean += t->fit[(size_t)i * FIT_REC + 1], n++;
+    if (n < 6) return (cost_fit){-1, 0, 0, 0};
     mean /= n;
     for (int j = 0; j < FIT_NA; j++) {
         double A[3][3] = {{0}}, Y[3] = {0}, X[3], sse = 0;
         for (int i = 0; i < t->nfit; i++) {
-            const double *f = t->fit + (size_t)i * (FIT_NA + 2), v[3] = {1, f[0], f[2 + j]};
+            const double *f = t->fit + (size_t)i * FIT_REC, v[3] = {1, f[0], f[2 + j]};
             if (f[1] < 0) continue;
             for (int r = 0; r < 3; r++) {
                 Y[r] += v[r] * f[1];
@@ -1120,43 +1136,57 @@ static void print_cost_fit(const sc_train *t) {
         }
         if (X[2] <= 0) continue;
         for (int i = 0; i < t->nfit; i++) {
-            const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+            const double *f = t->fit + (size_t)i * FIT_REC;
             double e = f[1] - X[0] - X[1] * f[0] - X[2] * f[2 + j];
             if (f[1] >= 0) sse += e * e;
         }
         if (best < 0 || sse < best_sse) best = j, best_sse = sse, bk = X[0], bx = X[1], by = X[2];
     }
     for (int i = 0; i < t->nfit; i++) {
-        const double *f = t->fit + (size_t)i * (FIT_NA + 2);
+        const double *f = t->fit + (size_t)i * FIT_REC;
         if (f[1] >= 0) sst += (f[1] - mean) * (f[1] - mean);
     }
     if (best < 0) {
         printf("cost fit: no fit of part time = k + x samples + y sum L^a (y > 0) over %.0f parts\n", n);
-        return;
+        return (cost_fit){-1, 0, 0, 0};
     }
     printf("cost fit: part time = %.4g ms + %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance "
            "vbs:%.1f:%.0f\n", 1e3 * bk, 1e3 * bx, 1e3 * by, fit_alpha(best), n, sst > 0 ? 1 - best_sse / sst : 1.0,
            fit_alpha(best), fmin(fmax(bx / by, 0), 1e12));
     if (equal) printf("cost fit: the parts had equal sample counts, so the fixed per-part cost is counted per sample (C0 is an upper bound)\n");
+    return (cost_fit){best, bk, bx, by};
+}
+
+/* What no placement of whole samples can beat, under the cost fit: the shares' modelled costs sum
+ * to the same whatever the placement, and the share holding the costliest sample costs at least
+ * k + x + y L_max^a, so the slowest share is at least max(mean share, that); the straggler share
+ * (max - mean) / max has that floor per step. */
+static void print_placement_bound(const sc_train *t, cost_fit c) {
+    int N = t->M, nsteps = 0;
+    if (c.j < 0 || N < 2 || t->nfit < N) return;
+    double *floor = nb_malloc((size_t)(t->nfit / N) * sizeof(double), "the placement bound"), sum = 0;
+    for (int g = 0; g + N <= t->nfit; g += N) {
+        double total = 0, costliest = 0;
+        int ran = 1;
+        for (int k = 0; k < N; k++) {
+            const double *f = t->fit + (size_t)(g + k) * FIT_REC;
+            ran &= f[1] >= 0;
+            total += c.k + c.x * f[0] + c.y * f[2 + c.j];
+            costliest = fmax(costliest, c.y * f[2 + FIT_NA + c.j]);
+        }
+        if (!ran) continue;
+        double mean = total / N, slowest = fmax(mean, c.k + c.x + costliest);
+        floor[nsteps] = slowest > 0 ? 100 * (slowest - mean) / slowest : 0;
+        sum += floor[nsteps++];
+    }
+    if (nsteps)
+        printf("placement bound: straggler_pct >= %.2f (mean over %d steps), median %.2f: no placement of whole samples does "
+               "better under the cost fit (the share with the costliest sample)\n", sum / nsteps, nsteps, median_of(floor, nsteps));
+    free(floor);
 }
 
 /* The ranks' compute: straggler and idle shares; for emulated ranks the synchronous step they
  * stand for, and the cost fit of their shares' times. */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(const double *v, int n) {
-    if (n <= 0) return 0;
-    double *c = nb_malloc((size_t)n * sizeof *c, "a median");
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
-
 static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
     printf("ranks: %d%s, straggler_pct=%.2f rank_bubble_pct=%.2f (mean over %d steps), median_straggler_pct=%.2f "
            "median_rank_bubble_pct=%.2f; straggler = (max - mean) / max of the ranks' compute\n", t->emulate ? t->emulate : r->world,
@@ -1167,7 +1197,7 @@ static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
     if (st.n)
         printf("emulated steps=%d p90_step_ms=%.3f median_step_ms=%.3f p90_samples_per_s=%.0f (the slowest rank's share + "
                "the step's communication and common phases)\n", st.n, 1e3 * st.p90, 1e3 * st.median, r->o.batch / st.p90);
-    print_cost_fit(t);
+    print_placement_bound(t, print_cost_fit(t));
 }
 
 /* The summary lines the benchmarks and tests read (stdout), after the run's own. */
