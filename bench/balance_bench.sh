@@ -65,14 +65,13 @@ if [ $e2e = 1 ]; then
     exit 0
 fi
 {
-    echo "| max len | ranks | balance | emulated p90 step ms | emulated p90 samples/s | straggler % mean / median | bubble % mean / median | bubble vs none (mean / median) |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| max len | ranks | balance | emulated p90 step ms | emulated p90 samples/s | straggler % mean / median | bubble % mean / median | bubble vs none (mean / median) | slowest share holds the longest history |"
+    echo "|---|---|---|---|---|---|---|---|---|"
 } > "$OUT/table.md"
-rm -f "$OUT/floors.txt"
 for cap in ${caps//,/ }; do
     for n in ${ranks//,/ }; do
         none_bub=""
-        fitted="" fl_mean="" fl_med=""
+        fitted=""
         for b in none fbs $vbs fit; do
             if [ $b = fit ]; then # the exponent and C0 the none run's cost fit measured on these kernels
                 b=$fitted; [ -n "$b" ] || continue
@@ -81,32 +80,21 @@ for cap in ${caps//,/ }; do
             "$NB" train --model seqctr --device "$device" --data "$(data_of "$cap")" \
                 --emb-dim 64 --batch "$batch" --steps "$steps" --eval-every 0 --eval-samples 1024 --no-ckpt --no-progress \
                 --emulate-ranks "$n" --balance "$b" --out "$OUT/$tag" >"$log" 2>&1 \
-                || { echo "| $cap | $n | $b | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | |" >> "$OUT/table.md"; continue; }
+                || { echo "| $cap | $n | $b | failed: $(grep -m1 'error:' "$log" | cut -c1-100) | | | | | |" >> "$OUT/table.md"; continue; }
             read -r ms sps < <(sed -n 's/^emulated steps=[0-9]* p90_step_ms=\([0-9.]*\) median_step_ms=[0-9.]* p90_samples_per_s=\([0-9]*\).*/\1 \2/p' "$log")
             read -r st bu mst mbu < <(sed -n 's/^ranks: [^=]* straggler_pct=\([0-9.]*\) rank_bubble_pct=\([0-9.]*\) .*median_straggler_pct=\([0-9.]*\) median_rank_bubble_pct=\([0-9.]*\).*/\1 \2 \3 \4/p' "$log")
             [ "$b" = none ] && none_mbu=$mbu
-            [ "$b" = none ] && none_bub=$bu none_st=$st none_mst=$mst
+            [ "$b" = none ] && none_bub=$bu
             # the cost fit of a run whose shares had different counts (vbs) separates the per-part,
             # per-sample and per-history costs; equal counts (none, fbs) cannot
             [ "$b" = "$vbs" ] && fitted=$(grep '^cost fit: part' "$log" | grep -o -- '--balance vbs:[0-9.]*:[0-9]*' | head -1 | cut -d' ' -f2)
-            # and its floor: the straggler share no placement of whole samples avoids under that fit
-            [ "$b" = "$vbs" ] && read -r fl_mean fl_med < <(sed -n 's/^placement bound: straggler_pct >= \([0-9.]*\) (mean over [0-9]* steps), median \([0-9.]*\).*/\1 \2/p' "$log")
+            sl=$(sed -n 's/^ranks: the slowest share held the step.s longest history in \([0-9]* of [0-9]*\) steps.*/\1 steps/p' "$log")
             cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')
-            echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut |" >> "$OUT/table.md"
+            echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut | $sl |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"
         done
-        [ -n "$fl_mean" ] && echo "$cap $n" "$fl_mean" "$fl_med" "$none_st" "$none_mst" >> "$OUT/floors.txt"
     done
 done
-if [ -f "$OUT/floors.txt" ]; then # what any placement leaves, from the vbs run's cost fit
-    {
-        echo
-        echo "| max len | ranks | straggler % floor, any placement (mean / median) | none's straggler % (mean / median) | the most a placement can cut (mean / median) |"
-        echo "|---|---|---|---|---|"
-        awk '{ printf "| %s | %s | %s / %s | %s / %s | %s / %s |\n", $1, $2, $3, $4, $5, $6,
-               ($5 > 0 ? sprintf("%.0f%%", 100 * ($5 - $3) / $5) : "-"), ($6 > 0 ? sprintf("%.0f%%", 100 * ($6 - $4) / $6) : "-") }' "$OUT/floors.txt"
-    } >> "$OUT/table.md"
-fi
 echo
 echo "device $device, global batch $batch, $steps steps, Pareto lengths (hist_alpha $alpha, hist_scale $scale); EMULATED ranks (one GPU)"
 cat "$OUT/table.md"

@@ -15,8 +15,9 @@
 # the unsharded run for reference (whole tables; at host placement read in place in host DRAM).
 # Below the table: the most any overlap could give over sync at each placement, sync's p90 step
 # against the device's busy time per step (its phases' sum), since no schedule runs faster than
-# the device's own work. Synthetic Criteo-scale data: 26 tables of 1M rows and
-# a 1M-row item table, E = 64, histories up to 256, B = 4096 per rank.
+# the device's own work. Synthetic Criteo-scale data: 26 tables of Criteo's cardinalities capped
+# at 2M rows and an item table, E = 64, histories up to 256, B = 4096 per rank. The host rows'
+# --gpu-mem-limit is 1% below what sync needs with the shards in device memory (the first row).
 #   bash bench/pipe_bench.sh [--no-build] [--steps 150] [--batch 4096] [--device cuda|cpu]
 #        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
@@ -29,7 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit=8200000000 graphs="" small=0 parts=4 extra=""
+build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit="" graphs="" small=0 parts=4 extra=""
 rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -53,7 +54,7 @@ OUT=${OUT:-bench/out/pipe}
 mkdir -p "$OUT" || exit 1
 L=()
 [ "$ranks" -gt 1 ] && L=(mpirun -np "$ranks" --oversubscribe --allow-run-as-root)
-cap=1000000 len=256
+cap=2000000 len=256
 [ $small = 1 ] && cap=10000 len=32
 C=(--model seqctr --device "$device" --data synth:cap=$cap,max_len=$len --emb-dim 64 --max-len $len --table-cap $cap
    --batch $((batch * ranks)) --steps "$steps" --eval-every 0 --eval-samples 4096 --no-ckpt --no-progress $graphs $extra)
@@ -63,7 +64,7 @@ C=(--model seqctr --device "$device" --data synth:cap=$cap,max_len=$len --emb-di
 run() {
     local name=$1 place=$2; shift 2
     local dir=$OUT/$name-$place log=$OUT/$name-$place.log lim=()
-    [ "$place" = host ] && lim=(--emb-place host --gpu-mem-limit "$gpu_limit")
+    [ "$place" = host ] && lim=(--emb-place host ${gpu_limit:+--gpu-mem-limit "$gpu_limit"})
     "${L[@]}" "$NB" train "${C[@]}" "$@" "${lim[@]}" --out "$dir" >"$log" 2>&1 || { echo "failed: $(grep -m1 'error:' "$log" | cut -c1-120)"; return; }
     local tp; tp=$(sed -n 's/^throughput steps=[0-9]* warmup=\([0-9]*\) p90_samples_per_s=\([0-9]*\) median_samples_per_s=\([0-9]*\).*/\1 \2 \3/p' "$log")
     set -- $tp
@@ -78,12 +79,21 @@ run() {
     echo "| schedule | tables | p90 samples/s | median samples/s | exposed transfer % | rows moved / step | re-synced / step | p90 vs sync |"
     echo "|---|---|---|---|---|---|---|---|"
 } > "$OUT/table.md"
-if [ "$device" != cpu ]; then # the shards in device memory do not fit under the limit: the reason for host placement
-    res=$(run sync-limited gpu --emb-shard row --gpu-mem-limit "$gpu_limit")
-    echo "sync (gpu, --gpu-mem-limit $gpu_limit): $res"
-    echo "| sync | gpu, --gpu-mem-limit $gpu_limit | ${res:0:100} | | | | | |" >> "$OUT/table.md"
-fi
+# the GPU the host rows emulate: 1% under what sync needs with the shards in device memory (its
+# plan's device bytes), unless --gpu-mem-limit says otherwise
+limit_below_sync() {
+    awk '/^memory +device/ { v = $3; u = $4; gsub(/,/, "", u)
+        m = u == "GiB" ? 1073741824 : u == "MiB" ? 1048576 : u == "KiB" ? 1024 : 1; printf "%.0f\n", 0.99 * v * m; exit }' "$OUT/sync-gpu.log"
+}
 for place in gpu host; do
+    if [ "$place" = host ] && [ "$device" != cpu ]; then
+        [ -z "$gpu_limit" ] && [ -f "$OUT/sync-gpu.log" ] && gpu_limit=$(limit_below_sync)
+        [ -n "$gpu_limit" ] || gpu_limit=8200000000
+        # the shards in device memory do not fit under the limit: the reason for host placement
+        res=$(run sync-limited gpu --emb-shard row --gpu-mem-limit "$gpu_limit")
+        echo "sync (gpu, --gpu-mem-limit $gpu_limit): $res"
+        echo "| sync | gpu, --gpu-mem-limit $gpu_limit | ${res:0:100} | | | | | |" >> "$OUT/table.md"
+    fi
     sync_p90=""
     for row in ${rows//,/ }; do
         case $row in

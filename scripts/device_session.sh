@@ -11,9 +11,8 @@
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
 #   seqctr (bench/seqctr_bench.sh: nobubble --graphs vs PyTorch eager/compile; SC_STEPS, SC_BATCH, SC_BUDGET),
 #   gpu_bench (bench/gpu_bench.sh: transformers vs PyTorch's modes; GPU_BENCH_ARGS), lists (bench/lists_bench.sh: --index-lists host vs device, plain and ERASE with graphs; LISTS_ARGS),
-#   balance, balance_eager, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, the same with
-#   CUDA_MODULE_LOADING=EAGER (no first-launch module loads inside a timed share), --e2e, tests/balance_test.sh; env
-#   BAL_ARGS, BAL_EAGER_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
+#   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
+#   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
 #   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests). The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
@@ -61,7 +60,6 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         gpu_bench) build && OUT=$R/gpu_bench bash bench/gpu_bench.sh --no-build ${GPU_BENCH_ARGS:---no-llama --budget 270} ;;
         lists) build && OUT=$R/lists bash bench/lists_bench.sh --no-build ${LISTS_ARGS:---steps 60 --batch 4096,1024 --erase} ;;
         balance) build && OUT=$R/balance bash bench/balance_bench.sh --no-build ${BAL_ARGS:-} ;;
-        balance_eager) build && CUDA_MODULE_LOADING=EAGER OUT=$R/balance-eager bash bench/balance_bench.sh --no-build ${BAL_EAGER_ARGS:---steps 40 --caps 8192 --ranks 4} ;;
         balance_e2e) build && OUT=$R/balance bash bench/balance_bench.sh --no-build --e2e ${BAL_E2E_ARGS:---batch 1024 --caps 2048} ;;
         balance_test) build && bash tests/balance_test.sh "$NB_BUILD" ;;
         smfree) build && OUT=$R bash bench/smfree_bench.sh --no-build ;;

@@ -68,7 +68,7 @@ for v in "eager" "--graphs" "--emb-optim adam"; do
     $NB train "${G[@]}" $f --emb-place host --out "$TMP/h-$tag" >"$TMP/h-$tag.out" 2>&1 || fail "gpu --emb-place host $v"
     cmp -s "$TMP/l-dev-$tag/ckpt/model.safetensors" "$TMP/h-$tag/ckpt/model.safetensors" \
         && cmp -s "$TMP/l-dev-$tag/ckpt/optim.safetensors" "$TMP/h-$tag/ckpt/optim.safetensors" \
-        && [ "$(losses "$TMP/l-dev-$tag")" = "$(losses "$TMP/h-$tag")" ] && grep -q "in host memory" "$TMP/h-$tag.out" \
+        && [ "$(losses "$TMP/l-dev-$tag")" = "$(losses "$TMP/h-$tag")" ] \
         && pass "GPU --emb-place host, whole tables ($v): bitwise the tables in device memory" \
         || fail "GPU --emb-place host, whole tables ($v) differs from device memory"
 done

@@ -34,15 +34,14 @@ typedef struct {
 /* the cost fit's exponents: a = 1, 1.1, .., 2.5 */
 #define FIT_NA 16
 static double fit_alpha(int j) { return 1.0 + 0.1 * j; }
-/* a fit record: samples, time (-1 until the part ran), sum of L^a per exponent, max of L^a per exponent */
-#define FIT_REC (2 * FIT_NA + 2)
+/* a fit record: samples, time (-1 until the part ran), sum of L^a per exponent */
+#define FIT_REC (FIT_NA + 2)
 
 typedef struct {
     uint64_t pos;
-    double fill_s, prep_s;
-    int nh, B;
+    double fill_s, prep_s, ids_s, coll_s; /* prep_s: the lists, then (sharded) ids_s routing the ids, coll_s the collisions */
+    int nh, B, max_len; /* max_len: the part's longest history */
     double sum_pow[FIT_NA]; /* sum over the part's samples of L^a */
-    double max_pow[FIT_NA]; /* the largest L^a of a sample of the part */
 } sc_ahead;
 
 typedef struct sc_train {
@@ -67,11 +66,14 @@ typedef struct sc_train {
     /* per part of the step: compute-lane busy seconds (its spans), samples and history rows */
     size_t span_seen;
     int part_k;
-    double *part_s, *part_nh;
+    double *part_s, *part_nh, *part_maxlen;
     /* straggler statistics over the measured steps: (max - mean) / max of the ranks' compute, the
      * ranks' idle share of the synchronous step, the emulated step time */
     double step_shared_s; /* the step's communication and common phases (busy seconds) */
     double strag_sum, rank_bubble_sum, step_strag, step_rank_bubble, step_emul_s, step_max_s, step_mean_s;
+    /* emulated: does the step's slowest share hold its longest history (no placement splits a
+     * sample), and over the measured steps how often */
+    int step_slow_long, nslow_long;
     double *emul_secs;
     double *strag_steps, *bubble_steps; /* per measured step, for the medians */
     double *rank_s;                     /* [max(world, M)]: the step's ranks' compute seconds */
@@ -103,7 +105,7 @@ typedef struct sc_train {
     int64_t *resync_pos; /* [max lookups] received collision positions */
     sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS], next[NB_SC_NPHASES];
     /* the summary's statistics, over the steps after warm-up */
-    double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, host_s[2], t_start;
+    double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, host_s[5], t_start; /* host_s: samples, lists + ids + collisions, ids, collisions, ids in the step */
     double *step_secs;
     int nsteps;
 } sc_train;
@@ -480,8 +482,8 @@ static void sc_init(nb_run *r) {
     if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len);
     t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
     t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
-    t->part_s = nb_calloc(2 * (size_t)t->M, sizeof(double), "part times");
-    t->part_nh = t->part_s + t->M;
+    t->part_s = nb_calloc(3 * (size_t)t->M, sizeof(double), "part times");
+    t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M;
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
     t->strag_steps = nb_calloc(2 * (size_t)o->steps, sizeof(double), "straggler times");
     t->bubble_steps = t->strag_steps + o->steps;
@@ -658,16 +660,17 @@ static void prefetch(sc_train *t) {
     nb_sc_batch b = part_of(t, k);
     if (t->samples_log) log_samples(t, k);
     nb_sc_prepare_part(&t->m, &b, k, t->M);
+    double t2 = nb_now();
     if (t->sharded && t->ids_ahead) exchange_ids(t);
+    double t3 = nb_now();
     if (t->pipelined) exchange_collisions(t);
+    double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
-    *a = (sc_ahead){t->window_pos, t1 - t0, nb_now() - t1, t->m.stage_nh, b.B, {0}, {0}};
+    *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_nh, b.B, 0, {0}};
+    for (int i = 0; i < b.B; i++) a->max_len = b.hist_len[i] > a->max_len ? b.hist_len[i] : a->max_len;
     if (t->emulate)
         for (int i = 0; i < b.B; i++)
-            for (int j = 0; j < FIT_NA; j++) {
-                double c = pow((double)b.hist_len[i], fit_alpha(j));
-                a->sum_pow[j] += c, a->max_pow[j] = fmax(a->max_pow[j], c);
-            }
+            for (int j = 0; j < FIT_NA; j++) a->sum_pow[j] += pow((double)b.hist_len[i], fit_alpha(j));
     t->next_u++;
 }
 
@@ -717,7 +720,6 @@ static void add_fit_record(sc_train *t, const sc_ahead *a) {
     double *f = t->fit + (size_t)t->nfit++ * FIT_REC;
     f[0] = a->B, f[1] = -1; /* the time comes when the part has run */
     memcpy(f + 2, a->sum_pow, sizeof a->sum_pow);
-    memcpy(f + 2 + FIT_NA, a->max_pow, sizeof a->max_pow);
 }
 
 /* The step's ranks (emulated: the parts; real: every rank's busy time, all-gathered): the
@@ -733,8 +735,14 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
         memcpy(all, t->part_s, (size_t)N * sizeof(double));
     else
         nb_comm_all_gather_host(&mine, all, sizeof(double), "rank times");
-    double mx = 0, sum = 0;
-    for (int k = 0; k < N; k++) mx = fmax(mx, all[k]), sum += all[k];
+    double mx = 0, sum = 0, longest = 0;
+    int slowest = 0;
+    for (int k = 0; k < N; k++) {
+        if (all[k] > mx) mx = all[k], slowest = k;
+        sum += all[k];
+        if (t->emulate) longest = fmax(longest, t->part_maxlen[k]);
+    }
+    t->step_slow_long = t->emulate && t->part_maxlen[slowest] == longest;
     /* emulated: the slowest share, then what every rank waits for together (the exchanges, the
      * owners' updates, the optimizer), as their spans measured them */
     double mean = sum / N, sync = t->emulate ? mx + t->step_shared_s : r->last_secs;
@@ -744,7 +752,7 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
     if (t->emulate && step >= nb_step_warmup(r->o.steps) && t->nfit >= t->M)
         for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * FIT_REC + 1] = t->part_s[k];
     if (step >= nb_step_warmup(r->o.steps)) {
-        t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble;
+        t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble, t->nslow_long += t->step_slow_long;
         if (t->nstrag < r->o.steps) t->strag_steps[t->nstrag] = t->step_strag, t->bubble_steps[t->nstrag++] = t->step_rank_bubble;
     }
 }
@@ -753,17 +761,23 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
  * trains), its statistics counted, its ids routed now when the schedule does not route ahead. */
 static void pop_part(nb_run *r, sc_train *t, int step) {
     top_up(t, t->popped_u + 1 + (t->pipelined ? 1 : 0));
-    t->part_nh[t->part_k] = t->ahead[0].nh;
+    t->part_nh[t->part_k] = t->ahead[0].nh, t->part_maxlen[t->part_k] = t->ahead[0].max_len;
     if (t->emulate && step >= nb_step_warmup(r->o.steps)) add_fit_record(t, &t->ahead[0]);
     if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
         t->host_s[0] += t->ahead[0].fill_s;
         t->host_s[1] += t->ahead[0].prep_s;
+        t->host_s[2] += t->ahead[0].ids_s;
+        t->host_s[3] += t->ahead[0].coll_s;
     }
     for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
     t->nahead--;
     t->popped_u++;
-    if (t->sharded && !t->ids_ahead) exchange_ids(t); /* the synchronous baseline: in line */
+    if (t->sharded && !t->ids_ahead) { /* the synchronous baseline: in line */
+        double t0 = nb_now();
+        exchange_ids(t);
+        if (step >= nb_step_warmup(r->o.steps)) t->host_s[4] += nb_now() - t0;
+    }
     nb_sc_begin_step(&t->m);
 }
 
@@ -933,6 +947,7 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
         nb_json_knum(w, "rank_ms_max", 1e3 * t->step_max_s);
         nb_json_knum(w, "rank_ms_mean", 1e3 * t->step_mean_s);
         if (t->emulate) nb_json_knum(w, "emulated_ms", 1e3 * t->step_emul_s);
+        if (t->emulate) nb_json_kint(w, "slowest_holds_longest", t->step_slow_long);
     }
     if (ev && ev->done) {
         nb_json_knum(w, "eval_loss", ev->loss);
@@ -1104,17 +1119,12 @@ static double median_of(const double *v, int n) {
  * what every part costs whatever its samples, launches and fixed-size kernels: no placement moves
  * it). The best fit's a and c0 = x / y (a sample's own cost in units of L^a) are what --balance
  * vbs:a:c0 takes. */
-typedef struct {
-    int j; /* the exponent's index, -1: no fit */
-    double k, x, y;
-} cost_fit;
-
-static cost_fit print_cost_fit(const sc_train *t) {
+static void print_cost_fit(const sc_train *t) {
     int best = -1, equal = 0;
     double best_sse = 0, bk = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
     for (int i = 0; i < t->nfit; i++)
         if (t->fit[(size_t)i * FIT_REC + 1] >= 0) mean += t->fit[(size_t)i * FIT_REC + 1], n++;
-    if (n < 6) return (cost_fit){-1, 0, 0, 0};
+    if (n < 6) return;
     mean /= n;
     for (int j = 0; j < FIT_NA; j++) {
         double A[3][3] = {{0}}, Y[3] = {0}, X[3], sse = 0;
@@ -1148,41 +1158,12 @@ static cost_fit print_cost_fit(const sc_train *t) {
     }
     if (best < 0) {
         printf("cost fit: no fit of part time = k + x samples + y sum L^a (y > 0) over %.0f parts\n", n);
-        return (cost_fit){-1, 0, 0, 0};
+        return;
     }
     printf("cost fit: part time = %.4g ms + %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance "
            "vbs:%.1f:%.0f\n", 1e3 * bk, 1e3 * bx, 1e3 * by, fit_alpha(best), n, sst > 0 ? 1 - best_sse / sst : 1.0,
            fit_alpha(best), fmin(fmax(bx / by, 0), 1e12));
     if (equal) printf("cost fit: the parts had equal sample counts, so the fixed per-part cost is counted per sample (C0 is an upper bound)\n");
-    return (cost_fit){best, bk, bx, by};
-}
-
-/* What no placement of whole samples can beat, under the cost fit: the shares' modelled costs sum
- * to the same whatever the placement, and the share holding the costliest sample costs at least
- * k + x + y L_max^a, so the slowest share is at least max(mean share, that); the straggler share
- * (max - mean) / max has that floor per step. */
-static void print_placement_bound(const sc_train *t, cost_fit c) {
-    int N = t->M, nsteps = 0;
-    if (c.j < 0 || N < 2 || t->nfit < N) return;
-    double *floor = nb_malloc((size_t)(t->nfit / N) * sizeof(double), "the placement bound"), sum = 0;
-    for (int g = 0; g + N <= t->nfit; g += N) {
-        double total = 0, costliest = 0;
-        int ran = 1;
-        for (int k = 0; k < N; k++) {
-            const double *f = t->fit + (size_t)(g + k) * FIT_REC;
-            ran &= f[1] >= 0;
-            total += c.k + c.x * f[0] + c.y * f[2 + c.j];
-            costliest = fmax(costliest, c.y * f[2 + FIT_NA + c.j]);
-        }
-        if (!ran) continue;
-        double mean = total / N, slowest = fmax(mean, c.k + c.x + costliest);
-        floor[nsteps] = slowest > 0 ? 100 * (slowest - mean) / slowest : 0;
-        sum += floor[nsteps++];
-    }
-    if (nsteps)
-        printf("placement bound: straggler_pct >= %.2f (mean over %d steps), median %.2f: no placement of whole samples does "
-               "better under the cost fit (the share with the costliest sample)\n", sum / nsteps, nsteps, median_of(floor, nsteps));
-    free(floor);
 }
 
 /* The ranks' compute: straggler and idle shares; for emulated ranks the synchronous step they
@@ -1193,11 +1174,13 @@ static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
            t->emulate ? " emulated (one GPU, one after another)" : "", t->strag_sum / measured, t->rank_bubble_sum / measured,
            measured, median_of(t->strag_steps, t->nstrag), median_of(t->bubble_steps, t->nstrag));
     if (!t->emulate) return;
+    printf("ranks: the slowest share held the step's longest history in %d of %d steps (no placement splits a sample)\n",
+           t->nslow_long, measured);
     nb_step_times st = nb_step_times_of(t->emul_secs, t->nsteps);
     if (st.n)
         printf("emulated steps=%d p90_step_ms=%.3f median_step_ms=%.3f p90_samples_per_s=%.0f (the slowest rank's share + "
                "the step's communication and common phases)\n", st.n, 1e3 * st.p90, 1e3 * st.median, r->o.batch / st.p90);
-    print_placement_bound(t, print_cost_fit(t));
+    print_cost_fit(t);
 }
 
 /* The summary lines the benchmarks and tests read (stdout), after the run's own. */
@@ -1218,8 +1201,10 @@ static void sc_summary(nb_run *r, int steps_run) {
         printf("breakdown ms/step%s:", r->world > 1 ? " (rank 0)" : "");
         for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
         printf(" total=%.3f\n", 1e3 * total / measured);
-        printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f\n", 1e3 * t->host_s[0] / measured,
-               1e3 * t->host_s[1] / measured);
+        printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f (lists %.3f, ids routed %.3f, "
+               "collisions %.3f); in the step: ids routed %.3f\n", 1e3 * t->host_s[0] / measured, 1e3 * t->host_s[1] / measured,
+               1e3 * (t->host_s[1] - t->host_s[2] - t->host_s[3]) / measured, 1e3 * t->host_s[2] / measured,
+               1e3 * t->host_s[3] / measured, 1e3 * t->host_s[4] / measured);
         if (t->m.nseg > 1)
             printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
                    t->overlap_sum / measured);
