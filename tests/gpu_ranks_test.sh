@@ -97,7 +97,7 @@ done
 for opt in adam adagrad; do
     run "seqctr $opt, shards on the device" $NB train "${S[@]}" --device cuda --emb-shard row --emb-optim $opt --out "$TMP/pg-$opt"
     for sc in plain pipe; do
-        run "seqctr $opt $sc, shards on the host" $NB train "${S[@]}" --device cuda --schedule $sc --emb-place host --emb-optim $opt \
+        run "seqctr $opt $sc, shards on the host" $NB train "${S[@]}" --device cuda --emb-shard row --schedule $sc --emb-place host --emb-optim $opt \
             --out "$TMP/ph-$opt-$sc"
         ok=1
         for f in "$TMP/pg-$opt"/ckpt/*.safetensors; do cmp -s "$f" "$TMP/ph-$opt-$sc/ckpt/$(basename "$f")" || ok=0; done
