@@ -88,7 +88,7 @@ for cap in ${caps//,/ }; do
             # the cost fit of a run whose shares had different counts (vbs) separates the per-part,
             # per-sample and per-history costs; equal counts (none, fbs) cannot
             [ "$b" = "$vbs" ] && fitted=$(grep '^cost fit: part' "$log" | grep -o -- '--balance vbs:[0-9.]*:[0-9]*' | head -1 | cut -d' ' -f2)
-            sl=$(sed -n 's/^ranks: the slowest share held the step.s longest history in \([0-9]* of [0-9]*\) steps.*/\1 steps/p' "$log")
+            sl=$(sed -n 's/^ranks: the slowest share held the step.s longest history in \([0-9]* of [0-9]*\) steps, and nothing else in \([0-9]*\).*/\1 steps (alone in \2)/p' "$log")
             cut=$(awk -v a="$none_bub" -v b="$bu" -v c="$none_mbu" -v d="$mbu" 'BEGIN {if (a + 0 > 0 && c + 0 > 0) printf "%.0f%% / %.0f%% fewer", 100 * (a - b) / a, 100 * (c - d) / c; else print "-"}')
             echo "| $cap | $n | $b | $ms | $sps | $st / $mst | $bu / $mbu | $cut | $sl |" >> "$OUT/table.md"
             echo "$cap $n $b: $(grep '^cost fit' "$log")"

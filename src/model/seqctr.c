@@ -556,7 +556,11 @@ static void plan_shard(nb_sc_model *m, const nb_sc_shard *shard) {
     int N = shard->world, r = shard->rank;
     NB_CHECK(r >= 0 && r < N, "this is a bug in nobubble; please report it", "shard rank %d of %d", r, N);
     m->shard = *shard;
-    m->shard_stride = (total + N - 1) / N;
+    /* a power of two, so the hot loops split owner-major keys with a shift and a mask */
+    int64_t per = (total + N - 1) / N;
+    m->shard_shift = 0;
+    while (((int64_t)1 << m->shard_shift) < per) m->shard_shift++;
+    m->shard_stride = (int64_t)1 << m->shard_shift;
     m->emb_rows = (total - r + N - 1) / N; /* rows g < total with g % N == r */
     size_t per_rank = max_lookups(m) < (size_t)m->emb_rows ? max_lookups(m) : (size_t)m->emb_rows;
     m->max_served = (size_t)N * (per_rank ? per_rank : 1);
@@ -843,21 +847,22 @@ int nb_sc_prepared_rows(const nb_sc_model *m) { return m->stage ? m->stage->nh :
 /* Sharded: global rows -> owner-major keys (owner * stride + local row), so that the sorted unique
  * rows come grouped by owner, each group in local row order: the order of the rows all-to-all. */
 static void to_owner_keys(const nb_sc_model *m, int64_t *rows, size_t n) {
-    int64_t N = m->shard.world, stride = m->shard_stride;
+    int64_t N = m->shard.world;
+    int sh = m->shard_shift;
+    if (N == 1) return; /* one owner: the keys are the rows */
 #pragma omp parallel for schedule(static) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) rows[i] = rows[i] % N * stride + rows[i] / N;
+    for (size_t i = 0; i < n; i++) rows[i] = rows[i] % N << sh | rows[i] / N;
 }
 
 /* Sharded, after the deduplication: the rows asked of each owner, and each lookup's row in the
  * work buffer (its unique row's position: the rows arrive in unique order). */
 static void ask_owners(const nb_sc_model *m, nb_sc_stage *s, size_t nlookups) {
-    int N = m->shard.world;
-    int64_t stride = m->shard_stride;
+    int N = m->shard.world, sh = m->shard_shift;
+    int64_t mask = m->shard_stride - 1;
     for (int j = 0; j < N; j++) s->asked[j] = 0;
-    for (int u = 0; u < s->nuniq; u++) {
-        s->asked[s->h_uniq[u] / stride]++;
-        s->h_ask[u] = s->h_uniq[u] % stride;
-    }
+    for (int u = 0; u < s->nuniq; u++) s->asked[s->h_uniq[u] >> sh]++;
+#pragma omp parallel for schedule(static) if (s->nuniq >= 65536)
+    for (int u = 0; u < s->nuniq; u++) s->h_ask[u] = s->h_uniq[u] & mask;
     for (int j = 0, at = 0; j < N; at += (int)s->asked[j], j++) s->asked_displ[j] = (size_t)at;
 #pragma omp parallel for schedule(static) if (nlookups >= 65536)
     for (size_t i = 0; i < nlookups; i++) s->h_rows[i] = s->h_inverse[i];

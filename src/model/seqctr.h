@@ -174,7 +174,8 @@ typedef struct {
     float *emb;                          /* [emb_rows, E] host: every row, or this rank's shard */
     int64_t emb_rows;                    /* rows held here: emb_off[27], or the shard's */
     nb_sc_shard shard;                   /* world 0: not sharded */
-    int64_t shard_stride;                /* ceil(total rows / world): owner-major key = owner * stride + row */
+    int64_t shard_stride;                /* 2^shard_shift >= ceil(total rows / world): owner-major key = owner * stride + row */
+    int shard_shift;
     size_t max_served;                   /* rows one batch may ask of this owner */
     size_t max_window;                   /* rows one window (its parts) may ask of this owner */
     int nparts;                          /* parts per window (nb_sc_plan_opts.parts) */

@@ -706,8 +706,12 @@ void nb_run_train(nb_run *r) {
     }
     print_p90(r, step_ms, end - first);
     if (o->graphs) {
-        fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->ngraphs, r->replays,
-                end - first);
+        if (r->nmicro > 1) /* a replay per micro-batch pass */
+            fprintf(stderr, "graphs      %d captured (one per pass shape), %d of %d passes replayed (%d micro-batches a step)",
+                    r->ngraphs, r->replays, (end - first) * r->nmicro, r->nmicro);
+        else
+            fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->ngraphs, r->replays,
+                    end - first);
         /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
         if (r->ngraphs == o->graph_cache)
             fprintf(stderr, "; the cache of %d filled up (--graph-cache N keeps more)", o->graph_cache);

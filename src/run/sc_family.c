@@ -66,14 +66,14 @@ typedef struct sc_train {
     /* per part of the step: compute-lane busy seconds (its spans), samples and history rows */
     size_t span_seen;
     int part_k;
-    double *part_s, *part_nh, *part_maxlen;
+    double *part_s, *part_nh, *part_maxlen, *part_n;
     /* straggler statistics over the measured steps: (max - mean) / max of the ranks' compute, the
      * ranks' idle share of the synchronous step, the emulated step time */
     double step_shared_s; /* the step's communication and common phases (busy seconds) */
     double strag_sum, rank_bubble_sum, step_strag, step_rank_bubble, step_emul_s, step_max_s, step_mean_s;
     /* emulated: does the step's slowest share hold its longest history (no placement splits a
      * sample), and over the measured steps how often */
-    int step_slow_long, nslow_long;
+    int step_slow_long, nslow_long, step_slow_n, nslow_alone;
     double *emul_secs;
     double *strag_steps, *bubble_steps; /* per measured step, for the medians */
     double *rank_s;                     /* [max(world, M)]: the step's ranks' compute seconds */
@@ -482,8 +482,8 @@ static void sc_init(nb_run *r) {
     if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len);
     t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
     t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
-    t->part_s = nb_calloc(3 * (size_t)t->M, sizeof(double), "part times");
-    t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M;
+    t->part_s = nb_calloc(4 * (size_t)t->M, sizeof(double), "part times");
+    t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M, t->part_n = t->part_s + 3 * (size_t)t->M;
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
     t->strag_steps = nb_calloc(2 * (size_t)o->steps, sizeof(double), "straggler times");
     t->bubble_steps = t->strag_steps + o->steps;
@@ -743,6 +743,7 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
         if (t->emulate) longest = fmax(longest, t->part_maxlen[k]);
     }
     t->step_slow_long = t->emulate && t->part_maxlen[slowest] == longest;
+    t->step_slow_n = t->emulate ? (int)t->part_n[slowest] : 0;
     /* emulated: the slowest share, then what every rank waits for together (the exchanges, the
      * owners' updates, the optimizer), as their spans measured them */
     double mean = sum / N, sync = t->emulate ? mx + t->step_shared_s : r->last_secs;
@@ -753,6 +754,7 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
         for (int k = 0; k < t->M; k++) t->fit[(size_t)(t->nfit - t->M + k) * FIT_REC + 1] = t->part_s[k];
     if (step >= nb_step_warmup(r->o.steps)) {
         t->strag_sum += t->step_strag, t->rank_bubble_sum += t->step_rank_bubble, t->nslow_long += t->step_slow_long;
+        t->nslow_alone += t->step_slow_long && t->step_slow_n == 1;
         if (t->nstrag < r->o.steps) t->strag_steps[t->nstrag] = t->step_strag, t->bubble_steps[t->nstrag++] = t->step_rank_bubble;
     }
 }
@@ -761,7 +763,7 @@ static void rank_times(nb_run *r, sc_train *t, int step) {
  * trains), its statistics counted, its ids routed now when the schedule does not route ahead. */
 static void pop_part(nb_run *r, sc_train *t, int step) {
     top_up(t, t->popped_u + 1 + (t->pipelined ? 1 : 0));
-    t->part_nh[t->part_k] = t->ahead[0].nh, t->part_maxlen[t->part_k] = t->ahead[0].max_len;
+    t->part_nh[t->part_k] = t->ahead[0].nh, t->part_maxlen[t->part_k] = t->ahead[0].max_len, t->part_n[t->part_k] = t->ahead[0].B;
     if (t->emulate && step >= nb_step_warmup(r->o.steps)) add_fit_record(t, &t->ahead[0]);
     if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
@@ -948,6 +950,7 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
         nb_json_knum(w, "rank_ms_mean", 1e3 * t->step_mean_s);
         if (t->emulate) nb_json_knum(w, "emulated_ms", 1e3 * t->step_emul_s);
         if (t->emulate) nb_json_kint(w, "slowest_holds_longest", t->step_slow_long);
+        if (t->emulate) nb_json_kint(w, "slowest_samples", t->step_slow_n);
     }
     if (ev && ev->done) {
         nb_json_knum(w, "eval_loss", ev->loss);
@@ -1174,8 +1177,8 @@ static void print_rank_times(const nb_run *r, const sc_train *t, int measured) {
            t->emulate ? " emulated (one GPU, one after another)" : "", t->strag_sum / measured, t->rank_bubble_sum / measured,
            measured, median_of(t->strag_steps, t->nstrag), median_of(t->bubble_steps, t->nstrag));
     if (!t->emulate) return;
-    printf("ranks: the slowest share held the step's longest history in %d of %d steps (no placement splits a sample)\n",
-           t->nslow_long, measured);
+    printf("ranks: the slowest share held the step's longest history in %d of %d steps, and nothing else in %d (no placement "
+           "splits a sample: those steps' straggler share is the least any placement leaves)\n", t->nslow_long, measured, t->nslow_alone);
     nb_step_times st = nb_step_times_of(t->emul_secs, t->nsteps);
     if (st.n)
         printf("emulated steps=%d p90_step_ms=%.3f median_step_ms=%.3f p90_samples_per_s=%.0f (the slowest rank's share + "
