@@ -26,7 +26,7 @@ start=$(date +%s)
 R=${OUT:-gpu-out}/res; mkdir -p "$R"
 [ -f data/movielens_clicks.tgz ] && [ ! -f data/movielens/clicks_train.tsv ] && tar xzf data/movielens_clicks.tgz
 source scripts/device_deps.sh use || exit 1
-export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NB_BUILD=${NB_BUILD:-build-dev} NB_LANES_TIMEOUT=${NB_LANES_TIMEOUT:-90}
+export PYTHONUNBUFFERED=1 NB_BUILD=${NB_BUILD:-build-dev} NB_LANES_TIMEOUT=${NB_LANES_TIMEOUT:-90}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$R/gpu.txt"
 grep -E 'MemTotal|MemAvailable' /proc/meminfo | tee -a "$R/gpu.txt"; nproc | tee -a "$R/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$R/gpu.txt"

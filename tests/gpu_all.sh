@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT/logs"
-export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 source scripts/device_deps.sh use || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/logs/gpu.txt"
 B=${NB_BUILD:-build-dev}
