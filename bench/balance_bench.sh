@@ -95,6 +95,36 @@ for cap in ${caps//,/ }; do
         done
     done
 done
+# The floor: in a step where a placement's slowest share held the step's longest history and
+# nothing else, no placement of whole samples can make that share lighter, so its bubble there is
+# the least any placement leaves; beside none's bubble in the same steps (the same batches).
+python3 - "$OUT" "$caps" "$ranks" >> "$OUT/table.md" <<'PYEOF'
+import glob, json, os, sys
+out, caps, ranks = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+def steps(path):
+    d = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "rank_bubble_pct" in r: d[r["step"]] = r
+    return d
+rows = []
+for cap in caps:
+    for n in ranks:
+        none_path = os.path.join(out, f"{cap}-{n}-none", "metrics.jsonl")
+        if not os.path.exists(none_path): continue
+        none, floor = steps(none_path), {}
+        for path in glob.glob(os.path.join(out, f"{cap}-{n}-*", "metrics.jsonl")):
+            for s, r in steps(path).items():
+                if r.get("slowest_samples") == 1 and r.get("slowest_holds_longest") == 1 and s in none:
+                    floor[s] = min(floor.get(s, 1e9), r["rank_bubble_pct"])
+        if floor:
+            f = sum(floor.values()) / len(floor); z = sum(none[s]["rank_bubble_pct"] for s in floor) / len(floor)
+            rows.append(f"| {cap} | {n} | {len(floor)} | {f:.2f} | {z:.2f} | {100 * (z - f) / z:.0f}% |" if z > 0 else "")
+if rows:
+    print("\n| max len | ranks | steps whose slowest share held only the longest history (any placement) | bubble % there: the floor | none's bubble % there | the most any placement can cut there |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(r for r in rows if r))
+PYEOF
 echo
 echo "device $device, global batch $batch, $steps steps, Pareto lengths (hist_alpha $alpha, hist_scale $scale); EMULATED ranks (one GPU)"
 cat "$OUT/table.md"
