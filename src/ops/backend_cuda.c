@@ -172,8 +172,9 @@ static void *pinned_alloc(size_t bytes, const char *what) {
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         char b[32];
-        nb_fail("lower --batch or --seq (with --emb-place host: --table-cap), or free host memory", "cannot pin %s of host memory for %s (%s)",
-                nb_fmt_bytes(b, sizeof b, (double)bytes), what, cudaGetErrorString(e));
+        nb_fail("lower --batch or --seq (with --emb-place host: --table-cap), or free host memory",
+                "cannot pin %s of host memory for %s (%s)", nb_fmt_bytes(b, sizeof b, (double)bytes), what,
+                cudaGetErrorString(e));
     }
     memset(p, 0, bytes);
     return p;

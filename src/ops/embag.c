@@ -237,6 +237,8 @@ static int write_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *in
     return starts[team];
 }
 
+/* Rows that are already unique and sorted need no sort: one owner's rows asked by one rank (a
+ * window of one part at one rank) are, and sorting them again cost sync a millisecond a step. */
 static int strictly_ascending(const int64_t *rows, int n) {
     int ok = 1;
 #pragma omp parallel for num_threads(dedup_threads(n)) schedule(static) reduction(&& : ok)
@@ -255,7 +257,7 @@ int nb_embag_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t 
                      "negative embedding row %lld at lookup %d", (long long)rows[i], i);
     seg[0] = 0;
     if (n == 0) return 0;
-    if (strictly_ascending(rows, n)) { /* already unique and sorted (an owner's rows of one asker): the groups are the positions */
+    if (strictly_ascending(rows, n)) { /* the groups are the positions */
         memcpy(uniq, rows, (size_t)n * sizeof(int64_t));
         for (int i = 0; i < n; i++) order[i] = inverse[i] = i, seg[i + 1] = i + 1;
         return n;
