@@ -62,6 +62,29 @@ s_vbs=$(grep -o ' straggler_pct=[0-9.]*' "$TMP/emu-vbs.log" | cut -d= -f2)
 grep -q '^emulated steps=' "$TMP/emu-vbs.log" && grep -q '"straggler_pct"' "$TMP/emu-vbs/metrics.jsonl" \
     && pass "emulated ranks: straggler none ${s_none}% vbs ${s_vbs}%, the emulated step and metrics.jsonl's straggler_pct" \
     || fail "emulated ranks: no straggler report"
+# the slowest share's record: its sample count is one of the step's shares' (the samples log)
+python3 - "$TMP/e-vbs" "$TMP/emu-vbs/metrics.jsonl" > "$TMP/slow.txt" 2>&1 <<'PYEOF'
+import glob, json, sys
+parts = {}
+for f in glob.glob(sys.argv[1] + ".*"):
+    for line in open(f):
+        step, rank, part, idx = map(int, line.split())
+        parts.setdefault(step, {}).setdefault(part, 0)
+        parts[step][part] += 1
+seen = 0
+for line in open(sys.argv[2]):
+    r = json.loads(line)
+    if "slowest_samples" not in r: continue
+    sizes = parts.get(r["step"], {}).values()
+    assert r["slowest_samples"] in sizes, f"step {r['step']}: slowest share of {r['slowest_samples']} samples, shares {sorted(sizes)}"
+    assert r["slowest_holds_longest"] in (0, 1)
+    seen += 1
+assert seen > 0, "no step recorded its slowest share"
+print(seen)
+PYEOF
+[ $? = 0 ] && grep -q "^ranks: the slowest share held the step's longest history in [0-9]* of [0-9]* steps" "$TMP/emu-vbs.log" \
+    && pass "emulated ranks: the slowest share's samples match a share of the samples log ($(cat "$TMP/slow.txt") steps), and the summary counts it" \
+    || fail "emulated ranks' slowest share: $(tail -n 1 "$TMP/slow.txt")"
 grep -q '^cost fit: ' "$TMP/emu-none.log" && pass "emulated ranks: $(grep '^cost fit: ' "$TMP/emu-none.log")" || fail "no cost fit line"
 
 expect_error "an unknown --balance" "unknown --balance 'zig'" $NB train "${C[@]}" --balance zig
