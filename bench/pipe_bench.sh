@@ -126,5 +126,5 @@ done
     done
 } >> "$OUT/table.md"
 echo
-echo "device $device, ranks $ranks, B = $batch per rank, $steps steps, --gpu-mem-limit $gpu_limit for host placement $graphs $extra"
+echo "device $device, ranks $ranks, B = $batch per rank, $steps steps, for host placement: --gpu-mem-limit ${gpu_limit:-(none: cpu)} $graphs $extra"
 cat "$OUT/table.md"
