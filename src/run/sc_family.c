@@ -105,7 +105,10 @@ typedef struct sc_train {
     int64_t *resync_pos; /* [max lookups] received collision positions */
     sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS], next[NB_SC_NPHASES];
     /* the summary's statistics, over the steps after warm-up */
-    double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, host_s[5], t_start; /* host_s: samples, lists + ids + collisions, ids, collisions, ids in the step */
+    double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, t_start;
+    /* host seconds: the samples, their prep (lists, then sharded: ids routed ahead, collisions),
+     * and the ids routed in the step (the synchronous baseline) */
+    struct { double samples, prep, ids, coll, ids_in_step; } host;
     double *step_secs;
     int nsteps;
 } sc_train;
@@ -667,10 +670,11 @@ static void prefetch(sc_train *t) {
     double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
     *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_nh, b.B, 0, {0}};
-    for (int i = 0; i < b.B; i++) a->max_len = b.hist_len[i] > a->max_len ? b.hist_len[i] : a->max_len;
-    if (t->emulate)
-        for (int i = 0; i < b.B; i++)
+    if (t->emulate) /* the shares' statistics: longest history, sums of L^a for the cost fit */
+        for (int i = 0; i < b.B; i++) {
+            a->max_len = b.hist_len[i] > a->max_len ? b.hist_len[i] : a->max_len;
             for (int j = 0; j < FIT_NA; j++) a->sum_pow[j] += pow((double)b.hist_len[i], fit_alpha(j));
+        }
     t->next_u++;
 }
 
@@ -767,10 +771,8 @@ static void pop_part(nb_run *r, sc_train *t, int step) {
     if (t->emulate && step >= nb_step_warmup(r->o.steps)) add_fit_record(t, &t->ahead[0]);
     if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
-        t->host_s[0] += t->ahead[0].fill_s;
-        t->host_s[1] += t->ahead[0].prep_s;
-        t->host_s[2] += t->ahead[0].ids_s;
-        t->host_s[3] += t->ahead[0].coll_s;
+        t->host.samples += t->ahead[0].fill_s, t->host.prep += t->ahead[0].prep_s;
+        t->host.ids += t->ahead[0].ids_s, t->host.coll += t->ahead[0].coll_s;
     }
     for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
     t->nahead--;
@@ -778,7 +780,7 @@ static void pop_part(nb_run *r, sc_train *t, int step) {
     if (t->sharded && !t->ids_ahead) { /* the synchronous baseline: in line */
         double t0 = nb_now();
         exchange_ids(t);
-        if (step >= nb_step_warmup(r->o.steps)) t->host_s[4] += nb_now() - t0;
+        if (step >= nb_step_warmup(r->o.steps)) t->host.ids_in_step += nb_now() - t0;
     }
     nb_sc_begin_step(&t->m);
 }
@@ -1205,9 +1207,9 @@ static void sc_summary(nb_run *r, int steps_run) {
         for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
         printf(" total=%.3f\n", 1e3 * total / measured);
         printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f (lists %.3f, ids routed %.3f, "
-               "collisions %.3f); in the step: ids routed %.3f\n", 1e3 * t->host_s[0] / measured, 1e3 * t->host_s[1] / measured,
-               1e3 * (t->host_s[1] - t->host_s[2] - t->host_s[3]) / measured, 1e3 * t->host_s[2] / measured,
-               1e3 * t->host_s[3] / measured, 1e3 * t->host_s[4] / measured);
+               "collisions %.3f); in the step: ids routed %.3f\n", 1e3 * t->host.samples / measured, 1e3 * t->host.prep / measured,
+               1e3 * (t->host.prep - t->host.ids - t->host.coll) / measured, 1e3 * t->host.ids / measured,
+               1e3 * t->host.coll / measured, 1e3 * t->host.ids_in_step / measured);
         if (t->m.nseg > 1)
             printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
                    t->overlap_sum / measured);
