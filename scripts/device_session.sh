@@ -13,7 +13,10 @@
 #   gpu_bench (bench/gpu_bench.sh: transformers vs PyTorch's modes; GPU_BENCH_ARGS), lists (bench/lists_bench.sh: --index-lists host vs device, plain and ERASE with graphs; LISTS_ARGS),
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
-#   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests). The stream runs take env
+#   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
+#   --bench, bench/attn_ab.sh: the step with each NB_ATTN; ATTN_AB_ARGS), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
+#   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
+#   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS). The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
@@ -68,6 +71,19 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         stream1b) build && KEEP=${KEEP1:-} OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --batch "${B1:-16}" --steps 10 ${STREAM1_ARGS:---parts --anchor --budget 250} ;;
         stream8b) build && KEEP=${KEEP8:-} OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --batch "${B8:-16}" --steps "${S8:-6}" ${STREAM8_ARGS:-} ;;
         stream14b) build && KEEP=${KEEP14:-} OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --batch "${B14:-8}" --steps "${S14:-4}" --stream-only ;;
+        attn_cudnn) build && { r=0; "$NB_BUILD/tests/test_attention_cudnn" || r=1; "$NB_BUILD/tests/test_attention_cudnn" --bench || r=1
+            OUT=$R/attn_ab bash bench/attn_ab.sh --no-build ${ATTN_AB_ARGS:-} || r=1; return $r; } ;;
+        attn_quality) build && { for m in fa auto; do NB_ATTN=$m $NB_BUILD/nobubble train --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
+                --eval-every 100 --eval-batches 0 --no-ckpt --no-progress --out "$R/quality-$m" > "$R/quality-$m.log" 2>&1 || { tail -5 "$R/quality-$m.log"; return 1; }
+                grep -h "^attention\|^throughput" "$R/quality-$m.log"; done
+            python3 -c 'import json, sys
+for m in sys.argv[1:]:
+    v = [(r["step"], r["val_loss"]) for r in map(json.loads, open(m + "/metrics.jsonl")) if "val_loss" in r]
+    print(m, "validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f" % min(x[1] for x in v))' "$R/quality-fa" "$R/quality-auto"; } ;;
+        sc_profile) build && { P="$NB_BUILD/nobubble train --model seqctr --device cuda --emb-dim 64 --batch 2048 --steps ${SCP_STEPS:-14} --eval-every 0 --eval-samples 1024 --no-ckpt --no-progress --emulate-ranks ${SCP_RANKS:-4} --balance ${SCP_BALANCE:-none} --data synth:cap=100000,items=1000000,max_len=${SCP_CAP:-16384},hist_alpha=1.2,hist_scale=64"
+            if command -v nsys >/dev/null; then nsys profile -o "$R/sc_profile" --force-overwrite true -t cuda $P --out "$R/sc_run" > "$R/sc_run.log" 2>&1; tail -3 "$R/sc_run.log"
+                nsys stats --report cuda_gpu_kern_sum --format csv "$R/sc_profile.nsys-rep" > "$R/sc_kern.csv" 2>/dev/null; head -25 "$R/sc_kern.csv" | cut -c1-220; rm -f "$R"/sc_profile.nsys-rep "$R"/sc_profile.sqlite
+            else echo "no nsys: the run alone"; $P --out "$R/sc_run" > "$R/sc_run.log" 2>&1; tail -5 "$R/sc_run.log"; fi; } ;;
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;

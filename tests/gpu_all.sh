@@ -35,6 +35,7 @@ step lanes_cuda 120 "$B/tests/test_lanes_cuda"
 step lanes_graph 120 "$B/tests/test_lanes_graph"
 step ops_cuda 240 "$B/tests/test_ops_cuda"
 [ -x "$B/tests/test_attention_fa" ] && step attention_fa 240 "$B/tests/test_attention_fa"
+[ -x "$B/tests/test_attention_cudnn" ] && step attention_cudnn 300 "$B/tests/test_attention_cudnn"
 mkdir -p tests/torch/ref
 step ref_gen 240 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors && python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors"
 cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null

@@ -76,15 +76,6 @@
     static void rope_bwd_##SUF(nb_ctx c, void *dx, int B, int Tt, int nh, int HS, int stride, float theta) { \
         nb_cuda_rope_backward_##SUF((T *)dx, B, Tt, nh, HS, stride, theta, S(c));                            \
     }                                                                                                        \
-    static void attention_fwd_##SUF(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, \
-                                    int NKV, int HS) {                                                       \
-        nb_cuda_attention_forward_##SUF((T *)out, lse, (const T *)qkv, B, Tt, NH, NKV, HS, S(c));            \
-    }                                                                                                        \
-    static void attention_bwd_##SUF(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out, \
-                                    const float *lse, int B, int Tt, int NH, int NKV, int HS) {             \
-        nb_cuda_attention_backward_##SUF((T *)dqkv, (const T *)dout, (const T *)qkv, (const T *)out, lse, B, Tt, \
-                                         NH, NKV, HS, S(c));                                                 \
-    }                                                                                                        \
     static void embed_fwd_##SUF(nb_ctx c, void *out, const int32_t *tok, const void *wte, const void *wpe,   \
                                 int B, int Tt, int C, int V) {                                               \
         nb_cuda_embed_forward_##SUF((T *)out, tok, (const T *)wte, (const T *)wpe, B, Tt, C, V, S(c));       \
@@ -119,9 +110,40 @@ static void matmul_bwd_set_bf16(nb_ctx c, void *dinp, void *dw, void *dbias, con
 static void swiglu_bwd_set_bf16(nb_ctx c, void *dgu, const void *dout, const void *gu, int N, int F) {
     nb_cuda_swiglu_backward_set_bf16(dgu, dout, gu, N, F, S(c));
 }
+
+/* ---- attention: bf16 runs cuDNN's fused attention where NB_ATTN asks for it (attention_cudnn.c)
+ * and our kernels otherwise, or when cuDNN refuses the call. fp32 (the tight-parity table) and
+ * the accumulating backward (taken only where the backend lacks the _set ops) always run ours. */
+static void attention_fwd_f32(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, int NKV,
+                              int HS) {
+    nb_cuda_attention_forward_f32(out, lse, qkv, B, Tt, NH, NKV, HS, S(c));
+}
+static void attention_bwd_f32(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
+                              const float *lse, int B, int Tt, int NH, int NKV, int HS) {
+    nb_cuda_attention_backward_f32(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
+}
+static void attention_fwd_bf16(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, int NKV,
+                               int HS) {
+    if (nb_attn_mode_for(Tt) != NB_ATTN_FA &&
+        nb_cudnn_attention_forward_bf16(out, lse, qkv, B, Tt, NH, NKV, HS, S(c)) == 0)
+        return;
+    nb_cuda_attention_forward_bf16(out, lse, qkv, B, Tt, NH, NKV, HS, S(c));
+    nb_attn_note(0, NB_ATTN_RAN_OURS);
+}
+static void attention_bwd_bf16(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
+                               const float *lse, int B, int Tt, int NH, int NKV, int HS) {
+    nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
+    nb_attn_note(1, NB_ATTN_RAN_OURS);
+}
 static void attention_bwd_set_bf16(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
                                    const float *lse, int B, int Tt, int NH, int NKV, int HS) {
+    nb_attn_mode m = nb_attn_mode_for(Tt);
+    if ((m == NB_ATTN_CUDNN || m == NB_ATTN_CUDNN_FAST) &&
+        nb_cudnn_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, m == NB_ATTN_CUDNN,
+                                             S(c)) == 0)
+        return;
     nb_cuda_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
+    nb_attn_note(1, NB_ATTN_RAN_OURS);
 }
 
 /* ---- precision-independent entries ---- */

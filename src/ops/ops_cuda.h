@@ -174,6 +174,54 @@ void nb_cuda_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, con
                                          const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                          int HS, nb_stream_t stream);
 
+/* ---- attention_cudnn.c ---- cuDNN 9's fused flash attention (SDPA), bf16, the same causal GQA
+ * attention and layouts as above, through the backend API of a libcudnn.so.9 opened at run time
+ * (nothing links it). Each returns 0 when cuDNN ran the call, nonzero when the caller must run
+ * our kernels instead (no cuDNN, a shape or alignment it does not take, a graph it refuses, a
+ * shape first seen inside a graph capture); the first refusal is said once on stderr. lse is
+ * cuDNN's Stats, the same max + log(sum exp) as ours. The backward WRITES (=) all of dqkv.
+ * deterministic: the variant without dQ atomics (bitwise repeatable); 0: cuDNN's faster
+ * default, which sums dQ with fp32 atomics (the bits vary run to run). */
+int nb_cudnn_attention_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
+                                    int HS, nb_stream_t stream);
+int nb_cudnn_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
+                                         const float *lse, int B, int T, int NH, int NKV, int HS, int deterministic,
+                                         nb_stream_t stream);
+/* cuDNN's version (91900 for 9.19.0) when libcudnn.so.9 loads here, else 0 and why. */
+int nb_cudnn_available(char *why, size_t cap);
+/* Device bytes one call of a built plan takes as scratch (0 if none was built for the shape). */
+size_t nb_cudnn_attention_workspace(int B, int T, int NH, int NKV, int HS, int backward, int deterministic);
+
+/* NB_ATTN: the bf16 attention the CUDA backend runs (backend_cuda.c); read at each call, so
+ * tests can switch it. fp32 and the accumulating backward always run ours. An unknown value is
+ * an nb_fail naming the valid ones. */
+typedef enum {
+    NB_ATTN_AUTO,      /* "auto" or unset: NB_ATTN_CUDNN from NB_ATTN_AUTO_MIN_T tokens, ours below */
+    NB_ATTN_FA,        /* "fa": our kernels */
+    NB_ATTN_CUDNN,     /* "cudnn": cuDNN forward, cuDNN deterministic backward */
+    NB_ATTN_CUDNN_FWD, /* "cudnn-fwd": cuDNN forward, our backward (reads cuDNN's lse) */
+    NB_ATTN_CUDNN_FAST /* "cudnn-fast": cuDNN forward and non-deterministic backward */
+} nb_attn_mode;
+nb_attn_mode nb_attn_mode_from_env(void);
+/* The mode a call of T tokens runs: auto resolved (bench/RESULTS.md, session 9: at T = 1024 cuDNN's
+ * deterministic pair takes gpt2's step from 65.8 to 60.2 ms; at T = 256 the proxy's step is 2%
+ * slower with it, a plan's fixed cost against short tiles). */
+#define NB_ATTN_AUTO_MIN_T 512
+nb_attn_mode nb_attn_mode_for(int T);
+/* Which implementation ran: per direction the last call and the counts, and the first reason
+ * cuDNN refused a call; for the run's summary (nb_attn_report) and the tests. */
+typedef enum { NB_ATTN_RAN_NONE, NB_ATTN_RAN_OURS, NB_ATTN_RAN_CUDNN, NB_ATTN_RAN_CUDNN_FAST } nb_attn_ran;
+typedef struct {
+    nb_attn_ran last[2]; /* [0] forward, [1] backward */
+    long count[2][4];    /* [direction][nb_attn_ran] */
+    char why[480];       /* "" while cuDNN took every call asked of it */
+} nb_attn_record;
+void nb_attn_note(int backward, nb_attn_ran ran);
+nb_attn_record nb_attn_record_get(void);
+const char *nb_attn_ran_name(nb_attn_ran r);
+/* One or two summary lines on stderr when NB_ATTN asked for cuDNN; nothing otherwise. */
+void nb_attn_report(void);
+
 /* ---- embed.cu ---- V = rows of wte. A token outside [0, V) makes its output row NaN (forward)
  * and is skipped (backward): device data cannot be checked on the host without a sync. */
 void nb_cuda_embed_forward_f32(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,

@@ -15,6 +15,7 @@
 #include "core.h"
 #include "data/shard.h"
 #include "host.h"
+#include "ops/ops_cuda.h"
 #include "sched/sched.h"
 
 nb_tf_train *nb_tf_of(nb_run *r) { return r->fs; }
@@ -607,7 +608,14 @@ static void tf_read_config(const nb_json *j, nb_train_opts *o) {
     nb_tf_config_finalize(c);
 }
 
-static void tf_summary(nb_run *r, int steps_run) { (void)r, (void)steps_run; }
+/* Which attention ran, when NB_ATTN asked for cuDNN's (a refusal falls back to ours silently
+ * after one notice, so the summary says how often each ran). */
+static void tf_summary(nb_run *r, int steps_run) {
+    (void)r, (void)steps_run;
+#ifdef NB_WITH_CUDA
+    nb_attn_report();
+#endif
+}
 
 static int tf_graph_key(nb_run *r) {
     (void)r;
