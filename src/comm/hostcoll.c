@@ -11,13 +11,14 @@
  * Why point-to-point for everything: each wait knows which peer it waits for, so a timeout names
  * the rank that died or stalled instead of "a collective timed out". Waits are nonblocking
  * requests polled (MPI_Testsome) against a deadline that restarts whenever data arrives.
- * Messages are pieces of at most nb_hc_piece_bytes (MPI counts are ints); every (pair, op) sends
+ * Messages are pieces of at most nb_hc_piece_bytes (completions pace the waits); every (pair, op) sends
  * at least one message, a zero-byte one for a zero count, so a count that disagrees between two
  * ranks shows as a size mismatch that names both ranks, not as a timeout. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,8 +26,11 @@
 #include "comm/comm_internal.h"
 #include "core.h"
 
-/* The largest MPI message (counts are ints). */
-size_t nb_hc_piece_bytes = (size_t)1 << 30;
+/* The largest MPI message. Not larger than this: a wait counts as idle while no request
+ * completes, and MPI moves a big message (shared-memory copy-in/out) only while it is polled, so
+ * one 35 MB piece let the backoff below sleep between polls: a 70 MB all-reduce of two ranks on
+ * one GPU took 195 ms (session 9). 4 MB pieces complete every millisecond or so. */
+size_t nb_hc_piece_bytes = (size_t)4 << 20;
 /* All-reduce and reduce-scatter work in segments of this many bytes: the scratch that holds the
  * other ranks' slices stays this size whatever the buffer. */
 size_t nb_hc_seg_bytes = (size_t)64 << 20;
@@ -192,9 +196,15 @@ static void hc_check_done(nb_hc *h, int idx, const MPI_Status *st, int rc_all) {
 /* Between polls that found nothing, `idle_s` after the last progress: spin for the first 50 us (a
  * message is often microseconds away), then sleep, briefly first, so that waiting ranks leave the
  * cores to compute lanes and to oversubscribed ranks (2 cores, 4 ranks in CI). */
+/* Between polls that completed nothing: spin, then yield (a peer a little behind), then sleep (a
+ * peer still computing), so that a waiting rank gives its core back without slowing a transfer. */
 static void hc_backoff(double idle_s) {
     if (idle_s < 50e-6) return;
-    struct timespec ts = {0, idle_s < 2e-3 ? 20000 : 200000};
+    if (idle_s < 5e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, idle_s < 20e-3 ? 20000 : 200000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }

@@ -23,6 +23,7 @@
 
 #include "comm/comm_internal.h"
 #include "core.h"
+#include "host.h"
 
 typedef struct {
     int inited, mpi, finalized;
@@ -145,6 +146,10 @@ static void mpi_start(int *argc, char ***argv, env_world e) {
     MPI_CHECK(MPI_Comm_free(&node));
     /* the launcher's local rank, when it gives one, is the one its GPU binding follows */
     if (e.local_rank >= 0 && e.local_rank < W.local_size) W.local_rank = e.local_rank;
+    int was = nb_host_cores(), now = nb_host_spread(W.local_rank, W.local_size);
+    if (now && rank == 0)
+        nb_log(1, "ranks       the launcher bound each rank to %d core%s: widened to its share of the node, %d cores "
+               "(NB_KEEP_BINDING=1 keeps the launcher's binding)\n", was, was == 1 ? "" : "s", now);
     W.helpers = dup_world();
     W.blame = dup_world();
     nb_hc_init(&W.hc, W.helpers, W.rank, W.size, W.timeout_s);

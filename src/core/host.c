@@ -62,6 +62,9 @@ int nb_host_set_threads(int n) {
         n = cores;
     }
 #ifdef _OPENMP
+    /* libgomp sized its default from the mask it saw at load; nb_host_spread may have widened it */
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (n <= 0 && (!env || !*env)) n = cores;
     if (n <= 0 && omp_get_max_threads() > cores) n = cores; /* OMP_NUM_THREADS asked for more */
     if (n > 0) omp_set_num_threads(n);
     n = omp_get_max_threads();
@@ -71,6 +74,21 @@ int nb_host_set_threads(int n) {
     /* OpenBLAS keeps its own pool; give it the same count so the two never oversubscribe */
     openblas_set_num_threads(n);
     return n;
+}
+
+int nb_host_spread(int local_rank, int local_size) {
+    const char *keep = getenv("NB_KEEP_BINDING");
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if ((keep && *keep && strcmp(keep, "0") != 0) || local_size <= 0 || local_rank < 0 || online <= 0) return 0;
+    int share = (int)(online / local_size), now = nb_host_cores();
+    if (share <= now || share > CPU_SETSIZE) return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = local_rank * share; c < (local_rank + 1) * share && c < CPU_SETSIZE; c++) CPU_SET(c, &set);
+    /* the kernel keeps only the CPUs the cgroup allows; EINVAL when none is left */
+    if (sched_setaffinity(0, sizeof set, &set) != 0) return 0;
+    int got = nb_host_cores();
+    return got > now ? got : 0;
 }
 
 void nb_copy_stream(void *dst, const void *src, size_t bytes) {

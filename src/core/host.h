@@ -13,6 +13,12 @@ int nb_host_cores(void);
  * slower): n is capped at nb_host_cores(), with one note on stderr the first time. Returns the
  * count used. */
 int nb_host_set_threads(int n);
+/* A launcher that pins each rank to one core (Open MPI's default for two ranks) leaves
+ * nobubble's host lanes and OpenMP lists one core between them. When this process's mask holds
+ * fewer cores than its even share of the node (online CPUs / local_size), widen it to that share
+ * (cores local_rank * share .. + share - 1) before any thread starts; NB_KEEP_BINDING=1 keeps the
+ * launcher's binding. Returns the cores now in the mask, or 0 when nothing changed. */
+int nb_host_spread(int local_rank, int local_size);
 /* Threads a parallel region started by the calling thread would get (1 without OpenMP). */
 int nb_host_max_threads(void);
 /* memcpy for a destination that is not read again soon (a gradient landing in host memory, a
