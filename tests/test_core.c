@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,36 @@ TEST_CASE(test_threads_capped) {
     CHECK(!strcmp(buf, want), "want exactly one note '%s', got '%s'", want, buf);
 }
 
+/* A launcher's one-core binding widened to the rank's share of the node (in a child: the mask
+ * is the process's). Needs two online CPUs; NB_KEEP_BINDING=1 keeps the binding. */
+static int spread_child(int keep) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0 || nb_host_cores() != 1) return 3;
+    if (keep) setenv("NB_KEEP_BINDING", "1", 1);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int got = nb_host_spread(0, 1), threads = nb_host_set_threads(0);
+    if (keep) return got == 0 && nb_host_cores() == 1 && threads == 1 ? 0 : 4;
+    /* one local rank: its share is the whole node (as far as the cgroup allows) */
+    return got >= 2 && got <= online && nb_host_cores() == got && threads == got && nb_host_spread(0, 1) == 0 ? 0 : 5;
+}
+
+TEST_CASE(test_spread_binding) {
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("    (one CPU: nothing to widen)\n");
+        return;
+    }
+    for (int keep = 0; keep <= 1; keep++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) _exit(spread_child(keep));
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", keep ? "NB_KEEP_BINDING=1" : "widen", st);
+    }
+}
+
 int main(void) {
     RUN(test_philox_known_answers);
     RUN(test_normal_fill);
@@ -238,5 +269,6 @@ int main(void) {
     RUN(test_copy_stream);
     RUN(test_inputs_regular_only);
     RUN(test_threads_capped);
+    RUN(test_spread_binding);
     TEST_EXIT();
 }
