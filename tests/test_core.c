@@ -238,6 +238,7 @@ static int spread_child(int keep) {
     CPU_SET(0, &one);
     if (sched_setaffinity(0, sizeof one, &one) != 0 || nb_host_cores() != 1) return 3;
     if (keep) setenv("NB_KEEP_BINDING", "1", 1);
+    unsetenv("OMP_NUM_THREADS"); /* a user's explicit count wins over the widened share: not this case */
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int got = nb_host_spread(0, 1), threads = nb_host_set_threads(0);
     if (keep) return got == 0 && nb_host_cores() == 1 && threads == 1 ? 0 : 4;
