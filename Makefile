@@ -9,8 +9,11 @@ endif
 NVCC    ?= nvcc
 BUILD   ?= build
 OPT     ?= -O3 -march=x86-64-v2 -mtune=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fno-math-errno -fopenmp -g \
-           -Isrc -Isrc/core -Itools -MMD -MP
+# -fno-math-errno and -fno-trapping-math change no value (nothing here reads errno after libm or
+# traps on FP exceptions); they let loops of floorf, conversions and selects vectorize (vmath.h).
+# Contraction stays off (C11 mode): no FMA, so every vector width gives the same bits.
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fno-math-errno -fno-trapping-math \
+           -fopenmp -g -Isrc -Isrc/core -Itools -MMD -MP
 # OpenBLAS's OpenMP build shares libgomp's thread pool with our own parallel loops; the pthread
 # build runs a second pool whose threads spin against ours (measured: 5x slower steps on 2 cores).
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp

@@ -11,8 +11,9 @@ would train them, timed the same way, so that every nobubble number has a ratio 
 Models: gpt2 (124M), gpt2-proxy (alias proxy: 4 layers, 256 wide), written plainly nanoGPT-style;
 llama-1b as Hugging Face's LlamaForCausalLM with sdpa attention; gpt2-tiny and llama-tiny for smoke
 checks. Modes: eager, compile (torch.compile(model)), reduce-overhead (CUDA graphs), all.
-Precision: fp32 master weights and fp32 AdamW state, bf16 autocast (nobubble's default on CUDA);
---weights bf16 keeps weights and optimizer state in bf16 instead. bench/README.md has the rest:
+Precision: fp32 master weights and fp32 AdamW state, bf16 autocast (nobubble's default on CUDA;
+on the CPU, fp32 throughout like nobubble's CPU backend: --amp); --weights bf16 keeps weights and
+optimizer state in bf16 instead. bench/README.md has the rest:
 what each number means and the FLOP formula.
 """
 import argparse
@@ -51,6 +52,7 @@ STAGED_BATCHES = 8       # distinct batches kept on the device and cycled throug
 # the FLOP formula counts; embedding and head rows are padded to a multiple of 64 (50304).
 MODELS = {
     "gpt2-tiny":  dict(arch="gpt2", layers=2, dim=64, heads=4, kv_heads=4, ffn=256, vocab=50257, seq=64, batch=2, steps=5),
+    "gpt2-mini":  dict(arch="gpt2", layers=4, dim=128, heads=4, kv_heads=4, ffn=512, vocab=50257, seq=128, batch=8, steps=20),
     "gpt2-proxy": dict(arch="gpt2", layers=4, dim=256, heads=4, kv_heads=4, ffn=1024, vocab=50257, seq=256, batch=8, steps=50),
     "gpt2":       dict(arch="gpt2", layers=12, dim=768, heads=12, kv_heads=12, ffn=3072, vocab=50257, seq=1024, batch=32, steps=20),
     "llama-tiny": dict(arch="llama", layers=2, dim=64, heads=4, kv_heads=2, ffn=172, vocab=50304, seq=64, batch=2, steps=5),
@@ -251,7 +253,9 @@ def make_adamw(model, fused):
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    extra = {"fused": True} if fused else {}
+    # fused on the GPU; foreach (one kernel per op over all tensors) on the CPU, faster there than
+    # the default per-tensor loop of torch 1.13
+    extra = {"fused": True} if fused else {"foreach": True}
     return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **extra)
 
 
@@ -311,7 +315,7 @@ def train_and_time(args, cfg, mode, B, T, steps, warmup, tokens):
         fwd = torch.compile(model, mode="reduce-overhead" if mode == "reduce-overhead" else None, dynamic=False)
     xs, ys = stage_batches(tokens, B, T, args.device)
     losses = torch.zeros(warmup + steps, device=args.device)
-    autocast = (torch.autocast(device_type=args.device, dtype=torch.bfloat16) if args.weights == "fp32"
+    autocast = (torch.autocast(device_type=args.device, dtype=torch.bfloat16) if amp_on(args)
                 else contextlib.nullcontext())
 
     def step(i):
@@ -436,6 +440,12 @@ def check_cuda():
     torch.backends.cudnn.allow_tf32 = True
 
 
+def amp_on(args):
+    """bf16 autocast over fp32 weights: nobubble's CUDA default. Its CPU backend computes in fp32,
+    so --amp auto leaves the CPU anchor in fp32 too."""
+    return args.weights == "fp32" and (args.amp == "bf16" or (args.amp == "auto" and args.device == "cuda"))
+
+
 def git_commit():
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -465,8 +475,11 @@ def bench(args):
                 host=socket.gethostname(), commit=git_commit(), weights=args.weights,
                 peak_tflops=args.peak / 1e12, ceiling_tflops=args.ceiling / 1e12,
                 data=args.data or f"random tokens, seed {args.seed}")
-    print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']}; weights {args.weights}"
-          f"{' master + bf16 autocast' if args.weights == 'fp32' else ''}; {'fused ' if args.device == 'cuda' else ''}AdamW; "
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads or os.cpu_count())   # Debian's torch starts with one
+    meta["threads"] = torch.get_num_threads()
+    print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']} ({meta['threads']} threads); weights {args.weights}"
+          f"{' master + bf16 autocast' if amp_on(args) else ''}; {'fused ' if args.device == 'cuda' else ''}AdamW; "
           f"data: {meta['data']}", flush=True)
     results = []
     for name in names:
@@ -623,11 +636,14 @@ def parse_args(argv):
     p.add_argument("--max-batch", action="store_true", help="find the largest of --batches that runs in the first mode, then run the other modes at it")
     p.add_argument("--batches", default="16,8,4,2,1", help="batch sizes tried by --max-batch [16,8,4,2,1]")
     p.add_argument("--weights", choices=("fp32", "bf16"), default="fp32", help="fp32 master + bf16 autocast, or bf16 weights and optimizer state [fp32]")
+    p.add_argument("--amp", choices=("auto", "bf16", "none"), default="auto",
+                   help="autocast over fp32 weights: bf16 on cuda, none (fp32 math, as nobubble's CPU backend) on cpu [auto]")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (torch.set_num_threads) [all cores]")
     p.add_argument("--data", help="llm.c token shard to train on (default: random tokens in [0, 50257) from --seed)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--json", help="append one JSON line per result to this file")
     p.add_argument("--deadline", type=float, default=0, help="Unix time after which no run starts (runs that would cross it are skipped)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke check of this script, small models only")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the CPU anchor (bench/cpu_train.sh --anchor), small models")
     p.add_argument("--peak-tflops", type=float, default=PEAK_BF16 / 1e12, help=f"MFU denominator [{PEAK_BF16 / 1e12:g}]")
     p.add_argument("--ceiling-tflops", type=float, default=CEILING_BF16 / 1e12, help=f"second MFU denominator, measured [{CEILING_BF16 / 1e12:g}]")
     p.add_argument("--table", nargs="+", metavar="JSONL", help="print the table of these result files and exit (no torch needed)")

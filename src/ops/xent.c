@@ -12,6 +12,7 @@
 #include "ops/ops.h"
 
 #include "core.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -22,19 +23,46 @@
 #define XENT_MIN_CHUNK_ROWS 256
 #define XENT_CHUNK_BYTES (8u << 20)
 
-/* In place: row[V] logits -> grad_scale * (softmax - onehot(target)) if want_grad. Returns the
- * loss -log softmax(row)[target] in double. */
-static double xent_row(float *row, int V, int target, float grad_scale, int want_grad) {
-    float mx = row[0];
-    for (int j = 1; j < V; j++)
-        if (row[j] > mx) mx = row[j];
-    float tlogit = row[target];
+/* The largest of row[0..V): 16 running maxima, so that the loop vectorizes (a NaN is kept: NaN
+ * logits make a NaN loss, not a silently finite one). */
+#define XENT_LANES 16
+static inline __attribute__((always_inline)) float row_max(const float *row, int V) {
+    float m[XENT_LANES];
+    int j = 0;
+    for (int l = 0; l < XENT_LANES; l++) m[l] = row[0];
+    for (; j + XENT_LANES <= V; j += XENT_LANES)
+        for (int l = 0; l < XENT_LANES; l++) m[l] = row[j + l] > m[l] || row[j + l] != row[j + l] ? row[j + l] : m[l];
+    float mx = m[0];
+    for (int l = 1; l < XENT_LANES; l++) mx = m[l] > mx || m[l] != m[l] ? m[l] : mx;
+    for (; j < V; j++) mx = row[j] > mx || row[j] != row[j] ? row[j] : mx;
+    return mx;
+}
+
+/* row[j] = exp(row[j] - mx); returns their sum: 16 float lanes per block of 256 values, the
+ * blocks' sums added in double in order (a fixed order at every vector width). */
+#define XENT_BLOCK 256
+static inline __attribute__((always_inline)) double row_exp_sum(float *row, int V, float mx) {
     double sum = 0.0;
-    for (int j = 0; j < V; j++) {
-        float e = expf(row[j] - mx);
-        sum += e;
-        if (want_grad) row[j] = e;
+    for (int b = 0; b < V; b += XENT_BLOCK) {
+        int n = V - b < XENT_BLOCK ? V - b : XENT_BLOCK, j = 0;
+        float *r = row + b, acc[XENT_LANES] = {0};
+        for (int k = 0; k < n; k++) r[k] = nb_expf(r[k] - mx);
+        for (; j + XENT_LANES <= n; j += XENT_LANES)
+            for (int l = 0; l < XENT_LANES; l++) acc[l] += r[j + l];
+        for (; j < n; j++) acc[0] += r[j];
+        float s = 0.0f;
+        for (int l = 0; l < XENT_LANES; l++) s += acc[l];
+        sum += s;
     }
+    return sum;
+}
+
+/* In place: row[V] logits -> grad_scale * (softmax - onehot(target)) if want_grad (else the row
+ * is left as scratch). Returns the loss -log softmax(row)[target] in double. */
+NB_SIMD_CLONES
+static double xent_row(float *row, int V, int target, float grad_scale, int want_grad) {
+    float mx = row_max(row, V), tlogit = row[target];
+    double sum = row_exp_sum(row, V, mx);
     double loss = (double)mx + log(sum) - (double)tlogit;
     if (want_grad) {
         float scale = (float)((double)grad_scale / sum);
