@@ -18,6 +18,7 @@
 #include "ops/ops.h"
 
 #include "core.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ static inline int k_col(const attn_shape *s, int kvh) { return (s->NH + kvh) * s
 static inline int v_col(const attn_shape *s, int kvh) { return (s->NH + s->NKV + kvh) * s->HS; }
 
 /* One query row: writes out_row[HS] and returns lse. p is scratch of t+1 floats. */
+NB_SIMD_CLONES
 static float attn_row_forward(float *out_row, float *p, const float *qkv, const attn_shape *s, int b,
                               int h, int t) {
     int kvh = h / s->group, HS = s->HS;
@@ -65,11 +67,9 @@ static float attn_row_forward(float *out_row, float *p, const float *qkv, const 
         p[j] = dot(q, qkv + row_off(s, b, j) + k_col(s, kvh), HS) * s->scale;
         if (p[j] > mx) mx = p[j];
     }
+    for (int j = 0; j <= t; j++) p[j] = nb_expf(p[j] - mx);
     float sum = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        p[j] = expf(p[j] - mx);
-        sum += p[j];
-    }
+    for (int j = 0; j <= t; j++) sum += p[j];
     memset(out_row, 0, (size_t)HS * sizeof(float));
     for (int j = 0; j <= t; j++) axpy(out_row, p[j], qkv + row_off(s, b, j) + v_col(s, kvh), HS);
     float inv = 1.0f / sum;
@@ -100,6 +100,7 @@ typedef struct {
 } attn_scratch;
 
 /* Backward of one query row (b, h, t): adds its dq into dqkv, its dk/dv into the unit scratch. */
+NB_SIMD_CLONES
 static void attn_row_backward(float *dqkv, attn_scratch *w, const float *dout, const float *qkv,
                               const float *out, const float *lse, const attn_shape *s, int b, int h, int t) {
     int kvh = h / s->group, HS = s->HS, NH = s->NH;
@@ -112,7 +113,7 @@ static void attn_row_backward(float *dqkv, attn_scratch *w, const float *dout, c
     for (int j = 0; j <= t; j++) {
         const float *k = qkv + row_off(s, b, j) + k_col(s, kvh);
         const float *v = qkv + row_off(s, b, j) + v_col(s, kvh);
-        float p = expf(dot(q, k, HS) * s->scale - l);
+        float p = nb_expf(dot(q, k, HS) * s->scale - l);
         float ds = p * (dot(dy, v, HS) - D);
         axpy(w->dq, ds, k, HS);
         axpy(w->dk + (size_t)j * HS, ds * s->scale, q, HS);
