@@ -9,7 +9,8 @@
  * Below -87.33 (where e^x leaves the normal floats) it returns 0; above 88.72, +inf; NaN stays NaN.
  * The same bits at every vector width and on every x86-64: the build compiles C11 with
  * -ffp-contract=off (no fused multiply-adds), so each line is the same IEEE operations in the
- * same order whether a lane is SSE, AVX2 or AVX-512. */
+ * same order whether a lane is SSE, AVX2 or AVX-512.
+ * Only for loops that vectorize: one value at a time, glibc's expf (FMA, a table) is faster. */
 #ifndef NB_VMATH_H
 #define NB_VMATH_H
 
