@@ -10,8 +10,8 @@
 # Environment: OUT (results; default bench/results/<date>-<host>/seqctr), NB_BUILD [build],
 #   PYTHON [python3], SPEC [synth:cap=1000000,max_len=256], EMB [64], MAX_LEN [256],
 #   TABLE_CAP [1000000], NB_FLAGS (nobubble's extra flags) [--graphs: the step captured once and
-#   replayed, its fastest mode]; DEVICE [cuda] and DTYPE [bf16]: DEVICE=cpu DTYPE=fp32 checks the script
-#   on a machine without a GPU (Debian's torch 1.13: PYTHON=/usr/bin/python3; no compile there).
+#   replayed, its fastest mode]; DEVICE [cuda] and DTYPE [bf16]: DEVICE=cpu DTYPE=fp32 NB_FLAGS= is the
+#   CPU comparison (Debian's torch 1.13 on every core: PYTHON=/usr/bin/python3; no compile there).
 # Writes to $OUT: build.log, dump.log, nb-b<B>/ (train.log, metrics.jsonl), nobubble.jsonl and
 # torch.jsonl (one JSON line per run), torch.log, table.md; prints the table last.
 # p90 samples/s = B / 90th-percentile step time (bench/seqctr_torch.py's docstring; README).

@@ -325,10 +325,11 @@ def train_and_time(args, d, batches, mode, B):
 
 
 def optimizers(args, model, emb, cuda):
-    """nobubble's optimizers: AdamW on the dense parameters (fused on CUDA), Adagrad on the rows."""
+    """nobubble's optimizers: AdamW on the dense parameters (fused on CUDA, foreach on the CPU),
+    Adagrad on the rows."""
     dense_params = list(model.parameters())
     opt = torch.optim.AdamW(dense_params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay,
-                            **({"fused": True} if cuda else {}))
+                            **({"fused": True} if cuda else {"foreach": True}))
     opt_emb = torch.optim.Adagrad([emb.weight], lr=args.emb_lr, eps=1e-8, foreach=False)
     return dense_params, (opt, opt_emb)
 
@@ -521,10 +522,12 @@ def bench(args):
         if m not in MODES:
             fail(f"unknown mode '{m}'", "use eager, compile or eager,compile")
     batch_sizes = check_shapes(args)
+    if args.device == "cpu":
+        torch.set_num_threads(os.cpu_count())   # Debian's torch 1.13 starts with one thread
     d, rows, meta, read_s = load_data(args)
-    print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']}; "
+    print(f"torch {meta['torch']} (CUDA {meta['cuda']}) on {meta['device']} ({torch.get_num_threads()} threads); "
           f"{'fp32 weights + bf16 autocast' if args.dtype == 'bf16' else 'fp32'}; "
-          f"{'fused ' if args.device == 'cuda' else ''}AdamW on the dense part; {EMB_OPTIM_NOTE} on one "
+          f"{'fused' if args.device == 'cuda' else 'foreach'} AdamW on the dense part; {EMB_OPTIM_NOTE} on one "
           f"nn.Embedding({sum(d['cat_rows']) + d['item_rows'] + 1}, {args.emb_dim}, sparse=True)", flush=True)
     print_data(d, read_s)
     status = 0
@@ -698,7 +701,7 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=100, help="timed steps [100]")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first [10]")
     p.add_argument("--mode", default="eager,compile", help="eager, compile or eager,compile [eager,compile]")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke check of this script")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the CPU anchor (fp32, every core; Debian's torch 1.13: eager only)")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="bf16: fp32 weights + bf16 autocast [bf16]")
     add_shape_args(p)
     p.add_argument("--aux-weight", type=float, default=0.0, help="weight of the other blocks' BCE heads [0]")
