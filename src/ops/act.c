@@ -16,6 +16,9 @@
 #define NB_GELU_A 0.044715f
 #define ACT_CHUNK 4096
 
+/* elements of the chunk at c of an n-element array */
+static inline size_t chunk_len(size_t n, size_t c) { return n - c < ACT_CHUNK ? n - c : ACT_CHUNK; }
+
 NB_SIMD_CLONES
 static void gelu_forward_span(float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -28,7 +31,7 @@ static void gelu_forward_span(float *out, const float *inp, size_t n) {
 void nb_gelu_forward(float *out, const float *inp, size_t n) {
     NB_ASSERT(out && inp);
 #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < n; c += ACT_CHUNK) gelu_forward_span(out + c, inp + c, n - c < ACT_CHUNK ? n - c : ACT_CHUNK);
+    for (size_t c = 0; c < n; c += ACT_CHUNK) gelu_forward_span(out + c, inp + c, chunk_len(n, c));
 }
 
 /* With s = sigmoid(2u): d/dx [x s] = s + x 2 s (1 - s) du/dx, du/dx = k (1 + 3 a x^2). */
@@ -48,8 +51,7 @@ void nb_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     if (!dinp) return;
     NB_ASSERT(inp && dout && dinp != dout);
 #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < n; c += ACT_CHUNK)
-        gelu_backward_span(dinp + c, inp + c, dout + c, n - c < ACT_CHUNK ? n - c : ACT_CHUNK);
+    for (size_t c = 0; c < n; c += ACT_CHUNK) gelu_backward_span(dinp + c, inp + c, dout + c, chunk_len(n, c));
 }
 
 /* ---- SwiGLU on a fused [N, 2F] projection: gate = gu[:, :F], up = gu[:, F:] ---- */
