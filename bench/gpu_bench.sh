@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU benchmarks of issue 3: nobubble and its PyTorch anchors on the same models, the same tokens
 # and the same GPU, in one run (made for one device call: about 6 minutes, never past --budget).
-#   bash bench/gpu_bench.sh [--no-build] [--quick] [--no-reduce-overhead] [--no-llama] [--no-nobubble] [--budget S]
+#   bash bench/gpu_bench.sh [--no-build] [--quick] [--no-reduce-overhead] [--no-llama] [--no-nobubble]
+#                           [--no-kernels] [--budget S]
 #     --no-build             use the nobubble binary already in $NB_BUILD (default build-dev)
 #     --quick                fewer timed steps (proxy 20, gpt2 10, llama-1b 5), no reduce-overhead
 #     --no-reduce-overhead   skip torch.compile(mode="reduce-overhead") (CUDA graphs)
 #     --no-llama             skip llama-1b (its compile is the longest: about 1-2 minutes)
 #     --no-nobubble          run only the PyTorch anchors, even where nobubble's CUDA trainer works
+#     --no-kernels           skip the kernel tables (bench/kernel_table.sh: each nobubble row's step,
+#                            kernel by kernel, from CUPTI; printed after the nobubble runs)
 #     --budget S             no run starts that would end later than S seconds after start [480]
 # Writes to $OUT (default bench/out): anchor.jsonl (one JSON line per PyTorch run), nobubble.jsonl
 # (one per nobubble run, once its CUDA trainer exists), anchor.log, build.log, table.txt; prints
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
 NB_BUILD=${NB_BUILD:-build-dev}
 PY=${PYTHON:-python3}
-build=1 quick=0 ro=1 llama=1 nb=1 budget=480
+build=1 quick=0 ro=1 llama=1 nb=1 kern=1 budget=480
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -24,9 +27,10 @@ while [ $# -gt 0 ]; do
         --no-reduce-overhead) ro=0 ;;
         --no-llama) llama=0 ;;
         --no-nobubble) nb=0 ;;
+        --no-kernels) kern=0 ;;
         --budget) [ $# -ge 2 ] || { echo "gpu_bench.sh: --budget needs a number of seconds" >&2; exit 2; }
                   budget=$2; shift ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -78,7 +82,7 @@ if [ $nb = 1 ] && [ -x "$NB" ] && timeout 60 "$NB" train --model gpt2-tiny --dev
         --data "$SHARD" --val-data none --out "$TMP/nb-probe" --no-progress --quiet >"$TMP/nb-probe.log" 2>&1; then
     nb_ok=1
 fi
-nb_reserve=$(( nb_ok ? 150 : 0 ))
+nb_reserve=$(( nb_ok ? 150 + 60 * kern : 0 ))
 deadline=$(( start + budget - nb_reserve ))
 
 # ================================== PyTorch anchors ==================================
@@ -126,6 +130,15 @@ if [ $nb_ok = 1 ]; then
 b = [r["max_batch"] for r in map(json.loads, open(sys.argv[1])) if r.get("model") == "llama-1b" and "max_batch" in r]
 print(max(b) if b else 0)' "$OUT/anchor.jsonl" 2>/dev/null || echo 0)
     [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && nb_run llama-1b "$llama_b" 2048 $((S_LLAMA + 5))
+    # where each step's time goes, kernel by kernel: separate short runs, so the timed ones above
+    # run without CUPTI
+    if [ $kern = 1 ]; then
+        echo "== kernel tables $(stamp)"
+        rows="gpt2-proxy:8:256 gpt2:32:1024"
+        [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && rows="$rows llama-1b:$llama_b:2048"
+        # shellcheck disable=SC2086
+        OUT="$OUT" NB_BUILD="$NB_BUILD" bash bench/kernel_table.sh --no-build --rows 25 $rows || status=1
+    fi
 elif [ $nb = 0 ]; then
     echo "nobubble: not run (--no-nobubble)"
 else

@@ -16,7 +16,9 @@
 #   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
 #   --bench, bench/attn_ab.sh: the step with each NB_ATTN; ATTN_AB_ARGS), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
 #   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
-#   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS). The stream runs take env
+#   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
+#   model's step kernel by kernel from CUPTI; KTABLE_ARGS), ktable_old (the same with the switches back
+#   to the previous paths: NB_LT_WS_CACHE=0 NB_EMBED_SCAN=1 NB_DBIAS_V8=0; KTABLE_OLD_ARGS). The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
@@ -84,6 +86,9 @@ for m in sys.argv[1:]:
             if command -v nsys >/dev/null; then nsys profile -o "$R/sc_profile" --force-overwrite true -t cuda $P --out "$R/sc_run" > "$R/sc_run.log" 2>&1; tail -3 "$R/sc_run.log"
                 nsys stats --report cuda_gpu_kern_sum --format csv "$R/sc_profile.nsys-rep" > "$R/sc_kern.csv" 2>/dev/null; head -25 "$R/sc_kern.csv" | cut -c1-220; rm -f "$R"/sc_profile.nsys-rep "$R"/sc_profile.sqlite
             else echo "no nsys: the run alone"; $P --out "$R/sc_run" > "$R/sc_run.log" 2>&1; tail -5 "$R/sc_run.log"; fi; } ;;
+        ktable) build && OUT=$R/ktable bash bench/kernel_table.sh --no-build ${KTABLE_ARGS:-} ;;
+        ktable_old) build && NB_LT_WS_CACHE=0 NB_EMBED_SCAN=1 NB_DBIAS_V8=0 OUT=$R/ktable-old bash bench/kernel_table.sh \
+                --no-build ${KTABLE_OLD_ARGS:-gpt2-proxy:8:256 gpt2:32:1024} ;;
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;

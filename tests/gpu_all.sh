@@ -33,6 +33,7 @@ step() { # step NAME TIMEOUT CMD...
 }
 step lanes_cuda 120 "$B/tests/test_lanes_cuda"
 step lanes_graph 120 "$B/tests/test_lanes_graph"
+step kprof 60 "$B/tests/test_kprof"
 step ops_cuda 240 "$B/tests/test_ops_cuda"
 [ -x "$B/tests/test_attention_fa" ] && step attention_fa 240 "$B/tests/test_attention_fa"
 [ -x "$B/tests/test_attention_cudnn" ] && step attention_cudnn 300 "$B/tests/test_attention_cudnn"

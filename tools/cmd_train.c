@@ -201,6 +201,7 @@ int nb_cmd_train(int argc, char **argv) {
         {"eval-every", ARG_INT, &o.eval_every, 0, "N", "held-out evaluation every N steps (0: only at the end)", 0, 0, G_COMMON},
         {"ckpt-every", ARG_INT, &o.ckpt_every, 0, "N", "checkpoint every N steps (always at the end)", 0, 0, G_COMMON},
         {"trace", ARG_STR, o.trace, sizeof o.trace, "FILE", "write a Chrome trace of every lane", 0, 0, G_COMMON},
+        {"kernel-table", ARG_INT, &o.kernel_table, 0, "N", "cuda: after the run, the device's work per step (every kernel, memset and copy of the steps after warm-up, from CUPTI), its N longest kernels and the idle time between launches", 0, 0, G_COMMON},
         {"threads", ARG_INT, &o.threads, 0, "N", "CPU threads (0: all cores)", 0, 0, G_COMMON},
         {"log-every", ARG_INT, &o.log_every, 0, "N", "progress line every N steps when not on a terminal", 0, 0, G_COMMON},
         {"no-ckpt", ARG_BOOL, &o.no_ckpt, 0, NULL, "write no checkpoint (benchmarks; metrics.jsonl still)", 0, 0, G_COMMON},

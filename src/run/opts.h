@@ -28,6 +28,7 @@ typedef struct nb_train_opts {
     int progress;     /* 1: progress line on a terminal */
     int graphs;       /* capture the training step once (CUDA graph) and replay it */
     int graph_cache;  /* --graphs: at most this many captured steps (one per step shape) */
+    int kernel_table; /* cuda: print the N longest kernels per step (CUPTI) after the run; 0: off */
     int no_ckpt;      /* write no checkpoint (benchmarks) */
     float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
     /* ERASE (detached segments): where new segments start, as given ("2,4": transformer layers

@@ -14,6 +14,7 @@
 #include "host.h"
 #include "io/atomic.h"
 #include "io/svg.h"
+#include "lanes/kprof.h"
 #include "run/ckpt.h"
 #include "run/step_stats.h"
 #include "run/timeline.h"
@@ -610,6 +611,26 @@ static void progress_line(nb_run *r, int step, int end, int first, double secs, 
     }
 }
 
+/* --kernel-table: CUPTI records from before the first step (a graph captured later is seen only
+ * if recording was on when it was made); the table counts the steps after warm-up */
+static int kernel_table_open(const nb_run *r, int lead) {
+    if (r->o.kernel_table <= 0 || !lead) return 0;
+    char why[400];
+    if (r->be->device == NB_DEV_CPU) {
+        fprintf(stderr, "note: --kernel-table counts GPU kernels; this run is on the CPU\n");
+        return 0;
+    }
+    if (nb_kprof_open(why, sizeof why)) return 1;
+    fprintf(stderr, "note: no kernel table: %s\n", why);
+    return 0;
+}
+
+/* every lane idle, so the step's last kernel has ended when the window's end is read */
+static void kernel_table_step_end(nb_run *r) {
+    nb_lanes_sync(r->lanes);
+    nb_kprof_mark_end();
+}
+
 /* With several ranks, every rank decides to stop after the same step: the latest signal or
  * deadline any of them saw counts for all (a rank that stopped alone would leave the others
  * waiting in the next collective). */
@@ -635,10 +656,12 @@ void nb_run_train(nb_run *r) {
     double run_t0 = nb_now();
     int first = r->step;
     double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
+    int kt_first = first + nb_step_warmup(end - first), kt = kernel_table_open(r, lead);
     catch_stop_signals();
     if (r->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
     for (; r->step < end; r->step++) {
         int step = r->step;
+        if (kt && step == kt_first) nb_kprof_mark_begin();
         double t0 = nb_now();
         r->fam->begin_step(r, step);
         run_step(r, step, first);
@@ -650,6 +673,7 @@ void nb_run_train(nb_run *r) {
         /* side lanes' spans enter the trace once synced; a schedule whose step ends with every lane
          * idle costs nothing to sync */
         if (r->sched->settles) nb_lanes_sync(r->lanes);
+        if (kt && step >= kt_first) kernel_table_step_end(r);
         nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
         r->last_secs = t1 - t0, r->last_stats = st;
         r->fam->end_step(r, step, done);
@@ -705,6 +729,7 @@ void nb_run_train(nb_run *r) {
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);
+    if (kt) nb_kprof_report(stderr, r->step - kt_first, o->kernel_table);
     if (o->graphs) {
         if (r->nmicro > 1) /* a replay per micro-batch pass */
             fprintf(stderr, "graphs      %d captured (one per pass shape), %d of %d passes replayed (%d micro-batches a step)",
