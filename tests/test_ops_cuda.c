@@ -146,8 +146,9 @@ static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const f
     dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
 }
 
-TEST_CASE(test_matmul_backward) {
-    int N = 3 * 101, C = 77, OC = 53; /* N > 2 * 128: several dbias partials */
+/* N > 2 * 128: several dbias partials. With OC % 8 == 0 the bf16 bias gradient takes the
+ * 8-column vector kernel: its second run takes the scalar one (NB_DBIAS_V8=0), the same bits. */
+static void check_matmul_backward(int N, int C, int OC) {
     size_t ni = (size_t)N * C, nw = (size_t)OC * C;
     for (int bf = 0; bf <= 1; bf++) {
         float *dout = randn((size_t)N * OC, 0, 1), *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.1f);
@@ -160,7 +161,9 @@ TEST_CASE(test_matmul_backward) {
         float *gi[2], *gw[2], *gb[2];
         for (int run = 0; run < 2; run++) {
             gi[run] = copy_of(ii, ni), gw[run] = copy_of(iw, nw), gb[run] = copy_of(ib, OC);
+            setenv("NB_DBIAS_V8", run ? "0" : "1", 1);
             gpu_matmul_bwd(bf, gi[run], gw[run], gb[run], dout, inp, w, N, C, OC);
+            unsetenv("NB_DBIAS_V8");
         }
         expect_grad("matmul bwd dinp", bf, gi[0], ri, ii, ni);
         expect_grad("matmul bwd dw", bf, gw[0], rw, iw, nw);
@@ -176,6 +179,11 @@ TEST_CASE(test_matmul_backward) {
         free(ri), free(rw), free(rb), free(gw3);
         for (int run = 0; run < 2; run++) free(gi[run]), free(gw[run]), free(gb[run]);
     }
+}
+
+TEST_CASE(test_matmul_backward) {
+    check_matmul_backward(3 * 101, 77, 53);
+    check_matmul_backward(3 * 101, 64, 264); /* two blocks of 32 column vectors */
 }
 
 /* ---- layernorm / rmsnorm ---- */
@@ -198,11 +206,25 @@ static void check_layernorm(int N, int C) {
             dev_down(out[run], dout_, n, bf), dev_down(mean[run], dm, N, 0), dev_down(rstd[run], dr, N, 0);
             dev_free(di), dev_free(dw), dev_free(db), dev_free(dout_), dev_free(dm), dev_free(dr);
         }
-        expect_close("layernorm fwd out", bf, out[0], rout, n);
+        snprintf(what, sizeof what, "layernorm fwd out (N=%d C=%d)", N, C);
+        expect_close(what, bf, out[0], rout, n);
         expect_close("layernorm fwd mean", bf, mean[0], rmean, N);
         expect_close("layernorm fwd rstd", bf, rstd[0], rrstd, N);
         expect_same("layernorm fwd out", out[0], out[1], n);
         expect_same("layernorm fwd rstd", rstd[0], rstd[1], N);
+        {
+            /* rows not 16-byte aligned: the scalar kernel */
+            void *b1, *sdi = dev_up_shifted(inp, n, bf, &b1), *dw = dev_up(w, C, bf), *db = dev_up(b, C, bf);
+            void *ob = dev_nan(n + 1, bf), *so = (char *)ob + (bf ? 2 : 4), *dm = dev_nan(N, 0), *dr = dev_nan(N, 0);
+            CALL(bf, nb_cuda_layernorm_forward, so, dm, dr, sdi, dw, db, N, C, 1e-5f, st);
+            float *o3 = zeros(n), *m3 = zeros(N), *r3 = zeros(N);
+            dev_down(o3, so, n, bf), dev_down(m3, dm, N, 0), dev_down(r3, dr, N, 0);
+            expect_close("layernorm fwd out (unaligned rows)", bf, o3, rout, n);
+            expect_close("layernorm fwd mean (unaligned rows)", bf, m3, rmean, N);
+            expect_close("layernorm fwd rstd (unaligned rows)", bf, r3, rrstd, N);
+            dev_free(b1), dev_free(dw), dev_free(db), dev_free(ob), dev_free(dm), dev_free(dr);
+            free(o3), free(m3), free(r3);
+        }
 
         /* backward from the CPU's saved statistics, on both sides */
         float *g0i = zeros(n), *g0w = zeros(C), *g0b = zeros(C);
@@ -266,9 +288,11 @@ TEST_CASE(test_layernorm) {
     check_layernorm(40, 6400);     /* wider than the fused kernel's shared memory: the two-kernel path */
 }
 
-TEST_CASE(test_rmsnorm) {
-    int N = 3 * 101, C = 77;
+/* C % 8 == 0: the forward's 16-byte vector kernel and the fused backward's (RMS mode); other
+ * widths the scalar accesses; C > 6144 the unfused backward. */
+static void check_rmsnorm(int N, int C) {
     size_t n = (size_t)N * C;
+    char what[96];
     for (int bf = 0; bf <= 1; bf++) {
         float *inp = randn(n, 0.5f, 1.5f), *w = randn(C, 1, 0.2f), *dout = randn(n, 0, 1);
         round_bf(inp, n, bf), round_bf(w, C, bf), round_bf(dout, n, bf);
@@ -282,9 +306,23 @@ TEST_CASE(test_rmsnorm) {
             dev_down(out[run], dout_, n, bf), dev_down(rstd[run], dr, N, 0);
             dev_free(di), dev_free(dw), dev_free(dout_), dev_free(dr);
         }
-        expect_close("rmsnorm fwd out", bf, out[0], rout, n);
+        snprintf(what, sizeof what, "rmsnorm fwd out (N=%d C=%d)", N, C);
+        expect_close(what, bf, out[0], rout, n);
         expect_close("rmsnorm fwd rstd", bf, rstd[0], rrstd, N);
         expect_same("rmsnorm fwd out", out[0], out[1], n);
+        expect_same("rmsnorm fwd rstd", rstd[0], rstd[1], N);
+        {
+            /* rows not 16-byte aligned: the scalar kernel */
+            void *b1, *sdi = dev_up_shifted(inp, n, bf, &b1), *dw = dev_up(w, C, bf);
+            void *ob = dev_nan(n + 1, bf), *so = (char *)ob + (bf ? 2 : 4), *dr = dev_nan(N, 0);
+            CALL(bf, nb_cuda_rmsnorm_forward, so, dr, sdi, dw, N, C, 1e-6f, st);
+            float *o3 = zeros(n), *r3 = zeros(N);
+            dev_down(o3, so, n, bf), dev_down(r3, dr, N, 0);
+            expect_close("rmsnorm fwd out (unaligned rows)", bf, o3, rout, n);
+            expect_close("rmsnorm fwd rstd (unaligned rows)", bf, r3, rrstd, N);
+            dev_free(b1), dev_free(dw), dev_free(ob), dev_free(dr);
+            free(o3), free(r3);
+        }
 
         float *g0i = zeros(n), *g0w = zeros(C);
         nb_rmsnorm_backward(g0i, g0w, dout, inp, w, rrstd, N, C);
@@ -298,9 +336,32 @@ TEST_CASE(test_rmsnorm) {
             CALL(bf, nb_cuda_rmsnorm_backward, gdi, gdw, ddo, di, dw, dr, N, C, st);
             gi[run] = zeros(n), gw[run] = zeros(C);
             dev_down(gi[run], gdi, n, bf), dev_down(gw[run], gdw, C, 0);
+            if (run == 1) {
+                /* one of dinp / dw NULL: the other comes out with the same bits */
+                void *gdi2 = dev_up(ii, n, bf), *gdw2 = dev_up(iw, C, 0);
+                CALL(bf, nb_cuda_rmsnorm_backward, gdi2, NULL, ddo, di, dw, dr, N, C, st);
+                CALL(bf, nb_cuda_rmsnorm_backward, NULL, gdw2, ddo, di, dw, dr, N, C, st);
+                float *gi2 = zeros(n), *gw2 = zeros(C);
+                dev_down(gi2, gdi2, n, bf), dev_down(gw2, gdw2, C, 0);
+                expect_same("rmsnorm bwd dinp (dw NULL)", gi[0], gi2, n);
+                expect_same("rmsnorm bwd dw (dinp NULL)", gw[0], gw2, C);
+                dev_free(gdi2), dev_free(gdw2), free(gi2), free(gw2);
+                /* rows not 16-byte aligned: scalar accesses, the same dw bits */
+                void *b1, *b2, *b3;
+                void *sdo = dev_up_shifted(dout, n, bf, &b1), *sdi = dev_up_shifted(inp, n, bf, &b2);
+                void *sgi = dev_up_shifted(ii, n, bf, &b3), *gdw3 = dev_up(iw, C, 0);
+                CALL(bf, nb_cuda_rmsnorm_backward, sgi, gdw3, sdo, sdi, dw, dr, N, C, st);
+                float *gi3 = zeros(n), *gw3 = zeros(C);
+                dev_down(gi3, sgi, n, bf), dev_down(gw3, gdw3, C, 0);
+                expect_grad("rmsnorm bwd dinp (unaligned rows)", bf, gi3, ri, ii, n);
+                expect_same("rmsnorm bwd dw (unaligned rows: same bits)", gw[0], gw3, C);
+                dev_free(b1), dev_free(b2), dev_free(b3), dev_free(gdw3);
+                free(gi3), free(gw3);
+            }
             dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dr), dev_free(gdi), dev_free(gdw);
         }
-        expect_grad("rmsnorm bwd dinp", bf, gi[0], ri, ii, n);
+        snprintf(what, sizeof what, "rmsnorm bwd dinp (N=%d C=%d)", N, C);
+        expect_grad(what, bf, gi[0], ri, ii, n);
         expect_grad("rmsnorm bwd dw", bf, gw[0], rw, iw, C);
         expect_same("rmsnorm bwd dinp", gi[0], gi[1], n);
         expect_same("rmsnorm bwd dw", gw[0], gw[1], C);
@@ -308,6 +369,13 @@ TEST_CASE(test_rmsnorm) {
         free(ri), free(rw);
         for (int run = 0; run < 2; run++) free(out[run]), free(rstd[run]), free(gi[run]), free(gw[run]);
     }
+}
+
+TEST_CASE(test_rmsnorm) {
+    check_rmsnorm(3 * 101, 77);   /* odd width: scalar accesses */
+    check_rmsnorm(3 * 101, 768);  /* 3 slots per lane in bf16, 6 in fp32 */
+    check_rmsnorm(301, 2048);     /* llama-1b's width: 8 slots per lane in bf16, all kept; 3 warps */
+    check_rmsnorm(40, 6400);      /* wider than the fused kernel's shared memory: the two-kernel path */
 }
 
 /* ---- elementwise ---- */
@@ -341,9 +409,11 @@ TEST_CASE(test_gelu) {
     }
 }
 
-TEST_CASE(test_swiglu) {
-    int N = 3 * 101, F = 45;
+/* F % 8 == 0: the vector kernels (16 bytes a thread); other widths, or gu one element off
+ * 16-byte alignment (the third run), the scalar ones, which must give the same bits. */
+static void check_swiglu(int N, int F) {
     size_t nio = (size_t)N * 2 * F, no = (size_t)N * F;
+    char what[96];
     for (int bf = 0; bf <= 1; bf++) {
         float *gu = randn(nio, 0, 2), *dout = randn(no, 0, 1);
         round_bf(gu, nio, bf), round_bf(dout, no, bf);
@@ -352,23 +422,40 @@ TEST_CASE(test_swiglu) {
         nb_swiglu_backward(g0, dout, gu, N, F);
         float *init = grad_init(g0, nio, bf), *rg = copy_of(init, nio);
         nb_swiglu_backward(rg, dout, gu, N, F);
-        float *out[2], *g[2];
-        for (int run = 0; run < 2; run++) {
-            void *dgu = dev_up(gu, nio, bf), *ddo = dev_up(dout, no, bf), *dout_ = dev_nan(no, bf);
-            void *gd = dev_up(init, nio, bf);
+        float *out[3], *g[3], *gs[3];
+        for (int run = 0; run < 3; run++) {
+            void *base = NULL;
+            void *dgu = run < 2 ? dev_up(gu, nio, bf) : dev_up_shifted(gu, nio, bf, &base);
+            void *ddo = dev_up(dout, no, bf), *dout_ = dev_nan(no, bf);
+            void *gd = dev_up(init, nio, bf), *gset = dev_nan(nio, bf);
             CALL(bf, nb_cuda_swiglu_forward, dout_, dgu, N, F, st);
             CALL(bf, nb_cuda_swiglu_backward, gd, ddo, dgu, N, F, st);
-            out[run] = zeros(no), g[run] = zeros(nio);
-            dev_down(out[run], dout_, no, bf), dev_down(g[run], gd, nio, bf);
-            dev_free(dgu), dev_free(ddo), dev_free(dout_), dev_free(gd);
+            CALL(bf, nb_cuda_swiglu_backward_set, gset, ddo, dgu, N, F, st);
+            out[run] = zeros(no), g[run] = zeros(nio), gs[run] = zeros(nio);
+            dev_down(out[run], dout_, no, bf), dev_down(g[run], gd, nio, bf), dev_down(gs[run], gset, nio, bf);
+            dev_free(run < 2 ? dgu : base), dev_free(ddo), dev_free(dout_), dev_free(gd), dev_free(gset);
         }
-        expect_close("swiglu fwd", bf, out[0], rout, no);
-        expect_grad("swiglu bwd dgu", bf, g[0], rg, init, nio);
+        snprintf(what, sizeof what, "swiglu fwd (N=%d F=%d)", N, F);
+        expect_close(what, bf, out[0], rout, no);
+        snprintf(what, sizeof what, "swiglu bwd dgu (N=%d F=%d)", N, F);
+        expect_grad(what, bf, g[0], rg, init, nio);
+        snprintf(what, sizeof what, "swiglu bwd set dgu (N=%d F=%d)", N, F);
+        expect_close(what, bf, gs[0], g0, nio);
         expect_same("swiglu fwd", out[0], out[1], no);
         expect_same("swiglu bwd", g[0], g[1], nio);
+        expect_same("swiglu bwd set", gs[0], gs[1], nio);
+        expect_same("swiglu fwd (unaligned gu: scalar kernel, same bits)", out[0], out[2], no);
+        expect_same("swiglu bwd (unaligned gu: scalar kernel, same bits)", g[0], g[2], nio);
+        expect_same("swiglu bwd set (unaligned gu: scalar kernel, same bits)", gs[0], gs[2], nio);
         free(gu), free(dout), free(rout), free(g0), free(init), free(rg);
-        for (int run = 0; run < 2; run++) free(out[run]), free(g[run]);
+        for (int run = 0; run < 3; run++) free(out[run]), free(g[run]), free(gs[run]);
     }
+}
+
+TEST_CASE(test_swiglu) {
+    check_swiglu(3 * 101, 45);  /* odd width: scalar kernels only */
+    check_swiglu(3 * 101, 256); /* 32 (bf16) or 64 (fp32) vectors a row */
+    check_swiglu(77, 344);      /* 43 bf16 vectors a row: rows of odd vector count */
 }
 
 TEST_CASE(test_residual_and_add) {
@@ -453,6 +540,9 @@ static void check_rope(int B, int T, int NH, int NKV, int HS) {
 TEST_CASE(test_rope) {
     check_rope(3, 67, 6, 2, 24);
     check_rope(1, 1029, 2, 1, 64); /* angles up to ~1000 rad */
+    check_rope(4, 300, 8, 2, 64);  /* llama-like; q heads: the batch split over two block rows */
+    check_rope(3, 45, 4, 1, 128);
+    check_rope(2, 9, 2, 1, 520);   /* 260 pairs a head: two chunks of pairs */
 }
 
 /* ---- attention ---- */
@@ -513,11 +603,14 @@ TEST_CASE(test_attention) {
 
 /* ---- embedding ---- */
 
-TEST_CASE(test_embed) {
-    int B = 3, T = 37, C = 77, V = 301; /* V > 2 * 128: several vocabulary blocks */
+/* skewed: one token in every fifth position (a run of N / 5 after the sort: longer than a warp and
+ * than the rows the sorted backward keeps in flight), the rest spread over V */
+static void check_embed(int B, int T, int C, int V, int skewed) {
     size_t N = (size_t)B * T, no = N * C;
     int32_t *tok = nb_malloc(N * sizeof(int32_t), "tokens");
-    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919u) % 41u * 7u); /* repeats, up to 280 */
+    for (size_t i = 0; i < N; i++)
+        tok[i] = skewed ? (i % 5 == 0 ? 7 : (int32_t)((i * 7919u) % (unsigned)V))
+                        : (int32_t)((i * 7919u) % 41u * 7u); /* repeats, up to 280 */
     int32_t *dtok = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dtok, N * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpy(dtok, tok, N * sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -538,7 +631,10 @@ TEST_CASE(test_embed) {
                 void *ddo = dev_up(dout, no, bf), *dout_ = dev_nan(no, bf);
                 void *gdte = dev_up(ite, (size_t)V * C, 0), *gdpe = dev_up(ipe, (size_t)T * C, 0);
                 CALL(bf, nb_cuda_embed_forward, dout_, dtok, dte, dpe, B, T, C, V, st);
+                /* run 1: the vocabulary-scan backward, which must give the sorted one's bits */
+                setenv("NB_EMBED_SCAN", run ? "1" : "0", 1);
                 CALL(bf, nb_cuda_embed_backward, gdte, with_wpe ? gdpe : NULL, ddo, dtok, B, T, C, V, st);
+                unsetenv("NB_EMBED_SCAN");
                 out[run] = zeros(no), gte[run] = zeros((size_t)V * C), gpe[run] = zeros((size_t)T * C);
                 dev_down(out[run], dout_, no, bf);
                 dev_down(gte[run], gdte, (size_t)V * C, 0), dev_down(gpe[run], gdpe, (size_t)T * C, 0);
@@ -552,7 +648,7 @@ TEST_CASE(test_embed) {
             /* the same additions in the same order as embed.c: the same bits */
             if (!bf) expect_same("embed bwd dwte vs CPU (same order)", gte[0], rte, (size_t)V * C);
             expect_same("embed fwd", out[0], out[1], no);
-            expect_same("embed bwd dwte", gte[0], gte[1], (size_t)V * C);
+            expect_same("embed bwd dwte (sorted vs scan)", gte[0], gte[1], (size_t)V * C);
             expect_same("embed bwd dwpe", gpe[0], gpe[1], (size_t)T * C);
             free(wte), free(wpe), free(dout), free(rout), free(g0te), free(g0pe), free(ite), free(ipe);
             free(rte), free(rpe);
@@ -570,6 +666,11 @@ TEST_CASE(test_embed) {
     dev_free(dte), dev_free(dout_), free(wte), free(out);
     CUDA_CHECK(cudaFree(dtok));
     free(tok);
+}
+
+TEST_CASE(test_embed) {
+    check_embed(3, 37, 77, 301, 0); /* V > 2 * 128: several vocabulary blocks of the scan */
+    check_embed(4, 256, 300, 1000, 1); /* C > 128: several column slices of the sorted runs */
 }
 
 /* ---- cross-entropy ---- */

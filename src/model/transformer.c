@@ -405,16 +405,16 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
     const nb_tf_config *c = &m->cfg;
     nb_tf_layer_acts *s = &a->layer[l];
     int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c);
-    size_t es = act_es(be);
     const void *x = a->resid[l];
     void *out = a->resid[l + 1];
 
     norm_fwd(m, be, ctx, s->ln1, s->ln1_mean, s->ln1_rstd, x, w->t[NB_TF_LN1_W], w->t[NB_TF_LN1_B], N);
     be->matmul_fwd(ctx, s->qkv, s->ln1, w->t[NB_TF_QKV_W], w->t[NB_TF_QKV_B], N, C, QKV);
     if (c->arch == NB_ARCH_LLAMA) {
-        /* q and k are rotated in place: attention and its backward both see the rotated values */
-        be->rope_fwd(ctx, s->qkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
-        be->rope_fwd(ctx, at(s->qkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+        /* q and k are rotated in place: attention and its backward both see the rotated values.
+         * The k heads follow the q heads in each row, so one call over heads + kv_heads rotates
+         * both, each head by the same angles */
+        be->rope_fwd(ctx, s->qkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta);
     }
     be->attention_fwd(ctx, s->atty, s->lse, s->qkv, B, T, c->heads, c->kv_heads, c->head_size);
     proj_residual(be, ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], x, N, A, C);
@@ -456,7 +456,6 @@ static void layer_backward_set(const nb_tf_model *m, const nb_backend_i *be, nb_
     const nb_tf_config *c = &m->cfg;
     const nb_tf_layer_acts *s = &a->layer[l];
     int B = a->B, T = a->T, N = B * T, C = c->dim, QKV = qkv_width(c), A = att_width(c), FC = fc_width(c);
-    size_t es = act_es(be);
     const void *x = a->resid[l];
 
     /* MLP branch: dres is d(out) */
@@ -480,8 +479,7 @@ static void layer_backward_set(const nb_tf_model *m, const nb_backend_i *be, nb_
     be->attention_bwd_set(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads,
                           c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
-        be->rope_bwd(ctx, a->dqkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
-        be->rope_bwd(ctx, at(a->dqkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
     }
     be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C,
                        QKV);
@@ -522,8 +520,7 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
                    A, C);
     be->attention_bwd(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads, c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
-        be->rope_bwd(ctx, a->dqkv, B, T, c->heads, c->head_size, QKV, c->rope_theta);
-        be->rope_bwd(ctx, at(a->dqkv, (size_t)A, es), B, T, c->kv_heads, c->head_size, QKV, c->rope_theta);
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
     }
     be->zero(ctx, a->dln, (size_t)N * C * es);
     be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C, QKV);

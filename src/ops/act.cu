@@ -19,6 +19,50 @@ static __device__ __forceinline__ float gelu_grad_f(float x) {
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
+/* silu(g) * u, silu(g) = g / (1 + exp(-g)), as torch writes it (g < -88: exp -> inf, silu -> -0).
+ * The scalar and the vector kernels share these, so both round every element alike. */
+static __device__ __forceinline__ float swiglu_f(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* dy times d/dg and d/du of swiglu_f: with s = sigmoid(g), d silu/dg = s (1 + g (1 - s)). */
+static __device__ __forceinline__ void swiglu_grad_f(float g, float u, float dy, float *dg, float *du) {
+    float e1 = 1.0f + expf(-g);
+    float s = 1.0f / e1, silu = g / e1;
+    *dg = dy * u * s * (1.0f + g * (1.0f - s));
+    *du = dy * silu;
+}
+
+/* 16 bytes of elements, 16-byte aligned, to and from fp32: bf16 -> fp32 is exact, fp32 -> bf16
+ * rounds to nearest even (as nb_ld / nb_st). */
+#define VEC(T) ((int)(16 / sizeof(T)))
+static __device__ __forceinline__ float act_bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+static __device__ __forceinline__ float act_bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+static __device__ __forceinline__ unsigned act_bf_pack(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+static __device__ __forceinline__ void ld_vec(const float *p, float *v) {
+    float4 a = *(const float4 *)p;
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+static __device__ __forceinline__ void ld_vec(const nb_bf16_t *p, float *v) {
+    uint4 a = *(const uint4 *)p;
+    v[0] = act_bf_lo(a.x), v[1] = act_bf_hi(a.x), v[2] = act_bf_lo(a.y), v[3] = act_bf_hi(a.y);
+    v[4] = act_bf_lo(a.z), v[5] = act_bf_hi(a.z), v[6] = act_bf_lo(a.w), v[7] = act_bf_hi(a.w);
+}
+static __device__ __forceinline__ void st_vec(float *p, const float *v) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void st_vec(nb_bf16_t *p, const float *v) {
+    *(uint4 *)p = make_uint4(act_bf_pack(v[0], v[1]), act_bf_pack(v[2], v[3]), act_bf_pack(v[4], v[5]),
+                             act_bf_pack(v[6], v[7]));
+}
+
+/* Offset in gu of the gate under output vector k: output element k * vec lies in row
+ * r = k / (F / vec), and each row of gu is F longer than a row of out, so r * F further on. */
+static __device__ __forceinline__ size_t swiglu_vec_gate(size_t k, int F, int vec) {
+    return k * vec + k / (size_t)(F / vec) * F;
+}
+
 #define GRID_STRIDE(i, n)                                                                          \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
@@ -33,23 +77,20 @@ static __device__ __forceinline__ float gelu_grad_f(float x) {
     static __global__ void gelu_bwd_scale_kernel(T *x, const T *pre, size_t n) {                   \
         GRID_STRIDE(i, n) nb_st(x + i, gelu_grad_f(nb_ld(pre + i)) * nb_ld(x + i));                \
     }                                                                                              \
-    /* silu(g) = g / (1 + exp(-g)), as torch writes it (g < -88: exp -> inf, silu -> -0). */       \
     static __global__ void swiglu_fwd_kernel(T *out, const T *gu, int F, size_t n) {               \
         GRID_STRIDE(i, n) {                                                                        \
             size_t row = i / F, col = i % F;                                                       \
-            float g = nb_ld(gu + row * 2 * F + col), u = nb_ld(gu + row * 2 * F + F + col);        \
-            nb_st(out + i, g / (1.0f + expf(-g)) * u);                                             \
+            nb_st(out + i, swiglu_f(nb_ld(gu + row * 2 * F + col), nb_ld(gu + row * 2 * F + F + col))); \
         }                                                                                          \
     }                                                                                              \
     static __global__ void swiglu_bwd_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) { \
         GRID_STRIDE(i, n) {                                                                        \
             size_t row = i / F, col = i % F;                                                       \
             size_t ig = row * 2 * F + col, iu = ig + F;                                            \
-            float g = nb_ld(gu + ig), u = nb_ld(gu + iu), dy = nb_ld(dout + i);                    \
-            float e1 = 1.0f + expf(-g);                                                            \
-            float s = 1.0f / e1, silu = g / e1;                                                    \
-            nb_st(dgu + ig, nb_ld(dgu + ig) + dy * u * s * (1.0f + g * (1.0f - s)));               \
-            nb_st(dgu + iu, nb_ld(dgu + iu) + dy * silu);                                          \
+            float dg, du;                                                                          \
+            swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);              \
+            nb_st(dgu + ig, nb_ld(dgu + ig) + dg);                                                 \
+            nb_st(dgu + iu, nb_ld(dgu + iu) + du);                                                 \
         }                                                                                          \
     }                                                                                              \
     /* the same, writing dgu (=) instead of adding to it */                                      \
@@ -57,11 +98,45 @@ static __device__ __forceinline__ float gelu_grad_f(float x) {
         GRID_STRIDE(i, n) {                                                                        \
             size_t row = i / F, col = i % F;                                                       \
             size_t ig = row * 2 * F + col, iu = ig + F;                                            \
-            float g = nb_ld(gu + ig), u = nb_ld(gu + iu), dy = nb_ld(dout + i);                    \
-            float e1 = 1.0f + expf(-g);                                                            \
-            float s = 1.0f / e1, silu = g / e1;                                                    \
-            nb_st(dgu + ig, dy * u * s * (1.0f + g * (1.0f - s)));                                 \
-            nb_st(dgu + iu, dy * silu);                                                            \
+            float dg, du;                                                                          \
+            swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);              \
+            nb_st(dgu + ig, dg);                                                                   \
+            nb_st(dgu + iu, du);                                                                   \
+        }                                                                                          \
+    }                                                                                              \
+    /* The vector forms of the three (swiglu_vec_ok): thread k owns output columns            \
+     * [k * VEC, k * VEC + VEC) of one row, and the gate, up and gradient columns under them;     \
+     * it loads all it reads before it stores, as the scalar kernels do element by element. */   \
+    static __global__ void swiglu_fwd_vec_kernel(T *out, const T *gu, int F, size_t nv) {          \
+        GRID_STRIDE(k, nv) {                                                                       \
+            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
+            float g[VEC(T)], u[VEC(T)];                                                            \
+            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u);                                            \
+            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) g[e] = swiglu_f(g[e], u[e]);        \
+            st_vec(out + k * VEC(T), g);                                                           \
+        }                                                                                          \
+    }                                                                                              \
+    static __global__ void swiglu_bwd_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv) { \
+        GRID_STRIDE(k, nv) {                                                                       \
+            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
+            float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];                        \
+            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);             \
+            ld_vec(dgu + ig, dg), ld_vec(dgu + ig + F, du);                                        \
+            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) {                                   \
+                float a, b;                                                                        \
+                swiglu_grad_f(g[e], u[e], dy[e], &a, &b);                                          \
+                dg[e] = dg[e] + a, du[e] = du[e] + b;                                              \
+            }                                                                                      \
+            st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);                                        \
+        }                                                                                          \
+    }                                                                                              \
+    static __global__ void swiglu_bwd_set_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv) { \
+        GRID_STRIDE(k, nv) {                                                                       \
+            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
+            float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];                        \
+            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);             \
+            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) swiglu_grad_f(g[e], u[e], dy[e], &dg[e], &du[e]); \
+            st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);                                        \
         }                                                                                          \
     }                                                                                              \
     static __global__ void residual_kernel(T *out, const T *a, const T *b, size_t n) {             \
@@ -86,6 +161,12 @@ static __global__ void cast_bf16_f32_kernel(float *dst, const nb_bf16_t *src, si
         CUDA_CHECK_LAUNCH(what);                                                                   \
     } while (0)
 
+/* The swiglu vector kernels: F a multiple of the vector, so that with 16-byte aligned bases every
+ * row of gu, dgu and out (and every vector in them) is 16-byte aligned too. */
+static int swiglu_vec_ok(int F, int vec, const void *a, const void *b, const void *c) {
+    return F % vec == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
 #define DEF_ACT_LAUNCHERS(SFX, T, KT)                                                              \
     extern "C" void nb_cuda_gelu_forward_##SFX(T *out, const T *inp, size_t n, nb_stream_t stream) { \
         NB_CUDA_SHAPE(out && inp, "nb_cuda_gelu_forward_" #SFX);                                   \
@@ -104,27 +185,40 @@ static __global__ void cast_bf16_f32_kernel(float *dst, const nb_bf16_t *src, si
     }                                                                                              \
     extern "C" void nb_cuda_swiglu_forward_##SFX(T *out, const T *gu, int N, int F, nb_stream_t stream) { \
         NB_CUDA_SHAPE(out && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_forward_" #SFX);              \
-        size_t n = (size_t)N * F;                                                                  \
-        LAUNCH_1D(swiglu_fwd_kernel, n, "swiglu forward", (KT *)out, (const KT *)gu, F, n);        \
+        size_t n = (size_t)N * F, nv = n / VEC(KT);                                                \
+        if (swiglu_vec_ok(F, VEC(KT), out, gu, gu))                                                \
+            LAUNCH_1D(swiglu_fwd_vec_kernel, nv, "swiglu forward", (KT *)out, (const KT *)gu, F, nv); \
+        else                                                                                       \
+            LAUNCH_1D(swiglu_fwd_kernel, n, "swiglu forward", (KT *)out, (const KT *)gu, F, n);    \
+    }                                                                                              \
+    static void swiglu_bwd_##SFX(KT *dgu, const KT *dout, const KT *gu, int F, size_t n, int set,   \
+                                 nb_stream_t stream) {                                             \
+        size_t nv = n / VEC(KT);                                                                   \
+        if (!swiglu_vec_ok(F, VEC(KT), dgu, dout, gu)) {                                           \
+            if (set)                                                                               \
+                LAUNCH_1D(swiglu_bwd_set_kernel, n, "swiglu backward (set)", dgu, dout, gu, F, n); \
+            else                                                                                   \
+                LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", dgu, dout, gu, F, n);           \
+        } else if (set) {                                                                          \
+            LAUNCH_1D(swiglu_bwd_set_vec_kernel, nv, "swiglu backward (set)", dgu, dout, gu, F, nv); \
+        } else {                                                                                   \
+            LAUNCH_1D(swiglu_bwd_vec_kernel, nv, "swiglu backward", dgu, dout, gu, F, nv);         \
+        }                                                                                          \
     }                                                                                              \
     extern "C" void nb_cuda_swiglu_backward_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \
                                                    nb_stream_t stream) {                           \
         if (!dgu) return;                                                                          \
         NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_" #SFX);            \
-        size_t n = (size_t)N * F;                                                                  \
-        LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
+        swiglu_bwd_##SFX((KT *)dgu, (const KT *)dout, (const KT *)gu, F, (size_t)N * F, 0, stream); \
     }                                                                                              \
     extern "C" void nb_cuda_swiglu_backward_set_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \
                                                        nb_stream_t stream) {                       \
         if (!dgu) return;                                                                          \
         NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_set_" #SFX);        \
         size_t n = (size_t)N * F;                                                                  \
-        if (!nb_env_flag("NB_GRAD_SET", 1)) {                                                      \
-            if (n) CUDA_CHECK(cudaMemsetAsync(dgu, 0, 2 * n * sizeof(T), stream));                 \
-            LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
-            return;                                                                                \
-        }                                                                                          \
-        LAUNCH_1D(swiglu_bwd_set_kernel, n, "swiglu backward (set)", (KT *)dgu, (const KT *)dout, (const KT *)gu, F, n); \
+        int set = nb_env_flag("NB_GRAD_SET", 1);                                                   \
+        if (!set && n) CUDA_CHECK(cudaMemsetAsync(dgu, 0, 2 * n * sizeof(T), stream));            \
+        swiglu_bwd_##SFX((KT *)dgu, (const KT *)dout, (const KT *)gu, F, n, set, stream);          \
     }                                                                                              \
     extern "C" void nb_cuda_residual_forward_##SFX(T *out, const T *a, const T *b, size_t n,       \
                                                     nb_stream_t stream) {                          \

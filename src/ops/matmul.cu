@@ -9,6 +9,7 @@
  * Every GEMM runs with CUBLAS_COMPUTE_32F (fp32 accumulation; with fp32 operands that is true
  * fp32, TF32 off). cuBLASLt picks the same algorithm for the same shapes, alignments and
  * workspace limit, and its split-K reductions are not atomic, so results repeat bit for bit. */
+#include <pthread.h>
 #include <stdint.h>
 
 #include "ops_cuda_common.cuh"
@@ -61,6 +62,42 @@ static uint32_t ptr_align(const void *p) {
     uint32_t a = 256;
     while (a > 1 && ((uintptr_t)p % a) != 0) a >>= 1;
     return a;
+}
+
+/* cuBLASLt's workspace, one per stream and device, made on the stream's first GEMM outside a graph
+ * capture and kept: otherwise each GEMM is a cudaMallocAsync, the GEMM and a cudaFreeAsync, and
+ * in a captured step three graph nodes where one does (issue 18: the proxy's step is launch-bound).
+ * Work on one stream runs in order, so its GEMMs can share one buffer; each lane has its own
+ * stream. A stream first seen inside a capture takes scratch as before. NB_LT_WS_CACHE=0: always
+ * scratch (the old way). The buffers live as long as the process (a few per run). */
+#define WS_SLOTS 64
+static struct {
+    cudaStream_t stream;
+    int device;
+    void *p;
+} ws_slot[WS_SLOTS];
+static int ws_used;
+static pthread_mutex_t ws_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *cached_workspace(cudaStream_t stream) {
+    static int on = -1;
+    if (on < 0) on = nb_env_flag("NB_LT_WS_CACHE", 1);
+    if (!on) return NULL;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    void *p = NULL;
+    pthread_mutex_lock(&ws_mu);
+    for (int i = 0; i < ws_used && !p; i++)
+        if (ws_slot[i].stream == stream && ws_slot[i].device == dev) p = ws_slot[i].p;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (!p && ws_used < WS_SLOTS && cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+        cap == cudaStreamCaptureStatusNone) {
+        CUDA_CHECK(cudaMalloc(&p, LT_MAX_WORKSPACE));
+        ws_slot[ws_used].stream = stream, ws_slot[ws_used].device = dev, ws_slot[ws_used].p = p;
+        ws_used++;
+    }
+    pthread_mutex_unlock(&ws_mu);
+    return p;
 }
 
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail) {
@@ -123,10 +160,11 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
                 cublasGetStatusString(st));
     if (found) {
         float alpha = 1.0f, beta = g->beta;
-        void *ws = nb_cuda_scratch(heur.workspaceSize, stream);
+        void *kept = heur.workspaceSize ? cached_workspace(stream) : NULL;
+        void *ws = kept ? kept : nb_cuda_scratch(heur.workspaceSize, stream);
         CUBLAS_CHECK(cublasLtMatmul(lt_handle, op, &alpha, g->A, la, g->B, lb, &beta, Cm, ld, g->D, ld, &heur.algo,
                                     ws, heur.workspaceSize, stream));
-        nb_cuda_scratch_free(ws, stream);
+        if (!kept) nb_cuda_scratch_free(ws, stream);
     }
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
@@ -252,13 +290,50 @@ DEF_MATMUL_RESIDUAL_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
     }
 NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
 
+/* The same partial sums for bf16 rows of 16-byte vectors (OC % 8 == 0, dout 16-byte aligned): a
+ * thread takes 8 adjacent columns, so a warp reads 512 contiguous bytes per row instead of 64.
+ * Each column still gets row lane y's rows r0 + y, r0 + y + 8, ... in that order and the lanes
+ * added 0..7: the bits of dbias_part_kernel. */
+static __device__ __forceinline__ void bf16x8_to_f32(uint4 u, float *v) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+
+static __global__ void dbias_part_v8_kernel(float *part, const nb_bf16_t *dout, int N, int OC) {
+    __shared__ float sh[8][8][33]; /* [row lane][element][column vector]: no bank conflicts */
+    const int v = blockIdx.x * 32 + threadIdx.x, nv = OC / 8;
+    const int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (v < nv)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float x[8];
+            bf16x8_to_f32(*(const uint4 *)(dout + (size_t)r * OC + (size_t)v * 8), x);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] += x[e];
+        }
+#pragma unroll
+    for (int e = 0; e < 8; e++) sh[threadIdx.y][e][threadIdx.x] = acc[e];
+    __syncthreads();
+    /* 256 threads, 256 columns: thread (x, y) finishes element y of vector x */
+    const int e = threadIdx.y, c = v * 8 + e;
+    if (v < nv) {
+        float s = 0.0f;
+        for (int i = 0; i < 8; i++) s += sh[i][e][threadIdx.x];
+        part[(size_t)blockIdx.y * OC + c] = s;
+    }
+}
+
 /* dbias[OC] += column sums of dout[N, OC] (bf: bf16 elements), our two-pass fixed-order reduction. */
 static void dbias_reduce(float *dbias, const void *dout, int bf, int N, int OC, cudaStream_t stream, const char *name) {
     int nparts = nb_col_parts(N);
     NB_CUDA_SHAPE(nparts <= 65535, name);
     float *part = (float *)nb_cuda_scratch((size_t)nparts * OC * sizeof(float), stream);
     dim3 grid((OC + 31) / 32, nparts);
-    if (bf)
+    if (bf && OC % 8 == 0 && ((uintptr_t)dout & 15u) == 0 && nb_env_flag("NB_DBIAS_V8", 1))
+        dbias_part_v8_kernel<<<dim3((OC / 8 + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, (const nb_bf16_t *)dout,
+                                                                                         N, OC);
+    else if (bf)
         dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const nb_bf16_t *)dout, N, OC);
     else
         dbias_part_kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const float *)dout, N, OC);

@@ -9,7 +9,11 @@
  * 16-byte loads, keeps them in registers for dinp's second sweep, and adds dout * xhat and dout
  * into per-warp column sums in shared memory; the block then writes one partial row of dw and
  * db, and ln_finish_kernel adds the partials in a fixed order. Two launches, ~8 bytes of traffic
- * per bf16 element (the old path: four launches, dout and inp read twice with 2-byte loads). */
+ * per bf16 element (the old path: four launches, dout and inp read twice with 2-byte loads).
+ * RMSNorm's backward is the same kernel with mean 0 and no mean(g) term (mean == NULL).
+ *
+ * The forwards read 16-byte vectors too when rows and tensors allow it, a row held in registers
+ * across the passes over it; the scalar kernels serve every other shape. */
 #include "ops_cuda_common.cuh"
 
 #define ROWS_PER_BLOCK 8
@@ -127,13 +131,16 @@ static __device__ __forceinline__ void ln_st8(nb_bf16_t *p, const float *v) {
  * holds vector 32k + l). Slots below LNB_KEEP stay in registers (raw, 4 registers per slot and
  * tensor) between the two sweeps over a row (C <= 2048 in bf16, 1024 in fp32); further slots
  * are read again (L1/L2 hits).
- * Column sums: warp q of the block owns 2 * Cp floats of shared memory (dw sums, then db sums),
- * Cp = 32 * VEC * slots; the sum of column (vector 32k + l, element e) sits at index
+ * Column sums: warp q of the block owns 2 * Cp floats of shared memory (dw sums, then db sums;
+ * Cp alone in RMS mode, which has no db), Cp = 32 * VEC * slots; the sum of column (vector
+ * 32k + l, element e) sits at index
  * (k * VEC + e) * 32 + l: every lane only ever touches its own indices (no races, no barrier,
  * no bank conflicts). Warps per block W depend on C alone (LNB_SMEM_FLOATS bounds W * 2 * Cp),
  * and block b sums rows [b * R, b * R + R) with R from N alone, warp q taking rows q, q + W, ...:
  * the partial sums, hence dw and db, have the same bits whatever the vector width or which of
- * dinp / dw / db are wanted (their products use explicitly rounded intrinsics). */
+ * dinp / dw / db are wanted (their products use explicitly rounded intrinsics).
+ * RMS mode (mean == NULL): xhat = x * rstd, m = 0 and mean(g) = 0 taken as values (the LN code
+ * path is unchanged; in RMS mode the subtractions of 0 are exact), no db sums, part_b unused. */
 #define LNB_KEEP 8
 #define LNB_MAX_WARPS 8
 #define LNB_SMEM_FLOATS 12288 /* 48 KB: the static shared-memory limit, no opt-in needed */
@@ -150,20 +157,21 @@ static int lnb_rows(int N) {
     return r < 16 ? 16 : r;
 }
 
-/* Sweep 1 over vector v (slot k) of a row, xv / dv / wv unpacked: row sums of g = w * dout and
- * g * xhat, and (sums) the column sums of dout * xhat and dout. */
+/* Sweep 1 over vector v (slot k) of a row, xv / dv / wv unpacked: row sums of g = w * dout (LN
+ * only) and g * xhat, and (sums) the column sums of dout * xhat and (LN only) dout. */
 #define LNB_SWEEP1(VEC)                                                                            \
     _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                              \
         const float xhat = __fmul_rn(__fsub_rn(xv[e], m), r), g = __fmul_rn(wv[e], dv[e]);         \
-        sg += g;                                                                                   \
+        if (!rms) sg += g;                                                                         \
         sgx += g * xhat;                                                                           \
         if (sums) {                                                                                \
             const int si = (k * VEC + e) * 32 + lane;                                              \
             aw[si] = __fadd_rn(aw[si], __fmul_rn(dv[e], xhat));                                    \
-            ab[si] = __fadd_rn(ab[si], dv[e]);                                                     \
+            if (!rms) ab[si] = __fadd_rn(ab[si], dv[e]);                                           \
         }                                                                                          \
     }
-/* Sweep 2 over vector v: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+/* Sweep 2 over vector v: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)); in RMS mode
+ * mean(g) = 0, which makes it RMSNorm's r * g - x * r^3 * mean(g * x). */
 #define LNB_SWEEP2(RAW, VEC)                                                                       \
     {                                                                                              \
         float ov[VEC];                                                                             \
@@ -204,14 +212,14 @@ static int lnb_rows(int N) {
         extern __shared__ float lnb_sh[];                                                          \
         const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;            \
         const int nv = C / VEC, K = (nv + 31) >> 5, Cp = K * 32 * VEC;                             \
-        const int sums = part_w != NULL;                                                           \
-        float *aw = lnb_sh + (size_t)wid * 2 * Cp, *ab = aw + Cp;                                  \
+        const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp; /* S: per warp */ \
+        float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;                                       \
         if (sums) /* this lane's own indices: i % 32 == lane */                                    \
-            for (int i = lane; i < 2 * Cp; i += 32) aw[i] = 0.0f;                                  \
+            for (int i = lane; i < S; i += 32) aw[i] = 0.0f;                                       \
         const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);                                        \
         for (int row = r0 + wid; row < r1; row += W) {                                             \
             const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                      \
-            const float m = mean[row], r = rstd[row];                                              \
+            const float m = rms ? 0.0f : mean[row], r = rstd[row];                                 \
             RAW kx[LNB_KEEP], kd[LNB_KEEP];                                                        \
             _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) { /* all loads in flight first */ \
                 const int v = k * 32 + lane;                                                       \
@@ -223,7 +231,7 @@ static int lnb_rows(int N) {
             float sg = 0.0f, sgx = 0.0f;                                                           \
             LNB_ROW_PASS(RAW, VEC, LNB_SWEEP1(VEC))                                                \
             if (!dinp) continue; /* uniform over the warp */                                       \
-            const float mg = nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;                      \
+            const float mg = rms ? 0.0f : nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;         \
             T *dx = dinp + (size_t)row * C;                                                        \
             LNB_ROW_PASS(RAW, VEC, LNB_SWEEP2(RAW, VEC))                                           \
         }                                                                                          \
@@ -234,11 +242,11 @@ static int lnb_rows(int N) {
             const int v = c / VEC, e = c - v * VEC, si = ((v >> 5) * VEC + e) * 32 + (v & 31);     \
             float s1 = 0.0f, s2 = 0.0f;                                                            \
             for (int q = 0; q < W; q++) {                                                          \
-                s1 = __fadd_rn(s1, lnb_sh[(size_t)q * 2 * Cp + si]);                               \
-                s2 = __fadd_rn(s2, lnb_sh[(size_t)q * 2 * Cp + Cp + si]);                          \
+                s1 = __fadd_rn(s1, lnb_sh[(size_t)q * S + si]);                                    \
+                if (!rms) s2 = __fadd_rn(s2, lnb_sh[(size_t)q * S + Cp + si]);                     \
             }                                                                                      \
             part_w[(size_t)blockIdx.x * C + c] = s1;                                               \
-            part_b[(size_t)blockIdx.x * C + c] = s2;                                               \
+            if (!rms) part_b[(size_t)blockIdx.x * C + c] = s2;                                     \
         }                                                                                          \
     }
 DEF_LN_BWD(ln_bwd_f32_v4, float, float4, 4)
@@ -270,31 +278,34 @@ static __global__ void ln_finish_kernel(float *dw, float *db, const float *part_
 
 static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* The fused backward; returns 0 (nothing launched) when C is too wide for its shared memory. */
+/* The fused backward; returns 0 (nothing launched) when C is too wide for its shared memory.
+ * mean NULL: RMSNorm's backward (no db; db must be NULL). */
 #define DEF_LN_BWD_LAUNCH(SFX, KT, VEC)                                                            \
     static int ln_bwd_fused_##SFX(KT *dinp, float *dw, float *db, const KT *dout, const KT *inp,   \
                                   const KT *w, const float *mean, const float *rstd, int N, int C, \
                                   cudaStream_t stream) {                                           \
         const int W = lnb_warps(C);                                                                \
         if (W < 1) return 0;                                                                       \
+        if (!dinp && !dw && !db) return 1;                                                         \
         const int vec = C % VEC == 0 && ln_aligned16(dout) && ln_aligned16(inp) && ln_aligned16(w) && \
                         (!dinp || ln_aligned16(dinp));                                             \
         const int v = vec ? VEC : 1, K = (C / v + 31) / 32, Cp = K * 32 * v;                       \
         const int R = lnb_rows(N), nparts = (N + R - 1) / R, sums = dw || db;                      \
-        float *part = sums ? (float *)nb_cuda_scratch(2 * (size_t)nparts * C * sizeof(float), stream) : NULL; \
-        float *part_b = sums ? part + (size_t)nparts * C : NULL;                                   \
-        size_t smem = sums ? (size_t)W * 2 * Cp * sizeof(float) : 0;                               \
+        const int nsum = mean ? 2 : 1; /* column sums per column: dw and db, or dw alone (RMS) */  \
+        float *part = sums ? (float *)nb_cuda_scratch(nsum * (size_t)nparts * C * sizeof(float), stream) : NULL; \
+        float *part_b = sums && mean ? part + (size_t)nparts * C : NULL;                           \
+        size_t smem = sums ? (size_t)W * nsum * Cp * sizeof(float) : 0;                            \
         if (vec)                                                                                   \
             ln_bwd_##SFX##_v##VEC<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, \
                                                                   N, C, R);                        \
         else                                                                                       \
             ln_bwd_##SFX##_v1<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, \
                                                               C, R);                               \
-        CUDA_CHECK_LAUNCH("layernorm backward (fused)");                                           \
+        CUDA_CHECK_LAUNCH(mean ? "layernorm backward (fused)" : "rmsnorm backward (fused)");       \
         if (sums) {                                                                                \
-            ln_finish_kernel<<<dim3((C + 31) / 32, 2), dim3(32, LNF_ROWS), 0, stream>>>(dw, db, part, part_b, \
-                                                                                    nparts, C);    \
-            CUDA_CHECK_LAUNCH("layernorm backward (dw/db partials)");                              \
+            ln_finish_kernel<<<dim3((C + 31) / 32, nsum), dim3(32, LNF_ROWS), 0, stream>>>(dw, db, part, part_b, \
+                                                                                       nparts, C); \
+            CUDA_CHECK_LAUNCH(mean ? "layernorm backward (dw/db partials)" : "rmsnorm backward (dw partials)"); \
             nb_cuda_scratch_free(part, stream);                                                    \
         }                                                                                          \
         return 1;                                                                                  \
@@ -302,14 +313,106 @@ static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 DEF_LN_BWD_LAUNCH(f32, float, 4)
 DEF_LN_BWD_LAUNCH(bf16, nb_bf16_t, 8)
 
-#define DEF_LN_LAUNCHERS(SFX, T, KT)                                                               \
+/* ---- LayerNorm and RMSNorm forward over 16-byte vectors ---- */
+
+/* One warp per row as in the scalar kernels, with the fused backward's layout: lane l owns vectors
+ * l, l + 32, ... (slot k: vector 32k + l). The first LNB_KEEP slots are loaded once, all in flight
+ * together, and stay in registers through the passes over the row (C <= 2048 in bf16, 1024 in
+ * fp32); further slots are read again (L1/L2 hits). A lane adds each vector's elements in a fixed
+ * pairwise tree (a short dependency chain), then the vectors in slot order, then the warp's
+ * butterfly: the order depends on C alone. The per-element outputs are the scalar kernels'
+ * expressions, so the results differ from theirs only through the order of the row sums. */
+
+/* Sum of v[0..n) in a fixed pairwise tree; n = VEC (8 or 4), a constant once inlined. */
+static __device__ __forceinline__ float nfv_sum(const float *v, int n) {
+    const float s4 = (v[0] + v[1]) + (v[2] + v[3]);
+    return n == 8 ? s4 + ((v[4] + v[5]) + (v[6] + v[7])) : s4;
+}
+/* Sum of (v[e] - m)^2 over one vector, in nfv_sum's order. */
+static __device__ __forceinline__ float nfv_sumsq(const float *v, int n, float m) {
+    float d[8];
+#pragma unroll
+    for (int e = 0; e < n; e++) {
+        const float t = v[e] - m;
+        d[e] = t * t;
+    }
+    return nfv_sum(d, n);
+}
+
+/* Row setup: row and lane, nv vectors per row, xr the row as vectors, y the output row, and the
+ * kept slots kx loaded (returns from a warp past the last row). */
+#define NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
+    const int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;     \
+    if (row >= N) return;                                                                          \
+    const int nv = C / VEC;                                                                        \
+    const RAW *xr = (const RAW *)(inp + (size_t)row * C);                                          \
+    T *y = out + (size_t)row * C;                                                                  \
+    RAW kx[LNB_KEEP];                                                                              \
+    _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) /* all loads in flight first */            \
+        if (k * 32 + lane < nv) kx[k] = xr[k * 32 + lane];
+
+/* One pass over this lane's vectors of the row: BODY runs on each, v its index, xv unpacked. */
+#define NFV_ROW_PASS(RAW, VEC, BODY)                                                               \
+    _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                         \
+        const int v = k * 32 + lane;                                                               \
+        if (v < nv) {                                                                              \
+            float xv[VEC];                                                                         \
+            ln_unpack(kx[k], xv);                                                                  \
+            BODY                                                                                   \
+        }                                                                                          \
+    }                                                                                              \
+    for (int v = LNB_KEEP * 32 + lane; v < nv; v += 32) {                                          \
+        float xv[VEC];                                                                             \
+        ln_unpack(xr[v], xv);                                                                      \
+        BODY                                                                                       \
+    }
+
+/* y = (x - m) * r * w + b over vector v: ln_fwd_kernel's expression, element by element. */
+#define NFV_LN_OUT(RAW, VEC)                                                                       \
+    {                                                                                              \
+        float wv[VEC], bv[VEC], ov[VEC];                                                           \
+        ln_unpack(((const RAW *)w)[v], wv);                                                        \
+        ln_unpack(((const RAW *)b)[v], bv);                                                        \
+        _Pragma("unroll") for (int e = 0; e < VEC; e++) ov[e] = (xv[e] - m) * r * wv[e] + bv[e];   \
+        ln_st##VEC(y + (size_t)v * VEC, ov);                                                       \
+    }
+
+/* Two passes for the statistics (mean, then squared deviations from it: no cancellation), one
+ * for the output. */
+#define DEF_LN_FWD_VEC(NAME, T, RAW, VEC)                                                          \
+    static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)                                  \
+        NAME(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C, \
+             float eps) {                                                                          \
+        NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
+        float s = 0.0f;                                                                            \
+        NFV_ROW_PASS(RAW, VEC, s += nfv_sum(xv, VEC);)                                             \
+        const float m = nb_warp_sum(s) / C;                                                        \
+        float ss = 0.0f;                                                                           \
+        NFV_ROW_PASS(RAW, VEC, ss += nfv_sumsq(xv, VEC, m);)                                       \
+        const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                   \
+        NFV_ROW_PASS(RAW, VEC, NFV_LN_OUT(RAW, VEC))                                               \
+        if (lane == 0) {                                                                           \
+            if (mean) mean[row] = m;                                                               \
+            if (rstd) rstd[row] = r;                                                               \
+        }                                                                                          \
+    }
+DEF_LN_FWD_VEC(ln_fwd_f32_v4, float, float4, 4)
+DEF_LN_FWD_VEC(ln_fwd_bf16_v8, nb_bf16_t, uint4, 8)
+
+/* VEC: elements per 16-byte vector. Vector rows need C % VEC == 0 and every tensor the kernel
+ * reads or writes 16-byte aligned; any other shape takes the scalar kernel. */
+#define DEF_LN_LAUNCHERS(SFX, T, KT, VEC)                                                          \
     extern "C" void nb_cuda_layernorm_forward_##SFX(T *out, float *mean, float *rstd, const T *inp, \
                                                      const T *w, const T *b, int N, int C, float eps, \
                                                      nb_stream_t stream) {                         \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w && b, "nb_cuda_layernorm_forward_" #SFX); \
         if (N == 0) return;                                                                        \
-        ln_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                          \
-            (KT *)out, mean, rstd, (const KT *)inp, (const KT *)w, (const KT *)b, N, C, eps);      \
+        if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w) && ln_aligned16(b)) \
+            ln_fwd_##SFX##_v##VEC<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(              \
+                (KT *)out, mean, rstd, (const KT *)inp, (const KT *)w, (const KT *)b, N, C, eps);  \
+        else                                                                                       \
+            ln_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                      \
+                (KT *)out, mean, rstd, (const KT *)inp, (const KT *)w, (const KT *)b, N, C, eps);  \
         CUDA_CHECK_LAUNCH("layernorm forward");                                                    \
     }                                                                                              \
     extern "C" void nb_cuda_layernorm_backward_##SFX(T *dinp, float *dw, float *db, const T *dout, \
@@ -340,8 +443,8 @@ DEF_LN_BWD_LAUNCH(bf16, nb_bf16_t, 8)
         if (db) nb_col_finish(db, part_b, nparts, C, stream);                                      \
         nb_cuda_scratch_free(part, stream);                                                        \
     }
-DEF_LN_LAUNCHERS(f32, float, float)
-DEF_LN_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+DEF_LN_LAUNCHERS(f32, float, float, 4)
+DEF_LN_LAUNCHERS(bf16, nb_bf16, nb_bf16_t, 8)
 
 /* ---- RMSNorm ---- */
 
@@ -364,7 +467,29 @@ DEF_LN_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
     }
 NB_FOR_EACH_DTYPE(DEF_RMS_FWD)
 
-/* dx += r * g - x * r^3 * mean(g * x), g = w * dout. */
+/* The vector form (NFV_ROW_PASS's layout and sum order); y = w * (x * r) as rms_fwd_kernel. */
+#define NFV_RMS_OUT(RAW, VEC)                                                                      \
+    {                                                                                              \
+        float wv[VEC], ov[VEC];                                                                    \
+        ln_unpack(((const RAW *)w)[v], wv);                                                        \
+        _Pragma("unroll") for (int e = 0; e < VEC; e++) ov[e] = wv[e] * (xv[e] * r);               \
+        ln_st##VEC(y + (size_t)v * VEC, ov);                                                       \
+    }
+#define DEF_RMS_FWD_VEC(NAME, T, RAW, VEC)                                                         \
+    static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)                                  \
+        NAME(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {             \
+        NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
+        float ss = 0.0f;                                                                           \
+        NFV_ROW_PASS(RAW, VEC, ss += nfv_sumsq(xv, VEC, 0.0f);)                                    \
+        const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                   \
+        NFV_ROW_PASS(RAW, VEC, NFV_RMS_OUT(RAW, VEC))                                              \
+        if (lane == 0 && rstd) rstd[row] = r;                                                      \
+    }
+DEF_RMS_FWD_VEC(rms_fwd_f32_v4, float, float4, 4)
+DEF_RMS_FWD_VEC(rms_fwd_bf16_v8, nb_bf16_t, uint4, 8)
+
+/* dx += r * g - x * r^3 * mean(g * x), g = w * dout. The unfused path, for C too wide for the
+ * fused kernel (the RMS mode of ln_bwd_fused_*). */
 #define DEF_RMS_DINP(T)                                                                            \
     static __global__ void rms_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,       \
                                            const float *rstd, int N, int C) {                      \
@@ -401,13 +526,18 @@ NB_FOR_EACH_DTYPE(DEF_RMS_DINP)
     }
 NB_FOR_EACH_DTYPE(DEF_RMS_DW)
 
-#define DEF_RMS_LAUNCHERS(SFX, T, KT)                                                              \
+/* VEC as in DEF_LN_LAUNCHERS. */
+#define DEF_RMS_LAUNCHERS(SFX, T, KT, VEC)                                                         \
     extern "C" void nb_cuda_rmsnorm_forward_##SFX(T *out, float *rstd, const T *inp, const T *w, int N, \
                                                    int C, float eps, nb_stream_t stream) {         \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w, "nb_cuda_rmsnorm_forward_" #SFX);        \
         if (N == 0) return;                                                                        \
-        rms_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                         \
-            (KT *)out, rstd, (const KT *)inp, (const KT *)w, N, C, eps);                           \
+        if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w))             \
+            rms_fwd_##SFX##_v##VEC<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(             \
+                (KT *)out, rstd, (const KT *)inp, (const KT *)w, N, C, eps);                       \
+        else                                                                                       \
+            rms_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                     \
+                (KT *)out, rstd, (const KT *)inp, (const KT *)w, N, C, eps);                       \
         CUDA_CHECK_LAUNCH("rmsnorm forward");                                                      \
     }                                                                                              \
     extern "C" void nb_cuda_rmsnorm_backward_##SFX(T *dinp, float *dw, const T *dout, const T *inp, \
@@ -416,6 +546,10 @@ NB_FOR_EACH_DTYPE(DEF_RMS_DW)
         const char *name = "nb_cuda_rmsnorm_backward_" #SFX;                                       \
         NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && rstd, name);                          \
         if (N == 0) return;                                                                        \
+        if (ln_bwd_fused_##SFX((KT *)dinp, dw, NULL, (const KT *)dout, (const KT *)inp, (const KT *)w, NULL, \
+                               rstd, N, C, stream))                                                \
+            return;                                                                                \
+        /* C too wide for the fused kernel's shared memory: row kernel, then column sums */        \
         if (dinp) {                                                                                \
             rms_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                    \
                 (KT *)dinp, (const KT *)dout, (const KT *)inp, (const KT *)w, rstd, N, C);         \
@@ -431,5 +565,5 @@ NB_FOR_EACH_DTYPE(DEF_RMS_DW)
         nb_col_finish(dw, part, nparts, C, stream);                                                \
         nb_cuda_scratch_free(part, stream);                                                        \
     }
-DEF_RMS_LAUNCHERS(f32, float, float)
-DEF_RMS_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+DEF_RMS_LAUNCHERS(f32, float, float, 4)
+DEF_RMS_LAUNCHERS(bf16, nb_bf16, nb_bf16_t, 8)
