@@ -14,7 +14,8 @@
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
 #   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
-#   --bench, bench/attn_ab.sh: the step with each NB_ATTN; ATTN_AB_ARGS), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
+#   --bench, bench/attn_ab.sh: the step with each NB_ATTN; ATTN_AB_ARGS), gpu_quick (test_ops_cuda, test_kprof,
+#   tests/gpu_train_test.sh), quality (gpt2 B=16 600 steps on data/sotu: the validation losses), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
 #   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
 #   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
 #   model's step kernel by kernel from CUPTI; KTABLE_ARGS), ktable_old (the same with the switches back
@@ -55,6 +56,14 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         ab) build && OUT=$R/ab bash bench/engine_ab.sh /tmp/before/build/nobubble "$NB_BUILD/nobubble" ${AB_ROWS:-} ;;
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
+        gpu_quick) build && { r=0; for t in test_ops_cuda test_kprof; do "$NB_BUILD/tests/$t" > "$R/$t.log" 2>&1 || { r=1; tail -20 "$R/$t.log"; }
+                grep -E "^(ok|FAIL|skip)" "$R/$t.log" | tail -3; done; bash tests/gpu_train_test.sh || r=1; return $r; } ;;
+        quality) build && { $NB_BUILD/nobubble train --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
+                --eval-every 100 --eval-batches 0 --no-ckpt --no-progress --out "$R/quality" > "$R/quality.log" 2>&1 || { tail -5 "$R/quality.log"; return 1; }
+            grep -h "^attention\|^throughput" "$R/quality.log"
+            python3 -c 'import json, sys
+v = [(r["step"], r["val_loss"]) for r in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "val_loss" in r]
+print("validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f" % min(x[1] for x in v))' "$R/quality"; } ;;
         gpu_seqctr) build && bash tests/gpu_seqctr_test.sh ;;
         gpu_ranks) build && bash tests/gpu_ranks_test.sh ;;
         pipe) build && OUT=$R/pipe bash bench/pipe_bench.sh --no-build ${PIPE_ARGS:---steps 150 --graphs} ;;

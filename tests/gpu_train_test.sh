@@ -26,6 +26,12 @@ for model in gpt2-tiny llama-tiny; do
     $NB train "${C[@]}" --device cuda --graphs --out "$TMP/graphs-$model" || fail "$model --graphs run"
     cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/graphs-$model/ckpt/model.safetensors" \
         && pass "$model: CUDA graph replay (--graphs) is bitwise equal to eager steps" || fail "$model: --graphs differs"
+    # the kernel table (CUPTI) watches the steps without changing them
+    $NB train "${C[@]}" --device cuda --graphs --kernel-table 5 --out "$TMP/kt-$model" 2>"$TMP/kt-$model.log" || fail "$model --kernel-table run"
+    cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/kt-$model/ckpt/model.safetensors" \
+        && grep -q "^kernels     per step over [0-9]* steps (CUPTI): [0-9]* launches" "$TMP/kt-$model.log" \
+        && pass "$model: --kernel-table prints the step's kernels, same bits ($(grep -o '[0-9]* launches' "$TMP/kt-$model.log"))" \
+        || fail "$model: --kernel-table: $(grep -E '^kernels|^note' "$TMP/kt-$model.log" | head -2)"
     $NB train "${C[@]}" --device cuda --stop-after 10 --out "$TMP/split-$model" || fail "$model first half"
     $NB train --resume "$TMP/split-$model" --out "$TMP/split-$model" --no-progress --quiet || fail "$model resume"
     cmp -s "$TMP/bf16-$model/ckpt/model.safetensors" "$TMP/split-$model/ckpt/model.safetensors" && \

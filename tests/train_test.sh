@@ -22,4 +22,8 @@ s=$($NB sample --ckpt "$TMP/llama" --prompt "The Congress" --tokens 20 --seed 7 
 [ ${#s} -gt 15 ] && pass "sample: $(echo "$s" | head -c 120 | tr '\n' ' ')" || fail "sample printed '$s'"
 s2=$($NB sample --ckpt "$TMP/llama" --prompt "The Congress" --tokens 20 --seed 7 2>/dev/null)
 [ "$s" = "$s2" ] && pass "sampling is deterministic for a seed" || fail "sampling differs between runs"
+# --kernel-table counts GPU kernels: on the CPU the run trains as usual and says so
+out=$($NB train --model llama-tiny --batch 2 --steps 2 --data "$TRAIN" --val-data none --no-progress --kernel-table 5 2>&1) \
+    && echo "$out" | grep -q "kernel-table counts GPU kernels" && ! echo "$out" | grep -q "^kernels " \
+    && pass "--kernel-table on the CPU: a note, no table" || fail "--kernel-table on the CPU: $(echo "$out" | tail -3)"
 finish
