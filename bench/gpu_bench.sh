@@ -2,7 +2,7 @@
 # GPU benchmarks of issue 3: nobubble and its PyTorch anchors on the same models, the same tokens
 # and the same GPU, in one run (made for one device call: about 6 minutes, never past --budget).
 #   bash bench/gpu_bench.sh [--no-build] [--quick] [--no-reduce-overhead] [--no-llama] [--no-nobubble]
-#                           [--no-kernels] [--budget S]
+#                           [--no-kernels] [--no-eager] [--rows LIST] [--budget S]
 #     --no-build             use the nobubble binary already in $NB_BUILD (default build-dev)
 #     --quick                fewer timed steps (proxy 20, gpt2 10, llama-1b 5), no reduce-overhead
 #     --no-reduce-overhead   skip torch.compile(mode="reduce-overhead") (CUDA graphs)
@@ -10,6 +10,10 @@
 #     --no-nobubble          run only the PyTorch anchors, even where nobubble's CUDA trainer works
 #     --no-kernels           skip the kernel tables (bench/kernel_table.sh: each nobubble row's step,
 #                            kernel by kernel, from CUPTI; printed after the nobubble runs)
+#     --no-eager             no eager PyTorch runs (never the best mode so far): llama-1b runs at
+#                            B = $LLAMA_B (16) instead of the largest batch eager fits
+#     --rows LIST            only these rows, comma-separated: proxy, gpt2 (B=32 and 64), llama,
+#                            gpt2-ro (gpt2 B=32 under reduce-overhead) [all]
 #     --budget S             no run starts that would end later than S seconds after start [480]
 # Writes to $OUT (default bench/out): anchor.jsonl (one JSON line per PyTorch run), nobubble.jsonl
 # (one per nobubble run, once its CUDA trainer exists), anchor.log, build.log, table.txt; prints
@@ -19,7 +23,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
 NB_BUILD=${NB_BUILD:-build-dev}
 PY=${PYTHON:-python3}
-build=1 quick=0 ro=1 llama=1 nb=1 kern=1 budget=480
+build=1 quick=0 ro=1 llama=1 nb=1 kern=1 eager=1 rows=proxy,gpt2,llama,gpt2-ro budget=480
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -28,9 +32,12 @@ while [ $# -gt 0 ]; do
         --no-llama) llama=0 ;;
         --no-nobubble) nb=0 ;;
         --no-kernels) kern=0 ;;
+        --no-eager) eager=0 ;;
+        --rows) [ $# -ge 2 ] || { echo "gpu_bench.sh: --rows needs a list (proxy,gpt2,llama,gpt2-ro)" >&2; exit 2; }
+                rows=$2; shift ;;
         --budget) [ $# -ge 2 ] || { echo "gpu_bench.sh: --budget needs a number of seconds" >&2; exit 2; }
                   budget=$2; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -93,13 +100,21 @@ anchor() {
         | tee -a "$OUT/anchor.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 }
-small_modes=eager,compile
-[ $ro = 1 ] && small_modes=eager,compile,reduce-overhead
-anchor --model gpt2-proxy --batch 8 --seq 256 --mode "$small_modes" --steps $S_PROXY
-anchor --model gpt2 --batch 32,64 --seq 1024 --mode eager,compile --steps $S_GPT2
+row() { case ",$rows," in *",$1,"*) return 0 ;; esac; return 1; }
+for r in ${rows//,/ }; do
+    case $r in proxy|gpt2|llama|gpt2-ro) ;; *) echo "gpu_bench.sh: unknown row '$r' in --rows (proxy, gpt2, llama, gpt2-ro)" >&2; exit 2 ;; esac
+done
+ev=eager,; [ $eager = 0 ] && ev=
+small_modes=${ev}compile
+[ $ro = 1 ] && small_modes=${ev}compile,reduce-overhead
+row proxy && anchor --model gpt2-proxy --batch 8 --seq 256 --mode "$small_modes" --steps $S_PROXY
+row gpt2 && anchor --model gpt2 --batch 32,64 --seq 1024 --mode ${ev}compile --steps $S_GPT2
 # llama-1b: the largest batch of 16, 8, 4, 2, 1 that runs eagerly, then torch.compile at that batch
-[ $llama = 1 ] && anchor --model llama-1b --seq 2048 --max-batch --batches 16,8,4,2,1 --mode eager,compile --steps $S_LLAMA
-[ $ro = 1 ] && anchor --model gpt2 --batch 32 --seq 1024 --mode reduce-overhead --steps $S_GPT2
+if row llama && [ $llama = 1 ]; then
+    if [ $eager = 1 ]; then anchor --model llama-1b --seq 2048 --max-batch --batches 16,8,4,2,1 --mode eager,compile --steps $S_LLAMA
+    else anchor --model llama-1b --seq 2048 --batch "${LLAMA_B:-16}" --mode compile --steps $S_LLAMA; fi
+fi
+[ $ro = 1 ] && row gpt2-ro && anchor --model gpt2 --batch 32 --seq 1024 --mode reduce-overhead --steps $S_GPT2
 
 # ============================== nobubble GPU runs: runs ==============================
 # PLACE OF THE NOBUBBLE RUNS (issue 3). Each nb_run trains one configuration on the same shard
@@ -123,21 +138,24 @@ nb_run() {   # MODEL BATCH SEQ STEPS
     fi
 }
 if [ $nb_ok = 1 ]; then
-    nb_run gpt2-proxy 8 256 $((S_PROXY + 5))
-    nb_run gpt2 32 1024 $((S_GPT2 + 5))
-    nb_run gpt2 64 1024 $((S_GPT2 + 5))
+    row proxy && nb_run gpt2-proxy 8 256 $((S_PROXY + 5))
+    { row gpt2 || row gpt2-ro; } && nb_run gpt2 32 1024 $((S_GPT2 + 5))
+    row gpt2 && nb_run gpt2 64 1024 $((S_GPT2 + 5))
     llama_b=$("$PY" -c 'import json, sys
 b = [r["max_batch"] for r in map(json.loads, open(sys.argv[1])) if r.get("model") == "llama-1b" and "max_batch" in r]
 print(max(b) if b else 0)' "$OUT/anchor.jsonl" 2>/dev/null || echo 0)
-    [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && nb_run llama-1b "$llama_b" 2048 $((S_LLAMA + 5))
+    [ $eager = 0 ] && llama_b=${LLAMA_B:-16}
+    row llama && [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && nb_run llama-1b "$llama_b" 2048 $((S_LLAMA + 5))
     # where each step's time goes, kernel by kernel: separate short runs, so the timed ones above
     # run without CUPTI
     if [ $kern = 1 ]; then
         echo "== kernel tables $(stamp)"
-        rows="gpt2-proxy:8:256 gpt2:32:1024"
-        [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && rows="$rows llama-1b:$llama_b:2048"
+        specs=''
+        row proxy && specs="gpt2-proxy:8:256"
+        { row gpt2 || row gpt2-ro; } && specs="$specs gpt2:32:1024"
+        row llama && [ $llama = 1 ] && [ "$llama_b" -gt 0 ] && specs="$specs llama-1b:$llama_b:2048"
         # shellcheck disable=SC2086
-        OUT="$OUT" NB_BUILD="$NB_BUILD" bash bench/kernel_table.sh --no-build --rows 25 $rows || status=1
+        [ -n "$specs" ] && { OUT="$OUT" NB_BUILD="$NB_BUILD" bash bench/kernel_table.sh --no-build --rows 25 $specs || status=1; }
     fi
 elif [ $nb = 0 ]; then
     echo "nobubble: not run (--no-nobubble)"

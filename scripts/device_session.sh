@@ -117,6 +117,12 @@ for arg in "$@"; do
     s=$(date +%s)
     timeout --kill-after 10 "$limit" bash -c "$(declare -f build stage); built=$built; R=$R; stage $name" > "$R/$name.log" 2>&1
     rc=$?
+    # a stage cut off by its limit can leave children behind (mpirun's ranks, a trainer) that keep
+    # the GPU busy and slow every later stage's numbers: end them before the next stage starts
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        pkill -9 -f "$NB_BUILD/" 2>/dev/null; pkill -9 -x mpirun 2>/dev/null; pkill -9 -x orterun 2>/dev/null
+        echo "=== $name: cut off after $limit s; its leftover processes were killed"
+    fi
     [ -x "$NB_BUILD/nobubble" ] && built=1
     echo "=== $name: rc=$rc ($(( $(date +%s) - s )) s of $limit)"
     tail -n "${TAILN:-25}" "$R/$name.log"
