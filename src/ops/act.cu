@@ -31,30 +31,20 @@ static __device__ __forceinline__ void swiglu_grad_f(float g, float u, float dy,
     *du = dy * silu;
 }
 
-/* 16 bytes of elements, 16-byte aligned, to and from fp32: bf16 -> fp32 is exact, fp32 -> bf16
- * rounds to nearest even (as nb_ld / nb_st). */
+/* 16 bytes of elements, 16-byte aligned, to and from fp32 (as nb_ld / nb_st). */
 #define VEC(T) ((int)(16 / sizeof(T)))
-static __device__ __forceinline__ float act_bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-static __device__ __forceinline__ float act_bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-static __device__ __forceinline__ unsigned act_bf_pack(float lo, float hi) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
 static __device__ __forceinline__ void ld_vec(const float *p, float *v) {
     float4 a = *(const float4 *)p;
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 static __device__ __forceinline__ void ld_vec(const nb_bf16_t *p, float *v) {
-    uint4 a = *(const uint4 *)p;
-    v[0] = act_bf_lo(a.x), v[1] = act_bf_hi(a.x), v[2] = act_bf_lo(a.y), v[3] = act_bf_hi(a.y);
-    v[4] = act_bf_lo(a.z), v[5] = act_bf_hi(a.z), v[6] = act_bf_lo(a.w), v[7] = act_bf_hi(a.w);
+    nb_bf16x8_unpack(*(const uint4 *)p, v);
 }
 static __device__ __forceinline__ void st_vec(float *p, const float *v) {
     *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
 }
 static __device__ __forceinline__ void st_vec(nb_bf16_t *p, const float *v) {
-    *(uint4 *)p = make_uint4(act_bf_pack(v[0], v[1]), act_bf_pack(v[2], v[3]), act_bf_pack(v[4], v[5]),
-                             act_bf_pack(v[6], v[7]));
+    *(uint4 *)p = nb_bf16x8_pack(v);
 }
 
 /* Offset in gu of the gate under output vector k: output element k * vec lies in row
@@ -116,26 +106,19 @@ static __device__ __forceinline__ size_t swiglu_vec_gate(size_t k, int F, int ve
             st_vec(out + k * VEC(T), g);                                                           \
         }                                                                                          \
     }                                                                                              \
-    static __global__ void swiglu_bwd_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv) { \
+    /* acc: dgu += the gradient (swiglu_bwd_kernel's sums), else dgu = it (the _set kernel's) */  \
+    static __global__ void swiglu_bwd_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv, \
+                                                 int acc) {                                        \
         GRID_STRIDE(k, nv) {                                                                       \
             size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
             float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];                        \
             ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);             \
-            ld_vec(dgu + ig, dg), ld_vec(dgu + ig + F, du);                                        \
+            if (acc) ld_vec(dgu + ig, dg), ld_vec(dgu + ig + F, du);                               \
             _Pragma("unroll") for (int e = 0; e < VEC(T); e++) {                                   \
                 float a, b;                                                                        \
                 swiglu_grad_f(g[e], u[e], dy[e], &a, &b);                                          \
-                dg[e] = dg[e] + a, du[e] = du[e] + b;                                              \
+                dg[e] = acc ? dg[e] + a : a, du[e] = acc ? du[e] + b : b;                          \
             }                                                                                      \
-            st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);                                        \
-        }                                                                                          \
-    }                                                                                              \
-    static __global__ void swiglu_bwd_set_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv) { \
-        GRID_STRIDE(k, nv) {                                                                       \
-            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
-            float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];                        \
-            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);             \
-            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) swiglu_grad_f(g[e], u[e], dy[e], &dg[e], &du[e]); \
             st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);                                        \
         }                                                                                          \
     }                                                                                              \
@@ -199,10 +182,8 @@ static int swiglu_vec_ok(int F, int vec, const void *a, const void *b, const voi
                 LAUNCH_1D(swiglu_bwd_set_kernel, n, "swiglu backward (set)", dgu, dout, gu, F, n); \
             else                                                                                   \
                 LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", dgu, dout, gu, F, n);           \
-        } else if (set) {                                                                          \
-            LAUNCH_1D(swiglu_bwd_set_vec_kernel, nv, "swiglu backward (set)", dgu, dout, gu, F, nv); \
         } else {                                                                                   \
-            LAUNCH_1D(swiglu_bwd_vec_kernel, nv, "swiglu backward", dgu, dout, gu, F, nv);         \
+            LAUNCH_1D(swiglu_bwd_vec_kernel, nv, "swiglu backward", dgu, dout, gu, F, nv, !set);   \
         }                                                                                          \
     }                                                                                              \
     extern "C" void nb_cuda_swiglu_backward_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \

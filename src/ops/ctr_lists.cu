@@ -87,12 +87,6 @@ static __global__ void unique_scatter_kernel(int64_t *uniq, int32_t *seg, int32_
     }
 }
 
-static int bits_for(int64_t maxrow) {
-    int b = 1;
-    while (b < 32 && (maxrow >> b) > 0) b++;
-    return b;
-}
-
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 extern "C" void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count,
@@ -107,7 +101,7 @@ extern "C" void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t
     }
     size_t sort_bytes = 0, scan_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
-                                               (const int32_t *)NULL, (int32_t *)NULL, n, 0, bits_for(maxrow), stream));
+                                               (const int32_t *)NULL, (int32_t *)NULL, n, 0, nb_key_bits(maxrow), stream));
     CUDA_CHECK(cub::DeviceScan::InclusiveSum(NULL, scan_bytes, (const int32_t *)NULL, (int32_t *)NULL, n, stream));
     const size_t keys = align256((size_t)n * sizeof(uint32_t)), ints = align256((size_t)n * sizeof(int32_t));
     const size_t temp = sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
@@ -120,7 +114,7 @@ extern "C" void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t
     unique_keys_kernel<<<grid, THREADS, 0, stream>>>(k_in, pos, rows, n);
     CUDA_CHECK_LAUNCH("deduplication (keys)");
     size_t bytes = sort_bytes;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, bytes, k_in, k_out, pos, order, n, 0, bits_for(maxrow), stream));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, bytes, k_in, k_out, pos, order, n, 0, nb_key_bits(maxrow), stream));
     unique_heads_kernel<<<grid, THREADS, 0, stream>>>(head, k_out, n);
     CUDA_CHECK_LAUNCH("deduplication (run heads)");
     bytes = scan_bytes;

@@ -136,12 +136,6 @@ static __global__ void dwte_runs_kernel(float *dwte, const void *dout, int bf, c
         if (c0 + 32 * u < C) d[c0 + 32 * u] = acc[u];
 }
 
-static int key_bits(int V) {
-    int b = 1;
-    while (b < 32 && ((int64_t)V >> b) > 0) b++;
-    return b;
-}
-
 /* dwte += the scatter of dout by tokens, sorted (see the top); 0 when it does not apply (the
  * caller scans instead) */
 static int dwte_sorted(float *dwte, const void *dout, int bf, const int32_t *tokens, int N, int C, int V,
@@ -150,7 +144,7 @@ static int dwte_sorted(float *dwte, const void *dout, int bf, const int32_t *tok
     if (nb_env_flag("NB_EMBED_SCAN", 0) || slices > 65535 || N > (1 << 26)) return 0;
     size_t sort_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
-                                               (const int32_t *)NULL, (int32_t *)NULL, N, 0, key_bits(V), stream));
+                                               (const int32_t *)NULL, (int32_t *)NULL, N, 0, nb_key_bits(V), stream));
     const size_t ints = ((size_t)N * 4 + 255) & ~(size_t)255;
     char *base = (char *)nb_cuda_scratch(4 * ints + sort_bytes, stream);
     uint32_t *k_in = (uint32_t *)base, *k_out = (uint32_t *)(base + ints);
@@ -158,7 +152,7 @@ static int dwte_sorted(float *dwte, const void *dout, int bf, const int32_t *tok
     dwte_keys_kernel<<<nb_grid_1d((size_t)N, THREADS), THREADS, 0, stream>>>(k_in, p_in, tokens, N, V);
     CUDA_CHECK_LAUNCH("embedding backward (sort keys)");
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * ints, sort_bytes, k_in, k_out, p_in, p_out, N, 0,
-                                               key_bits(V), stream));
+                                               nb_key_bits(V), stream));
     dim3 grid((unsigned)(((size_t)N * 32 + THREADS - 1) / THREADS), (unsigned)slices);
     dwte_runs_kernel<<<grid, THREADS, 0, stream>>>(dwte, dout, bf, k_out, p_out, N, C, V);
     CUDA_CHECK_LAUNCH("embedding backward (dwte runs)");

@@ -294,12 +294,6 @@ NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
  * thread takes 8 adjacent columns, so a warp reads 512 contiguous bytes per row instead of 64.
  * Each column still gets row lane y's rows r0 + y, r0 + y + 8, ... in that order and the lanes
  * added 0..7: the bits of dbias_part_kernel. */
-static __device__ __forceinline__ void bf16x8_to_f32(uint4 u, float *v) {
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-}
-
 static __global__ void dbias_part_v8_kernel(float *part, const nb_bf16_t *dout, int N, int OC) {
     __shared__ float sh[8][8][33]; /* [row lane][element][column vector]: no bank conflicts */
     const int v = blockIdx.x * 32 + threadIdx.x, nv = OC / 8;
@@ -308,7 +302,7 @@ static __global__ void dbias_part_v8_kernel(float *part, const nb_bf16_t *dout, 
     if (v < nv)
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             float x[8];
-            bf16x8_to_f32(*(const uint4 *)(dout + (size_t)r * OC + (size_t)v * 8), x);
+            nb_bf16x8_unpack(*(const uint4 *)(dout + (size_t)r * OC + (size_t)v * 8), x);
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[e] += x[e];
         }

@@ -104,27 +104,17 @@ NB_FOR_EACH_DTYPE(DEF_LN_DPARAMS)
 
 /* Vector access: RAW is what one lane loads (16 bytes, or one element in the scalar variant),
  * ln_unpack turns it into fp32 (bf16 -> fp32 is exact), ln_st* rounds back (nearest even). */
-static __device__ __forceinline__ float ln_bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-static __device__ __forceinline__ float ln_bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-static __device__ __forceinline__ unsigned ln_bf_pack(float lo, float hi) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
 static __device__ __forceinline__ void ln_unpack(float a, float *v) { v[0] = a; }
 static __device__ __forceinline__ void ln_unpack(nb_bf16_t a, float *v) { v[0] = __bfloat162float(a); }
 static __device__ __forceinline__ void ln_unpack(float4 a, float *v) { v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w; }
-static __device__ __forceinline__ void ln_unpack(uint4 a, float *v) {
-    v[0] = ln_bf_lo(a.x), v[1] = ln_bf_hi(a.x), v[2] = ln_bf_lo(a.y), v[3] = ln_bf_hi(a.y);
-    v[4] = ln_bf_lo(a.z), v[5] = ln_bf_hi(a.z), v[6] = ln_bf_lo(a.w), v[7] = ln_bf_hi(a.w);
-}
+static __device__ __forceinline__ void ln_unpack(uint4 a, float *v) { nb_bf16x8_unpack(a, v); }
 static __device__ __forceinline__ void ln_st1(float *p, const float *v) { *p = v[0]; }
 static __device__ __forceinline__ void ln_st1(nb_bf16_t *p, const float *v) { *p = __float2bfloat16_rn(v[0]); }
 static __device__ __forceinline__ void ln_st4(float *p, const float *v) {
     *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
 }
 static __device__ __forceinline__ void ln_st8(nb_bf16_t *p, const float *v) {
-    *(uint4 *)p = make_uint4(ln_bf_pack(v[0], v[1]), ln_bf_pack(v[2], v[3]), ln_bf_pack(v[4], v[5]),
-                             ln_bf_pack(v[6], v[7]));
+    *(uint4 *)p = nb_bf16x8_pack(v);
 }
 
 /* Layout. A row is nv = C / VEC vectors; lane l of a warp owns vectors l, l + 32, ... (slot k

@@ -26,6 +26,29 @@ static __device__ __forceinline__ void nb_st(float *p, float v) { *p = v; }
 /* Round to nearest even, as torch's .to(bfloat16). */
 static __device__ __forceinline__ void nb_st(nb_bf16_t *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* Two bf16 in a 32-bit word, to and from fp32 (bf16 -> fp32 is exact, a shift; fp32 -> bf16
+ * rounds to nearest even), and eight in a 16-byte vector: the vectorized kernels' loads/stores. */
+static __device__ __forceinline__ float nb_bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+static __device__ __forceinline__ float nb_bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+static __device__ __forceinline__ unsigned nb_bf_pack(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+static __device__ __forceinline__ void nb_bf16x8_unpack(uint4 a, float *v) {
+    v[0] = nb_bf_lo(a.x), v[1] = nb_bf_hi(a.x), v[2] = nb_bf_lo(a.y), v[3] = nb_bf_hi(a.y);
+    v[4] = nb_bf_lo(a.z), v[5] = nb_bf_hi(a.z), v[6] = nb_bf_lo(a.w), v[7] = nb_bf_hi(a.w);
+}
+static __device__ __forceinline__ uint4 nb_bf16x8_pack(const float *v) {
+    return make_uint4(nb_bf_pack(v[0], v[1]), nb_bf_pack(v[2], v[3]), nb_bf_pack(v[4], v[5]), nb_bf_pack(v[6], v[7]));
+}
+
+/* Bits that hold every value in [0, max] (at least 1): a radix sort's key width. */
+static inline int nb_key_bits(int64_t max) {
+    int b = 1;
+    while (b < 32 && (max >> b) > 0) b++;
+    return b;
+}
+
 static __device__ __forceinline__ float nb_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

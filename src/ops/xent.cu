@@ -33,10 +33,6 @@
  * Named by element count; bf16 -> fp32 is exact (a shift), fp32 -> bf16 rounds to nearest even.
  * Stores are evict-first: the dlogits are read next by the gradient GEMMs, long after this
  * row's neighbours, whose logits should stay in L2 for their second pass. */
-static __device__ __forceinline__ unsigned bf_pack(float lo, float hi) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
 static __device__ __forceinline__ void xent_ld4(const float *p, float *v) {
     float4 a = *(const float4 *)p;
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
@@ -45,20 +41,13 @@ static __device__ __forceinline__ void xent_st4(float *p, const float *v) {
     __stcs((float4 *)p, make_float4(v[0], v[1], v[2], v[3]));
 }
 #if XENT_BF16_LOGITS
-static __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-static __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 static __device__ __forceinline__ void xent_ld8(const nb_bf16_t *p, float *v) {
-    uint4 a = *(const uint4 *)p;
-    v[0] = bf_lo(a.x), v[1] = bf_hi(a.x), v[2] = bf_lo(a.y), v[3] = bf_hi(a.y);
-    v[4] = bf_lo(a.z), v[5] = bf_hi(a.z), v[6] = bf_lo(a.w), v[7] = bf_hi(a.w);
+    nb_bf16x8_unpack(*(const uint4 *)p, v);
 }
-static __device__ __forceinline__ void xent_st8(nb_bf16_t *p, const float *v) {
-    __stcs((uint4 *)p,
-           make_uint4(bf_pack(v[0], v[1]), bf_pack(v[2], v[3]), bf_pack(v[4], v[5]), bf_pack(v[6], v[7])));
-}
+static __device__ __forceinline__ void xent_st8(nb_bf16_t *p, const float *v) { __stcs((uint4 *)p, nb_bf16x8_pack(v)); }
 #else
 static __device__ __forceinline__ void xent_st4(nb_bf16_t *p, const float *v) {
-    __stcs((uint2 *)p, make_uint2(bf_pack(v[0], v[1]), bf_pack(v[2], v[3])));
+    __stcs((uint2 *)p, make_uint2(nb_bf_pack(v[0], v[1]), nb_bf_pack(v[2], v[3])));
 }
 #endif
 
