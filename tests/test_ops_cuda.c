@@ -234,6 +234,7 @@ static void check_layernorm(int N, int C) {
         nb_layernorm_backward(ri, rw, rb, dout, inp, w, rmean, rrstd, N, C);
         float *gi[2], *gw[2], *gb[2];
         for (int run = 0; run < 2; run++) {
+            setenv("NB_LN_BWD_PF", run ? "0" : "1", 1); /* run 1: the unpipelined kernel, the same bits */
             void *ddo = dev_up(dout, n, bf), *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf);
             void *dm = dev_up(rmean, N, 0), *dr = dev_up(rrstd, N, 0);
             void *gdi = dev_up(ii, n, bf), *gdw = dev_up(iw, C, 0), *gdb = dev_up(ib, C, 0);
@@ -263,6 +264,7 @@ static void check_layernorm(int N, int C) {
             }
             dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dm), dev_free(dr);
             dev_free(gdi), dev_free(gdw), dev_free(gdb);
+            unsetenv("NB_LN_BWD_PF");
         }
         snprintf(what, sizeof what, "layernorm bwd dinp (N=%d C=%d)", N, C);
         expect_grad(what, bf, gi[0], ri, ii, n);
@@ -284,6 +286,7 @@ TEST_CASE(test_layernorm) {
     check_layernorm(3 * 101, 77);  /* odd width: scalar accesses */
     check_layernorm(3 * 101, 768); /* GPT-2's width: 16-byte accesses, rows kept in registers */
     check_layernorm(1000, 256);    /* the proxy's width; 63 blocks of rows, the last partial */
+    check_layernorm(333, 512);     /* 2 slots per lane in bf16 (the pipelined kernel's middle case) */
     check_layernorm(77, 1600);     /* 7 slots per lane in bf16, 13 in fp32 (some read twice); 3 warps */
     check_layernorm(40, 6400);     /* wider than the fused kernel's shared memory: the two-kernel path */
 }
@@ -331,6 +334,7 @@ static void check_rmsnorm(int N, int C) {
         nb_rmsnorm_backward(ri, rw, dout, inp, w, rrstd, N, C);
         float *gi[2], *gw[2];
         for (int run = 0; run < 2; run++) {
+            setenv("NB_LN_BWD_PF", run ? "0" : "1", 1); /* run 1: the unpipelined kernel, the same bits */
             void *ddo = dev_up(dout, n, bf), *di = dev_up(inp, n, bf), *dw = dev_up(w, C, bf);
             void *dr = dev_up(rrstd, N, 0), *gdi = dev_up(ii, n, bf), *gdw = dev_up(iw, C, 0);
             CALL(bf, nb_cuda_rmsnorm_backward, gdi, gdw, ddo, di, dw, dr, N, C, st);
@@ -359,6 +363,7 @@ static void check_rmsnorm(int N, int C) {
                 free(gi3), free(gw3);
             }
             dev_free(ddo), dev_free(di), dev_free(dw), dev_free(dr), dev_free(gdi), dev_free(gdw);
+            unsetenv("NB_LN_BWD_PF");
         }
         snprintf(what, sizeof what, "rmsnorm bwd dinp (N=%d C=%d)", N, C);
         expect_grad(what, bf, gi[0], ri, ii, n);
@@ -374,6 +379,7 @@ static void check_rmsnorm(int N, int C) {
 TEST_CASE(test_rmsnorm) {
     check_rmsnorm(3 * 101, 77);   /* odd width: scalar accesses */
     check_rmsnorm(3 * 101, 768);  /* 3 slots per lane in bf16, 6 in fp32 */
+    check_rmsnorm(1000, 256);     /* 1 slot per lane in bf16, rows left over in the last block */
     check_rmsnorm(301, 2048);     /* llama-1b's width: 8 slots per lane in bf16, all kept; 3 warps */
     check_rmsnorm(40, 6400);      /* wider than the fused kernel's shared memory: the two-kernel path */
 }
@@ -706,10 +712,13 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
             void *gdi = dev_up(ii, ni, bf), *gdw = dev_up(iw, nw, 0);
             double *dsum = NULL;
             CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof(double)));
+            /* run 1: the row kernel that reads its row twice from global memory, the same bits */
+            setenv("NB_XENT_SMEM", run ? "0" : "1", 1);
             if (padded)
                 CALL(bf, nb_cuda_xent_padded, gdi, gdw, dl, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, lt, st);
             else
                 CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, lt, st);
+            unsetenv("NB_XENT_SMEM");
             nb_cuda_sum_f64(dsum, dl, N, st);
             gi[run] = zeros(ni), gw[run] = zeros(nw), gl[run] = zeros(N);
             dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gl[run], dl, N, 0);
@@ -753,6 +762,7 @@ TEST_CASE(test_xent) {
     check_xent(3 * 37, 80, 997, 40, 1); /* padded to 1024 columns: 16-byte rows, 27 padding columns */
     check_xent(45, 64, 1531, 0, 1);     /* padded to 1536, one chunk */
     check_xent(7, 48, 40, 0, 1);        /* V < 64: most vectors are padding; rows of 64 columns */
+    check_xent(9, 64, 50257, 0, 1);     /* GPT-2's vocabulary: 100.6 KB rows in shared memory */
 }
 
 /* ---- AdamW and the norm helpers ---- */
@@ -801,6 +811,17 @@ TEST_CASE(test_adamw) {
     printf("    %-40s %-4s rel err %.2e\n", "sumsq", "f64", fabs(got[0] - ref) / ref);
     CHECK(fabs(got[0] - ref) <= 1e-12 * ref, "sumsq %.17g vs CPU %.17g", got[0], ref);
     CHECK(got[0] == got[1], "sumsq differs between runs");
+    { /* 4 bytes off: the scalar loads; and a vector tail of 3 elements */
+        double ref1 = nb_sumsq(x + 1, ns - 1), ref3 = nb_sumsq(x, ns - 2), g1 = 0, g3 = 0;
+        nb_cuda_sumsq(dres, (const float *)dx + 1, ns - 1, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        CUDA_CHECK(cudaMemcpy(&g1, dres, sizeof(double), cudaMemcpyDeviceToHost));
+        nb_cuda_sumsq(dres, dx, ns - 2, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        CUDA_CHECK(cudaMemcpy(&g3, dres, sizeof(double), cudaMemcpyDeviceToHost));
+        CHECK(fabs(g1 - ref1) <= 1e-12 * ref1, "sumsq (unaligned) %.17g vs CPU %.17g", g1, ref1);
+        CHECK(fabs(g3 - ref3) <= 1e-12 * ref3, "sumsq (3-element tail) %.17g vs CPU %.17g", g3, ref3);
+    }
     /* the norm's blocks, as the stream schedule sums gradients that stay on the device: the host's
      * bits, block by block (from an aligned start and from one 4 bytes off, with a short last block) */
     for (int shift = 0; shift < 2; shift++) {

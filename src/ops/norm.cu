@@ -8,7 +8,7 @@
  * LayerNorm backward is one fused pass (ln_bwd_kernel): each warp reads its rows once with
  * 16-byte loads, keeps them in registers for dinp's second sweep, and adds dout * xhat and dout
  * into per-warp column sums in shared memory; the block then writes one partial row of dw and
- * db, and ln_finish_kernel adds the partials in a fixed order. Two launches, ~8 bytes of traffic
+ * db, and nb_col_finish2 adds the partials in a fixed order. Two launches, ~8 bytes of traffic
  * per bf16 element (the old path: four launches, dout and inp read twice with 2-byte loads).
  * RMSNorm's backward is the same kernel with mean 0 and no mean(g) term (mean == NULL).
  *
@@ -244,26 +244,126 @@ DEF_LN_BWD(ln_bwd_f32_v1, float, float, 1)
 DEF_LN_BWD(ln_bwd_bf16_v8, nb_bf16_t, uint4, 8)
 DEF_LN_BWD(ln_bwd_bf16_v1, nb_bf16_t, nb_bf16_t, 1)
 
-/* dw[c] += sum of part_w[k][c] over k, db likewise (blockIdx.y picks which): 16 row lanes add
- * parts k = lane, lane + 16, ... in order, then lanes 0..15 are added in order. */
-#define LNF_ROWS 16
-static __global__ void ln_finish_kernel(float *dw, float *db, const float *part_w, const float *part_b, int nparts,
-                                        int C) {
-    __shared__ float sh[LNF_ROWS][33];
-    float *dst = blockIdx.y ? db : dw;
-    const float *part = blockIdx.y ? part_b : part_w;
-    if (!dst) return; /* uniform over the block */
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    float s = 0.0f;
-    if (c < C)
-        for (int k = threadIdx.y; k < nparts; k += LNF_ROWS) s += part[(size_t)k * C + c];
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float t = 0.0f;
-        for (int i = 0; i < LNF_ROWS; i++) t += sh[i][threadIdx.x];
-        dst[c] += t;
+/* The fused backward for short bf16 rows (KS = C / 256 rounded up <= LNP_MAX_SLOTS: gpt2's 768,
+ * the proxy's 256), software-pipelined. ln_bwd_bf16_v8 waits for each row twice (x and dout,
+ * then dinp's old value for the second sweep) with nothing else in flight, and ran at ~2.2 TB/s
+ * (gpt2 B=32: 90 us a call). Here a warp's registers hold its current row (x, dout, dinp's old
+ * value) and the next one's loads are issued before the current one's math, so every wait
+ * overlaps the work of a row; w is read once per warp. Slots, row order, column-sum indices and
+ * every expression are ln_bwd_bf16_v8's: the same bits (opt-in, NB_LN_BWD_PF=1, until measured on the GPU). */
+#define LNP_MAX_SLOTS 3
+static __device__ __forceinline__ void lnp_zero_sums(float *aw, int S, int lane) {
+    for (int i = lane; i < S; i += 32) aw[i] = 0.0f;
+}
+
+template <int KS>
+static __device__ __forceinline__ void lnp_load_row(uint4 *x8, uint4 *d8, uint4 *o8, const nb_bf16_t *inp,
+                                                    const nb_bf16_t *dout, const nb_bf16_t *dinp, size_t at, int nv,
+                                                    int lane) {
+#pragma unroll
+    for (int k = 0; k < KS; k++) {
+        const int v = k * 32 + lane;
+        if (v < nv) {
+            x8[k] = *(const uint4 *)(inp + at + (size_t)v * 8);
+            d8[k] = *(const uint4 *)(dout + at + (size_t)v * 8);
+            if (dinp) o8[k] = *(const uint4 *)(dinp + at + (size_t)v * 8);
+        }
     }
+}
+
+template <int KS>
+static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
+    ln_bwd_pf_bf16(nb_bf16_t *dinp, float *part_w, float *part_b, const nb_bf16_t *dout, const nb_bf16_t *inp,
+                   const nb_bf16_t *w, const float *mean, const float *rstd, int N, int C, int R) {
+    extern __shared__ float lnb_sh[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int nv = C / 8, Cp = KS * 32 * 8;
+    const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp;
+    float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;
+    if (sums) lnp_zero_sums(aw, S, lane);
+    uint4 w8[KS];
+#pragma unroll
+    for (int k = 0; k < KS; k++)
+        if (k * 32 + lane < nv) w8[k] = *(const uint4 *)(w + (size_t)(k * 32 + lane) * 8);
+    const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);
+    int row = r0 + wid;
+    uint4 cx[KS], cd[KS], co[KS];
+    float cm = 0.0f, cr = 0.0f;
+    if (row < r1) {
+        lnp_load_row<KS>(cx, cd, co, inp, dout, dinp, (size_t)row * C, nv, lane);
+        cm = rms ? 0.0f : mean[row], cr = rstd[row];
+    }
+    for (; row < r1; row += W) {
+        const int next = row + W;
+        uint4 nx[KS], nd[KS], no[KS];
+        float nm = 0.0f, nr = 0.0f;
+        if (next < r1) { /* uniform over the warp */
+            lnp_load_row<KS>(nx, nd, no, inp, dout, dinp, (size_t)next * C, nv, lane);
+            nm = rms ? 0.0f : mean[next], nr = rstd[next];
+        }
+        const float m = cm, r = cr;
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            if (k * 32 + lane < nv) {
+                float xv[8], dv[8], wv[8];
+                ln_unpack(cx[k], xv), ln_unpack(cd[k], dv), ln_unpack(w8[k], wv);
+                LNB_SWEEP1(8)
+            }
+        }
+        if (dinp) {
+            const float mg = rms ? 0.0f : nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;
+            nb_bf16_t *dx = dinp + (size_t)row * C;
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const int v = k * 32 + lane;
+                if (v < nv) {
+                    float xv[8], dv[8], wv[8], ov[8];
+                    ln_unpack(cx[k], xv), ln_unpack(cd[k], dv), ln_unpack(w8[k], wv), ln_unpack(co[k], ov);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float xhat = (xv[e] - m) * r, g = wv[e] * dv[e];
+                        ov[e] = ov[e] + (g - mg - xhat * mgx) * r;
+                    }
+                    ln_st8(dx + (size_t)v * 8, ov);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < KS; k++) cx[k] = nx[k], cd[k] = nd[k], co[k] = no[k];
+        cm = nm, cr = nr;
+    }
+    if (!sums) return;
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) { /* as ln_bwd_bf16_v8: warps in order */
+        const int v = c / 8, e = c - v * 8, si = ((v >> 5) * 8 + e) * 32 + (v & 31);
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int q = 0; q < W; q++) {
+            s1 = __fadd_rn(s1, lnb_sh[(size_t)q * S + si]);
+            if (!rms) s2 = __fadd_rn(s2, lnb_sh[(size_t)q * S + Cp + si]);
+        }
+        part_w[(size_t)blockIdx.x * C + c] = s1;
+        if (!rms) part_b[(size_t)blockIdx.x * C + c] = s2;
+    }
+}
+
+/* Launches the pipelined kernel when it applies (bf16 16-byte rows of at most LNP_MAX_SLOTS slots);
+ * returns 0 otherwise. */
+static int ln_bwd_pf_launch(nb_bf16_t *dinp, float *part, float *part_b, const nb_bf16_t *dout, const nb_bf16_t *inp,
+                            const nb_bf16_t *w, const float *mean, const float *rstd, int N, int C, int R, int K,
+                            int nparts, int W, size_t smem, cudaStream_t stream) {
+    if (K > LNP_MAX_SLOTS || !nb_env_flag("NB_LN_BWD_PF", 0)) return 0;
+    if (K == 1)
+        ln_bwd_pf_bf16<1><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
+    else if (K == 2)
+        ln_bwd_pf_bf16<2><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
+    else
+        ln_bwd_pf_bf16<3><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
+    return 1;
+}
+static int ln_bwd_pf_launch(float *, float *, float *, const float *, const float *, const float *, const float *,
+                            const float *, int, int, int, int, int, int, size_t, cudaStream_t) {
+    return 0; /* fp32 rows: the unpipelined kernels */
 }
 
 static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -285,17 +385,18 @@ static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
         float *part = sums ? (float *)nb_cuda_scratch(nsum * (size_t)nparts * C * sizeof(float), stream) : NULL; \
         float *part_b = sums && mean ? part + (size_t)nparts * C : NULL;                           \
         size_t smem = sums ? (size_t)W * nsum * Cp * sizeof(float) : 0;                            \
-        if (vec)                                                                                   \
+        const int piped = vec && ln_bwd_pf_launch(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R, K, nparts, \
+                                                  W, smem, stream);                                \
+        if (!piped && vec) {                                                                       \
             ln_bwd_##SFX##_v##VEC<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, \
                                                                   N, C, R);                        \
-        else                                                                                       \
+        } else if (!piped) {                                                                       \
             ln_bwd_##SFX##_v1<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, \
                                                               C, R);                               \
+        }                                                                                          \
         CUDA_CHECK_LAUNCH(mean ? "layernorm backward (fused)" : "rmsnorm backward (fused)");       \
         if (sums) {                                                                                \
-            ln_finish_kernel<<<dim3((C + 31) / 32, nsum), dim3(32, LNF_ROWS), 0, stream>>>(dw, db, part, part_b, \
-                                                                                       nparts, C); \
-            CUDA_CHECK_LAUNCH(mean ? "layernorm backward (dw/db partials)" : "rmsnorm backward (dw partials)"); \
+            nb_col_finish2(dw, part, db, part_b, nparts, C, stream);                               \
             nb_cuda_scratch_free(part, stream);                                                    \
         }                                                                                          \
         return 1;                                                                                  \
@@ -429,8 +530,7 @@ DEF_LN_FWD_VEC(ln_fwd_bf16_v8, nb_bf16_t, uint4, 8)
         ln_dparams_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(                \
             part, part_b, (const KT *)dout, (const KT *)inp, mean, rstd, N, C);                    \
         CUDA_CHECK_LAUNCH("layernorm backward (dw/db first pass)");                                \
-        if (dw) nb_col_finish(dw, part, nparts, C, stream);                                        \
-        if (db) nb_col_finish(db, part_b, nparts, C, stream);                                      \
+        nb_col_finish2(dw, part, db, part_b, nparts, C, stream);                                   \
         nb_cuda_scratch_free(part, stream);                                                        \
     }
 DEF_LN_LAUNCHERS(f32, float, float, 4)

@@ -89,9 +89,13 @@ static __device__ __forceinline__ float nb_block_max(float v, float *sh) {
     return nb_warp_max(lane < nw ? sh[lane] : -INFINITY);
 }
 
-/* Fixed-order second pass of a column reduction: dst[c] += sum over k of part[k*ncols + c],
- * k ascending. The first passes (one partial row per block of input rows) live with their op. */
+/* Fixed-order second pass of a column reduction: dst[c] += sum over k of part[k*ncols + c], in an
+ * order fixed by (nparts, ncols). The first passes (one partial row per block of input rows) live
+ * with their op. nb_col_finish2 finishes two reductions of one shape in one launch (either dst may
+ * be NULL). */
 void nb_col_finish(float *dst, const float *part, int nparts, int ncols, cudaStream_t stream);
+void nb_col_finish2(float *dst0, const float *part0, float *dst1, const float *part1, int nparts, int ncols,
+                    cudaStream_t stream);
 
 /* Input rows per partial in the column reductions (dbias, norm dw/db). Fixed, so the partials,
  * and the order they are added in, depend only on the shapes. */
