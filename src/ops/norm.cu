@@ -195,6 +195,26 @@ static int lnb_rows(int N) {
                 SWEEP                                                                              \
             }
 
+/* The fused backward's per-warp column sums: zeroed by each lane at its own indices; at the end
+ * the block's partial row, warps added in order 0..W-1 (each sum at (slot * VEC + e) * 32 + lane). */
+static __device__ __forceinline__ void lnb_zero_sums(float *aw, int S, int lane) {
+    for (int i = lane; i < S; i += 32) aw[i] = 0.0f;
+}
+static __device__ __forceinline__ void lnb_write_partial(float *part_w, float *part_b, const float *sh, int C, int vec,
+                                                         int S, int Cp, int rms) {
+    const int W = blockDim.x >> 5;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const int v = c / vec, e = c - v * vec, si = ((v >> 5) * vec + e) * 32 + (v & 31);
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int q = 0; q < W; q++) {
+            s1 = __fadd_rn(s1, sh[(size_t)q * S + si]);
+            if (!rms) s2 = __fadd_rn(s2, sh[(size_t)q * S + Cp + si]);
+        }
+        part_w[(size_t)blockIdx.x * C + c] = s1;
+        if (!rms) part_b[(size_t)blockIdx.x * C + c] = s2;
+    }
+}
+
 #define DEF_LN_BWD(NAME, T, RAW, VEC)                                                              \
     static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)                                \
         NAME(T *dinp, float *part_w, float *part_b, const T *dout, const T *inp, const T *w,       \
@@ -204,8 +224,7 @@ static int lnb_rows(int N) {
         const int nv = C / VEC, K = (nv + 31) >> 5, Cp = K * 32 * VEC;                             \
         const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp; /* S: per warp */ \
         float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;                                       \
-        if (sums) /* this lane's own indices: i % 32 == lane */                                    \
-            for (int i = lane; i < S; i += 32) aw[i] = 0.0f;                                       \
+        if (sums) lnb_zero_sums(aw, S, lane);                                                      \
         const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);                                        \
         for (int row = r0 + wid; row < r1; row += W) {                                             \
             const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                      \
@@ -227,17 +246,7 @@ static int lnb_rows(int N) {
         }                                                                                          \
         if (!sums) return;                                                                         \
         __syncthreads();                                                                           \
-        /* the block's partial row: warps added in order 0..W-1 */                                 \
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {                                        \
-            const int v = c / VEC, e = c - v * VEC, si = ((v >> 5) * VEC + e) * 32 + (v & 31);     \
-            float s1 = 0.0f, s2 = 0.0f;                                                            \
-            for (int q = 0; q < W; q++) {                                                          \
-                s1 = __fadd_rn(s1, lnb_sh[(size_t)q * S + si]);                                    \
-                if (!rms) s2 = __fadd_rn(s2, lnb_sh[(size_t)q * S + Cp + si]);                     \
-            }                                                                                      \
-            part_w[(size_t)blockIdx.x * C + c] = s1;                                               \
-            if (!rms) part_b[(size_t)blockIdx.x * C + c] = s2;                                     \
-        }                                                                                          \
+        lnb_write_partial(part_w, part_b, lnb_sh, C, VEC, S, Cp, rms);                             \
     }
 DEF_LN_BWD(ln_bwd_f32_v4, float, float4, 4)
 DEF_LN_BWD(ln_bwd_f32_v1, float, float, 1)
@@ -252,10 +261,6 @@ DEF_LN_BWD(ln_bwd_bf16_v1, nb_bf16_t, nb_bf16_t, 1)
  * overlaps the work of a row; w is read once per warp. Slots, row order, column-sum indices and
  * every expression are ln_bwd_bf16_v8's: the same bits (opt-in, NB_LN_BWD_PF=1, until measured on the GPU). */
 #define LNP_MAX_SLOTS 3
-static __device__ __forceinline__ void lnp_zero_sums(float *aw, int S, int lane) {
-    for (int i = lane; i < S; i += 32) aw[i] = 0.0f;
-}
-
 template <int KS>
 static __device__ __forceinline__ void lnp_load_row(uint4 *x8, uint4 *d8, uint4 *o8, const nb_bf16_t *inp,
                                                     const nb_bf16_t *dout, const nb_bf16_t *dinp, size_t at, int nv,
@@ -280,7 +285,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
     const int nv = C / 8, Cp = KS * 32 * 8;
     const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp;
     float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;
-    if (sums) lnp_zero_sums(aw, S, lane);
+    if (sums) lnb_zero_sums(aw, S, lane);
     uint4 w8[KS];
 #pragma unroll
     for (int k = 0; k < KS; k++)
@@ -335,16 +340,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
     }
     if (!sums) return;
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) { /* as ln_bwd_bf16_v8: warps in order */
-        const int v = c / 8, e = c - v * 8, si = ((v >> 5) * 8 + e) * 32 + (v & 31);
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int q = 0; q < W; q++) {
-            s1 = __fadd_rn(s1, lnb_sh[(size_t)q * S + si]);
-            if (!rms) s2 = __fadd_rn(s2, lnb_sh[(size_t)q * S + Cp + si]);
-        }
-        part_w[(size_t)blockIdx.x * C + c] = s1;
-        if (!rms) part_b[(size_t)blockIdx.x * C + c] = s2;
-    }
+    lnb_write_partial(part_w, part_b, lnb_sh, C, 8, S, Cp, rms);
 }
 
 /* Launches the pipelined kernel when it applies (bf16 16-byte rows of at most LNP_MAX_SLOTS slots);

@@ -73,6 +73,34 @@ static __device__ __forceinline__ void xent_st4(nb_bf16_t *p, const float *v) {
         v[e] = (j0) + e == tj ? d_ - grad_scale : d_;                                              \
     }
 
+/* The last vectors of a row, which reach into the padding columns (j0 + e >= V): left out by
+ * index. Online softmax update of (m, s), and the gradient written over v. */
+template <int VEC>
+static __device__ __forceinline__ void xent_online_masked(const float *v, int j0, int V, float &m, double &s) {
+    float lm = m;
+#pragma unroll
+    for (int e = 0; e < VEC; e++)
+        if (j0 + e < V) lm = fmaxf(lm, v[e]);
+    if (lm > m) {
+        s *= (double)expf(m - lm);
+        m = lm;
+    }
+    float t = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VEC; e++)
+        if (j0 + e < V) t += expf(v[e] - m);
+    s += (double)t;
+}
+template <int VEC>
+static __device__ __forceinline__ void xent_grad_masked(float *v, int j0, int V, float mx, float scale, int tj,
+                                                        float grad_scale) {
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const float d = j0 + e < V ? expf(v[e] - mx) * scale : 0.0f;
+        v[e] = j0 + e == tj ? d - grad_scale : d;
+    }
+}
+
 /* Row kernel: LT = logits type, GT = dlogits type (the same buffer when LT == GT), VEC = LT
  * elements per 16 bytes. vec: rows are 16-byte aligned (ld % VEC == 0, aligned bases), else
  * every access is scalar. A target outside [0, V) gives a NaN loss and a zero gradient row. */
@@ -114,16 +142,7 @@ static __device__ __forceinline__ void xent_st4(nb_bf16_t *p, const float *v) {
         for (i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */          \
             float v[VEC];                                                                          \
             xent_ld##VEC(x + (size_t)i * VEC, v);                                                  \
-            const int j0 = i * VEC;                                                                \
-            float lm = m;                                                                          \
-            _Pragma("unroll") for (int e = 0; e < VEC; e++) if (j0 + e < V) lm = fmaxf(lm, v[e]);  \
-            if (lm > m) {                                                                          \
-                s *= (double)expf(m - lm);                                                         \
-                m = lm;                                                                            \
-            }                                                                                      \
-            float t = 0.0f;                                                                        \
-            _Pragma("unroll") for (int e = 0; e < VEC; e++) if (j0 + e < V) t += expf(v[e] - m);   \
-            s += (double)t;                                                                        \
+            xent_online_masked<VEC>(v, i * VEC, V, m, s);                                          \
         }                                                                                          \
         for (int j = nvec * VEC + threadIdx.x; j < V; j += blockDim.x) {                           \
             float xj = nb_ld(x + j);                                                               \
@@ -157,11 +176,7 @@ static __device__ __forceinline__ void xent_st4(nb_bf16_t *p, const float *v) {
         for (i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */          \
             float v[VEC];                                                                          \
             xent_ld##VEC(x + (size_t)i * VEC, v);                                                  \
-            const int j0 = i * VEC;                                                                \
-            _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                      \
-                const float d = j0 + e < V ? expf(v[e] - mx) * scale : 0.0f;                       \
-                v[e] = j0 + e == tj ? d - grad_scale : d;                                          \
-            }                                                                                      \
+            xent_grad_masked<VEC>(v, i * VEC, V, mx, scale, tj, grad_scale);                       \
             xent_st##VEC(dx + (size_t)i * VEC, v);                                                 \
         }                                                                                          \
         for (int j = nvec * VEC + threadIdx.x; j < ld; j += blockDim.x) {                          \
@@ -215,20 +230,7 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     for (int i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */
         float v[8];
         nb_bf16x8_unpack(xrow[i], v);
-        const int j0 = i * 8;
-        float lm = m;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (j0 + e < V) lm = fmaxf(lm, v[e]);
-        if (lm > m) {
-            s *= (double)expf(m - lm);
-            m = lm;
-        }
-        float t = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (j0 + e < V) t += expf(v[e] - m);
-        s += (double)t;
+        xent_online_masked<8>(v, i * 8, V, m, s);
     }
     const float mx = nb_block_max(m, shf);
     const double sum = nb_block_sum_d(s * (double)expf(m - mx), shd);
@@ -245,12 +247,7 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     for (int i = nfull + threadIdx.x; i < nvec; i += bd) {
         float v[8];
         nb_bf16x8_unpack(xrow[i], v);
-        const int j0 = i * 8;
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const float d = j0 + e < V ? expf(v[e] - mx) * scale : 0.0f;
-            v[e] = j0 + e == tj ? d - grad_scale : d;
-        }
+        xent_grad_masked<8>(v, i * 8, V, mx, scale, tj, grad_scale);
         xent_st8(dx + (size_t)i * 8, v);
     }
 }
