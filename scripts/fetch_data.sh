@@ -106,7 +106,7 @@ fetch_sotu_raw() {
 nobubble_bin() {
     local bin=$BUILD_DIR/nobubble
     if [ ! -x "$bin" ]; then
-        say "building $bin (make BUILD=$NB_BUILD)"
+        say "building $bin (make BUILD=$NB_BUILD)" >&2
         make -C "$ROOT" BUILD="$NB_BUILD" -j2 "$NB_BUILD/nobubble" >&2 || die "cannot build $bin (hint: run make and fix the build)"
     fi
     echo "$bin"
