@@ -712,13 +712,10 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
             void *gdi = dev_up(ii, ni, bf), *gdw = dev_up(iw, nw, 0);
             double *dsum = NULL;
             CUDA_CHECK(cudaMalloc((void **)&dsum, sizeof(double)));
-            /* run 1: the row kernel that reads its row twice from global memory, the same bits */
-            setenv("NB_XENT_SMEM", run ? "0" : "1", 1);
             if (padded)
                 CALL(bf, nb_cuda_xent_padded, gdi, gdw, dl, di, dw, dtg, N, C, V, Vp, gs, chunk_rows, lt, st);
             else
                 CALL(bf, nb_cuda_xent_forward_backward, gdi, gdw, dl, di, dw, dtg, N, C, V, gs, chunk_rows, lt, st);
-            unsetenv("NB_XENT_SMEM");
             nb_cuda_sum_f64(dsum, dl, N, st);
             gi[run] = zeros(ni), gw[run] = zeros(nw), gl[run] = zeros(N);
             dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gl[run], dl, N, 0);

@@ -123,6 +123,29 @@ static void *cached_workspace(cudaStream_t stream) {
     return p;
 }
 
+/* Which of the heuristic's ranked algorithms a GEMM takes: the first, unless a tuning probe asks
+ * for another (NB_LT_ALGO=k for every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues;
+ * past the end of the list, the last). The list is a function of the shapes, the device and the
+ * library, so a probe's choice gives the same bits on every run. */
+#define LT_MAX_CANDIDATES 8
+static int lt_env_index(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return -1;
+    char *end = NULL;
+    long k = strtol(v, &end, 10);
+    if (*end || k < 0 || k >= LT_MAX_CANDIDATES)
+        nb_fail("set it to an index from 0 to 7, or unset it", "%s=%s is not a candidate index", name, v);
+    return (int)k;
+}
+static int lt_candidate_index(cublasLtEpilogue_t epi) {
+    const int gelu = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                     epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    const int k = gelu ? lt_env_index("NB_LT_ALGO_GELU") : -1;
+    if (k >= 0) return k;
+    const int all = lt_env_index("NB_LT_ALGO");
+    return all >= 0 ? all : 0;
+}
+
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail) {
     NB_ASSERT(lt != NULL); /* the launcher's caller passes its backend instance's handle */
     cublasLtHandle_t lt_handle = (cublasLtHandle_t)lt;
@@ -171,10 +194,12 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
                                                       sizeof al_d));
 
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t cand[LT_MAX_CANDIDATES];
+    const int pick = lt_candidate_index(g->epi);
     int nres = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, op, la, lb, ld, ld, pref, 1, &heur, &nres);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, op, la, lb, ld, ld, pref, pick + 1, cand, &nres);
     int found = st == CUBLAS_STATUS_SUCCESS && nres > 0;
+    const cublasLtMatmulHeuristicResult_t heur = cand[found ? (pick < nres ? pick : nres - 1) : 0];
     if (!found && !may_fail)
         nb_fail("a shape or alignment cuBLASLt cannot handle; report the shapes to the nobubble developers",
                 "cuBLASLt has no algorithm for a %dx%dx%d GEMM (transa %d, transb %d, epilogue %d, "

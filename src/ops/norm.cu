@@ -258,8 +258,9 @@ DEF_LN_BWD(ln_bwd_bf16_v1, nb_bf16_t, nb_bf16_t, 1)
  * then dinp's old value for the second sweep) with nothing else in flight, and ran at ~2.2 TB/s
  * (gpt2 B=32: 90 us a call). Here a warp's registers hold its current row (x, dout, dinp's old
  * value) and the next one's loads are issued before the current one's math, so every wait
- * overlaps the work of a row; w is read once per warp. Slots, row order, column-sum indices and
- * every expression are ln_bwd_bf16_v8's: the same bits (opt-in, NB_LN_BWD_PF=1, until measured on the GPU). */
+ * overlaps the work of a row; w is read once per warp (H200, 2026-12-03: gpt2 B=32 92 -> 61 us a
+ * call, proxy 6.3 -> 4.4 us). Slots, row order, column-sum indices and every expression are
+ * ln_bwd_bf16_v8's: the same bits (NB_LN_BWD_PF=0 takes ln_bwd_bf16_v8, for the tests' check). */
 #define LNP_MAX_SLOTS 3
 template <int KS>
 static __device__ __forceinline__ void lnp_load_row(uint4 *x8, uint4 *d8, uint4 *o8, const nb_bf16_t *inp,
@@ -348,7 +349,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
 static int ln_bwd_pf_launch(nb_bf16_t *dinp, float *part, float *part_b, const nb_bf16_t *dout, const nb_bf16_t *inp,
                             const nb_bf16_t *w, const float *mean, const float *rstd, int N, int C, int R, int K,
                             int nparts, int W, size_t smem, cudaStream_t stream) {
-    if (K > LNP_MAX_SLOTS || !nb_env_flag("NB_LN_BWD_PF", 0)) return 0;
+    if (K > LNP_MAX_SLOTS || !nb_env_flag("NB_LN_BWD_PF", 1)) return 0;
     if (K == 1)
         ln_bwd_pf_bf16<1><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
     else if (K == 2)

@@ -191,87 +191,6 @@ DEF_XENT_ROW(xent_row_bf16, nb_bf16_t, nb_bf16_t, 8)
 DEF_XENT_ROW(xent_row_bf16, float, nb_bf16_t, 4)
 #endif
 
-/* The bf16 row kernel with the row staged in shared memory (16-byte rows of at most the opt-in
- * shared-memory size: 100.6 KB at Vg = 50304, two rows per SM). xent_row_bf16's second pass
- * re-reads the row hoping for L2, but ~500 rows in flight hold ~50 MB, the whole L2, so most of it
- * came from HBM again: three passes of traffic (gpt2 B=32: 343 us a chunk of 4681 rows, ~4.1 TB/s
- * counted that way). Here the row is copied to shared memory once (cp.async, every load in flight
- * at once) and both passes read it there. Each thread takes the same vectors in the same order as
- * in xent_row_bf16, with the same expressions: the same bits (opt-in, NB_XENT_SMEM=1, until measured on the GPU). */
-static __device__ __forceinline__ void xent_cp16(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-static __device__ __forceinline__ void xent_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-static __global__ void __launch_bounds__(ROW_THREADS)
-    xent_row_smem_bf16(nb_bf16_t *dlogits, float *losses, const nb_bf16_t *logits, const int32_t *targets, int V,
-                       int ld, float grad_scale) {
-    extern __shared__ uint4 xrow[];
-    __shared__ float shf[32];
-    __shared__ double shd[32];
-    const int row = gridDim.x - 1 - blockIdx.x; /* as xent_row_bf16 */
-    const nb_bf16_t *x = logits + (size_t)row * ld;
-    nb_bf16_t *dx = dlogits + (size_t)row * ld;
-    const int target = targets[row];
-    const int ok = target >= 0 && target < V;
-    const int nvec = ld / 8, nfull = V / 8, bd = blockDim.x;
-    for (int i = threadIdx.x; i < nvec; i += bd) xent_cp16(xrow + i, x + (size_t)i * 8);
-    xent_cp_wait_all();
-    __syncthreads(); /* past here nothing reads global memory: writing dx over x is safe */
-    const float tlogit = ok ? __bfloat162float(((const nb_bf16_t *)xrow)[target]) : 0.0f;
-    float m = -INFINITY;
-    double s = 0.0;
-    for (int i = threadIdx.x; i < nfull; i += bd) {
-        float v0[8];
-        nb_bf16x8_unpack(xrow[i], v0);
-        XENT_ONLINE(v0, 8)
-    }
-    for (int i = nfull + threadIdx.x; i < nvec; i += bd) { /* masked: the last vectors */
-        float v[8];
-        nb_bf16x8_unpack(xrow[i], v);
-        xent_online_masked<8>(v, i * 8, V, m, s);
-    }
-    const float mx = nb_block_max(m, shf);
-    const double sum = nb_block_sum_d(s * (double)expf(m - mx), shd);
-    if (threadIdx.x == 0)
-        losses[row] = ok ? (float)((double)mx + log(sum) - (double)tlogit) : __int_as_float(0x7fc00000);
-    const float scale = ok ? (float)((double)grad_scale / sum) : 0.0f;
-    const int tj = ok ? target : -1;
-    for (int i = threadIdx.x; i < nfull; i += bd) {
-        float v0[8];
-        nb_bf16x8_unpack(xrow[i], v0);
-        XENT_GRAD(v0, i * 8, 8)
-        xent_st8(dx + (size_t)i * 8, v0);
-    }
-    for (int i = nfull + threadIdx.x; i < nvec; i += bd) {
-        float v[8];
-        nb_bf16x8_unpack(xrow[i], v);
-        xent_grad_masked<8>(v, i * 8, V, mx, scale, tj, grad_scale);
-        xent_st8(dx + (size_t)i * 8, v);
-    }
-}
-
-/* Launches xent_row_smem_bf16 for a chunk when it applies (bf16 logits written over in place, 16-byte
- * rows, the gradient wanted, the row within the opt-in shared memory); returns 0 otherwise. */
-static int xent_row_smem_launch(nb_bf16_t *dlogits, float *losses, const nb_bf16_t *logits, const int32_t *targets,
-                                int rows, int V, int ld, float grad_scale, int want_grad, int vec, cudaStream_t stream) {
-    if (!want_grad || !vec || dlogits != logits || !nb_env_flag("NB_XENT_SMEM", 0)) return 0;
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const size_t bytes = (size_t)ld * sizeof(nb_bf16_t);
-    if (bytes + 1024 > (size_t)optin) return 0; /* 1 KB: the kernel's static shared memory */
-    /* above 48 KB dynamic shared memory must be allowed per kernel (as attention_fa.cu does) */
-    CUDA_CHECK(cudaFuncSetAttribute(xent_row_smem_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    xent_row_smem_bf16<<<rows, ROW_THREADS, bytes, stream>>>(dlogits, losses, logits, targets, V, ld, grad_scale);
-    return 1;
-}
-static int xent_row_smem_launch(float *, float *, const float *, const int32_t *, int, int, int, float, int, int,
-                                cudaStream_t) {
-    return 0; /* fp32 logits: xent_row_f32 */
-}
-
 /* GEMM width: V rounded up to a multiple of 64 when w has that many rows. Tensor-core GEMMs
  * need 16-byte aligned leading dimensions; at V = 50257 (odd) cuBLASLt fell back to kernels
  * running at 77 TFLOP/s. The extra columns are computed from w's padding rows, kept out of the
@@ -326,10 +245,8 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
             g.epi = CUBLASLT_EPILOGUE_DEFAULT;                                                     \
             nb_lt_run(&g, lt, stream, 0);                                                              \
             GT *dl = dlogits ? dlogits : (GT *)logits;                                             \
-            if (!xent_row_smem_launch(dl, losses + r0, logits, targets + r0, rows, V, Vg, grad_scale, want_grad, \
-                                      vec, stream))                                                \
-                xent_row_##SFX<<<rows, ROW_THREADS, 0, stream>>>(dl, losses + r0, logits, targets + r0, V, Vg, \
-                                                                grad_scale, want_grad, vec);       \
+            xent_row_##SFX<<<rows, ROW_THREADS, 0, stream>>>(dl, losses + r0, logits, targets + r0, V, Vg, \
+                                                            grad_scale, want_grad, vec);           \
             CUDA_CHECK_LAUNCH("cross-entropy softmax rows");                                       \
             if (want_grad)                                                                         \
                 nb_cuda_matmul_backward_##SFX(dinp ? dinp + (size_t)r0 * C : NULL, dw, NULL,       \
