@@ -101,34 +101,82 @@ static void gpu_matmul_gelu(int bf, float *out, float *pre, const float *inp, co
     dev_free(di), dev_free(dw), dev_free(db), dev_free(dout), dev_free(dpre);
 }
 
+static void set_env(const char *name, int v) {
+    char b[12];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(name, b, 1);
+}
+
+/* pick < 0: the default algorithm choice; else NB_LT_ALGO_GELU=pick (another of cuBLASLt's
+ * ranked algorithms for the GELU epilogues, the last one past the end of the list). */
+static void set_gelu_candidate(int pick) {
+    if (pick < 0) unsetenv("NB_LT_ALGO_GELU");
+    else set_env("NB_LT_ALGO_GELU", pick);
+}
+
 /* OC = 64 takes the fused cuBLASLt GELU epilogue (if offered), OC = 53 the GEMM + GELU path. */
 TEST_CASE(test_matmul_gelu_forward) {
     int N = 3 * 101, C = 80;
     int ocs[2] = {64, 53};
+    int picks[3] = {-1, 3, 7};
     for (int bf = 0; bf <= 1; bf++)
         for (int k = 0; k < 2; k++)
-            for (int with_bias = 0; with_bias <= 1; with_bias++) {
-                int OC = ocs[k];
-                size_t no = (size_t)N * OC;
-                float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
-                round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
-                float *rpre = zeros(no), *rout = zeros(no);
-                nb_matmul_forward(rpre, inp, w, with_bias ? b : NULL, N, C, OC);
-                /* bf16: the GPU's GELU reads pre as computed in fp32 (fused) or rounded (unfused);
-                 * both are within bf16 rounding of this reference. */
-                nb_gelu_forward(rout, rpre, no);
-                float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
-                gpu_matmul_gelu(bf, o1, p1, inp, w, with_bias ? b : NULL, N, C, OC);
-                gpu_matmul_gelu(bf, o2, p2, inp, w, with_bias ? b : NULL, N, C, OC);
-                char what[96];
-                snprintf(what, sizeof what, "matmul+gelu OC=%d%s pre", OC, with_bias ? " bias" : "");
-                expect_close(what, bf, p1, rpre, no);
-                snprintf(what, sizeof what, "matmul+gelu OC=%d%s out", OC, with_bias ? " bias" : "");
-                expect_close(what, bf, o1, rout, no);
-                expect_same("matmul+gelu out", o1, o2, no);
-                expect_same("matmul+gelu pre", p1, p2, no);
-                free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
-            }
+            for (int with_bias = 0; with_bias <= 1; with_bias++)
+                for (int p = 0; p < (bf && k == 0 ? 3 : 1); p++) {
+                    set_gelu_candidate(picks[p]);
+                    int OC = ocs[k];
+                    size_t no = (size_t)N * OC;
+                    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f);
+                    float *b = randn(OC, 0, 1);
+                    round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
+                    float *rpre = zeros(no), *rout = zeros(no);
+                    nb_matmul_forward(rpre, inp, w, with_bias ? b : NULL, N, C, OC);
+                    /* bf16: the GPU's GELU reads pre as computed in fp32 (fused) or rounded (unfused);
+                     * both are within bf16 rounding of this reference. */
+                    nb_gelu_forward(rout, rpre, no);
+                    float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
+                    gpu_matmul_gelu(bf, o1, p1, inp, w, with_bias ? b : NULL, N, C, OC);
+                    gpu_matmul_gelu(bf, o2, p2, inp, w, with_bias ? b : NULL, N, C, OC);
+                    char what[96];
+                    snprintf(what, sizeof what, "matmul+gelu OC=%d%s candidate %d pre", OC, with_bias ? " bias" : "",
+                             picks[p]);
+                    expect_close(what, bf, p1, rpre, no);
+                    snprintf(what, sizeof what, "matmul+gelu OC=%d%s candidate %d out", OC, with_bias ? " bias" : "",
+                             picks[p]);
+                    expect_close(what, bf, o1, rout, no);
+                    expect_same("matmul+gelu out", o1, o2, no);
+                    expect_same("matmul+gelu pre", p1, p2, no);
+                    free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
+                }
+    unsetenv("NB_LT_ALGO_GELU");
+}
+
+/* gpt2's fc at B=8 (N = 8192, 768 -> 3072, bf16): large enough for the default to take another
+ * of cuBLASLt's ranked algorithms for the GELU epilogue (matmul.cu, LT_GELU_INDEX); that one and
+ * the heuristic's first against the CPU, and each repeated bit for bit. */
+TEST_CASE(test_matmul_gelu_forward_large) {
+    const int N = 8192, C = 768, OC = 3072;
+    const size_t no = (size_t)N * OC;
+    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.05f), *b = randn(OC, 0, 1);
+    round_bf(inp, (size_t)N * C, 1), round_bf(w, (size_t)OC * C, 1), round_bf(b, OC, 1);
+    float *rpre = zeros(no), *rout = zeros(no);
+    nb_matmul_forward(rpre, inp, w, b, N, C, OC);
+    nb_gelu_forward(rout, rpre, no);
+    float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
+    for (int p = -1; p <= 0; p++) {
+        set_gelu_candidate(p);
+        gpu_matmul_gelu(1, o1, p1, inp, w, b, N, C, OC);
+        gpu_matmul_gelu(1, o2, p2, inp, w, b, N, C, OC);
+        char what[96];
+        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d pre", N, C, OC, p);
+        expect_close(what, 1, p1, rpre, no);
+        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d out", N, C, OC, p);
+        expect_close(what, 1, o1, rout, no);
+        expect_same(what, o1, o2, no);
+        expect_same(what, p1, p2, no);
+    }
+    unsetenv("NB_LT_ALGO_GELU");
+    free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
 }
 
 /* Gradients: dinp is an activation gradient (bf16 in bf16 mode), dw and dbias parameter
@@ -936,12 +984,6 @@ TEST_CASE(test_adamw_spans) {
  * element; an accumulating one would keep the NaN), twice for bitwise repeatability, and under
  * each of its environment switches (the paths the integrator can pick on the device). */
 
-static void set_env(const char *name, int v) {
-    char b[4];
-    snprintf(b, sizeof b, "%d", v);
-    setenv(name, b, 1);
-}
-
 /* out = resid + inp @ w^T + bias; OC = 64 fuses the add into the GEMM (if cuBLASLt offers it),
  * OC = 53 and NB_FUSE_RESIDUAL=0 take the GEMM + residual kernel. */
 TEST_CASE(test_matmul_residual_forward) {
@@ -990,14 +1032,16 @@ TEST_CASE(test_matmul_residual_forward) {
 TEST_CASE(test_matmul_dgelu_backward) {
     int N = 3 * 101, OC = 40;
     int cs[2] = {64, 53};
-    int modes[3][2] = {{1, 0}, {1, 1}, {0, 0}}; /* NB_FUSE_DGELU, NB_BGRAD */
+    /* NB_FUSE_DGELU, NB_BGRAD, NB_LT_ALGO_GELU (-1: the default choice) */
+    int modes[5][3] = {{1, 0, -1}, {1, 1, -1}, {0, 0, -1}, {1, 0, 3}, {1, 0, 7}};
     for (int bf = 0; bf <= 1; bf++)
         for (int k = 0; k < 2; k++)
-            for (int m = 0; m < 3; m++) {
+            for (int m = 0; m < 5; m++) {
                 int C = cs[k];
                 size_t ni = (size_t)N * C, nw = (size_t)OC * C;
                 set_env("NB_FUSE_DGELU", modes[m][0]);
                 set_env("NB_BGRAD", modes[m][1]);
+                set_gelu_candidate(modes[m][2]);
                 float *pre = randn(ni, 0, 1.5f), *dout = randn((size_t)N * OC, 0, 1), *w = randn(nw, 0, 0.1f);
                 round_bf(pre, ni, bf), round_bf(dout, (size_t)N * OC, bf), round_bf(w, nw, bf);
                 float *inp = zeros(ni);
@@ -1028,7 +1072,9 @@ TEST_CASE(test_matmul_dgelu_backward) {
                     dev_free(gdw), dev_free(gdb), dev_free(gdbp);
                 }
                 char what[120];
-                const char *tag = modes[m][0] ? (modes[m][1] ? "fused+bgrad" : "fused") : "unfused";
+                const char *tag = modes[m][0] ? (modes[m][1] ? "fused+bgrad" : modes[m][2] < 0 ? "fused"
+                                                  : modes[m][2] == 3 ? "fused candidate 3" : "fused candidate 7")
+                                              : "unfused";
                 snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dpre", C, tag);
                 expect_close(what, bf, gp[0], rdpre, ni);
                 expect_same(what, gp[0], gp[1], ni);
@@ -1047,6 +1093,7 @@ TEST_CASE(test_matmul_dgelu_backward) {
             }
     unsetenv("NB_FUSE_DGELU");
     unsetenv("NB_BGRAD");
+    unsetenv("NB_LT_ALGO_GELU");
 }
 
 /* matmul_backward_set writes dinp (NaN-poisoned here; NB_GRAD_SET=0: its memset + accumulate
@@ -1449,6 +1496,7 @@ int main(int argc, char **argv) {
     double t0 = nb_now();
     RUN(test_matmul_forward);
     RUN(test_matmul_gelu_forward);
+    RUN(test_matmul_gelu_forward_large);
     RUN(test_matmul_backward);
     RUN(test_layernorm);
     RUN(test_rmsnorm);

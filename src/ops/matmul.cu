@@ -123,10 +123,15 @@ static void *cached_workspace(cudaStream_t stream) {
     return p;
 }
 
-/* Which of the heuristic's ranked algorithms a GEMM takes: the first, unless a tuning probe asks
- * for another (NB_LT_ALGO=k for every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues;
- * past the end of the list, the last). The list is a function of the shapes, the device and the
- * library, so a probe's choice gives the same bits on every run. */
+/* Which of the heuristic's ranked algorithms a GEMM takes (past the end of the list, the last).
+ * The list is a function of the shapes, the device and the library, so any fixed index gives the
+ * same bits on every run. The first, except for large GELU / DGELU epilogue GEMMs on sm_90: there
+ * the heuristic's first choices ran at ~470 TFLOP/s, and its fourth (a 96x128 tile forward) was
+ * 12% faster forward and 8% backward (H200, 2026-12-03, gpt2 B=32: 327 -> 284 and 334 -> 304 us a
+ * call, probed with NB_LT_ALGO_GELU=1,2,3,5 in bench/NOTES.md). Tuning probes: NB_LT_ALGO=k for
+ * every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
+#define LT_GELU_INDEX 3
+#define LT_GELU_MIN_MACS (1.0 * (1 << 30) * 16) /* gpt2's fc at B=8 x 1024 and up: 19 G multiply-adds */
 #define LT_MAX_CANDIDATES 8
 static int lt_env_index(const char *name) {
     const char *v = getenv(name);
@@ -137,13 +142,23 @@ static int lt_env_index(const char *name) {
         nb_fail("set it to an index from 0 to 7, or unset it", "%s=%s is not a candidate index", name, v);
     return (int)k;
 }
-static int lt_candidate_index(cublasLtEpilogue_t epi) {
+static int lt_is_sm90(void) {
+    int dev = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
+static int lt_candidate_index(const nb_lt_gemm *g) {
+    const cublasLtEpilogue_t epi = g->epi;
     const int gelu = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
                      epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     const int k = gelu ? lt_env_index("NB_LT_ALGO_GELU") : -1;
     if (k >= 0) return k;
     const int all = lt_env_index("NB_LT_ALGO");
-    return all >= 0 ? all : 0;
+    if (all >= 0) return all;
+    if (gelu && (double)g->m * g->n * g->k >= LT_GELU_MIN_MACS && lt_is_sm90()) return LT_GELU_INDEX;
+    return 0;
 }
 
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail) {
@@ -195,7 +210,7 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
                                                       sizeof al_d));
 
     cublasLtMatmulHeuristicResult_t cand[LT_MAX_CANDIDATES];
-    const int pick = lt_candidate_index(g->epi);
+    const int pick = lt_candidate_index(g);
     int nres = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, op, la, lb, ld, ld, pref, pick + 1, cand, &nres);
     int found = st == CUBLAS_STATUS_SUCCESS && nres > 0;
