@@ -151,33 +151,6 @@ TEST_CASE(test_matmul_gelu_forward) {
     unsetenv("NB_LT_ALGO_GELU");
 }
 
-/* gpt2's fc at B=8 (N = 8192, 768 -> 3072, bf16): large enough for the default to take another
- * of cuBLASLt's ranked algorithms for the GELU epilogue (matmul.cu, LT_GELU_INDEX); that one and
- * the heuristic's first against the CPU, and each repeated bit for bit. */
-TEST_CASE(test_matmul_gelu_forward_large) {
-    const int N = 8192, C = 768, OC = 3072;
-    const size_t no = (size_t)N * OC;
-    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.05f), *b = randn(OC, 0, 1);
-    round_bf(inp, (size_t)N * C, 1), round_bf(w, (size_t)OC * C, 1), round_bf(b, OC, 1);
-    float *rpre = zeros(no), *rout = zeros(no);
-    nb_matmul_forward(rpre, inp, w, b, N, C, OC);
-    nb_gelu_forward(rout, rpre, no);
-    float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
-    for (int p = -1; p <= 0; p++) {
-        set_gelu_candidate(p);
-        gpu_matmul_gelu(1, o1, p1, inp, w, b, N, C, OC);
-        gpu_matmul_gelu(1, o2, p2, inp, w, b, N, C, OC);
-        char what[96];
-        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d pre", N, C, OC, p);
-        expect_close(what, 1, p1, rpre, no);
-        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d out", N, C, OC, p);
-        expect_close(what, 1, o1, rout, no);
-        expect_same(what, o1, o2, no);
-        expect_same(what, p1, p2, no);
-    }
-    unsetenv("NB_LT_ALGO_GELU");
-    free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
-}
 
 /* Gradients: dinp is an activation gradient (bf16 in bf16 mode), dw and dbias parameter
  * gradients (always fp32). */
@@ -1096,6 +1069,39 @@ TEST_CASE(test_matmul_dgelu_backward) {
     unsetenv("NB_LT_ALGO_GELU");
 }
 
+/* gpt2's fc-proj backward at B = 32 (N = 32768, 3072 <- 768, bf16): large enough for the default
+ * to take another of cuBLASLt's ranked algorithms for the DGELU epilogue (matmul.cu,
+ * LT_DGELU_INDEX). That one and the heuristic's first against the CPU, each repeated bit for bit. */
+TEST_CASE(test_matmul_dgelu_backward_large) {
+    const int N = 32768, C = 3072, OC = 768;
+    const size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *pre = randn(ni, 0, 1.5f), *dout = randn(no, 0, 1), *w = randn(nw, 0, 0.05f);
+    round_bf(pre, ni, 1), round_bf(dout, no, 1), round_bf(w, nw, 1);
+    float *inp = zeros(ni), *dz = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC), *rdpre = zeros(ni);
+    nb_gelu_forward(inp, pre, ni);
+    round_bf(inp, ni, 1);
+    nb_matmul_backward(dz, g0w, g0b, dout, inp, w, N, C, OC);
+    nb_gelu_backward(rdpre, pre, dz, ni);
+    void *ddo = dev_up(dout, no, 1), *di = dev_up(inp, ni, 1), *dwt = dev_up(w, nw, 1), *dp = dev_up(pre, ni, 1);
+    float *gp[2] = {zeros(ni), zeros(ni)};
+    for (int pick = -1; pick <= 0; pick++) {
+        set_gelu_candidate(pick);
+        for (int run = 0; run < 2; run++) {
+            void *dpre_ = dev_nan(ni, 1), *gdw = dev_up(g0w, nw, 0), *gdb = dev_up(g0b, OC, 0);
+            nb_cuda_matmul_dgelu_backward_bf16(dpre_, gdw, gdb, NULL, ddo, di, dwt, dp, N, C, OC, lt, st);
+            dev_down(gp[run], dpre_, ni, 1);
+            dev_free(dpre_), dev_free(gdw), dev_free(gdb);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "matmul+dgelu bwd %dx%dx%d candidate %d dpre", N, C, OC, pick);
+        expect_close(what, 1, gp[0], rdpre, ni);
+        expect_same(what, gp[0], gp[1], ni);
+    }
+    unsetenv("NB_LT_ALGO_GELU");
+    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(dp);
+    free(pre), free(dout), free(w), free(inp), free(dz), free(g0w), free(g0b), free(rdpre), free(gp[0]), free(gp[1]);
+}
+
 /* matmul_backward_set writes dinp (NaN-poisoned here; NB_GRAD_SET=0: its memset + accumulate
  * fallback); dw, dbias accumulate, with NB_BGRAD=1 dbias through the BGRADB epilogue. */
 TEST_CASE(test_matmul_backward_set) {
@@ -1496,7 +1502,6 @@ int main(int argc, char **argv) {
     double t0 = nb_now();
     RUN(test_matmul_forward);
     RUN(test_matmul_gelu_forward);
-    RUN(test_matmul_gelu_forward_large);
     RUN(test_matmul_backward);
     RUN(test_layernorm);
     RUN(test_rmsnorm);
@@ -1511,6 +1516,7 @@ int main(int argc, char **argv) {
     RUN(test_adamw_spans);
     RUN(test_matmul_residual_forward);
     RUN(test_matmul_dgelu_backward);
+    RUN(test_matmul_dgelu_backward_large);
     RUN(test_matmul_backward_set);
     RUN(test_backward_set);
     CUDA_CHECK(cudaStreamDestroy(st));

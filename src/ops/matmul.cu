@@ -125,13 +125,14 @@ static void *cached_workspace(cudaStream_t stream) {
 
 /* Which of the heuristic's ranked algorithms a GEMM takes (past the end of the list, the last).
  * The list is a function of the shapes, the device and the library, so any fixed index gives the
- * same bits on every run. The first, except for large GELU / DGELU epilogue GEMMs on sm_90: there
- * the heuristic's first choices ran at ~470 TFLOP/s, and its fourth (a 96x128 tile forward) was
- * 12% faster forward and 8% backward (H200, 2026-12-03, gpt2 B=32: 327 -> 284 and 334 -> 304 us a
- * call, probed with NB_LT_ALGO_GELU=1,2,3,5 in bench/NOTES.md). Tuning probes: NB_LT_ALGO=k for
- * every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
-#define LT_GELU_INDEX 3
-#define LT_GELU_MIN_MACS (1.0 * (1 << 30) * 16) /* gpt2's fc at B=8 x 1024 and up: 19 G multiply-adds */
+ * same bits on every run. The first, except for gpt2-sized DGELU epilogue GEMMs on sm_90: there
+ * the heuristic's first choice (an sm80-style xmma kernel) ran at ~470 TFLOP/s, and its fourth was
+ * faster at both sizes measured (H200, 2026-12-03: 334 -> 304 us at N = 32768, 657 -> 586 us at
+ * N = 65536, 768 x 3072). The forward GELU epilogue keeps the first: the fourth was 12% faster at
+ * N = 32768 and 33% slower at 65536 (bench/NOTES.md). Tuning probes: NB_LT_ALGO=k for every GEMM,
+ * NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
+#define LT_DGELU_INDEX 3
+#define LT_DGELU_MIN_MACS (1.0 * (1 << 30) * 64) /* 68.7 G multiply-adds: gpt2's at B = 32 x 1024 is 77 G */
 #define LT_MAX_CANDIDATES 8
 static int lt_env_index(const char *name) {
     const char *v = getenv(name);
@@ -157,7 +158,8 @@ static int lt_candidate_index(const nb_lt_gemm *g) {
     if (k >= 0) return k;
     const int all = lt_env_index("NB_LT_ALGO");
     if (all >= 0) return all;
-    if (gelu && (double)g->m * g->n * g->k >= LT_GELU_MIN_MACS && lt_is_sm90()) return LT_GELU_INDEX;
+    const int dgelu = epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    if (dgelu && (double)g->m * g->n * g->k >= LT_DGELU_MIN_MACS && lt_is_sm90()) return LT_DGELU_INDEX;
     return 0;
 }
 
