@@ -151,6 +151,33 @@ TEST_CASE(test_matmul_gelu_forward) {
     unsetenv("NB_LT_ALGO_GELU");
 }
 
+/* gpt2's fc forward at B = 32 (N = 32768, 768 -> 3072, bf16): on an H200 the default takes another
+ * of cuBLASLt's ranked algorithms for its GELU epilogue (matmul.cu, lt_tuned). That one and the
+ * heuristic's first against the CPU, each repeated bit for bit. */
+TEST_CASE(test_matmul_gelu_forward_large) {
+    const int N = 32768, C = 768, OC = 3072;
+    const size_t no = (size_t)N * OC;
+    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.05f), *b = randn(OC, 0, 1);
+    round_bf(inp, (size_t)N * C, 1), round_bf(w, (size_t)OC * C, 1), round_bf(b, OC, 1);
+    float *rpre = zeros(no), *rout = zeros(no);
+    nb_matmul_forward(rpre, inp, w, b, N, C, OC);
+    nb_gelu_forward(rout, rpre, no);
+    float *o1 = zeros(no), *p1 = zeros(no), *o2 = zeros(no), *p2 = zeros(no);
+    for (int pick = -1; pick <= 0; pick++) {
+        set_gelu_candidate(pick);
+        gpu_matmul_gelu(1, o1, p1, inp, w, b, N, C, OC);
+        gpu_matmul_gelu(1, o2, p2, inp, w, b, N, C, OC);
+        char what[96];
+        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d pre", N, C, OC, pick);
+        expect_close(what, 1, p1, rpre, no);
+        expect_same(what, p1, p2, no);
+        snprintf(what, sizeof what, "matmul+gelu %dx%dx%d candidate %d out", N, C, OC, pick);
+        expect_close(what, 1, o1, rout, no);
+        expect_same(what, o1, o2, no);
+    }
+    unsetenv("NB_LT_ALGO_GELU");
+    free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
+}
 
 /* Gradients: dinp is an activation gradient (bf16 in bf16 mode), dw and dbias parameter
  * gradients (always fp32). */
@@ -1069,9 +1096,9 @@ TEST_CASE(test_matmul_dgelu_backward) {
     unsetenv("NB_LT_ALGO_GELU");
 }
 
-/* gpt2's fc-proj backward at B = 32 (N = 32768, 3072 <- 768, bf16): large enough for the default
- * to take another of cuBLASLt's ranked algorithms for the DGELU epilogue (matmul.cu,
- * LT_DGELU_INDEX). That one and the heuristic's first against the CPU, each repeated bit for bit. */
+/* gpt2's fc-proj backward at B = 32 (N = 32768, 3072 <- 768, bf16): on an H200 the default takes
+ * another of cuBLASLt's ranked algorithms for its DGELU epilogue (matmul.cu, lt_tuned). That one
+ * and the heuristic's first against the CPU, each repeated bit for bit. */
 TEST_CASE(test_matmul_dgelu_backward_large) {
     const int N = 32768, C = 3072, OC = 768;
     const size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
@@ -1502,6 +1529,7 @@ int main(int argc, char **argv) {
     double t0 = nb_now();
     RUN(test_matmul_forward);
     RUN(test_matmul_gelu_forward);
+    RUN(test_matmul_gelu_forward_large);
     RUN(test_matmul_backward);
     RUN(test_layernorm);
     RUN(test_rmsnorm);

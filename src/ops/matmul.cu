@@ -125,14 +125,8 @@ static void *cached_workspace(cudaStream_t stream) {
 
 /* Which of the heuristic's ranked algorithms a GEMM takes (past the end of the list, the last).
  * The list is a function of the shapes, the device and the library, so any fixed index gives the
- * same bits on every run. The first, except for gpt2-sized DGELU epilogue GEMMs on sm_90: there
- * the heuristic's first choice (an sm80-style xmma kernel) ran at ~470 TFLOP/s, and its fourth was
- * faster at both sizes measured (H200, 2026-12-03: 334 -> 304 us at N = 32768, 657 -> 586 us at
- * N = 65536, 768 x 3072). The forward GELU epilogue keeps the first: the fourth was 12% faster at
- * N = 32768 and 33% slower at 65536 (bench/NOTES.md). Tuning probes: NB_LT_ALGO=k for every GEMM,
- * NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
-#define LT_DGELU_INDEX 3
-#define LT_DGELU_MIN_MACS (1.0 * (1 << 30) * 64) /* 68.7 G multiply-adds: gpt2's at B = 32 x 1024 is 77 G */
+ * same bits on every run. The first, except where lt_tuned lists a measured better one. Tuning
+ * probes: NB_LT_ALGO=k for every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
 #define LT_MAX_CANDIDATES 8
 static int lt_env_index(const char *name) {
     const char *v = getenv(name);
@@ -143,13 +137,30 @@ static int lt_env_index(const char *name) {
         nb_fail("set it to an index from 0 to 7, or unset it", "%s=%s is not a candidate index", name, v);
     return (int)k;
 }
-static int lt_is_sm90(void) {
+
+/* Measured exceptions (H200, cuBLAS 13, 2026-12-03, bench/NOTES.md session 13): gpt2's fc GEMMs,
+ * where the heuristic's first GELU-epilogue choices ran at ~470 TFLOP/s against ~750-780 for the
+ * plain GEMMs of the same size. Only the shapes measured: a rank is a property of one shape's list
+ * (at N = 65536 the forward's fourth was a 64x512 tile, 33% slower than the first). */
+static const struct {
+    cublasLtEpilogue_t epi;
+    int m, n, k, index; /* the GEMM as nb_lt_gemm has it; index: the rank taken */
+} lt_tuned[] = {
+    {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 3072, 32768, 768, 3}, /* gpt2 B=32 fc forward: 327 -> 284 us */
+    {CUBLASLT_EPILOGUE_DGELU, 3072, 32768, 768, 3},         /* gpt2 B=32 fc-proj backward: 334 -> 304 us */
+    {CUBLASLT_EPILOGUE_DGELU, 3072, 65536, 768, 3},         /* gpt2 B=64: 657 -> 586 us */
+};
+
+/* The table was measured on sm_90 with cuBLAS 13: elsewhere the lists differ, and it stays out.
+ * (Asked only for a GEMM the table names: a few per layer.) */
+static int lt_tuned_applies(void) {
     int dev = 0, major = 0, minor = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major == 9 && minor == 0;
+    return major == 9 && minor == 0 && cublasLtGetVersion() / 10000 == 13;
 }
+
 static int lt_candidate_index(const nb_lt_gemm *g) {
     const cublasLtEpilogue_t epi = g->epi;
     const int gelu = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
@@ -158,8 +169,10 @@ static int lt_candidate_index(const nb_lt_gemm *g) {
     if (k >= 0) return k;
     const int all = lt_env_index("NB_LT_ALGO");
     if (all >= 0) return all;
-    const int dgelu = epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    if (dgelu && (double)g->m * g->n * g->k >= LT_DGELU_MIN_MACS && lt_is_sm90()) return LT_DGELU_INDEX;
+    for (size_t i = 0; i < sizeof lt_tuned / sizeof lt_tuned[0]; i++)
+        if (lt_tuned[i].epi == epi && lt_tuned[i].m == g->m && lt_tuned[i].n == g->n && lt_tuned[i].k == g->k &&
+            lt_tuned_applies())
+            return lt_tuned[i].index;
     return 0;
 }
 
