@@ -89,7 +89,16 @@ if [ $nb = 1 ] && [ -x "$NB" ] && timeout 60 "$NB" train --model gpt2-tiny --dev
         --data "$SHARD" --val-data none --out "$TMP/nb-probe" --no-progress --quiet >"$TMP/nb-probe.log" 2>&1; then
     nb_ok=1
 fi
-nb_reserve=$(( nb_ok ? 150 + 60 * kern : 0 ))
+# seconds kept for the nobubble runs and tables after the anchors, from the rows asked for (H200,
+# 2026-12-03: proxy 5 s, gpt2 B=32 + B=64 17 s, llama-1b 19 s, a kernel table 4-13 s), with room
+nb_reserve=0
+if [ $nb_ok = 1 ]; then
+    nb_reserve=15
+    case ",$rows," in *,proxy,*) nb_reserve=$((nb_reserve + 15 + 15 * kern)) ;; esac
+    case ",$rows," in *,gpt2,*) nb_reserve=$((nb_reserve + 30 + 15 * kern)) ;;
+                      *,gpt2-ro,*) nb_reserve=$((nb_reserve + 15 + 15 * kern)) ;; esac
+    case ",$rows," in *,llama,*) [ $llama = 1 ] && nb_reserve=$((nb_reserve + 45 + 25 * kern)) ;; esac
+fi
 deadline=$(( start + budget - nb_reserve ))
 
 # ================================== PyTorch anchors ==================================
