@@ -20,7 +20,8 @@
 #   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
 #   model's step kernel by kernel from CUPTI; KTABLE_ARGS), ktable_old (the same with the switches back
 #   to the previous paths: NB_LT_WS_CACHE=0 NB_EMBED_SCAN=1 NB_DBIAS_V8=0; KTABLE_OLD_ARGS), ktable_algo (the same with
-#   each of KTABLE_ALGO_VARS set, e.g. NB_LT_ALGO_GELU=1: another of cuBLASLt's ranked algorithms; KTABLE_ALGO_ARGS), clocks (nvidia-smi's clocks, power, throttling). The stream runs take env
+#   each of KTABLE_ALGO_VARS set, e.g. NB_LT_ALGO_GELU=1: another of cuBLASLt's ranked algorithms; KTABLE_ALGO_ARGS), clocks (nvidia-smi's clocks, power, throttling),
+#   candidates (test_ops_cuda --candidates: whether cuBLASLt's ranked candidates give the same bits). The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
@@ -101,6 +102,7 @@ for m in sys.argv[1:]:
                 --no-build ${KTABLE_OLD_ARGS:-gpt2-proxy:8:256 gpt2:32:1024} ;;
         ktable_algo) build && for v in ${KTABLE_ALGO_VARS:-NB_LT_ALGO_GELU=1 NB_LT_ALGO_GELU=2 NB_LT_ALGO_GELU=3 NB_LT_ALGO=1}; do
                 echo "=== ktable with $v"; env "$v" OUT="$R/ktable-$v" bash bench/kernel_table.sh --no-build ${KTABLE_ALGO_ARGS:-gpt2:32:1024}; done ;;
+        candidates) build && "$NB_BUILD/tests/test_ops_cuda" --candidates ;;
         clocks) nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv ;;
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;

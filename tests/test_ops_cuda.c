@@ -9,7 +9,8 @@
  *   comparison is on the increments, so a kernel that overwrites instead of accumulating fails;
  * - a NULL gradient is skipped while the others are still computed;
  * - determinism: the CUDA op runs twice from the same state and the results must be bitwise equal.
- * Exits 77 (skipped) without a GPU, or when built without CUDA. */
+ * Exits 77 (skipped) without a GPU, or when built without CUDA. Other modes: --bench, --bench18
+ * (kernel times), --candidates (a report: do cuBLASLt's ranked candidates give the same bits?). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -1425,6 +1426,54 @@ static void bench(void) {
         med_;                                                                                      \
     })
 
+/* --candidates: whether cuBLASLt's ranked candidates for one GEMM give the same bits. For each of
+ * gpt2 B=32's bf16 GEMM shapes, the output with NB_LT_ALGO=k (k = 1..7; past the end of a shape's
+ * list the last candidate repeats) against k = 0, element by element. A report, not a test: the
+ * question is whether a timing-based pick among them could keep runs bitwise (bench/NOTES.md). */
+static void report_candidates(const char *what, int kind, int N, int C, int OC) {
+    const size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *inp = randn(kind == 2 ? no : ni, 0, 1), *w = randn(nw, 0, 0.05f), *b = randn(OC, 0, 1);
+    float *pre = randn(ni, 0, 1.5f);
+    round_bf(inp, kind == 2 ? no : ni, 1), round_bf(w, nw, 1), round_bf(b, OC, 1), round_bf(pre, ni, 1);
+    const size_t nout = kind == 2 ? ni : no;
+    float *out[2] = {zeros(nout), zeros(nout)}, *aux = zeros(no);
+    for (int k = 0; k < 8; k++) {
+        set_env("NB_LT_ALGO", k);
+        float *o = out[k ? 1 : 0];
+        if (kind == 0) gpu_matmul_fwd(1, o, inp, w, b, N, C, OC);
+        else if (kind == 1) gpu_matmul_gelu(1, o, aux, inp, w, b, N, C, OC);
+        else {
+            /* dpre[N, C] = gelu'(pre) * (dout[N, OC] @ w[OC, C]): the DGELU epilogue */
+            void *ddo = dev_up(inp, no, 1), *dwt = dev_up(w, nw, 1), *dp = dev_up(pre, ni, 1);
+            void *dpre = dev_nan(ni, 1);
+            nb_cuda_matmul_dgelu_backward_bf16(dpre, NULL, NULL, NULL, ddo, NULL, dwt, dp, N, C, OC, lt, st);
+            dev_down(o, dpre, ni, 1);
+            dev_free(ddo), dev_free(dwt), dev_free(dp), dev_free(dpre);
+        }
+        if (k == 0) continue;
+        size_t differ = 0;
+        double worst = 0.0;
+        for (size_t i = 0; i < nout; i++)
+            if (memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0) {
+                differ++;
+                const double d = out[0][i] > out[1][i] ? out[0][i] - out[1][i] : out[1][i] - out[0][i];
+                if (d > worst) worst = d;
+            }
+        printf("    %-34s candidate %d vs 0: %s", what, k, differ ? "differs" : "same bits");
+        if (differ) printf(" (%zu of %zu elements, largest difference %.3g)", differ, nout, worst);
+        printf("\n");
+    }
+    unsetenv("NB_LT_ALGO");
+    free(inp), free(w), free(b), free(pre), free(out[0]), free(out[1]), free(aux);
+}
+
+static void candidates(void) {
+    printf("cuBLASLt candidates against the first, gpt2 B=32 (N = 32768) bf16 GEMMs:\n");
+    report_candidates("qkv forward (bias) 768 -> 2304", 0, 32768, 768, 2304);
+    report_candidates("fc forward (GELU) 768 -> 3072", 1, 32768, 768, 3072);
+    report_candidates("fc-proj backward (DGELU) 3072 <- 768", 2, 32768, 3072, 768);
+}
+
 static void bench18(void) {
     if (!ev0) CUDA_CHECK(cudaEventCreate(&ev0));
     if (!ev1) CUDA_CHECK(cudaEventCreate(&ev1));
@@ -1517,6 +1566,11 @@ int main(int argc, char **argv) {
         nb_verbosity = 2; /* says whether the GELU epilogue was fused */
         bench();
         bench18();
+        CUDA_CHECK(cudaStreamDestroy(st));
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--candidates") == 0) {
+        candidates();
         CUDA_CHECK(cudaStreamDestroy(st));
         return 0;
     }
