@@ -27,6 +27,7 @@
 
 #include "check.h"
 #include "core.h"
+#include "family/family.h"
 #include "host.h"
 #include "io/atomic.h"
 #include "io/safetensors.h"
@@ -470,7 +471,7 @@ static void save_ckpt(const reference *r, const char *dir) {
         snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
         nb_ckpt_list_add(&optim, name, p->ndim, p->shape, zero + p->offset);
     }
-    nb_ckpt_write(dir, &nb_family_transformer, &o, &model, &optim, &st);
+    nb_ckpt_write(dir, nb_family_find("transformer"), &o, &model, &optim, &st);
     nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
     free(zero);
     printf("  wrote the reference weights as a checkpoint: %s/ckpt\n", dir);

@@ -7,10 +7,10 @@
 #include "commands.h"
 #include "core.h"
 #include "data/tokenizer.h"
+#include "family/transformer.h"
 #include "ops/ops.h"
 #include "rng.h"
 #include "run/run.h"
-#include "run/tf.h"
 
 void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *device, nb_train_opts *o, char *resolved,
                        size_t cap);

@@ -51,7 +51,7 @@
 #include "host.h"
 #include "io/atomic.h"
 #include "model/seqctr.h"
-#include "run/opts.h" /* train's seqctr defaults and NB_PATH_MAX: the same flags mean the same */
+#include "step/opts.h" /* train's seqctr defaults and NB_PATH_MAX: the same flags mean the same */
 
 /* The arrays are written from memory as they are: the format is little-endian. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

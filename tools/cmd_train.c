@@ -8,11 +8,12 @@
 #include "commands.h"
 #include "comm/comm.h"
 #include "core.h"
+#include "family/family.h"
+#include "family/transformer.h"
 #include "run/ckpt.h"
 #include "run/lock.h"
 #include "run/run.h"
 #include "run/sc.h"
-#include "run/tf.h"
 #include "sched/sched.h"
 
 enum { G_COMMON, G_RANKS, G_TF, G_SC, G_ERASE, G_STREAM };
@@ -164,7 +165,7 @@ int nb_cmd_train(int argc, char **argv) {
         nb_ckpt_state st;
         nb_ckpt_read_state(ckpt_dir, &o, &st);
         was = o;
-        if (model && nb_family_of_model(model) != nb_family_named(o.family))
+        if (model && nb_family_of_model(model) != nb_family_find(o.family))
             nb_usage_error("train", "--model %s: the checkpoint in %s is a %s run", model, ckpt_dir, o.family);
     } else {
         nb_train_opts_defaults(&o, nb_family_of_model(model ? model : "gpt2-mini")->name);

@@ -72,6 +72,8 @@ char *nb_read_file_at(const char *file, int line, const char *path, size_t max, 
 #define nb_open_input(path, hint, size) nb_open_input_at(__FILE__, __LINE__, (path), (hint), (size))
 #define nb_read_file(path, max, len, hint) nb_read_file_at(__FILE__, __LINE__, (path), (max), (len), (hint))
 
+/* The longest path a run keeps (run directory, data, checkpoint); longer ones are refused. */
+#define NB_PATH_MAX 1024
 #define NB_ALIGN 256
 static inline size_t nb_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 

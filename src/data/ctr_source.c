@@ -8,7 +8,6 @@
 
 #include "core.h"
 #include "ops/ops_ctr.h"
-#include "run/opts.h" /* NB_PATH_MAX */
 
 #define POP_SMOOTH 10.0 /* popularity baseline: prior strength, in pseudo-ratings */
 

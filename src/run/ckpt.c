@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "core.h"
+#include "family/family.h"
 #include "io/atomic.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -127,57 +128,18 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
     st->data_pos = (size_t)pos;
     st->seed = nb_json_req_u64(j, "seed");
     /* checkpoints from before the seqctr family have no "family": they are transformers' */
-    const nb_family_i *fam = nb_family_named(nb_json_get_str(j, "family", "transformer"));
+    const nb_family_i *fam = nb_family_find(nb_json_get_str(j, "family", "transformer"));
     NB_CHECK(fam != NULL, damaged, "%s: unknown model family '%s'", path, nb_json_get_str(j, "family", ""));
     if (opts) {
         nb_train_opts_defaults(opts, fam->name);
-        fam->read_config(nb_json_req(j, "model", NB_JSON_OBJ), opts);
+        /* the options first: the family's config may check itself against them */
         read_train_opts(path, nb_json_req(j, "train", NB_JSON_OBJ), opts);
+        fam->read_config(nb_json_req(j, "model", NB_JSON_OBJ), opts);
         NB_CHECK(opts->seed == st->seed, damaged, "%s: the options' seed differs from the state's", path);
-        /* a transformer trains on sequences of its context length: seq is redundant with the
-         * model's, and a different value is a damaged file, not something to ignore */
-        NB_CHECK(fam != &nb_family_transformer || opts->seq == opts->model.seq, damaged,
-                 "%s: train.seq %d differs from the model's context %d", path, opts->seq, opts->model.seq);
         /* every option as the flags check it, before a flag given now could hide a damaged value */
         nb_train_opts_check(opts);
     }
     nb_json_free(j);
-}
-
-void nb_ckpt_shard_path(char *out, size_t cap, const char *ckpt_dir, int rank, int world) {
-    snprintf(out, cap, "%s/shard-%05d-of-%05d.safetensors", ckpt_dir, rank, world);
-}
-
-static void load_list(const char *path, nb_ckpt_list *l);
-void nb_ckpt_load_file(const char *path, nb_ckpt_list *l) { load_list(path, l); }
-
-static void load_list(const char *path, nb_ckpt_list *l) {
-    nb_st_file *f = nb_st_open(path);
-    for (int i = 0; i < l->n; i++) {
-        const nb_ckpt_tensor *t = &l->v[i];
-        NB_CHECK(nb_st_find(f, t->name), "the checkpoint belongs to another model shape", "%s has no tensor '%s'", path,
-                 t->name);
-        nb_st_read_shaped(f, t->name, NB_F32, t->ndim, t->shape, t->data);
-    }
-    nb_st_close(f);
-}
-
-void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim) {
-    char path[NB_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    load_list(path, model);
-    if (optim) {
-        snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-        load_list(path, optim);
-    }
-}
-
-static void write_list(const char *path, const nb_ckpt_list *l, int with_format) {
-    nb_st_writer *w = nb_st_begin(path);
-    if (with_format) nb_st_meta(w, "format", "pt");
-    nb_st_meta(w, "producer", "nobubble");
-    for (int i = 0; i < l->n; i++) nb_st_add(w, l->v[i].name, NB_F32, l->v[i].ndim, l->v[i].shape, l->v[i].data);
-    nb_st_end(w);
 }
 
 /* model.safetensors, optim.safetensors and state.json into the directory dir. */
@@ -185,9 +147,9 @@ static void write_contents(const char *dir, const nb_family_i *fam, const nb_tra
                            const nb_ckpt_list *optim, const nb_ckpt_state *st) {
     char path[NB_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_list(path, model, 1);
+    nb_ckpt_write_list(path, model, 1);
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-    write_list(path, optim, 0);
+    nb_ckpt_write_list(path, optim, 0);
 
     nb_json_writer j;
     nb_json_writer_init(&j, 2);
@@ -224,7 +186,7 @@ static void save_sharded(nb_run *r, const char *out_dir, const nb_ckpt_list *mod
         nb_dir_tmp_path(final, tmp, sizeof tmp);
     nb_comm_barrier_host(); /* the temp directory exists */
     nb_ckpt_shard_path(path, sizeof path, tmp, r->rank, r->world);
-    write_list(path, &shard, 0);
+    nb_ckpt_write_list(path, &shard, 0);
     if (r->rank == 0) write_contents(tmp, r->fam, &r->o, model, optim, st);
     nb_comm_barrier_host(); /* every shard is on disk */
     if (r->rank == 0) nb_dir_replace(tmp, final);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "run/run.h"
+#include "step/step.h"
 
 #define NB_CKPT_FORMAT "nobubble-checkpoint"
 #define NB_CKPT_VERSION 1
@@ -28,13 +28,6 @@ void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover);
 /* Read state.json: the family's defaults, then the model config and every option the run was
  * trained with (opts may be NULL), and the state. Validates format, version and every value. */
 void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st);
-/* Read the listed tensors (each must exist with its shape) into their host buffers. */
-void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
-/* A rank's shard file of a family with sharded state (nb_family_i.shard_tensors):
- * CKPT/shard-RRRRR-of-NNNNN.safetensors, every shard tensor of that rank by name. */
-void nb_ckpt_shard_path(char *out, size_t cap, const char *ckpt_dir, int rank, int world);
-/* Read the listed tensors from one safetensors file (as nb_ckpt_load_lists). */
-void nb_ckpt_load_file(const char *path, nb_ckpt_list *l);
 /* Write out_dir/ckpt atomically from the run's family's tensors (host copies current); with a
  * family that has shards, every rank calls it (collective) and writes its own. */
 void nb_ckpt_save(nb_run *r, const char *out_dir, const nb_ckpt_state *st);

@@ -15,107 +15,33 @@
 #include "io/atomic.h"
 #include "io/svg.h"
 #include "lanes/kprof.h"
+#include "family/family.h"
 #include "run/ckpt.h"
-#include "run/step_stats.h"
 #include "run/timeline.h"
 #include "sched/sched.h"
+#include "step/step_stats.h"
 
-/* ---------------------------------------------------------------- small containers */
+/* ---------------------------------------------------------------- the loop's own state */
 
-void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg) {
-    nb_items_add_bucket(l, name, kind, fn, arg, -1);
-}
+typedef struct nb_series {
+    double *step, *loss;
+    size_t n, cap;
+} nb_series; /* a loss curve, for loss.svg */
 
-void nb_items_add_bucket(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg, int b) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 8;
-        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
-        NB_CHECK(l->v != NULL, NULL, "out of memory for the step's work items");
-    }
-    nb_item *it = &l->v[l->n++];
-    snprintf(it->name, sizeof it->name, "%s", name);
-    it->kind = kind, it->fn = fn, it->arg = arg, it->bucket = b, it->hook = NULL;
-}
+/* What only the loop keeps: the captured steps, the run directory's metrics file, the loss
+ * curves, the last held-out evaluation. */
+struct nb_loop {
+    struct {
+        int key;
+        struct nb_graph *g;
+    } *graphs; /* [o.graph_cache]: the captured steps, one per graph key */
+    int ngraphs, replays;
+    FILE *metrics;
+    nb_series train_hist, val_hist;
+    nb_eval last_eval;
+};
 
-int nb_run_sharded(nb_run *r) { return r->fam->shard_tensors && r->fam->shard_tensors(r, NULL); }
-
-void nb_items_add_hook(nb_items *l, const char *name, nb_hook_fn hook, void *arg) {
-    nb_items_add(l, name, NB_SPAN_OTHER, NULL, arg);
-    l->v[l->n - 1].hook = hook;
-}
-
-void nb_items_free(nb_items *l) {
-    free(l->v);
-    memset(l, 0, sizeof *l);
-}
-
-typedef struct nb_bucket_work {
-    nb_run *r;
-    int b;
-    char name[32];
-} nb_bucket_work;
-
-void nb_run_set_buckets(nb_run *r, nb_bucket *buckets, int n) {
-    r->buckets = buckets;
-    r->nbuckets = n;
-    r->bucket_work = nb_calloc((size_t)(n ? n : 1), sizeof *r->bucket_work, "gradient buckets");
-    for (int b = 0; b < n; b++) {
-        r->bucket_work[b] = (nb_bucket_work){r, b, ""};
-        snprintf(r->bucket_work[b].name, sizeof r->bucket_work[b].name, "all-reduce %d", b);
-    }
-}
-
-/* The step's gradient += this micro-batch's, over the bucket's ranges (micro-batch order: the
- * bits of ranks whose gradients are summed in rank order). */
-static void work_bucket_add(void *arg, const nb_task_ctx *ctx) {
-    nb_bucket_work *w = arg;
-    const nb_bucket *b = &w->r->buckets[w->b];
-    for (int k = 0; k < b->nr; k++) w->r->be->add_f32(ctx, w->r->grad_sum + b->off[k], w->r->grad_micro + b->off[k], b->n[k]);
-}
-
-static void bucket_done(nb_run *r, nb_lane *lane, int b, int step) {
-    /* a family without a micro-batch slab accumulates in place */
-    if (r->micro > 0 && r->grad_micro) nb_lane_run(lane, "accumulate", NB_SPAN_BWD, step, work_bucket_add, &r->bucket_work[b]);
-    if (!r->comm || r->micro + 1 < r->nmicro || r->capturing) return;
-    const nb_bucket *bk = &r->buckets[b];
-    nb_comm_wait(r->comm, nb_lane_mark(lane));
-    for (int k = 0; k < bk->nr; k++)
-        r->reduced = nb_comm_all_reduce(r->comm, r->grad_sum + bk->off[k], r->grad_sum + bk->off[k], bk->n[k], NB_COMM_F32,
-                                        r->bucket_work[b].name);
-    r->reduced_set = 1;
-}
-
-void nb_items_run(nb_run *r, const nb_items *l, nb_lane *lane, int step) {
-    for (int i = 0; i < l->n; i++) {
-        if (l->v[i].hook) {
-            NB_ASSERT(!r->capturing);
-            l->v[i].hook(r, lane, step, l->v[i].arg);
-            continue;
-        }
-        nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
-        if (l->v[i].bucket >= 0 && (r->micro > 0 || r->comm)) bucket_done(r, lane, l->v[i].bucket, step);
-    }
-}
-
-void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, float *data) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
-        NB_CHECK(l->v != NULL, NULL, "out of memory for the checkpoint's tensor list");
-    }
-    nb_ckpt_tensor *t = &l->v[l->n++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
-    t->shape[0] = shape[0], t->shape[1] = ndim > 1 ? shape[1] : 1;
-    t->data = data;
-}
-
-void nb_ckpt_list_free(nb_ckpt_list *l) {
-    free(l->v);
-    memset(l, 0, sizeof *l);
-}
-
-void nb_series_push(nb_series *s, double x, double y) {
+static void series_push(nb_series *s, double x, double y) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 256;
         s->step = realloc(s->step, s->cap * sizeof(double));
@@ -126,22 +52,7 @@ void nb_series_push(nb_series *s, double x, double y) {
     s->loss[s->n++] = y;
 }
 
-const nb_family_i *nb_family_named(const char *name) {
-    if (!strcmp(name, nb_family_transformer.name)) return &nb_family_transformer;
-    if (!strcmp(name, nb_family_seqctr.name)) return &nb_family_seqctr;
-    return NULL;
-}
-
-const nb_family_i *nb_family_of_model(const char *model) {
-    return !strcmp(model, "seqctr") ? &nb_family_seqctr : &nb_family_transformer;
-}
-
 /* ---------------------------------------------------------------- setup */
-
-void nb_run_on_compute(nb_run *r, const char *name, nb_task_fn fn, void *arg) {
-    nb_lane_run(r->compute, name, NB_SPAN_OTHER, -1, fn, arg);
-    nb_mark_wait_host(nb_lane_mark(r->compute));
-}
 
 /* OpenMP's thread count belongs to the calling thread: --threads must be set on the thread that
  * runs the compute lane's ops (the lane's worker on the CPU backend), not only on main. */
@@ -173,53 +84,13 @@ static void init_arenas(nb_run *r) {
                   da);
 }
 
-static void work_zero_dev(void *arg, const nb_task_ctx *ctx) {
-    nb_run *r = arg;
-    r->be->zero(ctx, r->dev.base, r->dev.planned);
-}
-
-void nb_run_alloc_arenas(nb_run *r, const char *hint) {
-    char need[32], have[32];
-    /* the device check comes first, before any allocation; --gpu-mem-limit emulates a smaller GPU */
-    if (r->be->device != NB_DEV_CPU && r->dev.budget && r->dev.planned > r->dev.budget)
-        nb_fail(hint, "the plan needs %s of GPU memory but %s is available%s", nb_fmt_bytes(need, 32, (double)r->dev.planned),
-                nb_fmt_bytes(have, 32, (double)r->dev.budget), r->o.gpu_mem_limit ? " (--gpu-mem-limit)" : "");
-    if (r->host.planned && !r->host.base) nb_arena_alloc(&r->host, hint);
-    if (r->pinned.planned && !r->pinned.base) nb_arena_alloc(&r->pinned, hint);
-    if (r->dev.planned && !r->dev.base) {
-        nb_arena_alloc(&r->dev, hint);
-        /* device memory starts as whatever was there: zero it, so padding and unused rows are 0 */
-        if (r->be->device != NB_DEV_CPU) nb_run_on_compute(r, "zero device memory", work_zero_dev, r);
-    }
-}
-
-int nb_run_nonfinite(nb_run *r, const float *p, size_t n) {
-    if (r->be->device == NB_DEV_CPU) {
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(p[i])) return 1;
-        return 0;
-    }
-    enum { CHUNK = 1 << 20 };
-    float *buf = nb_malloc(CHUNK * sizeof(float), "finiteness check");
-    int bad = 0;
-    nb_task_ctx ctx = {r->compute, NULL, r->backend};
-    for (size_t at = 0; at < n && !bad; at += CHUNK) {
-        size_t k = n - at < CHUNK ? n - at : CHUNK;
-        r->be->to_host(&ctx, buf, p + at, k * sizeof(float));
-        for (size_t i = 0; i < k; i++)
-            if (!isfinite(buf[i])) bad = 1;
-    }
-    free(buf);
-    return bad;
-}
-
 static void check_schedule(const nb_run *r) {
     const char *why = NULL;
     NB_CHECK(r->sched != NULL, "pass one of the schedules listed (nobubble train --help)", "unknown --schedule '%s' (the schedules: %s)",
              r->o.schedule, nb_sched_names());
     NB_CHECK(!r->sched->applies || r->sched->applies(r->fam, &why), "pick another --schedule (nobubble train --help lists them)",
              "--schedule %s does not run %s models: %s", r->sched->name, r->fam->name, why ? why : "");
-    NB_CHECK(!r->o.graphs || r->sched->graphs, "drop --graphs with this schedule",
+    NB_CHECK(!r->o.graphs || r->sched->traits.graphs, "drop --graphs with this schedule",
              "--schedule %s steps are not captured as graphs yet", r->sched->name);
     if (r->sched->check) r->sched->check(&r->o);
     for (const nb_sched_i *const *s = nb_sched_all(); *s; s++)
@@ -237,7 +108,7 @@ static void create_comm(nb_run *r) {
     nb_comm_kind kind = nb_comm_kind_parse(r->o.comm);
     /* one rank with a named --comm still goes through it: a communicator of one runs the code
      * path of many (its reductions are copies), so one GPU checks the NCCL path */
-    int wanted = (r->fam->wants_comm && r->fam->wants_comm(&r->o)) || r->o.comm_sm_free;
+    int wanted = (r->fam->wants_comm && r->fam->wants_comm(&r->o, &r->traits)) || r->o.comm_sm_free;
     if (r->eval_only || (r->world == 1 && kind == NB_COMM_AUTO && !wanted)) return;
     nb_comm_set_timeout(r->o.comm_timeout);
     nb_comm_opts co = {.kind = kind, .timeout_s = r->o.comm_timeout, .name = "comm", .sm_free = r->o.comm_sm_free};
@@ -258,8 +129,9 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     /* emulated ranks train their shares one after another, as the step's micro-batches */
     r->nmicro = eval_only ? 1 : nb_train_parts(&r->o);
     pick_device(r);
-    r->fam = nb_family_named(o->family);
+    r->fam = nb_family_find(o->family);
     NB_ASSERT(r->fam != NULL);
+    r->loop = nb_calloc(1, sizeof *r->loop, "the training loop");
     r->sched = nb_sched_find(o->schedule);
     if (o->resume[0] && !eval_only)
         NB_CHECK(r->o.world == r->world, "resume with as many ranks as the run was started with (mpirun -np N)",
@@ -270,6 +142,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     nb_train_opts_check(&r->o);
     r->fam->check(&r->o);
     check_schedule(r);
+    r->traits = r->sched->traits;
     nb_ckpt_state st = {0};
     if (o->resume[0]) {
         nb_ckpt_read_state(o->resume, NULL, &st);
@@ -291,8 +164,18 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     create_comm(r);
     init_arenas(r);
     r->fam->init(r);
+    /* the memory: the schedule's plan when it keeps the state, else the family's own */
+    if (r->sched->plan)
+        r->sched->plan(r);
+    else if (r->fam->plan)
+        r->fam->plan(r);
+    if (r->fam->bind) r->fam->bind(r);
     if (r->sched->init) r->sched->init(r);
     r->fam->start(r, o->resume[0] ? o->resume : NULL);
+    if (r->traits.keeps_state)
+        r->sched->upload(r);
+    else if (r->fam->upload)
+        r->fam->upload(r);
     /* large models spend a while here (hundreds of GB touched): say so, not silently */
     double setup_s = nb_now() - t_setup;
     if (setup_s > 2.0)
@@ -300,9 +183,9 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
 }
 
 void nb_run_free(nb_run *r) {
+    struct nb_loop *lp = r->loop;
     if (r->lanes) nb_lanes_sync(r->lanes);
-    for (int i = 0; i < r->ngraphs; i++) nb_graph_destroy(r->graphs[i].g);
-    free(r->graphs);
+    for (int i = 0; lp && i < lp->ngraphs; i++) nb_graph_destroy(lp->graphs[i].g);
     if (r->sched && r->sched->free) r->sched->free(r);
     if (r->fam && r->fam->free) r->fam->free(r);
     if (r->comm) nb_comm_destroy(r->comm);
@@ -314,8 +197,12 @@ void nb_run_free(nb_run *r) {
     nb_items_free(&r->items.next), nb_items_free(&r->items.resync);
     for (int s = 0; s < NB_MAX_SEGMENTS; s++) nb_items_free(&r->items.fwd[s]), nb_items_free(&r->items.bwd[s]);
     nb_backend_destroy(r->backend);
-    free(r->train_hist.step), free(r->train_hist.loss), free(r->val_hist.step), free(r->val_hist.loss);
-    if (r->metrics) fclose(r->metrics);
+    if (lp) {
+        free(lp->graphs);
+        free(lp->train_hist.step), free(lp->train_hist.loss), free(lp->val_hist.step), free(lp->val_hist.loss);
+        if (lp->metrics) fclose(lp->metrics);
+        free(lp);
+    }
     memset(r, 0, sizeof *r);
 }
 
@@ -323,9 +210,10 @@ static void drain(nb_run *r) {
     if (r->sched->drain) r->sched->drain(r);
 }
 
+/* a schedule that keeps the state brings the host copies up to date in its drain */
 void nb_run_sync_to_host(nb_run *r) {
     drain(r);
-    r->fam->sync_to_host(r);
+    if (!r->traits.keeps_state) r->fam->sync_to_host(r);
 }
 
 void nb_run_evaluate(nb_run *r, nb_eval *ev) {
@@ -339,12 +227,12 @@ static void draw_loss_svg(const nb_run *r) {
     char path[NB_PATH_MAX + 16], title[128], ylabel[32];
     snprintf(path, sizeof path, "%s/loss.svg", r->o.out);
     nb_svg_series s[2] = {
-        {"train loss", "#1f77b4", (int)r->train_hist.n, r->train_hist.step, r->train_hist.loss},
-        {r->fam->held_out, "#d62728", (int)r->val_hist.n, r->val_hist.step, r->val_hist.loss},
+        {"train loss", "#1f77b4", (int)r->loop->train_hist.n, r->loop->train_hist.step, r->loop->train_hist.loss},
+        {r->fam->held_out, "#d62728", (int)r->loop->val_hist.n, r->loop->val_hist.step, r->loop->val_hist.loss},
     };
     snprintf(title, sizeof title, "nobubble: %s", r->fam->model_name(&r->o));
     snprintf(ylabel, sizeof ylabel, "loss (%s)", r->fam->loss_unit);
-    nb_svg_line_plot(path, title, "step", ylabel, s, r->val_hist.n ? 2 : 1);
+    nb_svg_line_plot(path, title, "step", ylabel, s, r->loop->val_hist.n ? 2 : 1);
 }
 
 /* Keep only the metrics lines of steps before `step` (a resumed run rewrites what follows). */
@@ -363,8 +251,8 @@ static void open_metrics(nb_run *r) {
                 nb_sbuf_puts(&kept, line);
                 double loss, held;
                 r->fam->metrics_losses(j, &loss, &held);
-                if (!isnan(loss)) nb_series_push(&r->train_hist, (double)s, loss);
-                if (!isnan(held)) nb_series_push(&r->val_hist, (double)s, held);
+                if (!isnan(loss)) series_push(&r->loop->train_hist, (double)s, loss);
+                if (!isnan(held)) series_push(&r->loop->val_hist, (double)s, held);
             }
             nb_json_free(j);
         }
@@ -372,7 +260,7 @@ static void open_metrics(nb_run *r) {
     }
     nb_write_file_atomic(path, kept.data ? kept.data : "", kept.len);
     nb_sbuf_free(&kept);
-    r->metrics = nb_fopen(path, "a", "choose a writable --out directory");
+    r->loop->metrics = nb_fopen(path, "a", "choose a writable --out directory");
 }
 
 static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats *st, const nb_eval *ev) {
@@ -390,8 +278,8 @@ static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats 
     nb_json_knum(&w, "overlap_pct", st->overlap_pct);
     nb_json_knum(&w, "exposed_pct", st->exposed_pct);
     nb_json_end_obj(&w);
-    fprintf(r->metrics, "%s\n", nb_json_text(&w));
-    NB_CHECK(fflush(r->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
+    fprintf(r->loop->metrics, "%s\n", nb_json_text(&w));
+    NB_CHECK(fflush(r->loop->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
     nb_json_writer_free(&w);
 }
 
@@ -460,21 +348,9 @@ static void catch_stop_signals(void) {
 /* ---------------------------------------------------------------- steps */
 
 static struct nb_graph *graph_for(nb_run *r, int key) {
-    for (int i = 0; i < r->ngraphs; i++)
-        if (r->graphs[i].key == key) return r->graphs[i].g;
+    for (int i = 0; i < r->loop->ngraphs; i++)
+        if (r->loop->graphs[i].key == key) return r->loop->graphs[i].g;
     return NULL;
-}
-
-/* Every bucket all-reduced after the step's items (a captured step cannot hold the comm lane's
- * host work, so with --graphs the reduction follows the replay instead of overlapping it). */
-static void reduce_all(nb_run *r, int step) {
-    nb_comm_wait(r->comm, nb_lane_mark(r->compute));
-    for (int b = 0; b < r->nbuckets; b++)
-        for (int k = 0; k < r->buckets[b].nr; k++)
-            r->reduced = nb_comm_all_reduce(r->comm, r->grad_sum + r->buckets[b].off[k], r->grad_sum + r->buckets[b].off[k],
-                                            r->buckets[b].n[k], NB_COMM_F32, r->bucket_work[b].name);
-    r->reduced_set = 1;
-    (void)step;
 }
 
 /* The schedule's pass over the current micro-batch (and the optimizer, when nothing runs between
@@ -486,25 +362,26 @@ static void run_pass(nb_run *r, int step, int first, int with_opt) {
     int key = r->o.graphs && step != first ? r->fam->graph_key(r) : -1;
     if (key >= 0) key = (key * r->nmicro + r->micro) * 2 + with_opt;
     struct nb_graph *g = key >= 0 ? graph_for(r, key) : NULL;
-    if (key < 0 || (!g && r->ngraphs == r->o.graph_cache)) { /* eager: the same bits as a replay */
+    struct nb_loop *lp = r->loop;
+    if (key < 0 || (!g && lp->ngraphs == r->o.graph_cache)) { /* eager: the same bits as a replay */
         r->sched->step(r, step);
-        if (with_opt && !r->sched->own_optimizer) nb_items_run(r, &r->items.opt, r->compute, step);
+        if (with_opt && !r->traits.keeps_state) nb_items_run(r, &r->items.opt, r->compute, step);
         return;
     }
     if (!g) {
-        if (!r->graphs) r->graphs = nb_calloc((size_t)r->o.graph_cache, sizeof *r->graphs, "the graph cache");
+        if (!lp->graphs) lp->graphs = nb_calloc((size_t)r->o.graph_cache, sizeof *lp->graphs, "the graph cache");
         r->capturing = 1;
         nb_lanes_capture_begin(r->lanes, r->compute);
         r->sched->step(r, step);
-        if (with_opt && !r->sched->own_optimizer) nb_items_run(r, &r->items.opt, r->compute, step);
+        if (with_opt && !r->traits.keeps_state) nb_items_run(r, &r->items.opt, r->compute, step);
         g = nb_lanes_capture_end(r->lanes);
         r->capturing = 0;
-        r->graphs[r->ngraphs].key = key;
-        r->graphs[r->ngraphs++].g = g;
+        lp->graphs[lp->ngraphs].key = key;
+        lp->graphs[lp->ngraphs++].g = g;
     }
     nb_graph_launch(g, r->compute, step);
-    r->replays++;
-    if (r->comm && r->micro + 1 == r->nmicro) reduce_all(r, step);
+    lp->replays++;
+    if (r->comm && r->micro + 1 == r->nmicro) nb_run_reduce_buckets(r);
 }
 
 /* One step: each micro-batch's pass (the host waits for the one before: its items read the
@@ -518,10 +395,10 @@ static void run_step(nb_run *r, int step, int first) {
         r->micro = k;
         if (r->fam->begin_micro) r->fam->begin_micro(r, k);
         /* a prefetching schedule fetched this micro-batch's inputs during the one before */
-        if (!r->sched->prefetches || (step == first && k == 0)) nb_items_run(r, &r->items.pre, r->compute, step);
+        if (!r->traits.prefetches || (step == first && k == 0)) nb_items_run(r, &r->items.pre, r->compute, step);
         if (r->sched->prologue) r->sched->prologue(r, step);
         run_pass(r, step, first, opt_inside);
-        if (last && !opt_inside && !r->sched->own_optimizer) {
+        if (last && !opt_inside && !r->traits.keeps_state) {
             if (r->reduced_set) nb_lane_wait(r->compute, r->reduced);
             nb_items_run(r, &r->items.opt, r->compute, step);
         }
@@ -568,7 +445,9 @@ static void check_finite(nb_run *r, int step) {
     char what[256];
     nb_run_sync_to_host(r);
     if (!find_nonfinite_state(r, what, sizeof what)) {
-        const char *g = isfinite(r->loss) && r->fam->nonfinite_grad ? r->fam->nonfinite_grad(r) : NULL;
+        /* a schedule that keeps the state reuses its gradient buffers as layers land */
+        int grads_kept = !r->traits.keeps_state && r->fam->nonfinite_grad;
+        const char *g = isfinite(r->loss) && grads_kept ? r->fam->nonfinite_grad(r) : NULL;
         snprintf(what, sizeof what, "%s", !isfinite(r->loss) ? "the loss" : g ? g : "the gradient norm");
     }
     nb_fail(NONFINITE_HINT, "step %d: %s is not finite (loss %g, gradient norm %g); nothing was saved", step + 1, what,
@@ -600,7 +479,7 @@ static void progress_line(nb_run *r, int step, int end, int first, double secs, 
     fmt_eta(eta, sizeof eta, per_step * (end - step - 1));
     if (nb_verbosity == 0) return; /* --quiet: the summary only */
     if (tty) {
-        if (r->last_eval.done) snprintf(held, sizeof held, " | val %.4f", r->last_eval.loss);
+        if (r->loop->last_eval.done) snprintf(held, sizeof held, " | val %.4f", r->loop->last_eval.loss);
         fprintf(stderr, "\rstep %d/%d | loss %.4f%s | %.0f %s/s | %.0f ms | ETA %s   ", step + 1, end, r->loss, held, rate,
                 unit, 1e3 * secs, eta);
         if (is_last) fputc('\n', stderr);
@@ -672,14 +551,15 @@ void nb_run_train(nb_run *r) {
         double t1 = nb_now();
         /* side lanes' spans enter the trace once synced; a schedule whose step ends with every lane
          * idle costs nothing to sync */
-        if (r->sched->settles) nb_lanes_sync(r->lanes);
+        if (r->traits.settles) nb_lanes_sync(r->lanes);
         if (kt && step >= kt_first) kernel_table_step_end(r);
         nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
         r->last_secs = t1 - t0, r->last_stats = st;
         r->fam->end_step(r, step, done);
+        if (r->sched->grad_norm) r->grad_norm = r->sched->grad_norm(r);
         if (r->world > 1) r->loss = nb_comm_sum_f64_host(r->loss_sum) / r->fam->per_step(r);
         check_finite(r, step);
-        nb_series_push(&r->train_hist, step, r->loss);
+        series_push(&r->loop->train_hist, step, r->loss);
 
         /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
          * signal too, without the evaluation (a preempted job has little time left) */
@@ -690,12 +570,12 @@ void nb_run_train(nb_run *r) {
         if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
             nb_run_evaluate(r, &ev);
             if (ev.done) {
-                nb_series_push(&r->val_hist, step, ev.loss);
-                r->last_eval = ev;
+                series_push(&r->loop->val_hist, step, ev.loss);
+                r->loop->last_eval = ev;
                 if (lead) r->fam->print_eval(r, step + 1, &ev);
             }
         }
-        if (r->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
+        if (r->loop->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
         if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last))
             save_checkpoint(r, step);
         if (lead) progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
@@ -725,7 +605,7 @@ void nb_run_train(nb_run *r) {
     }
     if (end > first) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
-        if (r->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->last_eval.loss);
+        if (r->loop->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->loop->last_eval.loss);
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);
@@ -733,12 +613,12 @@ void nb_run_train(nb_run *r) {
     if (o->graphs) {
         if (r->nmicro > 1) /* a replay per micro-batch pass */
             fprintf(stderr, "graphs      %d captured (one per pass shape), %d of %d passes replayed (%d micro-batches a step)",
-                    r->ngraphs, r->replays, (end - first) * r->nmicro, r->nmicro);
+                    r->loop->ngraphs, r->loop->replays, (end - first) * r->nmicro, r->nmicro);
         else
-            fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->ngraphs, r->replays,
+            fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->loop->ngraphs, r->loop->replays,
                     end - first);
         /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
-        if (r->ngraphs == o->graph_cache)
+        if (r->loop->ngraphs == o->graph_cache)
             fprintf(stderr, "; the cache of %d filled up (--graph-cache N keeps more)", o->graph_cache);
         fputc('\n', stderr);
     }
@@ -751,7 +631,7 @@ void nb_run_train(nb_run *r) {
         nb_lanes_write_chrome_trace(r->lanes, o->trace);
         fprintf(stderr, "trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace);
     }
-    if (o->out[0] && r->train_hist.n) {
+    if (o->out[0] && r->loop->train_hist.n) {
         draw_loss_svg(r);
         if (nb_verbosity > 0) fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg, ckpt/\n", o->out);
     }

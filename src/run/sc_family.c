@@ -17,11 +17,9 @@
 #include "data/ctr_source.h"
 #include "host.h"
 #include "model/seqctr.h"
-#include "run/run.h"
-#include "run/ckpt.h"
 #include "run/sc_place.h"
-#include "run/step_stats.h"
-#include "sched/sched.h"
+#include "step/step.h"
+#include "step/step_stats.h"
 
 /* One phase of the step (seqctr.h's nb_sc_phase; seg for the per-segment ones), a span of its
  * own, so the trace gives the step breakdown and the timeline. */
@@ -370,11 +368,11 @@ static int shard_opts(const nb_train_opts *o, int world) {
  * (its work buffers are the dual buffers), and when a step's parts (micro-batches, emulated ranks)
  * sum their table gradients at the owners. (Whole tables in host memory need none of it: the
  * device reads and updates them in place.) */
-static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_i *sc) {
-    return shard_opts(o, world) || (sc && sc->prefetches) || nb_train_parts(o) > 1;
+static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_traits *t) {
+    return shard_opts(o, world) || t->prefetches || nb_train_parts(o) > 1;
 }
 
-static int sc_wants_comm(const nb_train_opts *o) { return uses_exchange(o, nb_comm_size(), nb_sched_find(o->schedule)); }
+static int sc_wants_comm(const nb_train_opts *o, const nb_sched_traits *t) { return uses_exchange(o, nb_comm_size(), t); }
 
 /* --balance and --emulate-ranks: the shares, the window and the parts (micro-batches). */
 static void plan_placement(nb_run *r, sc_train *t, int max_len) {
@@ -417,10 +415,10 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len) {
 /* This rank's slice of the global batch, and whether the tables are sharded. */
 static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     const nb_train_opts *o = &r->o;
-    t->pipelined = !r->eval_only && r->sched->prefetches;
-    t->ids_ahead = r->sched->ids_ahead;
+    t->pipelined = !r->eval_only && r->traits.prefetches;
+    t->ids_ahead = r->traits.ids_ahead;
     int parts = nb_train_parts(o);
-    t->sharded = !r->eval_only && uses_exchange(o, r->world, r->sched);
+    t->sharded = !r->eval_only && uses_exchange(o, r->world, &r->traits);
     t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
     NB_CHECK(parts == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches / --emulate-ranks",
@@ -533,7 +531,6 @@ static void sc_init(nb_run *r) {
 static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim);
 static int sc_shard_tensors(nb_run *r, nb_ckpt_list *shard);
 static void assemble_shards(nb_run *r, const char *dir);
-void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
 
 static void sc_start(nb_run *r, const char *resume_dir) {
     sc_train *t = T(r);
@@ -1261,11 +1258,14 @@ static const char *sc_model_name(const nb_train_opts *o) {
     return "seqctr";
 }
 
+static int sc_owns_model(const char *model) { return !strcmp(model, "seqctr"); }
+
 const nb_family_i nb_family_seqctr = {
     .name = "seqctr",
     .unit = "samples",
     .loss_unit = "BCE",
     .held_out = "held-out loss",
+    .owns_model = sc_owns_model,
     .model_name = sc_model_name,
     .check = sc_check,
     .init = sc_init,

@@ -124,6 +124,5 @@ const nb_sched_i nb_sched_erase = {
     .step = erase_step,
     .free = erase_free,
     .describe = erase_describe,
-    .settles = 1,
-    .graphs = 1,
+    .traits = {.settles = 1, .graphs = 1},
 };

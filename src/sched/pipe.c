@@ -78,11 +78,8 @@ const nb_sched_i nb_sched_pipe = {
     .init = pipe_init,
     .step = nb_plain_step,
     .free = pipe_free,
-    .settles = 1,
-    .graphs = 1,
-    .prefetches = 1,
-    .ids_ahead = 1,
     .prologue = pipe_prologue,
     .before_post = pipe_before_post,
     .epilogue = pipe_epilogue,
+    .traits = {.settles = 1, .graphs = 1, .prefetches = 1, .ids_ahead = 1},
 };

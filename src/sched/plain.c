@@ -30,15 +30,12 @@ const nb_sched_i nb_sched_sparse_dist = {
     .summary = "TorchRec-style baseline: the next batch's ids routed while this one trains, lookups in line (seqctr)",
     .applies = fetches,
     .step = nb_plain_step,
-    .settles = 1,
-    .graphs = 1,
-    .ids_ahead = 1,
+    .traits = {.settles = 1, .graphs = 1, .ids_ahead = 1},
 };
 
 const nb_sched_i nb_sched_plain = {
     .name = "plain",
     .summary = "every work item in order on one lane (the reference)",
     .step = nb_plain_step,
-    .settles = 1,
-    .graphs = 1,
+    .traits = {.settles = 1, .graphs = 1},
 };

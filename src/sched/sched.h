@@ -17,7 +17,7 @@
 #ifndef NB_SCHED_H
 #define NB_SCHED_H
 
-#include "run/run.h"
+#include "step/step.h"
 
 typedef struct nb_sched_i {
     const char *name;
@@ -39,20 +39,13 @@ typedef struct nb_sched_i {
     /* how it runs, for titles (" (async dispatch)"); NULL: nothing to add */
     void (*describe)(const nb_run *r, char *buf, size_t cap);
     void (*free)(nb_run *r);
-    /* 1: the mark step() returns covers every lane's work of the step (so the run may sync all
-     * lanes after it for the trace at no cost); 0: work of the step goes on after it */
-    int settles;
-    /* 1: --graphs can capture its step */
-    int graphs;
-    /* 1: its step runs the optimizer itself (the family's optimizer items are not run) */
-    int own_optimizer;
-    /* 1: it fetches the next batch's inputs while the step trains (the family's items.next, and
-     * items.resync after the step's update): the run enqueues items.pre only for the first step
-     * of a process, whose batch nothing fetched ahead; the family prepares two batches ahead */
-    int prefetches;
-    /* 1: the family may route the next batch's ids (sharded tables) while the step trains; 0: the
-     * step routes its own at its start, in line (the synchronous baseline) */
-    int ids_ahead;
+    /* what it does besides placing items (step.h): its family-visible traits */
+    nb_sched_traits traits;
+    /* a schedule that keeps the model state (traits.keeps_state): the host's weights and
+     * optimizer state -> its memory (start, resume), and the step's gradient norm (after the
+     * step's end mark) */
+    void (*upload)(nb_run *r);
+    float (*grad_norm)(nb_run *r);
     /* host work around the pass, outside any graph capture (NULL: none): before the pass; after
      * the optimizer, before the family's post items; after them */
     void (*prologue)(nb_run *r, int step);

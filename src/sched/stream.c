@@ -1,4 +1,10 @@
-/* stream: train a transformer whose state lives in host memory (MegaTrain, issue 6).
+/* stream: MegaTrain, host-memory-centric training of a model whose state does not fit the GPU:
+ * the state lives in host memory and the layers stream through device slots. It runs any family
+ * that offers the layers capability (step.h nb_layers_i: the transformer family today) and knows
+ * nothing else of the model: it binds the family's input and output stages to its resident
+ * buffers, runs the family's own items for them, and runs each layer's forward and backward
+ * (nb_layers_i.forward/backward) with the weights in the slot it loaded. Its memory plan and
+ * options are in stream_plan.c.
  *
  * Where things live:
  *  - host: the fp32 master weights, AdamW moments and gradients of the whole model (the trainer's
@@ -57,134 +63,24 @@
 #include "host.h"
 #include "optim/adamw_host.h"
 #include "optim/optim.h"
-#include "run/tf.h"
 #include "sched/stream.h"
 
+static size_t es(const nb_stream *st) { return nb_dtype_size(st->r->be->act_dtype); }
+static int lowp(const nb_stream *st) { return st->r->be->act_dtype != NB_F32; }
 
-typedef struct {
-    nb_mark m;
-    int set;
-} opt_mark;
+/* ---- the resident part: the input stage and the output stage, packed ---- */
 
-/* a forward or backward of one layer, bound to its slots */
-typedef struct {
-    nb_tf_train *tr;
-    int layer, wslot, gslot, dslot;
-} stream_item;
-
-/* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, and
- * the up slab that receives the layer's compute-precision weights (-1: none) */
-typedef struct opt_item {
-    nb_tf_train *tr;
-    int layer, uslot;
-    const nb_adamw_scalars *k;
-} opt_item;
-
-/* The update's scalars for the device layers (backend memory): the step's AdamW scalars and the
- * global norm squared, from which the kernel forms the clip factor as plain does. */
-typedef struct {
-    double sumsq;
-    nb_adamw_scalars k[2];
-} gpu_opt;
-
-/* which of the two host copies of gpu_opt (by the update's step parity) goes up */
-typedef struct {
-    nb_tf_train *tr;
-    int par;
-} gpu_opt_item;
-
-/* a layer upload: master -> up slab (stage lane), up slab -> weight slot (h2d lane) */
-typedef struct {
-    nb_tf_train *tr;
-    int layer, uslot, wslot;
-} load_item;
-
-struct nb_stream {
-    size_t layer_numel;           /* elements of one layer group (all layers are alike) */
-    size_t glob_numel;            /* embeddings + final group, packed */
-    void *d_glob_w;               /* compute copy of the resident part */
-    float *d_glob_g;              /* its gradients */
-    void **d_wslot;               /* [nslot]: layer weights in compute precision */
-    float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
-    void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
-    float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
-    nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
-    opt_mark *wslot_free, gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
-    opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
-    opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
-    opt_item **pending;           /* [layers]: layer l's update, not enqueued yet (or NULL) */
-    nb_lane *optim;               /* host lane of the optimizer */
-    /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
-     * while step s's updates may still run */
-    nb_adamw_scalars k[2][2];
-    struct opt_item *opt_items[2]; /* [layers + 2]: the layers, then the embeddings, then the final group */
-    int nslot, ngslot, nslab;     /* device weight slots, gradient slots; pinned slabs each way */
-    int *wslot_layer;             /* [nslot]: the layer a slot holds this step (-1: none) */
-    long *wslot_used, uses;       /* [nslot]: when the slot's last user was enqueued (a counter) */
-    int next_gslot, next_up, next_down;
-    stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
-    load_item *loads;             /* [2 * layers]: forward and backward loads */
-    int nloads;
-    /* device layers (--gpu-layers): nglayer layers, spread evenly over the model, keep their fp32
-     * master, moments and gradients on the device ([nglayer * layer_numel] each, gidx[l] the place
-     * of layer l, -1 for a streamed one) and update there with the backend's AdamW; the host master
-     * of those layers is brought up to date by quiesce */
-    int nglayer, *gidx;
-    float *d_gp, *d_gm, *d_gv, *d_gg;
-    void *d_gw;                   /* their compute copy (bf16; NULL in fp32: the master is it) */
-    nb_adamw_span *gspans;        /* one layer's tensors, offsets from the layer's start */
-    int ngspans;
-    gpu_opt *d_opt, *h_opt;       /* device; pinned [2] by the update's step parity */
-    gpu_opt_item gopt_items[2];
-    int gopt_step;                /* the step whose scalars d_opt holds (-1: none yet) */
-    unsigned char *gpending;      /* [layers]: the device layer's update waits for the next forward */
-    int gpend_step, gdirty;       /* the pending updates' step; the host master is stale */
-    double *d_gpart;              /* [nglayer * gpart_stride]: each device layer's norm blocks */
-    char *h_gnorm;                /* pinned [nglayer * gnorm_stride]: those blocks, then the gradient's
-                                   * edges (the elements in blocks shared with a neighbour) */
-    size_t gpart_stride, gnorm_stride;
-    double sumsq;                 /* the step's global gradient norm squared (host) */
-    double *norm_part;            /* [slab blocks]: each NB_SUMSQ_BLOCK block's sum of squares, */
-    unsigned char *norm_have;     /* summed as a layer's gradient lands (1) or by the norm task */
-    opt_item glob_part[2];        /* the resident part's halves: embeddings (-1), final norm and head (-2) */
-    size_t device_bytes, pinned_bytes;
-};
-
-static nb_stream *S(const nb_tf_train *tr) { return tr->stream; }
-static size_t es(const nb_tf_train *tr) { return nb_dtype_size(tr->be->act_dtype); }
-static int lowp(const nb_tf_train *tr) { return tr->be->act_dtype != NB_F32; }
-
-/* ---- the resident part: groups 0 (embeddings) and L+1 (final norm, head), packed ---- */
-
-static size_t glob_offset(const nb_tf_model *m, size_t slab_offset) {
-    int gf = m->cfg.layers + 1;
-    if (slab_offset < m->group_offset[0] + m->group_numel[0]) return slab_offset - m->group_offset[0];
-    NB_ASSERT(slab_offset >= m->group_offset[gf]);
-    return m->group_numel[0] + (slab_offset - m->group_offset[gf]);
+/* One half of the packed resident part, in elements: layer -1 the input stage (the embeddings),
+ * -2 the output stage (final norm and head). The input stage's gradient is complete after its
+ * backward, the output stage's right after the head's backward; the next forward needs the input
+ * stage first. */
+static void glob_half(const nb_stream *st, int layer, size_t *off, size_t *n) {
+    *off = layer == -2 ? st->sl.in_n : 0;
+    *n = layer == -2 ? st->sl.out_n : st->sl.in_n;
 }
 
-/* One half of the packed resident part, in elements: layer -1 the embeddings (group 0), -2 the final
- * norm and head (group L+1). The embeddings' gradient is complete after the embedding backward,
- * the head's right after the head's backward; the next forward needs the embeddings first. */
-static void glob_half(const nb_tf_train *tr, int layer, size_t *off, size_t *n) {
-    size_t n0 = tr->model.group_numel[0];
-    *off = layer == -2 ? n0 : 0;
-    *n = layer == -2 ? S(tr)->glob_numel - n0 : n0;
-}
-
-static int glob_group(const nb_tf_train *tr, int layer) { return layer == -2 ? tr->model.cfg.layers + 1 : 0; }
-
-void *nb_stream_global_w(nb_tf_train *tr, int which) {
-    const nb_tf_model *m = &tr->model;
-    int i = m->global_idx[which];
-    return i < 0 ? NULL : (char *)S(tr)->d_glob_w + glob_offset(m, m->params[i].offset) * es(tr);
-}
-
-float *nb_stream_global_g(nb_tf_train *tr, int which) {
-    const nb_tf_model *m = &tr->model;
-    int i = m->global_idx[which];
-    return i < 0 ? NULL : S(tr)->d_glob_g + glob_offset(m, m->params[i].offset);
-}
+/* the slab offset of that half */
+static size_t glob_slab_offset(const nb_stream *st, int layer) { return layer == -2 ? st->sl.out_off : st->sl.in_off; }
 
 /* Threads of the host copies (staging an upload, landing a gradient): one core does not reach the
  * host's memory bandwidth. With clipping the optimizer waits for the norm, so during the backward
@@ -193,14 +89,14 @@ float *nb_stream_global_g(nb_tf_train *tr, int which) {
  * beside them on every core and they keep to four. OMP_NUM_THREADS caps it. */
 #define COPY_THREADS 4
 #define COPY_CHUNK ((size_t)1 << 20)
-static int copy_threads(const nb_tf_train *tr) {
+static int copy_threads(const nb_stream *st) {
     int all = nb_host_max_threads(), few = all < COPY_THREADS ? all : COPY_THREADS;
-    return tr->o.grad_clip > 0 && all / 2 > few ? all / 2 : few;
+    return st->r->o.grad_clip > 0 && all / 2 > few ? all / 2 : few;
 }
 
-static void copy_par(const nb_tf_train *tr, void *dst, const void *src, size_t bytes) {
+static void copy_par(const nb_stream *st, void *dst, const void *src, size_t bytes) {
     long n = (long)((bytes + COPY_CHUNK - 1) / COPY_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 1)
+#pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (n > 1)
     for (long i = 0; i < n; i++) {
         size_t o = (size_t)i * COPY_CHUNK, len = bytes - o < COPY_CHUNK ? bytes - o : COPY_CHUNK;
         nb_copy_stream((char *)dst + o, (const char *)src + o, len);
@@ -209,14 +105,14 @@ static void copy_par(const nb_tf_train *tr, void *dst, const void *src, size_t b
 
 /* ---- setup ---- */
 
-static void *dev(nb_tf_train *tr, size_t bytes, const char *what) {
-    S(tr)->device_bytes += bytes;
-    return tr->be->alloc(bytes, what);
+static void *dev(nb_stream *st, size_t bytes, const char *what) {
+    st->device_bytes += bytes;
+    return st->r->be->alloc(bytes, what);
 }
 
-static void *pinned(nb_tf_train *tr, size_t bytes, const char *what) {
-    S(tr)->pinned_bytes += bytes;
-    return tr->be->host_alloc(bytes, what);
+static void *pinned(nb_stream *st, size_t bytes, const char *what) {
+    st->pinned_bytes += bytes;
+    return st->r->be->host_alloc(bytes, what);
 }
 
 /* ---- device layers (--gpu-layers) ---- */
@@ -236,8 +132,8 @@ static norm_geom geom_range(size_t o, size_t n) {
     return g;
 }
 
-static norm_geom geom_of(const nb_tf_train *tr, int l) {
-    return geom_range(tr->model.group_offset[1 + l], S(tr)->layer_numel);
+static norm_geom geom_of(const nb_stream *st, int l) {
+    return geom_range(st->sl.layer_offset[l], st->layer_numel);
 }
 
 static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >= 0; }
@@ -246,12 +142,11 @@ static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >
 static size_t goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
 
 /* device layer l's compute weights (the master itself in fp32) and gradient */
-static void *gw_of(const nb_tf_train *tr, int l) {
-    const nb_stream *st = S(tr);
-    return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(tr)) : (void *)(st->d_gp + goff(st, l));
+static void *gw_of(const nb_stream *st, int l) {
+    return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(st)) : (void *)(st->d_gp + goff(st, l));
 }
 
-static float *gg_of(const nb_tf_train *tr, int l) { return S(tr)->d_gg + goff(S(tr), l); }
+static float *gg_of(const nb_stream *st, int l) { return st->d_gg + goff(st, l); }
 
 /* device layer l's norm blocks on the device, and its pinned buffer (blocks, then edges) */
 static double *gpart_of(const nb_stream *st, int l) { return st->d_gpart + (size_t)st->gidx[l] * st->gpart_stride; }
@@ -267,39 +162,39 @@ static int spread_on_device(int l, int R, int L) {
     return a > b;
 }
 
-static void gpu_layers_init(nb_tf_train *tr) {
-    nb_stream *st = S(tr);
-    const nb_tf_model *m = &tr->model;
-    int R = st->nglayer, L = m->cfg.layers;
+static void gpu_layers_init(nb_stream *st) {
+    int R = st->nglayer, L = st->sl.layers;
     st->gopt_step = -1;
     if (R == 0) return;
     st->gidx = nb_malloc((size_t)L * sizeof(int), "device layers");
     for (int l = 0, k = 0; l < L; l++) st->gidx[l] = spread_on_device(l, R, L) ? k++ : -1;
     size_t n = (size_t)R * st->layer_numel;
-    st->d_gp = dev(tr, n * sizeof(float), "device layers' weights");
-    st->d_gm = dev(tr, n * sizeof(float), "device layers' AdamW m");
-    st->d_gv = dev(tr, n * sizeof(float), "device layers' AdamW v");
-    st->d_gg = dev(tr, n * sizeof(float), "device layers' gradients");
-    st->d_gw = lowp(tr) ? dev(tr, n * es(tr), "device layers' compute weights") : NULL;
-    st->d_opt = dev(tr, sizeof(gpu_opt), "device layers' AdamW scalars");
-    st->h_opt = pinned(tr, 2 * sizeof(gpu_opt), "device layers' AdamW scalars");
+    st->d_gp = dev(st, n * sizeof(float), "device layers' weights");
+    st->d_gm = dev(st, n * sizeof(float), "device layers' AdamW m");
+    st->d_gv = dev(st, n * sizeof(float), "device layers' AdamW v");
+    st->d_gg = dev(st, n * sizeof(float), "device layers' gradients");
+    st->d_gw = lowp(st) ? dev(st, n * es(st), "device layers' compute weights") : NULL;
+    st->d_opt = dev(st, sizeof(gpu_opt), "device layers' AdamW scalars");
+    st->h_opt = pinned(st, 2 * sizeof(gpu_opt), "device layers' AdamW scalars");
     st->gpart_stride = st->layer_numel / NB_SUMSQ_BLOCK + 2;
-    st->d_gpart = dev(tr, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
+    st->d_gpart = dev(st, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
     st->gnorm_stride = nb_align_up(st->gpart_stride * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
-    st->h_gnorm = pinned(tr, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
+    st->h_gnorm = pinned(st, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
     st->gpending = nb_calloc((size_t)L, 1, "device layers");
-    st->gspans = nb_calloc((size_t)m->nparams, sizeof(nb_adamw_span), "device layers");
-    for (int i = 0; i < m->nparams; i++) /* layer 0's tensors stand for every layer's (all alike) */
-        if (m->params[i].group == 1)
-            st->gspans[st->ngspans++] = (nb_adamw_span){m->params[i].offset - m->group_offset[1], m->params[i].numel,
-                                                        m->params[i].decay ? 0 : 1};
-    for (int p = 0; p < 2; p++) st->gopt_items[p] = (gpu_opt_item){tr, p};
+    st->gspans = nb_calloc((size_t)st->sl.nspans, sizeof(nb_adamw_span), "device layers");
+    size_t l0 = st->sl.layer_offset[0];
+    for (int i = 0; i < st->sl.nspans; i++) { /* layer 0's tensors stand for every layer's (all alike) */
+        nb_adamw_span sp = st->sl.spans[i];
+        if (sp.offset < l0 || sp.offset >= l0 + st->layer_numel) continue;
+        sp.offset -= l0;
+        st->gspans[st->ngspans++] = sp;
+    }
+    for (int p = 0; p < 2; p++) st->gopt_items[p] = (gpu_opt_item){st, p};
 }
 
-static void gpu_layers_free(nb_tf_train *tr) {
-    nb_stream *st = S(tr);
+static void gpu_layers_free(nb_stream *st) {
     if (st->nglayer == 0) return;
-    const nb_backend_i *be = tr->be;
+    const nb_backend_i *be = st->r->be;
     be->free(st->d_gp), be->free(st->d_gm), be->free(st->d_gv), be->free(st->d_gg), be->free(st->d_opt);
     be->free(st->d_gpart);
     if (st->d_gw) be->free(st->d_gw);
@@ -307,87 +202,90 @@ static void gpu_layers_free(nb_tf_train *tr) {
     free(st->gpending), free(st->gspans), free(st->gidx);
 }
 
-size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t e) { return (m->cfg.layers ? m->group_numel[1] : 0) * e; }
+size_t nb_stream_wslot_bytes(const nb_layer_slab *s) { return s->layer_numel * s->elem; }
 
 /* a device layer: master, 2 moments, gradient (fp32), a compute copy unless that is the master,
  * and its norm blocks */
-size_t nb_stream_glayer_bytes(const nb_tf_model *m, size_t e) {
-    size_t lw = m->cfg.layers ? m->group_numel[1] : 0;
+size_t nb_stream_glayer_bytes(const nb_layer_slab *s) {
+    size_t lw = s->layer_numel, e = s->elem;
     return lw * (4 * sizeof(float) + (e == sizeof(float) ? 0 : e)) + (lw / NB_SUMSQ_BLOCK + 2) * sizeof(double);
 }
 
 static int gradient_slots(int wslots) { return wslots < 2 ? wslots : 2; }
 
-size_t nb_stream_device_need(const nb_tf_model *m, int wslots, int glayers, size_t e) {
-    int L = m->cfg.layers;
-    size_t lw = L ? m->group_numel[1] : 0, gw = m->group_numel[0] + m->group_numel[L + 1];
+size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers) {
+    size_t lw = s->layer_numel, gw = s->in_n + s->out_n, e = s->elem;
     return gw * (e + 4) + (size_t)wslots * lw * e + (size_t)gradient_slots(wslots) * lw * sizeof(float) +
-           (size_t)glayers * nb_stream_glayer_bytes(m, e) + sizeof(gpu_opt);
+           (size_t)glayers * nb_stream_glayer_bytes(s) + sizeof(gpu_opt);
 }
 
-void nb_stream_init(nb_tf_train *tr, size_t other_device_bytes) {
-    const nb_tf_model *m = &tr->model;
-    nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
-    tr->stream = st;
-    int L = m->cfg.layers, gf = L + 1;
-    st->layer_numel = L ? m->group_numel[1] : 0;
-    for (int l = 0; l < L; l++) NB_ASSERT(m->group_numel[1 + l] == st->layer_numel);
-    st->glob_numel = m->group_numel[0] + m->group_numel[gf];
+static const void *fetch_layer(void *self, nb_ctx ctx, int l);
+
+void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
+    nb_run *r = st->r;
+    st->li->slab(r, &st->sl); /* the family's buffers exist now */
+    int L = st->sl.layers;
+    st->layer_numel = st->sl.layer_numel;
+    st->glob_numel = st->sl.in_n + st->sl.out_n;
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
-    st->nslot = tr->wslots;
+    st->nslot = st->wslots;
     st->ngslot = gradient_slots(st->nslot);
-    st->nslab = tr->o.pinned_slabs;
-    st->nglayer = tr->glayers;
-    size_t need = nb_stream_device_need(m, st->nslot, st->nglayer, es(tr));
+    st->nslab = st->r->o.pinned_slabs;
+    st->nglayer = st->glayers;
+    size_t need = nb_stream_device_need(&st->sl, st->nslot, st->nglayer);
     /* the trainer's plan (other_device_bytes) is allocated already: compare with what was free before it */
-    size_t budget = tr->o.gpu_mem_limit ? (size_t)tr->o.gpu_mem_limit : tr->dev_free0;
-    if (tr->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
+    size_t budget = st->r->o.gpu_mem_limit ? (size_t)st->r->o.gpu_mem_limit : st->r->dev_free0;
+    if (st->r->be->device != NB_DEV_CPU && budget && need + other_device_bytes > budget) {
         char a[32], b[32];
         nb_fail("lower --batch or --seq, or raise --gpu-mem-limit", "--schedule stream needs %s of GPU memory but %s is available",
                 nb_fmt_bytes(a, 32, (double)(need + other_device_bytes)), nb_fmt_bytes(b, 32, (double)budget));
     }
-    st->d_glob_g = dev(tr, gw * sizeof(float), "resident gradients");
-    st->d_glob_w = dev(tr, gw * es(tr), "resident weights");
+    st->d_glob_g = dev(st, gw * sizeof(float), "resident gradients");
+    st->d_glob_w = dev(st, gw * es(st), "resident weights");
     st->d_wslot = nb_calloc((size_t)st->nslot, sizeof(void *), "stream slots");
     st->wslot_free = nb_calloc((size_t)st->nslot, sizeof(opt_mark), "stream slots");
     st->wslot_layer = nb_calloc((size_t)st->nslot, sizeof(int), "stream slots");
     st->wslot_used = nb_calloc((size_t)st->nslot, sizeof(long), "stream slots");
     for (int k = 0; k < st->nslot; k++) {
-        st->d_wslot[k] = dev(tr, lw * es(tr), "layer weight slot");
+        st->d_wslot[k] = dev(st, lw * es(st), "layer weight slot");
         st->wslot_layer[k] = -1;
     }
-    for (int k = 0; k < st->ngslot; k++) st->d_gslot[k] = dev(tr, lw * sizeof(float), "layer gradient slot");
+    for (int k = 0; k < st->ngslot; k++) st->d_gslot[k] = dev(st, lw * sizeof(float), "layer gradient slot");
     for (int k = 0; k < st->nslab; k++) {
-        st->h_up[k] = pinned(tr, lw * es(tr), "upload staging");
-        st->h_down[k] = pinned(tr, lw * sizeof(float), "download staging");
+        st->h_up[k] = pinned(st, lw * es(st), "upload staging");
+        st->h_down[k] = pinned(st, lw * sizeof(float), "download staging");
     }
-    st->h_glob = pinned(tr, gw * sizeof(float), "resident-part staging");
-    gpu_layers_init(tr);
-    st->h2d = nb_lane_create(tr->lanes, "h2d", NB_LANE_DEVICE);
-    st->d2h = nb_lane_create(tr->lanes, "d2h", NB_LANE_DEVICE);
-    st->stage = nb_lane_create(tr->lanes, "stage", NB_LANE_HOST);
-    st->host = nb_lane_create(tr->lanes, "host", NB_LANE_HOST);
-    st->optim = nb_lane_create(tr->lanes, "optim", NB_LANE_HOST);
+    st->h_glob = pinned(st, gw * sizeof(float), "resident-part staging");
+    gpu_layers_init(st);
+    st->h2d = nb_lane_create(st->r->lanes, "h2d", NB_LANE_DEVICE);
+    st->d2h = nb_lane_create(st->r->lanes, "d2h", NB_LANE_DEVICE);
+    st->stage = nb_lane_create(st->r->lanes, "stage", NB_LANE_HOST);
+    st->host = nb_lane_create(st->r->lanes, "host", NB_LANE_HOST);
+    st->optim = nb_lane_create(st->r->lanes, "optim", NB_LANE_HOST);
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
     st->pending = nb_calloc((size_t)(L ? L : 1), sizeof(opt_item *), "stream items");
     for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
-    size_t nblk = (m->total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+    size_t nblk = (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
     st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
     st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
-    st->glob_part[0] = (opt_item){tr, -1, -1, NULL};
-    st->glob_part[1] = (opt_item){tr, -2, -1, NULL};
+    st->glob_part[0] = (opt_item){st, -1, -1, NULL};
+    st->glob_part[1] = (opt_item){st, -2, -1, NULL};
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->loads = nb_calloc((size_t)(3 * L + 1), sizeof(load_item), "stream items");
+    st->gitems = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
+    for (int l = 0; l < L; l++) st->gitems[l] = (stream_item){st, l, -1, -1, -1};
+    /* the family's items read and write the resident part here; evaluation fetches layers */
+    st->li->bind(r, st->d_glob_w, st->d_glob_g, fetch_layer, st);
     char a[32], b[32], c[32], d[32];
-    double host_bytes = 16.0 * (double)m->total;
+    double host_bytes = 16.0 * (double)st->sl.total;
     nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "
               "of %s%s, %d gradient slots) + activations\n",
            nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
-           nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(tr))),
+           nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(st))),
            st->nslot >= L - st->nglayer && L - st->nglayer > 2 ? ": the forward's weights stay for the backward" : "",
            st->ngslot);
     if (st->nglayer) {
@@ -397,14 +295,13 @@ void nb_stream_init(nb_tf_train *tr, size_t other_device_bytes) {
             if (on_gpu(st, l)) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? " " : "", l);
         nb_log(1, "stream      %d of %d layers (%s) keep weights, AdamW state and gradients on the device and update "
                   "there (--gpu-layers): %s of device memory; the host keeps their copy for checkpoints\n",
-               st->nglayer, L, list, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(m, es(tr))));
+               st->nglayer, L, list, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(&st->sl)));
     }
 }
 
-void nb_stream_free(nb_tf_train *tr) {
-    nb_stream *st = S(tr);
+void nb_stream_free(nb_stream *st) {
     if (!st) return;
-    const nb_backend_i *be = tr->be;
+    const nb_backend_i *be = st->r->be;
     be->free(st->d_glob_g);
     be->free(st->d_glob_w);
     for (int k = 0; k < st->nslot; k++) be->free(st->d_wslot[k]);
@@ -415,11 +312,11 @@ void nb_stream_free(nb_tf_train *tr) {
         be->host_free(st->h_down[k]);
     }
     be->host_free(st->h_glob);
-    gpu_layers_free(tr);
+    gpu_layers_free(st);
     free(st->norm_part), free(st->norm_have);
     free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->pending), free(st->opt_items[0]), free(st->opt_items[1]);
+    free(st->gitems);
     free(st);
-    tr->stream = NULL;
 }
 
 /* ---- work items ---- */
@@ -427,134 +324,120 @@ void nb_stream_free(nb_tf_train *tr) {
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
  * uploads do not come here: the update of the step before writes them (run_update). */
-static void stage_w(const nb_tf_train *tr, void *dst, size_t offset, size_t n) {
-    if (!lowp(tr)) {
-        copy_par(tr, dst, tr->params + offset, n * sizeof(float));
+static void stage_w(const nb_stream *st, void *dst, size_t offset, size_t n) {
+    if (!lowp(st)) {
+        copy_par(st, dst, st->sl.params + offset, n * sizeof(float));
     } else {
         uint16_t *d = dst;
-        const float *p = tr->params + offset;
-#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (n > 65536)
+        const float *p = st->sl.params + offset;
+#pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (n > 65536)
         for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
     }
 }
 
 /* Compute-precision weights of one half of the resident part into its place in the staging slab. */
-static void glob_pack_part(const nb_tf_train *tr, void *packed, int layer) {
+static void glob_pack_part(const nb_stream *st, void *packed, int layer) {
     size_t off, n;
-    glob_half(tr, layer, &off, &n);
-    stage_w(tr, (char *)packed + off * es(tr), tr->model.group_offset[glob_group(tr, layer)], n);
+    glob_half(st, layer, &off, &n);
+    stage_w(st, (char *)packed + off * es(st), glob_slab_offset(st, layer), n);
 }
 
-static void glob_pack_w(const nb_tf_train *tr, void *packed) {
-    glob_pack_part(tr, packed, -1);
-    glob_pack_part(tr, packed, -2);
+static void glob_pack_w(const nb_stream *st, void *packed) {
+    glob_pack_part(st, packed, -1);
+    glob_pack_part(st, packed, -2);
 }
 
 /* The device layers' master and moments between the host slabs and the device, on ctx: up at
  * start and resume (with their compute copy), down before checkpoints, evaluation and the end. */
-static void gpu_state_copy(nb_tf_train *tr, nb_ctx ctx, int up) {
-    nb_stream *st = S(tr);
-    float *host[3] = {tr->params, tr->m, tr->v}, *devs[3] = {st->d_gp, st->d_gm, st->d_gv};
+static void gpu_state_copy(nb_stream *st, nb_ctx ctx, int up) {
+    float *host[3] = {st->sl.params, st->sl.m, st->sl.v}, *devs[3] = {st->d_gp, st->d_gm, st->d_gv};
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
-    for (int l = 0; l < tr->model.cfg.layers; l++) {
+    for (int l = 0; l < st->sl.layers; l++) {
         if (!on_gpu(st, l)) continue;
-        size_t o = tr->model.group_offset[1 + l], off = goff(st, l);
+        size_t o = st->sl.layer_offset[l], off = goff(st, l);
         for (int j = 0; j < 3; j++) {
             if (up)
-                tr->be->to_backend(ctx, devs[j] + off, host[j] + o, bytes);
+                st->r->be->to_backend(ctx, devs[j] + off, host[j] + o, bytes);
             else
-                tr->be->to_host(ctx, host[j] + o, devs[j] + off, bytes);
+                st->r->be->to_host(ctx, host[j] + o, devs[j] + off, bytes);
         }
-        if (up && st->d_gw) tr->be->cast_params(ctx, gw_of(tr, l), st->d_gp + off, lw);
+        if (up && st->d_gw) st->r->be->cast_params(ctx, gw_of(st, l), st->d_gp + off, lw);
     }
 }
 
 /* The resident part and the device layers from the host master, on ctx (start, resume). */
-void nb_stream_upload_globals(nb_tf_train *tr, nb_ctx ctx) {
-    nb_stream *st = S(tr);
-    glob_pack_w(tr, st->h_glob);
-    tr->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(tr));
-    gpu_state_copy(tr, ctx, 1);
-    if (st->gpending) memset(st->gpending, 0, (size_t)tr->model.cfg.layers);
+static void work_upload(void *arg, const nb_task_ctx *ctx) {
+    nb_stream *st = arg;
+    glob_pack_w(st, st->h_glob);
+    st->r->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(st));
+    gpu_state_copy(st, ctx, 1);
+    if (st->gpending) memset(st->gpending, 0, (size_t)st->sl.layers);
     st->gdirty = 0;
     st->gopt_step = -1;
 }
 
-void nb_stream_zero_global_grads(nb_tf_train *tr, nb_ctx ctx) {
-    tr->be->zero(ctx, S(tr)->d_glob_g, S(tr)->glob_numel * sizeof(float));
-}
-
 static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    nb_host_set_threads(tr->o.threads);
-    stage_w(tr, S(tr)->h_up[it->uslot], tr->model.group_offset[1 + it->layer], S(tr)->layer_numel);
+    nb_stream *st = it->st;
+    nb_host_set_threads(st->r->o.threads);
+    stage_w(st, st->h_up[it->uslot], st->sl.layer_offset[it->layer], st->layer_numel);
 }
 
 static void work_h2d(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    nb_stream *st = S(tr);
-    tr->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(tr));
+    nb_stream *st = it->st;
+    st->r->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(st));
 }
 
 /* an item's weights and gradient: its slots, or a device layer's own buffers (wslot -1) */
-static void *item_w(nb_tf_train *tr, const stream_item *it) {
-    return it->wslot < 0 ? gw_of(tr, it->layer) : S(tr)->d_wslot[it->wslot];
+static void *item_w(nb_stream *st, const stream_item *it) {
+    return it->wslot < 0 ? gw_of(st, it->layer) : st->d_wslot[it->wslot];
 }
 
-static float *item_g(nb_tf_train *tr, const stream_item *it) {
-    return it->wslot < 0 ? gg_of(tr, it->layer) : S(tr)->d_gslot[it->gslot];
+static float *item_g(nb_stream *st, const stream_item *it) {
+    return it->wslot < 0 ? gg_of(st, it->layer) : st->d_gslot[it->gslot];
 }
 
-static void bind(nb_tf_train *tr, const stream_item *it, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
-    nb_tf_bind_layer(&tr->model, it->layer, item_w(tr, it), es(tr), w);
-    if (dw) nb_tf_bind_layer(&tr->model, it->layer, item_g(tr, it), sizeof(float), dw);
-}
-
+/* the family's layer forward and backward, bound to the item's slots */
 static void work_fwd(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_tf_layer_view w;
-    bind(it->tr, it, &w, NULL);
-    nb_tf_layer_forward(&it->tr->model, it->tr->be, ctx, &w, it->layer, &it->tr->acts);
+    nb_stream *st = it->st;
+    st->li->forward(st->r, ctx, it->layer, item_w(st, it));
 }
 
 static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    nb_tf_layer_view w, dw;
-    bind(tr, it, &w, &dw);
-    tr->be->zero(ctx, item_g(tr, it), S(tr)->layer_numel * sizeof(float));
-    nb_tf_layer_backward(&tr->model, tr->be, ctx, &w, &dw, it->layer, &tr->acts);
+    nb_stream *st = it->st;
+    st->r->be->zero(ctx, item_g(st, it), st->layer_numel * sizeof(float));
+    st->li->backward(st->r, ctx, it->layer, item_w(st, it), item_g(st, it));
     if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
-        norm_geom g = geom_of(tr, it->layer);
+        norm_geom g = geom_of(st, it->layer);
         if (g.nparts)
-            tr->be->sumsq_blocks(ctx, gpart_of(S(tr), it->layer), item_g(tr, it) + g.head, g.nparts * NB_SUMSQ_BLOCK);
+            st->r->be->sumsq_blocks(ctx, gpart_of(st, it->layer), item_g(st, it) + g.head, g.nparts * NB_SUMSQ_BLOCK);
     }
 }
 
 static void work_d2h(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_stream *st = S(it->tr);
-    it->tr->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
+    nb_stream *st = it->st;
+    st->r->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
 }
 
 /* n gradients from a down slab into the host slab at offset o, summing the squares of every norm
  * block that lies inside [o, o + n) on the way (one read of the slab instead of two; the blocks are
  * nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
-static void land(nb_tf_train *tr, size_t o, const float *src, size_t n) {
-    nb_stream *st = S(tr);
+static void land(nb_stream *st, size_t o, const float *src, size_t n) {
     const size_t B = NB_SUMSQ_BLOCK;
-    float *dst = tr->h_grads + o;
+    float *dst = st->h_grads + o;
     norm_geom g = geom_range(o, n);
     if (!g.nparts) {
-        copy_par(tr, dst, src, n * sizeof(float));
+        copy_par(st, dst, src, n * sizeof(float));
         return;
     }
     memcpy(dst, src, g.head * sizeof(float));
     memcpy(dst + (n - g.tail), src + (n - g.tail), g.tail * sizeof(float));
     long nb = (long)g.nparts;
-#pragma omp parallel for schedule(static) num_threads(copy_threads(tr)) if (nb > 64)
+#pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = g.head + (size_t)k * B;
         nb_copy_stream(dst + at, src + at, B * sizeof(float));
@@ -565,127 +448,125 @@ static void land(nb_tf_train *tr, size_t o, const float *src, size_t n) {
 
 static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    land(tr, tr->model.group_offset[1 + it->layer], S(tr)->h_down[it->dslot], S(tr)->layer_numel);
+    nb_stream *st = it->st;
+    land(st, st->sl.layer_offset[it->layer], st->h_down[it->dslot], st->layer_numel);
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_tf_train *tr = it->tr;
+    nb_stream *st = it->st;
     size_t off, n;
-    glob_half(tr, it->layer, &off, &n);
-    tr->be->to_host_async(ctx, S(tr)->h_glob + off, S(tr)->d_glob_g + off, n * sizeof(float));
+    glob_half(st, it->layer, &off, &n);
+    st->r->be->to_host_async(ctx, st->h_glob + off, st->d_glob_g + off, n * sizeof(float));
 }
 
 static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_tf_train *tr = it->tr;
+    nb_stream *st = it->st;
     size_t off, n;
-    glob_half(tr, it->layer, &off, &n);
-    land(tr, tr->model.group_offset[glob_group(tr, it->layer)], S(tr)->h_glob + off, n);
+    glob_half(st, it->layer, &off, &n);
+    land(st, glob_slab_offset(st, it->layer), st->h_glob + off, n);
 }
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
  * backend's plain step (the norm over the same slab, the same per-element formula), so CPU runs of
  * stream and plain stay bitwise equal. w16_out: where the group's bf16 weights go (NULL: nowhere). */
-static void adamw_range(nb_tf_train *tr, int group, const nb_adamw_scalars *k, uint16_t *w16_out) {
-    const nb_tf_model *m = &tr->model;
-    float clip = nb_clip_factor(sqrt(S(tr)->sumsq), tr->o.grad_clip);
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
-        if (p->group != group) continue;
-        uint16_t *w16 = w16_out ? w16_out + (p->offset - m->group_offset[group]) : NULL;
-        nb_adamw_host_apply(tr->params + p->offset, tr->h_grads + p->offset, tr->m + p->offset, tr->v + p->offset, w16,
-                            p->numel, &k[p->decay ? 0 : 1], clip, tr->o.threads);
+static void adamw_range(nb_stream *st, size_t off, size_t n, const nb_adamw_scalars *k, uint16_t *w16_out) {
+    const nb_layer_slab *s = &st->sl;
+    float clip = nb_clip_factor(sqrt(st->sumsq), st->r->o.grad_clip);
+    for (int i = 0; i < s->nspans; i++) {
+        const nb_adamw_span *p = &s->spans[i];
+        if (p->offset < off || p->offset >= off + n) continue;
+        uint16_t *w16 = w16_out ? w16_out + (p->offset - off) : NULL;
+        nb_adamw_host_apply(s->params + p->offset, st->h_grads + p->offset, s->m + p->offset, s->v + p->offset, w16, p->numel,
+                            &k[p->scalars], clip, st->r->o.threads);
     }
 }
 
 static void work_norm(void *arg, const nb_task_ctx *ctx) {
-    nb_tf_train *tr = ((nb_work *)arg)->tr;
-    nb_stream *st = S(tr);
-    nb_host_set_threads(tr->o.threads);
-    st->sumsq = nb_sumsq_finish(tr->h_grads, tr->model.total, st->norm_part, st->norm_have);
-    memset(st->norm_have, 0, (tr->model.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
+    nb_stream *st = ((nb_stream *)arg);
+    nb_host_set_threads(st->r->o.threads);
+    st->sumsq = nb_sumsq_finish(st->h_grads, st->sl.total, st->norm_part, st->norm_have);
+    memset(st->norm_have, 0, (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
 }
 
 /* it->layer -1: the embeddings; -2: the final norm and head */
 static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    adamw_range(tr, glob_group(tr, it->layer), it->k, NULL);
-    glob_pack_part(tr, S(tr)->h_glob, it->layer);
+    nb_stream *st = it->st;
+    size_t off, n;
+    glob_half(st, it->layer, &off, &n);
+    adamw_range(st, glob_slab_offset(st, it->layer), n, it->k, NULL);
+    glob_pack_part(st, st->h_glob, it->layer);
 }
 
 /* Layer l's update; given an up slab, also its compute-precision weights into it (bf16: AdamW's
  * own rounded output, so the forward's upload reads no host memory again). */
 static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    void *up = it->uslot >= 0 ? S(tr)->h_up[it->uslot] : NULL;
-    adamw_range(tr, 1 + it->layer, it->k, lowp(tr) ? up : NULL);
-    if (up && !lowp(tr)) /* fp32: the master is the compute copy */
-        copy_par(tr, up, tr->params + tr->model.group_offset[1 + it->layer], S(tr)->layer_numel * sizeof(float));
+    nb_stream *st = it->st;
+    void *up = it->uslot >= 0 ? st->h_up[it->uslot] : NULL;
+    adamw_range(st, st->sl.layer_offset[it->layer], st->layer_numel, it->k, lowp(st) ? up : NULL);
+    if (up && !lowp(st)) /* fp32: the master is the compute copy */
+        copy_par(st, up, st->sl.params + st->sl.layer_offset[it->layer], st->layer_numel * sizeof(float));
 }
 
 static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    size_t e = es(tr), off, n;
-    glob_half(tr, it->layer, &off, &n);
-    tr->be->to_backend(ctx, (char *)S(tr)->d_glob_w + off * e, (char *)S(tr)->h_glob + off * e, n * e);
+    nb_stream *st = it->st;
+    size_t e = es(st), off, n;
+    glob_half(st, it->layer, &off, &n);
+    st->r->be->to_backend(ctx, (char *)st->d_glob_w + off * e, (char *)st->h_glob + off * e, n * e);
 }
 
 /* A device layer's norm blocks and gradient edges into its pinned buffer... */
 static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    nb_stream *st = S(tr);
-    norm_geom g = geom_of(tr, it->layer);
+    nb_stream *st = it->st;
+    norm_geom g = geom_of(st, it->layer);
     char *h = gnorm_of(st, it->layer);
-    float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(tr, it->layer);
-    if (g.nparts) tr->be->to_host_async(ctx, h, gpart_of(st, it->layer), g.nparts * sizeof(double));
-    if (g.head) tr->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
-    if (g.tail) tr->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
+    float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(st, it->layer);
+    if (g.nparts) st->r->be->to_host_async(ctx, h, gpart_of(st, it->layer), g.nparts * sizeof(double));
+    if (g.head) st->r->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
+    if (g.tail) st->r->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
 }
 
 /* ...then into the norm's partial sums, and the edges into the host gradient slab, where the norm
  * task sums the blocks the layer shares with its neighbours */
 static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
-    nb_tf_train *tr = it->tr;
-    nb_stream *st = S(tr);
-    norm_geom g = geom_of(tr, it->layer);
+    nb_stream *st = it->st;
+    norm_geom g = geom_of(st, it->layer);
     const char *h = gnorm_of(st, it->layer);
     const float *edges = (const float *)(h + g.nparts * sizeof(double));
     memcpy(st->norm_part + g.b0, h, g.nparts * sizeof(double));
     memset(st->norm_have + g.b0, 1, g.nparts);
-    memcpy(tr->h_grads + g.o, edges, g.head * sizeof(float));
-    memcpy(tr->h_grads + g.o + g.n - g.tail, edges + g.head, g.tail * sizeof(float));
+    memcpy(st->h_grads + g.o, edges, g.head * sizeof(float));
+    memcpy(st->h_grads + g.o + g.n - g.tail, edges + g.head, g.tail * sizeof(float));
 }
 
 /* The update's scalars up, read in the lane's order (after the norm it waited for). */
 static void work_gpu_opt_up(void *arg, const nb_task_ctx *ctx) {
     gpu_opt_item *it = arg;
-    nb_stream *st = S(it->tr);
+    nb_stream *st = it->st;
     gpu_opt *h = &st->h_opt[it->par];
     h->sumsq = st->sumsq;
     memcpy(h->k, st->k[it->par], sizeof h->k);
-    it->tr->be->to_backend(ctx, st->d_opt, h, sizeof *h);
+    st->r->be->to_backend(ctx, st->d_opt, h, sizeof *h);
 }
 
 /* Device layer it->layer's AdamW, plain's kernel and formula (clip factor from the norm on the
  * device), writing its compute copy too. */
 static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
-    const nb_work *it = arg; /* tr->work[layer] */
-    nb_tf_train *tr = it->tr;
-    nb_stream *st = S(tr);
+    const stream_item *it = arg; /* st->gitems[layer] */
+    nb_stream *st = it->st;
     size_t off = goff(st, it->layer);
-    tr->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
-                        st->d_gw ? gw_of(tr, it->layer) : NULL, st->gspans, st->ngspans, st->d_opt->k,
-                        tr->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, tr->o.grad_clip);
+    st->r->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
+                        st->d_gw ? gw_of(st, it->layer) : NULL, st->gspans, st->ngspans, st->d_opt->k,
+                        st->r->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, st->r->o.grad_clip);
 }
 
-static void work_gpu_download(void *arg, const nb_task_ctx *ctx) { gpu_state_copy(((nb_work *)arg)->tr, ctx, 0); }
+static void work_gpu_download(void *arg, const nb_task_ctx *ctx) { gpu_state_copy(((nb_stream *)arg), ctx, 0); }
 
 /* ---- the step ---- */
 
@@ -696,8 +577,7 @@ static void wait_if(nb_lane *lane, opt_mark m) {
 static opt_mark mark(nb_lane *lane) { return (opt_mark){nb_lane_mark(lane), 1}; }
 
 /* Enqueues layer l's pending update on the optim lane, writing into up slab u (-1: none). */
-static void run_update(nb_tf_train *tr, int l, int u, int step) {
-    nb_stream *st = S(tr);
+static void run_update(nb_stream *st, int l, int u, int step) {
     char name[40];
     st->pending[l]->uslot = u;
     snprintf(name, sizeof name, "adamw L%d", l);
@@ -710,11 +590,10 @@ static void run_update(nb_tf_train *tr, int l, int u, int step) {
  * after every layer's update: a device lane told to wait on a host mark blocks the enqueuing
  * thread, and enqueued at the step's end it would hold the next forward's enqueueing until every
  * layer's update is done. */
-static void upload_head(nb_tf_train *tr, int step) {
-    nb_stream *st = S(tr);
+static void upload_head(nb_stream *st, int step) {
     if (!st->head_item) return;
-    for (int l = 0; l < tr->model.cfg.layers; l++)
-        if (st->pending[l]) run_update(tr, l, -1, step);
+    for (int l = 0; l < st->sl.layers; l++)
+        if (st->pending[l]) run_update(st, l, -1, step);
     nb_lane_run(st->optim, "adamw head", NB_SPAN_OPTIM, step, work_adamw_resident, st->head_item);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d head", NB_SPAN_H2D, step, work_glob_h2d, st->head_item);
@@ -723,9 +602,8 @@ static void upload_head(nb_tf_train *tr, int step) {
 }
 
 /* Slot w's newest user is the compute work just enqueued. */
-static void slot_used(nb_tf_train *tr, int w) {
-    nb_stream *st = S(tr);
-    st->wslot_free[w] = mark(tr->compute);
+static void slot_used(nb_stream *st, int w) {
+    st->wslot_free[w] = mark(st->r->compute);
     st->wslot_used[w] = ++st->uses;
 }
 
@@ -741,20 +619,19 @@ static int lru_slot(const nb_stream *st) {
 
 /* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
  * and returns the slot; the compute lane is told to wait for it. */
-static int load(nb_tf_train *tr, int l, int step) {
-    nb_stream *st = S(tr);
+static int load(nb_stream *st, int l, int step) {
     for (int k = 0; k < st->nslot; k++)
         if (st->wslot_layer[k] == l) return k;
     int w = lru_slot(st), u = st->next_up;
     st->wslot_used[w] = ++st->uses;
     st->next_up = (u + 1) % st->nslab;
     load_item *it = &st->loads[st->nloads++];
-    *it = (load_item){tr, l, u, w};
+    *it = (load_item){st, l, u, w};
     char name[40];
     nb_lane *fill = st->pending[l] ? st->optim : st->stage;
     wait_if(fill, st->up_free[u]); /* the slab's previous upload has left it */
     if (st->pending[l]) {          /* the previous step's update of layer l fills the slab */
-        run_update(tr, l, u, step);
+        run_update(st, l, u, step);
     } else {
         wait_if(st->stage, st->updated[l]); /* the previous step's AdamW of this layer is done */
         snprintf(name, sizeof name, "stage L%d", l);
@@ -765,42 +642,39 @@ static int load(nb_tf_train *tr, int l, int step) {
     snprintf(name, sizeof name, "h2d L%d", l);
     nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
     st->up_free[u] = mark(st->h2d);
-    nb_lane_wait(tr->compute, nb_lane_mark(st->h2d));
+    nb_lane_wait(st->r->compute, nb_lane_mark(st->h2d));
     st->wslot_layer[w] = l;
     return w;
 }
 
 /* Device layer l's update of step ustep on the compute lane, the step's scalars going up first
  * (once per step). */
-static void gpu_update(nb_tf_train *tr, int l, int ustep, int step) {
-    nb_stream *st = S(tr);
+static void gpu_update(nb_stream *st, int l, int ustep, int step) {
     char name[40];
     if (st->gopt_step != ustep) {
-        nb_lane_run(tr->compute, "adamw scalars up", NB_SPAN_OTHER, step, work_gpu_opt_up, &st->gopt_items[ustep & 1]);
+        nb_lane_run(st->r->compute, "adamw scalars up", NB_SPAN_OTHER, step, work_gpu_opt_up, &st->gopt_items[ustep & 1]);
         st->gopt_step = ustep;
     }
     snprintf(name, sizeof name, "adamw L%d (gpu)", l);
-    nb_lane_run(tr->compute, name, NB_SPAN_OPTIM, step, work_gpu_adamw, &tr->work[l]);
+    nb_lane_run(st->r->compute, name, NB_SPAN_OPTIM, step, work_gpu_adamw, &st->gitems[l]);
     st->gpending[l] = 0;
     st->gdirty = 1;
 }
 
 /* Layer l's item for the forward or recompute: a device layer binds its own buffers (after its
  * pending update), a streamed one is loaded into a slot. */
-static stream_item forward_item(nb_tf_train *tr, int l, int step) {
-    nb_stream *st = S(tr);
-    if (!on_gpu(st, l)) return (stream_item){tr, l, load(tr, l, step), 0, 0};
-    if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, step);
-    return (stream_item){tr, l, -1, -1, -1};
+static stream_item forward_item(nb_stream *st, int l, int step) {
+    if (!on_gpu(st, l)) return (stream_item){st, l, load(st, l, step), 0, 0};
+    if (st->gpending[l]) gpu_update(st, l, st->gpend_step, step);
+    return (stream_item){st, l, -1, -1, -1};
 }
 
 /* A device layer's backward: its gradient stays; only its norm blocks and edges go down. */
-static void gpu_backward(nb_tf_train *tr, int l, int step) {
-    nb_stream *st = S(tr);
-    nb_lane *c = tr->compute;
+static void gpu_backward(nb_stream *st, int l, int step) {
+    nb_lane *c = st->r->compute;
     char name[40];
     stream_item *it = &st->bwd[l];
-    *it = (stream_item){tr, l, -1, -1, -1};
+    *it = (stream_item){st, l, -1, -1, -1};
     snprintf(name, sizeof name, "bwd L%d", l);
     nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
     nb_lane_wait(st->d2h, nb_lane_mark(c));
@@ -809,27 +683,26 @@ static void gpu_backward(nb_tf_train *tr, int l, int step) {
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
     snprintf(name, sizeof name, "grad L%d (gpu)", l);
     nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_gpu_norm_land, it);
-    if (tr->o.grad_clip <= 0) gpu_update(tr, l, step, step); /* nothing waits for the norm */
+    if (st->r->o.grad_clip <= 0) gpu_update(st, l, step, step); /* nothing waits for the norm */
 }
 
 /* Layer l's backward into a gradient slot, then its gradient out: d2h, then into the host slab. */
-static void backward_layer(nb_tf_train *tr, int l, int step) {
-    nb_stream *st = S(tr);
-    nb_lane *c = tr->compute;
+static void backward_layer(nb_stream *st, int l, int step) {
+    nb_lane *c = st->r->compute;
     char name[40];
     if (on_gpu(st, l)) {
-        gpu_backward(tr, l, step);
+        gpu_backward(st, l, step);
         return;
     }
     stream_item *it = &st->bwd[l];
-    int w = load(tr, l, step), g = st->next_gslot, d = st->next_down;
+    int w = load(st, l, step), g = st->next_gslot, d = st->next_down;
     st->next_gslot = (g + 1) % st->ngslot;
     st->next_down = (d + 1) % st->nslab;
-    *it = (stream_item){tr, l, w, g, d};
+    *it = (stream_item){st, l, w, g, d};
     wait_if(c, st->gslot_free[g]); /* its previous gradient has been copied out */
     snprintf(name, sizeof name, "bwd L%d", l);
     nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
-    slot_used(tr, w);
+    slot_used(st, w);
     nb_lane_wait(st->d2h, nb_lane_mark(c));
     wait_if(st->d2h, st->down_free[d]);
     snprintf(name, sizeof name, "d2h L%d", l);
@@ -839,9 +712,9 @@ static void backward_layer(nb_tf_train *tr, int l, int step) {
     snprintf(name, sizeof name, "grad L%d", l);
     nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
     st->down_free[d] = mark(st->host);
-    if (tr->o.grad_clip <= 0) { /* no clipping: nothing waits for the norm, update the layer now */
+    if (st->r->o.grad_clip <= 0) { /* no clipping: nothing waits for the norm, update the layer now */
         opt_item *u = &st->opt_items[step & 1][l];
-        *u = (opt_item){tr, l, -1, st->k[step & 1]};
+        *u = (opt_item){st, l, -1, st->k[step & 1]};
         nb_lane_wait(st->optim, st->down_free[d].m);
         snprintf(name, sizeof name, "adamw L%d", l);
         nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, u);
@@ -849,34 +722,41 @@ static void backward_layer(nb_tf_train *tr, int l, int step) {
     }
 }
 
-nb_mark nb_stream_step(nb_tf_train *tr, int step) {
-    nb_stream *st = S(tr);
-    nb_lane *c = tr->compute;
-    int L = tr->model.cfg.layers;
+/* The family's items of the input and output stages (not its layer items, which this schedule
+ * binds to its slots), enqueued in order; one rank and one micro-batch: no bucket to reduce. */
+static void run_stage_items(nb_stream *st, const nb_items *l, nb_lane *lane, int step) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].layer < 0 && !l->v[i].hook) nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
+}
+
+nb_mark nb_stream_step(nb_stream *st, int step) {
+    const nb_step_items *items_of = &st->r->items;
+    nb_lane *c = st->r->compute;
+    int L = st->sl.layers;
     char name[40];
     st->nloads = 0;
     for (int k = 0; k < st->nslot; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
-    memcpy(st->k[step & 1], tr->h_step->k, sizeof st->k[0]); /* this step's AdamW scalars */
+    memcpy(st->k[step & 1], st->sl.k, sizeof st->k[0]); /* this step's AdamW scalars */
     wait_if(c, st->emb_ready);
-    nb_lane_run(c, "embed fwd", NB_SPAN_FWD, step, nb_work_embed_fwd, &tr->whole);
+    run_stage_items(st, &items_of->input, c, step); /* embed fwd */
     for (int l = 0; l < L; l++) {
         stream_item *it = &st->fwd[l];
-        *it = forward_item(tr, l, step);
+        *it = forward_item(st, l, step);
         snprintf(name, sizeof name, "fwd L%d", l);
         nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
-        if (it->wslot >= 0) slot_used(tr, it->wslot);
+        if (it->wslot >= 0) slot_used(st, it->wslot);
     }
-    upload_head(tr, step);
+    upload_head(st, step);
     wait_if(c, st->final_ready);
-    nb_lane_run(c, "head + loss", NB_SPAN_LOSS, step, nb_work_head, &tr->whole);
+    run_stage_items(st, &items_of->bwd[0], c, step); /* head + loss */
     /* the final norm's and head's gradients are complete now: down and landed under the backward */
     nb_lane_wait(st->d2h, nb_lane_mark(c));
     nb_lane_run(st->d2h, "d2h head", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[1]);
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
     nb_lane_run(st->host, "grad head", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[1]);
-    int K = tr->o.ckpt_interval > 0 ? tr->o.ckpt_interval : L; /* 0: every activation kept */
-    int Lw = tr->o.ckpt_interval > 0 ? L - tr->keep : L;          /* below the layers kept whole */
-    for (int l = L - 1; l >= Lw; l--) backward_layer(tr, l, step);
+    int K = st->r->o.ckpt_interval > 0 ? st->r->o.ckpt_interval : L; /* 0: every activation kept */
+    int Lw = st->r->o.ckpt_interval > 0 ? L - st->keep : L;          /* below the layers kept whole */
+    for (int l = L - 1; l >= Lw; l--) backward_layer(st, l, step);
     for (int b = (Lw - 1) / K * K; b >= 0 && Lw > 0; b -= K) {
         int e = b + K < Lw ? b + K : Lw;
         /* the last block's activations are still there from the forward; the others are
@@ -884,38 +764,38 @@ nb_mark nb_stream_step(nb_tf_train *tr, int step) {
          * of the same layers when they are still in their slots */
         for (int l = b; l < e && e < Lw; l++) {
             stream_item *it = &st->rec[l];
-            *it = forward_item(tr, l, step);
+            *it = forward_item(st, l, step);
             snprintf(name, sizeof name, "refwd L%d", l);
             nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
-            if (it->wslot >= 0) slot_used(tr, it->wslot);
+            if (it->wslot >= 0) slot_used(st, it->wslot);
         }
-        for (int l = e - 1; l >= b; l--) backward_layer(tr, l, step);
+        for (int l = e - 1; l >= b; l--) backward_layer(st, l, step);
     }
-    nb_lane_run(c, "embed bwd", NB_SPAN_BWD, step, nb_work_embed_bwd, &tr->whole);
+    run_stage_items(st, &items_of->tail, c, step); /* embed bwd */
     nb_lane_wait(st->d2h, nb_lane_mark(c));
     nb_lane_run(st->d2h, "d2h embeddings", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[0]);
     nb_lane_wait(st->host, nb_lane_mark(st->d2h));
     nb_lane_run(st->host, "grad embeddings", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[0]);
     nb_lane_wait(st->optim, nb_lane_mark(st->host)); /* every gradient is in the host slab */
-    nb_lane_run(st->optim, "grad norm", NB_SPAN_OPTIM, step, work_norm, &tr->whole);
+    nb_lane_run(st->optim, "grad norm", NB_SPAN_OPTIM, step, work_norm, st);
     st->norm_done = mark(st->optim);
     int par = step & 1;
     opt_item *items = st->opt_items[par];
-    items[L] = (opt_item){tr, -1, -1, st->k[par]};
-    items[L + 1] = (opt_item){tr, -2, -1, st->k[par]};
+    items[L] = (opt_item){st, -1, -1, st->k[par]};
+    items[L + 1] = (opt_item){st, -2, -1, st->k[par]};
     nb_lane_run(st->optim, "adamw embeddings", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d embeddings", NB_SPAN_H2D, step, work_glob_h2d, &items[L]);
     st->emb_ready = mark(st->h2d);
     /* the layers' updates run when the next forward loads them, each writing its compute copy
      * straight into its up slab; the head's after them (upload_head) */
-    for (int l = 0; l < L && tr->o.grad_clip > 0; l++) {
+    for (int l = 0; l < L && st->r->o.grad_clip > 0; l++) {
         if (on_gpu(st, l)) { /* the device layers' on the device */
             st->gpending[l] = 1;
             st->gpend_step = step;
             continue;
         }
-        items[l] = (opt_item){tr, l, -1, st->k[par]};
+        items[l] = (opt_item){st, l, -1, st->k[par]};
         st->pending[l] = &items[l];
     }
     st->head_item = &items[L + 1];
@@ -926,14 +806,13 @@ nb_mark nb_stream_step(nb_tf_train *tr, int step) {
     return nb_lane_mark(c);
 }
 
-double nb_stream_sumsq(const nb_tf_train *tr) { return tr->stream->sumsq; }
+float nb_stream_grad_norm(const nb_stream *st) { return (float)sqrt(st->sumsq); }
 
 /* The loads of the last step: L in the forward, then those the backward could not reuse from a
  * slot (the recompute's loads serve the backward of the same block). */
-void nb_stream_report(const nb_tf_train *tr) {
-    const nb_stream *st = tr->stream;
-    int L = tr->model.cfg.layers;
-    double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(tr) + (double)st->glob_numel * (double)es(tr);
+void nb_stream_report(const nb_stream *st) {
+    int L = st->sl.layers;
+    double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(st) + (double)st->glob_numel * (double)es(st);
     double down = ((double)(L - st->nglayer) * lb + (double)st->glob_numel) * sizeof(float);
     char a[32], b[32];
     int streamed = L - st->nglayer;
@@ -944,15 +823,13 @@ void nb_stream_report(const nb_tf_train *tr) {
 
 /* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
  * the end read the host master). */
-void nb_stream_quiesce(nb_tf_train *tr) {
-    nb_stream *st = tr->stream;
-    if (!st) return;
-    upload_head(tr, -1);
-    for (int l = 0; l < tr->model.cfg.layers && st->nglayer; l++)
-        if (st->gpending[l]) gpu_update(tr, l, st->gpend_step, -1);
+void nb_stream_quiesce(nb_stream *st) {
+    upload_head(st, -1);
+    for (int l = 0; l < st->sl.layers && st->nglayer; l++)
+        if (st->gpending[l]) gpu_update(st, l, st->gpend_step, -1);
     if (st->gdirty) {
-        nb_lane_run(tr->compute, "device layers down", NB_SPAN_OTHER, -1, work_gpu_download, &tr->whole);
-        nb_mark_wait_host(nb_lane_mark(tr->compute));
+        nb_lane_run(st->r->compute, "device layers down", NB_SPAN_OTHER, -1, work_gpu_download, st);
+        nb_mark_wait_host(nb_lane_mark(st->r->compute));
         st->gdirty = 0;
     }
     nb_mark_wait_host(nb_lane_mark(st->optim));
@@ -961,14 +838,13 @@ void nb_stream_quiesce(nb_tf_train *tr) {
 }
 
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
-void nb_stream_bind_sync(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
-    nb_stream *st = S(tr);
-    if (on_gpu(st, l)) { /* up to date: quiesce ran the pending update */
-        nb_tf_bind_layer(&tr->model, l, gw_of(tr, l), es(tr), w);
-        return;
-    }
-    stage_w(tr, st->h_up[0], tr->model.group_offset[1 + l], st->layer_numel);
-    tr->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(tr));
+static const void *fetch_layer(void *self, nb_ctx ctx, int l) {
+    nb_stream *st = self;
+    if (on_gpu(st, l)) return gw_of(st, l); /* up to date: quiesce ran the pending update */
+    stage_w(st, st->h_up[0], st->sl.layer_offset[l], st->layer_numel);
+    st->r->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(st));
     st->wslot_layer[0] = -1;
-    nb_tf_bind_layer(&tr->model, l, st->d_wslot[0], es(tr), w);
+    return st->d_wslot[0];
 }
+
+void nb_stream_upload(nb_stream *st) { nb_run_on_compute(st->r, "upload state", work_upload, st); }

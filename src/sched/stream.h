@@ -5,20 +5,129 @@
 
 #include <stddef.h>
 
-#include "run/tf.h"
+#include "step/step.h"
 
-/* Setup of the device slots, pinned slabs and lanes (other_device_bytes: what the run's plan
- * already holds on the device, checked against what was free before it). */
-void nb_stream_init(nb_tf_train *tr, size_t other_device_bytes);
-void nb_stream_free(nb_tf_train *tr);
-nb_mark nb_stream_step(nb_tf_train *tr, int step);
+#define NB_STREAM_MAX_SLOTS 4 /* pinned slabs each way; gradient slots (min(2, weight slots)) */
+
+typedef struct nb_stream nb_stream;
+
+typedef struct {
+    nb_mark m;
+    int set;
+} opt_mark;
+
+/* a forward or backward of one layer, bound to its slots */
+typedef struct {
+    nb_stream *st;
+    int layer, wslot, gslot, dslot;
+} stream_item;
+
+/* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, and
+ * the up slab that receives the layer's compute-precision weights (-1: none) */
+typedef struct opt_item {
+    nb_stream *st;
+    int layer, uslot;
+    const nb_adamw_scalars *k;
+} opt_item;
+
+/* The update's scalars for the device layers (backend memory): the step's AdamW scalars and the
+ * global norm squared, from which the kernel forms the clip factor as plain does. */
+typedef struct {
+    double sumsq;
+    nb_adamw_scalars k[2];
+} gpu_opt;
+
+/* which of the two host copies of gpu_opt (by the update's step parity) goes up */
+typedef struct {
+    nb_stream *st;
+    int par;
+} gpu_opt_item;
+
+/* a layer upload: master -> up slab (stage lane), up slab -> weight slot (h2d lane) */
+typedef struct {
+    nb_stream *st;
+    int layer, uslot, wslot;
+} load_item;
+
+struct nb_stream {
+    nb_run *r;
+    const nb_layers_i *li; /* the family's layers capability */
+    nb_layer_slab sl;      /* its slab (geometry at plan time; buffers once the family placed them) */
+    /* the plan (stream_plan.c): layers whose activations are kept whole, device weight slots,
+     * layers whose state lives on the device; the host gradient slab (arena offset, address) */
+    int keep, wslots, glayers;
+    size_t hg;
+    float *h_grads;
+    size_t layer_numel;           /* elements of one layer group (all layers are alike) */
+    size_t glob_numel;            /* embeddings + final group, packed */
+    void *d_glob_w;               /* compute copy of the resident part */
+    float *d_glob_g;              /* its gradients */
+    void **d_wslot;               /* [nslot]: layer weights in compute precision */
+    float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
+    void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
+    float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
+    nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
+    opt_mark *wslot_free, gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
+    opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
+    opt_mark *updated;            /* [layers]: layer l's AdamW of the previous step is done */
+    opt_item **pending;           /* [layers]: layer l's update, not enqueued yet (or NULL) */
+    nb_lane *optim;               /* host lane of the optimizer */
+    /* the step's AdamW scalars and items, by step parity: the main thread prepares step s+1
+     * while step s's updates may still run */
+    nb_adamw_scalars k[2][2];
+    struct opt_item *opt_items[2]; /* [layers + 2]: the layers, then the embeddings, then the final group */
+    int nslot, ngslot, nslab;     /* device weight slots, gradient slots; pinned slabs each way */
+    int *wslot_layer;             /* [nslot]: the layer a slot holds this step (-1: none) */
+    long *wslot_used, uses;       /* [nslot]: when the slot's last user was enqueued (a counter) */
+    int next_gslot, next_up, next_down;
+    stream_item *fwd, *rec, *bwd; /* [layers]: forward, recompute, backward */
+    stream_item *gitems;          /* [layers]: a device layer's update */
+    load_item *loads;             /* [2 * layers]: forward and backward loads */
+    int nloads;
+    /* device layers (--gpu-layers): nglayer layers, spread evenly over the model, keep their fp32
+     * master, moments and gradients on the device ([nglayer * layer_numel] each, gidx[l] the place
+     * of layer l, -1 for a streamed one) and update there with the backend's AdamW; the host master
+     * of those layers is brought up to date by quiesce */
+    int nglayer, *gidx;
+    float *d_gp, *d_gm, *d_gv, *d_gg;
+    void *d_gw;                   /* their compute copy (bf16; NULL in fp32: the master is it) */
+    nb_adamw_span *gspans;        /* one layer's tensors, offsets from the layer's start */
+    int ngspans;
+    gpu_opt *d_opt, *h_opt;       /* device; pinned [2] by the update's step parity */
+    gpu_opt_item gopt_items[2];
+    int gopt_step;                /* the step whose scalars d_opt holds (-1: none yet) */
+    unsigned char *gpending;      /* [layers]: the device layer's update waits for the next forward */
+    int gpend_step, gdirty;       /* the pending updates' step; the host master is stale */
+    double *d_gpart;              /* [nglayer * gpart_stride]: each device layer's norm blocks */
+    char *h_gnorm;                /* pinned [nglayer * gnorm_stride]: those blocks, then the gradient's
+                                   * edges (the elements in blocks shared with a neighbour) */
+    size_t gpart_stride, gnorm_stride;
+    double sumsq;                 /* the step's global gradient norm squared (host) */
+    double *norm_part;            /* [slab blocks]: each NB_SUMSQ_BLOCK block's sum of squares, */
+    unsigned char *norm_have;     /* summed as a layer's gradient lands (1) or by the norm task */
+    opt_item glob_part[2];        /* the resident part's halves: embeddings (-1), final norm and head (-2) */
+    size_t device_bytes, pinned_bytes;
+};
+
+/* Setup of the device slots, pinned slabs and lanes, once the family placed its buffers
+ * (other_device_bytes: what the run's plan already holds on the device, checked against what was
+ * free before it); binds the family's stages to the resident buffers. */
+void nb_stream_init(nb_stream *st, size_t other_device_bytes);
+void nb_stream_free(nb_stream *st);
+nb_mark nb_stream_step(nb_stream *st, int step);
+/* The host master -> the resident part and the device layers (start, resume). */
+void nb_stream_upload(nb_stream *st);
+/* The last step's global gradient norm (the host summed it; the step's end waited for it). */
+float nb_stream_grad_norm(const nb_stream *st);
+/* Waits until the optimizer has finished (before reading the host master: evaluation, checkpoints). */
+void nb_stream_quiesce(nb_stream *st);
 /* One line: what crossed PCIe in the last step (layer uploads, bytes each way). */
-void nb_stream_report(const nb_tf_train *tr);
+void nb_stream_report(const nb_stream *st);
 /* Device bytes the stream schedule allocates besides the activations (resident part, slots),
  * with wslots weight slots and glayers layers on the device; nb_stream_wslot_bytes and
  * nb_stream_glayer_bytes: what one more weight slot, one more device layer takes. */
-size_t nb_stream_device_need(const nb_tf_model *m, int wslots, int glayers, size_t elem_size);
-size_t nb_stream_wslot_bytes(const nb_tf_model *m, size_t elem_size);
-size_t nb_stream_glayer_bytes(const nb_tf_model *m, size_t elem_size);
+size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers);
+size_t nb_stream_wslot_bytes(const nb_layer_slab *s);
+size_t nb_stream_glayer_bytes(const nb_layer_slab *s);
 
 #endif

@@ -2,16 +2,16 @@
  * (tools/cmd_train.c), state.json stores it (run/ckpt.c), the run, the family and the schedule
  * read it. Each family sets its own defaults before the flags are applied (nb_train_opts_defaults),
  * so a flag left out means the same as before the families shared a parser. */
-#ifndef NB_RUN_OPTS_H
-#define NB_RUN_OPTS_H
+#ifndef NB_STEP_OPTS_H
+#define NB_STEP_OPTS_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core.h"
 #include "model/seqctr.h"
 #include "model/transformer.h"
 
-#define NB_PATH_MAX 1024
 #define NB_MAX_SEGMENTS 64
 
 typedef struct nb_train_opts {

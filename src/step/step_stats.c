@@ -1,5 +1,5 @@
 /* Step-time statistics (see step_stats.h). */
-#include "run/step_stats.h"
+#include "step/step_stats.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,16 +1,17 @@
-/* The transformer family's state in a run (run/tf_family.c), and what the stream schedule, which
- * only runs transformers, shares with it. The work items (embed, layer l forward/backward, heads,
- * join, optimizer) are the same for every schedule: schedules change when work runs, never what
- * is computed. */
-#ifndef NB_RUN_TF_H
-#define NB_RUN_TF_H
+/* The transformer family (family/transformer.c, family/transformer_eval.c): a decoder-only
+ * transformer of src/model/transformer.h adapted to a run. Its work items (embed, layer l
+ * forward/backward, heads, join, optimizer) are the same for every schedule: schedules change when
+ * work runs, never what is computed. It offers the layers capability (step.h nb_layers_i), so a
+ * schedule that keeps the state itself (stream) binds its layers to the schedule's memory. */
+#ifndef NB_FAMILY_TRANSFORMER_H
+#define NB_FAMILY_TRANSFORMER_H
 
 #include <stdint.h>
 
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optim.h"
-#include "run/run.h"
+#include "step/step.h"
 
 typedef struct nb_tf_train nb_tf_train;
 
@@ -28,11 +29,17 @@ typedef struct nb_work {
     int layer; /* or the segment, for the per-segment items */
 } nb_work;
 
-typedef struct nb_stream nb_stream; /* sched/stream.c */
+/* Arena offsets of the family's memory (planned, then placed once the arenas exist); a field is
+ * SIZE_MAX when that buffer was not planned. */
+typedef struct {
+    size_t hp, hm, hv, hg, ha, hs;              /* host: master, moments, gradients, activations, sum */
+    size_t dp, dg, dm, dv, dw, dac, dt, ds, dsum; /* backend memory of a device */
+    int resident;                               /* the model state lives in the family's slabs */
+} nb_tf_plan;
 
 struct nb_tf_train {
     nb_run *run;
-    nb_train_opts o; /* the run's options (seq resolved) */
+    nb_train_opts o; /* the run's options (seq resolved; batch: one micro-batch of this rank) */
     nb_tf_model model;
     const nb_backend_i *be;
     nb_lanes *lanes; /* the run's */
@@ -49,7 +56,7 @@ struct nb_tf_train {
     float inv_tokens;     /* 1 / tokens per step over every rank: the loss's gradient scale */
     double loss_acc;      /* this rank's loss sum over the step's micro-batches */
     nb_bucket *buckets;   /* [1 + layers]: the embeddings and the final group, then layer l */
-    void *d_weights; /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
+    void *d_weights;      /* compute-precision weights: bf16 copy, or d_params itself in fp32 */
     void *d_acts;
     void *d_segs;      /* the segments' scratch and partial gradients (ERASE), after the activations */
     int32_t *d_tokens; /* [2, B*T] inputs then targets (device backends only) */
@@ -74,44 +81,45 @@ struct nb_tf_train {
     float *d_head_part;      /* [nseg-1] partial gradients of the final norm and head, in backend memory */
     size_t head_part_stride; /* floats per segment in d_head_part */
     nb_work seg_work[NB_MAX_SEGMENTS];
-    /* --schedule stream: the state lives on the host (sched/stream.c) */
-    nb_stream *stream;
-    float *h_grads; /* host gradient slab (stream) */
-    int keep;       /* stream: layers whose activations are kept whole (keep_layers resolved) */
-    int wslots;     /* stream: device weight slots (stream_slots resolved) */
-    int glayers;    /* stream: layers whose state lives on the device (gpu_layers resolved) */
-    size_t dev_free0;
+    /* recompute (the binding's): every ckpt_interval-th layer's input kept, the last keep layers
+     * kept whole; 0, 0: every activation kept */
+    int ckpt_interval, keep;
+    nb_tf_plan plan;
+    /* bound by a schedule that keeps the state (nb_layers_i.bind): the input and output stages
+     * packed (NULL: the family's own slabs), and layer weights for forward-only passes */
+    void *res_w;
+    float *res_g;
+    nb_layer_fetch_fn fetch;
+    void *fetch_self;
+    size_t *layer_offset; /* [layers]: each layer group's slab offset (the binding's slab) */
 };
+
+extern const nb_family_i nb_family_transformer;
 
 /* The family state of a run that trains a transformer. */
 nb_tf_train *nb_tf_of(nb_run *r);
-
-/* Pieces the stream schedule's memory plan shares with the family's resident plan. */
 size_t nb_tf_es(const nb_tf_train *tr); /* bytes per compute-precision element */
 int nb_tf_on_device(const nb_tf_train *tr);
-/* Activation bytes with `keep` layers kept whole (recompute) or all of them (no recompute). */
-size_t nb_tf_acts_plan_bytes(const nb_tf_train *tr, int keep);
-/* The segments' scratch and partial head gradients (ERASE), planned with the activations. */
-size_t nb_tf_seg_bytes(const nb_tf_train *tr);
-/* Logits of the last position of tokens[0..T) (batch of one; needs o.batch == 1). */
-void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits);
+/* A tensor of the input or output stage (NB_TF_WTE ..) in the weights / gradients the step uses. */
+void *nb_tf_wptr(nb_tf_train *tr, int which);
+float *nb_tf_gptr(nb_tf_train *tr, int which);
+int nb_tf_head_index(const nb_tf_train *tr);
+/* The current micro-batch's tokens where the backend reads them (copied in on ctx for a device). */
+void nb_tf_batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg);
+/* Host side before a step or an evaluation batch: the batch is ready and staged. */
+void nb_tf_stage_batch(nb_tf_train *tr, nb_loader_slot *slot);
+/* Layer l's weights for a forward-only pass (evaluation, sampling), bound into w. */
+void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w);
+
+/* family/transformer_eval.c: held-out loss, sampling, checkpoint tensors and config */
 /* Mean loss over n batches of a shard (forward only; 0: the whole shard). */
 double nb_tf_eval_shard(nb_run *r, const char *path, int nbatches);
-
-/* Work items the stream schedule runs as they are (its own items bind the layers to its slots). */
-void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx);
-void nb_work_head(void *arg, const nb_task_ctx *ctx); /* final norm + loss + its backward */
-void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx);
-
-/* stream.c: what the trainer's shared work items call when the state lives on the host */
-#define NB_STREAM_MAX_SLOTS 4 /* pinned slabs each way; gradient slots (min(2, weight slots)) */
-void *nb_stream_global_w(nb_tf_train *tr, int which);
-float *nb_stream_global_g(nb_tf_train *tr, int which);
-void nb_stream_upload_globals(nb_tf_train *tr, nb_ctx ctx);
-void nb_stream_zero_global_grads(nb_tf_train *tr, nb_ctx ctx);
-void nb_stream_bind_sync(nb_tf_train *tr, nb_ctx ctx, int layer, nb_tf_layer_view *w);
-double nb_stream_sumsq(const nb_tf_train *tr);
-/* Waits until the optimizer has finished (before reading the host master: evaluation, checkpoints). */
-void nb_stream_quiesce(nb_tf_train *tr);
+/* Logits of the last position of tokens[0..T) (batch of one; needs o.batch == 1). */
+void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits);
+void nb_tf_evaluate(nb_run *r, nb_eval *ev);
+void nb_tf_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim);
+void nb_tf_load_tensors(nb_run *r, const char *dir);
+void nb_tf_write_config(const nb_train_opts *o, nb_json_writer *w);
+void nb_tf_read_config(const nb_json *j, nb_train_opts *o);
 
 #endif

@@ -1,6 +1,6 @@
 /* Training options: each family's defaults, the printed configuration, and the checks every
  * option passes whether it came from a flag or from a checkpoint's state.json. */
-#include "run/opts.h"
+#include "step/opts.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,14 +1,18 @@
-/* The transformer family in a run: the views it binds, its step as work items, its data (token
- * shards through the prefetching loader), validation loss, checkpoint tensors.
+/* The transformer family in a run: the views it binds, its step as work items, its memory, its
+ * data (token shards through the prefetching loader), and its layers capability.
  *
  * Memory: the host keeps the fp32 master weights and AdamW moments for checkpoints; the backend
  * (CPU: the same buffers; CUDA: device memory) holds what the step touches: fp32 master weights,
  * fp32 gradients, fp32 moments, the compute-precision copy of the weights (bf16 on CUDA by
- * default; the master itself in fp32 modes), activations, and the batch's tokens. The stream
- * schedule plans the memory itself (sched/stream_plan.c): the model state then stays on the host. */
-#include "run/tf.h"
+ * default; the master itself in fp32 modes), activations, and the batch's tokens. A schedule that
+ * keeps the state itself (stream) plans through nb_layers_i instead: the family then reserves only
+ * its host master and moments, its activations and its per-step buffers, and its items read and
+ * write the input and output stages where the schedule bound them. Evaluation, sampling,
+ * checkpoint tensors and the config are in transformer_eval.c. */
+#include "family/transformer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +20,6 @@
 #include "data/shard.h"
 #include "host.h"
 #include "ops/ops_cuda.h"
-#include "sched/sched.h"
 
 nb_tf_train *nb_tf_of(nb_run *r) { return r->fs; }
 
@@ -25,21 +28,58 @@ size_t nb_tf_es(const nb_tf_train *tr) { return nb_dtype_size(tr->be->act_dtype)
 static size_t es_of(const nb_tf_train *tr) { return nb_tf_es(tr); }
 static int lowp_weights(const nb_tf_train *tr) { return tr->be->act_dtype != NB_F32; }
 int nb_tf_on_device(const nb_tf_train *tr) { return tr->be->device != NB_DEV_CPU; }
-static void *wptr(nb_tf_train *tr, int which) {
-    if (tr->stream) return nb_stream_global_w(tr, which);
-    return nb_tf_global_ptr(&tr->model, which, tr->d_weights, es_of(tr));
+int nb_tf_head_index(const nb_tf_train *tr) { return tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD; }
+
+/* ---------------------------------------------------------------- where the step's tensors are */
+
+/* A slab offset of the input stage (group 0) or the output stage (group L+1) in the packed
+ * binding: the input stage's elements, then the output stage's. */
+static size_t packed_offset(const nb_tf_model *m, size_t slab_offset) {
+    int gf = m->cfg.layers + 1;
+    if (slab_offset < m->group_offset[0] + m->group_numel[0]) return slab_offset - m->group_offset[0];
+    NB_ASSERT(slab_offset >= m->group_offset[gf]);
+    return m->group_numel[0] + (slab_offset - m->group_offset[gf]);
 }
-static void *gptr(nb_tf_train *tr, int which) {
-    if (tr->stream) return nb_stream_global_g(tr, which);
-    return nb_tf_global_ptr(&tr->model, which, tr->g_cur, sizeof(float));
+
+static void *stage_ptr(const nb_tf_model *m, int which, void *slab, void *packed, size_t elem) {
+    int i = m->global_idx[which];
+    if (i < 0) return NULL; /* the model has no such tensor (RMSNorm: no bias) */
+    if (!packed) return nb_tf_global_ptr(m, which, slab, elem);
+    return (char *)packed + packed_offset(m, m->params[i].offset) * elem;
 }
-static int head_index(const nb_tf_train *tr) { return tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD; }
+
+void *nb_tf_wptr(nb_tf_train *tr, int which) { return stage_ptr(&tr->model, which, tr->d_weights, tr->res_w, es_of(tr)); }
+float *nb_tf_gptr(nb_tf_train *tr, int which) { return stage_ptr(&tr->model, which, tr->g_cur, tr->res_g, sizeof(float)); }
+
+/* The gradients the step accumulates into, zeroed at its start: the whole slab, or (a schedule
+ * binds the layers itself and zeroes each layer's gradient where it lives) the packed stages. */
+static void zero_grads(nb_tf_train *tr, nb_ctx ctx) {
+    const nb_tf_model *m = &tr->model;
+    if (tr->res_g)
+        tr->be->zero(ctx, tr->res_g, (m->group_numel[0] + m->group_numel[m->cfg.layers + 1]) * sizeof(float));
+    else
+        tr->be->zero(ctx, tr->g_cur, m->total * sizeof(float));
+}
+
+static void layer_views(nb_tf_train *tr, int l, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
+    const nb_tf_model *m = &tr->model;
+    size_t g0 = m->group_offset[1 + l];
+    nb_tf_bind_layer(m, l, (char *)tr->d_weights + g0 * es_of(tr), es_of(tr), w);
+    if (dw) nb_tf_bind_layer(m, l, (char *)tr->g_cur + g0 * sizeof(float), sizeof(float), dw);
+}
+
+void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
+    if (tr->fetch)
+        nb_tf_bind_layer(&tr->model, l, (void *)tr->fetch(tr->fetch_self, ctx, l), es_of(tr), w);
+    else
+        layer_views(tr, l, w, NULL);
+}
 
 /* ---------------------------------------------------------------- work items */
 
 /* Host side, before a step is enqueued: the batch is ready and, for a device backend, its tokens
  * sit in the pinned staging buffer (a captured graph copies from there on every replay). */
-static void stage_batch(nb_tf_train *tr, nb_loader_slot *slot) {
+void nb_tf_stage_batch(nb_tf_train *tr, nb_loader_slot *slot) {
     tr->batch = slot;
     tr->stage_n = (size_t)slot->owner->B * tr->o.seq;
     if (slot->owner->lane) nb_mark_wait_host(slot->filled);
@@ -50,7 +90,7 @@ static void stage_batch(nb_tf_train *tr, nb_loader_slot *slot) {
 
 /* The current micro-batch's tokens where the backend reads them: copied in on the lane for a
  * device backend. */
-static void batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg) {
+void nb_tf_batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const int32_t **tg) {
     size_t n = (size_t)tr->o.batch * tr->o.seq, at = (size_t)tr->micro * n;
     if (!tr->d_tokens) {
         *in = tr->batch->inputs + at;
@@ -63,24 +103,14 @@ static void batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const 
     *tg = tr->d_tokens + n;
 }
 
-void nb_work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
+static void work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     /* gradients accumulate within a step: they start from zero here, before anything adds */
-    if (tr->stream)
-        nb_stream_zero_global_grads(tr, ctx); /* layer gradients: zeroed in their slot */
-    else
-        tr->be->zero(ctx, tr->g_cur, tr->model.total * sizeof(float));
+    zero_grads(tr, ctx);
     if (tr->nseg > 1)
         tr->be->zero(ctx, tr->d_head_part, (size_t)(tr->nseg - 1) * tr->head_part_stride * sizeof(float));
-    batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
-    nb_tf_embed_forward(&tr->model, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
-}
-
-static void layer_views(nb_tf_train *tr, int l, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
-    const nb_tf_model *m = &tr->model;
-    size_t g0 = m->group_offset[1 + l];
-    nb_tf_bind_layer(m, l, (char *)tr->d_weights + g0 * es_of(tr), es_of(tr), w);
-    if (dw) nb_tf_bind_layer(m, l, (char *)tr->g_cur + g0 * sizeof(float), sizeof(float), dw);
+    nb_tf_batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
+    nb_tf_embed_forward(&tr->model, tr->be, ctx, nb_tf_wptr(tr, NB_TF_WTE), nb_tf_wptr(tr, NB_TF_WPE), tr->tok_in, &tr->acts);
 }
 
 static void work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
@@ -92,12 +122,13 @@ static void work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
 
 /* The loss is the mean over the step's tokens on every rank: each token's gradient is 1 / that
  * count, whichever micro-batch and rank it is in, so the summed gradients are the mean's. */
-void nb_work_head(void *arg, const nb_task_ctx *ctx) {
+static void work_head(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     size_t N = (size_t)tr->acts.B * tr->acts.T;
-    nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
-               tr->model.cfg.layers, tr->tok_tg, 1, tr->inv_tokens, gptr(tr, NB_TF_LNF_W), gptr(tr, NB_TF_LNF_B),
-               gptr(tr, head_index(tr)), &tr->acts);
+    int head = nb_tf_head_index(tr);
+    nb_tf_head(&tr->model, tr->be, ctx, nb_tf_wptr(tr, NB_TF_LNF_W), nb_tf_wptr(tr, NB_TF_LNF_B), nb_tf_wptr(tr, head),
+               tr->model.cfg.layers, tr->tok_tg, 1, tr->inv_tokens, nb_tf_gptr(tr, NB_TF_LNF_W), nb_tf_gptr(tr, NB_TF_LNF_B),
+               nb_tf_gptr(tr, head), &tr->acts);
     tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, N);
 }
 
@@ -113,7 +144,7 @@ static void work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
 static float *head_part(nb_tf_train *tr, int s, int which) {
     const nb_tf_model *m = &tr->model;
     float *p = tr->d_head_part + (size_t)s * tr->head_part_stride;
-    int order[3] = {NB_TF_LNF_W, NB_TF_LNF_B, head_index(tr)};
+    int order[3] = {NB_TF_LNF_W, NB_TF_LNF_B, nb_tf_head_index(tr)};
     for (int k = 0; k < 3; k++) {
         if (m->global_idx[order[k]] < 0) continue;
         if (order[k] == which) return p;
@@ -127,28 +158,29 @@ static float *head_part(nb_tf_train *tr, int s, int which) {
 static void work_seg_head(void *arg, const nb_task_ctx *ctx) {
     nb_work *wk = arg;
     nb_tf_train *tr = wk->tr;
-    int s = wk->layer;
-    nb_tf_head(&tr->model, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
+    int s = wk->layer, head = nb_tf_head_index(tr);
+    nb_tf_head(&tr->model, tr->be, ctx, nb_tf_wptr(tr, NB_TF_LNF_W), nb_tf_wptr(tr, NB_TF_LNF_B), nb_tf_wptr(tr, head),
                tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight * tr->inv_tokens, head_part(tr, s, NB_TF_LNF_W),
-               head_part(tr, s, NB_TF_LNF_B), head_part(tr, s, head_index(tr)), &tr->seg_acts[s]);
+               head_part(tr, s, NB_TF_LNF_B), head_part(tr, s, head), &tr->seg_acts[s]);
 }
 
 /* the local heads' partials added to the gradients in segment order, after every backward */
 static void work_join(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     const nb_tf_model *m = &tr->model;
-    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, head_index(tr)};
+    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, nb_tf_head_index(tr)};
     for (int s = 0; s + 1 < tr->nseg; s++)
         for (int k = 0; k < 3; k++)
             if (m->global_idx[which[k]] >= 0)
-                tr->be->add_f32(ctx, gptr(tr, which[k]), head_part(tr, s, which[k]),
+                tr->be->add_f32(ctx, nb_tf_gptr(tr, which[k]), head_part(tr, s, which[k]),
                                 m->params[m->global_idx[which[k]]].numel);
 }
 
-void nb_work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
+static void work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     /* the embeddings' gradient is segment 0's input gradient */
-    nb_tf_embed_backward(&tr->model, tr->be, ctx, gptr(tr, NB_TF_WTE), gptr(tr, NB_TF_WPE), tr->tok_in, &tr->seg_acts[0]);
+    nb_tf_embed_backward(&tr->model, tr->be, ctx, nb_tf_gptr(tr, NB_TF_WTE), nb_tf_gptr(tr, NB_TF_WPE), tr->tok_in,
+                         &tr->seg_acts[0]);
 }
 
 static void work_optim(void *arg, const nb_task_ctx *ctx) {
@@ -165,7 +197,8 @@ static void work_optim(void *arg, const nb_task_ctx *ctx) {
                     m->nparams, d->k, &d->sumsq, tr->o.grad_clip);
 }
 
-/* Reads the step's loss sum and gradient norm, in order on the lane. */
+/* Reads the step's loss sum and gradient norm, in order on the lane (a schedule that keeps the
+ * state gives the norm itself: nb_sched_i.grad_norm). */
 static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     double two[2];
@@ -173,18 +206,13 @@ static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
     tr->loss_sum = two[0];
     /* the micro-batches' sums in their order: the rank-order sum's bits when they are ranks */
     tr->loss_acc = tr->micro ? tr->loss_acc + two[0] : two[0];
-    /* stream: the host summed the norm (the step's end waited for it) */
-    tr->grad_norm = (float)sqrt(tr->stream ? nb_stream_sumsq(tr) : two[1]);
+    tr->grad_norm = (float)sqrt(two[1]);
 }
 
 /* Host master state -> backend (start, resume), backend -> host (checkpoints). */
 static void work_upload_state(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     const nb_backend_i *be = tr->be;
-    if (tr->stream) {
-        nb_stream_upload_globals(tr, ctx);
-        return;
-    }
     size_t bytes = tr->model.total * sizeof(float);
     be->to_backend(ctx, tr->d_params, tr->params, bytes);
     be->to_backend(ctx, tr->d_m, tr->m, bytes);
@@ -207,27 +235,29 @@ static void build_items(nb_run *r, nb_tf_train *tr) {
     int last = tr->nseg - 1;
     char name[40];
     it->nseg = tr->nseg;
-    nb_items_add(&it->input, "embed fwd", NB_SPAN_FWD, nb_work_embed_fwd, &tr->whole);
+    nb_items_add(&it->input, "embed fwd", NB_SPAN_FWD, work_embed_fwd, &tr->whole);
     for (int s = 0; s <= last; s++) {
         for (int l = tr->seg_first[s]; l < tr->seg_first[s + 1]; l++) {
             snprintf(name, sizeof name, "fwd S%d L%d", s, l);
             nb_items_add(&it->fwd[s], name, NB_SPAN_FWD, work_layer_fwd, &tr->work[l]);
+            nb_items_mark_layer(&it->fwd[s], l);
         }
         if (s < last) {
             snprintf(name, sizeof name, "head S%d", s);
             nb_items_add(&it->bwd[s], name, NB_SPAN_LOSS, work_seg_head, &tr->seg_work[s]);
         } else {
-            nb_items_add(&it->bwd[s], "head + loss", NB_SPAN_LOSS, nb_work_head, &tr->whole);
+            nb_items_add(&it->bwd[s], "head + loss", NB_SPAN_LOSS, work_head, &tr->whole);
         }
         for (int l = tr->seg_first[s + 1] - 1; l >= tr->seg_first[s]; l--) {
             snprintf(name, sizeof name, "bwd S%d L%d", s, l);
             nb_items_add_bucket(&it->bwd[s], name, NB_SPAN_BWD, work_layer_bwd, &tr->work[l], 1 + l);
+            nb_items_mark_layer(&it->bwd[s], l);
         }
     }
     if (tr->nseg > 1) nb_items_add(&it->tail, "join", NB_SPAN_BWD, work_join, &tr->whole);
     /* the embeddings' and the final group's gradients are complete after the embedding backward
      * (a tied head adds to the embeddings; the join to the final norm and head) */
-    nb_items_add_bucket(&it->tail, "embed bwd", NB_SPAN_BWD, nb_work_embed_bwd, &tr->whole, 0);
+    nb_items_add_bucket(&it->tail, "embed bwd", NB_SPAN_BWD, work_embed_bwd, &tr->whole, 0);
     nb_items_add(&it->opt, "adamw", NB_SPAN_OPTIM, work_optim, &tr->whole);
 }
 
@@ -257,33 +287,62 @@ static void set_segments(nb_tf_train *tr) {
     for (int s = 0; s < tr->nseg; s++)
         for (int l = tr->seg_first[s]; l < tr->seg_first[s + 1]; l++) tr->layer_seg[l] = s;
     const nb_tf_model *m = &tr->model;
-    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, m->cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD};
+    int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, nb_tf_head_index(tr)};
     tr->head_part_stride = 0;
     for (int k = 0; k < 3; k++)
         if (m->global_idx[which[k]] >= 0) tr->head_part_stride += nb_align_up(m->params[m->global_idx[which[k]]].numel, 64);
     for (int s = 0; s < tr->nseg; s++) tr->seg_work[s] = (nb_work){tr, s};
 }
 
-size_t nb_tf_acts_plan_bytes(const nb_tf_train *tr, int keep) {
+static size_t acts_plan_bytes(const nb_tf_train *tr, int ckpt_interval, int keep) {
     const nb_train_opts *o = &tr->o;
-    return o->ckpt_interval > 0 ? nb_tf_acts_bytes_ckpt(&tr->model, o->batch, o->seq, es_of(tr), o->ckpt_interval, keep)
-                                : nb_tf_acts_bytes(&tr->model, o->batch, o->seq, es_of(tr));
+    return ckpt_interval > 0 ? nb_tf_acts_bytes_ckpt(&tr->model, o->batch, o->seq, es_of(tr), ckpt_interval, keep)
+                             : nb_tf_acts_bytes(&tr->model, o->batch, o->seq, es_of(tr));
 }
 
-size_t nb_tf_seg_bytes(const nb_tf_train *tr) {
+static size_t seg_bytes(const nb_tf_train *tr) {
     return (size_t)(tr->nseg - 1) * (nb_tf_seg_scratch_bytes(&tr->model, tr->o.batch, tr->o.seq, es_of(tr)) +
                                      tr->head_part_stride * sizeof(float));
 }
 
+static size_t token_bytes(const nb_tf_train *tr) { return 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t); }
+/* every micro-batch of the step, staged at once */
+static size_t staged_bytes(const nb_tf_train *tr) { return 2 * (size_t)tr->Bl * tr->o.seq * sizeof(int32_t); }
+static size_t work_bytes(const nb_tf_train *tr) { return acts_plan_bytes(tr, tr->ckpt_interval, tr->keep) + seg_bytes(tr); }
+
+#define NB_UNPLANNED SIZE_MAX
+static size_t plan_in(nb_arena *a, size_t bytes) { return nb_arena_plan_bytes(a, bytes); }
+
+/* the host master and moments (every plan has them: checkpoints read them) */
+static void reserve_state(nb_run *r) {
+    nb_tf_train *tr = r->fs;
+    size_t slab = tr->model.total * sizeof(float);
+    memset(&tr->plan, 0xff, sizeof tr->plan);
+    tr->plan.resident = 0;
+    tr->plan.hp = plan_in(&r->host, slab), tr->plan.hm = plan_in(&r->host, slab), tr->plan.hv = plan_in(&r->host, slab);
+}
+
+/* the activations (and the segments' scratch after them), tokens and step scalars */
+static void reserve_work(nb_run *r, int ckpt_interval, int keep) {
+    nb_tf_train *tr = r->fs;
+    tr->ckpt_interval = ckpt_interval, tr->keep = keep;
+    size_t acts = work_bytes(tr);
+    if (!nb_tf_on_device(tr)) {
+        tr->plan.ha = plan_in(&r->host, acts);
+        return;
+    }
+    tr->plan.dac = plan_in(&r->dev, acts), tr->plan.dt = plan_in(&r->dev, token_bytes(tr));
+    tr->plan.ds = plan_in(&r->dev, sizeof(nb_step_scalars));
+}
+
 /* The whole model state resident where the step runs (plain, erase): on the CPU everything in
  * host memory; on a GPU the host keeps the master weights and moments for checkpoints. */
-static void plan_resident(nb_run *r) {
+static void tf_plan(nb_run *r) {
     nb_tf_train *tr = r->fs;
     const nb_tf_model *m = &tr->model;
+    nb_tf_plan *p = &tr->plan;
     size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
-    size_t segb = nb_tf_seg_bytes(tr), acts = nb_tf_acts_plan_bytes(tr, 0) + segb;
-    size_t toks = 2 * (size_t)tr->o.batch * tr->o.seq * sizeof(int32_t);
-    size_t staged = 2 * (size_t)tr->Bl * tr->o.seq * sizeof(int32_t); /* every micro-batch of the step */
+    size_t acts = work_bytes(tr), toks = token_bytes(tr);
     size_t gsum = tr->o.grad_accum > 1 ? slab : 0; /* the step's sum beside a micro-batch's gradient */
     int devb = nb_tf_on_device(tr);
     char b[6][32];
@@ -291,43 +350,51 @@ static void plan_resident(nb_run *r) {
            devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
            nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
            nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
-    nb_arena *host = &r->host, *dev = &r->dev;
-    size_t hp = nb_arena_plan_bytes(host, slab), hm = nb_arena_plan_bytes(host, slab), hv = nb_arena_plan_bytes(host, slab);
-    size_t hg = devb ? 0 : nb_arena_plan_bytes(host, slab), ha = devb ? 0 : nb_arena_plan_bytes(host, acts);
-    size_t hs = !devb && gsum ? nb_arena_plan_bytes(host, gsum) : 0;
-    size_t dp = 0, dg = 0, dm = 0, dv = 0, dw = 0, dac = 0, dt = 0, ds = 0, dsum = 0;
-    if (devb) {
-        dsum = gsum ? nb_arena_plan_bytes(dev, gsum) : 0;
-        dp = nb_arena_plan_bytes(dev, slab), dg = nb_arena_plan_bytes(dev, slab), dm = nb_arena_plan_bytes(dev, slab);
-        dv = nb_arena_plan_bytes(dev, slab), dw = wl ? nb_arena_plan_bytes(dev, wl) : 0;
-        dac = nb_arena_plan_bytes(dev, acts), dt = nb_arena_plan_bytes(dev, toks);
-        ds = nb_arena_plan_bytes(dev, sizeof(nb_step_scalars));
+    reserve_state(r);
+    p->resident = 1;
+    if (!devb) {
+        p->hg = plan_in(&r->host, slab), p->ha = plan_in(&r->host, acts);
+        if (gsum) p->hs = plan_in(&r->host, gsum);
+    } else {
+        if (gsum) p->dsum = plan_in(&r->dev, gsum);
+        p->dp = plan_in(&r->dev, slab), p->dg = plan_in(&r->dev, slab), p->dm = plan_in(&r->dev, slab);
+        p->dv = plan_in(&r->dev, slab);
+        if (wl) p->dw = plan_in(&r->dev, wl);
+        p->dac = plan_in(&r->dev, acts), p->dt = plan_in(&r->dev, toks), p->ds = plan_in(&r->dev, sizeof(nb_step_scalars));
     }
     nb_run_alloc_arenas(r, "lower --batch or --seq, or pick a smaller --model");
-    tr->params = (float *)(host->base + hp);
-    tr->m = (float *)(host->base + hm);
-    tr->v = (float *)(host->base + hv);
-    if (!devb) {
+}
+
+static void *at(nb_arena *a, size_t off) { return off == NB_UNPLANNED ? NULL : (void *)(a->base + off); }
+
+/* The planned buffers' addresses, once the run allocated its arenas. */
+static void place(nb_run *r) {
+    nb_tf_train *tr = r->fs;
+    const nb_tf_plan *p = &tr->plan;
+    int devb = nb_tf_on_device(tr);
+    tr->params = at(&r->host, p->hp), tr->m = at(&r->host, p->hm), tr->v = at(&r->host, p->hv);
+    nb_arena *work = devb ? &r->dev : &r->host;
+    tr->d_acts = at(work, devb ? p->dac : p->ha);
+    tr->d_segs = tr->nseg > 1 ? (char *)tr->d_acts + (work_bytes(tr) - seg_bytes(tr)) : NULL;
+    if (p->resident && !devb) {
         tr->d_params = tr->params, tr->d_m = tr->m, tr->d_v = tr->v;
-        tr->d_grads = (float *)(host->base + hg);
-        tr->d_gsum = gsum ? (float *)(host->base + hs) : tr->d_grads;
+        tr->d_grads = at(&r->host, p->hg);
         tr->d_weights = tr->params;
-        tr->d_acts = host->base + ha;
-        tr->d_segs = tr->nseg > 1 ? host->base + ha + (acts - segb) : NULL;
+    } else if (p->resident) {
+        tr->d_params = at(&r->dev, p->dp), tr->d_grads = at(&r->dev, p->dg);
+        tr->d_m = at(&r->dev, p->dm), tr->d_v = at(&r->dev, p->dv);
+        tr->d_weights = p->dw != NB_UNPLANNED ? at(&r->dev, p->dw) : (void *)tr->d_params;
+    }
+    float *gsum = at(work, devb ? p->dsum : p->hs);
+    tr->d_gsum = gsum ? gsum : tr->d_grads;
+    if (!devb) {
         tr->d_step = tr->h_step = &tr->cpu_step;
         return;
     }
-    uint8_t *base = dev->base;
-    tr->d_params = (float *)(base + dp), tr->d_grads = (float *)(base + dg);
-    tr->d_gsum = gsum ? (float *)(base + dsum) : tr->d_grads;
-    tr->d_m = (float *)(base + dm), tr->d_v = (float *)(base + dv);
-    tr->d_weights = wl ? (void *)(base + dw) : (void *)tr->d_params;
-    tr->d_acts = base + dac;
-    tr->d_segs = tr->nseg > 1 ? base + dac + (acts - segb) : NULL;
-    tr->d_tokens = (int32_t *)(base + dt);
-    tr->d_step = (nb_step_scalars *)(base + ds);
+    tr->d_tokens = at(&r->dev, p->dt);
+    tr->d_step = at(&r->dev, p->ds);
     tr->h_step = tr->be->host_alloc(sizeof(nb_step_scalars), "step scalars");
-    tr->h_tokens = tr->be->host_alloc(staged, "token staging");
+    tr->h_tokens = tr->be->host_alloc(staged_bytes(tr), "token staging");
 }
 
 /* Segment views over the scratch planned after the activations: [scratch 0 .. scratch S-2 |
@@ -340,6 +407,69 @@ static void bind_segments(nb_tf_train *tr) {
     tr->seg_acts[tr->nseg - 1] = tr->acts;
     tr->d_head_part = tr->nseg > 1 ? (float *)((char *)tr->d_segs + (size_t)(tr->nseg - 1) * sb) : NULL;
 }
+
+/* ---------------------------------------------------------------- the layers capability */
+
+static void layers_slab(nb_run *r, nb_layer_slab *s) {
+    nb_tf_train *tr = r->fs;
+    const nb_tf_model *m = &tr->model;
+    int L = m->cfg.layers;
+    *s = (nb_layer_slab){
+        .layers = L,
+        .total = m->total,
+        .layer_numel = L ? m->group_numel[1] : 0,
+        .layer_offset = tr->layer_offset,
+        .in_off = m->group_offset[0],
+        .in_n = m->group_numel[0],
+        .out_off = m->group_offset[L + 1],
+        .out_n = m->group_numel[L + 1],
+        .spans = tr->spans,
+        .nspans = m->nparams,
+        .params = tr->params,
+        .m = tr->m,
+        .v = tr->v,
+        .k = tr->h_step->k,
+        .elem = es_of(tr),
+    };
+    for (int l = 0; l < L; l++) NB_ASSERT(m->group_numel[1 + l] == s->layer_numel);
+}
+
+static size_t layers_acts_bytes(const nb_run *r, int ckpt_interval, int keep) {
+    return acts_plan_bytes(r->fs, ckpt_interval, keep);
+}
+static size_t layers_io_bytes(const nb_run *r) { return token_bytes(r->fs); }
+
+static void layers_bind(nb_run *r, void *w, float *g, nb_layer_fetch_fn fetch, void *self) {
+    nb_tf_train *tr = r->fs;
+    tr->res_w = w, tr->res_g = g, tr->fetch = fetch, tr->fetch_self = self;
+}
+
+static void layers_forward(nb_run *r, nb_ctx ctx, int l, const void *w) {
+    nb_tf_train *tr = r->fs;
+    nb_tf_layer_view v;
+    nb_tf_bind_layer(&tr->model, l, (void *)w, es_of(tr), &v);
+    nb_tf_layer_forward(&tr->model, tr->be, ctx, &v, l, &tr->acts);
+}
+
+static void layers_backward(nb_run *r, nb_ctx ctx, int l, const void *w, float *dw) {
+    nb_tf_train *tr = r->fs;
+    nb_tf_layer_view v, dv;
+    nb_tf_bind_layer(&tr->model, l, (void *)w, es_of(tr), &v);
+    nb_tf_bind_layer(&tr->model, l, dw, sizeof(float), &dv);
+    nb_tf_layer_backward(&tr->model, tr->be, ctx, &v, &dv, l, &tr->acts);
+}
+
+static const nb_layers_i tf_layers = {
+    .slab = layers_slab,
+    .acts_bytes = layers_acts_bytes,
+    .io_bytes = layers_io_bytes,
+    .reserve_state = reserve_state,
+    .reserve_work = reserve_work,
+    .place = place,
+    .bind = layers_bind,
+    .forward = layers_forward,
+    .backward = layers_backward,
+};
 
 /* ---------------------------------------------------------------- family entries */
 
@@ -354,6 +484,7 @@ static void tf_check(nb_train_opts *o) {
              "--batch %d x --seq %d = %.0f tokens per step: more than 2^31", o->batch, o->seq, (double)o->batch * o->seq);
 }
 
+/* the model, its segments and its step's items; memory comes with the plan */
 static void tf_init(nb_run *r) {
     nb_tf_train *tr = nb_calloc(1, sizeof *tr, "the transformer family");
     r->fs = tr;
@@ -367,22 +498,13 @@ static void tf_init(nb_run *r) {
     tr->be = r->be;
     tr->lanes = r->lanes;
     tr->compute = r->compute;
-    tr->dev_free0 = r->dev_free0;
     nb_tf_model_init(&tr->model, &tr->o.model);
     set_segments(tr);
-    if (r->sched->plan)
-        r->sched->plan(r);
-    else
-        plan_resident(r);
-    const nb_train_opts *o = &tr->o;
-    if (o->ckpt_interval > 0)
-        nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), o->ckpt_interval, tr->keep);
-    else
-        nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
-    bind_segments(tr);
-    tr->data = nb_lane_create(r->lanes, "data", NB_LANE_HOST);
-    tr->work = nb_calloc((size_t)(o->model.layers ? o->model.layers : 1), sizeof(nb_work), "work items");
-    for (int l = 0; l < o->model.layers; l++) tr->work[l] = (nb_work){tr, l};
+    int L = tr->model.cfg.layers;
+    tr->layer_offset = nb_malloc((size_t)(L ? L : 1) * sizeof(size_t), "layer offsets");
+    for (int l = 0; l < L; l++) tr->layer_offset[l] = tr->model.group_offset[1 + l];
+    tr->work = nb_calloc((size_t)(L ? L : 1), sizeof(nb_work), "work items");
+    for (int l = 0; l < L; l++) tr->work[l] = (nb_work){tr, l};
     tr->whole = (nb_work){tr, -1};
     /* AdamW's tensor table, built once (the step reads it; a captured graph keeps a copy) */
     tr->spans = nb_malloc((size_t)tr->model.nparams * sizeof *tr->spans, "AdamW tensor table");
@@ -391,24 +513,34 @@ static void tf_init(nb_run *r) {
         tr->spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
     }
     build_items(r, tr);
-    tr->g_cur = tr->d_gsum;
-    if (!tr->stream) set_buckets(r, tr);
 }
 
-static void load_tensors(nb_run *r, const char *dir);
+/* after the plan: addresses, activation views, the data lane, the gradient buckets */
+static void tf_bind(nb_run *r) {
+    nb_tf_train *tr = r->fs;
+    const nb_train_opts *o = &tr->o;
+    place(r);
+    if (tr->ckpt_interval > 0)
+        nb_tf_acts_bind_ckpt(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr), tr->ckpt_interval, tr->keep);
+    else
+        nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, o->batch, o->seq, es_of(tr));
+    bind_segments(tr);
+    tr->data = nb_lane_create(r->lanes, "data", NB_LANE_HOST);
+    tr->g_cur = tr->d_gsum;
+    set_buckets(r, tr);
+}
 
 static void tf_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;
     if (resume_dir)
-        load_tensors(r, resume_dir);
+        nb_tf_load_tensors(r, resume_dir);
     else
         nb_tf_init_weights(&tr->model, tr->params, o->seed);
-    nb_run_on_compute(r, "upload state", work_upload_state, &tr->whole);
     if (r->eval_only) return;
     if (nb_verbosity > 0) {
         double per_token = nb_tf_flops_per_token(&tr->model, o->seq);
-        double rec = nb_tf_recompute_flops_per_token(&tr->model, o->seq, o->ckpt_interval, tr->keep);
+        double rec = nb_tf_recompute_flops_per_token(&tr->model, o->seq, tr->ckpt_interval, tr->keep);
         fprintf(stderr, "parameters  %.2f M (%zu tensors), %.1f MFLOP per token\n", tr->model.n_real / 1e6,
                 (size_t)tr->model.nparams, per_token / 1e6);
         if (rec > 0)
@@ -433,6 +565,8 @@ static void tf_start(nb_run *r, const char *resume_dir) {
     }
 }
 
+static void tf_upload(nb_run *r) { nb_run_on_compute(r, "upload state", work_upload_state, &nb_tf_of(r)->whole); }
+
 static void tf_free(nb_run *r) {
     nb_tf_train *tr = r->fs;
     if (!tr) return;
@@ -442,7 +576,7 @@ static void tf_free(nb_run *r) {
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
     if (tr->d_logits) tr->be->free(tr->d_logits);
-    free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans), free(tr->buckets);
+    free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans), free(tr->buckets), free(tr->layer_offset);
     free(tr);
     r->fs = NULL;
 }
@@ -452,7 +586,7 @@ static double tf_per_step(const nb_run *r) { return (double)r->o.batch * r->o.se
 /* the AdamW scalars of this step (the learning rate from the schedule) */
 static void tf_begin_step(nb_run *r, int step) {
     nb_tf_train *tr = r->fs;
-    stage_batch(tr, nb_loader_take(&tr->train));
+    nb_tf_stage_batch(tr, nb_loader_take(&tr->train));
     const nb_train_opts *o = &tr->o;
     float lr = nb_lr_cosine(step, nb_train_warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
     nb_adamw_cfg decay = {lr, o->beta1, o->beta2, o->eps, o->weight_decay}, none = decay;
@@ -489,7 +623,6 @@ static void tf_end_step(nb_run *r, int step, nb_mark done) {
 static const char *tf_nonfinite_grad(nb_run *r) {
     static char what[128];
     nb_tf_train *tr = r->fs;
-    if (tr->stream) return NULL; /* the host's gradient slab is reused as layers land */
     const nb_tf_model *m = &tr->model;
     for (int i = 0; i < m->nparams; i++) {
         const nb_param *p = &m->params[i];
@@ -499,14 +632,6 @@ static const char *tf_nonfinite_grad(nb_run *r) {
         }
     }
     return NULL;
-}
-
-static void tf_evaluate(nb_run *r, nb_eval *ev) {
-    nb_tf_train *tr = r->fs;
-    memset(ev, 0, sizeof *ev);
-    if (!tr->has_val) return;
-    ev->loss = nb_tf_eval_shard(r, tr->o.val_data, tr->o.eval_batches);
-    ev->done = 1;
 }
 
 static void tf_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb_eval *ev) {
@@ -530,86 +655,11 @@ static size_t tf_data_pos(const nb_run *r) {
 
 static void tf_sync_to_host(nb_run *r) {
     nb_tf_train *tr = r->fs;
-    if (tr->stream) { /* the host holds the master state, once the optimizer is done with it */
-        nb_stream_quiesce(tr);
-        return;
-    }
     if (nb_tf_on_device(tr)) nb_run_on_compute(r, "download state", work_download_state, &tr->whole);
 }
 
-static void add_slab(nb_ckpt_list *l, const nb_tf_model *m, float *slab, const char *suffix) {
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", p->name, suffix);
-        nb_ckpt_list_add(l, name, p->ndim, p->shape, slab + p->offset);
-    }
-}
-
-static void tf_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
-    nb_tf_train *tr = r->fs;
-    add_slab(model, &tr->model, tr->params, "");
-    if (optim) {
-        add_slab(optim, &tr->model, tr->m, ".exp_avg");
-        add_slab(optim, &tr->model, tr->v, ".exp_avg_sq");
-    }
-}
-
-void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
-
-static void load_tensors(nb_run *r, const char *dir) {
-    nb_ckpt_list model = {0}, optim = {0};
-    tf_ckpt_tensors(r, &model, r->eval_only ? NULL : &optim);
-    nb_ckpt_load_lists(dir, &model, r->eval_only ? NULL : &optim);
-    nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
-}
-
-static void tf_write_config(const nb_train_opts *o, nb_json_writer *w) {
-    const nb_tf_config *c = &o->model;
-    nb_json_key(w, "model");
-    nb_json_begin_obj(w);
-    nb_json_kstr(w, "preset", c->preset);
-    nb_json_kstr(w, "arch", c->arch == NB_ARCH_GPT2 ? "gpt2" : "llama");
-    nb_json_kint(w, "layers", c->layers);
-    nb_json_kint(w, "dim", c->dim);
-    nb_json_kint(w, "heads", c->heads);
-    nb_json_kint(w, "kv_heads", c->kv_heads);
-    nb_json_kint(w, "ffn", c->ffn);
-    nb_json_kint(w, "vocab", c->vocab);
-    nb_json_kint(w, "seq", c->seq);
-    nb_json_knum(w, "norm_eps", c->norm_eps);
-    nb_json_knum(w, "rope_theta", c->rope_theta);
-    nb_json_kbool(w, "tied", c->tied);
-    nb_json_end_obj(w);
-}
-
-static void tf_read_config(const nb_json *j, nb_train_opts *o) {
-    nb_tf_config *c = &o->model;
-    memset(c, 0, sizeof *c);
-    snprintf(c->preset, sizeof c->preset, "%s", nb_json_req_str(j, "preset"));
-    const char *arch = nb_json_req_str(j, "arch");
-    NB_CHECK(!strcmp(arch, "gpt2") || !strcmp(arch, "llama"), "the checkpoint is damaged or from a newer nobubble",
-             "unknown model arch '%s' in state.json", arch);
-    c->arch = !strcmp(arch, "gpt2") ? NB_ARCH_GPT2 : NB_ARCH_LLAMA;
-    c->layers = (int)nb_json_req_int(j, "layers");
-    c->dim = (int)nb_json_req_int(j, "dim");
-    c->heads = (int)nb_json_req_int(j, "heads");
-    c->kv_heads = (int)nb_json_req_int(j, "kv_heads");
-    c->ffn = (int)nb_json_req_int(j, "ffn");
-    c->vocab = (int)nb_json_req_int(j, "vocab");
-    c->seq = (int)nb_json_req_int(j, "seq");
-    c->norm_eps = (float)nb_json_req_num(j, "norm_eps");
-    c->rope_theta = (float)nb_json_req_num(j, "rope_theta");
-    c->tied = nb_json_get_bool(j, "tied", c->arch == NB_ARCH_GPT2);
-    NB_CHECK(isfinite(c->norm_eps) && c->norm_eps > 0 && isfinite(c->rope_theta) && c->rope_theta > 0,
-             "the checkpoint is damaged: resume from an earlier copy of the run directory",
-             "state.json: model norm_eps %g / rope_theta %g must be positive numbers", (double)c->norm_eps,
-             (double)c->rope_theta);
-    nb_tf_config_finalize(c);
-}
-
-/* Which attention ran, when NB_ATTN asked for cuDNN's (a refusal falls back to ours silently
- * after one notice, so the summary says how often each ran). */
+/* Which attention ran, when cuDNN's was asked for (a refusal falls back to ours silently after
+ * one notice, so the summary says how often each ran). */
 static void tf_summary(nb_run *r, int steps_run) {
     (void)r, (void)steps_run;
 #ifdef NB_WITH_CUDA
@@ -623,16 +673,23 @@ static int tf_graph_key(nb_run *r) {
 }
 
 static const char *tf_model_name(const nb_train_opts *o) { return o->model.preset; }
+/* every --model but the other families' is a transformer preset (an unknown one is an error of
+ * the preset table, with the list of presets) */
+static int tf_owns_model(const char *model) { (void)model; return 1; }
 
 const nb_family_i nb_family_transformer = {
     .name = "transformer",
     .unit = "tokens",
     .loss_unit = "nats",
     .held_out = "validation loss",
+    .owns_model = tf_owns_model,
     .model_name = tf_model_name,
     .check = tf_check,
     .init = tf_init,
+    .plan = tf_plan,
+    .bind = tf_bind,
     .start = tf_start,
+    .upload = tf_upload,
     .free = tf_free,
     .per_step = tf_per_step,
     .begin_step = tf_begin_step,
@@ -640,108 +697,16 @@ const nb_family_i nb_family_transformer = {
     .enqueue_results = tf_enqueue_results,
     .end_step = tf_end_step,
     .nonfinite_grad = tf_nonfinite_grad,
-    .evaluate = tf_evaluate,
+    .evaluate = nb_tf_evaluate,
     .metrics = tf_metrics,
     .metrics_losses = tf_metrics_losses,
     .print_eval = tf_print_eval,
     .data_pos = tf_data_pos,
     .sync_to_host = tf_sync_to_host,
-    .ckpt_tensors = tf_ckpt_tensors,
-    .write_config = tf_write_config,
-    .read_config = tf_read_config,
+    .ckpt_tensors = nb_tf_ckpt_tensors,
+    .write_config = nb_tf_write_config,
+    .read_config = nb_tf_read_config,
     .summary = tf_summary,
     .graph_key = tf_graph_key,
+    .layers = &tf_layers,
 };
-
-/* ---------------------------------------------------------------- eval, sampling */
-
-static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
-    nb_tf_train *tr = trainer_of(arg);
-    const nb_tf_model *m = &tr->model;
-    const int32_t *in, *tg;
-    batch_tokens(tr, ctx, &in, &tg);
-    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), in, &tr->acts);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        nb_tf_layer_view w;
-        if (tr->stream)
-            nb_stream_bind_sync(tr, ctx, l, &w);
-        else
-            layer_views(tr, l, &w, NULL);
-        nb_tf_layer_forward(m, tr->be, ctx, &w, l, &tr->acts);
-    }
-    nb_tf_head(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)), m->cfg.layers,
-               tg, 0, 1.0f, NULL, NULL, NULL, &tr->acts);
-    tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, (size_t)tr->acts.B * tr->acts.T);
-    tr->be->to_host(ctx, &tr->loss_sum, &tr->d_step->loss_sum, sizeof(double));
-}
-
-double nb_tf_eval_shard(nb_run *r, const char *path, int nbatches) {
-    nb_tf_train *tr = r->fs;
-    nb_loader ld;
-    nb_loader_open(&ld, path, tr->model.cfg.vocab, tr->o.batch, tr->o.seq, 0, 1, NULL);
-    size_t per_epoch = nb_loader_batches_per_epoch(&ld);
-    if (nbatches <= 0 || (size_t)nbatches > per_epoch) nbatches = (int)per_epoch;
-    nb_loader_slot *saved = tr->batch;
-    double total = 0;
-    for (int i = 0; i < nbatches; i++) {
-        stage_batch(tr, nb_loader_take(&ld));
-        nb_run_on_compute(r, "eval", work_eval_batch, &tr->whole);
-        total += tr->loss_sum;
-        nb_loader_release(&ld, tr->batch, nb_lane_mark(tr->compute));
-    }
-    tr->batch = saved;
-    nb_loader_close(&ld);
-    return total / ((double)nbatches * tr->o.batch * tr->o.seq);
-}
-
-typedef struct {
-    nb_tf_train *tr;
-    const int32_t *tokens;
-    int T;
-    float *logits;
-} logits_job;
-
-static void work_logits(void *arg, const nb_task_ctx *ctx) {
-    logits_job *job = arg;
-    nb_tf_train *tr = job->tr;
-    const nb_tf_model *m = &tr->model;
-    int V = m->cfg.vocab;
-    const int32_t *tokens = job->tokens;
-    if (tr->d_tokens) {
-        tr->be->to_backend(ctx, tr->d_tokens, job->tokens, (size_t)job->T * sizeof(int32_t));
-        tokens = tr->d_tokens;
-    }
-    nb_tf_embed_forward(m, tr->be, ctx, wptr(tr, NB_TF_WTE), wptr(tr, NB_TF_WPE), tokens, &tr->acts);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        nb_tf_layer_view w;
-        layer_views(tr, l, &w, NULL);
-        nb_tf_layer_forward(m, tr->be, ctx, &w, l, &tr->acts);
-    }
-    void *out = nb_tf_on_device(tr) ? tr->d_logits : job->logits;
-    nb_tf_logits_last(m, tr->be, ctx, wptr(tr, NB_TF_LNF_W), wptr(tr, NB_TF_LNF_B), wptr(tr, head_index(tr)),
-                      m->cfg.layers, &tr->acts, out);
-    if (out == job->logits) return;
-    if (tr->be->act_dtype == NB_F32) {
-        tr->be->to_host(ctx, job->logits, out, (size_t)V * sizeof(float));
-        return;
-    }
-    uint16_t *tmp = nb_malloc((size_t)V * sizeof(uint16_t), "logits");
-    tr->be->to_host(ctx, tmp, out, (size_t)V * sizeof(uint16_t));
-    for (int i = 0; i < V; i++) {
-        uint32_t bits = (uint32_t)tmp[i] << 16;
-        memcpy(&job->logits[i], &bits, sizeof(float));
-    }
-    free(tmp);
-}
-
-void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits) {
-    nb_tf_train *tr = r->fs;
-    NB_ASSERT(tr->o.batch == 1 && T >= 1 && T <= tr->o.seq);
-    if (nb_tf_on_device(tr) && !tr->d_logits)
-        tr->d_logits = tr->be->alloc((size_t)tr->model.cfg.vocab * es_of(tr), "sampling logits");
-    /* the slab was sized for the full context; a shorter prefix fits in the same bytes */
-    nb_tf_acts_unbind(&tr->acts);
-    nb_tf_acts_bind(&tr->model, &tr->acts, tr->d_acts, 1, T, es_of(tr));
-    logits_job job = {tr, tokens, T, logits};
-    nb_run_on_compute(r, "sample", work_logits, &job);
-}
