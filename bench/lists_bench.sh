@@ -10,7 +10,7 @@
 #     --flags F      extra flags of every run [--graphs]
 #     --erase        also ERASE's best configuration with graphs (--detach all --schedule erase
 #                    --side-lanes 4, blocking dispatch), both list builders
-# Environment: OUT [bench/results/<date>-<host>/lists], NB_BUILD [build], SPEC
+# Environment: OUT [bench/out/lists], NB_BUILD [build], SPEC
 #   [synth:cap=1000000,max_len=256], EMB [64], MAX_LEN [256], TABLE_CAP [1000000].
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 case "$steps" in ''|*[!0-9]*|0) echo "lists_bench.sh: --steps takes a positive integer, got '$steps'" >&2; exit 2 ;; esac
-OUT=${OUT:-bench/results/$(date +%Y-%m-%d)-$(hostname -s)/lists}
+OUT=${OUT:-bench/out/lists}
 NB_BUILD=${NB_BUILD:-build}
 NB=$NB_BUILD/nobubble
 mkdir -p "$OUT" || exit 1

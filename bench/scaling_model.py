@@ -270,7 +270,7 @@ def main():
     A("--ctr-phases", default="0.24,2.42,0.64,1.56,2.89,1.12,0.03,0.37",
       help="seqctr B=4096 GPU phases, ms: " + ", ".join(PHASES) + " (default: RESULTS.md's breakdown, H200, sum 9.27 ms)")
     A("--ctr-unique", type=int, default=57163, help="unique embedding rows per GPU per step (default 57163 of 196942 lookups at "
-      "B=4096: bench/results/2026-11-30-h200-s2/ctr_ops_bench.log)")
+      "B=4096: test_ops_ctr_cuda --bench's batch line, H200, 2026-11-30)")
     A("--ctr-id-bytes", type=int, default=8, help="bytes per id sent to its owner (default 8: table + row, ASSUMPTION)")
     A("--ctr-emb-dim", type=int, default=64, help="embedding width E (default 64)")
     A("--ctr-row-bytes", type=int, default=4, help="bytes per embedding element and per gradient element sent (default 4: fp32)")

@@ -7,7 +7,7 @@
 #     --batch LIST    comma list of batch sizes [4096]
 #     --no-build      use $NB_BUILD/nobubble as it is (default: make it first)
 #     --budget S      no run starts that would end later than S seconds after the start [540]
-# Environment: OUT (results; default bench/results/<date>-<host>/seqctr), NB_BUILD [build],
+# Environment: OUT (results; default bench/out/seqctr), NB_BUILD [build],
 #   PYTHON [python3], SPEC [synth:cap=1000000,max_len=256], EMB [64], MAX_LEN [256],
 #   TABLE_CAP [1000000], NB_FLAGS (nobubble's extra flags) [--graphs: the step captured once and
 #   replayed, its fastest mode]; DEVICE [cuda] and DTYPE [bf16]: DEVICE=cpu DTYPE=fp32 NB_FLAGS= is the
@@ -40,7 +40,7 @@ for B in ${batches//,/ }; do
 done
 [ "$maxB" -gt 0 ] || { echo "seqctr_bench.sh: --batch is empty" >&2; exit 2; }
 
-OUT=${OUT:-bench/results/$(date +%Y-%m-%d)-$(hostname -s)/seqctr}
+OUT=${OUT:-bench/out/seqctr}
 NB_BUILD=${NB_BUILD:-build}
 NB=$NB_BUILD/nobubble
 PY=${PYTHON:-python3}

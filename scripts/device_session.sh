@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: unpack the carried data, then run the named stages in order,
 # each under its own time limit, all output under $OUT/res, packed into $OUT/res.tgz at the end
-# (the device tool returns at most 8 files).
+# (the device tool returns at most 8 files). $OUT defaults to gpu-out/, which git ignores: raw
+# output is never committed; bench/RESULTS.md keeps the tables with their commit and command.
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
 # Stages: gpu_seqctr, gpu_ranks (the GPU test scripts), pipe (bench/pipe_bench.sh, PIPE_ARGS),
 #   ranks_gpu (bench/ranks_bench.sh on the GPU, RANKS_ARGS), builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
