@@ -450,7 +450,7 @@ static void check_reference(const reference *r, const runner *rn) {
 /* The reference's initial weights as a nobubble checkpoint in dir (for nobubble export). */
 static void save_ckpt(const reference *r, const char *dir) {
     nb_train_opts o;
-    nb_train_opts_defaults(&o, "transformer");
+    nb_train_opts_defaults(&o, nb_family_find("transformer"));
     o.model = r->m.cfg;
     o.batch = r->B;
     o.seq = r->T;

@@ -29,7 +29,13 @@ static const char *kind_meta(const nb_arg *a) {
 }
 
 static const char *const *help_groups;
-void nb_args_set_groups(const char *const *groups) { help_groups = groups; }
+static unsigned help_shown = ~0u;
+static const char *help_epilogue;
+void nb_args_set_groups(const char *const *groups, unsigned shown) {
+    help_groups = groups;
+    help_shown = shown;
+}
+void nb_args_set_epilogue(const char *text) { help_epilogue = text; }
 
 static void help_line(FILE *f, const nb_arg *a);
 
@@ -38,11 +44,13 @@ void nb_args_help(FILE *f, const char *cmd, const char *summary, const nb_arg *a
     int ngroups = 1;
     while (help_groups && help_groups[ngroups]) ngroups++;
     for (int g = 0; g < ngroups; g++) {
+        if (!(help_shown & (1u << g))) continue;
         fprintf(f, "\n%s:\n", help_groups ? help_groups[g] : "options");
         for (int i = 0; i < nargs; i++)
             if (args[i].group == g) help_line(f, &args[i]);
     }
     fprintf(f, "  %-24s %s\n", "--help", "print this help and exit");
+    if (help_epilogue) fprintf(f, "\n%s", help_epilogue);
 }
 
 const nb_arg *nb_args_find(const nb_arg *args, int nargs, const char *name) {
@@ -62,6 +70,13 @@ static void help_line(FILE *f, const nb_arg *a) {
     case ARG_STR:
         if (((char *)a->dst)[0]) fprintf(f, " [%s]", (char *)a->dst);
         break;
+    case ARG_CUSTOM: {
+        const nb_arg_custom *c = a->dst;
+        char v[128] = "";
+        if (c->show) c->show(c->ctx, v, sizeof v);
+        if (v[0]) fprintf(f, " [%s]", v);
+        break;
+    }
     default: break;
     }
     fputc('\n', f);
@@ -96,6 +111,12 @@ static void set_value(const char *cmd, nb_arg *a, const char *v) {
         memcpy(a->dst, v, strlen(v) + 1);
         break;
     case ARG_BOOL: *(int *)a->dst = 1; break;
+    case ARG_CUSTOM: {
+        const nb_arg_custom *c = a->dst;
+        char err[512];
+        if (!c->set(c->ctx, v, err, sizeof err)) nb_usage_error(cmd, "%s", err);
+        break;
+    }
     }
     a->seen = 1;
 }

@@ -7,6 +7,8 @@
 #include "args.h"
 #include "commands.h"
 #include "core.h"
+#include "family/family.h"
+#include "family/transformer.h"
 #include "io/hf_export.h"
 #include "run/ckpt.h"
 #include "run/run.h"
@@ -76,7 +78,7 @@ int nb_cmd_export(int argc, char **argv) {
     nb_train_opts o;
     nb_ckpt_state st;
     nb_ckpt_read_state(dir, &o, &st);
-    if (!strcmp(o.family, "seqctr")) {
+    if (nb_family_find(o.family) != &nb_family_transformer) { /* seqctr: its tensors */
         if (out[0]) nb_usage_error("export", "--hf writes Hugging Face transformers: use --out FILE for seqctr");
         if (!file[0]) nb_usage_error("export", "--out FILE is required for a seqctr checkpoint");
         return export_seqctr(ckpt, file);

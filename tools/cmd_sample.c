@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "core.h"
 #include "data/tokenizer.h"
+#include "family/family.h"
 #include "family/transformer.h"
 #include "ops/ops.h"
 #include "rng.h"
@@ -70,7 +71,8 @@ int nb_cmd_sample(int argc, char **argv) {
     nb_train_opts o;
     char resolved[NB_PATH_MAX];
     nb_opts_from_ckpt(ckpt, 1, threads, device, &o, resolved, sizeof resolved);
-    NB_CHECK(strcmp(o.family, "seqctr"), "pass a transformer's run directory (seqctr models score clicks: nobubble eval)",
+    NB_CHECK(nb_family_find(o.family) == &nb_family_transformer,
+             "pass a transformer's run directory (seqctr models score clicks: nobubble eval)",
              "%s holds a %s checkpoint: sample generates text", resolved, o.family);
     o.data[0] = o.val_data[0] = 0;
     static nb_run r;

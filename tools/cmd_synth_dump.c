@@ -51,7 +51,7 @@
 #include "host.h"
 #include "io/atomic.h"
 #include "model/seqctr.h"
-#include "step/opts.h" /* train's seqctr defaults and NB_PATH_MAX: the same flags mean the same */
+#include "family/family.h" /* train's seqctr defaults: the same flags mean the same */
 
 /* The arrays are written from memory as they are: the format is little-endian. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -106,7 +106,7 @@ static uint64_t align8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 int nb_cmd_synth_dump(int argc, char **argv) {
     /* train's defaults for the flags the two share, so a flag left out means the same in both */
     static nb_train_opts defaults;
-    nb_train_opts_defaults(&defaults, "seqctr");
+    nb_train_opts_defaults(&defaults, nb_family_find("seqctr"));
     char data[NB_PATH_MAX] = "synth", out[NB_PATH_MAX] = "";
     uint64_t samples = 0, first = 0;
     int max_len = defaults.ctr.max_len, table_cap = (int)defaults.table_cap, threads = 0, quiet = 0;

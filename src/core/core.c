@@ -202,3 +202,8 @@ const char *nb_fmt_bytes(char *buf, size_t cap, double bytes) {
     snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
     return buf;
 }
+
+int nb_file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}

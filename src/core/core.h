@@ -53,6 +53,8 @@ void *nb_calloc_at(const char *file, int line, size_t n, size_t size, const char
 void *nb_aligned_alloc_at(const char *file, int line, size_t bytes, const char *what);
 /* memset to zero on every core (first touch of large buffers) */
 void nb_zero_par(void *p, size_t bytes);
+/* Does anything exist at path (stat succeeds)? */
+int nb_file_exists(const char *path);
 /* Read modes ("r", "rb") open through nb_open_input: only regular files are accepted. */
 FILE *nb_fopen_at(const char *file, int line, const char *path, const char *mode, const char *hint);
 /* Open an input file read-only. Anything but a regular file (a FIFO, a device such as /dev/zero,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core.h"
 #include "data/shard.h"
 #include "host.h"
@@ -537,6 +538,15 @@ static void tf_start(nb_run *r, const char *resume_dir) {
         nb_tf_load_tensors(r, resume_dir);
     else
         nb_tf_init_weights(&tr->model, tr->params, o->seed);
+    if (o->val_data[0]) {
+        /* validate the shard now rather than at the first eval, minutes into the run */
+        nb_shard probe;
+        nb_shard_load(&probe, o->val_data, o->model.vocab);
+        NB_CHECK(probe.ntok >= (size_t)o->batch * o->seq + 1, "use a larger validation shard or a smaller --batch/--seq",
+                 "validation shard '%s' holds %zu tokens, fewer than one batch", o->val_data, probe.ntok);
+        nb_shard_free(&probe);
+        tr->has_val = 1;
+    }
     if (r->eval_only) return;
     if (nb_verbosity > 0) {
         double per_token = nb_tf_flops_per_token(&tr->model, o->seq);
@@ -553,15 +563,6 @@ static void tf_start(nb_run *r, const char *resume_dir) {
         nb_loader_open_slice(&tr->train, o->data, o->model.vocab, tr->Bl, o->seq, tr->Bg, (size_t)r->rank * tr->Bl,
                              r->data_pos0, 2, tr->data);
         tr->has_train = 1;
-    }
-    if (o->val_data[0]) {
-        /* validate the shard now rather than at the first eval, minutes into the run */
-        nb_shard probe;
-        nb_shard_load(&probe, o->val_data, o->model.vocab);
-        NB_CHECK(probe.ntok >= (size_t)o->batch * o->seq + 1, "use a larger validation shard or a smaller --batch/--seq",
-                 "validation shard '%s' holds %zu tokens, fewer than one batch", o->val_data, probe.ntok);
-        nb_shard_free(&probe);
-        tr->has_val = 1;
     }
 }
 
@@ -673,9 +674,51 @@ static int tf_graph_key(nb_run *r) {
 }
 
 static const char *tf_model_name(const nb_train_opts *o) { return o->model.preset; }
-/* every --model but the other families' is a transformer preset (an unknown one is an error of
- * the preset table, with the list of presets) */
-static int tf_owns_model(const char *model) { (void)model; return 1; }
+
+static int tf_owns_model(const char *model) {
+    nb_tf_config c;
+    return nb_tf_preset(model, &c);
+}
+
+static const char *const tf_defaults[] = {
+    "data=data/sotu/train.bin", "val-data=data/sotu/val.bin", "aux-weight=1", "side-lanes=2", "batch=8", "steps=400",
+    "warmup=-1", "eval-every=100", "eval-batches=16", "lr=3e-3", "min-lr-frac=0.1", "weight-decay=0.1", "beta2=0.95",
+    "grad-clip=1", "seed=1337", NULL,
+};
+
+/* gpt2-mini on the State of the Union corpus unless --model names another preset */
+static void tf_preset(nb_train_opts *o) {
+    const char *name = o->model_name[0] ? o->model_name : "gpt2-mini";
+    NB_CHECK(nb_tf_preset(name, &o->model), "pass one of the presets nobubble train --help lists", "unknown --model '%s'", name);
+}
+
+static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+    (void)resuming;
+    /* GPT-2 layouts have as many kv heads as heads: follow --heads unless told otherwise */
+    if (o->model.arch == NB_ARCH_GPT2 && !seen(ctx, "kv-heads")) o->model.kv_heads = o->model.heads;
+    nb_tf_config_finalize(&o->model);
+    o->seq = o->model.seq;
+    if (!strcmp(o->val_data, "none")) o->val_data[0] = 0;
+    static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
+    /* a file missing on one rank is the same clear error on every rank */
+    nb_comm_check_all(nb_file_exists(o->data), fetch_hint, "training data '%s' not found", o->data);
+    if (o->val_data[0] && !seen(ctx, "val-data") && !nb_file_exists(o->val_data)) {
+        fprintf(stderr, "note: no validation shard at %s; training without validation\n", o->val_data);
+        o->val_data[0] = 0;
+    }
+    NB_CHECK(!o->val_data[0] || nb_file_exists(o->val_data), "pass an existing --val-data SHARD, or --val-data none",
+             "validation data '%s' not found", o->val_data);
+}
+
+static void tf_eval_line(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f) {
+    (void)r;
+    fprintf(f, "loss %.4f nats/token (perplexity %.2f) on %s, checkpoint %s, %.1f s\n", ev->loss, exp(ev->loss), data, ckpt, secs);
+}
+
+static void tf_print_model(const nb_train_opts *o, FILE *f) {
+    nb_tf_config_print(&o->model, f);
+    fprintf(f, "            %d x %d = %lld tokens/step\n", o->batch, o->seq, (long long)o->batch * o->seq);
+}
 
 const nb_family_i nb_family_transformer = {
     .name = "transformer",
@@ -683,7 +726,16 @@ const nb_family_i nb_family_transformer = {
     .loss_unit = "nats",
     .held_out = "validation loss",
     .owns_model = tf_owns_model,
+    .model_names = nb_tf_preset_names,
     .model_name = tf_model_name,
+    .option_groups = 1u << NB_OPTG_COMMON | 1u << NB_OPTG_RANKS | 1u << NB_OPTG_TF | 1u << NB_OPTG_ERASE | 1u << NB_OPTG_STREAM,
+    .option_defaults = tf_defaults,
+    .defaults = tf_preset,
+    .after_flags = tf_after_flags,
+    .print_model = tf_print_model,
+    .held_out_option = "val-data",
+    .eval_batch = 4,
+    .eval_line = tf_eval_line,
     .check = tf_check,
     .init = tf_init,
     .plan = tf_plan,

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "comm/comm.h"
 #include "core.h"
@@ -13,15 +12,10 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 
-static int file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
 void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover) {
     char probe[NB_PATH_MAX + 32];
     snprintf(probe, sizeof probe, "%s/state.json", dir);
-    if (file_exists(probe)) {
+    if (nb_file_exists(probe)) {
         snprintf(out, cap, "%s", dir);
         return;
     }
@@ -29,83 +23,8 @@ void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover) {
     /* a crash between the renames of a checkpoint swap leaves ckpt.old: bring it back */
     if (recover) nb_dir_recover(out);
     snprintf(probe, sizeof probe, "%s/state.json", out);
-    NB_CHECK(file_exists(probe), "pass a run directory written by 'nobubble train --out DIR' (or its ckpt/ folder)",
+    NB_CHECK(nb_file_exists(probe), "pass a run directory written by 'nobubble train --out DIR' (or its ckpt/ folder)",
              "no checkpoint in '%s' (neither %s/state.json nor %s/ckpt/state.json exists)", dir, dir, dir);
-}
-
-/* ---- options <-> JSON: one table, so writing and reading can never disagree ---- */
-
-typedef enum { F_INT, F_FLOAT, F_STR, F_U64, F_I64 } field_kind;
-typedef struct {
-    const char *key;
-    field_kind kind;
-    size_t offset, size;
-} field;
-
-#define FI(k, m) {k, F_INT, offsetof(nb_train_opts, m), sizeof(int)}
-#define FF(k, m) {k, F_FLOAT, offsetof(nb_train_opts, m), sizeof(float)}
-#define FS(k, m) {k, F_STR, offsetof(nb_train_opts, m), sizeof(((nb_train_opts *)0)->m)}
-static const field train_fields[] = {
-    FS("data", data), FS("val_data", val_data), FS("device", device), FS("schedule", schedule), FS("precision", precision),
-    FI("batch", batch), FI("seq", seq), FI("steps", steps), FI("warmup", warmup), FI("eval_every", eval_every),
-    FI("eval_batches", eval_batches), FI("ckpt_every", ckpt_every), FI("graphs", graphs), FF("lr", lr), FF("min_lr_frac", min_lr_frac),
-    FF("weight_decay", weight_decay), FF("beta1", beta1), FF("beta2", beta2), FF("eps", eps),
-    FF("grad_clip", grad_clip), {"seed", F_U64, offsetof(nb_train_opts, seed), sizeof(uint64_t)},
-    /* added with ERASE, stream and the seqctr family: a checkpoint written before them lacks
-     * them (the family's defaults then apply) */
-    FS("detach", detach), FF("aux_weight", aux_weight), FI("side_lanes", side_lanes), FS("erase_dispatch", erase_dispatch),
-    FI("ckpt_interval", ckpt_interval), FI("stream_slots", stream_slots), FI("pinned_slabs", pinned_slabs),
-    FI("keep_layers", keep_layers), FI("gpu_layers", gpu_layers), FS("emb_optim", emb_optim), FF("emb_lr", emb_lr),
-    {"table_cap", F_I64, offsetof(nb_train_opts, table_cap), sizeof(int64_t)}, FI("eval_samples", eval_samples),
-    FI("strict", strict), FI("grad_accum", grad_accum), FS("comm", comm), FI("comm_sm_free", comm_sm_free), FF("comm_timeout", comm_timeout),
-    FI("world", world), FS("emb_shard", emb_shard), FI("pipe_skip_resync", pipe_skip_resync), FS("emb_place", emb_place), FI("cluster_keys", cluster_keys),
-    FS("balance", balance), FI("emulate_ranks", emulate_ranks), FI("emb_priority", emb_priority),
-};
-#define FIRST_OPTIONAL 21
-#define NFIELDS (sizeof train_fields / sizeof train_fields[0])
-
-static void write_train_opts(nb_json_writer *w, const nb_train_opts *o) {
-    nb_json_key(w, "train");
-    nb_json_begin_obj(w);
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const field *f = &train_fields[i];
-        const char *p = (const char *)o + f->offset;
-        switch (f->kind) {
-        case F_INT: nb_json_kint(w, f->key, *(const int *)p); break;
-        case F_FLOAT: nb_json_knum(w, f->key, *(const float *)p); break;
-        case F_STR: nb_json_kstr(w, f->key, p); break;
-        case F_U64: nb_json_key(w, f->key); nb_json_uint(w, *(const uint64_t *)p); break;
-        case F_I64: nb_json_kint(w, f->key, *(const int64_t *)p); break;
-        }
-    }
-    nb_json_end_obj(w);
-}
-
-/* A 32-bit field from a 64-bit JSON integer: out of range is a damaged file, not a wrap. */
-static int to_int(const char *path, const char *key, int64_t v) {
-    NB_CHECK(v >= -2147483647LL - 1 && v <= 2147483647LL, "the checkpoint is damaged: fix or remove the field",
-             "%s: field '%s' is %lld, outside the 32-bit range", path, key, (long long)v);
-    return (int)v;
-}
-
-static void read_train_opts(const char *path, const nb_json *j, nb_train_opts *o) {
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const field *f = &train_fields[i];
-        char *p = (char *)o + f->offset;
-        if (i >= FIRST_OPTIONAL && !nb_json_get(j, f->key)) continue;
-        switch (f->kind) {
-        case F_INT: *(int *)p = to_int(path, f->key, nb_json_req_int(j, f->key)); break;
-        case F_FLOAT: *(float *)p = (float)nb_json_req_num(j, f->key); break;
-        case F_U64: *(uint64_t *)p = nb_json_req_u64(j, f->key); break;
-        case F_I64: *(int64_t *)p = nb_json_req_int(j, f->key); break;
-        case F_STR: {
-            const char *s = nb_json_req_str(j, f->key);
-            NB_CHECK(strlen(s) < f->size, "the checkpoint is damaged", "state.json field '%s' is too long", f->key);
-            memcpy(p, s, strlen(s) + 1);
-            break;
-        }
-        }
-    }
 }
 
 /* ---- state ---- */
@@ -131,13 +50,13 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
     const nb_family_i *fam = nb_family_find(nb_json_get_str(j, "family", "transformer"));
     NB_CHECK(fam != NULL, damaged, "%s: unknown model family '%s'", path, nb_json_get_str(j, "family", ""));
     if (opts) {
-        nb_train_opts_defaults(opts, fam->name);
+        nb_train_opts_defaults(opts, fam);
         /* the options first: the family's config may check itself against them */
-        read_train_opts(path, nb_json_req(j, "train", NB_JSON_OBJ), opts);
+        nb_train_opts_read_json(path, nb_json_req(j, "train", NB_JSON_OBJ), opts);
         fam->read_config(nb_json_req(j, "model", NB_JSON_OBJ), opts);
         NB_CHECK(opts->seed == st->seed, damaged, "%s: the options' seed differs from the state's", path);
         /* every option as the flags check it, before a flag given now could hide a damaged value */
-        nb_train_opts_check(opts);
+        nb_train_opts_check(opts, fam->option_groups);
     }
     nb_json_free(j);
 }
@@ -163,7 +82,7 @@ static void write_contents(const char *dir, const nb_family_i *fam, const nb_tra
     nb_json_uint(&j, st->seed);
     nb_json_kstr(&j, "rng", "philox4x32-10 keyed by (seed, tensor name); no other random state");
     fam->write_config(o, &j);
-    write_train_opts(&j, o);
+    nb_train_opts_write_json(&j, o);
     nb_json_end_obj(&j);
     snprintf(path, sizeof path, "%s/state.json", dir);
     nb_write_file_atomic(path, nb_json_text(&j), nb_json_len(&j));

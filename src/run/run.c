@@ -105,7 +105,7 @@ static void pick_device(nb_run *r) {
 }
 
 static void create_comm(nb_run *r) {
-    nb_comm_kind kind = nb_comm_kind_parse(r->o.comm);
+    nb_comm_kind kind = r->o.comm;
     /* one rank with a named --comm still goes through it: a communicator of one runs the code
      * path of many (its reductions are copies), so one GPU checks the NCCL path */
     int wanted = (r->fam->wants_comm && r->fam->wants_comm(&r->o, &r->traits)) || r->o.comm_sm_free;
@@ -139,7 +139,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
                  o->resume, r->o.world, r->o.world == 1 ? "" : "s", r->world);
     r->ckpt_world = o->resume[0] ? o->world : 0;
     r->o.world = r->world;
-    nb_train_opts_check(&r->o);
+    nb_train_opts_check(&r->o, r->fam->option_groups);
     r->fam->check(&r->o);
     check_schedule(r);
     r->traits = r->sched->traits;
@@ -152,7 +152,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
         r->step = st.step;
         r->data_pos0 = st.data_pos;
     }
-    r->backend = nb_backend_create(r->o.device, r->o.precision);
+    r->backend = nb_backend_create(r->o.device, nb_precision_name(r->o.precision));
     r->be = r->backend->ops;
     r->dev_free0 = r->be->device != NB_DEV_CPU ? r->be->mem_available() : 0;
     nb_host_set_threads(r->o.threads);
@@ -530,7 +530,7 @@ void nb_run_train(nb_run *r) {
         nb_mkdir_p(o->out);
         open_metrics(r);
     }
-    int tty = o->progress && isatty(fileno(stderr));
+    int tty = !o->no_progress && isatty(fileno(stderr));
     int log_every = o->log_every > 0 ? o->log_every : (end - r->step > 20 ? (end - r->step) / 20 : 1);
     double run_t0 = nb_now();
     int first = r->step;

@@ -361,7 +361,7 @@ static void sc_check(nb_train_opts *o) {
 
 /* Was the checkpoint's (or this run's) table state sharded? (--emb-shard auto: with several ranks) */
 static int shard_opts(const nb_train_opts *o, int world) {
-    return !strcmp(o->emb_shard, "row") || (!strcmp(o->emb_shard, "auto") && world > 1);
+    return o->emb_shard == NB_SHARD_ROW || (o->emb_shard == NB_SHARD_AUTO && world > 1);
 }
 
 /* Do the tables go through the sharded exchange? With several ranks, under a prefetching schedule
@@ -421,13 +421,13 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     t->sharded = !r->eval_only && uses_exchange(o, r->world, &r->traits);
     t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
     if (r->eval_only) return;
-    NB_CHECK(parts == 1 || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --micro-batches / --emulate-ranks",
+    NB_CHECK(parts == 1 || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --micro-batches / --emulate-ranks",
              "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
     NB_CHECK(!o->emb_priority || t->pipelined, "add --schedule pipe with --emb-priority",
              "--emb-priority orders the rows the pipe schedule fetches ahead: exclusive rows early, collision rows after the update");
     NB_CHECK(!o->emb_priority || !o->pipe_skip_resync, "drop --pipe-skip-resync with --emb-priority",
              "with --emb-priority the collision rows arrive only through the re-sync");
-    NB_CHECK(!t->pipelined || strcmp(o->emb_shard, "none"), "drop --emb-shard none with --schedule pipe",
+    NB_CHECK(!t->pipelined || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --schedule pipe",
              "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
     NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
              "--emb-shard none with %d ranks: every rank holding every row is not built (the ranks' row updates would have "
@@ -439,7 +439,7 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
     plan_placement(r, t, max_len);
     if (t->sharded && r->rank == 0)
         nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
-               r->world, r->world == 1 ? "" : "s", r->world, o->emb_place, t->Bl);
+               r->world, r->world == 1 ? "" : "s", r->world, o->emb_place == NB_PLACE_HOST ? "host" : "gpu", t->Bl);
 }
 
 /* The plan, and where the tables' rows and optimizer state live (--emb-place). */
@@ -462,14 +462,14 @@ static void sc_init(nb_run *r) {
     nb_sc_config mc = o->ctr;
     nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
     nb_ctr_source_open(&t->src, &so, &mc);
-    int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
+    int emb_opt = o->emb_optim == NB_EMB_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len);
     nb_sc_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
-                          .host_tables = !r->eval_only && !strcmp(o->emb_place, "host"), .parts = t->M,
+                          .host_tables = !r->eval_only && o->emb_place == NB_PLACE_HOST, .parts = t->M,
                           .priority = o->emb_priority,
-                          .lists = !strcmp(o->index_lists, "host")     ? NB_SC_LISTS_HOST
-                                   : !strcmp(o->index_lists, "device") ? NB_SC_LISTS_DEVICE
+                          .lists = o->index_lists == NB_LISTS_HOST     ? NB_SC_LISTS_HOST
+                                   : o->index_lists == NB_LISTS_DEVICE ? NB_SC_LISTS_DEVICE
                                                                         : NB_SC_LISTS_AUTO};
     nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
@@ -1259,6 +1259,40 @@ static const char *sc_model_name(const nb_train_opts *o) {
 }
 
 static int sc_owns_model(const char *model) { return !strcmp(model, "seqctr"); }
+static const char *sc_model_names(void) { return "seqctr"; }
+
+/* seqctr on synthetic clicks: a constant learning rate (warm-up 0, final fraction 1), Adam's
+ * default betas, no weight decay and no clipping, as the model was built and measured with */
+static const char *const sc_defaults[] = {
+    "data=synth", "side-lanes=4", "batch=256", "steps=300", "warmup=0", "eval-every=0", "log-every=50", "lr=1e-3",
+    "min-lr-frac=1", "beta2=0.999", "seed=1", NULL,
+};
+
+static void sc_default_shape(nb_train_opts *o) {
+    nb_sc_config_default(&o->ctr);
+    o->ctr.E = 32;
+    o->ctr.max_len = 32;
+}
+
+/* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
+ * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
+static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+    if (resuming) return;
+    if (!seen(ctx, "emb-lr") && o->emb_optim == NB_EMB_ADAM) o->emb_lr = 1e-3f;
+    if (o->detach[0] && !seen(ctx, "aux-weight")) o->aux_weight = 1.0f;
+}
+
+static void sc_eval_line(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f) {
+    fprintf(f, "eval n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f data=%s checkpoint=%s step=%d (%.1f s)\n", ev->n,
+            ev->loss, ev->ne, ev->auc, ev->base_rate, data, ckpt, r->step, secs);
+}
+
+static void sc_print_model(const nb_train_opts *o, FILE *f) {
+    const nb_sc_config *c = &o->ctr;
+    fprintf(f, "model       seqctr: E %d, %d history layer%s x %d heads, %d blocks (cross rank %d, hidden %d), max_len %d, tables of up to %lld rows\n",
+            c->E, c->hist_layers, c->hist_layers == 1 ? "" : "s", c->heads, c->blocks, c->cross_rank, c->block_hidden,
+            c->max_len, (long long)o->table_cap);
+}
 
 const nb_family_i nb_family_seqctr = {
     .name = "seqctr",
@@ -1266,7 +1300,15 @@ const nb_family_i nb_family_seqctr = {
     .loss_unit = "BCE",
     .held_out = "held-out loss",
     .owns_model = sc_owns_model,
+    .model_names = sc_model_names,
     .model_name = sc_model_name,
+    .option_groups = 1u << NB_OPTG_COMMON | 1u << NB_OPTG_RANKS | 1u << NB_OPTG_SC | 1u << NB_OPTG_ERASE,
+    .option_defaults = sc_defaults,
+    .defaults = sc_default_shape,
+    .after_flags = sc_after_flags,
+    .print_model = sc_print_model,
+    .held_out_option = "data",
+    .eval_line = sc_eval_line,
     .check = sc_check,
     .init = sc_init,
     .start = sc_start,

@@ -12,7 +12,6 @@
  * lane's enqueue. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 #include "host.h"
@@ -51,7 +50,7 @@ static void erase_init(nb_run *r) {
     erase_state *st = nb_calloc(1, sizeof *st, "the erase schedule");
     r->ss = st;
     st->nside = r->o.side_lanes;
-    st->async = !strcmp(r->o.erase_dispatch, "async");
+    st->async = r->o.erase_dispatch == NB_ERASE_ASYNC;
     for (int j = 0; j < st->nside; j++) {
         char name[32];
         snprintf(name, sizeof name, "side %d", j);
@@ -100,15 +99,17 @@ static nb_mark erase_step(nb_run *r, int step) {
 static void erase_check(const nb_train_opts *o) {
     /* the dispatcher threads would enqueue the side lanes' gradient reductions in an order that
      * differs between ranks; every rank must issue its collectives in the same order */
-    NB_CHECK(!(o->world > 1 && !strcmp(o->erase_dispatch, "async")), "use --erase-dispatch blocking with several ranks",
+    NB_CHECK(!(o->world > 1 && o->erase_dispatch == NB_ERASE_ASYNC), "use --erase-dispatch blocking with several ranks",
              "async dispatch enqueues collectives from several threads: ranks would disagree on their order");
-    NB_CHECK(!(o->graphs && !strcmp(o->erase_dispatch, "async")),
+    NB_CHECK(!(o->graphs && o->erase_dispatch == NB_ERASE_ASYNC),
              "use --erase-dispatch blocking with --graphs",
              "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured");
 }
 
+static int st_async(const nb_run *r) { return r->o.erase_dispatch == NB_ERASE_ASYNC; }
+
 static void erase_describe(const nb_run *r, char *buf, size_t cap) {
-    snprintf(buf, cap, " (%s dispatch, %d side lane%s)", r->o.erase_dispatch, r->o.side_lanes, r->o.side_lanes == 1 ? "" : "s");
+    snprintf(buf, cap, " (%s dispatch, %d side lane%s)", st_async(r) ? "async" : "blocking", r->o.side_lanes, r->o.side_lanes == 1 ? "" : "s");
 }
 
 static void erase_free(nb_run *r) {

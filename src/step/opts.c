@@ -1,175 +1,409 @@
-/* Training options: each family's defaults, the printed configuration, and the checks every
- * option passes whether it came from a flag or from a checkpoint's state.json. */
+/* Training options: the one table (each option declared once, see opts.h) and what is made from
+ * it: defaults, flag values, state.json, range checks, the printed configuration and the notes on
+ * a changed resume. */
 #include "step/opts.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 #include "data/balance.h"
+#include "step/step.h"
 
-static void common_defaults(nb_train_opts *o) {
-    snprintf(o->device, sizeof o->device, "cpu");
-    snprintf(o->schedule, sizeof o->schedule, "plain");
-    snprintf(o->erase_dispatch, sizeof o->erase_dispatch, "blocking");
-    snprintf(o->emb_optim, sizeof o->emb_optim, "adagrad");
-    snprintf(o->emb_shard, sizeof o->emb_shard, "auto");
-    snprintf(o->emb_place, sizeof o->emb_place, "gpu");
-    o->graph_cache = 16;
-    snprintf(o->index_lists, sizeof o->index_lists, "auto");
-    snprintf(o->balance, sizeof o->balance, "none");
-    o->stream_slots = 2;
-    o->pinned_slabs = 2;
-    o->beta1 = 0.9f;
-    o->eps = 1e-8f;
-    o->emb_lr = 0.05f;
-    o->table_cap = 100000;
-    o->eval_samples = 16384;
-    o->grad_accum = 1;
-    snprintf(o->comm, sizeof o->comm, "auto");
-    o->comm_timeout = 300;
-    o->world = 1;
+const nb_opt_group_info nb_opt_groups[NB_OPTG_COUNT] = {
+    [NB_OPTG_COMMON] = {"options (every model family)", NULL},
+    [NB_OPTG_RANKS] = {"ranks and micro-batches (mpirun -np N nobubble train ...; --batch stays the global batch)", NULL},
+    [NB_OPTG_TF] = {"transformer options (--model gpt2-* / llama-*)", "transformer models (--model gpt2-* / llama-*)"},
+    [NB_OPTG_SC] = {"seqctr options (--model seqctr)", "--model seqctr"},
+    [NB_OPTG_ERASE] = {"detached segments (ERASE: --detach with --schedule plain or erase)", NULL},
+    [NB_OPTG_STREAM] = {"--schedule stream (a model's state in host memory)", "--schedule stream's transformers"},
+};
+
+static const char *const precision_names[] = {"", "bf16", "fp32", NULL};
+static const char *const dispatch_names[] = {"blocking", "async", NULL};
+static const char *const emb_optim_names[] = {"adagrad", "adam", NULL};
+static const char *const emb_shard_names[] = {"auto", "row", "none", NULL};
+static const char *const emb_place_names[] = {"gpu", "host", NULL};
+static const char *const lists_names[] = {"auto", "host", "device", NULL};
+static const char *const comm_names[] = {"auto", "mpi", "nccl", "host", NULL};
+
+#define F(m) offsetof(nb_train_opts, m), sizeof(((nb_train_opts *)0)->m)
+#define BIG 2147483647.0
+enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoints lack it) */
+
+/* Rows kept in state.json come first, in its order (the first 21 from its first version, the
+ * rest added with ERASE, stream, seqctr, ranks and FreeScale). */
+static const nb_opt table[] = {
+    {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
+    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: a token shard; seqctr: synth[:k=v,...], criteo:PATH or movielens", .flag = 1, .state = REQ, .math = 1},
+    {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_TF, NULL, "SHARD", "validation shard ('none' to skip)", .flag = 1, .state = REQ},
+    {"device", NB_OPT_STR, F(device), NB_OPTG_COMMON, "cpu", "DEV", "cpu, cuda or cuda:N", .flag = 1, .state = REQ, .math = 1},
+    {"schedule", NB_OPT_STR, F(schedule), NB_OPTG_COMMON, "plain", "NAME", "how the step's work runs on lanes: one of the schedules listed below", .flag = 1, .state = REQ},
+    {"precision", NB_OPT_ENUM, F(precision), NB_OPTG_COMMON, "", "P", "bf16 (default on cuda) or fp32 (TF32 off)", .names = precision_names, .flag = 1, .state = REQ, .math = 1},
+    {"batch", NB_OPT_INT, F(batch), NB_OPTG_COMMON, NULL, "B", "sequences (seqctr: samples) per step", 1, BIG, "at least 1", .flag = 1, .state = REQ, .math = 1},
+    {"seq", NB_OPT_INT, F(seq), NB_OPTG_COMMON, NULL, NULL, NULL, 0, BIG, ">= 0", .state = REQ},
+    {"steps", NB_OPT_INT, F(steps), NB_OPTG_COMMON, NULL, "N", "total optimizer steps", 1, BIG, "at least 1", .flag = 1, .state = REQ, .math = 1},
+    {"warmup", NB_OPT_INT, F(warmup), NB_OPTG_COMMON, NULL, "N", "warmup steps (-1: 5% of --steps)", -1, BIG, ">= 0, or -1 for 5% of the steps", .flag = 1, .state = REQ, .math = 1},
+    {"eval-every", NB_OPT_INT, F(eval_every), NB_OPTG_COMMON, NULL, "N", "held-out evaluation every N steps (0: only at the end)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
+    {"eval-batches", NB_OPT_INT, F(eval_batches), NB_OPTG_TF, NULL, "N", "validation batches (0: the whole shard)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
+    {"ckpt-every", NB_OPT_INT, F(ckpt_every), NB_OPTG_COMMON, NULL, "N", "checkpoint every N steps (always at the end)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
+    {"graphs", NB_OPT_BOOL, F(graphs), NB_OPTG_COMMON, NULL, NULL, "capture the step once (CUDA graph) and replay it", .flag = 1, .state = REQ},
+    {"lr", NB_OPT_FLOAT, F(lr), NB_OPTG_COMMON, NULL, "X", "peak learning rate (seqctr: of the dense parameters)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = REQ, .math = 1},
+    {"min-lr-frac", NB_OPT_FLOAT, F(min_lr_frac), NB_OPTG_COMMON, NULL, "X", "final lr as a fraction of --lr (cosine; 1: constant)", 0, 1, "between 0 and 1", .flag = 1, .state = REQ, .math = 1},
+    {"weight-decay", NB_OPT_FLOAT, F(weight_decay), NB_OPTG_COMMON, NULL, "X", "AdamW decoupled weight decay (2-D weights)", 0, 1e3, ">= 0", .flag = 1, .state = REQ, .math = 1},
+    {"beta1", NB_OPT_FLOAT, F(beta1), NB_OPTG_COMMON, "0.9", NULL, NULL, 0, 0x1.fffffep-1, "in [0, 1)", .state = REQ},
+    {"beta2", NB_OPT_FLOAT, F(beta2), NB_OPTG_COMMON, NULL, NULL, NULL, 0, 0x1.fffffep-1, "in [0, 1)", .state = REQ},
+    {"eps", NB_OPT_FLOAT, F(eps), NB_OPTG_COMMON, "1e-8", NULL, NULL, 1e-45, 1, "a positive number", .state = REQ},
+    {"grad-clip", NB_OPT_FLOAT, F(grad_clip), NB_OPTG_COMMON, NULL, "X", "global gradient-norm clip (0: off; seqctr: the dense part)", 0, 1e30, ">= 0 (0: off)", .flag = 1, .state = REQ, .math = 1},
+    {"seed", NB_OPT_U64, F(seed), NB_OPTG_COMMON, NULL, "N", "seed of the weight init", .flag = 1, .state = REQ},
+    {"detach", NB_OPT_STR, F(detach), NB_OPTG_ERASE, NULL, "LIST", "where segments start: layer counts / block indices like 2,4, or all (each segment gets a local head)", .flag = 1, .state = OPT, .math = 1},
+    {"aux-weight", NB_OPT_FLOAT, F(aux_weight), NB_OPTG_ERASE, NULL, "X", "weight of the local heads' losses (seqctr: 0, or 1 with --detach)", 0, 1e6, ">= 0", .flag = 1, .state = OPT},
+    {"side-lanes", NB_OPT_INT, F(side_lanes), NB_OPTG_ERASE, NULL, "K", "erase: side lanes, round robin over the segments", 1, NB_MAX_SEGMENTS, "between 1 and 64", .flag = 1, .state = OPT},
+    {"erase-dispatch", NB_OPT_ENUM, F(erase_dispatch), NB_OPTG_ERASE, "blocking", "MODE", "erase: blocking or async (a thread per side lane)", .names = dispatch_names, .flag = 1, .state = OPT},
+    {"ckpt-interval", NB_OPT_INT, F(ckpt_interval), NB_OPTG_STREAM, NULL, "K", "keep every K-th layer's input and recompute the rest (0: keep all)", 0, BIG, ">= 0", .flag = 1, .state = OPT},
+    {"stream-slots", NB_OPT_INT, F(stream_slots), NB_OPTG_STREAM, "2", "N", "device weight slots layers stream through (1: no double buffering; -1: as many as fit, up to one per layer)", -1, BIG, ">= 1, or -1", .flag = 1, .state = OPT},
+    {"pinned-slabs", NB_OPT_INT, F(pinned_slabs), NB_OPTG_STREAM, "2", "N", "pinned staging slabs each way, one layer each (1-4)", 0, BIG, ">= 0", .flag = 1, .state = OPT},
+    {"keep-layers", NB_OPT_INT, F(keep_layers), NB_OPTG_STREAM, NULL, "N", "with --ckpt-interval: the last N layers keep all activations, no recompute (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
+    {"gpu-layers", NB_OPT_INT, F(gpu_layers), NB_OPTG_STREAM, NULL, "N", "N layers (spread evenly) keep weights, AdamW state and gradients on the GPU and update there (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
+    {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise) or adam (lazy sparse)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
+    {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
+    {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
+    {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
+    {"strict", NB_OPT_BOOL, F(strict), NB_OPTG_SC, NULL, NULL, "criteo: stop at the first bad line (default: skip and count)", .flag = 1, .state = OPT},
+    {"grad-accum", NB_OPT_INT, F(grad_accum), NB_OPTG_RANKS, "1", "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 4096, "in 1..4096", .flag = 1, .state = OPT},
+    {"comm", NB_OPT_ENUM, F(comm), NB_OPTG_RANKS, "auto", "KIND", "auto, mpi (CPU), nccl (a GPU per rank) or host (GPU buffers over MPI)", .names = comm_names, .flag = 1, .state = OPT},
+    {"comm-sm-free", NB_OPT_BOOL, F(comm_sm_free), NB_OPTG_RANKS, NULL, NULL, "all-to-all and all-gather over copy engines (CUDA IPC peer copies on one node, host-staged across nodes); reductions stay on --comm", .flag = 1, .state = OPT},
+    {"comm-timeout", NB_OPT_FLOAT, F(comm_timeout), NB_OPTG_RANKS, "300", "S", "a collective taking longer ends the job, naming the rank it waits for", 0.1, 1e7, "a positive number of seconds", .flag = 1, .state = OPT},
+    {"world", NB_OPT_INT, F(world), NB_OPTG_RANKS, "1", NULL, NULL, 1, BIG, "at least 1", .state = OPT},
+    {"emb-shard", NB_OPT_ENUM, F(emb_shard), NB_OPTG_SC, "auto", "HOW", "row: tables sharded by row over the ranks (row g on rank g % N); none; auto: row with several ranks", .names = emb_shard_names, .flag = 1, .state = OPT},
+    {"pipe-skip-resync", NB_OPT_BOOL, F(pipe_skip_resync), NB_OPTG_SC, NULL, NULL, "debug (--schedule pipe): skip the re-sync of the rows a step updates (results then differ from sync)", .flag = 1, .state = OPT, .math = 1},
+    {"emb-place", NB_OPT_ENUM, F(emb_place), NB_OPTG_SC, "gpu", "WHERE", "gpu, or host: the table rows (each owner's shard, when sharded) and their optimizer state in pinned host DRAM, which the GPU reads and updates in place", .names = emb_place_names, .flag = 1, .state = OPT},
+    {"cluster-keys", NB_OPT_BOOL, F(cluster_keys), NB_OPTG_SC, NULL, NULL, "with --micro-batches: samples sharing hot keys go to the same part (fewer distinct rows moved)", .flag = 1, .state = OPT, .math = 1},
+    {"balance", NB_OPT_STR, F(balance), NB_OPTG_SC, "none", "HOW", "FreeScale: where each global batch's samples train: none (slices in data order), fbs (equal counts, lengths dealt zig-zag), vbs[:A[:C0]] (counts vary, equal sums of C0 + L^A; default 1.5:16)", .flag = 1, .state = OPT, .math = 1},
+    {"emulate-ranks", NB_OPT_INT, F(emulate_ranks), NB_OPTG_SC, NULL, "N", "train N ranks' shares one after another in one process and time each: the straggler measurement on one GPU", 0, 256, "2..256 (0: none)", .flag = 1, .state = OPT, .math = 1},
+    {"emb-priority", NB_OPT_BOOL, F(emb_priority), NB_OPTG_SC, NULL, NULL, "FreeScale, with --schedule pipe: the next batch's exclusive rows move while the step trains, its collision rows (the ones the step updates) right after the update", .flag = 1, .state = OPT},
+    /* flags only: where the run writes, how it reports, limits of this process */
+    {"gpu-mem-limit", NB_OPT_U64, F(gpu_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "cap the GPU memory plan (0: what is free)", .flag = 1},
+    {"host-mem-limit", NB_OPT_U64, F(host_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "host memory the plan may use (0: what the host reports)", .flag = 1},
+    {"stop-after", NB_OPT_INT, F(stop_after), NB_OPTG_COMMON, NULL, "N", "stop (with a checkpoint) after this step; resume later", 0, BIG, ">= 0 (0: none)", .flag = 1},
+    {"time-limit", NB_OPT_FLOAT, F(time_limit), NB_OPTG_COMMON, NULL, "S", "stop (with a checkpoint) once S seconds of training have passed", 0, 1e12, ">= 0 (0: none)", .flag = 1},
+    {"out", NB_OPT_STR, F(out), NB_OPTG_COMMON, NULL, "DIR", "run directory: metrics.jsonl, loss.svg, ckpt/ (with --resume: its directory)", .flag = 1},
+    {"resume", NB_OPT_STR, F(resume), NB_OPTG_COMMON, NULL, "DIR", "continue from a run directory's checkpoint", .flag = 1},
+    {"trace", NB_OPT_STR, F(trace), NB_OPTG_COMMON, NULL, "FILE", "write a Chrome trace of every lane", .flag = 1},
+    {"kernel-table", NB_OPT_INT, F(kernel_table), NB_OPTG_COMMON, NULL, "N", "cuda: after the run, the device's work per step (every kernel, memset and copy of the steps after warm-up, from CUPTI), its N longest kernels and the idle time between launches", 0, BIG, ">= 0", .flag = 1},
+    {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores)", 0, BIG, ">= 0 (0: all cores)", .flag = 1},
+    {"log-every", NB_OPT_INT, F(log_every), NB_OPTG_COMMON, NULL, "N", "progress line every N steps when not on a terminal", 0, BIG, ">= 0", .flag = 1},
+    {"no-ckpt", NB_OPT_BOOL, F(no_ckpt), NB_OPTG_COMMON, NULL, NULL, "write no checkpoint (benchmarks; metrics.jsonl still)", .flag = 1},
+    {"graph-cache", NB_OPT_INT, F(graph_cache), NB_OPTG_COMMON, "16", "N", "--graphs: keep at most N captured steps, one per step shape (seqctr: history-row bucket, micro-batch, ring slot); steps of later shapes run eagerly, with the same bits; each graph holds its own scratch memory", 1, 1024, "in 1..1024", .flag = 1},
+    {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
+    {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
+    {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
+    {"micro-batches", NB_OPT_INT, F(grad_accum), NB_OPTG_SC, "1", "M", "Frozen-Window Pipelining (NestPipe's FWP): each rank's batch in M parts trained on one frozen embedding state, the tables updated once after the last", 1, 4096, "in 1..4096", .flag = 1},
+    /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model") */
+    {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},
+    {"dim", NB_OPT_INT, F(model.dim), NB_OPTG_TF, NULL, "N", "override: model width", 1, BIG, "at least 1", .flag = 1},
+    {"heads", NB_OPT_INT, F(model.heads), NB_OPTG_TF, NULL, "N", "override: attention heads", 1, BIG, "at least 1", .flag = 1},
+    {"kv-heads", NB_OPT_INT, F(model.kv_heads), NB_OPTG_TF, NULL, "N", "override: key/value heads (llama)", 1, BIG, "at least 1", .flag = 1},
+    {"ffn", NB_OPT_INT, F(model.ffn), NB_OPTG_TF, NULL, "N", "override: MLP hidden width", 1, BIG, "at least 1", .flag = 1},
+    {"vocab", NB_OPT_INT, F(model.vocab), NB_OPTG_TF, NULL, "N", "override: vocabulary size", 2, BIG, "at least 2", .flag = 1},
+    {"seq", NB_OPT_INT, F(model.seq), NB_OPTG_TF, NULL, "N", "override: context length = training sequence length", 1, BIG, "at least 1", .flag = 1},
+    {"emb-dim", NB_OPT_INT, F(ctr.E), NB_OPTG_SC, NULL, "E", "embedding width (a multiple of --heads)", 4, BIG, "at least 4", .flag = 1},
+    {"heads", NB_OPT_INT, F(ctr.heads), NB_OPTG_SC, NULL, "N", "attention heads of the history encoder", 1, BIG, "at least 1", .flag = 1},
+    {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, BIG, "at least 1", .flag = 1},
+    {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, BIG, "at least 1", .flag = 1},
+    {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, BIG, "at least 1", .flag = 1},
+    {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, BIG, ">= 0", .flag = 1},
+    {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, BIG, ">= 0", .flag = 1},
+};
+#define NROWS ((int)(sizeof table / sizeof table[0]))
+
+const nb_opt *nb_opts_table(int *n) {
+    *n = NROWS;
+    return table;
 }
 
-/* gpt2-mini on the State of the Union corpus, cosine learning rate with warm-up, clipping */
-static void transformer_defaults(nb_train_opts *o) {
-    nb_tf_preset("gpt2-mini", &o->model);
-    snprintf(o->data, sizeof o->data, "data/sotu/train.bin");
-    snprintf(o->val_data, sizeof o->val_data, "data/sotu/val.bin");
-    o->aux_weight = 1.0f;
-    o->side_lanes = 2;
-    o->batch = 8;
-    o->seq = 0; /* 0: the model's context length */
-    o->steps = 400;
-    o->warmup = -1; /* -1: 5% of steps */
-    o->eval_every = 100;
-    o->eval_batches = 16;
-    o->lr = 3e-3f;
-    o->min_lr_frac = 0.1f;
-    o->weight_decay = 0.1f;
-    o->beta2 = 0.95f;
-    o->grad_clip = 1.0f;
-    o->seed = 1337;
+const nb_opt *nb_opt_find(const char *name, unsigned groups) {
+    for (int i = 0; i < NROWS; i++)
+        if (table[i].flag && !strcmp(table[i].name, name) && (groups & (1u << table[i].group))) return &table[i];
+    return NULL;
 }
 
-/* seqctr on synthetic clicks: a constant learning rate (warm-up 0, final fraction 1), Adam's
- * default betas, no weight decay and no clipping, as the model was built and measured with */
-static void seqctr_defaults(nb_train_opts *o) {
-    snprintf(o->data, sizeof o->data, "synth");
-    o->side_lanes = 4;
-    o->batch = 256;
-    o->steps = 300;
-    o->warmup = 0;
-    o->eval_every = 0;
-    o->log_every = 50;
-    o->lr = 1e-3f;
-    o->min_lr_frac = 1.0f;
-    o->beta2 = 0.999f;
-    o->seed = 1;
+static void *field(const nb_opt *opt, nb_train_opts *o) { return (char *)o + opt->offset; }
+static const void *cfield(const nb_opt *opt, const nb_train_opts *o) { return (const char *)o + opt->offset; }
+
+const char *nb_opt_names(const nb_opt *opt, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; opt->names && opt->names[k]; k++) {
+        if (!opt->names[k][0]) continue; /* the empty name: the default, not spelled */
+        const char *sep = !at ? "" : opt->names[k + 1] ? ", " : " or ";
+        at += (size_t)snprintf(buf + at, at < cap ? cap - at : 0, "%s%s", sep, opt->names[k]);
+    }
+    return buf;
 }
 
-void nb_train_opts_defaults(nb_train_opts *o, const char *family) {
+static int set_enum(const nb_opt *opt, nb_train_opts *o, const char *v, char *err, size_t cap) {
+    for (int k = 0; opt->names[k]; k++)
+        if (!strcmp(opt->names[k], v)) {
+            *(int *)field(opt, o) = k;
+            return 1;
+        }
+    char names[160];
+    snprintf(err, cap, "unknown --%s '%s' (pass --%s %s)", opt->name, v, opt->name, nb_opt_names(opt, names, sizeof names));
+    return 0;
+}
+
+int nb_opt_set(const nb_opt *opt, nb_train_opts *o, const char *v, char *err, size_t cap) {
+    char *end = NULL;
+    errno = 0;
+    switch (opt->type) {
+    case NB_OPT_INT:
+    case NB_OPT_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno) return snprintf(err, cap, "--%s takes an integer, got '%s'", opt->name, v), 0;
+        if (x < opt->lo || x > opt->hi)
+            return snprintf(err, cap, "--%s is %lld: it must be %s", opt->name, x, opt->range), 0;
+        if (opt->type == NB_OPT_INT)
+            *(int *)field(opt, o) = (int)x;
+        else
+            *(int64_t *)field(opt, o) = x;
+        return 1;
+    }
+    case NB_OPT_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || v[0] == '-')
+            return snprintf(err, cap, "--%s takes a non-negative integer, got '%s'", opt->name, v), 0;
+        *(uint64_t *)field(opt, o) = x;
+        return 1;
+    }
+    case NB_OPT_FLOAT: {
+        float x = strtof(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) return snprintf(err, cap, "--%s takes a number, got '%s'", opt->name, v), 0;
+        *(float *)field(opt, o) = x;
+        return 1;
+    }
+    case NB_OPT_STR:
+        if (strlen(v) >= opt->size)
+            return snprintf(err, cap, "--%s value is longer than %zu bytes", opt->name, opt->size - 1), 0;
+        memcpy(field(opt, o), v, strlen(v) + 1);
+        return 1;
+    case NB_OPT_BOOL:
+        if (strcmp(v, "0") && strcmp(v, "1")) return snprintf(err, cap, "--%s takes no value", opt->name), 0;
+        *(int *)field(opt, o) = v[0] == '1';
+        return 1;
+    case NB_OPT_ENUM: return set_enum(opt, o, v, err, cap);
+    }
+    return 0;
+}
+
+void nb_opt_format(const nb_opt *opt, const nb_train_opts *o, char *buf, size_t cap) {
+    const void *p = cfield(opt, o);
+    switch (opt->type) {
+    case NB_OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case NB_OPT_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); break;
+    case NB_OPT_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case NB_OPT_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)p); break;
+    case NB_OPT_STR: snprintf(buf, cap, "%s", (const char *)p); break;
+    case NB_OPT_BOOL: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case NB_OPT_ENUM: snprintf(buf, cap, "%s", opt->names[*(const int *)p]); break;
+    }
+}
+
+const char *nb_precision_name(nb_precision_opt p) { return precision_names[p]; }
+
+/* ---------------------------------------------------------------- defaults */
+
+static void set_default(const nb_opt *opt, nb_train_opts *o, const char *v) {
+    char err[256];
+    if (!nb_opt_set(opt, o, v, err, sizeof err)) nb_fail("this is a bug in nobubble's options table", "default: %s", err);
+}
+
+void nb_train_opts_defaults(nb_train_opts *o, const nb_family_i *fam) {
     memset(o, 0, sizeof *o);
-    common_defaults(o);
-    NB_ASSERT(!strcmp(family, "transformer") || !strcmp(family, "seqctr"));
-    snprintf(o->family, sizeof o->family, "%s", family);
-    nb_tf_preset("gpt2-mini", &o->model);
-    nb_sc_config_default(&o->ctr); /* seqctr's shape, whatever the family: --help shows it */
-    o->ctr.E = 32;
-    o->ctr.max_len = 32;
-    if (!strcmp(family, "seqctr"))
-        seqctr_defaults(o);
-    else
-        transformer_defaults(o);
+    for (int i = 0; i < NROWS; i++)
+        if (table[i].dflt) set_default(&table[i], o, table[i].dflt);
+    snprintf(o->family, sizeof o->family, "%s", fam->name);
+    /* the family's own defaults, "name=value" like a flag of its groups */
+    for (const char *const *d = fam->option_defaults; d && *d; d++) {
+        const char *eq = strchr(*d, '=');
+        char name[64];
+        NB_ASSERT(eq && (size_t)(eq - *d) < sizeof name);
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *d), *d);
+        const nb_opt *opt = NULL; /* a flag's row, or a state.json-only option's (beta2) */
+        for (int i = 0; i < NROWS && !opt; i++)
+            if (!strcmp(table[i].name, name)) opt = &table[i];
+        NB_ASSERT(opt != NULL);
+        set_default(opt, o, eq + 1);
+    }
+    if (fam->defaults) fam->defaults(o);
 }
+
+/* ---------------------------------------------------------------- state.json */
+
+static void write_value(nb_json_writer *w, const nb_opt *opt, const nb_train_opts *o, const char *key) {
+    const void *p = cfield(opt, o);
+    switch (opt->type) {
+    case NB_OPT_INT:
+    case NB_OPT_BOOL: nb_json_kint(w, key, *(const int *)p); break;
+    case NB_OPT_I64: nb_json_kint(w, key, *(const int64_t *)p); break;
+    case NB_OPT_U64: nb_json_key(w, key), nb_json_uint(w, *(const uint64_t *)p); break;
+    case NB_OPT_FLOAT: nb_json_knum(w, key, *(const float *)p); break;
+    case NB_OPT_STR: nb_json_kstr(w, key, (const char *)p); break;
+    case NB_OPT_ENUM: nb_json_kstr(w, key, opt->names[*(const int *)p]); break;
+    }
+}
+
+static void state_key(const nb_opt *opt, char *key, size_t cap) {
+    snprintf(key, cap, "%s", opt->name);
+    for (char *c = key; *c; c++)
+        if (*c == '-') *c = '_';
+}
+
+void nb_train_opts_write_json(nb_json_writer *w, const nb_train_opts *o) {
+    nb_json_key(w, "train");
+    nb_json_begin_obj(w);
+    for (int i = 0; i < NROWS; i++) {
+        if (!table[i].state) continue;
+        char key[64];
+        state_key(&table[i], key, sizeof key);
+        write_value(w, &table[i], o, key);
+    }
+    nb_json_end_obj(w);
+}
+
+/* A 32-bit field from a 64-bit JSON integer: out of range is a damaged file, not a wrap. */
+static int to_int(const char *path, const char *key, int64_t v) {
+    NB_CHECK(v >= -2147483647LL - 1 && v <= 2147483647LL, "the checkpoint is damaged: fix or remove the field",
+             "%s: field '%s' is %lld, outside the 32-bit range", path, key, (long long)v);
+    return (int)v;
+}
+
+static void read_value(const char *path, const nb_json *j, const nb_opt *opt, nb_train_opts *o, const char *key) {
+    void *p = field(opt, o);
+    switch (opt->type) {
+    case NB_OPT_INT:
+    case NB_OPT_BOOL: *(int *)p = to_int(path, key, nb_json_req_int(j, key)); break;
+    case NB_OPT_I64: *(int64_t *)p = nb_json_req_int(j, key); break;
+    case NB_OPT_U64: *(uint64_t *)p = nb_json_req_u64(j, key); break;
+    case NB_OPT_FLOAT: *(float *)p = (float)nb_json_req_num(j, key); break;
+    case NB_OPT_STR: {
+        const char *s = nb_json_req_str(j, key);
+        NB_CHECK(strlen(s) < opt->size, "the checkpoint is damaged", "state.json field '%s' is too long", key);
+        memcpy(p, s, strlen(s) + 1);
+        break;
+    }
+    case NB_OPT_ENUM: {
+        char err[256];
+        NB_CHECK(nb_opt_set(opt, o, nb_json_req_str(j, key), err, sizeof err), "the checkpoint is damaged: fix or remove the field",
+                 "%s: %s", path, err);
+        break;
+    }
+    }
+}
+
+void nb_train_opts_read_json(const char *path, const nb_json *j, nb_train_opts *o) {
+    for (int i = 0; i < NROWS; i++) {
+        if (!table[i].state) continue;
+        char key[64];
+        state_key(&table[i], key, sizeof key);
+        if (table[i].state == OPT && !nb_json_get(j, key)) continue;
+        read_value(path, j, &table[i], o, key);
+    }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static double number_of(const nb_opt *opt, const nb_train_opts *o) {
+    const void *p = cfield(opt, o);
+    switch (opt->type) {
+    case NB_OPT_INT: return *(const int *)p;
+    case NB_OPT_I64: return (double)*(const int64_t *)p;
+    case NB_OPT_FLOAT: return *(const float *)p;
+    default: return 0;
+    }
+}
+
+/* A number within the row's range, whether it came from a flag or a state.json. */
+static void check_range(const nb_opt *opt, const nb_train_opts *o) {
+    if (!opt->range || opt->type == NB_OPT_U64) return;
+    double x = number_of(opt, o);
+    char v[64];
+    nb_opt_format(opt, o, v, sizeof v);
+    NB_CHECK(isfinite(x) && x >= opt->lo && x <= opt->hi, "pass a value in the range the message names (flag or state.json field)",
+             "--%s is %s: it must be %s", opt->name, v, opt->range);
+}
+
+void nb_train_opts_check(const nb_train_opts *o, unsigned groups) {
+    for (int i = 0; i < NROWS; i++)
+        if (groups & (1u << table[i].group)) check_range(&table[i], o);
+    NB_CHECK(o->emulate_ranks == 0 || o->emulate_ranks >= 2, "pass a value in the range the message names (flag or state.json field)",
+             "--emulate-ranks is %d: it must be 2..256 (0: none)", o->emulate_ranks);
+    nb_balance b;
+    nb_balance_parse(&b, o->balance);
+}
+
+/* ---------------------------------------------------------------- what is printed */
+
+/* An option at the table's own default is left out of the printed configuration. */
+static int at_table_default(const nb_opt *opt, const nb_train_opts *o) {
+    nb_train_opts d;
+    char a[NB_PATH_MAX + 8], b[NB_PATH_MAX + 8];
+    memset(&d, 0, sizeof d);
+    if (opt->dflt) set_default(opt, &d, opt->dflt);
+    nb_opt_format(opt, o, a, sizeof a);
+    nb_opt_format(opt, &d, b, sizeof b);
+    return !strcmp(a, b);
+}
+
+/* The model's shape: the family's model line prints it. */
+static int shape_row(const nb_opt *opt) {
+    size_t tf = offsetof(nb_train_opts, model), sc = offsetof(nb_train_opts, ctr);
+    return (opt->offset >= tf && opt->offset < tf + sizeof(nb_tf_config)) || (opt->offset >= sc && opt->offset < sc + sizeof(nb_sc_config));
+}
+
+void nb_train_opts_print(const nb_train_opts *o, unsigned groups, FILE *f) {
+    int col = 0;
+    for (int i = 0; i < NROWS; i++) {
+        const nb_opt *opt = &table[i];
+        if (!(groups & (1u << opt->group)) || !opt->flag || shape_row(opt) || !strcmp(opt->name, "model") || at_table_default(opt, o))
+            continue;
+        char v[NB_PATH_MAX + 8], item[NB_PATH_MAX + 80];
+        nb_opt_format(opt, o, v, sizeof v);
+        if (opt->type == NB_OPT_BOOL)
+            snprintf(item, sizeof item, "--%s", opt->name);
+        else
+            snprintf(item, sizeof item, "--%s %s", opt->name, v[0] ? v : "''");
+        int len = (int)strlen(item);
+        if (col == 0 || col + 1 + len > 110) {
+            fprintf(f, "%s%-12s%s", col ? "\n" : "", col ? "" : "options", item);
+            col = 12 + len;
+        } else {
+            fprintf(f, " %s", item);
+            col += 1 + len;
+        }
+    }
+    if (col) fputc('\n', f);
+}
+
+void nb_train_opts_note_changes(const nb_train_opts *was, const nb_train_opts *now) {
+    for (int i = 0; i < NROWS; i++) {
+        if (!table[i].math) continue;
+        char a[NB_PATH_MAX + 8], b[NB_PATH_MAX + 8];
+        nb_opt_format(&table[i], was, a, sizeof a);
+        nb_opt_format(&table[i], now, b, sizeof b);
+        if (strcmp(a, b))
+            fprintf(stderr, "note: --%s '%s' differs from the checkpoint's '%s': the resumed run is no longer bitwise what one "
+                            "straight run would train\n", table[i].name, b, a);
+    }
+}
+
+/* ---------------------------------------------------------------- derived */
 
 int nb_train_parts(const nb_train_opts *o) { return o->emulate_ranks > 1 ? o->emulate_ranks : o->grad_accum; }
 
 int nb_train_warmup_steps(const nb_train_opts *o) { return o->warmup >= 0 ? o->warmup : o->steps / 20; }
-
-static int is_seqctr(const nb_train_opts *o) { return !strcmp(o->family, "seqctr"); }
-
-void nb_train_opts_print(const nb_train_opts *o, FILE *f) {
-    if (is_seqctr(o)) {
-        const nb_sc_config *c = &o->ctr;
-        fprintf(f, "model       seqctr: E %d, %d history layer%s x %d heads, %d blocks (cross rank %d, hidden %d), max_len %d, tables of up to %lld rows\n",
-                c->E, c->hist_layers, c->hist_layers == 1 ? "" : "s", c->heads, c->blocks, c->cross_rank, c->block_hidden,
-                c->max_len, (long long)o->table_cap);
-        fprintf(f, "data        %s, %d held-out samples\n", o->data, o->eval_samples);
-    } else {
-        nb_tf_config_print(&o->model, f);
-        fprintf(f, "data        train %s, val %s\n", o->data, o->val_data[0] ? o->val_data : "(none)");
-    }
-    long long per_step = is_seqctr(o) ? (long long)o->batch : (long long)o->batch * o->seq;
-    fprintf(f, "run         device %s%s%s, schedule %s%s%s, batch %d%s, steps %d, seed %llu, threads %d\n", o->device,
-            o->precision[0] ? " " : "", o->precision, o->schedule, o->detach[0] ? " --detach " : "", o->detach, o->batch,
-            "", o->steps, (unsigned long long)o->seed, o->threads);
-    if (!is_seqctr(o)) fprintf(f, "            %d x %d = %lld tokens/step\n", o->batch, o->seq, per_step);
-    if (o->warmup == 0 && o->min_lr_frac == 1.0f)
-        fprintf(f, "optimizer   adamw lr %g (constant)", o->lr);
-    else
-        fprintf(f, "optimizer   adamw lr %g (warmup %d, cosine to %g)", o->lr, nb_train_warmup_steps(o), o->lr * o->min_lr_frac);
-    fprintf(f, ", betas (%g, %g), eps %g, weight decay %g, clip %g", o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip);
-    if (is_seqctr(o)) fprintf(f, "; tables: %s lr %g", o->emb_optim, o->emb_lr);
-    fputc('\n', f);
-    fprintf(f, "output      %s%s%s\n", o->out[0] ? o->out : "(none: --out DIR keeps metrics and checkpoints)",
-            o->resume[0] ? ", resuming from " : "", o->resume);
-}
-
-/* A finite number within [lo, hi] (hi_open: below hi). */
-static void check_range(const char *name, double x, double lo, double hi, int hi_open, const char *what) {
-    int ok = isfinite(x) && x >= lo && (hi_open ? x < hi : x <= hi);
-    NB_CHECK(ok, "pass a value in the range the message names (flag or state.json field)", "--%s is %g: it must be %s", name,
-             x, what);
-}
-
-void nb_train_opts_check(const nb_train_opts *o) {
-    static const char *hint = "pass a value in the range the message names (flag or state.json field)";
-    NB_CHECK(o->batch >= 1, hint, "--batch is %d: it must be at least 1", o->batch);
-    NB_CHECK(o->steps >= 1, hint, "--steps is %d: it must be at least 1", o->steps);
-    NB_CHECK(o->stop_after >= 0, hint, "--stop-after is %d: it must be >= 0 (0: none)", o->stop_after);
-    NB_CHECK(o->warmup >= -1, hint, "--warmup is %d: it must be >= 0, or -1 for 5%% of the steps", o->warmup);
-    NB_CHECK(o->eval_every >= 0 && o->eval_batches >= 0 && o->ckpt_every >= 0 && o->log_every >= 0, hint,
-             "--eval-every %d, --eval-batches %d, --ckpt-every %d, --log-every %d: none may be negative", o->eval_every,
-             o->eval_batches, o->ckpt_every, o->log_every);
-    NB_CHECK(o->threads >= 0, hint, "--threads is %d: it must be >= 0 (0: all cores)", o->threads);
-    NB_CHECK(o->graph_cache >= 1 && o->graph_cache <= 1024, hint, "--graph-cache is %d: it must be in 1..1024",
-             o->graph_cache);
-    check_range("lr", o->lr, 1e-30, 3.4e38, 0, "a positive number");
-    check_range("min-lr-frac", o->min_lr_frac, 0, 1, 0, "between 0 and 1");
-    check_range("weight-decay", o->weight_decay, 0, 1e3, 0, ">= 0");
-    check_range("beta1", o->beta1, 0, 1, 1, "in [0, 1)");
-    check_range("beta2", o->beta2, 0, 1, 1, "in [0, 1)");
-    check_range("eps", o->eps, 1e-45, 1, 0, "a positive number");
-    check_range("grad-clip", o->grad_clip, 0, 1e30, 0, ">= 0 (0: off)");
-    check_range("time-limit", o->time_limit, 0, 1e12, 0, ">= 0 (0: none)");
-    check_range("aux-weight", o->aux_weight, 0, 1e6, 0, ">= 0");
-    check_range("emb-lr", o->emb_lr, 1e-30, 3.4e38, 0, "a positive number");
-    NB_CHECK(o->side_lanes >= 1 && o->side_lanes <= NB_MAX_SEGMENTS, "pass --side-lanes between 1 and 64",
-             "--side-lanes %d", o->side_lanes);
-    NB_CHECK(!strcmp(o->erase_dispatch, "blocking") || !strcmp(o->erase_dispatch, "async"),
-             "use --erase-dispatch blocking or async", "unknown --erase-dispatch '%s'", o->erase_dispatch);
-    NB_CHECK(!strcmp(o->emb_optim, "adagrad") || !strcmp(o->emb_optim, "adam"), "pass --emb-optim adagrad or adam",
-             "unknown --emb-optim '%s'", o->emb_optim);
-    NB_CHECK(!strcmp(o->emb_shard, "auto") || !strcmp(o->emb_shard, "row") || !strcmp(o->emb_shard, "none"),
-             "pass --emb-shard row, none or auto", "unknown --emb-shard '%s'", o->emb_shard);
-    NB_CHECK(!strcmp(o->emb_place, "gpu") || !strcmp(o->emb_place, "host"), "pass --emb-place gpu or host",
-             "unknown --emb-place '%s'", o->emb_place);
-    NB_CHECK(!strcmp(o->index_lists, "auto") || !strcmp(o->index_lists, "host") || !strcmp(o->index_lists, "device"),
-             "pass --index-lists auto, host or device", "unknown --index-lists '%s'", o->index_lists);
-    NB_CHECK(o->table_cap >= 1, hint, "--table-cap is %lld: it must be at least 1", (long long)o->table_cap);
-    NB_CHECK(o->eval_samples >= 1, hint, "--eval-samples is %d: it must be at least 1", o->eval_samples);
-    NB_CHECK(o->grad_accum >= 1 && o->grad_accum <= 4096, hint, "--grad-accum is %d: it must be in 1..4096", o->grad_accum);
-    NB_CHECK(o->emulate_ranks == 0 || (o->emulate_ranks >= 2 && o->emulate_ranks <= 256), hint,
-             "--emulate-ranks is %d: it must be 2..256 (0: none)", o->emulate_ranks);
-    nb_balance b;
-    nb_balance_parse(&b, o->balance);
-    check_range("comm-timeout", o->comm_timeout, 0.1, 1e7, 0, "a positive number of seconds");
-    NB_CHECK(!strcmp(o->comm, "auto") || !strcmp(o->comm, "mpi") || !strcmp(o->comm, "nccl") || !strcmp(o->comm, "host"),
-             "pass --comm auto, mpi, nccl or host", "unknown --comm '%s'", o->comm);
-    NB_CHECK(o->world >= 1, hint, "world %d: the ranks a run was started with are at least 1", o->world);
-}
 
 /* "all" or an increasing list of first pieces of the segments after the first, like 2,4 */
 int nb_parse_detach(const char *spec, int n, const char *unit, int *first, int max_segments) {

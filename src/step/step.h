@@ -186,9 +186,22 @@ typedef struct nb_family_i {
     const char *name; /* "transformer", "seqctr" (state.json's "family") */
     const char *unit; /* what a step trains on, per second: "tokens" or "samples" */
     const char *loss_unit, *held_out; /* loss.svg: "nats" / "BCE"; "validation loss" / "held-out loss" */
-    /* does --model name this family's model? (the registry asks each family in turn) */
+    /* does --model name this family's model? (the registry asks each family in turn); the
+     * models it has, for --help and errors ("seqctr"; "gpt2-tiny, gpt2-mini, ...") */
     int (*owns_model)(const char *model);
+    const char *(*model_names)(void);
     const char *(*model_name)(const nb_train_opts *o); /* "gpt2-mini", "seqctr" (titles) */
+    /* its options: the groups of the options table it reads (a mask of 1 << nb_opt_group), its
+     * defaults where they differ from the table's ("name=value", NULL-terminated), and the
+     * model's shape from o->model_name before flags override it (NULL: nothing to do) */
+    unsigned option_groups;
+    const char *const *option_defaults;
+    void (*defaults)(nb_train_opts *o);
+    /* after the flags (seen(ctx, "name"): was --name given?; resuming: on top of a checkpoint's
+     * options): what follows from them, and the checks that need the file system */
+    void (*after_flags)(nb_train_opts *o, int (*seen)(const void *ctx, const char *name), const void *ctx, int resuming);
+    /* the model line of the printed configuration */
+    void (*print_model)(const nb_train_opts *o, FILE *f);
     /* options of this family (flags or state.json), before anything is built */
     void (*check)(nb_train_opts *o);
     /* the model and its work items; memory comes after: the family's own plan (plan), or the
@@ -229,6 +242,12 @@ typedef struct nb_family_i {
     void (*metrics_losses)(const nb_json *line, double *loss, double *held_out);
     /* one line about an evaluation, on stdout or stderr as the family's users expect */
     void (*print_eval)(const nb_run *r, int step, const nb_eval *ev);
+    /* nobubble eval: the option that names the held-out data ("val-data": a shard of its own;
+     * "data": the source whose head is held out), the batch it evaluates with (0: the run's), and
+     * the line that reports the result */
+    const char *held_out_option;
+    int eval_batch;
+    void (*eval_line)(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f);
     size_t (*data_pos)(const nb_run *r);
     /* the host copies of weights and optimizer state are current (checkpoints, export) */
     void (*sync_to_host)(nb_run *r);
