@@ -1,4 +1,4 @@
-/* nobubble export: a checkpoint as a Hugging Face model directory (io/hf_export.h). */
+/* nobubble export: a checkpoint as a Hugging Face model directory (model/transformer_hf.h). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "core.h"
 #include "family/family.h"
 #include "family/transformer.h"
-#include "io/hf_export.h"
+#include "model/transformer_hf.h"
 #include "run/ckpt.h"
 #include "run/run.h"
 #include "run/sc.h"

@@ -15,8 +15,8 @@
  * have exactly vocab_size rows.
  * Values are written straight from the parameter slab (transposed chunk by chunk), so exporting
  * needs no second copy of the model in memory. Both files are written crash-safely. */
-#ifndef NB_HF_EXPORT_H
-#define NB_HF_EXPORT_H
+#ifndef NB_MODEL_TRANSFORMER_HF_H
+#define NB_MODEL_TRANSFORMER_HF_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "io/hf_export.h"
+#include "model/transformer_hf.h"
 
 #include <math.h>
 #include <stdlib.h>
