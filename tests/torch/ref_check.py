@@ -152,7 +152,7 @@ def init_weights(c, seed):
 
 def hf_map(c):
     """nobubble -> Hugging Face: (hf_name, our_name, first_row, rows, transposed). The same table
-    as src/io/hf_export.c, written independently."""
+    as src/model/transformer_hf.c, written independently."""
     m = []
     V, hs, F_ = c.vocab, c.head_size, c.ffn
     if c.gpt2:
