@@ -113,7 +113,7 @@ TSAN_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=thread -Isrc -Isrc/core -
 tsan:
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(TSAN_FLAGS) -o $(BUILD)/tsan/test_lanes tests/test_lanes.c src/lanes/lanes_cpu.c \
-	    src/lanes/trace.c src/core/core.c -lpthread -lm
+	    src/lanes/trace.c src/io/atomic.c src/core/core.c -lpthread -lm
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(BUILD)/tsan/test_lanes
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of everything but CUDA: any report aborts

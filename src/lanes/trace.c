@@ -7,11 +7,13 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
+#include "io/atomic.h"
 #include "lanes/lanes_internal.h"
 
 static const char *const span_kind_names[NB_SPAN_KIND_COUNT] = {
@@ -116,16 +118,11 @@ void nb_lanes_trace_clear(nb_lanes *L) {
 
 typedef struct {
     FILE *f;
-    const char *tmp;
+    const char *tmp, *path;
 } json_out;
 
 static void out_check(const json_out *o, int rc) {
-    if (rc >= 0) return;
-    int err = errno;
-    fclose(o->f);
-    remove(o->tmp);
-    nb_fail("check free disk space and permissions of the trace's folder",
-            "writing trace '%s' failed: %s", o->tmp, strerror(err));
+    if (rc < 0) nb_atomic_fail(o->f, o->tmp, o->path, "write", errno);
 }
 
 /* A JSON string literal: quotes, backslashes and control characters escaped. */
@@ -169,29 +166,16 @@ void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path) {
     NB_ASSERT(L && path);
     const nb_span *spans = NULL;
     size_t n = nb_lanes_spans(L, &spans);
-    size_t len = strlen(path) + 5;
-    char *tmp = nb_malloc(len, "a trace file name");
-    snprintf(tmp, len, "%s.tmp", path);
-    /* Temp file + rename: a crash or full disk never leaves a half-written trace at `path`. */
-    json_out o = {nb_fopen(tmp, "w", "check that the trace's folder exists and is writable"), tmp};
+    char tmp[PATH_MAX];
+    /* a fresh temp file (never one someone planted, nor a link's target) + rename: a crash or a
+     * full disk never leaves a half-written trace at `path` */
+    json_out o = {nb_atomic_open(path, tmp, sizeof tmp), tmp, path};
     out_check(&o, fprintf(o.f, "{\"traceEvents\":[\n"));
     write_lane_names(&o, L);
     double origin = n ? spans[0].t0 : 0; /* spans are sorted by start */
     for (size_t i = 0; i < n; i++) write_span(&o, &spans[i], origin);
     out_check(&o, fprintf(o.f, "\n]}\n"));
-    if (fclose(o.f) != 0) {
-        int err = errno;
-        remove(tmp);
-        nb_fail("check free disk space and permissions of the trace's folder",
-                "closing trace '%s' failed: %s", tmp, strerror(err));
-    }
-    if (rename(tmp, path) != 0) {
-        int err = errno;
-        remove(tmp);
-        nb_fail("check that the trace's folder is writable", "cannot rename '%s' to '%s': %s", tmp,
-                path, strerror(err));
-    }
-    free(tmp);
+    nb_atomic_commit(o.f, tmp, path);
 }
 
 /* ---- step statistics ---- */
