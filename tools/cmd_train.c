@@ -143,7 +143,11 @@ static void lock_and_resolve(const char *resume, const char *out, char *ckpt_dir
     char dir[NB_PATH_MAX];
     resume_run_dir(resume, dir, sizeof dir);
     int ours = ours_held && !strcmp(dir, out), fd = ours || nb_comm_rank() ? -1 : nb_dir_try_lock(dir);
-    nb_ckpt_resolve(resume, ckpt_dir, cap, ours || fd >= 0);
+    /* rank 0 recovers a checkpoint a crash left half-swapped (ckpt.old) before any other rank
+     * looks for it: the others would find no checkpoint while it is being renamed back */
+    if (nb_comm_rank() == 0) nb_ckpt_resolve(resume, ckpt_dir, cap, ours || fd >= 0);
+    if (nb_comm_size() > 1) nb_comm_barrier_host();
+    if (nb_comm_rank() != 0) nb_ckpt_resolve(resume, ckpt_dir, cap, 0);
     nb_dir_unlock(fd);
     (void)held;
 }

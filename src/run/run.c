@@ -97,6 +97,46 @@ static void check_schedule(const nb_run *r) {
         if (*s != r->sched && (*s)->reject) (*s)->reject(&r->o);
 }
 
+/* FNV-1a: a hash of text that every rank computes alike */
+static uint64_t hash_text(const char *s, uint64_t h) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static int ranks_agree(uint64_t h) {
+    int64_t v = (int64_t)(h >> 1); /* non-negative: min and max compare it whole */
+    return nb_comm_agree_min_i64(v) == nb_comm_agree_max_i64(v);
+}
+
+/* Every rank must train the same model with the same options: mpirun gives them the same flags,
+ * a wrapper or a hand-made launch might not, and ranks that differ would train to the end on
+ * mismatched math. The options state.json keeps and the model's config, hashed; where the ranks
+ * differ, every rank fails naming the first option that does (or the model). */
+static void agree_on_options(nb_run *r) {
+    if (r->world == 1) return;
+    int n;
+    const nb_opt *rows = nb_opts_table(&n);
+    char v[NB_PATH_MAX + 8];
+    nb_json_writer w;
+    nb_json_writer_init(&w, 0);
+    nb_json_begin_obj(&w);
+    r->fam->write_config(&r->o, &w);
+    nb_json_end_obj(&w);
+    uint64_t model = hash_text(nb_json_text(&w), 14695981039346656037ULL), all = model;
+    nb_json_writer_free(&w);
+    for (int i = 0; i < n; i++)
+        if (rows[i].state) nb_opt_format(&rows[i], &r->o, v, sizeof v), all = hash_text(v, hash_text(rows[i].name, all));
+    if (ranks_agree(all)) return;
+    static const char *hint = "start every rank with the same options (mpirun passes one command line to all of them)";
+    for (int i = 0; i < n; i++) {
+        if (!rows[i].state) continue;
+        nb_opt_format(&rows[i], &r->o, v, sizeof v);
+        NB_CHECK(ranks_agree(hash_text(v, 14695981039346656037ULL)), hint,
+                 "--%s differs between the ranks (this rank, %d: '%s')", rows[i].name, r->rank, v);
+    }
+    NB_CHECK(ranks_agree(model), hint, "the model's shape differs between the ranks (--model and its shape flags)");
+}
+
 /* --device cuda with several ranks: each rank's local rank picks its GPU */
 static void pick_device(nb_run *r) {
     if (r->world == 1 || strcmp(r->o.device, "cuda")) return;
@@ -143,6 +183,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     r->fam->check(&r->o);
     check_schedule(r);
     r->traits = r->sched->traits;
+    agree_on_options(r);
     nb_ckpt_state st = {0};
     if (o->resume[0]) {
         nb_ckpt_read_state(o->resume, NULL, &st);

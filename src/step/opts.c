@@ -84,6 +84,8 @@ static const nb_opt table[] = {
     {"balance", NB_OPT_STR, F(balance), NB_OPTG_SC, "none", "HOW", "FreeScale: where each global batch's samples train: none (slices in data order), fbs (equal counts, lengths dealt zig-zag), vbs[:A[:C0]] (counts vary, equal sums of C0 + L^A; default 1.5:16)", .flag = 1, .state = OPT, .math = 1},
     {"emulate-ranks", NB_OPT_INT, F(emulate_ranks), NB_OPTG_SC, NULL, "N", "train N ranks' shares one after another in one process and time each: the straggler measurement on one GPU", 0, 256, "2..256 (0: none)", .flag = 1, .state = OPT, .math = 1},
     {"emb-priority", NB_OPT_BOOL, F(emb_priority), NB_OPTG_SC, NULL, NULL, "FreeScale, with --schedule pipe: the next batch's exclusive rows move while the step trains, its collision rows (the ones the step updates) right after the update", .flag = 1, .state = OPT},
+    /* the CPU's GEMMs sum in an order that depends on the thread count: a resume keeps it */
+    {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores; a resume keeps the run's)", 0, BIG, ">= 0 (0: all cores)", .flag = 1, .state = OPT, .math = 1},
     /* flags only: where the run writes, how it reports, limits of this process */
     {"gpu-mem-limit", NB_OPT_U64, F(gpu_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "cap the GPU memory plan (0: what is free)", .flag = 1},
     {"host-mem-limit", NB_OPT_U64, F(host_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "host memory the plan may use (0: what the host reports)", .flag = 1},
@@ -93,7 +95,6 @@ static const nb_opt table[] = {
     {"resume", NB_OPT_STR, F(resume), NB_OPTG_COMMON, NULL, "DIR", "continue from a run directory's checkpoint", .flag = 1},
     {"trace", NB_OPT_STR, F(trace), NB_OPTG_COMMON, NULL, "FILE", "write a Chrome trace of every lane", .flag = 1},
     {"kernel-table", NB_OPT_INT, F(kernel_table), NB_OPTG_COMMON, NULL, "N", "cuda: after the run, the device's work per step (every kernel, memset and copy of the steps after warm-up, from CUPTI), its N longest kernels and the idle time between launches", 0, BIG, ">= 0", .flag = 1},
-    {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores)", 0, BIG, ">= 0 (0: all cores)", .flag = 1},
     {"log-every", NB_OPT_INT, F(log_every), NB_OPTG_COMMON, NULL, "N", "progress line every N steps when not on a terminal", 0, BIG, ">= 0", .flag = 1},
     {"no-ckpt", NB_OPT_BOOL, F(no_ckpt), NB_OPTG_COMMON, NULL, NULL, "write no checkpoint (benchmarks; metrics.jsonl still)", .flag = 1},
     {"graph-cache", NB_OPT_INT, F(graph_cache), NB_OPTG_COMMON, "16", "N", "--graphs: keep at most N captured steps, one per step shape (seqctr: history-row bucket, micro-batch, ring slot); steps of later shapes run eagerly, with the same bits; each graph holds its own scratch memory", 1, 1024, "in 1..1024", .flag = 1},
