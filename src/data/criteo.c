@@ -313,18 +313,42 @@ static void finish_pass(nb_criteo_reader *r) {
                s->bad_by[NB_CRITEO_BAD_INT], s->bad_by[NB_CRITEO_BAD_HEX]);
 }
 
+/* A Criteo line is under 1 KB; a "line" this long is not Criteo TSV (a binary file, a file
+ * without newlines), and is refused as soon as the reader has this much of it, not after the
+ * whole file went into memory. */
+#define NB_CRITEO_MAX_LINE ((size_t)1 << 20)
+
+/* The next line into r->line without its newline; its length, or -1 at the end of the file. */
+static long long read_line(nb_criteo_reader *r) {
+    size_t len = 0;
+    int c = EOF;
+    errno = 0;
+    while ((c = getc_unlocked(r->f)) != EOF && c != '\n') {
+        NB_CHECK(len + 1 < NB_CRITEO_MAX_LINE, "check that the file is Criteo TSV (label, I1..I13, C1..C26, tabs, a line each)",
+                 "'%s' line %" PRIu64 " is longer than %zu bytes: not a Criteo line", r->path, r->st.lines + 1,
+                 NB_CRITEO_MAX_LINE - 1);
+        if (len + 2 > r->line_cap) {
+            size_t cap = r->line_cap ? 2 * r->line_cap : 4096;
+            char *p = realloc(r->line, cap);
+            NB_CHECK(p != NULL, NULL, "out of memory reading '%s'", r->path);
+            r->line = p, r->line_cap = cap;
+        }
+        r->line[len++] = (char)c;
+    }
+    NB_CHECK(!ferror(r->f), "check the disk", "cannot read '%s' after line %" PRIu64 ": %s", r->path, r->st.lines,
+             strerror(errno ? errno : EIO));
+    if (c == EOF && len == 0) return -1;
+    if (!r->line) r->line = nb_malloc(r->line_cap = 4096, "a Criteo line");
+    r->line[len] = 0;
+    return (long long)len;
+}
+
 static int tsv_next(nb_criteo_reader *r, nb_ctr_sample *out) {
     for (;;) {
-        errno = 0;
-        ssize_t n = getline(&r->line, &r->line_cap, r->f);
-        if (n < 0) {
-            NB_CHECK(!ferror(r->f), "check the disk", "cannot read '%s' after line %" PRIu64 ": %s", r->path,
-                     r->st.lines, strerror(errno ? errno : EIO));
-            return 0;
-        }
+        long long n = read_line(r);
+        if (n < 0) return 0;
         r->st.lines++;
         size_t len = (size_t)n;
-        if (len > 0 && r->line[len - 1] == '\n') len--;
         char why[256];
         nb_criteo_reason res = nb_criteo_parse_line(r->line, len, r->layout, out, why, sizeof why);
         if (res == NB_CRITEO_OK) return 1;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,38 @@ static void fsync_parent(const char *path) {
 
 /* ------------------------------------------------------------------ files */
 
+/* Temp files being written, removed at exit: every failure ends in nb_fail's exit, so none is
+ * left behind by an error (a kill -9 still can; the names say they are garbage). */
+#define PENDING_MAX 32
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *pending[PENDING_MAX];
+
+static void remove_pending(void) {
+    pthread_mutex_lock(&pending_mu);
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (pending[i]) unlink(pending[i]), free(pending[i]), pending[i] = NULL;
+    pthread_mutex_unlock(&pending_mu);
+}
+
+static void pending_add(const char *tmp) {
+    static int registered;
+    pthread_mutex_lock(&pending_mu);
+    if (!registered) registered = atexit(remove_pending) == 0;
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (!pending[i]) {
+            pending[i] = strdup(tmp); /* NULL when out of memory: then it is only not tracked */
+            break;
+        }
+    pthread_mutex_unlock(&pending_mu);
+}
+
+static void pending_drop(const char *tmp) {
+    pthread_mutex_lock(&pending_mu);
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (pending[i] && !strcmp(pending[i], tmp)) free(pending[i]), pending[i] = NULL;
+    pthread_mutex_unlock(&pending_mu);
+}
+
 FILE *nb_atomic_open(const char *final_path, char *tmp_out, size_t cap) {
     static atomic_uint counter;
     for (int attempt = 0; attempt < 100; attempt++) {
@@ -87,6 +120,7 @@ FILE *nb_atomic_open(const char *final_path, char *tmp_out, size_t cap) {
             unlink(tmp_out);
             nb_fail("free some host memory", "cannot open a stream on '%s': %s", tmp_out, strerror(e));
         }
+        pending_add(tmp_out);
         return f;
     }
     nb_fail(OUT_HINT, "cannot find a free temp name for '%s'", final_path);
@@ -96,6 +130,7 @@ static const char *write_hint(int e) { return e == EACCES || e == EROFS || e == 
 
 void nb_atomic_fail(FILE *f, const char *tmp, const char *final_path, const char *step, int err) {
     fclose(f); /* discarded: a close error changes nothing */
+    pending_drop(tmp);
     if (unlink(tmp) != 0 && errno != ENOENT)
         nb_log(1, "nobubble: warning: cannot remove temp file '%s': %s\n", tmp, strerror(errno));
     nb_fail(write_hint(err), "cannot write '%s' (%s failed): %s", final_path, step, strerror(err));
@@ -128,6 +163,7 @@ void nb_atomic_commit(FILE *f, const char *tmp, const char *final_path) {
     if (step) nb_atomic_fail(f, tmp, final_path, step, e);
     if (fclose(f) != 0) step = "close", e = errno;
     if (!step && rename(tmp, final_path) != 0) step = "rename", e = errno;
+    pending_drop(tmp);
     if (step) {
         unlink(tmp);
         nb_fail(write_hint(e), "cannot write '%s' (%s failed): %s", final_path, step, strerror(e));
@@ -137,6 +173,7 @@ void nb_atomic_commit(FILE *f, const char *tmp, const char *final_path) {
 
 void nb_atomic_abort(FILE *f, const char *tmp) {
     fclose(f); /* the contents are discarded, so a close error does not matter */
+    pending_drop(tmp);
     NB_CHECK(unlink(tmp) == 0 || errno == ENOENT, OUT_HINT, "cannot remove temp file '%s': %s", tmp, strerror(errno));
 }
 
