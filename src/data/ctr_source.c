@@ -285,12 +285,17 @@ long nb_ctr_eval_count(const nb_ctr_source *s) {
 static const char *ML_HEADER = "label\tuser\titem\tyear\tgenre\thour\tweekday\ttimestamp\thistory";
 static const char *ML_HINT = "regenerate the files with 'bash scripts/fetch_movielens.sh'";
 
+/* The largest id a MovieLens field may hold: a table of that many rows (+1) must still be an
+ * int32 count (MovieLens' own ids are below 300,000). */
+#define ML_MAX_ID ((1ul << 31) - 2)
+
 static uint32_t ml_num(const char *path, long line, char **p, char end) {
     errno = 0;
     char *e;
     unsigned long v = strtoul(*p, &e, 10);
-    NB_CHECK(e != *p && errno == 0 && v <= UINT32_MAX && (*e == end || (end == ' ' && (*e == '\t' || !*e))), ML_HINT,
+    NB_CHECK(e != *p && errno == 0 && **p != '-' && (*e == end || (end == ' ' && (*e == '\t' || !*e))), ML_HINT,
              "%s:%ld: malformed field near '%.20s'", path, line, *p);
+    NB_CHECK(v <= ML_MAX_ID, ML_HINT, "%s:%ld: id %lu is out of range (at most %lu)", path, line, v, ML_MAX_ID);
     *p = e;
     return (uint32_t)v;
 }
@@ -424,7 +429,7 @@ void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos) {
 
 void nb_ctr_popularity_scores(const nb_ctr_source *s, float *score) {
     int64_t rows = 0;
-    for (long i = 0; i < s->train.n; i++) rows = s->train.target[i] >= rows ? s->train.target[i] + 1 : rows;
+    for (long i = 0; i < s->train.n; i++) rows = s->train.target[i] >= rows ? (int64_t)s->train.target[i] + 1 : rows;
     double *pos = nb_calloc((size_t)rows + 1, sizeof(double), "popularity"), *cnt = nb_calloc((size_t)rows + 1, sizeof(double), "popularity");
     double p0 = 0;
     for (long i = 0; i < s->train.n; i++) {
