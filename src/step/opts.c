@@ -284,8 +284,14 @@ static int to_int(const char *path, const char *key, int64_t v) {
 static void read_value(const char *path, const nb_json *j, const nb_opt *opt, nb_train_opts *o, const char *key) {
     void *p = field(opt, o);
     switch (opt->type) {
-    case NB_OPT_INT:
-    case NB_OPT_BOOL: *(int *)p = to_int(path, key, nb_json_req_int(j, key)); break;
+    case NB_OPT_INT: *(int *)p = to_int(path, key, nb_json_req_int(j, key)); break;
+    case NB_OPT_BOOL: {
+        int64_t v = nb_json_req_int(j, key);
+        NB_CHECK(v == 0 || v == 1, "the checkpoint is damaged: fix or remove the field", "%s: field '%s' is %lld, not 0 or 1",
+                 path, key, (long long)v);
+        *(int *)p = (int)v;
+        break;
+    }
     case NB_OPT_I64: *(int64_t *)p = nb_json_req_int(j, key); break;
     case NB_OPT_U64: *(uint64_t *)p = nb_json_req_u64(j, key); break;
     case NB_OPT_FLOAT: *(float *)p = (float)nb_json_req_num(j, key); break;
