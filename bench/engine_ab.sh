@@ -2,16 +2,18 @@
 # Two nobubble builds on the same GPU, the same configurations, in one call, alternating
 # (A B A B) so that clock and thermal drift hit both alike: a refactor's before/after.
 #   bash bench/engine_ab.sh A_BIN B_BIN [ROWS]
-#     ROWS: comma list of gpt2,seqctr,stream1b (default all)
+#     ROWS: comma list of gpt2,llama1b,proxy,seqctr,stream1b (default all)
 # Rows (the configurations of bench/RESULTS.md's tables):
 #   gpt2      gpt2 124M, 32 x 1024, --graphs, bf16, a random-token shard: p90 and median ms/step
+#   llama1b   llama-1b, 16 x 2048, --graphs: p90 and median ms/step
+#   proxy     gpt2-proxy, 8 x 256, --graphs: p90 and median ms/step
 #   seqctr    seqctr B=4096, synth:cap=1000000,max_len=256, E 64, 1M-row tables: p90 samples/s
 #   stream1b  llama-1b, 32 x 2048, --schedule stream --ckpt-interval 1 --keep-layers -1: p90 tokens/s
 # Prints one table (A, B, B/A per row and repeat) and writes it to $OUT/ab.md.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 A=${1:?usage: bench/engine_ab.sh A_BIN B_BIN [ROWS]} B=${2:?usage: bench/engine_ab.sh A_BIN B_BIN [ROWS]}
-ROWS=${3:-gpt2,seqctr,stream1b}
+ROWS=${3:-gpt2,llama1b,proxy,seqctr,stream1b}
 REPEATS=${REPEATS:-2}
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT" || exit 1
@@ -24,7 +26,11 @@ python3 bench/torch_anchor.py --make-shard "$SHARD" --tokens 2000000 --seed 1337
 run() {
     local bin=$1 row=$2 dir=$3 log=$3.log
     case $row in
-    gpt2) "$bin" train --model gpt2 --batch 32 --seq 1024 --steps 30 --device cuda --graphs --data "$SHARD" --val-data none \
+    gpt2|llama1b|proxy)
+          case $row in gpt2) m="gpt2 --batch 32 --seq 1024 --steps 30" ;; llama1b) m="llama-1b --batch 16 --seq 2048 --steps 16" ;;
+                       proxy) m="gpt2-proxy --batch 8 --seq 256 --steps 80" ;; esac
+          # shellcheck disable=SC2086
+          "$bin" train --model $m --device cuda --graphs --data "$SHARD" --val-data none \
               --eval-every 0 --no-ckpt --no-progress --out "$dir" >"$log" 2>&1 || { echo "failed: $(tail -1 "$log")"; return; }
           sed -n 's/^throughput  p90 [0-9]* tokens\/s (\([0-9.]*\) ms), median [0-9]* tokens\/s (\([0-9.]*\) ms).*/\1 \2 ms/p' "$log" ;;
     seqctr) "$bin" train --model seqctr --device cuda --data synth:cap=1000000,max_len=256 --emb-dim 64 --max-len 256 \
