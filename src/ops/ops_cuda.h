@@ -165,14 +165,26 @@ void nb_cuda_attention_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const n
                                      int HS, nb_stream_t stream);
 
 /* As nb_cuda_attention_backward, writing dqkv (=) instead of adding to it: bf16 through the
- * tensor-core kernels' store-instead-of-add mode; other shapes and fp32, or NB_GRAD_SET=0: a
- * memset of dqkv, then the accumulating backward. */
+ * tensor-core kernels' store-instead-of-add mode; other shapes and fp32: a memset of dqkv, then
+ * the accumulating backward. */
 void nb_cuda_attention_backward_set_f32(float *dqkv, const float *dout, const float *qkv, const float *out,
                                         const float *lse, int B, int T, int NH, int NKV, int HS,
                                         nb_stream_t stream);
 void nb_cuda_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
                                          const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                          int HS, nb_stream_t stream);
+
+/* ---- attention_fa.cu ---- the tensor-core kernels behind the bf16 launchers above: 1 when they
+ * took the call, 0 when the shape is not theirs (head sizes other than 64 and 128, tensors not
+ * 16-byte aligned). acc 1: dqkv += the gradient (the op's contract); 0: dqkv = the gradient
+ * (every element of the q, k and v columns stored once, the old contents never read). */
+int nb_cuda_attention_fa_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
+                                      int HS, nb_stream_t stream);
+int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int HS, nb_stream_t stream);
+int nb_cuda_attention_fa_backward_mode_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                            const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                            int HS, int acc, nb_stream_t stream);
 
 /* ---- attention_cudnn.c ---- cuDNN 9's fused flash attention (SDPA), bf16, the same causal GQA
  * attention and layouts as above, through the backend API of a libcudnn.so.9 opened at run time
