@@ -134,14 +134,6 @@ typedef struct {
 } nb_lt_gemm;
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail);
 
-/* A switch read from the environment at each call (so tests can flip it): unset or empty ->
- * dflt, "0" -> 0, anything else -> 1. Host code; reading it inside a graph capture is fine. */
-static inline int nb_env_flag(const char *name, int dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    return !(v[0] == '0' && v[1] == 0);
-}
-
 /* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
  * over the block sums, so the result depends only on n. (optim/adamw.cu) */
 void nb_cuda_reduce_f64(double *out, const float *x, size_t n, int square, cudaStream_t stream);

@@ -608,12 +608,12 @@ static void tf_read_config(const nb_json *j, nb_train_opts *o) {
     nb_tf_config_finalize(c);
 }
 
-/* Which attention ran, when NB_ATTN asked for cuDNN's (a refusal falls back to ours silently
+/* Which attention ran, when --attn asked for cuDNN's (a refusal falls back to ours silently
  * after one notice, so the summary says how often each ran). */
 static void tf_summary(nb_run *r, int steps_run) {
     (void)r, (void)steps_run;
 #ifdef NB_WITH_CUDA
-    nb_attn_report();
+    nb_attn_report(r->backend);
 #endif
 }
 
