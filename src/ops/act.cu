@@ -150,7 +150,8 @@ static int swiglu_vec_ok(int F, int vec, const void *a, const void *b, const voi
 
 /* ---- launchers: one template each, and an extern "C" wrapper per dtype ---- */
 
-template <typename T> static void gelu_forward(T *out, const T *inp, size_t n, cudaStream_t stream, const char *name) {
+template <typename T>
+static void gelu_forward(T *out, const T *inp, size_t n, cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(out && inp, name);
     launch_1d(gelu_fwd_kernel<T>, n, "gelu forward", stream, out, inp, n);
 }
@@ -162,12 +163,14 @@ static void gelu_backward(T *dinp, const T *inp, const T *dout, size_t n, cudaSt
     launch_1d(gelu_bwd_kernel<T>, n, "gelu backward", stream, dinp, inp, dout, n);
 }
 
-template <typename T> static void gelu_backward_scale(T *x, const T *pre, size_t n, cudaStream_t stream, const char *name) {
+template <typename T>
+static void gelu_backward_scale(T *x, const T *pre, size_t n, cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(x && pre && (const void *)x != (const void *)pre, name);
     launch_1d(gelu_bwd_scale_kernel<T>, n, "gelu backward (scale in place)", stream, x, pre, n);
 }
 
-template <typename T> static void swiglu_forward(T *out, const T *gu, int N, int F, cudaStream_t stream, const char *name) {
+template <typename T>
+static void swiglu_forward(T *out, const T *gu, int N, int F, cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(out && gu && N >= 0 && F >= 0, name);
     size_t n = (size_t)N * F, nv = n / VEC(T);
     if (swiglu_vec_ok(F, VEC(T), out, gu, gu))
@@ -191,12 +194,14 @@ static void swiglu_backward(T *dgu, const T *dout, const T *gu, int N, int F, in
         launch_1d(swiglu_bwd_set_kernel<T>, n, "swiglu backward (set)", stream, dgu, dout, gu, F, n);
 }
 
-template <typename T> static void residual_forward(T *out, const T *a, const T *b, size_t n, cudaStream_t stream, const char *name) {
+template <typename T>
+static void residual_forward(T *out, const T *a, const T *b, size_t n, cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(out && a && b, name);
     launch_1d(residual_kernel<T>, n, "residual forward", stream, out, a, b, n);
 }
 
-template <typename T> static void add_inplace(T *dst, const T *src, size_t n, cudaStream_t stream, const char *name) {
+template <typename T>
+static void add_inplace(T *dst, const T *src, size_t n, cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(dst && src, name);
     launch_1d(add_inplace_kernel<T>, n, "add in place", stream, dst, src, n);
 }

@@ -789,8 +789,8 @@ static int drop_locked(nb_attn_state *st, dnn_plan *p, const char *fmt, ...) {
     return refuse_locked(st, what_of(&k), "%s", p->why);
 }
 
-static int execute_locked(nb_attn_state *st, dnn_plan *p, cudnnHandle_t h, const int64_t *uids, void **ptrs, int n, void *ws,
-                          cudaStream_t stream) {
+static int execute_locked(nb_attn_state *st, dnn_plan *p, cudnnHandle_t h, const int64_t *uids, void **ptrs, int n,
+                          void *ws, cudaStream_t stream) {
     desc vp = NULL;
     if (DNN(dnn.be_create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp), "variant pack"))
         return drop_locked(st, p, "%s", dnn_err);

@@ -108,7 +108,9 @@ static __device__ __forceinline__ void fa_add2(nb_bf16 *p, float x0, float x1) {
 }
 
 /* dst[2 elements at p] = (x0, x1) in bf16: the write mode (fa_dims.acc == 0). */
-static __device__ __forceinline__ void fa_set2(nb_bf16 *p, float x0, float x1) { *(unsigned *)p = nb_pack_bf16x2(x0, x1); }
+static __device__ __forceinline__ void fa_set2(nb_bf16 *p, float x0, float x1) {
+    *(unsigned *)p = nb_pack_bf16x2(x0, x1);
+}
 
 /* ---- forward ---- */
 

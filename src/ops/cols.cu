@@ -28,7 +28,8 @@ static __global__ void cols_kernel(T *dst, int ldd, const T *src, int lds, int r
 template <typename T>
 static void cols_launch(T *dst, int ld_dst, const T *src, int ld_src, int rows, int cols, int add, cudaStream_t stream,
                         const char *name) {
-    NB_CUDA_SHAPE(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols && (rows == 0 || cols == 0 || (dst && src)),
+    NB_CUDA_SHAPE(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols &&
+                      (rows == 0 || cols == 0 || (dst && src)),
                   name);
     if (rows == 0 || cols == 0) return;
     int vec = cols % 4 == 0 && ld_dst % 4 == 0 && ld_src % 4 == 0 && al4(dst, sizeof(T)) && al4(src, sizeof(T));

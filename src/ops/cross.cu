@@ -16,7 +16,8 @@ static __global__ void cross_combine_kernel(T *out, const T *a, const T *b, cons
             st4(out + i, make_float4(cross_f(x.x, y.x, z.x), cross_f(x.y, y.y, z.y), cross_f(x.z, y.z, z.z),
                                      cross_f(x.w, y.w, z.w)));
         } else {
-            for (size_t k = i; k < n && k < i + 4; k++) nb_st(out + k, cross_f(nb_ld(a + k), nb_ld(b + k), nb_ld(c + k)));
+            for (size_t k = i; k < n && k < i + 4; k++)
+                nb_st(out + k, cross_f(nb_ld(a + k), nb_ld(b + k), nb_ld(c + k)));
         }
     }
 }

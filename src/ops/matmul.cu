@@ -243,7 +243,9 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t blas, cudaStream_t stream, int may_
 /* ---- forward ---- */
 
 /* act.cu's launchers by element type, for the unfused halves below. */
-static void gelu_forward(float *out, const float *pre, size_t n, cudaStream_t s) { nb_cuda_gelu_forward_f32(out, pre, n, s); }
+static void gelu_forward(float *out, const float *pre, size_t n, cudaStream_t s) {
+    nb_cuda_gelu_forward_f32(out, pre, n, s);
+}
 static void gelu_forward(nb_bf16 *out, const nb_bf16 *pre, size_t n, cudaStream_t s) {
     nb_cuda_gelu_forward_bf16(out, pre, n, s);
 }

@@ -19,9 +19,13 @@ static __device__ __forceinline__ void nb_cp_async16(void *dst, const void *src,
                  "r"(ok ? 16 : 0)
                  : "memory");
 }
-static __device__ __forceinline__ void nb_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ __forceinline__ void nb_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 /* Waits until at most one committed group (the newest) is still in flight. */
-static __device__ __forceinline__ void nb_cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+static __device__ __forceinline__ void nb_cp_async_wait1(void) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
 
 /* Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Volatile with a
  * memory clobber: it reads shared memory that __syncthreads-separated stores change. */

@@ -360,18 +360,20 @@ static __global__ void targetattn_bwd_kernel(T *dq, T *dk, T *dv, const T *dpool
 /* ---- launchers ---- */
 
 /* bf16 self-attention goes to the tensor-core kernels when they take the shape (1), else 0. */
-static int sa_tc_forward(nb_bf16_t *out, float *lse, const nb_bf16_t *qkv, const int32_t *off, int B, int max_len, int H,
-                         int E, cudaStream_t stream) {
+static int sa_tc_forward(nb_bf16_t *out, float *lse, const nb_bf16_t *qkv, const int32_t *off, int B, int max_len,
+                         int H, int E, cudaStream_t stream) {
     return nb_cuda_seqattn_tc_forward_bf16((nb_bf16 *)out, lse, (const nb_bf16 *)qkv, off, B, max_len, H, E, stream);
 }
-static int sa_tc_forward(float *, float *, const float *, const int32_t *, int, int, int, int, cudaStream_t) { return 0; }
+static int sa_tc_forward(float *, float *, const float *, const int32_t *, int, int, int, int, cudaStream_t) {
+    return 0;
+}
 static int sa_tc_backward(nb_bf16_t *dqkv, const nb_bf16_t *dout, const nb_bf16_t *qkv, const nb_bf16_t *out,
                           const float *lse, const int32_t *off, int B, int max_len, int H, int E, cudaStream_t stream) {
     return nb_cuda_seqattn_tc_backward_bf16((nb_bf16 *)dqkv, (const nb_bf16 *)dout, (const nb_bf16 *)qkv,
                                             (const nb_bf16 *)out, lse, off, B, max_len, H, E, stream);
 }
-static int sa_tc_backward(float *, const float *, const float *, const float *, const float *, const int32_t *, int, int,
-                          int, int, cudaStream_t) {
+static int sa_tc_backward(float *, const float *, const float *, const float *, const float *, const int32_t *, int,
+                          int, int, int, cudaStream_t) {
     return 0;
 }
 
@@ -485,9 +487,9 @@ extern "C" void nb_cuda_targetattn_backward_f32(float *dq, float *dk, float *dv,
     targetattn_backward(dq, dk, dv, dpooled, q, k, v, attn, off, B, E, ldkv, stream, __func__);
 }
 extern "C" void nb_cuda_targetattn_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
-                                                 const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
-                                                 const int32_t *off, int B, int max_len, int E, int ldkv,
-                                                 nb_stream_t stream) {
+                                                 const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v,
+                                                 const float *attn, const int32_t *off, int B, int max_len, int E,
+                                                 int ldkv, nb_stream_t stream) {
     targetattn_backward(nb_kt(dq), nb_kt(dk), nb_kt(dv), nb_kt(dpooled), nb_kt(q), nb_kt(k), nb_kt(v), attn, off, B, E,
                         ldkv, stream, __func__);
 }

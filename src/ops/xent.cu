@@ -125,7 +125,8 @@ static __global__ void __launch_bounds__(ROW_THREADS)
         xent_ld(x + (size_t)i * VEC, v0), xent_ld(x + (size_t)(i + bd) * VEC, v1);
         xent_ld(x + (size_t)(i + 2 * bd) * VEC, v2);
         xent_ld(x + (size_t)(i + 3 * bd) * VEC, v3);
-        xent_online<VEC>(v0, m, s), xent_online<VEC>(v1, m, s), xent_online<VEC>(v2, m, s), xent_online<VEC>(v3, m, s);
+        xent_online<VEC>(v0, m, s), xent_online<VEC>(v1, m, s);
+        xent_online<VEC>(v2, m, s), xent_online<VEC>(v3, m, s);
     }
     for (; i < nfull; i += bd) {
         float v0[VEC];
