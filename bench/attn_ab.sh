@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The transformer step with each attention implementation (NB_ATTN: fa = our flash kernels, cudnn-fwd =
+# The transformer step with each attention implementation (--attn: fa = our flash kernels, cudnn-fwd =
 # cuDNN's forward with our backward, cudnn = cuDNN forward and its deterministic backward, cudnn-fast =
 # cuDNN with its atomic (non-deterministic) backward), the same tokens, in one call: median step ms
 # after 5 warm-up steps, the final loss, and whether two runs of a mode give the same losses.
@@ -24,14 +24,14 @@ NB_BUILD=${NB_BUILD:-build-dev} NB=${NB_BUILD:-build-dev}/nobubble PY=${PYTHON:-
 OUT=${OUT:-bench/out/attn_ab}; mkdir -p "$OUT" || exit 1
 SHARD=$OUT/tokens.bin
 [ -f "$SHARD" ] || "$PY" bench/torch_anchor.py --make-shard "$SHARD" --tokens 2000000 --seed 1337 || die "no token shard"
-echo "| model | B x T | NB_ATTN | median step ms | final loss | repeat bitwise |" > "$OUT/table.md"
+echo "| model | B x T | --attn | median step ms | final loss | repeat bitwise |" > "$OUT/table.md"
 echo "|---|---|---|---|---|---|" >> "$OUT/table.md"
 for run in $runs; do
     IFS=: read -r model B T <<< "$run"
     for m in ${modes//,/ }; do
         for rep in 1 2; do
             dir=$OUT/$model-b$B-$m-$rep
-            NB_ATTN=$m timeout 240 "$NB" train --model "$model" --batch "$B" --seq "$T" --steps "$steps" --device cuda \
+            timeout 240 "$NB" train --attn "$m" --model "$model" --batch "$B" --seq "$T" --steps "$steps" --device cuda \
                 --data "$SHARD" --val-data none --out "$dir" --no-ckpt --graphs --no-progress --quiet >"$dir.log" 2>&1 \
                 || { echo "$model $m run $rep failed: $(grep -m1 -i 'error' "$dir.log" | cut -c1-160)"; }
         done

@@ -6,11 +6,11 @@
  * - outputs poisoned with NaN first (an element cuDNN leaves unwritten stays NaN and fails);
  * - forward out (bf16, relative error <= 2e-2 against ours: two bf16 implementations, each within
  *   1e-2 of the truth; <= 1e-2 against the CPU) and lse (<= 1e-4: cuDNN's Stats must be our lse,
- *   or NB_ATTN=cudnn-fwd would feed our backward a wrong one); the forward repeats bitwise;
+ *   or --attn cudnn-fwd would feed our backward a wrong one); the forward repeats bitwise;
  * - backward dq, dk, dv compared separately (deterministic and fast variants) against ours and the
  *   CPU, from the same out and lse; the deterministic one repeats bitwise over 3 runs (the fast one
  *   is reported, not required to); our backward fed cuDNN's out and lse matches it fed ours;
- * - the backend table under each NB_ATTN value runs what it says (bitwise the direct launcher),
+ * - the backend table under each --attn mode runs what it says (bitwise the direct launcher),
  *   a call cuDNN cannot take (unaligned qkv) runs ours, and a plan built eagerly replays inside a
  *   captured CUDA graph bitwise while a shape first seen in the capture is refused.
  * --bench: ms and TFLOP/s of ours, cuDNN deterministic and cuDNN fast at gpt2 (B=32 T=1024 NH=12
@@ -126,7 +126,7 @@ static void expect_dqkv(const char *tag, const float *got, const float *ref, int
 
 static const char *refusal(void) {
     static char why[sizeof ((nb_attn_record *)0)->why];
-    nb_attn_record r = nb_attn_record_get();
+    nb_attn_record r = nb_attn_record_get(inst);
     snprintf(why, sizeof why, "%s", r.why[0] ? r.why : "(no reason recorded)");
     return why;
 }
@@ -148,7 +148,7 @@ static shape shape_of(int B, int T, int NH, int NKV, int HS) {
 /* cuDNN's forward into fresh NaN buffers; 0 (and NULL buffers) if it refused. */
 static int cudnn_forward(const shape *s, const void *dq, void **out, void **lse) {
     *out = dev_nan(s->no * 2), *lse = dev_nan(s->nl * 4);
-    int rc = nb_cudnn_attention_forward_bf16(*out, *lse, dq, s->B, s->T, s->NH, s->NKV, s->HS, st);
+    int rc = nb_cudnn_attention_forward_bf16(inst, *out, *lse, dq, s->B, s->T, s->NH, s->NKV, s->HS, st);
     CHECK(rc == 0, "%s: cuDNN refused the forward: %s", s->tag, refusal());
     if (rc) {
         dev_free(*out), dev_free(*lse);
@@ -161,7 +161,7 @@ static int cudnn_forward(const shape *s, const void *dq, void **out, void **lse)
 static uint16_t *cudnn_backward(const shape *s, const void *ddo, const void *dq, const void *o, const void *l,
                                 int det) {
     void *g = dev_nan(s->nqkv * 2);
-    int rc = nb_cudnn_attention_backward_set_bf16(g, ddo, dq, o, l, s->B, s->T, s->NH, s->NKV, s->HS, det, st);
+    int rc = nb_cudnn_attention_backward_set_bf16(inst, g, ddo, dq, o, l, s->B, s->T, s->NH, s->NKV, s->HS, det, st);
     CHECK(rc == 0, "%s: cuDNN refused the %s backward: %s", s->tag, det ? "deterministic" : "fast", refusal());
     uint16_t *h = rc == 0 ? down_raw(g, s->nqkv * 2) : NULL;
     dev_free(g);
@@ -252,7 +252,7 @@ static void check_backward(const shape *s, const float *qkv, const float *dout, 
     if (fast[0] && fast[1])
         printf("    %-64s %s\n", "fast backward, two runs:", same_bytes(fast[0], fast[1], bytes) ? "bitwise equal"
                                                                                               : "differ (allowed: dQ atomics)");
-    if (dn_o && dn_l) { /* NB_ATTN=cudnn-fwd: our backward reads cuDNN's out and lse */
+    if (dn_o && dn_l) { /* --attn cudnn-fwd: our backward reads cuDNN's out and lse */
         float *mixed = ours_backward(s, ddo, dq, dn_o, dn_l);
         snprintf(tag, sizeof tag, "%s bwd ours from cudnn's fwd", s->tag);
         expect_dqkv(tag, mixed, ours, s->B * s->T, s->NH, s->NKV, s->HS, TOL_PAIR);
@@ -285,9 +285,9 @@ TEST_CASE(test_shapes) {
     check_shape(4, 1024, 12, 12, 64, 0); /* gpt2's heads */
 }
 
-/* ---- the backend table under NB_ATTN ---- */
+/* ---- the backend table under each --attn mode ---- */
 
-static int last_ran(int backward) { return (int)nb_attn_record_get().last[backward]; }
+static int last_ran(int backward) { return (int)nb_attn_record_get(inst).last[backward]; }
 
 TEST_CASE(test_selection) {
     shape s = shape_of(2, 128, 8, 2, 64);
@@ -306,49 +306,52 @@ TEST_CASE(test_selection) {
                  {"cudnn-fwd", NB_ATTN_RAN_CUDNN, NB_ATTN_RAN_OURS, 0},
                  {"cudnn-fast", NB_ATTN_RAN_CUDNN, NB_ATTN_RAN_CUDNN_FAST, 0}};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-        setenv("NB_ATTN", modes[m].env, 1);
+        nb_attn_mode mode = NB_ATTN_AUTO;
+        CHECK(nb_attn_mode_parse(modes[m].env, &mode) == 0, "--attn %s is not a mode", modes[m].env);
+        nb_backend_set_attn(inst, mode);
         be->attention_fwd(&ctx, o[0], l[0], dq, s.B, s.T, s.NH, s.NKV, s.HS);
-        CHECK(last_ran(0) == modes[m].fwd, "NB_ATTN=%s: the forward ran %s", modes[m].env,
+        CHECK(last_ran(0) == modes[m].fwd, "--attn %s: the forward ran %s", modes[m].env,
               nb_attn_ran_name((nb_attn_ran)last_ran(0)));
-        if (modes[m].fwd == NB_ATTN_RAN_CUDNN) nb_cudnn_attention_forward_bf16(o[1], l[1], dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
+        if (modes[m].fwd == NB_ATTN_RAN_CUDNN) nb_cudnn_attention_forward_bf16(inst, o[1], l[1], dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
         else nb_cuda_attention_forward_bf16(o[1], l[1], dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
         be->attention_bwd_set(&ctx, g[0], ddo, dq, o[1], l[1], s.B, s.T, s.NH, s.NKV, s.HS);
-        CHECK(last_ran(1) == modes[m].bwd, "NB_ATTN=%s: the backward ran %s", modes[m].env,
+        CHECK(last_ran(1) == modes[m].bwd, "--attn %s: the backward ran %s", modes[m].env,
               nb_attn_ran_name((nb_attn_ran)last_ran(1)));
         if (modes[m].bwd == NB_ATTN_RAN_OURS)
             nb_cuda_attention_backward_set_bf16(g[1], ddo, dq, o[1], l[1], s.B, s.T, s.NH, s.NKV, s.HS, st);
         else
-            nb_cudnn_attention_backward_set_bf16(g[1], ddo, dq, o[1], l[1], s.B, s.T, s.NH, s.NKV, s.HS, modes[m].det, st);
+            nb_cudnn_attention_backward_set_bf16(inst, g[1], ddo, dq, o[1], l[1], s.B, s.T, s.NH, s.NKV, s.HS, modes[m].det, st);
         void *a = down_raw(o[0], s.no * 2), *b = down_raw(o[1], s.no * 2);
-        CHECK(same_bytes(a, b, s.no * 2), "NB_ATTN=%s: the table's forward is not the launcher's", modes[m].env);
+        CHECK(same_bytes(a, b, s.no * 2), "--attn %s: the table's forward is not the launcher's", modes[m].env);
         free(a), free(b);
         if (modes[m].bwd != NB_ATTN_RAN_CUDNN_FAST) { /* the fast one varies run to run */
             a = down_raw(g[0], s.nqkv * 2), b = down_raw(g[1], s.nqkv * 2);
-            CHECK(same_bytes(a, b, s.nqkv * 2), "NB_ATTN=%s: the table's backward is not the launcher's", modes[m].env);
+            CHECK(same_bytes(a, b, s.nqkv * 2), "--attn %s: the table's backward is not the launcher's", modes[m].env);
             free(a), free(b);
         }
-        printf("    NB_ATTN=%-10s forward %-10s backward %s\n", modes[m].env, nb_attn_ran_name((nb_attn_ran)last_ran(0)),
+        printf("    --attn %-10s forward %-10s backward %s\n", modes[m].env, nb_attn_ran_name((nb_attn_ran)last_ran(0)),
                nb_attn_ran_name((nb_attn_ran)last_ran(1)));
     }
     /* a qkv 2 bytes into its allocation: cuDNN's 16-byte views refuse it, ours take it */
-    setenv("NB_ATTN", "cudnn", 1);
+    nb_backend_set_attn(inst, NB_ATTN_CUDNN);
     float *q2 = zeros(s.nqkv + 1);
     memcpy(q2 + 1, qkv, s.nqkv * sizeof(float));
     void *dq2 = up_bf(q2, s.nqkv + 1);
     const nb_bf16 *odd = (const nb_bf16 *)dq2 + 1;
-    CHECK(nb_cudnn_attention_forward_bf16(o[0], l[0], odd, s.B, s.T, s.NH, s.NKV, s.HS, st) != 0,
+    CHECK(nb_cudnn_attention_forward_bf16(inst, o[0], l[0], odd, s.B, s.T, s.NH, s.NKV, s.HS, st) != 0,
           "cuDNN took a qkv that is not 16-byte aligned");
     be->attention_fwd(&ctx, o[0], l[0], odd, s.B, s.T, s.NH, s.NKV, s.HS);
     CHECK(last_ran(0) == NB_ATTN_RAN_OURS, "an unaligned qkv did not fall back to our kernels");
     nb_cuda_attention_forward_bf16(o[1], l[1], odd, s.B, s.T, s.NH, s.NKV, s.HS, st);
     void *a = down_raw(o[0], s.no * 2), *b = down_raw(o[1], s.no * 2);
     CHECK(same_bytes(a, b, s.no * 2), "the fallback's forward is not our launcher's");
-    CHECK(nb_attn_record_get().why[0] != 0, "a refusal left no reason");
+    CHECK(nb_attn_record_get(inst).why[0] != 0, "a refusal left no reason");
     printf("    refusal recorded: %s\n", refusal());
     free(a), free(b), free(q2);
-    unsetenv("NB_ATTN"); /* auto: cuDNN's deterministic pair from NB_ATTN_AUTO_MIN_T tokens */
-    CHECK(nb_attn_mode_for(NB_ATTN_AUTO_MIN_T) == NB_ATTN_CUDNN && nb_attn_mode_for(NB_ATTN_AUTO_MIN_T - 1) == NB_ATTN_FA,
-          "NB_ATTN unset does not pick cudnn from %d tokens and fa below", NB_ATTN_AUTO_MIN_T);
+    nb_backend_set_attn(inst, NB_ATTN_AUTO); /* auto: cuDNN's deterministic pair from NB_ATTN_AUTO_MIN_T tokens */
+    CHECK(nb_attn_mode_for(NB_ATTN_AUTO, NB_ATTN_AUTO_MIN_T) == NB_ATTN_CUDNN &&
+              nb_attn_mode_for(NB_ATTN_AUTO, NB_ATTN_AUTO_MIN_T - 1) == NB_ATTN_FA,
+          "--attn auto does not pick cudnn from %d tokens and fa below", NB_ATTN_AUTO_MIN_T);
     dev_free(dq), dev_free(ddo), dev_free(dq2);
     for (int i = 0; i < 2; i++) dev_free(o[i]), dev_free(l[i]), dev_free(g[i]);
     free(qkv), free(dout);
@@ -364,16 +367,16 @@ TEST_CASE(test_capture) {
     void *oc = dev_nan(s.no * 2), *lc = dev_nan(s.nl * 4), *gc = dev_nan(s.nqkv * 2);
     void *o2 = dev_nan(s2.no * 2), *l2 = dev_nan(s2.nl * 4);
     /* eager first: builds the plans */
-    int rc = nb_cudnn_attention_forward_bf16(oe, le, dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
-    rc |= nb_cudnn_attention_backward_set_bf16(ge, ddo, dq, oe, le, s.B, s.T, s.NH, s.NKV, s.HS, 1, st);
+    int rc = nb_cudnn_attention_forward_bf16(inst, oe, le, dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
+    rc |= nb_cudnn_attention_backward_set_bf16(inst, ge, ddo, dq, oe, le, s.B, s.T, s.NH, s.NKV, s.HS, 1, st);
     CHECK(rc == 0, "cuDNN refused the eager calls: %s", refusal());
     CUDA_CHECK(cudaStreamSynchronize(st));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    int rf = nb_cudnn_attention_forward_bf16(oc, lc, dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
-    int rb = nb_cudnn_attention_backward_set_bf16(gc, ddo, dq, oc, lc, s.B, s.T, s.NH, s.NKV, s.HS, 1, st);
-    int rn = nb_cudnn_attention_forward_bf16(o2, l2, dq, s2.B, s2.T, s2.NH, s2.NKV, s2.HS, st);
+    int rf = nb_cudnn_attention_forward_bf16(inst, oc, lc, dq, s.B, s.T, s.NH, s.NKV, s.HS, st);
+    int rb = nb_cudnn_attention_backward_set_bf16(inst, gc, ddo, dq, oc, lc, s.B, s.T, s.NH, s.NKV, s.HS, 1, st);
+    int rn = nb_cudnn_attention_forward_bf16(inst, o2, l2, dq, s2.B, s2.T, s2.NH, s2.NKV, s2.HS, st);
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphLaunch(exec, st));
@@ -424,13 +427,13 @@ static int bench_call(bench_case *c, int bwd, int impl) {
         nb_cuda_attention_forward_bf16(c->out, c->lse, c->qkv, s->B, s->T, s->NH, s->NKV, s->HS, st);
         return 0;
     }
-    if (!bwd) return nb_cudnn_attention_forward_bf16(c->out, c->lse, c->qkv, s->B, s->T, s->NH, s->NKV, s->HS, st);
+    if (!bwd) return nb_cudnn_attention_forward_bf16(inst, c->out, c->lse, c->qkv, s->B, s->T, s->NH, s->NKV, s->HS, st);
     if (impl == B_OURS) {
         nb_cuda_attention_backward_set_bf16(c->dqkv, c->dout, c->qkv, c->out, c->lse, s->B, s->T, s->NH, s->NKV,
                                             s->HS, st);
         return 0;
     }
-    return nb_cudnn_attention_backward_set_bf16(c->dqkv, c->dout, c->qkv, c->out, c->lse, s->B, s->T, s->NH, s->NKV,
+    return nb_cudnn_attention_backward_set_bf16(inst, c->dqkv, c->dout, c->qkv, c->out, c->lse, s->B, s->T, s->NH, s->NKV,
                                                 s->HS, impl == B_CUDNN_DET, st);
 }
 
@@ -470,7 +473,7 @@ static void bench_shape(const char *name, int B, int T, int NH, int NKV, int HS)
                 printf("  %-9s %s %-22s refused: %s\n", name, bwd ? "bwd" : "fwd", label, refusal());
                 continue;
             }
-            size_t ws = impl == B_OURS ? 0 : nb_cudnn_attention_workspace(B, T, NH, NKV, HS, bwd, impl == B_CUDNN_DET);
+            size_t ws = impl == B_OURS ? 0 : nb_cudnn_attention_workspace(inst, B, T, NH, NKV, HS, bwd, impl == B_CUDNN_DET);
             char wsb[32];
             printf("  %-9s %s %-22s %8.3f ms %7.1f TFLOP/s %6.2fx ours", name, bwd ? "bwd" : "fwd", label, ms,
                    flop / ms / 1e9, ours / ms);

@@ -11,15 +11,14 @@
  * - determinism: two GPU runs from the same state are bitwise equal;
  * - dispatch: the launcher's result is bitwise the fast path's own (so the launcher uses it), and
  *   shapes the fast path refuses (HS 96, unaligned tensors) still work through the fallback.
- * Modes: --small (one small case: for compute-sanitizer), --bench (ms and TFLOP/s against the
- * old CUDA-core kernels), --tune (every tile shape compiled in: a build with -DFA_TUNE).
+ * Modes: --small (one small case: for compute-sanitizer), --bench (ms and TFLOP/s).
  *
  * Without a GPU (CI), or with --emu: the same kernel code, compiled here as C, runs on a CPU
  * emulator of the GPU features it uses (threads as coroutines, __syncthreads, shuffles, ldmatrix,
  * mma.sync, cp.async groups); see "CPU emulator" below. Same comparisons, on small shapes, and
  * every shape runs under two schedules that must give the same bits: one that delays async copies
  * to their wait, one that does them at once and runs warps far apart, so a missing barrier or
- * wait changes the result. --bench and --tune exit 77 (skipped) without a GPU. */
+ * wait changes the result. --bench exits 77 (skipped) without a GPU. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +43,6 @@ int nb_cuda_attention_fa_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *q
                                       int NKV, int HS, nb_stream_t stream);
 int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
                                        const float *lse, int B, int T, int NH, int NKV, int HS, nb_stream_t stream);
-void nb_cuda_attention_fa_enable(int on);
-const char *nb_cuda_attention_fa_select(int kind, int HS, int v);
 #endif
 
 #define SEED 20250917u
@@ -222,7 +219,7 @@ static void emu_copy16(const emu_copy *c) {
     else memset(c->dst, 0, 16);
 }
 
-static void fa_cp16(void *dst, const void *src, int ok) {
+static void nb_cp_async16(void *dst, const void *src, int ok) {
     emu_check_smem(dst);
     emu_copy c = {dst, src, ok, emu.cur->groups};
     if (emu.eager) {
@@ -233,10 +230,10 @@ static void fa_cp16(void *dst, const void *src, int ok) {
     emu.cur->copies[emu.cur->ncopies++] = c;
 }
 
-static void fa_cp_commit(void) { emu.cur->groups++; }
+static void nb_cp_async_commit(void) { emu.cur->groups++; }
 
 /* cp.async.wait_group 1: every committed group but the newest is complete. */
-static void fa_cp_wait1(void) {
+static void nb_cp_async_wait1(void) {
     emu_thread *t = emu.cur;
     int keep = 0;
     for (int i = 0; i < t->ncopies; i++) {
@@ -268,14 +265,14 @@ static void emu_ldmatrix(unsigned r[4], const void *p, int trans) {
     }
     emu_warp_sync();
 }
-static void fa_ldm(unsigned r[4], const void *p) { emu_ldmatrix(r, p, 0); }
-static void fa_ldm_t(unsigned r[4], const void *p) { emu_ldmatrix(r, p, 1); }
+static void nb_ldmatrix_x4(unsigned r[4], const void *p) { emu_ldmatrix(r, p, 0); }
+static void nb_ldmatrix_x4_trans(unsigned r[4], const void *p) { emu_ldmatrix(r, p, 1); }
 
 static float emu_bf(unsigned bits16) { return emu_uint_as_float((bits16 & 0xffffu) << 16); }
 
 /* mma.m16n8k16 row.col: A 16x16 from a[0..3] (rows g, g+8; columns 2t, +1 and 2t+8, +9), B 16x8
  * from b0 (rows 2t, +1 of column g) and b1 (rows 2t+8, +9); lane's c: rows g, g+8, columns 2t, +1. */
-static void fa_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+static void nb_mma_bf16(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     emu_warp *w = &emu.warps[emu.cur->warp];
     int lane = emu.cur->lane;
     memcpy(w->a[lane], a, sizeof w->a[lane]);
@@ -302,10 +299,10 @@ static void fa_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     emu_warp_sync();
 }
 
-static unsigned fa_pack(float lo, float hi) { return (unsigned)f2bf(lo) | (unsigned)f2bf(hi) << 16; }
-static float fa_ex2(float x) { return exp2f(x); }
+static unsigned nb_pack_bf16x2(float lo, float hi) { return (unsigned)f2bf(lo) | (unsigned)f2bf(hi) << 16; }
+static float nb_ex2(float x) { return exp2f(x); }
 
-static float fa_shfl_xor(float v, int m) {
+static float nb_shfl_xor(float v, int m) {
     emu_warp *w = &emu.warps[emu.cur->warp];
     int lane = emu.cur->lane;
     w->fv[lane] = v;
@@ -793,49 +790,20 @@ static const int BENCH_SHAPES[][5] = {
 
 static void bench(void) {
     printf("bf16 causal attention, median of 15; TFLOP/s from 4*B*NH*T*T*HS/2 (fwd), 2.5x that (bwd)\n");
-    printf("  %-36s %10s %9s %10s %9s %8s\n", "shape", "fast ms", "TFLOP/s", "old ms", "TFLOP/s", "speedup");
+    printf("  %-36s %10s %9s\n", "shape", "ms", "TFLOP/s");
     for (int s = 0; s < N_BENCH_SHAPES; s++) {
         const int *p = BENCH_SHAPES[s];
         bench_case c = bench_make(p[0], p[1], p[2], p[3], p[4]);
         for (int bwd = 0; bwd <= 1; bwd++) {
             double flop = fwd_flop(&c) * (bwd ? 2.5 : 1.0);
-            nb_cuda_attention_fa_enable(1);
             double fast = bench_ms(&c, bwd, 15);
-            nb_cuda_attention_fa_enable(0);
-            double old = bench_ms(&c, bwd, 5);
-            nb_cuda_attention_fa_enable(1);
             char label[96];
             snprintf(label, sizeof label, "%s B=%d T=%d NH=%d NKV=%d HS=%d", bwd ? "bwd" : "fwd", p[0], p[1], p[2],
                      p[3], p[4]);
-            printf("  %-36s %10.3f %9.1f %10.3f %9.1f %7.1fx\n", label, fast, flop / fast / 1e9, old,
-                   flop / old / 1e9, old / fast);
+            printf("  %-36s %10.3f %9.1f\n", label, fast, flop / fast / 1e9);
         }
         bench_free(&c);
     }
-}
-
-/* Every compiled tile shape: correctness on a mid-size GQA case, then time at the bench shapes. */
-static void tune(void) {
-    static const char *kind_name[3] = {"fwd", "dq", "dk/dv"};
-    for (int kind = 0; kind < 3; kind++)
-        for (int hs = 64; hs <= 128; hs += 64)
-            for (int v = 0;; v++) {
-                const char *name = nb_cuda_attention_fa_select(kind, hs, v);
-                if (!name) break;
-                int before = nb_test_failures;
-                check_shape(2, 300, 8, 2, hs, 1.0f);
-                printf("%s %s\n", nb_test_failures == before ? "ok  " : "FAIL", name);
-                for (int s = 0; s < N_BENCH_SHAPES; s++) {
-                    const int *p = BENCH_SHAPES[s];
-                    if (p[4] != hs) continue;
-                    bench_case c = bench_make(p[0], p[1], p[2], p[3], p[4]);
-                    double ms = bench_ms(&c, kind > 0, 15);
-                    printf("  tune %-5s v%d B=%d T=%d NH=%d NKV=%d: %8.3f ms %7.1f TFLOP/s (%s)\n", kind_name[kind], v,
-                           p[0], p[1], p[2], p[3], ms, fwd_flop(&c) * (kind ? 2.5 : 1.0) / ms / 1e9, name);
-                    bench_free(&c);
-                }
-                nb_cuda_attention_fa_select(kind, hs, 0);
-            }
 }
 
 static int run_gpu(const char *mode) {
@@ -845,8 +813,6 @@ static int run_gpu(const char *mode) {
     CUDA_CHECK(cudaStreamCreate(&st));
     if (strcmp(mode, "--bench") == 0) {
         bench();
-    } else if (strcmp(mode, "--tune") == 0) {
-        tune();
     } else if (strcmp(mode, "--small") == 0) {
         check_shape(1, 67, 4, 2, 64, 1.0f);
         check_shape(1, 67, 4, 2, 128, 1.0f);

@@ -64,6 +64,7 @@ typedef struct {
     int gpu;
     int bitwise; /* sums in rank order (mpi, host); nccl: within fp32 rounding */
     int sm_free; /* all-gather and all-to-all by copy engines */
+    int staged;  /* sm_free: the host-staged path even on one machine (--staged) */
 } env_t;
 static env_t E;
 
@@ -208,12 +209,10 @@ TEST_CASE(all_reduce_rank_order) {
 
 /* Segments and message pieces shrunk: the same results across many segments and pieces. */
 TEST_CASE(all_reduce_segments_and_pieces) {
-    size_t seg = nb_hc_seg_bytes, piece = nb_hc_piece_bytes;
-    nb_hc_seg_bytes = 1000;
-    nb_hc_piece_bytes = 96;
+    nb_comm_set_message_sizes(E.c, 1000, 96);
     check_all_reduce(NB_COMM_F32, 5003, 0);
     check_all_reduce(NB_COMM_F64, 2001, 1);
-    nb_hc_seg_bytes = seg, nb_hc_piece_bytes = piece;
+    nb_comm_set_message_sizes(E.c, 0, 0);
 }
 
 static void check_reduce_scatter(nb_comm_dtype t, size_t n, int in_place) {
@@ -240,10 +239,9 @@ TEST_CASE(reduce_scatter_rank_order) {
             check_reduce_scatter(types[a], 1, ip);
             check_reduce_scatter(types[a], 777, ip);
         }
-    size_t seg = nb_hc_seg_bytes;
-    nb_hc_seg_bytes = 512;
+    nb_comm_set_message_sizes(E.c, 512, 0);
     check_reduce_scatter(NB_COMM_F32, 1001, 1);
-    nb_hc_seg_bytes = seg;
+    nb_comm_set_message_sizes(E.c, 0, 0);
 }
 
 static void check_all_gather(nb_comm_dtype t, size_t n, int in_place) {
@@ -302,10 +300,9 @@ static void check_all_to_all_v(nb_comm_dtype t) {
 TEST_CASE(all_to_all_v_uneven) {
     const nb_comm_dtype types[] = {NB_COMM_F32, NB_COMM_I64, NB_COMM_I32, NB_COMM_BF16, NB_COMM_U8};
     for (size_t a = 0; a < sizeof types / sizeof *types; a++) check_all_to_all_v(types[a]);
-    size_t piece = nb_hc_piece_bytes;
-    nb_hc_piece_bytes = 4; /* every block in several messages */
+    nb_comm_set_message_sizes(E.c, 0, 4); /* every block in several messages */
     check_all_to_all_v(NB_COMM_I64);
-    nb_hc_piece_bytes = piece;
+    nb_comm_set_message_sizes(E.c, 0, 0);
 }
 
 TEST_CASE(all_to_all_even) {
@@ -666,10 +663,10 @@ TEST_CASE(sm_free_moves) {
         for (int ip = 0; ip < 2; ip++, call++) check_sm_all_gather(call, NB_COMM_U8, sizes[k], ip, &S2, &R2, call == 13);
     check_sm_all_gather(call++, NB_COMM_F64, 999, 0, &S2, &R2, 0);
     /* every mapping closed after each op (the CUDA docs' lifetime), then kept again */
-    nb_comm_ce_keep_maps = 0;
+    nb_comm_set_sm_free_keep_maps(E.c, 0);
     check_sm_a2av(20, NB_COMM_U8, &S, &Rb, 0);
     check_sm_all_gather(21, NB_COMM_U8, 4097, 1, &S2, &R2, 0);
-    nb_comm_ce_keep_maps = 1;
+    nb_comm_set_sm_free_keep_maps(E.c, 1);
     check_sm_a2av(22, NB_COMM_U8, &S, &Rb, 1);
     /* a reduction on the same instance: still the base kind's */
     check_all_reduce(NB_COMM_F32, 4099, 0);
@@ -763,11 +760,11 @@ static int gpu_setup(const char *kind) {
     E.gpu = 1;
     E.L = nb_lanes_create("cuda", 4096);
     nb_comm_kind k = nb_comm_kind_parse(kind);
-    E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = k, .sm_free = E.sm_free});
+    E.c = nb_comm_create(E.L, E.be, &(nb_comm_opts){.kind = k, .sm_free = E.sm_free, .sm_free_staged = E.staged});
     E.bitwise = nb_comm_get_kind(E.c) != NB_COMM_NCCL;
-    const char *ce = !E.sm_free                                       ? ""
-                     : nb_comm_ce_staged || nb_comm_local_size() < N ? ", sm-free (host-staged)"
-                                                                     : ", sm-free (CUDA IPC)";
+    const char *ce = !E.sm_free                                ? ""
+                     : E.staged || nb_comm_local_size() < N ? ", sm-free (host-staged)"
+                                                            : ", sm-free (CUDA IPC)";
     nb_comm_printf0("gpu: %s, %d rank%s, comm %s%s, device %s\n", name, N, N > 1 ? "s" : "",
                     nb_comm_kind_name(nb_comm_get_kind(E.c)), ce, devs);
     return 0;
@@ -797,11 +794,7 @@ int main(int argc, char **argv) {
         }
     }
     if (timeout > 0) nb_comm_set_timeout(timeout);
-#ifdef NB_WITH_CUDA
-    nb_comm_ce_staged = staged;
-#else
-    (void)staged;
-#endif
+    E.staged = staged;
     if (gpu) {
         int rc = gpu_setup(gpu);
         if (rc) {

@@ -1,4 +1,5 @@
-/* ctr_tc.cu's kernels (tensor-core history attention, two-pass embedding gradient) on a CPU
+/* The seqctr kernels written in plain C (seqattn_tc.cu's tensor-core history attention, embag.cu's
+ * two-pass embedding gradient) on a CPU
  * emulator of the GPU, against the CPU table (nb_ctr_ops_cpu): runs everywhere, GPU or not, so
  * the kernels' indexing, fragment layouts and chunk walk are checked in CI. (The same kernels on
  * a real GPU: test_ops_ctr_cuda, which compares the CUDA tables with the CPU table.)
@@ -105,7 +106,7 @@ static float emu_bf(unsigned bits16) { return emu_uint_as_float((bits16 & 0xffff
 
 /* mma.m16n8k16 row.col: A from a[0..3] (rows g, g+8; columns 2t, +1 and 2t+8, +9), B from b0
  * (rows 2t, +1 of column g) and b1 (rows 2t+8, +9); lane's c: rows g, g+8, columns 2t, +1. */
-static void tc_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+static void nb_mma_bf16(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     emu_warp *w = &emu.warps[emu.cur->warp];
     int lane = emu.cur->lane;
     memcpy(w->a[lane], a, sizeof w->a[lane]);
@@ -132,7 +133,7 @@ static void tc_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
 
 /* movmatrix.m8n8.trans.b16: lane l holds row l/4, columns 2(l%4), +1 of an 8x8 matrix; it gets
  * the same places of the transpose: M[2t][g] (low half) and M[2t+1][g]. */
-static unsigned tc_movt(unsigned x) {
+static unsigned nb_movmatrix_trans(unsigned x) {
     emu_warp *w = &emu.warps[emu.cur->warp];
     int lane = emu.cur->lane, g = lane >> 2, t = lane & 3;
     w->u[lane] = x;
@@ -144,8 +145,8 @@ static unsigned tc_movt(unsigned x) {
     return lo | hi << 16;
 }
 
-static unsigned tc_pack(float lo, float hi) { return (unsigned)f2bf(lo) | (unsigned)f2bf(hi) << 16; }
-static float tc_ex2(float x) { return exp2f(x); }
+static unsigned nb_pack_bf16x2(float lo, float hi) { return (unsigned)f2bf(lo) | (unsigned)f2bf(hi) << 16; }
+static float nb_ex2(float x) { return exp2f(x); }
 
 static unsigned emu_xchg(unsigned v, int src) {
     emu_warp *w = &emu.warps[emu.cur->warp];
@@ -155,7 +156,7 @@ static unsigned emu_xchg(unsigned v, int src) {
     emu_warp_sync();
     return r;
 }
-static float tc_shfl_xor(float v, int m) {
+static float nb_shfl_xor(float v, int m) {
     unsigned u;
     memcpy(&u, &v, 4);
     return emu_uint_as_float(emu_xchg(u, emu.cur->lane ^ m));
@@ -204,7 +205,8 @@ static int tc_clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 #define __uint_as_float emu_uint_as_float
 #define min emu_min
 #define CTR_TC_EMU 1
-#include "ops/ctr_tc.cu"
+#include "ops/seqattn_tc.cu"
+#include "ops/embag.cu"
 #undef min
 
 static tc_u2 tc_ld8(const nb_bf16 *p) {
@@ -216,13 +218,6 @@ static tc_u2 tc_ld8(const nb_bf16 *p) {
 static void tc_st8(nb_bf16 *p, tc_u2 v) {
     if ((uintptr_t)p & 7) emu_die("8-byte store not 8-byte aligned");
     memcpy(p, &v, 8);
-}
-
-static tc_u4 tc_ld16(const nb_bf16 *p) {
-    if ((uintptr_t)p & 15) emu_die("16-byte load not 16-byte aligned");
-    tc_u4 r;
-    memcpy(&r, p, 16);
-    return r;
 }
 
 static void emu_entry(void) {
@@ -453,112 +448,6 @@ TEST_CASE(test_seqattn_emulated) {
     check_seqattn(odd, 11, 40, 4, 64, 3.0f);              /* histories past max_len; sharp softmax */
 }
 
-/* ==== target attention ==== */
-
-typedef struct {
-    nb_bf16 *pooled, *dq, *dk, *dv;
-    float *attn;
-    const nb_bf16 *q, *k, *v, *dp;
-    const float *attn_in;
-    const int32_t *off;
-    int B, E, ldkv;
-} ta_args;
-
-static void ta_fwd_body(void *p) {
-    ta_args *e = p;
-    ta_fwd_kernel(e->pooled, e->attn, e->q, e->k, e->v, e->off, e->B, e->E, e->ldkv);
-}
-static void ta_bwd_body(void *p) {
-    ta_args *e = p;
-    ta_bwd_kernel(e->dq, e->dk, e->dv, e->dp, e->q, e->k, e->v, e->attn_in, e->off, e->B, e->E, e->ldkv);
-}
-
-/* k, v: fused rows [k | v] (ldkv 2E) or two [nh, E] blocks (ldkv E); want: bit 0 dq, bit 1 dk and dv */
-static void emu_ta_bwd(float *gq, float *gkv, int want, const nb_bf16 *dp, const nb_bf16 *q, const nb_bf16 *kv,
-                       const float *attn, const int32_t *off, int B, int E, int nh, int fused) {
-    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E, vo = fused ? (size_t)E : (size_t)nh * E;
-    nb_bf16 *bq = to_bf(gq, nq), *bkv = to_bf(gkv, nkv);
-    ta_args e = {NULL, want & 1 ? bq : NULL, want & 2 ? bkv : NULL, want & 2 ? bkv + vo : NULL, NULL, q, kv, kv + vo,
-                 dp, attn, off, B, E, fused ? 2 * E : E};
-    emu_launch(ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, ta_bwd_body, &e);
-    float *fq = from_bf(bq, nq), *fkv = from_bf(bkv, nkv);
-    memcpy(gq, fq, nq * 4), memcpy(gkv, fkv, nkv * 4);
-    free(bq), free(bkv), free(fq), free(fkv);
-}
-
-static void check_targetattn(const int *lens, int B, int E, int fused) {
-    int32_t *off = nb_malloc(((size_t)B + 1) * 4, "offsets");
-    int longest = 0;
-    off[0] = 0;
-    for (int b = 0; b < B; b++) off[b + 1] = off[b] + lens[b], longest = lens[b] > longest ? lens[b] : longest;
-    int nh = off[B], ld = fused ? 2 * E : E;
-    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E, vo = fused ? (size_t)E : (size_t)nh * E;
-    char tag[128], what[200];
-    snprintf(tag, sizeof tag, "targetattn B=%d nh=%d longest=%d E=%d %s", B, nh, longest, E, fused ? "k|v" : "k, v");
-    float *q = randn_bf(nq, 2.0f), *kv = randn_bf(nkv, 1.0f), *dp = randn_bf(nq, 1.0f);
-    float *rp = zeros(nq), *ra = zeros(nh ? nh : 1);
-    nb_ctr_ops_cpu.targetattn_fwd(NULL, rp, ra, q, kv, kv + vo, off, B, longest, E, ld);
-    nb_bf16 *bq = to_bf(q, nq), *bkv = to_bf(kv, nkv), *bdp = to_bf(dp, nq);
-    float *pooled[2], *attn[2];
-    for (int sched = 0; sched < 2; sched++) {
-        emu.by_warp = sched;
-        nb_bf16 *po = nb_malloc(nq * 2, "pooled");
-        memset(po, 0xff, nq * 2);
-        attn[sched] = zeros(nh ? nh : 1);
-        memset(attn[sched], 0xff, (size_t)nh * 4);
-        ta_args e = {po, NULL, NULL, NULL, attn[sched], bq, bkv, bkv + vo, NULL, NULL, off, B, E, ld};
-        emu_launch(ta_blocks(B), 32 * TC_WARPS, TA_SMEM_BYTES, ta_fwd_body, &e);
-        pooled[sched] = from_bf(po, nq);
-        free(po);
-    }
-    snprintf(what, sizeof what, "%s fwd pooled", tag);
-    expect_close(what, pooled[0], rp, nq, TOL);
-    snprintf(what, sizeof what, "%s fwd attn", tag);
-    expect_close(what, attn[0], ra, nh, TOL);
-    expect_same("targetattn fwd, two schedules", pooled[0], pooled[1], nq * 4);
-    expect_same("targetattn fwd attn, two schedules", attn[0], attn[1], (size_t)nh * 4);
-    /* backward from the CPU's attn, increments onto random gradients */
-    float *z = zeros(nq), *zkv = zeros(nkv);
-    nb_ctr_ops_cpu.targetattn_bwd(NULL, z, zkv, zkv + vo, dp, q, kv, kv + vo, ra, off, B, longest, E, ld);
-    float *iq = randn_bf(nq, (float)(rms(z, nq) > 0 ? rms(z, nq) : 1)), *ikv = randn_bf(nkv, (float)(rms(zkv, nkv) > 0 ? rms(zkv, nkv) : 1));
-    float *rq = copy_of(iq, nq), *rkv = copy_of(ikv, nkv);
-    nb_ctr_ops_cpu.targetattn_bwd(NULL, rq, rkv, rkv + vo, dp, q, kv, kv + vo, ra, off, B, longest, E, ld);
-    float *gq[3], *gkv[3];
-    for (int v = 0; v < 3; v++) { /* both, both (other schedule), dq only then dk/dv only */
-        emu.by_warp = v == 1;
-        gq[v] = copy_of(iq, nq), gkv[v] = copy_of(ikv, nkv);
-        if (v < 2) emu_ta_bwd(gq[v], gkv[v], 3, bdp, bq, bkv, ra, off, B, E, nh, fused);
-        else {
-            emu_ta_bwd(gq[v], gkv[v], 1, bdp, bq, bkv, ra, off, B, E, nh, fused);
-            emu_ta_bwd(gq[v], gkv[v], 2, bdp, bq, bkv, ra, off, B, E, nh, fused);
-        }
-    }
-    float *dg = zeros(nkv > nq ? nkv : nq), *dr = zeros(nkv > nq ? nkv : nq);
-    for (size_t i = 0; i < nq; i++) dg[i] = gq[0][i] - iq[i], dr[i] = rq[i] - iq[i];
-    snprintf(what, sizeof what, "%s bwd dq", tag);
-    expect_close(what, dg, dr, nq, TOL);
-    for (size_t i = 0; i < nkv; i++) dg[i] = gkv[0][i] - ikv[i], dr[i] = rkv[i] - ikv[i];
-    snprintf(what, sizeof what, "%s bwd dk, dv", tag);
-    expect_close(what, dg, dr, nkv, TOL);
-    expect_same("targetattn bwd dq, two schedules", gq[0], gq[1], nq * 4);
-    expect_same("targetattn bwd dk, dv, two schedules", gkv[0], gkv[1], nkv * 4);
-    expect_same("targetattn bwd dq (dk, dv NULL)", gq[0], gq[2], nq * 4);
-    expect_same("targetattn bwd dk, dv (dq NULL)", gkv[0], gkv[2], nkv * 4);
-    free(off), free(q), free(kv), free(dp), free(rp), free(ra), free(bq), free(bkv), free(bdp), free(z), free(zkv);
-    free(iq), free(ikv), free(rq), free(rkv), free(dg), free(dr);
-    for (int v = 0; v < 2; v++) free(pooled[v]), free(attn[v]);
-    for (int v = 0; v < 3; v++) free(gq[v]), free(gkv[v]);
-}
-
-TEST_CASE(test_targetattn_emulated) {
-    static const int one[] = {1}, odd[] = {0, 1, 31, 32, 33, 0, 256, 7, 64, 65};
-    check_targetattn(one, 1, 64, 1);
-    check_targetattn(odd, 10, 64, 1); /* the model's fused k|v rows */
-    check_targetattn(odd, 10, 64, 0); /* k and v apart */
-    check_targetattn(odd, 10, 136, 1); /* E past 64 columns (a second column pass) */
-    check_targetattn(odd, 10, 8, 0);
-}
-
 /* ==== embedding gradient ==== */
 
 typedef struct {
@@ -654,9 +543,8 @@ TEST_CASE(test_emb_grad_emulated) {
 
 int main(void) {
     double t0 = nb_now();
-    printf("ctr_tc.cu's kernels on the CPU emulator\n");
+    printf("seqattn_tc.cu's and embag.cu's kernels on the CPU emulator\n");
     RUN(test_seqattn_emulated);
-    RUN(test_targetattn_emulated);
     RUN(test_emb_grad_emulated);
     printf("largest relative error %.2e (tol %.0e); %.1f s\n", worst, TOL, nb_now() - t0);
     for (int i = 0; i < emu.nalloc; i++) free(emu.threads[i].stack);

@@ -172,14 +172,6 @@ static void check_emb_grad_unique(int E) {
         /* backend_ctr.h's chunked order, in every table: the CPU's float additions */
         expect_same("emb_grad_unique vs CPU (same order of adds)", got[0], ref, nu);
         expect_same(what, got[0], got[1], nu);
-        /* the previous kernel (NB_CTR_KERNELS=old) adds in the same order */
-        void *dd = dev_nan(nu, 0);
-        nb_cuda_ctr_kernels_set(0);
-        gpu(bf)->emb_grad_unique(&gctx, dd, dsrc, doff, dord, dseg, NULL, U, E);
-        nb_cuda_ctr_kernels_set(1);
-        float *old = dev_get(dd, nu, 0);
-        expect_same("emb_grad_unique, old kernel vs new", old, got[0], nu);
-        dev_free(dd), free(old);
         dev_free(dsrc), free(src), free(ref), free(got[0]), free(got[1]);
     }
     dev_free(doff), dev_free(dord), dev_free(dseg);
@@ -187,8 +179,7 @@ static void check_emb_grad_unique(int E) {
 }
 
 /* The hot row: one row looked up 100k times among 5000 rows looked up once (interleaved), E = 64,
- * contiguous source rows (the trainer's layout): the CPU's bits, twice the same, the old kernel's
- * bits; and the time of both (the old one is the hot row's serial chain). */
+ * contiguous source rows (the trainer's layout): the CPU's bits, twice the same; and the time. */
 static void check_emb_grad_hot(void) {
     int n = 105000, E = 64;
     int64_t *rows = nb_malloc((size_t)n * 8, "rows"), *src_off = nb_malloc((size_t)n * 8, "src_off");
@@ -207,10 +198,9 @@ static void check_emb_grad_hot(void) {
         float *src = randn_bf(nsrc, 0, 1, bf), *ref = zeros(nu);
         CPU->emb_grad_unique(&cctx, ref, src, src_off, order, seg, NULL, U, E);
         void *dsrc = dev_up(src, nsrc, bf);
-        float *got[3], ms[3] = {0, 0, 0};
-        for (int run = 0; run < 3; run++) { /* new, new, old */
+        float *got[2], ms[2] = {0, 0};
+        for (int run = 0; run < 2; run++) {
             void *dd = dev_nan(nu, 0);
-            nb_cuda_ctr_kernels_set(run < 2);
             gpu(bf)->emb_grad_unique(&gctx, dd, dsrc, doff, dord, dseg, NULL, U, E); /* warm-up */
             CUDA_CHECK(cudaMemsetAsync(dd, 0xff, nu * 4, st));
             CUDA_CHECK(cudaEventRecord(e0, st));
@@ -218,20 +208,17 @@ static void check_emb_grad_hot(void) {
             CUDA_CHECK(cudaEventRecord(e1, st));
             CUDA_CHECK(cudaEventSynchronize(e1));
             CUDA_CHECK(cudaEventElapsedTime(&ms[run], e0, e1));
-            nb_cuda_ctr_kernels_set(1);
             got[run] = dev_get(dd, nu, 0);
             dev_free(dd);
         }
         char what[96];
         snprintf(what, sizeof what, "emb_grad_unique hot row (100k of %d lookups, U=%d)", n, U);
         int same = memcmp(got[0], ref, nu * 4) == 0;
-        printf("    %-58s %-4s %s; %.3f ms (old kernel %.3f ms)\n", what, MODE[bf],
-               same ? "same bits as the CPU" : "DIFFERENT", ms[0], ms[2]);
+        printf("    %-58s %-4s %s; %.3f ms\n", what, MODE[bf], same ? "same bits as the CPU" : "DIFFERENT", ms[0]);
         CHECK(same, "%s (%s): differs from the CPU (rel err %.3g)", what, MODE[bf], rel_err(got[0], ref, nu));
         expect_same("emb_grad_unique hot row, two runs", got[0], got[1], nu);
-        expect_same("emb_grad_unique hot row, old kernel vs new", got[0], got[2], nu);
         dev_free(dsrc), free(src), free(ref);
-        for (int run = 0; run < 3; run++) free(got[run]);
+        for (int run = 0; run < 2; run++) free(got[run]);
     }
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
@@ -814,10 +801,9 @@ static void check_seqattn_lens(const int *lens, int B, int max_len, int H, int E
     void *drl = dev_up(rlse, nl, 0);
     char tag[128], what[192];
     snprintf(tag, sizeof tag, "seqattn B=%d nh=%d longest=%d max_len=%d HS=%d", B, nh, longest, max_len, E / H);
-    float *out[3], *lse[3], *g[3];
-    for (int v = 0; v < 3; v++) { /* 0: table (new kernels), 1: tensor-core entry points, 2: old kernels */
+    float *out[2], *lse[2], *g[2];
+    for (int v = 0; v < 2; v++) { /* 0: the table, 1: the tensor-core entry points */
         void *o = dev_nan(no, bf), *l = dev_nan(nl, 0), *gd = dev_up(init, nq, bf);
-        nb_cuda_ctr_kernels_set(v != 2);
         if (v == 1) {
             CHECK(nb_cuda_seqattn_tc_forward_bf16(o, l, dq, doff, B, max_len, H, E, st) == 1 &&
                       nb_cuda_seqattn_tc_backward_bf16(gd, ddo, dq, dro, drl, doff, B, max_len, H, E, st) == 1,
@@ -826,25 +812,21 @@ static void check_seqattn_lens(const int *lens, int B, int max_len, int H, int E
             gpu(bf)->seqattn_fwd(&gctx, o, l, dq, doff, B, max_len, H, E);
             gpu(bf)->seqattn_bwd(&gctx, gd, ddo, dq, dro, drl, doff, B, max_len, H, E);
         }
-        nb_cuda_ctr_kernels_set(1);
         out[v] = dev_get(o, no, bf), lse[v] = dev_get(l, nl, 0), g[v] = dev_get(gd, nq, bf);
         dev_free(o), dev_free(l), dev_free(gd);
     }
-    for (int v = 0; v < 3; v += 2) {
-        const char *k = v == 0 ? "tensor cores" : "old kernels";
-        snprintf(what, sizeof what, "%s fwd out (%s)", tag, k);
-        expect_close(what, bf, out[v], rout, no);
-        snprintf(what, sizeof what, "%s fwd lse (%s)", tag, k);
-        expect_close(what, bf, lse[v], rlse, nl);
-        snprintf(what, sizeof what, "%s bwd dqkv (%s)", tag, k);
-        expect_grad(what, bf, g[v], rg, init, nq);
-    }
+    snprintf(what, sizeof what, "%s fwd out (tensor cores)", tag);
+    expect_close(what, bf, out[0], rout, no);
+    snprintf(what, sizeof what, "%s fwd lse (tensor cores)", tag);
+    expect_close(what, bf, lse[0], rlse, nl);
+    snprintf(what, sizeof what, "%s bwd dqkv (tensor cores)", tag);
+    expect_grad(what, bf, g[0], rg, init, nq);
     expect_same("seqattn fwd out: the table's bf16 path is the tensor-core kernel's", out[0], out[1], no);
     expect_same("seqattn fwd lse: the table's bf16 path is the tensor-core kernel's", lse[0], lse[1], nl);
     expect_same("seqattn bwd dqkv: the table's bf16 path is the tensor-core kernel's", g[0], g[1], nq);
     dev_free(doff), dev_free(dq), dev_free(ddo), dev_free(dro), dev_free(drl);
     free(off), free(qkv), free(dout), free(rout), free(rlse), free(rout_b), free(g0), free(init), free(rg);
-    for (int v = 0; v < 3; v++) free(out[v]), free(lse[v]), free(g[v]);
+    for (int v = 0; v < 2; v++) free(out[v]), free(lse[v]), free(g[v]);
 }
 
 TEST_CASE(test_seqattn) {
@@ -852,9 +834,6 @@ TEST_CASE(test_seqattn) {
     check_seqattn(40, 256, 4, 64); /* the target's heads; histories past one 128-row tile */
     check_seqattn(23, 100, 2, 40); /* head size 20, padded to 32 */
     check_seqattn(7, 300, 2, 128); /* head size 64 (tensor cores in bf16) */
-    nb_cuda_ctr_kernels_set(0);    /* the old kernels keep their tests */
-    check_seqattn(40, 256, 4, 64);
-    nb_cuda_ctr_kernels_set(1);
     static const int one[] = {1}, odd[] = {0, 1, 15, 16, 17, 63, 64, 65, 100, 0, 256, 3, 129};
     check_seqattn_lens(one, 1, 1, 4, 64);    /* B = 1, one row */
     check_seqattn_lens(odd, 13, 256, 4, 64); /* tile and chunk edges, a max_len history */
@@ -939,40 +918,12 @@ static void check_targetattn(int B, int max_len, int E, int fused) {
     free(off);
 }
 
-/* The warp-per-sample kernels take the model's shapes (the table's bf16 results are theirs). */
-static void check_targetattn_dispatch(void) {
-    int B = 33, max_len = 256, E = 64, nh = 0;
-    int32_t *off = make_offsets(B, max_len, &nh);
-    size_t nq = (size_t)B * E, nkv = (size_t)nh * 2 * E;
-    float *q = randn_bf(nq, 0, 2, 1), *kv = randn_bf(nkv, 0, 1, 1);
-    void *doff = dev_raw(off, ((size_t)B + 1) * 4), *dq = dev_up(q, nq, 1), *dkv = dev_up(kv, nkv, 1);
-    void *p[2], *a[2];
-    for (int v = 0; v < 2; v++) {
-        p[v] = dev_nan(nq, 1), a[v] = dev_nan(nh, 0);
-        if (v == 0) gpu(1)->targetattn_fwd(&gctx, p[v], a[v], dq, dkv, dev_at(dkv, E, 1), doff, B, max_len, E, 2 * E);
-        else CHECK(nb_cuda_targetattn_warp_forward_bf16(p[v], a[v], dq, dkv, dev_at(dkv, E, 1), doff, B, max_len, E,
-                                                        2 * E, st) == 1,
-                   "the warp-per-sample target attention refused the model's shape");
-    }
-    float *h[4] = {dev_get(p[0], nq, 1), dev_get(p[1], nq, 1), dev_get(a[0], nh, 0), dev_get(a[1], nh, 0)};
-    expect_same("targetattn fwd pooled: the table's bf16 path is the warp-per-sample kernel's", h[0], h[1], nq);
-    expect_same("targetattn fwd attn: the table's bf16 path is the warp-per-sample kernel's", h[2], h[3], nh);
-    for (int i = 0; i < 4; i++) free(h[i]);
-    for (int v = 0; v < 2; v++) dev_free(p[v]), dev_free(a[v]);
-    dev_free(doff), dev_free(dq), dev_free(dkv);
-    free(off), free(q), free(kv);
-}
-
 TEST_CASE(test_targetattn) {
     check_targetattn(61, 37, 12, 0);
     check_targetattn(45, 300, 64, 1); /* histories past one 256-key chunk */
-    check_targetattn(45, 256, 64, 1); /* bf16: the warp-per-sample kernels (max_len <= 256) */
+    check_targetattn(45, 256, 64, 1);
     check_targetattn(30, 70, 64, 0);
     check_targetattn(1, 1, 64, 1);
-    nb_cuda_ctr_kernels_set(0); /* the old kernels keep their tests */
-    check_targetattn(45, 256, 64, 1);
-    nb_cuda_ctr_kernels_set(1);
-    check_targetattn_dispatch();
 }
 
 /* ---- timing (test_ops_ctr_cuda --bench [SPEC [TABLE_CAP [B]]]): every op of the seqctr model's
@@ -1391,33 +1342,6 @@ static void op_grad_unique(void) {
     CO->emb_grad_unique(CX, BD.ugrad, BD.dsrc, BD.src, BD.order, BD.seg, NULL, BT.U, nE);
 }
 
-/* the previous kernels of the ops issue 19 replaced (NB_CTR_KERNELS=old), for the comparison */
-static void op_seqattn_f_old(void) {
-    nb_cuda_ctr_kernels_set(0);
-    op_seqattn_f();
-    nb_cuda_ctr_kernels_set(1);
-}
-static void op_seqattn_b_old(void) {
-    nb_cuda_ctr_kernels_set(0);
-    op_seqattn_b();
-    nb_cuda_ctr_kernels_set(1);
-}
-static void op_targetattn_f_old(void) {
-    nb_cuda_ctr_kernels_set(0);
-    op_targetattn_f();
-    nb_cuda_ctr_kernels_set(1);
-}
-static void op_targetattn_b_old(void) {
-    nb_cuda_ctr_kernels_set(0);
-    op_targetattn_b();
-    nb_cuda_ctr_kernels_set(1);
-}
-static void op_grad_unique_old(void) {
-    nb_cuda_ctr_kernels_set(0);
-    op_grad_unique();
-    nb_cuda_ctr_kernels_set(1);
-}
-
 /* optimizers */
 static void op_adagrad(void) { CO->rowwise_adagrad(CX, BD.emb, BD.eacc, BD.uniq, BD.ugrad, NULL, BT.U, nE, 0.05f, 1e-8f); }
 static void op_upload_k(void) { BE->to_backend(CX, BD.k, BD.hk, 2 * sizeof(nb_adamw_scalars)); }
@@ -1615,18 +1539,6 @@ static void build_ops(void) {
     ph = BN_EXTRA;
     add_op(ph, 1, "adamw per tensor", 0, (28.0 + (LOWP ? 2 : 0)) * BNUSED, op_adamw_tensors,
            "%d launches, %zu params", BNT, BNUSED);
-    /* the previous kernels (the same entries with NB_CTR_KERNELS=old): bn_print_old_new pairs
-     * each with the op of the same name above it */
-    add_op(ph, 1, "seqattn_fwd old", 4 * S2 * E, es * (nh * 3 * E + nh * E) + 4 * nh * BT.H + 4 * (B + 1),
-           op_seqattn_f_old, "B=%d L=%d H=%d E=%d nh=%d", iB, BT.L, BT.H, iE, inh);
-    add_op(ph, 1, "seqattn_bwd old", 10 * S2 * E, es * (3 * nh * E + 2 * nh * E + 6 * nh * E) + 4 * nh * BT.H,
-           op_seqattn_b_old, "B=%d L=%d H=%d E=%d nh=%d", iB, BT.L, BT.H, iE, inh);
-    add_op(ph, 1, "targetattn_fwd old", 4 * nh * E, es * (2 * B * E + 2 * nh * E) + 4 * nh + 4 * (B + 1),
-           op_targetattn_f_old, "B=%d E=%d ldkv=%d nh=%d", iB, iE, 2 * iE, inh);
-    add_op(ph, 1, "targetattn_bwd old", 8 * nh * E, es * (4 * B * E + 6 * nh * E) + 4 * nh + 4 * (B + 1),
-           op_targetattn_b_old, "B=%d E=%d ldkv=%d nh=%d", iB, iE, 2 * iE, inh);
-    add_op(ph, 1, "emb_grad_unique old", 0, es * n * E + 12 * n + 4 * (U + 1) + 4 * U * E, op_grad_unique_old,
-           "n=%d U=%d (max group %d)", BT.nlk, BT.U, BT.max_group);
     NB_ASSERT(BK == BNOPS);
 }
 
@@ -1961,31 +1873,6 @@ static void bn_print(void) {
            tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], BMODEL_STEP, BMODEL_LOSS);
 }
 
-/* Issue 19's kernels against the ones they replaced, bf16 (and fp32), one launch alone (kernel
- * time, cold L2), with the rate against the H200's ceilings: bf16 tensor cores ~790 TFLOP/s dense,
- * HBM ~4.2 TB/s (the larger fraction says which one bounds the op). */
-static void bn_print_old_new(void) {
-    static const char *pairs[][2] = {{"seqattn_fwd", "seqattn_fwd old"},
-                                     {"seqattn_bwd", "seqattn_bwd old"},
-                                     {"targetattn_fwd", "targetattn_fwd old"},
-                                     {"targetattn_bwd", "targetattn_bwd old"},
-                                     {"emb_grad_unique", "emb_grad_unique old"}};
-    printf("\nissue 19 kernels, new vs old (us of one launch alone; %% of the ceilings 790 TFLOP/s bf16, 4.2 TB/s):\n");
-    printf("  %-18s %9s %9s %8s | %9s %7s %7s | %9s %9s\n", "op", "new bf16", "old bf16", "speedup", "GB/s",
-           "% HBM", "% TC", "new fp32", "old fp32");
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
-        const bn_op *a = NULL, *b = NULL;
-        for (int i = 0; i < BNOPS; i++) {
-            if (!strcmp(BOPS[i].name, pairs[k][0])) a = &BOPS[i];
-            if (!strcmp(BOPS[i].name, pairs[k][1])) b = &BOPS[i];
-        }
-        if (!a || !b) continue;
-        double t = a->alone[0], gbs = a->bytes[0] / t / 1e3, tf = a->flop / t / 1e6;
-        printf("  %-18s %9.1f %9.1f %7.1fx | %9.0f %6.1f%% %6.2f%% | %9.1f %9.1f\n", pairs[k][0], t, b->alone[0],
-               b->alone[0] / t, gbs, 100 * gbs / 4200, 100 * tf / 790, a->alone[1], b->alone[1]);
-    }
-}
-
 static void bench(int argc, char **argv) {
     snprintf(BT.spec, sizeof BT.spec, "%s", argc > 0 ? argv[0] : "synth:cap=1000000,max_len=256");
     BT.table_cap = argc > 1 ? atoll(argv[1]) : 1000000;
@@ -2026,7 +1913,6 @@ static void bench(int argc, char **argv) {
         fflush(stdout);
     }
     bn_print();
-    bn_print_old_new();
     CUDA_CHECK(cudaFree(BFILL));
     for (int i = 0; i <= BN_MAXSEQ; i++) CUDA_CHECK(cudaEventDestroy(BEV[i]));
     free(BT.dense), free(BT.label), free(BT.cat), free(BT.target), free(BT.hist), free(BT.hist_len), free(BT.off);

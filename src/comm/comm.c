@@ -125,7 +125,7 @@ nb_comm *nb_comm_create(nb_lanes *L, const nb_backend_i *be, const nb_comm_opts 
             snprintf(name, sizeof name, "%s-ce", o->name ? o->name : "comm");
             c->ce_lane = nb_lane_create(L, name, NB_LANE_HOST);
         }
-        c->ce = nb_comm_ce_create(c);
+        c->ce = nb_comm_ce_create(c, o->sm_free_staged);
     }
 #endif
     return c;

@@ -157,6 +157,9 @@ typedef struct nb_comm_opts {
     /* GPU backends: all-gather and all-to-all(-v) by copy engines on a host lane (see the file
      * comment); the CPU backend (kind mpi) refuses it. */
     int sm_free;
+    /* For the tests: sm_free takes the host-staged path (that of several machines) even when
+     * every rank is on one machine, where it would take CUDA IPC. */
+    int sm_free_staged;
 } nb_comm_opts;
 
 /* Collective over every rank (each creates its instances in the same order). backend says where
@@ -170,6 +173,13 @@ nb_comm_kind nb_comm_get_kind(const nb_comm *c); /* auto resolved */
 nb_lane *nb_comm_lane(nb_comm *c); /* the reductions' lane (sm_free's copy-engine ops may run on another) */
 /* Step number for the spans of the ops enqueued from now on (per-step statistics). */
 void nb_comm_set_step(nb_comm *c, int step);
+/* For the tests, so that small buffers cover several segments and messages: the instance's
+ * all-reduce / reduce-scatter segment size and largest MPI message (the defaults 64 MiB and
+ * 4 MiB; 0 restores one). */
+void nb_comm_set_message_sizes(nb_comm *c, size_t seg_bytes, size_t piece_bytes);
+/* For the tests: 0 closes every sm_free peer mapping at the end of each op instead of keeping it
+ * for the next op on the same buffer (1, the default). CUDA builds, sm_free instances only. */
+void nb_comm_set_sm_free_keep_maps(nb_comm *c, int keep);
 
 /* ---- collectives ----
  * Each op is enqueued on the instance's lane (with sm_free all-gather and all-to-all on its

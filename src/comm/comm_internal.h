@@ -21,7 +21,7 @@
 typedef struct nb_hc_req {
     int peer;
     int is_recv;
-    size_t bytes; /* of this MPI message (a piece of at most nb_hc_piece_bytes) */
+    size_t bytes; /* of this MPI message (a piece of at most nb_hc.piece_bytes) */
 } nb_hc_req;
 
 typedef struct nb_hc {
@@ -35,6 +35,8 @@ typedef struct nb_hc {
     int nreq, cap;
     int rank, size;
     double timeout_s;
+    size_t piece_bytes; /* the largest MPI message (4 MiB; nb_hc_set_sizes) */
+    size_t seg_bytes;   /* all-reduce and reduce-scatter segments (64 MiB) */
     const char *what; /* the op in progress, for messages ("all-reduce") */
     const char *label; /* its span name when it has one */
     uint64_t seq;     /* its number on this communicator */
@@ -44,15 +46,13 @@ typedef struct nb_hc {
     size_t scratch_cap;
 } nb_hc;
 
-/* Sizes of MPI messages (1 GiB) and of all-reduce segments (64 MiB): variables so that the tests
- * can shrink them and cover pieces and segments with small buffers. */
-extern size_t nb_hc_piece_bytes;
-extern size_t nb_hc_seg_bytes;
-
 /* comm: an MPI communicator of its own (the caller dups it), or MPI_COMM_NULL-equivalent when
  * size == 1 (pass NULL). */
 void nb_hc_init(nb_hc *h, void *mpi_comm, int rank, int size, double timeout_s);
 void nb_hc_free(nb_hc *h);
+/* The segment and message sizes of h's collectives (0: the default); nb_comm_set_message_sizes
+ * sets an instance's. */
+void nb_hc_set_sizes(nb_hc *h, size_t seg_bytes, size_t piece_bytes);
 /* Names the op for messages and tags; call before each op. */
 void nb_hc_begin(nb_hc *h, const char *what, const char *label, uint64_t seq);
 
@@ -144,15 +144,12 @@ int nb_comm_gpus_unique(void);
 /* comm_peer.c: --comm-sm-free's all-gather and all-to-all-v (collective create; c's kind, lane
  * and, for the host kind, its hc and staging are set up first). */
 typedef struct nb_comm_ce nb_comm_ce;
-nb_comm_ce *nb_comm_ce_create(nb_comm *c);
+/* staged: the host-staged path even when every rank is on one machine (nb_comm_opts.sm_free_staged) */
+nb_comm_ce *nb_comm_ce_create(nb_comm *c, int staged);
 void nb_comm_ce_destroy(nb_comm_ce *ce); /* its lane drained first */
 void nb_comm_ce_run(nb_comm_ce *ce, const nb_comm_op *op);
-/* For the tests: 1 takes the host-staged path even when every rank is on one machine (the path
- * of several machines, checked on one); 0 (the default) takes CUDA IPC there. Read at create. */
-extern int nb_comm_ce_staged;
-/* For the tests: 0 closes every peer mapping at the end of each op instead of keeping it for the
- * next op on the same buffer (1, the default). Read at each op. */
-extern int nb_comm_ce_keep_maps;
+/* nb_comm_set_message_sizes for ce's own collectives (ce may be NULL: nothing) */
+void nb_comm_ce_set_message_sizes(nb_comm_ce *ce, size_t seg_bytes, size_t piece_bytes);
 #endif
 #if defined(NB_WITH_CUDA) && defined(NB_WITH_NCCL)
 void nb_comm_nccl_create(nb_comm *c);

@@ -51,9 +51,6 @@
     "allocation (the backend's alloc; memory of cudaMallocAsync pools, cuMemCreate or "             \
     "cudaMallocManaged has no IPC handle); or drop --comm-sm-free"
 
-int nb_comm_ce_staged = 0;
-int nb_comm_ce_keep_maps = 1;
-
 typedef struct {
     cudaIpcMemHandle_t handle;
     char *ptr;     /* its mapping here (the exporter's allocation base); NULL: slot free */
@@ -79,6 +76,7 @@ struct nb_comm_ce {
     nb_comm_stage *stage;   /* several machines: the staged path (the host kind's own, or owned) */
     int own_stage;
     int ipc;                /* every rank on this machine */
+    int keep_maps;          /* keep peer mappings for the next op (nb_comm_set_sm_free_keep_maps) */
     int device;             /* current at create: set again on the lane's thread */
     cudaStream_t stream;    /* ipc: the copies */
     PFN_cuMemGetAddressRange_v3020 get_range;
@@ -101,12 +99,13 @@ static void open_driver(nb_comm_ce *ce) {
     ce->get_range = (PFN_cuMemGetAddressRange_v3020)fn;
 }
 
-nb_comm_ce *nb_comm_ce_create(nb_comm *c) {
+nb_comm_ce *nb_comm_ce_create(nb_comm *c, int staged) {
     nb_comm_ce *ce = nb_calloc(1, sizeof *ce, "sm-free comm");
     ce->c = c;
+    ce->keep_maps = 1;
     CUDA_CHECK(cudaGetDevice(&ce->device));
     /* the same answer on every rank: all local, or (several machines) none sees them all */
-    ce->ipc = nb_comm_local_size() == c->size && !nb_comm_ce_staged;
+    ce->ipc = nb_comm_local_size() == c->size && !staged;
     if (c->kind == NB_COMM_HOST) {
         ce->hc = &c->hc;
         ce->stage = c->impl;
@@ -124,6 +123,16 @@ nb_comm_ce *nb_comm_ce_create(nb_comm *c) {
         }
     }
     return ce;
+}
+
+void nb_comm_ce_set_message_sizes(nb_comm_ce *ce, size_t seg_bytes, size_t piece_bytes) {
+    if (ce && ce->hc == &ce->own_hc) nb_hc_set_sizes(&ce->own_hc, seg_bytes, piece_bytes);
+}
+
+void nb_comm_set_sm_free_keep_maps(nb_comm *c, int keep) {
+    NB_CHECK(c->ce, "this is a bug in the caller; please report it",
+             "nb_comm_set_sm_free_keep_maps on an instance without --comm-sm-free");
+    c->ce->keep_maps = keep != 0;
 }
 
 static void close_maps(nb_comm_ce *ce) {
@@ -270,7 +279,7 @@ static void dcopy(nb_comm_ce *ce, void *dst, const void *src, size_t bytes) {
 /* This rank's copies are done; leave once every rank's copies (into this rank too) are. */
 static void finish(nb_comm_ce *ce) {
     CUDA_CHECK(cudaStreamSynchronize(ce->stream));
-    if (!nb_comm_ce_keep_maps) close_maps(ce);
+    if (!ce->keep_maps) close_maps(ce);
     nb_hc_barrier(ce->hc);
 }
 

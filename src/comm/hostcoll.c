@@ -11,7 +11,7 @@
  * Why point-to-point for everything: each wait knows which peer it waits for, so a timeout names
  * the rank that died or stalled instead of "a collective timed out". Waits are nonblocking
  * requests polled (MPI_Testsome) against a deadline that restarts whenever data arrives.
- * Messages are pieces of at most nb_hc_piece_bytes (completions pace the waits); every (pair, op) sends
+ * Messages are pieces of at most piece_bytes (completions pace the waits); every (pair, op) sends
  * at least one message, a zero-byte one for a zero count, so a count that disagrees between two
  * ranks shows as a size mismatch that names both ranks, not as a timeout. */
 #ifndef _GNU_SOURCE
@@ -26,14 +26,14 @@
 #include "comm/comm_internal.h"
 #include "core.h"
 
-/* The largest MPI message. Not larger than this: a wait counts as idle while no request
- * completes, and MPI moves a big message (shared-memory copy-in/out) only while it is polled, so
- * one 35 MB piece let the backoff below sleep between polls: a 70 MB all-reduce of two ranks on
- * one GPU took 195 ms (session 9). 4 MB pieces complete every millisecond or so. */
-size_t nb_hc_piece_bytes = (size_t)4 << 20;
-/* All-reduce and reduce-scatter work in segments of this many bytes: the scratch that holds the
- * other ranks' slices stays this size whatever the buffer. */
-size_t nb_hc_seg_bytes = (size_t)64 << 20;
+/* The largest MPI message (nb_hc.piece_bytes). Not larger than this: a wait counts as idle while no
+ * request completes, and MPI moves a big message (shared-memory copy-in/out) only while it is
+ * polled, so one 35 MB piece let the backoff below sleep between polls: a 70 MB all-reduce of two
+ * ranks on one GPU took 195 ms (session 9). 4 MB pieces complete every millisecond or so. */
+#define NB_HC_PIECE_BYTES ((size_t)4 << 20)
+/* All-reduce and reduce-scatter work in segments of this many bytes (nb_hc.seg_bytes): the
+ * scratch that holds the other ranks' slices stays this size whatever the buffer. */
+#define NB_HC_SEG_BYTES ((size_t)64 << 20)
 #define NB_HC_SUM_BLOCK 1024 /* elements summed through a stack buffer at a time */
 
 #define NB_HC_TIMEOUT_HINT                                                                         \
@@ -47,10 +47,24 @@ void nb_hc_init(nb_hc *h, void *mpi_comm, int rank, int size, double timeout_s) 
     h->rank = rank;
     h->size = size;
     h->timeout_s = timeout_s;
+    h->piece_bytes = NB_HC_PIECE_BYTES;
+    h->seg_bytes = NB_HC_SEG_BYTES;
     h->what = "collective";
     h->srcs = nb_malloc((size_t)size * sizeof *h->srcs, "rank-order sum sources");
 #ifdef NB_WITH_MPI
     h->comm = mpi_comm ? *(MPI_Comm *)mpi_comm : MPI_COMM_NULL;
+#endif
+}
+
+void nb_hc_set_sizes(nb_hc *h, size_t seg_bytes, size_t piece_bytes) {
+    h->seg_bytes = seg_bytes ? seg_bytes : NB_HC_SEG_BYTES;
+    h->piece_bytes = piece_bytes ? piece_bytes : NB_HC_PIECE_BYTES;
+}
+
+void nb_comm_set_message_sizes(nb_comm *c, size_t seg_bytes, size_t piece_bytes) {
+    nb_hc_set_sizes(&c->hc, seg_bytes, piece_bytes);
+#ifdef NB_WITH_CUDA
+    nb_comm_ce_set_message_sizes(c->ce, seg_bytes, piece_bytes);
 #endif
 }
 
@@ -130,7 +144,7 @@ static void hc_post(nb_hc *h, int peer, const void *buf, size_t bytes, int is_re
     char *p = buf ? (char *)buf : &empty;
     size_t left = bytes;
     do {
-        size_t piece = left < nb_hc_piece_bytes ? left : nb_hc_piece_bytes;
+        size_t piece = left < h->piece_bytes ? left : h->piece_bytes;
         hc_reserve(h, 1);
         MPI_Request *rq = &h->reqs[h->nreq];
         int rc = is_recv ? MPI_Irecv(p, (int)piece, MPI_BYTE, peer, h->tag, h->comm, rq)
@@ -311,7 +325,7 @@ void nb_hc_all_reduce(nb_hc *h, const void *send, void *recv, size_t count, nb_c
         if (send != recv) memmove(recv, send, count * es);
         return;
     }
-    size_t seg = nb_hc_seg_bytes / es < (size_t)N ? (size_t)N : nb_hc_seg_bytes / es;
+    size_t seg = h->seg_bytes / es < (size_t)N ? (size_t)N : h->seg_bytes / es;
     for (size_t off = 0; off < count; off += seg) {
         size_t len = count - off < seg ? count - off : seg;
         size_t slot = (len + (size_t)N - 1) / (size_t)N * es; /* bytes of the largest slice */
@@ -346,7 +360,7 @@ void nb_hc_reduce_scatter(nb_hc *h, const void *send, void *recv, size_t count, 
         if (send != recv) memmove(recv, send, count * es);
         return;
     }
-    size_t seg = nb_hc_seg_bytes / es / (size_t)N;
+    size_t seg = h->seg_bytes / es / (size_t)N;
     if (seg == 0) seg = 1;
     for (size_t off = 0; off < count; off += seg) {
         size_t len = count - off < seg ? count - off : seg;

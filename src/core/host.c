@@ -24,8 +24,6 @@
 void openblas_set_num_threads(int num_threads);
 
 size_t nb_host_mem_available(void) {
-    const char *env = getenv("NB_HOST_MEM_LIMIT");
-    if (env && *env) return (size_t)strtoull(env, NULL, 10);
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];

@@ -2,8 +2,8 @@
 #ifndef NB_HOST_H
 #define NB_HOST_H
 #include <stddef.h>
-/* Bytes of host memory available now (MemAvailable), or 0 when unknown (= no budget).
- * NB_HOST_MEM_LIMIT (bytes) overrides it. */
+/* Bytes of host memory available now (MemAvailable), or 0 when unknown (= no budget); the run's
+ * --host-mem-limit caps what a plan may use. */
 size_t nb_host_mem_available(void);
 /* Cores this process may run on: its CPU affinity mask (taskset, cgroups' cpusets), else the
  * online CPUs; at least 1. */

@@ -659,12 +659,12 @@ static void tf_sync_to_host(nb_run *r) {
     if (nb_tf_on_device(tr)) nb_run_on_compute(r, "download state", work_download_state, &tr->whole);
 }
 
-/* Which attention ran, when cuDNN's was asked for (a refusal falls back to ours silently after
- * one notice, so the summary says how often each ran). */
+/* Which attention ran, when --attn asked for cuDNN's (a refusal falls back to ours silently
+ * after one notice, so the summary says how often each ran). */
 static void tf_summary(nb_run *r, int steps_run) {
     (void)r, (void)steps_run;
 #ifdef NB_WITH_CUDA
-    nb_attn_report();
+    nb_attn_report(r->backend);
 #endif
 }
 

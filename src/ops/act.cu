@@ -53,96 +53,94 @@ static __device__ __forceinline__ size_t swiglu_vec_gate(size_t k, int F, int ve
     return k * vec + k / (size_t)(F / vec) * F;
 }
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+template <typename T> static __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(out + i, gelu_f(nb_ld(inp + i)));
+}
+template <typename T> static __global__ void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(dinp + i, nb_ld(dinp + i) + gelu_grad_f(nb_ld(inp + i)) * nb_ld(dout + i));
+}
+/* x = gelu'(pre) * x in place: the unfused half of nb_cuda_matmul_dgelu_backward */
+template <typename T> static __global__ void gelu_bwd_scale_kernel(T *x, const T *pre, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(x + i, gelu_grad_f(nb_ld(pre + i)) * nb_ld(x + i));
+}
 
-#define DEF_ACT_KERNELS(T)                                                                         \
-    static __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n) {                       \
-        GRID_STRIDE(i, n) nb_st(out + i, gelu_f(nb_ld(inp + i)));                                  \
-    }                                                                                              \
-    static __global__ void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {       \
-        GRID_STRIDE(i, n) nb_st(dinp + i, nb_ld(dinp + i) + gelu_grad_f(nb_ld(inp + i)) * nb_ld(dout + i)); \
-    }                                                                                              \
-    /* x = gelu'(pre) * x in place: the unfused half of nb_cuda_matmul_dgelu_backward */        \
-    static __global__ void gelu_bwd_scale_kernel(T *x, const T *pre, size_t n) {                   \
-        GRID_STRIDE(i, n) nb_st(x + i, gelu_grad_f(nb_ld(pre + i)) * nb_ld(x + i));                \
-    }                                                                                              \
-    static __global__ void swiglu_fwd_kernel(T *out, const T *gu, int F, size_t n) {               \
-        GRID_STRIDE(i, n) {                                                                        \
-            size_t row = i / F, col = i % F;                                                       \
-            nb_st(out + i, swiglu_f(nb_ld(gu + row * 2 * F + col), nb_ld(gu + row * 2 * F + F + col))); \
-        }                                                                                          \
-    }                                                                                              \
-    static __global__ void swiglu_bwd_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) { \
-        GRID_STRIDE(i, n) {                                                                        \
-            size_t row = i / F, col = i % F;                                                       \
-            size_t ig = row * 2 * F + col, iu = ig + F;                                            \
-            float dg, du;                                                                          \
-            swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);              \
-            nb_st(dgu + ig, nb_ld(dgu + ig) + dg);                                                 \
-            nb_st(dgu + iu, nb_ld(dgu + iu) + du);                                                 \
-        }                                                                                          \
-    }                                                                                              \
-    /* the same, writing dgu (=) instead of adding to it */                                      \
-    static __global__ void swiglu_bwd_set_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) { \
-        GRID_STRIDE(i, n) {                                                                        \
-            size_t row = i / F, col = i % F;                                                       \
-            size_t ig = row * 2 * F + col, iu = ig + F;                                            \
-            float dg, du;                                                                          \
-            swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);              \
-            nb_st(dgu + ig, dg);                                                                   \
-            nb_st(dgu + iu, du);                                                                   \
-        }                                                                                          \
-    }                                                                                              \
-    /* The vector forms of the three (swiglu_vec_ok): thread k owns output columns            \
-     * [k * VEC, k * VEC + VEC) of one row, and the gate, up and gradient columns under them;     \
-     * it loads all it reads before it stores, as the scalar kernels do element by element. */   \
-    static __global__ void swiglu_fwd_vec_kernel(T *out, const T *gu, int F, size_t nv) {          \
-        GRID_STRIDE(k, nv) {                                                                       \
-            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
-            float g[VEC(T)], u[VEC(T)];                                                            \
-            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u);                                            \
-            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) g[e] = swiglu_f(g[e], u[e]);        \
-            st_vec(out + k * VEC(T), g);                                                           \
-        }                                                                                          \
-    }                                                                                              \
-    /* acc: dgu += the gradient (swiglu_bwd_kernel's sums), else dgu = it (the _set kernel's) */  \
-    static __global__ void swiglu_bwd_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv, \
-                                                 int acc) {                                        \
-        GRID_STRIDE(k, nv) {                                                                       \
-            size_t ig = swiglu_vec_gate(k, F, VEC(T));                                             \
-            float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];                        \
-            ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);             \
-            if (acc) ld_vec(dgu + ig, dg), ld_vec(dgu + ig + F, du);                               \
-            _Pragma("unroll") for (int e = 0; e < VEC(T); e++) {                                   \
-                float a, b;                                                                        \
-                swiglu_grad_f(g[e], u[e], dy[e], &a, &b);                                          \
-                dg[e] = acc ? dg[e] + a : a, du[e] = acc ? du[e] + b : b;                          \
-            }                                                                                      \
-            st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);                                        \
-        }                                                                                          \
-    }                                                                                              \
-    static __global__ void residual_kernel(T *out, const T *a, const T *b, size_t n) {             \
-        GRID_STRIDE(i, n) nb_st(out + i, nb_ld(a + i) + nb_ld(b + i));                             \
-    }                                                                                              \
-    static __global__ void add_inplace_kernel(T *dst, const T *src, size_t n) {                    \
-        GRID_STRIDE(i, n) nb_st(dst + i, nb_ld(dst + i) + nb_ld(src + i));                         \
+template <typename T> static __global__ void swiglu_fwd_kernel(T *out, const T *gu, int F, size_t n) {
+    NB_GRID_STRIDE(i, n) {
+        size_t row = i / F, col = i % F;
+        nb_st(out + i, swiglu_f(nb_ld(gu + row * 2 * F + col), nb_ld(gu + row * 2 * F + F + col)));
     }
-NB_FOR_EACH_DTYPE(DEF_ACT_KERNELS)
-
-static __global__ void cast_f32_bf16_kernel(nb_bf16_t *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) nb_st(dst + i, src[i]);
 }
-static __global__ void cast_bf16_f32_kernel(float *dst, const nb_bf16_t *src, size_t n) {
-    GRID_STRIDE(i, n) dst[i] = nb_ld(src + i);
+template <typename T> static __global__ void swiglu_bwd_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) {
+    NB_GRID_STRIDE(i, n) {
+        size_t row = i / F, col = i % F;
+        size_t ig = row * 2 * F + col, iu = ig + F;
+        float dg, du;
+        swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);
+        nb_st(dgu + ig, nb_ld(dgu + ig) + dg);
+        nb_st(dgu + iu, nb_ld(dgu + iu) + du);
+    }
+}
+/* the same, writing dgu (=) instead of adding to it */
+template <typename T>
+static __global__ void swiglu_bwd_set_kernel(T *dgu, const T *dout, const T *gu, int F, size_t n) {
+    NB_GRID_STRIDE(i, n) {
+        size_t row = i / F, col = i % F;
+        size_t ig = row * 2 * F + col, iu = ig + F;
+        float dg, du;
+        swiglu_grad_f(nb_ld(gu + ig), nb_ld(gu + iu), nb_ld(dout + i), &dg, &du);
+        nb_st(dgu + ig, dg);
+        nb_st(dgu + iu, du);
+    }
+}
+/* The vector forms of the three (swiglu_vec_ok): thread k owns output columns [k * VEC, k * VEC +
+ * VEC) of one row, and the gate, up and gradient columns under them; it loads all it reads
+ * before it stores, as the scalar kernels do element by element. */
+template <typename T> static __global__ void swiglu_fwd_vec_kernel(T *out, const T *gu, int F, size_t nv) {
+    NB_GRID_STRIDE(k, nv) {
+        size_t ig = swiglu_vec_gate(k, F, VEC(T));
+        float g[VEC(T)], u[VEC(T)];
+        ld_vec(gu + ig, g), ld_vec(gu + ig + F, u);
+#pragma unroll
+        for (int e = 0; e < VEC(T); e++) g[e] = swiglu_f(g[e], u[e]);
+        st_vec(out + k * VEC(T), g);
+    }
+}
+/* acc: dgu += the gradient (swiglu_bwd_kernel's sums), else dgu = it (the _set kernel's) */
+template <typename T>
+static __global__ void swiglu_bwd_vec_kernel(T *dgu, const T *dout, const T *gu, int F, size_t nv, int acc) {
+    NB_GRID_STRIDE(k, nv) {
+        size_t ig = swiglu_vec_gate(k, F, VEC(T));
+        float g[VEC(T)], u[VEC(T)], dy[VEC(T)], dg[VEC(T)], du[VEC(T)];
+        ld_vec(gu + ig, g), ld_vec(gu + ig + F, u), ld_vec(dout + k * VEC(T), dy);
+        if (acc) ld_vec(dgu + ig, dg), ld_vec(dgu + ig + F, du);
+#pragma unroll
+        for (int e = 0; e < VEC(T); e++) {
+            float a, b;
+            swiglu_grad_f(g[e], u[e], dy[e], &a, &b);
+            dg[e] = acc ? dg[e] + a : a, du[e] = acc ? du[e] + b : b;
+        }
+        st_vec(dgu + ig, dg), st_vec(dgu + ig + F, du);
+    }
 }
 
-#define LAUNCH_1D(kernel, n, what, ...)                                                            \
-    do {                                                                                           \
-        if ((n) == 0) break;                                                                       \
-        kernel<<<nb_grid_1d((n), THREADS), THREADS, 0, stream>>>(__VA_ARGS__);                     \
-        CUDA_CHECK_LAUNCH(what);                                                                   \
-    } while (0)
+template <typename T> static __global__ void residual_kernel(T *out, const T *a, const T *b, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(out + i, nb_ld(a + i) + nb_ld(b + i));
+}
+template <typename T> static __global__ void add_inplace_kernel(T *dst, const T *src, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(dst + i, nb_ld(dst + i) + nb_ld(src + i));
+}
+/* dst = src in dst's type (bf16: round to nearest even) */
+template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n) {
+    NB_GRID_STRIDE(i, n) nb_st(dst + i, nb_ld(src + i));
+}
+
+/* kernel<<<enough blocks for n threads, THREADS>>>(args) on stream, then the launch check. */
+template <typename... P, typename... A>
+static void launch_1d(void (*kernel)(P...), size_t n, const char *what, cudaStream_t stream, A... args) {
+    if (n == 0) return;
+    kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(args...);
+    CUDA_CHECK_LAUNCH(what);
+}
 
 /* The swiglu vector kernels: F a multiple of the vector, so that with 16-byte aligned bases every
  * row of gu, dgu and out (and every vector in them) is 16-byte aligned too. */
@@ -150,75 +148,127 @@ static int swiglu_vec_ok(int F, int vec, const void *a, const void *b, const voi
     return F % vec == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
-#define DEF_ACT_LAUNCHERS(SFX, T, KT)                                                              \
-    extern "C" void nb_cuda_gelu_forward_##SFX(T *out, const T *inp, size_t n, nb_stream_t stream) { \
-        NB_CUDA_SHAPE(out && inp, "nb_cuda_gelu_forward_" #SFX);                                   \
-        LAUNCH_1D(gelu_fwd_kernel, n, "gelu forward", (KT *)out, (const KT *)inp, n);              \
-    }                                                                                              \
-    extern "C" void nb_cuda_gelu_backward_##SFX(T *dinp, const T *inp, const T *dout, size_t n,    \
-                                                 nb_stream_t stream) {                             \
-        if (!dinp) return;                                                                         \
-        NB_CUDA_SHAPE(inp && dout && (const void *)dinp != (const void *)dout,                     \
-                      "nb_cuda_gelu_backward_" #SFX);                                              \
-        LAUNCH_1D(gelu_bwd_kernel, n, "gelu backward", (KT *)dinp, (const KT *)inp, (const KT *)dout, n); \
-    }                                                                                              \
-    extern "C" void nb_cuda_gelu_backward_scale_##SFX(T *x, const T *pre, size_t n, nb_stream_t stream) { \
-        NB_CUDA_SHAPE(x && pre && (const void *)x != (const void *)pre, "nb_cuda_gelu_backward_scale_" #SFX); \
-        LAUNCH_1D(gelu_bwd_scale_kernel, n, "gelu backward (scale in place)", (KT *)x, (const KT *)pre, n); \
-    }                                                                                              \
-    extern "C" void nb_cuda_swiglu_forward_##SFX(T *out, const T *gu, int N, int F, nb_stream_t stream) { \
-        NB_CUDA_SHAPE(out && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_forward_" #SFX);              \
-        size_t n = (size_t)N * F, nv = n / VEC(KT);                                                \
-        if (swiglu_vec_ok(F, VEC(KT), out, gu, gu))                                                \
-            LAUNCH_1D(swiglu_fwd_vec_kernel, nv, "swiglu forward", (KT *)out, (const KT *)gu, F, nv); \
-        else                                                                                       \
-            LAUNCH_1D(swiglu_fwd_kernel, n, "swiglu forward", (KT *)out, (const KT *)gu, F, n);    \
-    }                                                                                              \
-    static void swiglu_bwd_##SFX(KT *dgu, const KT *dout, const KT *gu, int F, size_t n, int set,   \
-                                 nb_stream_t stream) {                                             \
-        size_t nv = n / VEC(KT);                                                                   \
-        if (!swiglu_vec_ok(F, VEC(KT), dgu, dout, gu)) {                                           \
-            if (set)                                                                               \
-                LAUNCH_1D(swiglu_bwd_set_kernel, n, "swiglu backward (set)", dgu, dout, gu, F, n); \
-            else                                                                                   \
-                LAUNCH_1D(swiglu_bwd_kernel, n, "swiglu backward", dgu, dout, gu, F, n);           \
-        } else {                                                                                   \
-            LAUNCH_1D(swiglu_bwd_vec_kernel, nv, "swiglu backward", dgu, dout, gu, F, nv, !set);   \
-        }                                                                                          \
-    }                                                                                              \
-    extern "C" void nb_cuda_swiglu_backward_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \
-                                                   nb_stream_t stream) {                           \
-        if (!dgu) return;                                                                          \
-        NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_" #SFX);            \
-        swiglu_bwd_##SFX((KT *)dgu, (const KT *)dout, (const KT *)gu, F, (size_t)N * F, 0, stream); \
-    }                                                                                              \
-    extern "C" void nb_cuda_swiglu_backward_set_##SFX(T *dgu, const T *dout, const T *gu, int N, int F, \
-                                                       nb_stream_t stream) {                       \
-        if (!dgu) return;                                                                          \
-        NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, "nb_cuda_swiglu_backward_set_" #SFX);        \
-        size_t n = (size_t)N * F;                                                                  \
-        int set = nb_env_flag("NB_GRAD_SET", 1);                                                   \
-        if (!set && n) CUDA_CHECK(cudaMemsetAsync(dgu, 0, 2 * n * sizeof(T), stream));            \
-        swiglu_bwd_##SFX((KT *)dgu, (const KT *)dout, (const KT *)gu, F, n, set, stream);          \
-    }                                                                                              \
-    extern "C" void nb_cuda_residual_forward_##SFX(T *out, const T *a, const T *b, size_t n,       \
-                                                    nb_stream_t stream) {                          \
-        NB_CUDA_SHAPE(out && a && b, "nb_cuda_residual_forward_" #SFX);                            \
-        LAUNCH_1D(residual_kernel, n, "residual forward", (KT *)out, (const KT *)a, (const KT *)b, n); \
-    }                                                                                              \
-    extern "C" void nb_cuda_add_inplace_##SFX(T *dst, const T *src, size_t n, nb_stream_t stream) { \
-        NB_CUDA_SHAPE(dst && src, "nb_cuda_add_inplace_" #SFX);                                    \
-        LAUNCH_1D(add_inplace_kernel, n, "add in place", (KT *)dst, (const KT *)src, n);           \
-    }
-DEF_ACT_LAUNCHERS(f32, float, float)
-DEF_ACT_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+/* ---- launchers: one template each, and an extern "C" wrapper per dtype ---- */
+
+template <typename T>
+static void gelu_forward(T *out, const T *inp, size_t n, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(out && inp, name);
+    launch_1d(gelu_fwd_kernel<T>, n, "gelu forward", stream, out, inp, n);
+}
+
+template <typename T>
+static void gelu_backward(T *dinp, const T *inp, const T *dout, size_t n, cudaStream_t stream, const char *name) {
+    if (!dinp) return;
+    NB_CUDA_SHAPE(inp && dout && (const void *)dinp != (const void *)dout, name);
+    launch_1d(gelu_bwd_kernel<T>, n, "gelu backward", stream, dinp, inp, dout, n);
+}
+
+template <typename T>
+static void gelu_backward_scale(T *x, const T *pre, size_t n, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(x && pre && (const void *)x != (const void *)pre, name);
+    launch_1d(gelu_bwd_scale_kernel<T>, n, "gelu backward (scale in place)", stream, x, pre, n);
+}
+
+template <typename T>
+static void swiglu_forward(T *out, const T *gu, int N, int F, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(out && gu && N >= 0 && F >= 0, name);
+    size_t n = (size_t)N * F, nv = n / VEC(T);
+    if (swiglu_vec_ok(F, VEC(T), out, gu, gu))
+        launch_1d(swiglu_fwd_vec_kernel<T>, nv, "swiglu forward", stream, out, gu, F, nv);
+    else
+        launch_1d(swiglu_fwd_kernel<T>, n, "swiglu forward", stream, out, gu, F, n);
+}
+
+/* acc: dgu += the gradient (nb_cuda_swiglu_backward); else dgu = it (the _set launchers) */
+template <typename T>
+static void swiglu_backward(T *dgu, const T *dout, const T *gu, int N, int F, int acc, cudaStream_t stream,
+                            const char *name) {
+    if (!dgu) return;
+    NB_CUDA_SHAPE(dout && gu && N >= 0 && F >= 0, name);
+    size_t n = (size_t)N * F, nv = n / VEC(T);
+    if (swiglu_vec_ok(F, VEC(T), dgu, dout, gu))
+        launch_1d(swiglu_bwd_vec_kernel<T>, nv, "swiglu backward", stream, dgu, dout, gu, F, nv, acc);
+    else if (acc)
+        launch_1d(swiglu_bwd_kernel<T>, n, "swiglu backward", stream, dgu, dout, gu, F, n);
+    else
+        launch_1d(swiglu_bwd_set_kernel<T>, n, "swiglu backward (set)", stream, dgu, dout, gu, F, n);
+}
+
+template <typename T>
+static void residual_forward(T *out, const T *a, const T *b, size_t n, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(out && a && b, name);
+    launch_1d(residual_kernel<T>, n, "residual forward", stream, out, a, b, n);
+}
+
+template <typename T>
+static void add_inplace(T *dst, const T *src, size_t n, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(dst && src, name);
+    launch_1d(add_inplace_kernel<T>, n, "add in place", stream, dst, src, n);
+}
+
+extern "C" void nb_cuda_gelu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream) {
+    gelu_forward(out, inp, n, stream, __func__);
+}
+extern "C" void nb_cuda_gelu_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, size_t n, nb_stream_t stream) {
+    gelu_forward(nb_kt(out), nb_kt(inp), n, stream, __func__);
+}
+extern "C" void nb_cuda_gelu_backward_f32(float *dinp, const float *inp, const float *dout, size_t n,
+                                          nb_stream_t stream) {
+    gelu_backward(dinp, inp, dout, n, stream, __func__);
+}
+extern "C" void nb_cuda_gelu_backward_bf16(nb_bf16 *dinp, const nb_bf16 *inp, const nb_bf16 *dout, size_t n,
+                                           nb_stream_t stream) {
+    gelu_backward(nb_kt(dinp), nb_kt(inp), nb_kt(dout), n, stream, __func__);
+}
+extern "C" void nb_cuda_gelu_backward_scale_f32(float *x, const float *pre, size_t n, nb_stream_t stream) {
+    gelu_backward_scale(x, pre, n, stream, __func__);
+}
+extern "C" void nb_cuda_gelu_backward_scale_bf16(nb_bf16 *x, const nb_bf16 *pre, size_t n, nb_stream_t stream) {
+    gelu_backward_scale(nb_kt(x), nb_kt(pre), n, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_forward_f32(float *out, const float *gu, int N, int F, nb_stream_t stream) {
+    swiglu_forward(out, gu, N, F, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_forward_bf16(nb_bf16 *out, const nb_bf16 *gu, int N, int F, nb_stream_t stream) {
+    swiglu_forward(nb_kt(out), nb_kt(gu), N, F, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_backward_f32(float *dgu, const float *dout, const float *gu, int N, int F,
+                                            nb_stream_t stream) {
+    swiglu_backward(dgu, dout, gu, N, F, 1, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_backward_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
+                                             nb_stream_t stream) {
+    swiglu_backward(nb_kt(dgu), nb_kt(dout), nb_kt(gu), N, F, 1, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_backward_set_f32(float *dgu, const float *dout, const float *gu, int N, int F,
+                                                nb_stream_t stream) {
+    swiglu_backward(dgu, dout, gu, N, F, 0, stream, __func__);
+}
+extern "C" void nb_cuda_swiglu_backward_set_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
+                                                 nb_stream_t stream) {
+    swiglu_backward(nb_kt(dgu), nb_kt(dout), nb_kt(gu), N, F, 0, stream, __func__);
+}
+extern "C" void nb_cuda_residual_forward_f32(float *out, const float *a, const float *b, size_t n,
+                                             nb_stream_t stream) {
+    residual_forward(out, a, b, n, stream, __func__);
+}
+extern "C" void nb_cuda_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *a, const nb_bf16 *b, size_t n,
+                                              nb_stream_t stream) {
+    residual_forward(nb_kt(out), nb_kt(a), nb_kt(b), n, stream, __func__);
+}
+extern "C" void nb_cuda_add_inplace_f32(float *dst, const float *src, size_t n, nb_stream_t stream) {
+    add_inplace(dst, src, n, stream, __func__);
+}
+extern "C" void nb_cuda_add_inplace_bf16(nb_bf16 *dst, const nb_bf16 *src, size_t n, nb_stream_t stream) {
+    add_inplace(nb_kt(dst), nb_kt(src), n, stream, __func__);
+}
 
 extern "C" void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t n, nb_stream_t stream) {
-    NB_CUDA_SHAPE(dst && src, "nb_cuda_cast_f32_to_bf16");
-    LAUNCH_1D(cast_f32_bf16_kernel, n, "cast f32 -> bf16", (nb_bf16_t *)dst, src, n);
+    NB_CUDA_SHAPE(dst && src, __func__);
+    launch_1d(cast_kernel<nb_bf16_t, float>, n, "cast f32 -> bf16", stream, nb_kt(dst), src, n);
 }
 
 extern "C" void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream) {
-    NB_CUDA_SHAPE(dst && src, "nb_cuda_cast_bf16_to_f32");
-    LAUNCH_1D(cast_bf16_f32_kernel, n, "cast bf16 -> f32", dst, (const nb_bf16_t *)src, n);
+    NB_CUDA_SHAPE(dst && src, __func__);
+    launch_1d(cast_kernel<float, nb_bf16_t>, n, "cast bf16 -> f32", stream, dst, nb_kt(src), n);
 }

@@ -1,6 +1,7 @@
 /* cuDNN 9's fused flash attention (SDPA) as a second CUDA implementation of the transformer's
- * causal attention, beside our own kernels (attention.cu, attention_fa.cu); NB_ATTN picks one
- * (backend_cuda.c), and every call cuDNN cannot take runs ours.
+ * causal attention, beside our own kernels (attention.cu, attention_fa.cu); the backend
+ * instance's attention mode (nb_backend_set_attn, the CLI's --attn) picks one (backend_cuda.c),
+ * and every call cuDNN cannot take runs ours.
  *
  * Loading. cuDNN is opened with dlopen at the first call and the few functions used are looked
  * up by name: the binary neither links nor needs libcudnn (CI builds without a GPU; a machine
@@ -32,16 +33,45 @@
  * refused.
  *
  * Plans are built on the first call of a shape (operation graph, heuristics mode A, the first
- * engine config that finalizes) and cached per (device, B, T, NH, NKV, HS, direction,
- * deterministic); a key cuDNN refused stays refused, so a refusal costs one build. Scratch (the
+ * engine config that finalizes) and cached per backend instance by (B, T, NH, NKV, HS,
+ * direction, deterministic); a key cuDNN refused stays refused, so a refusal costs one build. Scratch (the
  * backward's softmax_sum and dQ_accum, and cuDNN's workspace) is stream-ordered memory
  * (cudaMallocAsync on the call's stream), as for every launcher of ops_cuda.h: private to the
  * stream, so lanes running attention concurrently never share it, and legal inside a CUDA graph
  * capture (the graph keeps a fixed address). Building a plan is not: a shape first seen while
  * the stream captures is refused (the run's first step is eager, so its shapes are built then).
- * One cuDNN handle per device; one mutex around the cache, the handles and set-stream + execute.
+ * An instance holds its state (nb_attn_state: the cuDNN handle of its device, the plan cache, the
+ * record of which implementation ran) behind a mutex of its own around the cache, the handle and
+ * set-stream + execute. The library itself is opened once per process.
  */
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+#include "ops/backend.h"
 #include "ops/ops_cuda.h"
+
+/* ---- the attention mode of a backend instance (every build: the CLI parses it) ---- */
+
+const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT] = {"auto", "fa", "cudnn", "cudnn-fwd", "cudnn-fast"};
+const char nb_attn_mode_help[] =
+    "auto (the default: cudnn from 512 tokens, fa below), fa (nobubble's kernels), cudnn (cuDNN forward and its "
+    "deterministic backward), cudnn-fwd (cuDNN forward, nobubble's backward) or cudnn-fast (cuDNN forward and its "
+    "faster non-deterministic backward)";
+
+int nb_attn_mode_parse(const char *name, nb_attn_mode *mode) {
+    for (int i = 0; i < NB_ATTN_MODE_COUNT; i++)
+        if (name && strcmp(name, nb_attn_mode_names[i]) == 0) {
+            *mode = (nb_attn_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+void nb_backend_set_attn(nb_backend *b, nb_attn_mode mode) {
+    NB_ASSERT(b && (int)mode >= 0 && mode < NB_ATTN_MODE_COUNT);
+    b->attn = mode;
+}
 
 #ifdef NB_WITH_CUDA
 #include <cuda_runtime.h>
@@ -62,36 +92,37 @@
 #endif
 #endif
 
-#include "core.h"
 #include "cuda_check.h"
 
-static pthread_mutex_t attn_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ---- an instance's state, and which implementation ran ---- */
 
-/* ---- NB_ATTN, and which implementation ran ---- */
-
-static const char *const MODE_NAMES = "auto (the default: cudnn from 512 tokens, fa below), fa (nobubble's kernels), cudnn (cuDNN forward and its "
-                                      "deterministic backward), cudnn-fwd (cuDNN forward, nobubble's backward) "
-                                      "or cudnn-fast (cuDNN forward and its faster non-deterministic backward)";
-
-nb_attn_mode nb_attn_mode_from_env(void) {
-    const char *v = getenv("NB_ATTN");
-    if (!v || !*v || strcmp(v, "auto") == 0) return NB_ATTN_AUTO;
-    if (strcmp(v, "fa") == 0) return NB_ATTN_FA;
-    if (strcmp(v, "cudnn") == 0) return NB_ATTN_CUDNN;
-    if (strcmp(v, "cudnn-fwd") == 0) return NB_ATTN_CUDNN_FWD;
-    if (strcmp(v, "cudnn-fast") == 0) return NB_ATTN_CUDNN_FAST;
-    nb_fail("set NB_ATTN to one of auto, fa, cudnn, cudnn-fwd, cudnn-fast, or unset it",
-            "NB_ATTN=%s is not an attention implementation; the valid ones are %s", v, MODE_NAMES);
-}
-
-nb_attn_mode nb_attn_mode_for(int T) {
-    nb_attn_mode m = nb_attn_mode_from_env();
-    if (m != NB_ATTN_AUTO) return m;
+nb_attn_mode nb_attn_mode_for(nb_attn_mode mode, int T) {
+    if (mode != NB_ATTN_AUTO) return mode;
     return T >= NB_ATTN_AUTO_MIN_T ? NB_ATTN_CUDNN : NB_ATTN_FA;
 }
 
-static nb_attn_record record; /* zero: nothing ran yet (NB_ATTN_RAN_NONE) */
-static int notice_printed;
+#ifdef NB_HAVE_CUDNN_H
+typedef struct dnn_plan dnn_plan;
+#define MAX_PLANS 32
+#endif
+
+struct nb_attn_state {
+    const nb_backend *b; /* its instance: the attention mode the messages name */
+    pthread_mutex_t lock;
+    nb_attn_record record; /* zero: nothing ran yet (NB_ATTN_RAN_NONE) */
+    int notice_printed;
+#ifdef NB_HAVE_CUDNN_H
+    dnn_plan *plans;       /* [MAX_PLANS] */
+    void *handle;          /* cudnnHandle_t of the instance's device, made at the first plan */
+#endif
+};
+
+/* The instance's state (the CUDA backend creates it with the instance). */
+static nb_attn_state *state_of(const nb_backend *b) {
+    NB_CHECK(b && b->attn_state, "this is a bug in nobubble; please report it",
+             "cuDNN attention called without a CUDA backend instance");
+    return b->attn_state;
+}
 
 const char *nb_attn_ran_name(nb_attn_ran r) {
     switch (r) {
@@ -102,52 +133,53 @@ const char *nb_attn_ran_name(nb_attn_ran r) {
     }
 }
 
-static void note_locked(int backward, nb_attn_ran ran) {
-    record.last[backward] = ran;
-    record.count[backward][ran]++;
+static void note_locked(nb_attn_state *st, int backward, nb_attn_ran ran) {
+    st->record.last[backward] = ran;
+    st->record.count[backward][ran]++;
 }
 
-void nb_attn_note(int backward, nb_attn_ran ran) {
-    pthread_mutex_lock(&attn_lock);
-    note_locked(backward != 0, ran);
-    pthread_mutex_unlock(&attn_lock);
+void nb_attn_note(const nb_backend *b, int backward, nb_attn_ran ran) {
+    nb_attn_state *st = state_of(b);
+    pthread_mutex_lock(&st->lock);
+    note_locked(st, backward != 0, ran);
+    pthread_mutex_unlock(&st->lock);
 }
 
-nb_attn_record nb_attn_record_get(void) {
-    pthread_mutex_lock(&attn_lock);
-    nb_attn_record r = record;
-    pthread_mutex_unlock(&attn_lock);
+nb_attn_record nb_attn_record_get(const nb_backend *b) {
+    nb_attn_state *st = state_of(b);
+    pthread_mutex_lock(&st->lock);
+    nb_attn_record r = st->record;
+    pthread_mutex_unlock(&st->lock);
     return r;
 }
 
-void nb_attn_report(void) {
-    nb_attn_record r = nb_attn_record_get();
-    const char *mode = getenv("NB_ATTN");
-    if (!mode || !*mode) mode = "auto";
+void nb_attn_report(const nb_backend *b) {
+    if (!b || !b->attn_state) return; /* not a CUDA instance */
+    nb_attn_record r = nb_attn_record_get(b);
+    const char *mode = nb_attn_mode_names[b->attn];
     long any = 0;
     for (int d = 0; d < 2; d++)
         for (int k = NB_ATTN_RAN_CUDNN; k <= NB_ATTN_RAN_CUDNN_FAST; k++) any += r.count[d][k];
-    if (strcmp(mode, "fa") == 0 || (!any && !r.why[0])) return;
-    fprintf(stderr, "attention   NB_ATTN=%s: forward cudnn %ld, nobubble %ld; backward cudnn %ld, cudnn-fast %ld, "
+    if (b->attn == NB_ATTN_FA || (!any && !r.why[0])) return;
+    fprintf(stderr, "attention   --attn %s: forward cudnn %ld, nobubble %ld; backward cudnn %ld, cudnn-fast %ld, "
             "nobubble %ld calls\n", mode, r.count[0][NB_ATTN_RAN_CUDNN], r.count[0][NB_ATTN_RAN_OURS],
             r.count[1][NB_ATTN_RAN_CUDNN], r.count[1][NB_ATTN_RAN_CUDNN_FAST], r.count[1][NB_ATTN_RAN_OURS]);
     if (r.why[0]) fprintf(stderr, "            cuDNN refused a call: %s\n", r.why);
 }
 
-/* A call cuDNN does not take: the reason is kept for the report, and said once per process. */
-static int refuse_locked(const char *what, const char *fmt, ...) NB_PRINTF(2, 3);
-static int refuse_locked(const char *what, const char *fmt, ...) {
-    char why[sizeof record.why];
+/* A call cuDNN does not take: the reason is kept for the report, and said once per instance. */
+static int refuse_locked(nb_attn_state *st, const char *what, const char *fmt, ...) NB_PRINTF(3, 4);
+static int refuse_locked(nb_attn_state *st, const char *what, const char *fmt, ...) {
+    char why[sizeof st->record.why];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    if (!record.why[0]) snprintf(record.why, sizeof record.why, "%s: %.400s", what, why);
-    if (!notice_printed) {
-        const char *mode = getenv("NB_ATTN");
-        notice_printed = 1;
-        fprintf(stderr, "nobubble: note: NB_ATTN=%s asks for cuDNN attention, but cuDNN cannot take the %s: %s; "
-                "nobubble's own attention kernels run it instead (said once)\n", mode && *mode ? mode : "auto",
+    if (!st->record.why[0]) snprintf(st->record.why, sizeof st->record.why, "%s: %.400s", what, why);
+    if (!st->notice_printed) {
+        st->notice_printed = 1;
+        fprintf(stderr, "nobubble: note: --attn %s asks for cuDNN attention, but cuDNN cannot take the %s: %s; "
+                "nobubble's own attention kernels run it instead (said once)\n", nb_attn_mode_names[st->b->attn],
                 what, why);
     }
     return 1;
@@ -159,6 +191,7 @@ static int refuse_locked(const char *what, const char *fmt, ...) {
 typedef struct {
     size_t version;
     cudnnStatus_t (*create)(cudnnHandle_t *);
+    cudnnStatus_t (*destroy)(cudnnHandle_t);
     cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t);
     const char *(*error_string)(cudnnStatus_t);
     void (*last_error)(char *, size_t);
@@ -173,10 +206,14 @@ typedef struct {
     cudnnStatus_t (*be_destroy)(cudnnBackendDescriptor_t);
 } dnn_api;
 
+/* The library is the process's: opened once, by the first instance that needs it. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static dnn_api dnn;
 static int dnn_state;            /* 0: not tried yet, 1: loaded, -1: unavailable (dnn_missing says why) */
 static char dnn_missing[400];
-static char dnn_err[sizeof record.why]; /* the last failed cuDNN call, as dnn_fail wrote it */
+/* The last failed cuDNN call of this thread, as dnn_fail wrote it: a build or a call writes it and
+ * reads it back under its instance's lock, on one thread. */
+static _Thread_local char dnn_err[NB_ATTN_WHY_BYTES];
 
 /* dlsym's void * into a function pointer: memcpy, since C has no cast between the two. */
 static int sym(void *lib, const char *name, void *fn, size_t size) {
@@ -215,7 +252,7 @@ static int load_locked(void) {
         SYM(lib, "cudnnGetVersion", get_version) || SYM(lib, "cudnnBackendCreateDescriptor", be_create) ||
         SYM(lib, "cudnnBackendSetAttribute", be_set) || SYM(lib, "cudnnBackendGetAttribute", be_get) ||
         SYM(lib, "cudnnBackendFinalize", be_finalize) || SYM(lib, "cudnnBackendExecute", be_execute) ||
-        SYM(lib, "cudnnBackendDestroyDescriptor", be_destroy))
+        SYM(lib, "cudnnBackendDestroyDescriptor", be_destroy) || SYM(lib, "cudnnDestroy", destroy))
         return 0;
     dnn.version = dnn.get_version();
     if (dnn.version < 90000) {
@@ -224,6 +261,13 @@ static int load_locked(void) {
     }
     dnn_state = 1;
     return 1;
+}
+
+static int load(void) {
+    pthread_mutex_lock(&load_lock);
+    int ok = load_locked();
+    pthread_mutex_unlock(&load_lock);
+    return ok;
 }
 
 /* ---- checked calls: a failure is kept in dnn_err with file:line and cuDNN's own words ---- */
@@ -238,7 +282,7 @@ static int dnn_fail(cudnnStatus_t st, const char *call, const char *on, int line
 static int dnn_check(cudnnStatus_t st, const char *call, const char *on, int line) {
     return st == CUDNN_STATUS_SUCCESS ? 0 : dnn_fail(st, call, on, line);
 }
-/* 0 on success; else 1 with dnn_err set (the callers hold attn_lock) */
+/* 0 on success; else 1 with dnn_err set (the callers hold their instance's lock) */
 #define DNN(call, on) dnn_check((call), #call, (on), __LINE__)
 
 /* ---- building a graph: every descriptor is kept with its plan; the first failure stops the
@@ -541,38 +585,25 @@ static void backward_graph(dnn_graph *g, const geom *a, int deterministic) {
 
 /* ---- plans ---- */
 
-typedef struct {
+struct dnn_plan {
     int used, ok; /* ok: a plan; used && !ok: cuDNN refused the key (why says how) */
-    int device, B, T, NH, NKV, HS, backward, deterministic;
+    int B, T, NH, NKV, HS, backward, deterministic;
     dnn_graph g;
     desc plan;
     int64_t engine, cudnn_ws;
     size_t accum_bytes, sum_bytes;  /* the backward's dQ_accum and softmax_sum, in front of cudnn_ws */
     float scale, neg_inf, one;      /* by-value inputs: execute reads them from here */
-    char why[sizeof record.why];
-} dnn_plan;
+    char why[NB_ATTN_WHY_BYTES];
+};
 
-#define MAX_PLANS 32
-static dnn_plan plans[MAX_PLANS];
-
-typedef struct {
-    int device;
-    cudnnHandle_t h;
-} dnn_handle;
-static dnn_handle handles[16];
-
-static cudnnHandle_t handle_locked(int device) {
-    for (int i = 0; i < 16; i++)
-        if (handles[i].h && handles[i].device == device) return handles[i].h;
-    for (int i = 0; i < 16; i++)
-        if (!handles[i].h) {
-            cudnnHandle_t h = NULL;
-            if (DNN(dnn.create(&h), "")) return NULL;
-            handles[i].device = device, handles[i].h = h;
-            return h;
-        }
-    snprintf(dnn_err, sizeof dnn_err, "more than 16 GPUs");
-    return NULL;
+/* The instance's handle, made on its device (current on the calling thread) at the first use. */
+static cudnnHandle_t handle_locked(nb_attn_state *st) {
+    if (!st->handle) {
+        cudnnHandle_t h = NULL;
+        if (DNN(dnn.create(&h), "")) return NULL;
+        st->handle = h;
+    }
+    return (cudnnHandle_t)st->handle;
 }
 
 static int engine_is_nondeterministic(desc cfg, int64_t *engine_id) {
@@ -675,10 +706,10 @@ typedef struct {
     int B, T, NH, NKV, HS, backward, deterministic;
 } attn_key;
 
-static dnn_plan *find_locked(const attn_key *k, int device) {
+static dnn_plan *find_locked(nb_attn_state *st, const attn_key *k) {
     for (int i = 0; i < MAX_PLANS; i++) {
-        dnn_plan *p = &plans[i];
-        if (p->used && p->device == device && p->B == k->B && p->T == k->T && p->NH == k->NH && p->NKV == k->NKV &&
+        dnn_plan *p = &st->plans[i];
+        if (p->used && p->B == k->B && p->T == k->T && p->NH == k->NH && p->NKV == k->NKV &&
             p->HS == k->HS && p->backward == k->backward && p->deterministic == k->deterministic)
             return p;
     }
@@ -691,12 +722,12 @@ static const char *what_of(const attn_key *k) {
 }
 
 /* A fresh entry of the plan cache for k, or NULL when it is full. */
-static dnn_plan *new_plan_locked(const attn_key *k, int device) {
+static dnn_plan *new_plan_locked(nb_attn_state *st, const attn_key *k) {
     for (int i = 0; i < MAX_PLANS; i++) {
-        dnn_plan *p = &plans[i];
+        dnn_plan *p = &st->plans[i];
         if (p->used) continue;
         memset(p, 0, sizeof *p);
-        p->used = 1, p->device = device, p->B = k->B, p->T = k->T, p->NH = k->NH, p->NKV = k->NKV, p->HS = k->HS;
+        p->used = 1, p->B = k->B, p->T = k->T, p->NH = k->NH, p->NKV = k->NKV, p->HS = k->HS;
         p->backward = k->backward, p->deterministic = k->deterministic;
         return p;
     }
@@ -704,39 +735,38 @@ static dnn_plan *new_plan_locked(const attn_key *k, int device) {
 }
 
 /* The plan for a call (built at its key's first call), or NULL after refuse_locked. */
-static dnn_plan *plan_locked(const attn_key *k, cudaStream_t stream) {
+static dnn_plan *plan_locked(nb_attn_state *st, const attn_key *k, cudaStream_t stream) {
     const char *what = what_of(k);
-    if (!load_locked()) {
-        refuse_locked(what, "%s", dnn_missing);
+    if (!load()) {
+        refuse_locked(st, what, "%s", dnn_missing);
         return NULL;
     }
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    dnn_plan *p = find_locked(k, device);
+    dnn_plan *p = find_locked(st, k);
     if (p && p->ok) return p;
     if (p) {
-        refuse_locked(what, "%s", p->why);
+        refuse_locked(st, what, "%s", p->why);
         return NULL;
     }
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
-        refuse_locked(what, "B=%d T=%d first came inside a CUDA graph capture, where no plan can be built", k->B, k->T);
+        refuse_locked(st, what, "B=%d T=%d first came inside a CUDA graph capture, where no plan can be built", k->B,
+                      k->T);
         return NULL;
     }
-    if (!(p = new_plan_locked(k, device))) {
-        refuse_locked(what, "more than %d attention shapes in one process", MAX_PLANS);
+    if (!(p = new_plan_locked(st, k))) {
+        refuse_locked(st, what, "more than %d attention shapes in one backend instance", MAX_PLANS);
         return NULL;
     }
     double t0 = nb_now();
-    cudnnHandle_t h = handle_locked(device);
+    cudnnHandle_t h = handle_locked(st);
     dnn_err[0] = 0;
     if (!h || build_plan(p, h)) {
         snprintf(p->why, sizeof p->why, "B=%d T=%d NH=%d NKV=%d HS=%d: %.400s", k->B, k->T, k->NH, k->NKV, k->HS,
                  dnn_err[0] ? dnn_err : "no engine config finalized");
         gb_free(&p->g);
         nb_log(2, "cuDNN refused the %s plan: %s\n", what, p->why);
-        refuse_locked(what, "%s", p->why);
+        refuse_locked(st, what, "%s", p->why);
         return NULL;
     }
     p->ok = 1;
@@ -748,22 +778,22 @@ static dnn_plan *plan_locked(const attn_key *k, cudaStream_t stream) {
 /* ---- running a plan ---- */
 
 /* A plan that failed at execute is not tried again. */
-static int drop_locked(dnn_plan *p, const char *fmt, ...) NB_PRINTF(2, 3);
-static int drop_locked(dnn_plan *p, const char *fmt, ...) {
+static int drop_locked(nb_attn_state *st, dnn_plan *p, const char *fmt, ...) NB_PRINTF(3, 4);
+static int drop_locked(nb_attn_state *st, dnn_plan *p, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->why, sizeof p->why, fmt, ap);
     va_end(ap);
     p->ok = 0;
     attn_key k = {p->B, p->T, p->NH, p->NKV, p->HS, p->backward, p->deterministic};
-    return refuse_locked(what_of(&k), "%s", p->why);
+    return refuse_locked(st, what_of(&k), "%s", p->why);
 }
 
-static int execute_locked(dnn_plan *p, cudnnHandle_t h, const int64_t *uids, void **ptrs, int n, void *ws,
-                          cudaStream_t stream) {
+static int execute_locked(nb_attn_state *st, dnn_plan *p, cudnnHandle_t h, const int64_t *uids, void **ptrs, int n,
+                          void *ws, cudaStream_t stream) {
     desc vp = NULL;
     if (DNN(dnn.be_create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp), "variant pack"))
-        return drop_locked(p, "%s", dnn_err);
+        return drop_locked(st, p, "%s", dnn_err);
     int bad = DNN(dnn.be_set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids), "variant pack") ||
               DNN(dnn.be_set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs),
                   "variant pack") ||
@@ -772,19 +802,19 @@ static int execute_locked(dnn_plan *p, cudnnHandle_t h, const int64_t *uids, voi
               DNN(dnn.set_stream(h, stream), "") ||
               DNN(dnn.be_execute(h, p->plan, vp), "attention plan");
     dnn.be_destroy(vp);
-    return bad ? drop_locked(p, "%s", dnn_err) : 0;
+    return bad ? drop_locked(st, p, "%s", dnn_err) : 0;
 }
 
 /* Scratch for one call (top comment); the backward's softmax_sum and dQ_accum lie in front of
  * cuDNN's own workspace. NULL (and the plan dropped) when the GPU has no room for it. */
-static char *scratch_locked(dnn_plan *p, cudaStream_t stream) {
+static char *scratch_locked(nb_attn_state *st, dnn_plan *p, cudaStream_t stream) {
     size_t bytes = p->accum_bytes + p->sum_bytes + nb_align_up((size_t)p->cudnn_ws, NB_ALIGN) + NB_ALIGN;
     void *ws = NULL;
     cudaError_t e = cudaMallocAsync(&ws, bytes, stream);
     if (e == cudaErrorMemoryAllocation) {
         char b[32];
         cudaGetLastError();
-        drop_locked(p, "its scratch of %s does not fit in GPU memory", nb_fmt_bytes(b, sizeof b, (double)bytes));
+        drop_locked(st, p, "its scratch of %s does not fit in GPU memory", nb_fmt_bytes(b, sizeof b, (double)bytes));
         return NULL;
     }
     CUDA_CHECK_NAMED(e, "cudaMallocAsync (cuDNN attention scratch)");
@@ -793,16 +823,16 @@ static char *scratch_locked(dnn_plan *p, cudaStream_t stream) {
     return ws;
 }
 
-static int run_locked(dnn_plan *p, const int64_t *uids, void **ptrs, int n, cudaStream_t stream) {
-    cudnnHandle_t h = handle_locked(p->device);
-    if (!h) return drop_locked(p, "%s", dnn_err);
-    char *ws = scratch_locked(p, stream);
+static int run_locked(nb_attn_state *st, dnn_plan *p, const int64_t *uids, void **ptrs, int n, cudaStream_t stream) {
+    cudnnHandle_t h = handle_locked(st);
+    if (!h) return drop_locked(st, p, "%s", dnn_err);
+    char *ws = scratch_locked(st, p, stream);
     if (!ws) return 1;
     for (int i = 0; i < n; i++) { /* the backward's fp32 tensors live in the scratch */
         if (uids[i] == U_DQ_ACCUM) ptrs[i] = ws;
         if (uids[i] == U_SOFTMAX_SUM) ptrs[i] = ws + p->accum_bytes;
     }
-    int rc = execute_locked(p, h, uids, ptrs, n, ws + p->accum_bytes + p->sum_bytes, stream);
+    int rc = execute_locked(st, p, h, uids, ptrs, n, ws + p->accum_bytes + p->sum_bytes, stream);
     CUDA_CHECK(cudaFreeAsync(ws, stream));
     return rc;
 }
@@ -812,43 +842,46 @@ static int run_locked(dnn_plan *p, const int64_t *uids, void **ptrs, int n, cuda
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Shapes and pointers cuDNN is never given (top comment); 0 if the call may go on. */
-static int check_call_locked(const attn_key *k, const void *const *ptrs, int n) {
+static int check_call_locked(nb_attn_state *st, const attn_key *k, const void *const *ptrs, int n) {
     const char *what = what_of(k);
     if (k->B <= 0 || k->T <= 0 || k->NH <= 0 || k->NKV <= 0 || k->NH % k->NKV)
-        return refuse_locked(what, "B=%d T=%d NH=%d NKV=%d is not a shape it takes", k->B, k->T, k->NH, k->NKV);
+        return refuse_locked(st, what, "B=%d T=%d NH=%d NKV=%d is not a shape it takes", k->B, k->T, k->NH,
+                             k->NKV);
     if (k->HS % 8 || k->HS > 256)
-        return refuse_locked(what, "head size %d is not a multiple of 8 up to 256 (16-byte rows)", k->HS);
+        return refuse_locked(st, what, "head size %d is not a multiple of 8 up to 256 (16-byte rows)", k->HS);
     for (int i = 0; i < n; i++)
         if (!ptrs[i] || !aligned16(ptrs[i]))
-            return refuse_locked(what, "a tensor is NULL or not 16-byte aligned (%p)", ptrs[i]);
+            return refuse_locked(st, what, "a tensor is NULL or not 16-byte aligned (%p)", ptrs[i]);
     return 0;
 }
 
-int nb_cudnn_attention_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
-                                    int HS, nb_stream_t stream) {
+int nb_cudnn_attention_forward_bf16(const nb_backend *b, nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T,
+                                    int NH, int NKV, int HS, nb_stream_t stream) {
+    nb_attn_state *st = state_of(b);
     attn_key k = {B, T, NH, NKV, HS, 0, 1};
     const void *ptrs_in[3] = {out, lse, qkv};
-    pthread_mutex_lock(&attn_lock);
-    dnn_plan *p = check_call_locked(&k, ptrs_in, 3) ? NULL : plan_locked(&k, stream);
+    pthread_mutex_lock(&st->lock);
+    dnn_plan *p = check_call_locked(st, &k, ptrs_in, 3) ? NULL : plan_locked(st, &k, stream);
     int rc = 1;
     if (p) {
         size_t kv = (size_t)NH * HS, v = (size_t)(NH + NKV) * HS;
         int64_t uids[7] = {U_Q, U_KT, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF};
         void *ptrs[7] = {(void *)qkv, (void *)(qkv + kv), (void *)(qkv + v), out, lse, &p->scale, &p->neg_inf};
-        rc = run_locked(p, uids, ptrs, 7, stream);
-        if (!rc) note_locked(0, NB_ATTN_RAN_CUDNN);
+        rc = run_locked(st, p, uids, ptrs, 7, stream);
+        if (!rc) note_locked(st, 0, NB_ATTN_RAN_CUDNN);
     }
-    pthread_mutex_unlock(&attn_lock);
+    pthread_mutex_unlock(&st->lock);
     return rc;
 }
 
-int nb_cudnn_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
-                                         const float *lse, int B, int T, int NH, int NKV, int HS, int deterministic,
-                                         nb_stream_t stream) {
+int nb_cudnn_attention_backward_set_bf16(const nb_backend *b, nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                         const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                                         int deterministic, nb_stream_t stream) {
+    nb_attn_state *st = state_of(b);
     attn_key k = {B, T, NH, NKV, HS, 1, deterministic != 0};
     const void *ptrs_in[5] = {dqkv, dout, qkv, out, lse};
-    pthread_mutex_lock(&attn_lock);
-    dnn_plan *p = check_call_locked(&k, ptrs_in, 5) ? NULL : plan_locked(&k, stream);
+    pthread_mutex_lock(&st->lock);
+    dnn_plan *p = check_call_locked(st, &k, ptrs_in, 5) ? NULL : plan_locked(st, &k, stream);
     int rc = 1;
     if (p) {
         size_t kv = (size_t)NH * HS, v = (size_t)(NH + NKV) * HS;
@@ -857,52 +890,60 @@ int nb_cudnn_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, con
                             U_DQ, U_DK, U_DV, U_DQ_ACCUM};
         void *ptrs[14] = {(void *)qkv, (void *)(qkv + kv), (void *)(qkv + v), (void *)out, (void *)dout,
                           (void *)lse, &p->scale, &p->one, &p->neg_inf, NULL, dqkv, dqkv + kv, dqkv + v, NULL};
-        rc = run_locked(p, uids, ptrs, p->deterministic ? 13 : 14, stream);
-        if (!rc) note_locked(1, p->deterministic ? NB_ATTN_RAN_CUDNN : NB_ATTN_RAN_CUDNN_FAST);
+        rc = run_locked(st, p, uids, ptrs, p->deterministic ? 13 : 14, stream);
+        if (!rc) note_locked(st, 1, p->deterministic ? NB_ATTN_RAN_CUDNN : NB_ATTN_RAN_CUDNN_FAST);
     }
-    pthread_mutex_unlock(&attn_lock);
+    pthread_mutex_unlock(&st->lock);
     return rc;
 }
 
 int nb_cudnn_available(char *why, size_t cap) {
-    pthread_mutex_lock(&attn_lock);
+    pthread_mutex_lock(&load_lock);
     int ok = load_locked();
     if (why && cap) snprintf(why, cap, "%s", ok ? "" : dnn_missing);
     size_t v = ok ? dnn.version : 0;
-    pthread_mutex_unlock(&attn_lock);
+    pthread_mutex_unlock(&load_lock);
     return ok ? (int)v : 0;
 }
 
-size_t nb_cudnn_attention_workspace(int B, int T, int NH, int NKV, int HS, int backward, int deterministic) {
+size_t nb_cudnn_attention_workspace(const nb_backend *b, int B, int T, int NH, int NKV, int HS, int backward,
+                                    int deterministic) {
+    nb_attn_state *st = state_of(b);
     attn_key k = {B, T, NH, NKV, HS, backward != 0, backward ? deterministic != 0 : 1};
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    pthread_mutex_lock(&attn_lock);
-    dnn_plan *p = find_locked(&k, device);
+    pthread_mutex_lock(&st->lock);
+    dnn_plan *p = find_locked(st, &k);
     size_t bytes = p && p->ok ? p->accum_bytes + p->sum_bytes + (size_t)p->cudnn_ws : 0;
-    pthread_mutex_unlock(&attn_lock);
+    pthread_mutex_unlock(&st->lock);
     return bytes;
+}
+
+/* The plans' descriptors and the handle (once the instance's lanes are drained). */
+static void free_plans(nb_attn_state *st) {
+    for (int i = 0; i < MAX_PLANS; i++)
+        if (st->plans[i].used) gb_free(&st->plans[i].g); /* a refused one was freed: nothing left */
+    if (st->handle) dnn.destroy((cudnnHandle_t)st->handle);
+    free(st->plans);
 }
 
 #else /* no cudnn_graph.h at build time: every call runs our kernels */
 
-static int no_header(int backward) {
-    pthread_mutex_lock(&attn_lock);
-    refuse_locked(backward ? "attention backward" : "attention forward",
+static int no_header(nb_attn_state *st, int backward) {
+    pthread_mutex_lock(&st->lock);
+    refuse_locked(st, backward ? "attention backward" : "attention forward",
                   "this build found no cudnn_graph.h (install cuDNN 9's headers under CUDA_HOME and rebuild)");
-    pthread_mutex_unlock(&attn_lock);
+    pthread_mutex_unlock(&st->lock);
     return 1;
 }
 
-int nb_cudnn_attention_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
-                                    int HS, nb_stream_t stream) {
-    return no_header(0);
+int nb_cudnn_attention_forward_bf16(const nb_backend *b, nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T,
+                                    int NH, int NKV, int HS, nb_stream_t stream) {
+    return no_header(state_of(b), 0);
 }
 
-int nb_cudnn_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
-                                         const float *lse, int B, int T, int NH, int NKV, int HS, int deterministic,
-                                         nb_stream_t stream) {
-    return no_header(1);
+int nb_cudnn_attention_backward_set_bf16(const nb_backend *b, nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                         const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                                         int deterministic, nb_stream_t stream) {
+    return no_header(state_of(b), 1);
 }
 
 int nb_cudnn_available(char *why, size_t cap) {
@@ -910,8 +951,29 @@ int nb_cudnn_available(char *why, size_t cap) {
     return 0;
 }
 
-size_t nb_cudnn_attention_workspace(int B, int T, int NH, int NKV, int HS, int backward, int deterministic) {
+size_t nb_cudnn_attention_workspace(const nb_backend *b, int B, int T, int NH, int NKV, int HS, int backward,
+                                    int deterministic) {
     return 0;
 }
 #endif /* NB_HAVE_CUDNN_H */
+
+nb_attn_state *nb_attn_state_create(const nb_backend *b) {
+    nb_attn_state *st = nb_calloc(1, sizeof *st, "the attention state of a backend instance");
+    st->b = b;
+    NB_CHECK(pthread_mutex_init(&st->lock, NULL) == 0, "this is a bug in nobubble; please report it",
+             "pthread_mutex_init failed for the attention state");
+#ifdef NB_HAVE_CUDNN_H
+    st->plans = nb_calloc(MAX_PLANS, sizeof *st->plans, "the cuDNN attention plans");
+#endif
+    return st;
+}
+
+void nb_attn_state_destroy(nb_attn_state *st) {
+    if (!st) return;
+#ifdef NB_HAVE_CUDNN_H
+    free_plans(st);
+#endif
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
 #endif /* NB_WITH_CUDA */

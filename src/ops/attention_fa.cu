@@ -26,9 +26,9 @@
  * causal mask (key > query) also removes keys past T for every real query; queries past T get
  * lse = +inf in the backward, hence P = 0, and are never stored.
  *
- * Kernels are device functions with the tile shape as arguments, stamped out per shape by small
- * macros: the shapes are literals there, so every loop unrolls and every register array stays in
- * registers (the build's ptxas report shows no stack frame).
+ * Kernels are device functions with the tile shape as arguments, called with literal shapes by
+ * one small kernel per shape, so every loop unrolls and every register array stays in registers
+ * (the build's ptxas report shows no stack frame).
  *
  * Measured on an H200 (test_attention_fa --bench; TFLOP/s counting 4*B*NH*T*T*HS/2 forward and
  * 2.5x that backward): GPT-2 heads (B 16, T 1024, 12 x 64) 200 forward / 118 backward (B 64:
@@ -36,6 +36,7 @@
  * T 4096 257 / 160. attention.cu's CUDA-core kernels: 3-4.5; PyTorch 2.11's SDPA on that card:
  * 256-294 / 178-217 at HS 64, 488 / 317 at HS 128. */
 #ifndef FA_EMU
+#include "mma.cuh"
 #include "ops_cuda_common.cuh"
 #define FA_UNROLL _Pragma("unroll")
 #endif
@@ -54,64 +55,11 @@ typedef struct {
     int acc;                  /* backward: 1 adds into dqkv, 0 writes it (its old contents unread) */
 } fa_dims;
 
-/* ---- primitives: the only PTX. Everything from here to the launchers is also plain C, so that
- * tests/test_attention_fa.c can define FA_EMU, supply host versions of these primitives (a
- * warp-level emulator) and run the kernels on the CPU where no GPU is present. ---- */
+/* ---- primitives: mma.cuh's (the only PTX). Everything from here to the launchers is also plain
+ * C, so that tests/test_attention_fa.c can define FA_EMU, supply host versions of mma.cuh's
+ * primitives (a warp-level emulator) and run the kernels on the CPU where no GPU is present. ---- */
 #ifndef FA_EMU
 #define FA_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-
-static __device__ __forceinline__ unsigned fa_saddr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously; ok == 0 writes 16 zero bytes and reads nothing. */
-static __device__ __forceinline__ void fa_cp16(void *dst, const void *src, int ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_saddr(dst)), "l"(src),
-                 "r"(ok ? 16 : 0)
-                 : "memory");
-}
-static __device__ __forceinline__ void fa_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* Waits until at most one committed group (the newest) is still in flight. */
-static __device__ __forceinline__ void fa_cp_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
-/* Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Volatile with a
- * memory clobber: it reads shared memory that __syncthreads-separated stores change. */
-static __device__ __forceinline__ void fa_ldm(unsigned r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_saddr(p))
-                 : "memory");
-}
-static __device__ __forceinline__ void fa_ldm_t(unsigned r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_saddr(p))
-                 : "memory");
-}
-
-/* c[16x8] += a[16x16] . b[16x8], fp32 accumulators. */
-static __device__ __forceinline__ void fa_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two floats -> bf16x2 (lo in the low half), round to nearest even like nb_st. */
-static __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-/* 2^x; 2^-inf = 0. */
-static __device__ __forceinline__ float fa_ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-static __device__ __forceinline__ float fa_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 #endif
 
 static __device__ __forceinline__ float fa_lo(unsigned u) { return __uint_as_float(u << 16); }
@@ -120,16 +68,16 @@ static __device__ __forceinline__ float fa_hi(unsigned u) { return __uint_as_flo
 /* ---- fragment loads from a shared tile with row pitch ld (elements) ----
  * mma's A operand (16x16, row-major): rows m0..m0+15, columns k0..k0+15 of a [m][k] tile. */
 static __device__ __forceinline__ void fa_ld_a(unsigned r[4], const nb_bf16 *t, int ld, int m0, int k0, int lane) {
-    fa_ldm(r, t + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3));
+    nb_ldmatrix_x4(r, t + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3));
 }
 /* B operands (16x8, b[k][n]) of the two n-blocks n0..n0+7 (r[0], r[1]) and n0+8..n0+15 (r[2],
  * r[3]) at k0..k0+15, from a tile stored [n][k] (b = tile^T: keys against Q, V against dO). */
 static __device__ __forceinline__ void fa_ld_b_nk(unsigned r[4], const nb_bf16 *t, int ld, int n0, int k0, int lane) {
-    fa_ldm(r, t + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3));
+    nb_ldmatrix_x4(r, t + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3));
 }
 /* The same from a tile stored [k][n] (b = tile itself: V in P.V, K in dS.K, Q and dO in dkv). */
 static __device__ __forceinline__ void fa_ld_b_kn(unsigned r[4], const nb_bf16 *t, int ld, int k0, int n0, int lane) {
-    fa_ldm_t(r, t + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
+    nb_ldmatrix_x4_trans(r, t + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
 }
 
 /* rows [row0, row0 + nrows) of a [T, *] matrix (row stride `stride` elements, HS columns from g)
@@ -140,27 +88,29 @@ static __device__ __forceinline__ void fa_load_tile(nb_bf16 *dst, const nb_bf16 
     FA_UNROLL
     for (int i = 0; i < (n + nthreads - 1) / nthreads; i++) {
         int c = i * nthreads + threadIdx.x, r = c / cpr, ch = c % cpr, t = row0 + r, ok = t < T;
-        if (c < n) fa_cp16(dst + r * (HS + FA_PAD) + ch * 8, g + (size_t)(ok ? t : 0) * stride + ch * 8, ok);
+        if (c < n) nb_cp_async16(dst + r * (HS + FA_PAD) + ch * 8, g + (size_t)(ok ? t : 0) * stride + ch * 8, ok);
     }
 }
 
 /* The A operand of the next product from four accumulator tiles (the 16 columns n-block 2kk,
  * 2kk+1 of a 16-row result): an mma's C layout and A layout line up, so no data moves. */
 static __device__ __forceinline__ void fa_acc_to_a(unsigned a[4], const float c0[4], const float c1[4]) {
-    a[0] = fa_pack(c0[0], c0[1]);
-    a[1] = fa_pack(c0[2], c0[3]);
-    a[2] = fa_pack(c1[0], c1[1]);
-    a[3] = fa_pack(c1[2], c1[3]);
+    a[0] = nb_pack_bf16x2(c0[0], c0[1]);
+    a[1] = nb_pack_bf16x2(c0[2], c0[3]);
+    a[2] = nb_pack_bf16x2(c1[0], c1[1]);
+    a[3] = nb_pack_bf16x2(c1[2], c1[3]);
 }
 
 /* dst[2 elements at p] += (x0, x1): fp32 sum, bf16 storage (the bf16 ops' accumulate rule). */
 static __device__ __forceinline__ void fa_add2(nb_bf16 *p, float x0, float x1) {
     unsigned *q = (unsigned *)p, u = *q;
-    *q = fa_pack(fa_lo(u) + x0, fa_hi(u) + x1);
+    *q = nb_pack_bf16x2(fa_lo(u) + x0, fa_hi(u) + x1);
 }
 
 /* dst[2 elements at p] = (x0, x1) in bf16: the write mode (fa_dims.acc == 0). */
-static __device__ __forceinline__ void fa_set2(nb_bf16 *p, float x0, float x1) { *(unsigned *)p = fa_pack(x0, x1); }
+static __device__ __forceinline__ void fa_set2(nb_bf16 *p, float x0, float x1) {
+    *(unsigned *)p = nb_pack_bf16x2(x0, x1);
+}
 
 /* ---- forward ---- */
 
@@ -177,7 +127,7 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
     fa_load_tile(Qs, base + (size_t)h * HS, a.R, q0, BQ, T, HS, NT);
     fa_load_tile(Ks, kg, a.R, 0, BK, T, HS, NT);
     fa_load_tile(Vs, vg, a.R, 0, BK, T, HS, NT);
-    fa_cp_commit();
+    nb_cp_async_commit();
 
     /* the warp owns rows [w0, w0 + 16*MT): m-tile mt, this thread's rows w0 + 16*mt + gr (+ 8);
      * index i = 2*mt + (e >> 1) below names one of them (e: accumulator element) */
@@ -199,8 +149,8 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
             fa_load_tile(Ks + ((kt + 1) & 1) * BK * LD, kg, a.R, k0 + BK, BK, T, HS, NT);
             fa_load_tile(Vs + ((kt + 1) & 1) * BK * LD, vg, a.R, k0 + BK, BK, T, HS, NT);
         }
-        fa_cp_commit();
-        fa_cp_wait1();
+        nb_cp_async_commit();
+        nb_cp_async_wait1();
         __syncthreads();
         if (kt == 0) {
             FA_UNROLL
@@ -224,8 +174,8 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
                     fa_ld_b_nk(kf, kb, LD, j * 16, kk * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(s[mt][2 * j], qf[mt][kk], kf[0], kf[1]);
-                        fa_mma(s[mt][2 * j + 1], qf[mt][kk], kf[2], kf[3]);
+                        nb_mma_bf16(s[mt][2 * j], qf[mt][kk], kf[0], kf[1]);
+                        nb_mma_bf16(s[mt][2 * j + 1], qf[mt][kk], kf[2], kf[3]);
                     }
                 }
             if (k0 + BK - 1 > w0) { /* the diagonal crosses this warp's part of the tile */
@@ -249,18 +199,18 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
                 FA_UNROLL
                 for (int r = 0; r < 2; r++) {
                     /* the 4 lanes of a quad hold one row */
-                    mx[r] = fmaxf(mx[r], fa_shfl_xor(mx[r], 1));
-                    mx[r] = fmaxf(mx[r], fa_shfl_xor(mx[r], 2));
+                    mx[r] = fmaxf(mx[r], nb_shfl_xor(mx[r], 1));
+                    mx[r] = fmaxf(mx[r], nb_shfl_xor(mx[r], 2));
                     /* a row with no visible key yet keeps max -inf: subtract 0 there, not -inf */
                     ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * a.sl2;
-                    c[r] = fa_ex2(m[2 * mt + r] * a.sl2 - ms[r]);
+                    c[r] = nb_ex2(m[2 * mt + r] * a.sl2 - ms[r]);
                     m[2 * mt + r] = mx[r];
                 }
                 FA_UNROLL
                 for (int j = 0; j < BK / 8; j++)
                     FA_UNROLL
                     for (int e = 0; e < 4; e++) {
-                        s[mt][j][e] = fa_ex2(fmaf(s[mt][j][e], a.sl2, -ms[e >> 1]));
+                        s[mt][j][e] = nb_ex2(fmaf(s[mt][j][e], a.sl2, -ms[e >> 1]));
                         ps[e >> 1] += s[mt][j][e];
                     }
                 /* l stays a per-lane partial sum (every lane of the quad scales by the same c);
@@ -284,8 +234,8 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
                     fa_ld_b_kn(vf, vb, LD, kk * 16, dn * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(o[mt][2 * dn], pa[mt], vf[0], vf[1]);
-                        fa_mma(o[mt][2 * dn + 1], pa[mt], vf[2], vf[3]);
+                        nb_mma_bf16(o[mt][2 * dn], pa[mt], vf[0], vf[1]);
+                        nb_mma_bf16(o[mt][2 * dn + 1], pa[mt], vf[2], vf[3]);
                     }
                 }
             }
@@ -298,15 +248,15 @@ static __device__ __forceinline__ void fa_fwd(nb_bf16 *out, float *lse, const nb
     for (int i = 0; i < 2 * MT; i++) {
         const int r = w0 + 16 * (i >> 1) + gr + 8 * (i & 1);
         float li = l[i];
-        li += fa_shfl_xor(li, 1);
-        li += fa_shfl_xor(li, 2);
+        li += nb_shfl_xor(li, 1);
+        li += nb_shfl_xor(li, 2);
         const float inv = 1.0f / li;
         nb_bf16 *orow = out + ((size_t)b * T + r) * a.NH * HS + (size_t)h * HS + 2 * tq;
         if (r < T) {
             FA_UNROLL
             for (int d = 0; d < HS / 8; d++)
                 *(unsigned *)(orow + d * 8) =
-                    fa_pack(o[i >> 1][d][2 * (i & 1)] * inv, o[i >> 1][d][2 * (i & 1) + 1] * inv);
+                    nb_pack_bf16x2(o[i >> 1][d][2 * (i & 1)] * inv, o[i >> 1][d][2 * (i & 1) + 1] * inv);
             if (tq == 0) lrow[r] = m[i] * a.scale + logf(li);
         }
     }
@@ -327,9 +277,9 @@ static __device__ __forceinline__ void fa_d(float *Dv, const nb_bf16 *dout, cons
                  fa_hi(x.y) * fa_hi(y.y) + fa_lo(x.z) * fa_lo(y.z) + fa_hi(x.z) * fa_hi(y.z) +
                  fa_lo(x.w) * fa_lo(y.w) + fa_hi(x.w) * fa_hi(y.w);
         }
-    s += fa_shfl_xor(s, 4); /* every lane takes part: the row test is not warp-uniform */
-    s += fa_shfl_xor(s, 2);
-    s += fa_shfl_xor(s, 1);
+    s += nb_shfl_xor(s, 4); /* every lane takes part: the row test is not warp-uniform */
+    s += nb_shfl_xor(s, 2);
+    s += nb_shfl_xor(s, 1);
     if (row < nrows && sub == 0) {
         /* row enumerates (b, t, h) in memory order; D is stored [b, h, t] like lse */
         size_t bt = row / NH, b = bt / T;
@@ -353,7 +303,7 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
     fa_load_tile(dOs, dout + (size_t)b * T * a.NH * HS + (size_t)h * HS, (size_t)a.NH * HS, q0, BQ, T, HS, NT);
     fa_load_tile(Ks, kg, a.R, 0, BK, T, HS, NT);
     fa_load_tile(Vs, vg, a.R, 0, BK, T, HS, NT);
-    fa_cp_commit();
+    nb_cp_async_commit();
 
     /* rows [w0, w0 + 16*MT); i = 2*mt + (e >> 1) names this thread's row w0 + 16*mt + gr (+ 8) */
     const int w0 = q0 + 16 * MT * warp;
@@ -379,8 +329,8 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
             fa_load_tile(Ks + ((kt + 1) & 1) * BK * LD, kg, a.R, k0 + BK, BK, T, HS, NT);
             fa_load_tile(Vs + ((kt + 1) & 1) * BK * LD, vg, a.R, k0 + BK, BK, T, HS, NT);
         }
-        fa_cp_commit();
-        fa_cp_wait1();
+        nb_cp_async_commit();
+        nb_cp_async_wait1();
         __syncthreads();
         const nb_bf16 *kb = Ks + (kt & 1) * BK * LD, *vb = Vs + (kt & 1) * BK * LD;
         if (k0 <= w0 + 16 * MT - 1) {
@@ -406,14 +356,14 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
                     fa_ld_b_nk(f, kb, LD, j * 16, kk * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(s[mt][2 * j], qa[mt], f[0], f[1]);
-                        fa_mma(s[mt][2 * j + 1], qa[mt], f[2], f[3]);
+                        nb_mma_bf16(s[mt][2 * j], qa[mt], f[0], f[1]);
+                        nb_mma_bf16(s[mt][2 * j + 1], qa[mt], f[2], f[3]);
                     }
                     fa_ld_b_nk(f, vb, LD, j * 16, kk * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(dp[mt][2 * j], oa[mt], f[0], f[1]);
-                        fa_mma(dp[mt][2 * j + 1], oa[mt], f[2], f[3]);
+                        nb_mma_bf16(dp[mt][2 * j], oa[mt], f[0], f[1]);
+                        nb_mma_bf16(dp[mt][2 * j + 1], oa[mt], f[2], f[3]);
                     }
                 }
             }
@@ -425,7 +375,7 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
                     FA_UNROLL
                     for (int e = 0; e < 4; e++) {
                         const int i = 2 * mt + (e >> 1);
-                        float p = fa_ex2(fmaf(s[mt][j][e], a.sl2, -L[i]));
+                        float p = nb_ex2(fmaf(s[mt][j][e], a.sl2, -L[i]));
                         if (diag && k0 + j * 8 + 2 * tq + (e & 1) > w0 + 16 * mt + gr + 8 * (e >> 1)) p = 0.0f;
                         s[mt][j][e] = p * (dp[mt][j][e] - D[i]); /* dS */
                     }
@@ -441,8 +391,8 @@ static __device__ __forceinline__ void fa_dq(nb_bf16 *dqkv, const nb_bf16 *dout,
                     fa_ld_b_kn(f, kb, LD, kk * 16, dn * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(dq[mt][2 * dn], da[mt], f[0], f[1]);
-                        fa_mma(dq[mt][2 * dn + 1], da[mt], f[2], f[3]);
+                        nb_mma_bf16(dq[mt][2 * dn], da[mt], f[0], f[1]);
+                        nb_mma_bf16(dq[mt][2 * dn + 1], da[mt], f[2], f[3]);
                     }
                 }
             }
@@ -490,7 +440,7 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
     fa_load_tile(Ks, kg, a.R, k0, BKV, T, HS, NT);
     fa_load_tile(Vs, vg, a.R, k0, BKV, T, HS, NT);
     fa_dkv_issue(Qs, dOs, qkv, dout, a, b, h0, qt0 * BQ, HS, BQ, NT);
-    fa_cp_commit();
+    nb_cp_async_commit();
     /* lse (as log2) and D of the item's queries; +inf lse for queries past T (P = 0) */
     float nl = 0.0f, nd = 0.0f;
     if (threadIdx.x < BQ) {
@@ -525,8 +475,8 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
                 nd = t < T ? Dv[i] : 0.0f;
             }
         }
-        fa_cp_commit();
-        fa_cp_wait1();
+        nb_cp_async_commit();
+        nb_cp_async_wait1();
         __syncthreads();
         const int q0 = (qt0 + it % nq) * BQ, buf = it & 1;
         const nb_bf16 *qb = Qs + buf * BQ * LD, *ob = dOs + buf * BQ * LD;
@@ -554,14 +504,14 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
                     fa_ld_b_nk(f, qb, LD, j * 16, kk * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(st[mt][2 * j], ka[mt], f[0], f[1]);
-                        fa_mma(st[mt][2 * j + 1], ka[mt], f[2], f[3]);
+                        nb_mma_bf16(st[mt][2 * j], ka[mt], f[0], f[1]);
+                        nb_mma_bf16(st[mt][2 * j + 1], ka[mt], f[2], f[3]);
                     }
                     fa_ld_b_nk(f, ob, LD, j * 16, kk * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(dpt[mt][2 * j], va[mt], f[0], f[1]);
-                        fa_mma(dpt[mt][2 * j + 1], va[mt], f[2], f[3]);
+                        nb_mma_bf16(dpt[mt][2 * j], va[mt], f[0], f[1]);
+                        nb_mma_bf16(dpt[mt][2 * j + 1], va[mt], f[2], f[3]);
                     }
                 }
             }
@@ -573,7 +523,7 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
                     FA_UNROLL
                     for (int e = 0; e < 4; e++) {
                         const int qi = j * 8 + 2 * tq + (e & 1);
-                        float p = fa_ex2(fmaf(st[mt][j][e], a.sl2, -lb[qi]));
+                        float p = nb_ex2(fmaf(st[mt][j][e], a.sl2, -lb[qi]));
                         if (diag && q0 + qi < w0 + 16 * mt + gr + 8 * (e >> 1)) p = 0.0f;
                         st[mt][j][e] = p;
                         dpt[mt][j][e] = p * (dpt[mt][j][e] - db[qi]); /* dS^T */
@@ -593,14 +543,14 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
                     fa_ld_b_kn(f, ob, LD, kk * 16, dn * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(dv[mt][2 * dn], pa[mt], f[0], f[1]);
-                        fa_mma(dv[mt][2 * dn + 1], pa[mt], f[2], f[3]);
+                        nb_mma_bf16(dv[mt][2 * dn], pa[mt], f[0], f[1]);
+                        nb_mma_bf16(dv[mt][2 * dn + 1], pa[mt], f[2], f[3]);
                     }
                     fa_ld_b_kn(f, qb, LD, kk * 16, dn * 16, lane);
                     FA_UNROLL
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(dk[mt][2 * dn], da[mt], f[0], f[1]);
-                        fa_mma(dk[mt][2 * dn + 1], da[mt], f[2], f[3]);
+                        nb_mma_bf16(dk[mt][2 * dn], da[mt], f[0], f[1]);
+                        nb_mma_bf16(dk[mt][2 * dn + 1], da[mt], f[2], f[3]);
                     }
                 }
             }
@@ -635,45 +585,38 @@ static __device__ __forceinline__ void fa_dkv(nb_bf16 *dqkv, const nb_bf16 *dout
 /* ---- kernels: one per (head size, tile shape) ----
  * Tile shapes: NW warps of MT m-tiles (16 rows each: queries, keys for dk/dv); the inner tile
  * (BK keys for the forward and dq, BQ queries for dk/dv); MINB blocks per multiprocessor asked of
- * the register allocator (1: no limit below 255). The first row per head size is the one used
- * (each the fastest of those below on an H200 at T = 1024..4096); a build with -DFA_TUNE adds
- * the others, for `test_attention_fa --tune` to time. */
-#define FA_FWD_DEFAULT(X) X(64, 4, 2, 64, 1) X(128, 8, 1, 64, 1)
-#define FA_DQ_DEFAULT(X) X(64, 4, 2, 32, 1) X(128, 4, 1, 32, 1)
-#define FA_DKV_DEFAULT(X) X(64, 4, 1, 64, 1) X(128, 4, 1, 32, 1)
-#ifdef FA_TUNE
-#define FA_FWD_EXTRA(X)                                                                            \
-    X(64, 4, 1, 64, 1) X(64, 4, 2, 32, 1) X(64, 8, 1, 64, 1) X(64, 4, 1, 64, 4) X(64, 8, 2, 64, 1) \
-    X(128, 4, 1, 64, 1) X(128, 4, 1, 32, 1)
-#define FA_DQ_EXTRA(X)                                                                             \
-    X(64, 4, 1, 64, 1) X(64, 4, 1, 32, 1) X(64, 8, 1, 64, 1) X(64, 4, 1, 64, 3) X(64, 4, 2, 16, 1) \
-    X(128, 8, 1, 32, 1) X(128, 4, 1, 16, 1)
-#define FA_DKV_EXTRA(X)                                                                            \
-    X(64, 4, 1, 32, 1) X(64, 8, 1, 64, 1) X(64, 8, 1, 32, 1) X(64, 4, 1, 32, 3) X(64, 4, 2, 32, 1) \
-    X(64, 4, 2, 16, 1) X(128, 8, 1, 32, 1) X(128, 4, 1, 16, 1)
-#else
-#define FA_FWD_EXTRA(X)
-#define FA_DQ_EXTRA(X)
-#define FA_DKV_EXTRA(X)
-#endif
-
-#define FA_FWD_KERNEL(HS, NW, MT, BK, MINB)                                                        \
-    static __global__ void __launch_bounds__(NW * 32, MINB)                                        \
-        fa_fwd_##HS##_##NW##_##MT##_##BK##_##MINB(nb_bf16 *out, float *lse, const nb_bf16 *qkv, fa_dims a) { \
-        fa_fwd(out, lse, qkv, a, HS, NW, MT, BK);                                                  \
-    }
-#define FA_BWD_KERNEL(KIND, HS, NW, MT, TILE, MINB)                                                \
-    static __global__ void __launch_bounds__(NW * 32, MINB)                                        \
-        fa_##KIND##_##HS##_##NW##_##MT##_##TILE##_##MINB(nb_bf16 *dqkv, const nb_bf16 *dout,        \
-                                                         const nb_bf16 *qkv, const float *lse,     \
-                                                         const float *Dv, fa_dims a) {             \
-        fa_##KIND(dqkv, dout, qkv, lse, Dv, a, HS, NW, MT, TILE);                                  \
-    }
-#define FA_DQ_KERNEL(HS, NW, MT, BK, MINB) FA_BWD_KERNEL(dq, HS, NW, MT, BK, MINB)
-#define FA_DKV_KERNEL(HS, NW, MT, BQ, MINB) FA_BWD_KERNEL(dkv, HS, NW, MT, BQ, MINB)
-FA_FWD_DEFAULT(FA_FWD_KERNEL) FA_FWD_EXTRA(FA_FWD_KERNEL)
-FA_DQ_DEFAULT(FA_DQ_KERNEL) FA_DQ_EXTRA(FA_DQ_KERNEL)
-FA_DKV_DEFAULT(FA_DKV_KERNEL) FA_DKV_EXTRA(FA_DKV_KERNEL)
+ * the register allocator (1: no limit below 255). Each is the fastest of the shapes timed on an
+ * H200 at T = 1024..4096 (the others were dropped after ae09253, whose -DFA_TUNE build and
+ * test_attention_fa --tune timed them). A kernel is named fa_KIND_HS_NW_MT_TILE_MINB; its
+ * arguments are literals, so every loop unrolls and every register array stays in registers. */
+static __global__ void __launch_bounds__(4 * 32, 1) fa_fwd_64_4_2_64_1(nb_bf16 *out, float *lse, const nb_bf16 *qkv,
+                                                                      fa_dims a) {
+    fa_fwd(out, lse, qkv, a, 64, 4, 2, 64);
+}
+static __global__ void __launch_bounds__(8 * 32, 1) fa_fwd_128_8_1_64_1(nb_bf16 *out, float *lse, const nb_bf16 *qkv,
+                                                                       fa_dims a) {
+    fa_fwd(out, lse, qkv, a, 128, 8, 1, 64);
+}
+static __global__ void __launch_bounds__(4 * 32, 1) fa_dq_64_4_2_32_1(nb_bf16 *dqkv, const nb_bf16 *dout,
+                                                                     const nb_bf16 *qkv, const float *lse,
+                                                                     const float *Dv, fa_dims a) {
+    fa_dq(dqkv, dout, qkv, lse, Dv, a, 64, 4, 2, 32);
+}
+static __global__ void __launch_bounds__(4 * 32, 1) fa_dq_128_4_1_32_1(nb_bf16 *dqkv, const nb_bf16 *dout,
+                                                                      const nb_bf16 *qkv, const float *lse,
+                                                                      const float *Dv, fa_dims a) {
+    fa_dq(dqkv, dout, qkv, lse, Dv, a, 128, 4, 1, 32);
+}
+static __global__ void __launch_bounds__(4 * 32, 1) fa_dkv_64_4_1_64_1(nb_bf16 *dqkv, const nb_bf16 *dout,
+                                                                      const nb_bf16 *qkv, const float *lse,
+                                                                      const float *Dv, fa_dims a) {
+    fa_dkv(dqkv, dout, qkv, lse, Dv, a, 64, 4, 1, 64);
+}
+static __global__ void __launch_bounds__(4 * 32, 1) fa_dkv_128_4_1_32_1(nb_bf16 *dqkv, const nb_bf16 *dout,
+                                                                       const nb_bf16 *qkv, const float *lse,
+                                                                       const float *Dv, fa_dims a) {
+    fa_dkv(dqkv, dout, qkv, lse, Dv, a, 128, 4, 1, 32);
+}
 
 #define FA_D_THREADS 256
 static __global__ void __launch_bounds__(FA_D_THREADS)
@@ -695,18 +638,14 @@ typedef struct {
     const char *name;
 } fa_kernel;
 
-#define FA_FWD_ROW(HS, NW, MT, BK, MINB)                                                           \
-    {0, HS, NW, MT, BK, fa_fwd_##HS##_##NW##_##MT##_##BK##_##MINB, NULL,                           \
-     "forward HS " #HS ": " #NW " warps x " #MT " m-tiles, " #BK "-key tiles, min blocks " #MINB},
-#define FA_DQ_ROW(HS, NW, MT, BK, MINB)                                                            \
-    {1, HS, NW, MT, BK, NULL, fa_dq_##HS##_##NW##_##MT##_##BK##_##MINB,                            \
-     "dq HS " #HS ": " #NW " warps x " #MT " m-tiles, " #BK "-key tiles, min blocks " #MINB},
-#define FA_DKV_ROW(HS, NW, MT, BQ, MINB)                                                           \
-    {2, HS, NW, MT, BQ, NULL, fa_dkv_##HS##_##NW##_##MT##_##BQ##_##MINB,                           \
-     "dk/dv HS " #HS ": " #NW " warps x " #MT " m-tiles, " #BQ "-query tiles, min blocks " #MINB},
-static const fa_kernel fa_kernels[] = {FA_FWD_DEFAULT(FA_FWD_ROW) FA_DQ_DEFAULT(FA_DQ_ROW)
-                                           FA_DKV_DEFAULT(FA_DKV_ROW) FA_FWD_EXTRA(FA_FWD_ROW)
-                                               FA_DQ_EXTRA(FA_DQ_ROW) FA_DKV_EXTRA(FA_DKV_ROW)};
+static const fa_kernel fa_kernels[] = {
+    {0, 64, 4, 2, 64, fa_fwd_64_4_2_64_1, NULL, "forward HS 64: 4 warps x 2 m-tiles, 64-key tiles, min blocks 1"},
+    {0, 128, 8, 1, 64, fa_fwd_128_8_1_64_1, NULL, "forward HS 128: 8 warps x 1 m-tiles, 64-key tiles, min blocks 1"},
+    {1, 64, 4, 2, 32, NULL, fa_dq_64_4_2_32_1, "dq HS 64: 4 warps x 2 m-tiles, 32-key tiles, min blocks 1"},
+    {1, 128, 4, 1, 32, NULL, fa_dq_128_4_1_32_1, "dq HS 128: 4 warps x 1 m-tiles, 32-key tiles, min blocks 1"},
+    {2, 64, 4, 1, 64, NULL, fa_dkv_64_4_1_64_1, "dk/dv HS 64: 4 warps x 1 m-tiles, 64-query tiles, min blocks 1"},
+    {2, 128, 4, 1, 32, NULL, fa_dkv_128_4_1_32_1, "dk/dv HS 128: 4 warps x 1 m-tiles, 32-query tiles, min blocks 1"},
+};
 #define FA_NKERNELS ((int)(sizeof fa_kernels / sizeof fa_kernels[0]))
 
 /* The v-th compiled kernel of this kind and head size (v = 0: the default), or NULL. */
@@ -749,27 +688,10 @@ static fa_launch fa_launch_of(const fa_kernel *k, int B, int T, int NH, int NKV)
 /* ---- launchers ---- */
 #ifndef FA_EMU
 
-/* Which of the matching rows each (kind, head size) uses: 0 = the first (the default). Written
- * only by nb_cuda_attention_fa_select (benchmarks), read by every launch. */
-static int fa_choice[3][2];
-static int fa_enabled = 1;
-
 static int fa_hs_slot(int HS) { return HS == 64 ? 0 : HS == 128 ? 1 : -1; }
 
-extern "C" void nb_cuda_attention_fa_enable(int on) { fa_enabled = on != 0; }
-
-extern "C" const char *nb_cuda_attention_fa_select(int kind, int HS, int v) {
-    int slot = fa_hs_slot(HS);
-    const fa_kernel *k = kind >= 0 && kind < 3 && slot >= 0 && v >= 0 ? fa_find(kind, HS, v) : NULL;
-    if (!k) return NULL;
-    fa_choice[kind][slot] = v;
-    return k->name;
-}
-
-static const fa_kernel *fa_pick(int kind, int HS) {
-    int slot = fa_hs_slot(HS);
-    return slot < 0 ? NULL : fa_find(kind, HS, fa_choice[kind][slot]);
-}
+/* The kernel of this kind for a head size with kernels. */
+static const fa_kernel *fa_pick(int kind, int HS) { return fa_find(kind, HS, 0); }
 
 static int fa_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -777,7 +699,7 @@ static int fa_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
  * tensors (rows move in 16-byte pieces), and a grid within CUDA's limits. */
 static int fa_usable(int B, int T, int NH, int NKV, int HS, const void *p0, const void *p1, const void *p2,
                      const void *p3) {
-    if (!fa_enabled || fa_hs_slot(HS) < 0 || NKV <= 0 || NH % NKV != 0 || B > 65535 || NH > 65535) return 0;
+    if (fa_hs_slot(HS) < 0 || NKV <= 0 || NH % NKV != 0 || B > 65535 || NH > 65535) return 0;
     if (!fa_aligned(p0) || !fa_aligned(p1) || !fa_aligned(p2) || !fa_aligned(p3)) return 0;
     return (T + 15) / 16 <= 65535;
 }

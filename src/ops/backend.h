@@ -126,14 +126,32 @@ typedef struct nb_backend_i {
     size_t (*mem_available)(void);
 } nb_backend_i;
 
+/* Which bf16 attention a CUDA instance runs (the CLI's --attn; attention_cudnn.c). fp32 and the
+ * accumulating backward always run nobubble's kernels; the CPU ignores it. */
+typedef enum {
+    NB_ATTN_AUTO,       /* "auto", the default: NB_ATTN_CUDNN from NB_ATTN_AUTO_MIN_T tokens, NB_ATTN_FA below */
+    NB_ATTN_FA,         /* "fa": nobubble's kernels */
+    NB_ATTN_CUDNN,      /* "cudnn": cuDNN forward, cuDNN deterministic backward */
+    NB_ATTN_CUDNN_FWD,  /* "cudnn-fwd": cuDNN forward, nobubble's backward (reads cuDNN's lse) */
+    NB_ATTN_CUDNN_FAST, /* "cudnn-fast": cuDNN forward and non-deterministic backward */
+    NB_ATTN_MODE_COUNT
+} nb_attn_mode;
+extern const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT]; /* "auto", "fa", ... by value */
+extern const char nb_attn_mode_help[]; /* every name with what it runs, for --help and errors */
+/* *mode = the mode named name; 0, or -1 (mode unchanged) when name is not one of the names. */
+int nb_attn_mode_parse(const char *name, nb_attn_mode *mode);
+
 /* A backend instance: one device's op table and what belongs to that device, created by the run
- * (not process globals): the device index and the library handles the ops use. Ops reach it
- * through their ctx (ctx->backend: the lanes runtime is bound to it, nb_lanes_bind). */
+ * (not process globals): the device index, the library handles the ops use and their caches, and
+ * the instance's settings. Ops reach it through their ctx (ctx->backend: the lanes runtime is
+ * bound to it, nb_lanes_bind). */
 typedef struct nb_backend {
     const nb_backend_i *ops;
-    int device;     /* CUDA device index; -1 on the CPU */
-    void *blas;     /* the cuBLASLt handle created on that device (CUDA), NULL on the CPU */
-    char desc[320]; /* "cpu", "cuda:0 (NVIDIA H200)" */
+    int device;       /* CUDA device index; -1 on the CPU */
+    void *blas;       /* the cuBLASLt handle of that device and its GEMM workspaces (CUDA), NULL on the CPU */
+    nb_attn_mode attn; /* NB_ATTN_AUTO unless nb_backend_set_attn says otherwise */
+    struct nb_attn_state *attn_state; /* cuDNN's handle and plans, which attention ran (CUDA), NULL on the CPU */
+    char desc[320];   /* "cpu", "cuda:0 (NVIDIA H200)" */
 } nb_backend;
 
 /* The instance for a device ("cpu", "cuda", "cuda:N") and precision ("bf16", "fp32", or "" for
@@ -141,6 +159,8 @@ typedef struct nb_backend {
  * and makes it the calling thread's current device; lanes created afterwards run on it. */
 nb_backend *nb_backend_create(const char *device, const char *precision);
 void nb_backend_destroy(nb_backend *b);
+/* The bf16 attention the instance runs from now on (attention_cudnn.c). */
+void nb_backend_set_attn(nb_backend *b, nb_attn_mode mode);
 /* The instance a task runs on (its lane's runtime was bound to it); fails on an unbound lane. */
 const nb_backend *nb_backend_of(nb_ctx c);
 /* The GPU index of a device string: 0 for "cuda", N for "cuda:N", -1 for "cpu"; a bad string

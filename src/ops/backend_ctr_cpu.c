@@ -94,36 +94,11 @@ static void relu_bwd(nb_ctx c, void *dinp, const void *inp, const void *dout, si
 }
 
 static void linear1_fwd(nb_ctx c, float *z, const void *x, const void *w, const void *b, int N, int D) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *xi = CF(x) + (size_t)i * D;
-        float s = 0.0f;
-        for (int k = 0; k < D; k++) s += CF(w)[k] * xi[k];
-        z[i] = s + (b ? CF(b)[0] : 0.0f);
-    }
+    nb_linear1_forward(z, CF(x), CF(w), CF(b), N, D);
 }
-
-/* dw is summed over samples in index order per column (columns in parallel): thread-count free. */
 static void linear1_bwd(nb_ctx c, void *dx, float *dw, float *db, const float *dz, const void *x, const void *w,
                         int N, int D) {
-    if (dx) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < N; i++)
-            for (int k = 0; k < D; k++) F(dx)[(size_t)i * D + k] += dz[i] * CF(w)[k];
-    }
-    if (dw) {
-#pragma omp parallel for schedule(static)
-        for (int k = 0; k < D; k++) {
-            float s = 0.0f;
-            for (int i = 0; i < N; i++) s += dz[i] * CF(x)[(size_t)i * D + k];
-            dw[k] += s;
-        }
-    }
-    if (db) {
-        float s = 0.0f;
-        for (int i = 0; i < N; i++) s += dz[i];
-        db[0] += s;
-    }
+    nb_linear1_backward(F(dx), dw, db, dz, CF(x), CF(w), N, D);
 }
 
 static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *y, int N, float scale) {
@@ -132,16 +107,10 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
 }
 
 static void copy_cols(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols) {
-    for (int i = 0; i < rows; i++)
-        memcpy(F(dst) + (size_t)i * ld_dst, CF(src) + (size_t)i * ld_src, (size_t)cols * sizeof(float));
+    nb_copy_cols(F(dst), ld_dst, CF(src), ld_src, rows, cols);
 }
-
 static void add_cols(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols) {
-    for (int i = 0; i < rows; i++) {
-        float *d = F(dst) + (size_t)i * ld_dst;
-        const float *s = CF(src) + (size_t)i * ld_src;
-        for (int j = 0; j < cols; j++) d[j] += s[j];
-    }
+    nb_add_cols(F(dst), ld_dst, CF(src), ld_src, rows, cols);
 }
 
 static void check_offsets(const int32_t *off, int B, int max_len) {

@@ -111,8 +111,8 @@ static void swiglu_bwd_set_bf16(nb_ctx c, void *dgu, const void *dout, const voi
     nb_cuda_swiglu_backward_set_bf16(dgu, dout, gu, N, F, S(c));
 }
 
-/* ---- attention: bf16 runs cuDNN's fused attention where NB_ATTN asks for it (attention_cudnn.c)
- * and our kernels otherwise, or when cuDNN refuses the call. fp32 (the tight-parity table) and
+/* ---- attention: bf16 runs cuDNN's fused attention where the instance's mode asks for it
+ * (nb_backend_set_attn, attention_cudnn.c) and our kernels otherwise, or when cuDNN refuses the call. fp32 (the tight-parity table) and
  * the accumulating backward (taken only where the backend lacks the _set ops) always run ours. */
 static void attention_fwd_f32(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, int NKV,
                               int HS) {
@@ -124,26 +124,28 @@ static void attention_bwd_f32(nb_ctx c, void *dqkv, const void *dout, const void
 }
 static void attention_fwd_bf16(nb_ctx c, void *out, float *lse, const void *qkv, int B, int Tt, int NH, int NKV,
                                int HS) {
-    if (nb_attn_mode_for(Tt) != NB_ATTN_FA &&
-        nb_cudnn_attention_forward_bf16(out, lse, qkv, B, Tt, NH, NKV, HS, S(c)) == 0)
+    const nb_backend *b = nb_backend_of(c);
+    if (nb_attn_mode_for(b->attn, Tt) != NB_ATTN_FA &&
+        nb_cudnn_attention_forward_bf16(b, out, lse, qkv, B, Tt, NH, NKV, HS, S(c)) == 0)
         return;
     nb_cuda_attention_forward_bf16(out, lse, qkv, B, Tt, NH, NKV, HS, S(c));
-    nb_attn_note(0, NB_ATTN_RAN_OURS);
+    nb_attn_note(b, 0, NB_ATTN_RAN_OURS);
 }
 static void attention_bwd_bf16(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
                                const float *lse, int B, int Tt, int NH, int NKV, int HS) {
     nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
-    nb_attn_note(1, NB_ATTN_RAN_OURS);
+    nb_attn_note(nb_backend_of(c), 1, NB_ATTN_RAN_OURS);
 }
 static void attention_bwd_set_bf16(nb_ctx c, void *dqkv, const void *dout, const void *qkv, const void *out,
                                    const float *lse, int B, int Tt, int NH, int NKV, int HS) {
-    nb_attn_mode m = nb_attn_mode_for(Tt);
+    const nb_backend *b = nb_backend_of(c);
+    nb_attn_mode m = nb_attn_mode_for(b->attn, Tt);
     if ((m == NB_ATTN_CUDNN || m == NB_ATTN_CUDNN_FAST) &&
-        nb_cudnn_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, m == NB_ATTN_CUDNN,
+        nb_cudnn_attention_backward_set_bf16(b, dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, m == NB_ATTN_CUDNN,
                                              S(c)) == 0)
         return;
     nb_cuda_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, Tt, NH, NKV, HS, S(c));
-    nb_attn_note(1, NB_ATTN_RAN_OURS);
+    nb_attn_note(b, 1, NB_ATTN_RAN_OURS);
 }
 
 /* ---- precision-independent entries ---- */
@@ -267,12 +269,15 @@ void nb_cuda_instance_open(nb_backend *b, int index) {
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
     CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     b->blas = nb_cuda_blas_create();
+    b->attn_state = nb_attn_state_create(b);
     struct cudaDeviceProp p;
     CUDA_CHECK(cudaGetDeviceProperties(&p, index));
     snprintf(b->desc, sizeof b->desc, "cuda:%d (%s)", index, p.name);
 }
 
 void nb_cuda_instance_close(nb_backend *b) {
+    nb_attn_state_destroy(b->attn_state);
+    b->attn_state = NULL;
     nb_cuda_blas_destroy(b->blas);
     b->blas = NULL;
 }

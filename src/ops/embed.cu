@@ -7,9 +7,10 @@
  *     so a token's positions stay ascending); a warp per (run of one token, slice of columns)
  *     then adds the run's dout rows in order into its dwte row. Cost: one sort of N keys and
  *     one read of dout.
- *   scan (NB_EMBED_SCAN=1, and shapes the sort does not take): each block owns VOCAB_ROWS
- *     vocabulary rows and scans all N token ids for its own, (V / VOCAB_ROWS) scans in all;
- *     3 ms at gpt2's B = 32 (N = 32768, V = 50304) against ~0.1 ms sorted (issue 18). */
+ *   scan (shapes the sort does not take: more than 2^26 tokens, or rows of more than 65535
+ *     slices): each block owns VOCAB_ROWS vocabulary rows and scans all N token ids for its own,
+ *     (V / VOCAB_ROWS) scans in all; 3 ms at gpt2's B = 32 (N = 32768, V = 50304) against
+ *     ~0.1 ms sorted (issue 18). */
 #include <cub/cub.cuh>
 
 #include "ops_cuda_common.cuh"
@@ -18,53 +19,54 @@
 #define VOCAB_ROWS 128
 #define TOKEN_CHUNK 2048
 
-#define DEF_EMBED_KERNELS(T)                                                                       \
-    /* A token outside [0, V) gives a NaN row: the loss shows it, nothing reads out of bounds. */  \
-    static __global__ void embed_fwd_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe, \
-                                            int T_, int C, int V, size_t n) {                      \
-        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;                      \
-             i += (size_t)gridDim.x * blockDim.x) {                                                \
-            size_t row = i / C;                                                                    \
-            int c = (int)(i % C);                                                                  \
-            int tok = tokens[row];                                                                 \
-            if (tok < 0 || tok >= V) {                                                             \
-                nb_st(out + i, __int_as_float(0x7fc00000));                                        \
-                continue;                                                                          \
-            }                                                                                      \
-            float v = nb_ld(wte + (size_t)tok * C + c);                                            \
-            if (wpe) v = v + nb_ld(wpe + (row % T_) * C + c);                                      \
-            nb_st(out + i, v);                                                                     \
-        }                                                                                          \
-    }                                                                                              \
-    static __global__ void embed_dwte_kernel(float *dwte, const T *dout, const int32_t *tokens, int N, \
-                                             int C, int V) {                                       \
-        __shared__ int32_t tok[TOKEN_CHUNK];                                                       \
-        int v0 = blockIdx.x * VOCAB_ROWS, v1 = min(V, v0 + VOCAB_ROWS);                            \
-        for (int n0 = 0; n0 < N; n0 += TOKEN_CHUNK) {                                              \
-            int cnt = min(TOKEN_CHUNK, N - n0);                                                    \
-            __syncthreads();                                                                       \
-            for (int j = threadIdx.x; j < cnt; j += blockDim.x) tok[j] = tokens[n0 + j];           \
-            __syncthreads();                                                                       \
-            for (int j = 0; j < cnt; j++) {                                                        \
-                int tk = tok[j];                                                                   \
-                if (tk < v0 || tk >= v1) continue;                                                 \
-                float *d = dwte + (size_t)tk * C;                                                  \
-                const T *g = dout + (size_t)(n0 + j) * C;                                          \
-                for (int c = threadIdx.x; c < C; c += blockDim.x) d[c] += nb_ld(g + c);            \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    /* dwpe[t] += dout[b, t] for b = 0, 1, ... in order: one thread per (t, c). */                 \
-    static __global__ void embed_dwpe_kernel(float *dwpe, const T *dout, int B, int T_, int C) {   \
-        size_t n = (size_t)T_ * C;                                                                 \
-        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;                      \
-             i += (size_t)gridDim.x * blockDim.x) {                                                \
-            float acc = dwpe[i];                                                                   \
-            for (int b = 0; b < B; b++) acc += nb_ld(dout + (size_t)b * n + i);                    \
-            dwpe[i] = acc;                                                                         \
-        }                                                                                          \
+/* A token outside [0, V) gives a NaN row: the loss shows it, nothing reads out of bounds. */
+template <typename T>
+static __global__ void embed_fwd_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe,
+                                        int T_, int C, int V, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / C;
+        int c = (int)(i % C);
+        int tok = tokens[row];
+        if (tok < 0 || tok >= V) {
+            nb_st(out + i, __int_as_float(0x7fc00000));
+            continue;
+        }
+        float v = nb_ld(wte + (size_t)tok * C + c);
+        if (wpe) v = v + nb_ld(wpe + (row % T_) * C + c);
+        nb_st(out + i, v);
     }
-NB_FOR_EACH_DTYPE(DEF_EMBED_KERNELS)
+}
+template <typename T>
+static __global__ void embed_dwte_kernel(float *dwte, const T *dout, const int32_t *tokens, int N,
+                                         int C, int V) {
+    __shared__ int32_t tok[TOKEN_CHUNK];
+    int v0 = blockIdx.x * VOCAB_ROWS, v1 = min(V, v0 + VOCAB_ROWS);
+    for (int n0 = 0; n0 < N; n0 += TOKEN_CHUNK) {
+        int cnt = min(TOKEN_CHUNK, N - n0);
+        __syncthreads();
+        for (int j = threadIdx.x; j < cnt; j += blockDim.x) tok[j] = tokens[n0 + j];
+        __syncthreads();
+        for (int j = 0; j < cnt; j++) {
+            int tk = tok[j];
+            if (tk < v0 || tk >= v1) continue;
+            float *d = dwte + (size_t)tk * C;
+            const T *g = dout + (size_t)(n0 + j) * C;
+            for (int c = threadIdx.x; c < C; c += blockDim.x) d[c] += nb_ld(g + c);
+        }
+    }
+}
+/* dwpe[t] += dout[b, t] for b = 0, 1, ... in order: one thread per (t, c). */
+template <typename T>
+static __global__ void embed_dwpe_kernel(float *dwpe, const T *dout, int B, int T_, int C) {
+    size_t n = (size_t)T_ * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[i];
+        for (int b = 0; b < B; b++) acc += nb_ld(dout + (size_t)b * n + i);
+        dwpe[i] = acc;
+    }
+}
 
 /* ---- the sorted backward ---- */
 
@@ -141,7 +143,7 @@ static __global__ void dwte_runs_kernel(float *dwte, const void *dout, int bf, c
 static int dwte_sorted(float *dwte, const void *dout, int bf, const int32_t *tokens, int N, int C, int V,
                        cudaStream_t stream) {
     const int slices = (C + 32 * RUN_COLS_PER_LANE - 1) / (32 * RUN_COLS_PER_LANE);
-    if (nb_env_flag("NB_EMBED_SCAN", 0) || slices > 65535 || N > (1 << 26)) return 0;
+    if (slices > 65535 || N > (1 << 26)) return 0;
     size_t sort_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
                                                (const int32_t *)NULL, (int32_t *)NULL, N, 0, nb_key_bits(V), stream));
@@ -160,33 +162,44 @@ static int dwte_sorted(float *dwte, const void *dout, int bf, const int32_t *tok
     return 1;
 }
 
-#define DEF_EMBED_LAUNCHERS(SFX, T, KT)                                                            \
-    extern "C" void nb_cuda_embed_forward_##SFX(T *out, const int32_t *tokens, const T *wte, const T *wpe, \
-                                                 int B, int T_, int C, int V, nb_stream_t stream) { \
-        NB_CUDA_SHAPE(out && tokens && wte && B >= 0 && T_ >= 0 && C > 0 && V > 0,                 \
-                      "nb_cuda_embed_forward_" #SFX);                                              \
-        size_t n = (size_t)B * T_ * C;                                                             \
-        if (n == 0) return;                                                                        \
-        embed_fwd_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(                          \
-            (KT *)out, tokens, (const KT *)wte, (const KT *)wpe, T_, C, V, n);                     \
-        CUDA_CHECK_LAUNCH("embedding forward");                                                    \
-    }                                                                                              \
-    extern "C" void nb_cuda_embed_backward_##SFX(float *dwte, float *dwpe, const T *dout,          \
-                                                  const int32_t *tokens, int B, int T_, int C, int V, \
-                                                  nb_stream_t stream) {                            \
-        NB_CUDA_SHAPE(dout && (!dwte || tokens) && B >= 0 && T_ >= 0 && C > 0 && V > 0,            \
-                      "nb_cuda_embed_backward_" #SFX);                                             \
-        if (B == 0 || T_ == 0) return;                                                             \
-        if (dwte && !dwte_sorted(dwte, dout, sizeof(T) == 2, tokens, B * T_, C, V, stream)) {     \
-            embed_dwte_kernel<<<(V + VOCAB_ROWS - 1) / VOCAB_ROWS, THREADS, 0, stream>>>(          \
-                dwte, (const KT *)dout, tokens, B * T_, C, V);                                     \
-            CUDA_CHECK_LAUNCH("embedding backward (dwte)");                                        \
-        }                                                                                          \
-        if (dwpe) {                                                                                \
-            embed_dwpe_kernel<<<nb_grid_1d((size_t)T_ * C, THREADS), THREADS, 0, stream>>>(        \
-                dwpe, (const KT *)dout, B, T_, C);                                                 \
-            CUDA_CHECK_LAUNCH("embedding backward (dwpe)");                                        \
-        }                                                                                          \
+template <typename T>
+static void embed_forward(T *out, const int32_t *tokens, const T *wte, const T *wpe, int B, int T_, int C, int V,
+                          cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(out && tokens && wte && B >= 0 && T_ >= 0 && C > 0 && V > 0, name);
+    size_t n = (size_t)B * T_ * C;
+    if (n == 0) return;
+    embed_fwd_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(out, tokens, wte, wpe, T_, C, V, n);
+    CUDA_CHECK_LAUNCH("embedding forward");
+}
+
+template <typename T>
+static void embed_backward(float *dwte, float *dwpe, const T *dout, const int32_t *tokens, int B, int T_, int C, int V,
+                           cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(dout && (!dwte || tokens) && B >= 0 && T_ >= 0 && C > 0 && V > 0, name);
+    if (B == 0 || T_ == 0) return;
+    if (dwte && !dwte_sorted(dwte, dout, sizeof(T) == 2, tokens, B * T_, C, V, stream)) {
+        embed_dwte_kernel<<<(V + VOCAB_ROWS - 1) / VOCAB_ROWS, THREADS, 0, stream>>>(dwte, dout, tokens, B * T_, C, V);
+        CUDA_CHECK_LAUNCH("embedding backward (dwte)");
     }
-DEF_EMBED_LAUNCHERS(f32, float, float)
-DEF_EMBED_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+    if (dwpe) {
+        embed_dwpe_kernel<<<nb_grid_1d((size_t)T_ * C, THREADS), THREADS, 0, stream>>>(dwpe, dout, B, T_, C);
+        CUDA_CHECK_LAUNCH("embedding backward (dwpe)");
+    }
+}
+
+extern "C" void nb_cuda_embed_forward_f32(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                                          int T, int C, int V, nb_stream_t stream) {
+    embed_forward(out, tokens, wte, wpe, B, T, C, V, stream, __func__);
+}
+extern "C" void nb_cuda_embed_forward_bf16(nb_bf16 *out, const int32_t *tokens, const nb_bf16 *wte, const nb_bf16 *wpe,
+                                           int B, int T, int C, int V, nb_stream_t stream) {
+    embed_forward(nb_kt(out), tokens, nb_kt(wte), nb_kt(wpe), B, T, C, V, stream, __func__);
+}
+extern "C" void nb_cuda_embed_backward_f32(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+                                           int T, int C, int V, nb_stream_t stream) {
+    embed_backward(dwte, dwpe, dout, tokens, B, T, C, V, stream, __func__);
+}
+extern "C" void nb_cuda_embed_backward_bf16(float *dwte, float *dwpe, const nb_bf16 *dout, const int32_t *tokens, int B,
+                                            int T, int C, int V, nb_stream_t stream) {
+    embed_backward(dwte, dwpe, nb_kt(dout), tokens, B, T, C, V, stream, __func__);
+}

@@ -69,17 +69,42 @@ void nb_col_finish(float *dst, const float *part, int nparts, int ncols, cudaStr
 
 /* ---- cuBLASLt ---- */
 
-extern "C" nb_blas_t nb_cuda_blas_create(void) {
-    cublasLtHandle_t h;
-    CUBLAS_CHECK(cublasLtCreate(&h));
-    return h;
-}
-extern "C" void nb_cuda_blas_destroy(nb_blas_t lt) {
-    if (lt) CUBLAS_CHECK(cublasLtDestroy((cublasLtHandle_t)lt));
-}
-
 /* Fixed, so the algorithm choice never depends on memory pressure. */
 #define LT_MAX_WORKSPACE ((size_t)32 << 20)
+#define WS_SLOTS 64
+
+/* What nb_blas_t points to: a backend instance's cuBLASLt handle and its GEMM workspaces, one per
+ * stream, made on the stream's first GEMM outside a graph capture and kept: otherwise each GEMM
+ * is a cudaMallocAsync, the GEMM and a cudaFreeAsync, and in a captured step three graph nodes
+ * where one does (issue 18: the proxy's step is launch-bound). Work on one stream runs in order,
+ * so its GEMMs can share one buffer; each lane has its own stream. A stream first seen inside a
+ * capture takes scratch instead. The buffers live as long as the instance (a few per run). */
+typedef struct {
+    cublasLtHandle_t h;
+    pthread_mutex_t mu;
+    int nslots;
+    struct {
+        cudaStream_t stream;
+        int device;
+        void *p;
+    } slot[WS_SLOTS];
+} lt_instance;
+
+extern "C" nb_blas_t nb_cuda_blas_create(void) {
+    lt_instance *lt = (lt_instance *)nb_calloc(1, sizeof *lt, "the cuBLASLt instance");
+    CUBLAS_CHECK(cublasLtCreate(&lt->h));
+    NB_CHECK(pthread_mutex_init(&lt->mu, NULL) == 0, "this is a bug in nobubble; please report it",
+             "pthread_mutex_init failed for the cuBLASLt instance");
+    return lt;
+}
+extern "C" void nb_cuda_blas_destroy(nb_blas_t blas) {
+    lt_instance *lt = (lt_instance *)blas;
+    if (!lt) return;
+    for (int i = 0; i < lt->nslots; i++) CUDA_CHECK(cudaFree(lt->slot[i].p)); /* waits for the GEMMs using it */
+    CUBLAS_CHECK(cublasLtDestroy(lt->h));
+    pthread_mutex_destroy(&lt->mu);
+    free(lt);
+}
 
 static uint32_t ptr_align(const void *p) {
     uint32_t a = 256;
@@ -87,56 +112,29 @@ static uint32_t ptr_align(const void *p) {
     return a;
 }
 
-/* cuBLASLt's workspace, one per stream and device, made on the stream's first GEMM outside a graph
- * capture and kept: otherwise each GEMM is a cudaMallocAsync, the GEMM and a cudaFreeAsync, and
- * in a captured step three graph nodes where one does (issue 18: the proxy's step is launch-bound).
- * Work on one stream runs in order, so its GEMMs can share one buffer; each lane has its own
- * stream. A stream first seen inside a capture takes scratch as before. NB_LT_WS_CACHE=0: always
- * scratch (the old way). The buffers live as long as the process (a few per run). */
-#define WS_SLOTS 64
-static struct {
-    cudaStream_t stream;
-    int device;
-    void *p;
-} ws_slot[WS_SLOTS];
-static int ws_used;
-static pthread_mutex_t ws_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void *cached_workspace(cudaStream_t stream) {
-    static int on = -1;
-    if (on < 0) on = nb_env_flag("NB_LT_WS_CACHE", 1);
-    if (!on) return NULL;
+/* The instance's workspace for stream (above), or NULL: take scratch. */
+static void *cached_workspace(lt_instance *lt, cudaStream_t stream) {
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     void *p = NULL;
-    pthread_mutex_lock(&ws_mu);
-    for (int i = 0; i < ws_used && !p; i++)
-        if (ws_slot[i].stream == stream && ws_slot[i].device == dev) p = ws_slot[i].p;
+    pthread_mutex_lock(&lt->mu);
+    for (int i = 0; i < lt->nslots && !p; i++)
+        if (lt->slot[i].stream == stream && lt->slot[i].device == dev) p = lt->slot[i].p;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (!p && ws_used < WS_SLOTS && cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+    if (!p && lt->nslots < WS_SLOTS && cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
         cap == cudaStreamCaptureStatusNone) {
         CUDA_CHECK(cudaMalloc(&p, LT_MAX_WORKSPACE));
-        ws_slot[ws_used].stream = stream, ws_slot[ws_used].device = dev, ws_slot[ws_used].p = p;
-        ws_used++;
+        lt->slot[lt->nslots].stream = stream, lt->slot[lt->nslots].device = dev, lt->slot[lt->nslots].p = p;
+        lt->nslots++;
     }
-    pthread_mutex_unlock(&ws_mu);
+    pthread_mutex_unlock(&lt->mu);
     return p;
 }
 
 /* Which of the heuristic's ranked algorithms a GEMM takes (past the end of the list, the last).
  * The list is a function of the shapes, the device and the library, so any fixed index gives the
- * same bits on every run. The first, except where lt_tuned lists a measured better one. Tuning
- * probes: NB_LT_ALGO=k for every GEMM, NB_LT_ALGO_GELU=k for the GELU / DGELU epilogues. */
+ * same bits on every run. The first, except where lt_tuned lists a measured better one. */
 #define LT_MAX_CANDIDATES 8
-static int lt_env_index(const char *name) {
-    const char *v = getenv(name);
-    if (!v || !*v) return -1;
-    char *end = NULL;
-    long k = strtol(v, &end, 10);
-    if (*end || k < 0 || k >= LT_MAX_CANDIDATES)
-        nb_fail("set it to an index from 0 to 7, or unset it", "%s=%s is not a candidate index", name, v);
-    return (int)k;
-}
 
 /* Measured exceptions (H200, cuBLAS 13, 2026-12-03, bench/NOTES.md session 13): gpt2's fc GEMMs,
  * where the heuristic's first GELU-epilogue choices ran at ~470 TFLOP/s against ~750-780 for the
@@ -162,23 +160,17 @@ static int lt_tuned_applies(void) {
 }
 
 static int lt_candidate_index(const nb_lt_gemm *g) {
-    const cublasLtEpilogue_t epi = g->epi;
-    const int gelu = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-                     epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    const int k = gelu ? lt_env_index("NB_LT_ALGO_GELU") : -1;
-    if (k >= 0) return k;
-    const int all = lt_env_index("NB_LT_ALGO");
-    if (all >= 0) return all;
     for (size_t i = 0; i < sizeof lt_tuned / sizeof lt_tuned[0]; i++)
-        if (lt_tuned[i].epi == epi && lt_tuned[i].m == g->m && lt_tuned[i].n == g->n && lt_tuned[i].k == g->k &&
+        if (lt_tuned[i].epi == g->epi && lt_tuned[i].m == g->m && lt_tuned[i].n == g->n && lt_tuned[i].k == g->k &&
             lt_tuned_applies())
             return lt_tuned[i].index;
     return 0;
 }
 
-int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail) {
-    NB_ASSERT(lt != NULL); /* the launcher's caller passes its backend instance's handle */
-    cublasLtHandle_t lt_handle = (cublasLtHandle_t)lt;
+int nb_lt_run(const nb_lt_gemm *g, nb_blas_t blas, cudaStream_t stream, int may_fail) {
+    NB_ASSERT(blas != NULL); /* the launcher's caller passes its backend instance's handle */
+    lt_instance *lt = (lt_instance *)blas;
+    cublasLtHandle_t lt_handle = lt->h;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulPreference_t pref;
@@ -192,10 +184,6 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
     if (g->bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                     sizeof g->bias));
-    if (g->bias_f32) {
-        int32_t bt = CUDA_R_32F;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
     if (g->aux) {
         int64_t ldaux = g->ldd;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
@@ -238,7 +226,7 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
                 cublasGetStatusString(st));
     if (found) {
         float alpha = 1.0f, beta = g->beta;
-        void *kept = heur.workspaceSize ? cached_workspace(stream) : NULL;
+        void *kept = heur.workspaceSize ? cached_workspace(lt, stream) : NULL;
         void *ws = kept ? kept : nb_cuda_scratch(heur.workspaceSize, stream);
         CUBLAS_CHECK(cublasLtMatmul(lt_handle, op, &alpha, g->A, la, g->B, lb, &beta, Cm, ld, g->D, ld, &heur.algo,
                                     ws, heur.workspaceSize, stream));
@@ -253,6 +241,31 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fa
 }
 
 /* ---- forward ---- */
+
+/* act.cu's launchers by element type, for the unfused halves below. */
+static void gelu_forward(float *out, const float *pre, size_t n, cudaStream_t s) {
+    nb_cuda_gelu_forward_f32(out, pre, n, s);
+}
+static void gelu_forward(nb_bf16 *out, const nb_bf16 *pre, size_t n, cudaStream_t s) {
+    nb_cuda_gelu_forward_bf16(out, pre, n, s);
+}
+static void gelu_backward_scale(float *x, const float *pre, size_t n, cudaStream_t s) {
+    nb_cuda_gelu_backward_scale_f32(x, pre, n, s);
+}
+static void gelu_backward_scale(nb_bf16 *x, const nb_bf16 *pre, size_t n, cudaStream_t s) {
+    nb_cuda_gelu_backward_scale_bf16(x, pre, n, s);
+}
+static void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s) {
+    nb_cuda_residual_forward_f32(out, a, b, n, s);
+}
+static void residual_forward(nb_bf16 *out, const nb_bf16 *a, const nb_bf16 *b, size_t n, cudaStream_t s) {
+    nb_cuda_residual_forward_bf16(out, a, b, n, s);
+}
+/* The GEMMs' type of ops_cuda.h's element types; bf16 is the mode with fused epilogues (fp32 is the
+ * tight-parity mode: act.c's order of roundings, so no fusion). */
+static cudaDataType_t lt_type(const float *) { return CUDA_R_32F; }
+static cudaDataType_t lt_type(const nb_bf16 *) { return CUDA_R_16BF; }
+template <typename T> static int fuses(const T *p) { return lt_type(p) == CUDA_R_16BF; }
 
 static void check_shapes(const char *op, int N, int C, int OC) {
     NB_CUDA_SHAPE(N >= 0 && C > 0 && OC >= 0, op);
@@ -275,98 +288,87 @@ static int linear_forward(void *out, void *pre, const void *inp, const void *w, 
     return nb_lt_run(&g, lt, stream, may_fail);
 }
 
-#define DEF_MATMUL_FORWARD(SFX, T, CT)                                                             \
-    extern "C" void nb_cuda_matmul_forward_##SFX(T *out, const T *inp, const T *w, const T *bias, int N, \
-                                                  int C, int OC, nb_blas_t lt, nb_stream_t stream) { \
-        check_shapes("nb_cuda_matmul_forward_" #SFX, N, C, OC);                                    \
-        NB_CUDA_SHAPE(out && inp && w, "nb_cuda_matmul_forward_" #SFX);                            \
-        if (N == 0 || OC == 0) return;                                                             \
-        linear_forward(out, NULL, inp, w, bias, N, C, OC, CT,                                      \
-                       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, lt, stream, 0);  \
-    }
-DEF_MATMUL_FORWARD(f32, float, CUDA_R_32F)
-DEF_MATMUL_FORWARD(bf16, nb_bf16, CUDA_R_16BF)
+template <typename T>
+static void matmul_forward(T *out, const T *inp, const T *w, const T *bias, int N, int C, int OC, nb_blas_t lt,
+                           cudaStream_t stream, const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(out && inp && w, name);
+    if (N == 0 || OC == 0) return;
+    linear_forward(out, NULL, inp, w, bias, N, C, OC, lt_type(out),
+                   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, lt, stream, 0);
+}
 
 /* bf16: GELU fused into the GEMM's epilogue (cuBLASLt's tanh GELU; it also writes pre to the
  * aux buffer), which needs OC divisible by 8 and 16-byte aligned outputs; otherwise, or if
  * cuBLASLt offers no fused algorithm, the GEMM writes pre and a separate GELU reads it. fp32 is
  * the tight-parity mode, so it always takes the separate GELU, whose formula is act.c's. */
-#define DEF_MATMUL_GELU_FORWARD(SFX, T, CT, FUSE)                                                  \
-    extern "C" void nb_cuda_matmul_gelu_forward_##SFX(T *out, T *pre, const T *inp, const T *w,    \
-                                                       const T *bias, int N, int C, int OC,        \
-                                                       nb_blas_t lt, nb_stream_t stream) {         \
-        check_shapes("nb_cuda_matmul_gelu_forward_" #SFX, N, C, OC);                               \
-        NB_CUDA_SHAPE(out && pre && inp && w && out != pre, "nb_cuda_matmul_gelu_forward_" #SFX);  \
-        if (N == 0 || OC == 0) return;                                                             \
-        int fusable = FUSE && OC % 8 == 0 && ptr_align(pre) >= 16 && ptr_align(out) >= 16;         \
-        cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX; \
-        if (fusable && linear_forward(out, pre, inp, w, bias, N, C, OC, CT, epi, lt, stream, 1)) return; \
-        if (FUSE)                                                                                  \
-            nb_log(2, "matmul+gelu %dx%dx%d: GELU not fused (OC %% 8 = %d, or no cuBLASLt algorithm)", \
-                   N, C, OC, OC % 8);                                                              \
-        nb_cuda_matmul_forward_##SFX(pre, inp, w, bias, N, C, OC, lt, stream);                     \
-        nb_cuda_gelu_forward_##SFX(out, pre, (size_t)N * OC, stream);                              \
-    }
-DEF_MATMUL_GELU_FORWARD(f32, float, CUDA_R_32F, 0)
-DEF_MATMUL_GELU_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
+template <typename T>
+static void matmul_gelu_forward(T *out, T *pre, const T *inp, const T *w, const T *bias, int N, int C, int OC,
+                                nb_blas_t lt, cudaStream_t stream, const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(out && pre && inp && w && out != pre, name);
+    if (N == 0 || OC == 0) return;
+    const int fuse = fuses(out);
+    int fusable = fuse && OC % 8 == 0 && ptr_align(pre) >= 16 && ptr_align(out) >= 16;
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (fusable && linear_forward(out, pre, inp, w, bias, N, C, OC, lt_type(out), epi, lt, stream, 1)) return;
+    if (fuse)
+        nb_log(2, "matmul+gelu %dx%dx%d: GELU not fused (OC %% 8 = %d, or no cuBLASLt algorithm)", N, C, OC, OC % 8);
+    matmul_forward(pre, inp, w, bias, N, C, OC, lt, stream, name);
+    gelu_forward(out, pre, (size_t)N * OC, stream);
+}
 
 /* ---- forward with the residual add (issue 18) ---- */
 
 /* out = resid + inp @ w^T + bias in one GEMM: resid is cuBLASLt's C matrix (beta = 1, C != D),
- * so the separate residual kernel (read 2, write 1 of N x OC) disappears. bf16 only (fp32 is
- * the tight-parity mode and keeps act.c's order: round(matmul) then the add), and only while
- * NB_FUSE_RESIDUAL is not 0; otherwise, or if cuBLASLt has no algorithm, the GEMM and
- * nb_cuda_residual_forward. bf16 rounds once (fp32 accumulator + resid + bias) instead of twice. */
-#define DEF_MATMUL_RESIDUAL_FORWARD(SFX, T, CT, FUSE)                                              \
-    extern "C" void nb_cuda_matmul_residual_forward_##SFX(T *out, const T *inp, const T *w, const T *bias, \
-                                                           const T *resid, int N, int C, int OC,   \
-                                                           nb_blas_t lt, nb_stream_t stream) {     \
-        const char *name = "nb_cuda_matmul_residual_forward_" #SFX;                                \
-        check_shapes(name, N, C, OC);                                                              \
-        NB_CUDA_SHAPE(out && inp && w && resid && (const void *)out != (const void *)resid, name); \
-        if (N == 0 || OC == 0) return;                                                             \
-        if (FUSE && nb_env_flag("NB_FUSE_RESIDUAL", 1)) {                                          \
-            nb_lt_gemm g = {};                                                                     \
-            g.m = OC, g.n = N, g.k = C;                                                            \
-            g.transa = 1, g.transb = 0;                                                            \
-            g.A = w, g.lda = C;                                                                    \
-            g.B = inp, g.ldb = C;                                                                  \
-            g.D = out, g.ldd = OC;                                                                 \
-            g.C = resid;                                                                           \
-            g.tab = CT, g.td = CT;                                                                 \
-            g.beta = 1.0f;                                                                         \
-            g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;                     \
-            g.bias = bias;                                                                         \
-            if (nb_lt_run(&g, lt, stream, 1)) return;                                              \
-            nb_log(2, "matmul+residual %dx%dx%d: residual not fused (no cuBLASLt algorithm)", N, C, OC); \
-        }                                                                                          \
-        nb_cuda_matmul_forward_##SFX(out, inp, w, bias, N, C, OC, lt, stream);                     \
-        nb_cuda_residual_forward_##SFX(out, resid, out, (size_t)N * OC, stream);                   \
+ * so the separate residual kernel (read 2, write 1 of N x OC) disappears. bf16 only (fp32 is the
+ * tight-parity mode and keeps act.c's order: round(matmul) then the add); if cuBLASLt has no
+ * algorithm, the GEMM and nb_cuda_residual_forward. bf16 rounds once (fp32 accumulator + resid +
+ * bias) instead of twice. */
+template <typename T>
+static void matmul_residual_forward(T *out, const T *inp, const T *w, const T *bias, const T *resid, int N, int C,
+                                    int OC, nb_blas_t lt, cudaStream_t stream, const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(out && inp && w && resid && (const void *)out != (const void *)resid, name);
+    if (N == 0 || OC == 0) return;
+    if (fuses(out)) {
+        nb_lt_gemm g = {};
+        g.m = OC, g.n = N, g.k = C;
+        g.transa = 1, g.transb = 0;
+        g.A = w, g.lda = C;
+        g.B = inp, g.ldb = C;
+        g.D = out, g.ldd = OC;
+        g.C = resid;
+        g.tab = lt_type(out), g.td = lt_type(out);
+        g.beta = 1.0f;
+        g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        g.bias = bias;
+        if (nb_lt_run(&g, lt, stream, 1)) return;
+        nb_log(2, "matmul+residual %dx%dx%d: residual not fused (no cuBLASLt algorithm)", N, C, OC);
     }
-DEF_MATMUL_RESIDUAL_FORWARD(f32, float, CUDA_R_32F, 0)
-DEF_MATMUL_RESIDUAL_FORWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
+    matmul_forward(out, inp, w, bias, N, C, OC, lt, stream, name);
+    residual_forward(out, resid, out, (size_t)N * OC, stream);
+}
 
 /* ---- backward ---- */
 
 /* part[blockIdx.y][c] = sum of dout[r][c] over this block's NB_COL_ROWS rows: 32 columns per
  * block (coalesced), 8 row lanes summed in a fixed order through shared memory. */
-#define DEF_DBIAS_PART(T)                                                                          \
-    static __global__ void dbias_part_kernel(float *part, const T *dout, int N, int OC) {          \
-        __shared__ float sh[8][33];                                                                \
-        int c = blockIdx.x * 32 + threadIdx.x;                                                     \
-        int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);                          \
-        float acc = 0.0f;                                                                          \
-        if (c < OC)                                                                                \
-            for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += nb_ld(dout + (size_t)r * OC + c); \
-        sh[threadIdx.y][threadIdx.x] = acc;                                                        \
-        __syncthreads();                                                                           \
-        if (threadIdx.y == 0 && c < OC) {                                                          \
-            float s = 0.0f;                                                                        \
-            for (int i = 0; i < 8; i++) s += sh[i][threadIdx.x];                                   \
-            part[(size_t)blockIdx.y * OC + c] = s;                                                 \
-        }                                                                                          \
+template <typename T> static __global__ void dbias_part_kernel(float *part, const T *dout, int N, int OC) {
+    __shared__ float sh[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);
+    float acc = 0.0f;
+    if (c < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += nb_ld(dout + (size_t)r * OC + c);
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float s = 0.0f;
+        for (int i = 0; i < 8; i++) s += sh[i][threadIdx.x];
+        part[(size_t)blockIdx.y * OC + c] = s;
     }
-NB_FOR_EACH_DTYPE(DEF_DBIAS_PART)
+}
 
 /* The same partial sums for bf16 rows of 16-byte vectors (OC % 8 == 0, dout 16-byte aligned): a
  * thread takes 8 adjacent columns, so a warp reads 512 contiguous bytes per row instead of 64.
@@ -402,7 +404,7 @@ static void dbias_reduce(float *dbias, const void *dout, int bf, int N, int OC, 
     NB_CUDA_SHAPE(nparts <= 65535, name);
     float *part = (float *)nb_cuda_scratch((size_t)nparts * OC * sizeof(float), stream);
     dim3 grid((OC + 31) / 32, nparts);
-    if (bf && OC % 8 == 0 && ((uintptr_t)dout & 15u) == 0 && nb_env_flag("NB_DBIAS_V8", 1))
+    if (bf && OC % 8 == 0 && ((uintptr_t)dout & 15u) == 0)
         dbias_part_v8_kernel<<<dim3((OC / 8 + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, (const nb_bf16_t *)dout,
                                                                                          N, OC);
     else if (bf)
@@ -428,13 +430,9 @@ static void dinp_gemm(void *dinp, const void *dout, const void *w, int N, int C,
     nb_lt_run(&g, lt, stream, 0);
 }
 
-/* dw[OC, C] += dout^T @ inp, and dbias[OC] += column sums of dout. With NB_BGRAD=1 (bf16 only)
- * the bias gradient comes from the same GEMM's BGRADB epilogue (the reduction over k = N of
- * dout, in fp32; cuBLAS repeats its bits run to run like any of its GEMMs), written to scratch
- * and added to dbias; else, or without an algorithm for it, our own reduction. */
+/* dw[OC, C] += dout^T @ inp (a cuBLASLt GEMM), and dbias[OC] += column sums of dout (ours). */
 static void dw_dbias(float *dw, float *dbias, const void *dout, const void *inp, int N, int C, int OC,
                      cudaDataType_t ct, nb_blas_t lt, cudaStream_t stream, const char *name) {
-    int bf = ct == CUDA_R_16BF;
     if (dw) {
         nb_lt_gemm g = {};
         g.m = C, g.n = OC, g.k = N;
@@ -445,58 +443,34 @@ static void dw_dbias(float *dw, float *dbias, const void *dout, const void *inp,
         g.tab = ct, g.td = CUDA_R_32F;
         g.beta = 1.0f;
         g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-        if (dbias && bf && nb_env_flag("NB_BGRAD", 0)) {
-            float *bg = (float *)nb_cuda_scratch((size_t)OC * sizeof(float), stream);
-            g.epi = CUBLASLT_EPILOGUE_BGRADB;
-            g.bias = bg;
-            g.bias_f32 = 1;
-            int ok = nb_lt_run(&g, lt, stream, 1);
-            if (ok) nb_col_finish(dbias, bg, 1, OC, stream);
-            nb_cuda_scratch_free(bg, stream);
-            if (ok) return;
-            nb_log(2, "matmul bwd %dx%dx%d: no BGRADB algorithm, bias gradient by our reduction", N, C, OC);
-            g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-            g.bias = NULL;
-            g.bias_f32 = 0;
-        }
         nb_lt_run(&g, lt, stream, 0);
     }
-    if (dbias) dbias_reduce(dbias, dout, bf, N, OC, stream, name);
+    if (dbias) dbias_reduce(dbias, dout, ct == CUDA_R_16BF, N, OC, stream, name);
 }
 
-#define DEF_MATMUL_BACKWARD(SFX, T, CT)                                                            \
-    extern "C" void nb_cuda_matmul_backward_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
-                                                   const T *inp, const T *w, int N, int C, int OC, \
-                                                   nb_blas_t lt, nb_stream_t stream) {             \
-        const char *name = "nb_cuda_matmul_backward_" #SFX;                                        \
-        check_shapes(name, N, C, OC);                                                              \
-        NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
-        if (N == 0 || OC == 0) return;                                                             \
-        if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, CT, 0, lt, stream);                           \
-        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
-    }
-DEF_MATMUL_BACKWARD(f32, float, CUDA_R_32F)
-DEF_MATMUL_BACKWARD(bf16, nb_bf16, CUDA_R_16BF)
+template <typename T>
+static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, const T *inp, const T *w, int N, int C,
+                            int OC, nb_blas_t lt, cudaStream_t stream, const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);
+    if (N == 0 || OC == 0) return;
+    if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, lt_type(dout), 0, lt, stream);
+    dw_dbias(dw, dbias, dout, inp, N, C, OC, lt_type(dout), lt, stream, name);
+}
 
-/* As nb_cuda_matmul_backward, but dinp is WRITTEN (beta 0: its old contents, NaN included, are
- * never read), so the caller needs no memset of it and the GEMM no read of it. NB_GRAD_SET=0:
- * a memset, then the accumulating GEMM (the old sequence). */
-#define DEF_MATMUL_BACKWARD_SET(SFX, T, CT)                                                        \
-    extern "C" void nb_cuda_matmul_backward_set_##SFX(T *dinp, float *dw, float *dbias, const T *dout, \
-                                                       const T *inp, const T *w, int N, int C, int OC, \
-                                                       nb_blas_t lt, nb_stream_t stream) {         \
-        const char *name = "nb_cuda_matmul_backward_set_" #SFX;                                    \
-        check_shapes(name, N, C, OC);                                                              \
-        NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);                                 \
-        if (N == 0) return;                                                                        \
-        int set = nb_env_flag("NB_GRAD_SET", 1);                                                   \
-        if (dinp && (OC == 0 || !set)) CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(T), stream)); \
-        if (OC == 0) return;                                                                       \
-        if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, CT, set, lt, stream);                         \
-        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
-    }
-DEF_MATMUL_BACKWARD_SET(f32, float, CUDA_R_32F)
-DEF_MATMUL_BACKWARD_SET(bf16, nb_bf16, CUDA_R_16BF)
+/* As matmul_backward, but dinp is WRITTEN (beta 0: its old contents, NaN included, are never
+ * read), so the caller needs no memset of it and the GEMM no read of it. */
+template <typename T>
+static void matmul_backward_set(T *dinp, float *dw, float *dbias, const T *dout, const T *inp, const T *w, int N,
+                                int C, int OC, nb_blas_t lt, cudaStream_t stream, const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(dout && (!dinp || w) && (!dw || inp), name);
+    if (N == 0) return;
+    if (dinp && OC == 0) CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(T), stream));
+    if (OC == 0) return;
+    if (dinp) dinp_gemm(dinp, dout, w, N, C, OC, lt_type(dout), 1, lt, stream);
+    dw_dbias(dw, dbias, dout, inp, N, C, OC, lt_type(dout), lt, stream, name);
+}
 
 /* ---- backward through GELU (issue 18) ---- */
 
@@ -506,14 +480,11 @@ DEF_MATMUL_BACKWARD_SET(bf16, nb_bf16, CUDA_R_16BF)
  *   dbias_pre += column sums of dpre      (NULL skips; the bias gradient of the layer before),
  * bf16: the GELU derivative is cuBLASLt's DGELU epilogue on the fp32 accumulator (aux = pre,
  * which the forward's GELU_AUX epilogue wrote), so neither dout @ w (N x C) nor a separate GELU
- * backward kernel touches memory; with NB_BGRAD=1 also dbias_pre from DGELU_BGRAD (fp32 bias
- * gradient; if cuBLASLt has no such algorithm, our reduction over dpre). NB_FUSE_DGELU=0, fp32,
- * unaligned tensors or no algorithm: the GEMM writes dout @ w into dpre and a kernel multiplies
- * it by gelu'(pre) in place (the unfused math, one bf16 rounding more). */
-static int dgelu_gemm(void *dpre, float *dbias_pre, const void *dout, const void *w, const void *pre, int N, int C,
-                      int OC, nb_blas_t lt, cudaStream_t stream, int *bias_done) {
-    *bias_done = 0;
-    if (!nb_env_flag("NB_FUSE_DGELU", 1)) return 0;
+ * backward kernel touches memory. fp32, unaligned tensors or no algorithm: the GEMM writes
+ * dout @ w into dpre and a kernel multiplies it by gelu'(pre) in place (the unfused math, one
+ * bf16 rounding more). dbias_pre is our reduction over dpre either way. */
+static int dgelu_gemm(void *dpre, const void *dout, const void *w, const void *pre, int N, int C, int OC, nb_blas_t lt,
+                      cudaStream_t stream) {
     if (C % 8 != 0 || ptr_align(pre) < 16 || ptr_align(dpre) < 16) return 0;
     nb_lt_gemm g = {};
     g.m = C, g.n = N, g.k = OC;
@@ -524,45 +495,89 @@ static int dgelu_gemm(void *dpre, float *dbias_pre, const void *dout, const void
     g.beta = 0.0f;
     g.epi = CUBLASLT_EPILOGUE_DGELU;
     g.aux = (void *)pre;
-    if (dbias_pre && nb_env_flag("NB_BGRAD", 0)) {
-        float *bg = (float *)nb_cuda_scratch((size_t)C * sizeof(float), stream);
-        nb_lt_gemm gb = g;
-        gb.epi = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-        gb.bias = bg;
-        gb.bias_f32 = 1;
-        int ok = nb_lt_run(&gb, lt, stream, 1);
-        if (ok) nb_col_finish(dbias_pre, bg, 1, C, stream);
-        nb_cuda_scratch_free(bg, stream);
-        if (ok) {
-            *bias_done = 1;
-            return 1;
-        }
-        nb_log(2, "matmul+dgelu %dx%dx%d: no DGELU_BGRAD algorithm with an fp32 bias gradient", N, C, OC);
-    }
     if (nb_lt_run(&g, lt, stream, 1)) return 1;
     nb_log(2, "matmul+dgelu %dx%dx%d: GELU backward not fused (no cuBLASLt algorithm)", N, C, OC);
     return 0;
 }
 
-#define DEF_MATMUL_DGELU_BACKWARD(SFX, T, CT, FUSE)                                                \
-    extern "C" void nb_cuda_matmul_dgelu_backward_##SFX(T *dpre, float *dw, float *dbias, float *dbias_pre, \
-                                                         const T *dout, const T *inp, const T *w, const T *pre, \
-                                                         int N, int C, int OC, nb_blas_t lt, nb_stream_t stream) { \
-        const char *name = "nb_cuda_matmul_dgelu_backward_" #SFX;                                  \
-        check_shapes(name, N, C, OC);                                                              \
-        NB_CUDA_SHAPE(dpre && dout && w && pre && (!dw || inp) && (const void *)dpre != (const void *)pre, name); \
-        if (N == 0) return;                                                                        \
-        if (OC == 0) {                                                                             \
-            CUDA_CHECK(cudaMemsetAsync(dpre, 0, (size_t)N * C * sizeof(T), stream));               \
-            return;                                                                                \
-        }                                                                                          \
-        dw_dbias(dw, dbias, dout, inp, N, C, OC, CT, lt, stream, name);                            \
-        int bias_done = 0;                                                                         \
-        if (!(FUSE && dgelu_gemm(dpre, dbias_pre, dout, w, pre, N, C, OC, lt, stream, &bias_done))) { \
-            dinp_gemm(dpre, dout, w, N, C, OC, CT, 1, lt, stream);                                 \
-            nb_cuda_gelu_backward_scale_##SFX(dpre, pre, (size_t)N * C, stream);                   \
-        }                                                                                          \
-        if (dbias_pre && !bias_done) dbias_reduce(dbias_pre, dpre, CT == CUDA_R_16BF, N, C, stream, name); \
+template <typename T>
+static void matmul_dgelu_backward(T *dpre, float *dw, float *dbias, float *dbias_pre, const T *dout, const T *inp,
+                                  const T *w, const T *pre, int N, int C, int OC, nb_blas_t lt, cudaStream_t stream,
+                                  const char *name) {
+    check_shapes(name, N, C, OC);
+    NB_CUDA_SHAPE(dpre && dout && w && pre && (!dw || inp) && (const void *)dpre != (const void *)pre, name);
+    if (N == 0) return;
+    if (OC == 0) {
+        CUDA_CHECK(cudaMemsetAsync(dpre, 0, (size_t)N * C * sizeof(T), stream));
+        return;
     }
-DEF_MATMUL_DGELU_BACKWARD(f32, float, CUDA_R_32F, 0)
-DEF_MATMUL_DGELU_BACKWARD(bf16, nb_bf16, CUDA_R_16BF, 1)
+    const cudaDataType_t ct = lt_type(dout);
+    dw_dbias(dw, dbias, dout, inp, N, C, OC, ct, lt, stream, name);
+    if (!(fuses(dout) && dgelu_gemm(dpre, dout, w, pre, N, C, OC, lt, stream))) {
+        dinp_gemm(dpre, dout, w, N, C, OC, ct, 1, lt, stream);
+        gelu_backward_scale(dpre, pre, (size_t)N * C, stream);
+    }
+    if (dbias_pre) dbias_reduce(dbias_pre, dpre, ct == CUDA_R_16BF, N, C, stream, name);
+}
+
+/* ---- the extern "C" launchers (ops_cuda.h) ---- */
+
+extern "C" void nb_cuda_matmul_forward_f32(float *out, const float *inp, const float *w, const float *bias, int N,
+                                           int C, int OC, nb_blas_t lt, nb_stream_t stream) {
+    matmul_forward(out, inp, w, bias, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w, const nb_bf16 *bias,
+                                            int N, int C, int OC, nb_blas_t lt, nb_stream_t stream) {
+    matmul_forward(out, inp, w, bias, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_gelu_forward_f32(float *out, float *pre, const float *inp, const float *w,
+                                                const float *bias, int N, int C, int OC, nb_blas_t lt,
+                                                nb_stream_t stream) {
+    matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_gelu_forward_bf16(nb_bf16 *out, nb_bf16 *pre, const nb_bf16 *inp, const nb_bf16 *w,
+                                                 const nb_bf16 *bias, int N, int C, int OC, nb_blas_t lt,
+                                                 nb_stream_t stream) {
+    matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_residual_forward_f32(float *out, const float *inp, const float *w, const float *bias,
+                                                    const float *resid, int N, int C, int OC, nb_blas_t lt,
+                                                    nb_stream_t stream) {
+    matmul_residual_forward(out, inp, w, bias, resid, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w,
+                                                     const nb_bf16 *bias, const nb_bf16 *resid, int N, int C, int OC,
+                                                     nb_blas_t lt, nb_stream_t stream) {
+    matmul_residual_forward(out, inp, w, bias, resid, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_backward_f32(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                            const float *w, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_backward_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
+                                             const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC, nb_blas_t lt,
+                                             nb_stream_t stream) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_backward_set_f32(float *dinp, float *dw, float *dbias, const float *dout,
+                                                const float *inp, const float *w, int N, int C, int OC, nb_blas_t lt,
+                                                nb_stream_t stream) {
+    matmul_backward_set(dinp, dw, dbias, dout, inp, w, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_backward_set_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
+                                                 const nb_bf16 *inp, const nb_bf16 *w, int N, int C, int OC,
+                                                 nb_blas_t lt, nb_stream_t stream) {
+    matmul_backward_set(dinp, dw, dbias, dout, inp, w, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_dgelu_backward_f32(float *dpre, float *dw, float *dbias, float *dbias_pre,
+                                                  const float *dout, const float *inp, const float *w,
+                                                  const float *pre, int N, int C, int OC, nb_blas_t lt,
+                                                  nb_stream_t stream) {
+    matmul_dgelu_backward(dpre, dw, dbias, dbias_pre, dout, inp, w, pre, N, C, OC, lt, stream, __func__);
+}
+extern "C" void nb_cuda_matmul_dgelu_backward_bf16(nb_bf16 *dpre, float *dw, float *dbias, float *dbias_pre,
+                                                   const nb_bf16 *dout, const nb_bf16 *inp, const nb_bf16 *w,
+                                                   const nb_bf16 *pre, int N, int C, int OC, nb_blas_t lt,
+                                                   nb_stream_t stream) {
+    matmul_dgelu_backward(dpre, dw, dbias, dbias_pre, dout, inp, w, pre, N, C, OC, lt, stream, __func__);
+}

@@ -22,100 +22,92 @@ static unsigned row_blocks(int N) { return (unsigned)((N + ROWS_PER_BLOCK - 1) /
 
 /* ---- LayerNorm ---- */
 
-#define DEF_LN_FWD(T)                                                                              \
-    static __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w, \
-                                         const T *b, int N, int C, float eps) {                    \
-        int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;       \
-        if (row >= N) return;                                                                      \
-        const T *x = inp + (size_t)row * C;                                                        \
-        T *y = out + (size_t)row * C;                                                              \
-        float s = 0.0f;                                                                            \
-        for (int i = lane; i < C; i += 32) s += nb_ld(x + i);                                      \
-        float m = nb_warp_sum(s) / C;                                                              \
-        float ss = 0.0f;                                                                           \
-        for (int i = lane; i < C; i += 32) {                                                       \
-            float d = nb_ld(x + i) - m;                                                            \
-            ss += d * d;                                                                           \
-        }                                                                                          \
-        float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                         \
-        for (int i = lane; i < C; i += 32)                                                         \
-            nb_st(y + i, (nb_ld(x + i) - m) * r * nb_ld(w + i) + nb_ld(b + i));                    \
-        if (lane == 0) {                                                                           \
-            if (mean) mean[row] = m;                                                               \
-            if (rstd) rstd[row] = r;                                                               \
-        }                                                                                          \
+template <typename T>
+static __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N,
+                                     int C, float eps) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C;
+    T *y = out + (size_t)row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += nb_ld(x + i);
+    float m = nb_warp_sum(s) / C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = nb_ld(x + i) - m;
+        ss += d * d;
     }
-NB_FOR_EACH_DTYPE(DEF_LN_FWD)
+    float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);
+    for (int i = lane; i < C; i += 32) nb_st(y + i, (nb_ld(x + i) - m) * r * nb_ld(w + i) + nb_ld(b + i));
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
 
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout. */
-#define DEF_LN_DINP(T)                                                                             \
-    static __global__ void ln_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,        \
-                                          const float *mean, const float *rstd, int N, int C) {    \
-        int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;       \
-        if (row >= N) return;                                                                      \
-        const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                          \
-        T *dx = dinp + (size_t)row * C;                                                            \
-        float m = mean[row], r = rstd[row];                                                        \
-        float sg = 0.0f, sgx = 0.0f;                                                               \
-        for (int i = lane; i < C; i += 32) {                                                       \
-            float xhat = (nb_ld(x + i) - m) * r, g = nb_ld(w + i) * nb_ld(dy + i);                 \
-            sg += g;                                                                               \
-            sgx += g * xhat;                                                                       \
-        }                                                                                          \
-        float mg = nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;                                \
-        for (int i = lane; i < C; i += 32) {                                                       \
-            float xhat = (nb_ld(x + i) - m) * r, g = nb_ld(w + i) * nb_ld(dy + i);                 \
-            nb_st(dx + i, nb_ld(dx + i) + (g - mg - xhat * mgx) * r);                              \
-        }                                                                                          \
+template <typename T>
+static __global__ void ln_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                                      const float *rstd, int N, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (nb_ld(x + i) - m) * r, g = nb_ld(w + i) * nb_ld(dy + i);
+        sg += g;
+        sgx += g * xhat;
     }
-NB_FOR_EACH_DTYPE(DEF_LN_DINP)
+    float mg = nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (nb_ld(x + i) - m) * r, g = nb_ld(w + i) * nb_ld(dy + i);
+        nb_st(dx + i, nb_ld(dx + i) + (g - mg - xhat * mgx) * r);
+    }
+}
 
 /* First pass of dw / db: part_w[k][c] = sum dout * xhat, part_b[k][c] = sum dout over the k-th
  * block of NB_COL_ROWS rows; block (32, 8): 32 columns, 8 row lanes, combined in lane order. */
-#define DEF_LN_DPARAMS(T)                                                                          \
-    static __global__ void ln_dparams_kernel(float *part_w, float *part_b, const T *dout, const T *inp, \
-                                             const float *mean, const float *rstd, int N, int C) { \
-        __shared__ float sw[8][33], sb[8][33];                                                     \
-        int c = blockIdx.x * 32 + threadIdx.x;                                                     \
-        int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);                          \
-        float aw = 0.0f, ab = 0.0f;                                                                \
-        if (c < C)                                                                                 \
-            for (int r = r0 + threadIdx.y; r < r1; r += 8) {                                       \
-                float dy = nb_ld(dout + (size_t)r * C + c);                                        \
-                aw += dy * ((nb_ld(inp + (size_t)r * C + c) - mean[r]) * rstd[r]);                 \
-                ab += dy;                                                                          \
-            }                                                                                      \
-        sw[threadIdx.y][threadIdx.x] = aw;                                                         \
-        sb[threadIdx.y][threadIdx.x] = ab;                                                         \
-        __syncthreads();                                                                           \
-        if (threadIdx.y == 0 && c < C) {                                                           \
-            float s1 = 0.0f, s2 = 0.0f;                                                            \
-            for (int i = 0; i < 8; i++) {                                                          \
-                s1 += sw[i][threadIdx.x];                                                          \
-                s2 += sb[i][threadIdx.x];                                                          \
-            }                                                                                      \
-            part_w[(size_t)blockIdx.y * C + c] = s1;                                               \
-            part_b[(size_t)blockIdx.y * C + c] = s2;                                               \
-        }                                                                                          \
+template <typename T>
+static __global__ void ln_dparams_kernel(float *part_w, float *part_b, const T *dout, const T *inp, const float *mean,
+                                         const float *rstd, int N, int C) {
+    __shared__ float sw[8][33], sb[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float dy = nb_ld(dout + (size_t)r * C + c);
+            aw += dy * ((nb_ld(inp + (size_t)r * C + c) - mean[r]) * rstd[r]);
+            ab += dy;
+        }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int i = 0; i < 8; i++) {
+            s1 += sw[i][threadIdx.x];
+            s2 += sb[i][threadIdx.x];
+        }
+        part_w[(size_t)blockIdx.y * C + c] = s1;
+        part_b[(size_t)blockIdx.y * C + c] = s2;
     }
-NB_FOR_EACH_DTYPE(DEF_LN_DPARAMS)
+}
 
 /* ---- LayerNorm backward, fused ---- */
 
 /* Vector access: RAW is what one lane loads (16 bytes, or one element in the scalar variant),
- * ln_unpack turns it into fp32 (bf16 -> fp32 is exact), ln_st* rounds back (nearest even). */
+ * ln_unpack turns it into fp32 (bf16 -> fp32 is exact), ln_st rounds back (nearest even). */
 static __device__ __forceinline__ void ln_unpack(float a, float *v) { v[0] = a; }
 static __device__ __forceinline__ void ln_unpack(nb_bf16_t a, float *v) { v[0] = __bfloat162float(a); }
 static __device__ __forceinline__ void ln_unpack(float4 a, float *v) { v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w; }
 static __device__ __forceinline__ void ln_unpack(uint4 a, float *v) { nb_bf16x8_unpack(a, v); }
-static __device__ __forceinline__ void ln_st1(float *p, const float *v) { *p = v[0]; }
-static __device__ __forceinline__ void ln_st1(nb_bf16_t *p, const float *v) { *p = __float2bfloat16_rn(v[0]); }
-static __device__ __forceinline__ void ln_st4(float *p, const float *v) {
-    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void ln_st8(nb_bf16_t *p, const float *v) {
-    *(uint4 *)p = nb_bf16x8_pack(v);
-}
+static __device__ __forceinline__ void ln_st(float *p, const float *v) { *p = v[0]; }
+static __device__ __forceinline__ void ln_st(nb_bf16_t *p, const float *v) { *p = __float2bfloat16_rn(v[0]); }
+static __device__ __forceinline__ void ln_st(float4 *p, const float *v) { *p = make_float4(v[0], v[1], v[2], v[3]); }
+static __device__ __forceinline__ void ln_st(uint4 *p, const float *v) { *p = nb_bf16x8_pack(v); }
 
 /* Layout. A row is nv = C / VEC vectors; lane l of a warp owns vectors l, l + 32, ... (slot k
  * holds vector 32k + l). Slots below LNB_KEEP stay in registers (raw, 4 registers per slot and
@@ -147,53 +139,39 @@ static int lnb_rows(int N) {
     return r < 16 ? 16 : r;
 }
 
-/* Sweep 1 over vector v (slot k) of a row, xv / dv / wv unpacked: row sums of g = w * dout (LN
- * only) and g * xhat, and (sums) the column sums of dout * xhat and (LN only) dout. */
-#define LNB_SWEEP1(VEC)                                                                            \
-    _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                              \
-        const float xhat = __fmul_rn(__fsub_rn(xv[e], m), r), g = __fmul_rn(wv[e], dv[e]);         \
-        if (!rms) sg += g;                                                                         \
-        sgx += g * xhat;                                                                           \
-        if (sums) {                                                                                \
-            const int si = (k * VEC + e) * 32 + lane;                                              \
-            aw[si] = __fadd_rn(aw[si], __fmul_rn(dv[e], xhat));                                    \
-            if (!rms) ab[si] = __fadd_rn(ab[si], dv[e]);                                           \
-        }                                                                                          \
+/* Sweep 1 over vector slot k of a row, xv / dv / wv unpacked: the row sums sg of g = w * dout
+ * (LN only) and sgx of g * xhat, and (sums) the column sums aw of dout * xhat and (LN only) ab
+ * of dout. */
+template <int VEC>
+static __device__ __forceinline__ void lnb_sweep1(float &sg, float &sgx, float *aw, float *ab, const float *xv,
+                                                  const float *dv, const float *wv, float m, float r, int k, int lane,
+                                                  int rms, int sums) {
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const float xhat = __fmul_rn(__fsub_rn(xv[e], m), r), g = __fmul_rn(wv[e], dv[e]);
+        if (!rms) sg += g;
+        sgx += g * xhat;
+        if (sums) {
+            const int si = (k * VEC + e) * 32 + lane;
+            aw[si] = __fadd_rn(aw[si], __fmul_rn(dv[e], xhat));
+            if (!rms) ab[si] = __fadd_rn(ab[si], dv[e]);
+        }
     }
+}
 /* Sweep 2 over vector v: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)); in RMS mode
  * mean(g) = 0, which makes it RMSNorm's r * g - x * r^3 * mean(g * x). */
-#define LNB_SWEEP2(RAW, VEC)                                                                       \
-    {                                                                                              \
-        float ov[VEC];                                                                             \
-        ln_unpack(*(const RAW *)(dx + (size_t)v * VEC), ov);                                       \
-        _Pragma("unroll") for (int e = 0; e < VEC; e++) {                                          \
-            const float xhat = (xv[e] - m) * r, g = wv[e] * dv[e];                                 \
-            ov[e] = ov[e] + (g - mg - xhat * mgx) * r;                                             \
-        }                                                                                          \
-        ln_st##VEC(dx + (size_t)v * VEC, ov);                                                      \
+template <typename RAW, int VEC, typename T>
+static __device__ __forceinline__ void lnb_sweep2(T *dx, int v, const float *xv, const float *dv, const float *wv,
+                                                  float m, float r, float mg, float mgx) {
+    float ov[VEC];
+    ln_unpack(*(const RAW *)(dx + (size_t)v * VEC), ov);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const float xhat = (xv[e] - m) * r, g = wv[e] * dv[e];
+        ov[e] = ov[e] + (g - mg - xhat * mgx) * r;
     }
-
-/* One sweep over a row: the vectors kept in registers (kx, kd: the first LNB_KEEP per lane), then
- * the rest from memory; SWEEP runs on each with xv / dv / wv unpacked. */
-#define LNB_ROW_PASS(RAW, VEC, SWEEP)                                                              \
-            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                 \
-                const int v = k * 32 + lane;                                                       \
-                if (v < nv) {                                                                      \
-                    float xv[VEC], dv[VEC], wv[VEC];                                               \
-                    ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);                                    \
-                    ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                            \
-                    SWEEP                                                                          \
-                }                                                                                  \
-            }                                                                                      \
-            for (int k = LNB_KEEP; k < K; k++) {                                                   \
-                const int v = k * 32 + lane;                                                       \
-                if (v >= nv) break;                                                                \
-                float xv[VEC], dv[VEC], wv[VEC];                                                   \
-                ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);                                \
-                ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);                               \
-                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);                                \
-                SWEEP                                                                              \
-            }
+    ln_st((RAW *)(dx + (size_t)v * VEC), ov);
+}
 
 /* The fused backward's per-warp column sums: zeroed by each lane at its own indices; at the end
  * the block's partial row, warps added in order 0..W-1 (each sum at (slot * VEC + e) * 32 + lane). */
@@ -215,52 +193,89 @@ static __device__ __forceinline__ void lnb_write_partial(float *part_w, float *p
     }
 }
 
-#define DEF_LN_BWD(NAME, T, RAW, VEC)                                                              \
-    static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)                                \
-        NAME(T *dinp, float *part_w, float *part_b, const T *dout, const T *inp, const T *w,       \
-             const float *mean, const float *rstd, int N, int C, int R) {                          \
-        extern __shared__ float lnb_sh[];                                                          \
-        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;            \
-        const int nv = C / VEC, K = (nv + 31) >> 5, Cp = K * 32 * VEC;                             \
-        const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp; /* S: per warp */ \
-        float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;                                       \
-        if (sums) lnb_zero_sums(aw, S, lane);                                                      \
-        const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);                                        \
-        for (int row = r0 + wid; row < r1; row += W) {                                             \
-            const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                      \
-            const float m = rms ? 0.0f : mean[row], r = rstd[row];                                 \
-            RAW kx[LNB_KEEP], kd[LNB_KEEP];                                                        \
-            _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) { /* all loads in flight first */ \
-                const int v = k * 32 + lane;                                                       \
-                if (v < nv) {                                                                      \
-                    kx[k] = *(const RAW *)(x + (size_t)v * VEC);                                   \
-                    kd[k] = *(const RAW *)(dy + (size_t)v * VEC);                                  \
-                }                                                                                  \
-            }                                                                                      \
-            float sg = 0.0f, sgx = 0.0f;                                                           \
-            LNB_ROW_PASS(RAW, VEC, LNB_SWEEP1(VEC))                                                \
-            if (!dinp) continue; /* uniform over the warp */                                       \
-            const float mg = rms ? 0.0f : nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;         \
-            T *dx = dinp + (size_t)row * C;                                                        \
-            LNB_ROW_PASS(RAW, VEC, LNB_SWEEP2(RAW, VEC))                                           \
-        }                                                                                          \
-        if (!sums) return;                                                                         \
-        __syncthreads();                                                                           \
-        lnb_write_partial(part_w, part_b, lnb_sh, C, VEC, S, Cp, rms);                             \
+/* T: the element type; RAW: what a lane loads at once (T itself, or 16 bytes: VEC elements).
+ * Each sweep over a row takes the vectors kept in registers (kx, kd: the first LNB_KEEP per lane),
+ * then the rest from memory. */
+template <typename T, typename RAW>
+static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
+    ln_bwd_kernel(T *dinp, float *part_w, float *part_b, const T *dout, const T *inp, const T *w, const float *mean,
+                  const float *rstd, int N, int C, int R) {
+    constexpr int VEC = sizeof(RAW) / sizeof(T);
+    extern __shared__ float lnb_sh[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int nv = C / VEC, K = (nv + 31) >> 5, Cp = K * 32 * VEC;
+    const int sums = part_w != NULL, rms = mean == NULL, S = rms ? Cp : 2 * Cp; /* S: per warp */
+    float *aw = lnb_sh + (size_t)wid * S, *ab = aw + Cp;
+    if (sums) lnb_zero_sums(aw, S, lane);
+    const int r0 = blockIdx.x * R, r1 = min(N, r0 + R);
+    for (int row = r0 + wid; row < r1; row += W) {
+        const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        const float m = rms ? 0.0f : mean[row], r = rstd[row];
+        RAW kx[LNB_KEEP], kd[LNB_KEEP];
+#pragma unroll
+        for (int k = 0; k < LNB_KEEP; k++) { /* all loads in flight first */
+            const int v = k * 32 + lane;
+            if (v < nv) {
+                kx[k] = *(const RAW *)(x + (size_t)v * VEC);
+                kd[k] = *(const RAW *)(dy + (size_t)v * VEC);
+            }
+        }
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < LNB_KEEP; k++) {
+            const int v = k * 32 + lane;
+            if (v < nv) {
+                float xv[VEC], dv[VEC], wv[VEC];
+                ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);
+                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);
+                lnb_sweep1<VEC>(sg, sgx, aw, ab, xv, dv, wv, m, r, k, lane, rms, sums);
+            }
+        }
+        for (int k = LNB_KEEP; k < K; k++) {
+            const int v = k * 32 + lane;
+            if (v >= nv) break;
+            float xv[VEC], dv[VEC], wv[VEC];
+            ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);
+            ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);
+            ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);
+            lnb_sweep1<VEC>(sg, sgx, aw, ab, xv, dv, wv, m, r, k, lane, rms, sums);
+        }
+        if (!dinp) continue; /* uniform over the warp */
+        const float mg = rms ? 0.0f : nb_warp_sum(sg) / C, mgx = nb_warp_sum(sgx) / C;
+        T *dx = dinp + (size_t)row * C;
+#pragma unroll
+        for (int k = 0; k < LNB_KEEP; k++) {
+            const int v = k * 32 + lane;
+            if (v < nv) {
+                float xv[VEC], dv[VEC], wv[VEC];
+                ln_unpack(kx[k], xv), ln_unpack(kd[k], dv);
+                ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);
+                lnb_sweep2<RAW, VEC>(dx, v, xv, dv, wv, m, r, mg, mgx);
+            }
+        }
+        for (int k = LNB_KEEP; k < K; k++) {
+            const int v = k * 32 + lane;
+            if (v >= nv) break;
+            float xv[VEC], dv[VEC], wv[VEC];
+            ln_unpack(*(const RAW *)(x + (size_t)v * VEC), xv);
+            ln_unpack(*(const RAW *)(dy + (size_t)v * VEC), dv);
+            ln_unpack(*(const RAW *)(w + (size_t)v * VEC), wv);
+            lnb_sweep2<RAW, VEC>(dx, v, xv, dv, wv, m, r, mg, mgx);
+        }
     }
-DEF_LN_BWD(ln_bwd_f32_v4, float, float4, 4)
-DEF_LN_BWD(ln_bwd_f32_v1, float, float, 1)
-DEF_LN_BWD(ln_bwd_bf16_v8, nb_bf16_t, uint4, 8)
-DEF_LN_BWD(ln_bwd_bf16_v1, nb_bf16_t, nb_bf16_t, 1)
+    if (!sums) return;
+    __syncthreads();
+    lnb_write_partial(part_w, part_b, lnb_sh, C, VEC, S, Cp, rms);
+}
 
 /* The fused backward for short bf16 rows (KS = C / 256 rounded up <= LNP_MAX_SLOTS: gpt2's 768,
- * the proxy's 256), software-pipelined. ln_bwd_bf16_v8 waits for each row twice (x and dout,
- * then dinp's old value for the second sweep) with nothing else in flight, and ran at ~2.2 TB/s
+ * the proxy's 256), software-pipelined. ln_bwd_kernel waits for each row twice (x and dout, then
+ * dinp's old value for the second sweep) with nothing else in flight, and ran at ~2.2 TB/s
  * (gpt2 B=32: 90 us a call). Here a warp's registers hold its current row (x, dout, dinp's old
  * value) and the next one's loads are issued before the current one's math, so every wait
  * overlaps the work of a row; w is read once per warp (H200, 2026-12-03: gpt2 B=32 92 -> 61 us a
  * call, proxy 6.3 -> 4.4 us). Slots, row order, column-sum indices and every expression are
- * ln_bwd_bf16_v8's: the same bits (NB_LN_BWD_PF=0 takes ln_bwd_bf16_v8, for the tests' check). */
+ * ln_bwd_kernel's (bf16, 16-byte vectors): the same bits. */
 #define LNP_MAX_SLOTS 3
 template <int KS>
 static __device__ __forceinline__ void lnp_load_row(uint4 *x8, uint4 *d8, uint4 *o8, const nb_bf16_t *inp,
@@ -314,7 +329,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
             if (k * 32 + lane < nv) {
                 float xv[8], dv[8], wv[8];
                 ln_unpack(cx[k], xv), ln_unpack(cd[k], dv), ln_unpack(w8[k], wv);
-                LNB_SWEEP1(8)
+                lnb_sweep1<8>(sg, sgx, aw, ab, xv, dv, wv, m, r, k, lane, rms, sums);
             }
         }
         if (dinp) {
@@ -331,7 +346,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
                         const float xhat = (xv[e] - m) * r, g = wv[e] * dv[e];
                         ov[e] = ov[e] + (g - mg - xhat * mgx) * r;
                     }
-                    ln_st8(dx + (size_t)v * 8, ov);
+                    ln_st((uint4 *)(dx + (size_t)v * 8), ov);
                 }
             }
         }
@@ -349,7 +364,7 @@ static __global__ void __launch_bounds__(32 * LNB_MAX_WARPS, 2)
 static int ln_bwd_pf_launch(nb_bf16_t *dinp, float *part, float *part_b, const nb_bf16_t *dout, const nb_bf16_t *inp,
                             const nb_bf16_t *w, const float *mean, const float *rstd, int N, int C, int R, int K,
                             int nparts, int W, size_t smem, cudaStream_t stream) {
-    if (K > LNP_MAX_SLOTS || !nb_env_flag("NB_LN_BWD_PF", 1)) return 0;
+    if (K > LNP_MAX_SLOTS) return 0;
     if (K == 1)
         ln_bwd_pf_bf16<1><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
     else if (K == 2)
@@ -366,40 +381,36 @@ static int ln_bwd_pf_launch(float *, float *, float *, const float *, const floa
 static int ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* The fused backward; returns 0 (nothing launched) when C is too wide for its shared memory.
- * mean NULL: RMSNorm's backward (no db; db must be NULL). */
-#define DEF_LN_BWD_LAUNCH(SFX, KT, VEC)                                                            \
-    static int ln_bwd_fused_##SFX(KT *dinp, float *dw, float *db, const KT *dout, const KT *inp,   \
-                                  const KT *w, const float *mean, const float *rstd, int N, int C, \
-                                  cudaStream_t stream) {                                           \
-        const int W = lnb_warps(C);                                                                \
-        if (W < 1) return 0;                                                                       \
-        if (!dinp && !dw && !db) return 1;                                                         \
-        const int vec = C % VEC == 0 && ln_aligned16(dout) && ln_aligned16(inp) && ln_aligned16(w) && \
-                        (!dinp || ln_aligned16(dinp));                                             \
-        const int v = vec ? VEC : 1, K = (C / v + 31) / 32, Cp = K * 32 * v;                       \
-        const int R = lnb_rows(N), nparts = (N + R - 1) / R, sums = dw || db;                      \
-        const int nsum = mean ? 2 : 1; /* column sums per column: dw and db, or dw alone (RMS) */  \
-        float *part = sums ? (float *)nb_cuda_scratch(nsum * (size_t)nparts * C * sizeof(float), stream) : NULL; \
-        float *part_b = sums && mean ? part + (size_t)nparts * C : NULL;                           \
-        size_t smem = sums ? (size_t)W * nsum * Cp * sizeof(float) : 0;                            \
-        const int piped = vec && ln_bwd_pf_launch(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R, K, nparts, \
-                                                  W, smem, stream);                                \
-        if (!piped && vec) {                                                                       \
-            ln_bwd_##SFX##_v##VEC<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, \
-                                                                  N, C, R);                        \
-        } else if (!piped) {                                                                       \
-            ln_bwd_##SFX##_v1<<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, \
-                                                              C, R);                               \
-        }                                                                                          \
-        CUDA_CHECK_LAUNCH(mean ? "layernorm backward (fused)" : "rmsnorm backward (fused)");       \
-        if (sums) {                                                                                \
-            nb_col_finish2(dw, part, db, part_b, nparts, C, stream);                               \
-            nb_cuda_scratch_free(part, stream);                                                    \
-        }                                                                                          \
-        return 1;                                                                                  \
+ * mean NULL: RMSNorm's backward (no db; db must be NULL). V16: 16 bytes of T. */
+template <typename T, typename V16>
+static int ln_bwd_fused(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
+                        const float *rstd, int N, int C, cudaStream_t stream) {
+    const int VEC = sizeof(V16) / sizeof(T);
+    const int W = lnb_warps(C);
+    if (W < 1) return 0;
+    if (!dinp && !dw && !db) return 1;
+    const int vec = C % VEC == 0 && ln_aligned16(dout) && ln_aligned16(inp) && ln_aligned16(w) &&
+                    (!dinp || ln_aligned16(dinp));
+    const int v = vec ? VEC : 1, K = (C / v + 31) / 32, Cp = K * 32 * v;
+    const int R = lnb_rows(N), nparts = (N + R - 1) / R, sums = dw || db;
+    const int nsum = mean ? 2 : 1; /* column sums per column: dw and db, or dw alone (RMS) */
+    float *part = sums ? (float *)nb_cuda_scratch(nsum * (size_t)nparts * C * sizeof(float), stream) : NULL;
+    float *part_b = sums && mean ? part + (size_t)nparts * C : NULL;
+    size_t smem = sums ? (size_t)W * nsum * Cp * sizeof(float) : 0;
+    const int piped =
+        vec && ln_bwd_pf_launch(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R, K, nparts, W, smem, stream);
+    if (!piped && vec) {
+        ln_bwd_kernel<T, V16><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
+    } else if (!piped) {
+        ln_bwd_kernel<T, T><<<nparts, 32 * W, smem, stream>>>(dinp, part, part_b, dout, inp, w, mean, rstd, N, C, R);
     }
-DEF_LN_BWD_LAUNCH(f32, float, 4)
-DEF_LN_BWD_LAUNCH(bf16, nb_bf16_t, 8)
+    CUDA_CHECK_LAUNCH(mean ? "layernorm backward (fused)" : "rmsnorm backward (fused)");
+    if (sums) {
+        nb_col_finish2(dw, part, db, part_b, nparts, C, stream);
+        nb_cuda_scratch_free(part, stream);
+    }
+    return 1;
+}
 
 /* ---- LayerNorm and RMSNorm forward over 16-byte vectors ---- */
 
@@ -427,230 +438,272 @@ static __device__ __forceinline__ float nfv_sumsq(const float *v, int n, float m
     return nfv_sum(d, n);
 }
 
-/* Row setup: row and lane, nv vectors per row, xr the row as vectors, y the output row, and the
- * kept slots kx loaded (returns from a warp past the last row). */
-#define NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
-    const int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;     \
-    if (row >= N) return;                                                                          \
-    const int nv = C / VEC;                                                                        \
-    const RAW *xr = (const RAW *)(inp + (size_t)row * C);                                          \
-    T *y = out + (size_t)row * C;                                                                  \
-    RAW kx[LNB_KEEP];                                                                              \
-    _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) /* all loads in flight first */            \
+/* What a pass over a row does with each vector xv (vector v of the row): add its sum, or its sum
+ * of squared deviations from m, to acc; or write the output y = (x - m) * r * w + b
+ * (ln_fwd_kernel's expression) or y = w * (x * r) (rms_fwd_kernel's), element by element. */
+enum { NFV_SUM, NFV_SUMSQ, NFV_LN_OUT, NFV_RMS_OUT };
+template <int OP, typename T, typename RAW>
+static __device__ __forceinline__ void nfv_vector(float &acc, const float *xv, int v, float m, float r, const T *w,
+                                                  const T *b, T *y) {
+    constexpr int VEC = sizeof(RAW) / sizeof(T);
+    if (OP == NFV_SUM) {
+        acc += nfv_sum(xv, VEC);
+    } else if (OP == NFV_SUMSQ) {
+        acc += nfv_sumsq(xv, VEC, m);
+    } else {
+        float wv[VEC], ov[VEC];
+        ln_unpack(((const RAW *)w)[v], wv);
+        if (OP == NFV_LN_OUT) {
+            float bv[VEC];
+            ln_unpack(((const RAW *)b)[v], bv);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) ov[e] = (xv[e] - m) * r * wv[e] + bv[e];
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) ov[e] = wv[e] * (xv[e] * r);
+        }
+        ln_st((RAW *)(y + (size_t)v * VEC), ov);
+    }
+}
+
+/* One pass over this lane's vectors of the row xr: the kept slots kx, then the rest from memory;
+ * returns acc (NFV_SUM, NFV_SUMSQ) summed from 0 in slot order. */
+template <int OP, typename T, typename RAW>
+static __device__ __forceinline__ float nfv_row_pass(const RAW *kx, const RAW *xr, int nv, int lane, float m, float r,
+                                                     const T *w, const T *b, T *y) {
+    constexpr int VEC = sizeof(RAW) / sizeof(T);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNB_KEEP; k++) {
+        const int v = k * 32 + lane;
+        if (v < nv) {
+            float xv[VEC];
+            ln_unpack(kx[k], xv);
+            nfv_vector<OP, T, RAW>(acc, xv, v, m, r, w, b, y);
+        }
+    }
+    for (int v = LNB_KEEP * 32 + lane; v < nv; v += 32) {
+        float xv[VEC];
+        ln_unpack(xr[v], xv);
+        nfv_vector<OP, T, RAW>(acc, xv, v, m, r, w, b, y);
+    }
+    return acc;
+}
+
+/* The first LNB_KEEP slots of this lane of row xr, all loads in flight together. */
+template <typename RAW>
+static __device__ __forceinline__ void nfv_keep(RAW *kx, const RAW *xr, int nv, int lane) {
+#pragma unroll
+    for (int k = 0; k < LNB_KEEP; k++)
         if (k * 32 + lane < nv) kx[k] = xr[k * 32 + lane];
-
-/* One pass over this lane's vectors of the row: BODY runs on each, v its index, xv unpacked. */
-#define NFV_ROW_PASS(RAW, VEC, BODY)                                                               \
-    _Pragma("unroll") for (int k = 0; k < LNB_KEEP; k++) {                                         \
-        const int v = k * 32 + lane;                                                               \
-        if (v < nv) {                                                                              \
-            float xv[VEC];                                                                         \
-            ln_unpack(kx[k], xv);                                                                  \
-            BODY                                                                                   \
-        }                                                                                          \
-    }                                                                                              \
-    for (int v = LNB_KEEP * 32 + lane; v < nv; v += 32) {                                          \
-        float xv[VEC];                                                                             \
-        ln_unpack(xr[v], xv);                                                                      \
-        BODY                                                                                       \
-    }
-
-/* y = (x - m) * r * w + b over vector v: ln_fwd_kernel's expression, element by element. */
-#define NFV_LN_OUT(RAW, VEC)                                                                       \
-    {                                                                                              \
-        float wv[VEC], bv[VEC], ov[VEC];                                                           \
-        ln_unpack(((const RAW *)w)[v], wv);                                                        \
-        ln_unpack(((const RAW *)b)[v], bv);                                                        \
-        _Pragma("unroll") for (int e = 0; e < VEC; e++) ov[e] = (xv[e] - m) * r * wv[e] + bv[e];   \
-        ln_st##VEC(y + (size_t)v * VEC, ov);                                                       \
-    }
+}
 
 /* Two passes for the statistics (mean, then squared deviations from it: no cancellation), one
  * for the output. */
-#define DEF_LN_FWD_VEC(NAME, T, RAW, VEC)                                                          \
-    static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)                                  \
-        NAME(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C, \
-             float eps) {                                                                          \
-        NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
-        float s = 0.0f;                                                                            \
-        NFV_ROW_PASS(RAW, VEC, s += nfv_sum(xv, VEC);)                                             \
-        const float m = nb_warp_sum(s) / C;                                                        \
-        float ss = 0.0f;                                                                           \
-        NFV_ROW_PASS(RAW, VEC, ss += nfv_sumsq(xv, VEC, m);)                                       \
-        const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                   \
-        NFV_ROW_PASS(RAW, VEC, NFV_LN_OUT(RAW, VEC))                                               \
-        if (lane == 0) {                                                                           \
-            if (mean) mean[row] = m;                                                               \
-            if (rstd) rstd[row] = r;                                                               \
-        }                                                                                          \
+template <typename T, typename RAW>
+static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    ln_fwd_vec_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C, float eps) {
+    const int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const int nv = C / (int)(sizeof(RAW) / sizeof(T));
+    const RAW *xr = (const RAW *)(inp + (size_t)row * C);
+    T *y = out + (size_t)row * C;
+    RAW kx[LNB_KEEP];
+    nfv_keep(kx, xr, nv, lane);
+    const float s = nfv_row_pass<NFV_SUM>(kx, xr, nv, lane, 0.0f, 0.0f, w, b, y);
+    const float m = nb_warp_sum(s) / C;
+    const float ss = nfv_row_pass<NFV_SUMSQ>(kx, xr, nv, lane, m, 0.0f, w, b, y);
+    const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);
+    nfv_row_pass<NFV_LN_OUT>(kx, xr, nv, lane, m, r, w, b, y);
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
     }
-DEF_LN_FWD_VEC(ln_fwd_f32_v4, float, float4, 4)
-DEF_LN_FWD_VEC(ln_fwd_bf16_v8, nb_bf16_t, uint4, 8)
+}
 
-/* VEC: elements per 16-byte vector. Vector rows need C % VEC == 0 and every tensor the kernel
- * reads or writes 16-byte aligned; any other shape takes the scalar kernel. */
-#define DEF_LN_LAUNCHERS(SFX, T, KT, VEC)                                                          \
-    extern "C" void nb_cuda_layernorm_forward_##SFX(T *out, float *mean, float *rstd, const T *inp, \
-                                                     const T *w, const T *b, int N, int C, float eps, \
-                                                     nb_stream_t stream) {                         \
-        NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w && b, "nb_cuda_layernorm_forward_" #SFX); \
-        if (N == 0) return;                                                                        \
-        if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w) && ln_aligned16(b)) \
-            ln_fwd_##SFX##_v##VEC<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(              \
-                (KT *)out, mean, rstd, (const KT *)inp, (const KT *)w, (const KT *)b, N, C, eps);  \
-        else                                                                                       \
-            ln_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                      \
-                (KT *)out, mean, rstd, (const KT *)inp, (const KT *)w, (const KT *)b, N, C, eps);  \
-        CUDA_CHECK_LAUNCH("layernorm forward");                                                    \
-    }                                                                                              \
-    extern "C" void nb_cuda_layernorm_backward_##SFX(T *dinp, float *dw, float *db, const T *dout, \
-                                                      const T *inp, const T *w, const float *mean, \
-                                                      const float *rstd, int N, int C,             \
-                                                      nb_stream_t stream) {                        \
-        const char *name = "nb_cuda_layernorm_backward_" #SFX;                                     \
-        NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && mean && rstd, name);                  \
-        if (N == 0) return;                                                                        \
-        if (ln_bwd_fused_##SFX((KT *)dinp, dw, db, (const KT *)dout, (const KT *)inp, (const KT *)w, mean, \
-                               rstd, N, C, stream))                                                \
-            return;                                                                                \
-        /* C too wide for the fused kernel's shared memory: row kernel, then column sums */        \
-        if (dinp) {                                                                                \
-            ln_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                     \
-                (KT *)dinp, (const KT *)dout, (const KT *)inp, (const KT *)w, mean, rstd, N, C);   \
-            CUDA_CHECK_LAUNCH("layernorm backward (dinp)");                                        \
-        }                                                                                          \
-        if (!dw && !db) return;                                                                    \
-        int nparts = nb_col_parts(N);                                                              \
-        NB_CUDA_SHAPE(nparts <= 65535, name);                                                      \
-        float *part = (float *)nb_cuda_scratch(2 * (size_t)nparts * C * sizeof(float), stream);    \
-        float *part_b = part + (size_t)nparts * C;                                                 \
-        ln_dparams_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(                \
-            part, part_b, (const KT *)dout, (const KT *)inp, mean, rstd, N, C);                    \
-        CUDA_CHECK_LAUNCH("layernorm backward (dw/db first pass)");                                \
-        nb_col_finish2(dw, part, db, part_b, nparts, C, stream);                                   \
-        nb_cuda_scratch_free(part, stream);                                                        \
+/* VEC: elements per 16-byte vector (V16). Vector rows need C % VEC == 0 and every tensor the
+ * kernel reads or writes 16-byte aligned; any other shape takes the scalar kernel. */
+template <typename T, typename V16>
+static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C,
+                              float eps, cudaStream_t stream, const char *name) {
+    const int VEC = sizeof(V16) / sizeof(T);
+    NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w && b, name);
+    if (N == 0) return;
+    if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w) && ln_aligned16(b))
+        ln_fwd_vec_kernel<T, V16><<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(out, mean, rstd, inp, w, b, N, C,
+                                                                                     eps);
+    else
+        ln_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(out, mean, rstd, inp, w, b, N, C, eps);
+    CUDA_CHECK_LAUNCH("layernorm forward");
+}
+
+template <typename T, typename V16>
+static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                               const float *mean, const float *rstd, int N, int C, cudaStream_t stream,
+                               const char *name) {
+    NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && mean && rstd, name);
+    if (N == 0) return;
+    if (ln_bwd_fused<T, V16>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream)) return;
+    /* C too wide for the fused kernel's shared memory: row kernel, then column sums */
+    if (dinp) {
+        ln_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        CUDA_CHECK_LAUNCH("layernorm backward (dinp)");
     }
-DEF_LN_LAUNCHERS(f32, float, float, 4)
-DEF_LN_LAUNCHERS(bf16, nb_bf16, nb_bf16_t, 8)
+    if (!dw && !db) return;
+    int nparts = nb_col_parts(N);
+    NB_CUDA_SHAPE(nparts <= 65535, name);
+    float *part = (float *)nb_cuda_scratch(2 * (size_t)nparts * C * sizeof(float), stream);
+    float *part_b = part + (size_t)nparts * C;
+    ln_dparams_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, part_b, dout, inp, mean, rstd, N,
+                                                                               C);
+    CUDA_CHECK_LAUNCH("layernorm backward (dw/db first pass)");
+    nb_col_finish2(dw, part, db, part_b, nparts, C, stream);
+    nb_cuda_scratch_free(part, stream);
+}
 
 /* ---- RMSNorm ---- */
 
 /* HF LlamaRMSNorm: y = w * (x * rstd), the normalized value rounded before the weight. */
-#define DEF_RMS_FWD(T)                                                                             \
-    static __global__ void rms_fwd_kernel(T *out, float *rstd, const T *inp, const T *w, int N, int C, \
-                                          float eps) {                                             \
-        int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;       \
-        if (row >= N) return;                                                                      \
-        const T *x = inp + (size_t)row * C;                                                        \
-        T *y = out + (size_t)row * C;                                                              \
-        float ss = 0.0f;                                                                           \
-        for (int i = lane; i < C; i += 32) {                                                       \
-            float v = nb_ld(x + i);                                                                \
-            ss += v * v;                                                                           \
-        }                                                                                          \
-        float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                         \
-        for (int i = lane; i < C; i += 32) nb_st(y + i, nb_ld(w + i) * (nb_ld(x + i) * r));        \
-        if (lane == 0 && rstd) rstd[row] = r;                                                      \
+template <typename T>
+static __global__ void rms_fwd_kernel(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C;
+    T *y = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float v = nb_ld(x + i);
+        ss += v * v;
     }
-NB_FOR_EACH_DTYPE(DEF_RMS_FWD)
+    float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);
+    for (int i = lane; i < C; i += 32) nb_st(y + i, nb_ld(w + i) * (nb_ld(x + i) * r));
+    if (lane == 0 && rstd) rstd[row] = r;
+}
 
-/* The vector form (NFV_ROW_PASS's layout and sum order); y = w * (x * r) as rms_fwd_kernel. */
-#define NFV_RMS_OUT(RAW, VEC)                                                                      \
-    {                                                                                              \
-        float wv[VEC], ov[VEC];                                                                    \
-        ln_unpack(((const RAW *)w)[v], wv);                                                        \
-        _Pragma("unroll") for (int e = 0; e < VEC; e++) ov[e] = wv[e] * (xv[e] * r);               \
-        ln_st##VEC(y + (size_t)v * VEC, ov);                                                       \
-    }
-#define DEF_RMS_FWD_VEC(NAME, T, RAW, VEC)                                                         \
-    static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)                                  \
-        NAME(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {             \
-        NFV_ROW_BEGIN(T, RAW, VEC)                                                                 \
-        float ss = 0.0f;                                                                           \
-        NFV_ROW_PASS(RAW, VEC, ss += nfv_sumsq(xv, VEC, 0.0f);)                                    \
-        const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);                                   \
-        NFV_ROW_PASS(RAW, VEC, NFV_RMS_OUT(RAW, VEC))                                              \
-        if (lane == 0 && rstd) rstd[row] = r;                                                      \
-    }
-DEF_RMS_FWD_VEC(rms_fwd_f32_v4, float, float4, 4)
-DEF_RMS_FWD_VEC(rms_fwd_bf16_v8, nb_bf16_t, uint4, 8)
+/* The vector form (nfv_row_pass's layout and sum order); y = w * (x * r) as rms_fwd_kernel. */
+template <typename T, typename RAW>
+static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    rms_fwd_vec_kernel(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {
+    const int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const int nv = C / (int)(sizeof(RAW) / sizeof(T));
+    const RAW *xr = (const RAW *)(inp + (size_t)row * C);
+    T *y = out + (size_t)row * C;
+    RAW kx[LNB_KEEP];
+    nfv_keep(kx, xr, nv, lane);
+    const float ss = nfv_row_pass<NFV_SUMSQ>(kx, xr, nv, lane, 0.0f, 0.0f, w, (const T *)NULL, y);
+    const float r = 1.0f / sqrtf(nb_warp_sum(ss) / C + eps);
+    nfv_row_pass<NFV_RMS_OUT>(kx, xr, nv, lane, 0.0f, r, w, (const T *)NULL, y);
+    if (lane == 0 && rstd) rstd[row] = r;
+}
 
 /* dx += r * g - x * r^3 * mean(g * x), g = w * dout. The unfused path, for C too wide for the
- * fused kernel (the RMS mode of ln_bwd_fused_*). */
-#define DEF_RMS_DINP(T)                                                                            \
-    static __global__ void rms_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,       \
-                                           const float *rstd, int N, int C) {                      \
-        int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;       \
-        if (row >= N) return;                                                                      \
-        const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;                          \
-        T *dx = dinp + (size_t)row * C;                                                            \
-        float r = rstd[row];                                                                       \
-        float sgx = 0.0f;                                                                          \
-        for (int i = lane; i < C; i += 32) sgx += (nb_ld(w + i) * nb_ld(dy + i)) * nb_ld(x + i);   \
-        float k = nb_warp_sum(sgx) / C * r * r * r;                                                \
-        for (int i = lane; i < C; i += 32)                                                         \
-            nb_st(dx + i, nb_ld(dx + i) + r * (nb_ld(w + i) * nb_ld(dy + i)) - nb_ld(x + i) * k);  \
-    }
-NB_FOR_EACH_DTYPE(DEF_RMS_DINP)
+ * fused kernel (the RMS mode of ln_bwd_fused). */
+template <typename T>
+static __global__ void rms_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N,
+                                       int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
+    float r = rstd[row];
+    float sgx = 0.0f;
+    for (int i = lane; i < C; i += 32) sgx += (nb_ld(w + i) * nb_ld(dy + i)) * nb_ld(x + i);
+    float k = nb_warp_sum(sgx) / C * r * r * r;
+    for (int i = lane; i < C; i += 32)
+        nb_st(dx + i, nb_ld(dx + i) + r * (nb_ld(w + i) * nb_ld(dy + i)) - nb_ld(x + i) * k);
+}
 
-#define DEF_RMS_DW(T)                                                                              \
-    static __global__ void rms_dw_kernel(float *part, const T *dout, const T *inp, const float *rstd, \
-                                         int N, int C) {                                           \
-        __shared__ float sw[8][33];                                                                \
-        int c = blockIdx.x * 32 + threadIdx.x;                                                     \
-        int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);                          \
-        float aw = 0.0f;                                                                           \
-        if (c < C)                                                                                 \
-            for (int r = r0 + threadIdx.y; r < r1; r += 8)                                         \
-                aw += nb_ld(dout + (size_t)r * C + c) * (nb_ld(inp + (size_t)r * C + c) * rstd[r]); \
-        sw[threadIdx.y][threadIdx.x] = aw;                                                         \
-        __syncthreads();                                                                           \
-        if (threadIdx.y == 0 && c < C) {                                                           \
-            float s = 0.0f;                                                                        \
-            for (int i = 0; i < 8; i++) s += sw[i][threadIdx.x];                                   \
-            part[(size_t)blockIdx.y * C + c] = s;                                                  \
-        }                                                                                          \
+template <typename T>
+static __global__ void rms_dw_kernel(float *part, const T *dout, const T *inp, const float *rstd, int N, int C) {
+    __shared__ float sw[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);
+    float aw = 0.0f;
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8)
+            aw += nb_ld(dout + (size_t)r * C + c) * (nb_ld(inp + (size_t)r * C + c) * rstd[r]);
+    sw[threadIdx.y][threadIdx.x] = aw;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = 0.0f;
+        for (int i = 0; i < 8; i++) s += sw[i][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
     }
-NB_FOR_EACH_DTYPE(DEF_RMS_DW)
+}
 
-/* VEC as in DEF_LN_LAUNCHERS. */
-#define DEF_RMS_LAUNCHERS(SFX, T, KT, VEC)                                                         \
-    extern "C" void nb_cuda_rmsnorm_forward_##SFX(T *out, float *rstd, const T *inp, const T *w, int N, \
-                                                   int C, float eps, nb_stream_t stream) {         \
-        NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w, "nb_cuda_rmsnorm_forward_" #SFX);        \
-        if (N == 0) return;                                                                        \
-        if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w))             \
-            rms_fwd_##SFX##_v##VEC<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(             \
-                (KT *)out, rstd, (const KT *)inp, (const KT *)w, N, C, eps);                       \
-        else                                                                                       \
-            rms_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                     \
-                (KT *)out, rstd, (const KT *)inp, (const KT *)w, N, C, eps);                       \
-        CUDA_CHECK_LAUNCH("rmsnorm forward");                                                      \
-    }                                                                                              \
-    extern "C" void nb_cuda_rmsnorm_backward_##SFX(T *dinp, float *dw, const T *dout, const T *inp, \
-                                                    const T *w, const float *rstd, int N, int C,   \
-                                                    nb_stream_t stream) {                          \
-        const char *name = "nb_cuda_rmsnorm_backward_" #SFX;                                       \
-        NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && rstd, name);                          \
-        if (N == 0) return;                                                                        \
-        if (ln_bwd_fused_##SFX((KT *)dinp, dw, NULL, (const KT *)dout, (const KT *)inp, (const KT *)w, NULL, \
-                               rstd, N, C, stream))                                                \
-            return;                                                                                \
-        /* C too wide for the fused kernel's shared memory: row kernel, then column sums */        \
-        if (dinp) {                                                                                \
-            rms_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(                    \
-                (KT *)dinp, (const KT *)dout, (const KT *)inp, (const KT *)w, rstd, N, C);         \
-            CUDA_CHECK_LAUNCH("rmsnorm backward (dinp)");                                          \
-        }                                                                                          \
-        if (!dw) return;                                                                           \
-        int nparts = nb_col_parts(N);                                                              \
-        NB_CUDA_SHAPE(nparts <= 65535, name);                                                      \
-        float *part = (float *)nb_cuda_scratch((size_t)nparts * C * sizeof(float), stream);        \
-        rms_dw_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(                    \
-            part, (const KT *)dout, (const KT *)inp, rstd, N, C);                                  \
-        CUDA_CHECK_LAUNCH("rmsnorm backward (dw first pass)");                                     \
-        nb_col_finish(dw, part, nparts, C, stream);                                                \
-        nb_cuda_scratch_free(part, stream);                                                        \
+/* VEC as in layernorm_forward. */
+template <typename T, typename V16>
+static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps,
+                            cudaStream_t stream, const char *name) {
+    const int VEC = sizeof(V16) / sizeof(T);
+    NB_CUDA_SHAPE(N >= 0 && C > 0 && out && inp && w, name);
+    if (N == 0) return;
+    if (C % VEC == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(w))
+        rms_fwd_vec_kernel<T, V16><<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(out, rstd, inp, w, N, C, eps);
+    else
+        rms_fwd_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(out, rstd, inp, w, N, C, eps);
+    CUDA_CHECK_LAUNCH("rmsnorm forward");
+}
+
+template <typename T, typename V16>
+static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, const T *w, const float *rstd, int N,
+                             int C, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(N >= 0 && C > 0 && dout && inp && w && rstd, name);
+    if (N == 0) return;
+    if (ln_bwd_fused<T, V16>(dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, stream)) return;
+    /* C too wide for the fused kernel's shared memory: row kernel, then column sums */
+    if (dinp) {
+        rms_dinp_kernel<<<row_blocks(N), 32 * ROWS_PER_BLOCK, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
+        CUDA_CHECK_LAUNCH("rmsnorm backward (dinp)");
     }
-DEF_RMS_LAUNCHERS(f32, float, float, 4)
-DEF_RMS_LAUNCHERS(bf16, nb_bf16, nb_bf16_t, 8)
+    if (!dw) return;
+    int nparts = nb_col_parts(N);
+    NB_CUDA_SHAPE(nparts <= 65535, name);
+    float *part = (float *)nb_cuda_scratch((size_t)nparts * C * sizeof(float), stream);
+    rms_dw_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, dout, inp, rstd, N, C);
+    CUDA_CHECK_LAUNCH("rmsnorm backward (dw first pass)");
+    nb_col_finish(dw, part, nparts, C, stream);
+    nb_cuda_scratch_free(part, stream);
+}
+
+/* ---- the extern "C" launchers (ops_cuda.h): fp32 rows in float4 vectors, bf16 in 8s ---- */
+
+extern "C" void nb_cuda_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                              const float *b, int N, int C, float eps, nb_stream_t stream) {
+    layernorm_forward<float, float4>(out, mean, rstd, inp, w, b, N, C, eps, stream, __func__);
+}
+extern "C" void nb_cuda_layernorm_forward_bf16(nb_bf16 *out, float *mean, float *rstd, const nb_bf16 *inp,
+                                               const nb_bf16 *w, const nb_bf16 *b, int N, int C, float eps,
+                                               nb_stream_t stream) {
+    layernorm_forward<nb_bf16_t, uint4>(nb_kt(out), mean, rstd, nb_kt(inp), nb_kt(w), nb_kt(b), N, C, eps, stream,
+                                        __func__);
+}
+extern "C" void nb_cuda_layernorm_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                               const float *w, const float *mean, const float *rstd, int N, int C,
+                                               nb_stream_t stream) {
+    layernorm_backward<float, float4>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream, __func__);
+}
+extern "C" void nb_cuda_layernorm_backward_bf16(nb_bf16 *dinp, float *dw, float *db, const nb_bf16 *dout,
+                                                const nb_bf16 *inp, const nb_bf16 *w, const float *mean,
+                                                const float *rstd, int N, int C, nb_stream_t stream) {
+    layernorm_backward<nb_bf16_t, uint4>(nb_kt(dinp), dw, db, nb_kt(dout), nb_kt(inp), nb_kt(w), mean, rstd, N, C,
+                                         stream, __func__);
+}
+extern "C" void nb_cuda_rmsnorm_forward_f32(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                            float eps, nb_stream_t stream) {
+    rmsnorm_forward<float, float4>(out, rstd, inp, w, N, C, eps, stream, __func__);
+}
+extern "C" void nb_cuda_rmsnorm_forward_bf16(nb_bf16 *out, float *rstd, const nb_bf16 *inp, const nb_bf16 *w, int N,
+                                             int C, float eps, nb_stream_t stream) {
+    rmsnorm_forward<nb_bf16_t, uint4>(nb_kt(out), rstd, nb_kt(inp), nb_kt(w), N, C, eps, stream, __func__);
+}
+extern "C" void nb_cuda_rmsnorm_backward_f32(float *dinp, float *dw, const float *dout, const float *inp,
+                                             const float *w, const float *rstd, int N, int C, nb_stream_t stream) {
+    rmsnorm_backward<float, float4>(dinp, dw, dout, inp, w, rstd, N, C, stream, __func__);
+}
+extern "C" void nb_cuda_rmsnorm_backward_bf16(nb_bf16 *dinp, float *dw, const nb_bf16 *dout, const nb_bf16 *inp,
+                                              const nb_bf16 *w, const float *rstd, int N, int C, nb_stream_t stream) {
+    rmsnorm_backward<nb_bf16_t, uint4>(nb_kt(dinp), dw, nb_kt(dout), nb_kt(inp), nb_kt(w), rstd, N, C, stream,
+                                       __func__);
+}

@@ -1,6 +1,8 @@
 /* CPU fp32 ops of the seqctr model (CTR / sequence recommendation) that ops.h does not cover:
  * embedding lookups and bags with a deduplicated (unique-row) backward, the low-rank DCNv2 cross,
- * ReLU, BCE-with-logits, masked self-attention over jagged histories and target attention.
+ * ReLU, the one-output linear, column slices, BCE-with-logits, masked self-attention over jagged
+ * histories and target attention. Each op family is a file pair: name.c here, name.cu its CUDA
+ * side (ops_ctr_cuda.h).
  *
  * Conventions are those of ops.h: row-major; backward functions ACCUMULATE (+=) into every
  * gradient they write; a NULL gradient pointer means "not wanted"; deterministic (fixed
@@ -88,6 +90,20 @@ void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, c
 void nb_relu_forward(float *out, const float *inp, size_t n);
 /* dinp += dout where inp > 0. Passing the forward's output as inp gives the same mask. */
 void nb_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- linear1.c: the one-output linear of a logit head ---- */
+/* z[i] = w . x[i] + b[0] (b may be NULL); x [N, D], w [D]. */
+void nb_linear1_forward(float *z, const float *x, const float *w, const float *b, int N, int D);
+/* dx += dz[i] w; dw += sum_i dz[i] x[i]; db += sum_i dz[i] (each may be NULL). */
+void nb_linear1_backward(float *dx, float *dw, float *db, const float *dz, const float *x, const float *w, int N,
+                         int D);
+
+/* ---- cols.c: column slices ---- */
+/* dst[i * ld_dst + j] = (nb_add_cols: +=) src[i * ld_src + j], i < rows, j < cols */
+void nb_copy_cols(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols);
+void nb_add_cols(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols);
+
+/* ---- bce.c ---- */
 /* BCE with logits, numerically stable: l_i = max(z,0) - z*y + log1p(exp(-|z|)).
  * Loss = scale * sum_i w_i * l_i (w NULL: w_i = 1; scale = 1/N gives the mean).
  * losses[N] (may be NULL) gets the unweighted l_i; dz (may be NULL) += scale * w_i * (sigmoid(z_i) - y_i).

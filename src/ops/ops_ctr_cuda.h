@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-/* ---- embeddings (ctr.cu) ---- */
+/* ---- embeddings (embag.cu) ---- */
 /* out[dst[i] + e] = table[rows[i] * E + e] for i < n, e < E */
 void nb_cuda_emb_gather_f32(float *out, const int64_t *dst, const float *table, const int64_t *rows, int n, int E,
                             nb_stream_t stream);
@@ -53,7 +53,7 @@ void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, cons
 void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, const int32_t *count,
                          int U, int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
 
-/* ---- DCNv2 low-rank cross (ctr.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved) ---- */
+/* ---- DCNv2 low-rank cross (cross.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved) ---- */
 void nb_cuda_cross_forward_f32(float *c, float *vx, const float *x0, const float *x, const float *Uw,
                                const float *Vw, const float *b, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw,
@@ -66,7 +66,7 @@ void nb_cuda_cross_backward_bf16(nb_bf16 *dx0, nb_bf16 *dx, float *dU, float *dV
                                  const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw, const nb_bf16 *Vw,
                                  const nb_bf16 *b, const nb_bf16 *vx, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
 
-/* ---- ReLU, one-output linear, BCE, column slices (ctr.cu) ---- */
+/* ---- ReLU (relu.cu), one-output linear (linear1.cu), BCE (bce.cu), column slices (cols.cu) ---- */
 void nb_cuda_relu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream);
 void nb_cuda_relu_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, size_t n, nb_stream_t stream);
 void nb_cuda_relu_backward_f32(float *dinp, const float *inp, const float *dout, size_t n, nb_stream_t stream);
@@ -95,7 +95,9 @@ void nb_cuda_add_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, 
 void nb_cuda_add_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
                            nb_stream_t stream);
 
-/* ---- attention over packed histories (ctr.cu); E / H <= 64 ---- */
+/* ---- attention over packed histories (seqattn.cu); E / H <= 64. bf16 self-attention runs on
+ * seqattn_tc.cu's tensor cores where they take the shape (head sizes 16, 32, 64, rows 8-byte
+ * aligned), the CUDA-core kernels otherwise and for fp32. ---- */
 void nb_cuda_seqattn_forward_f32(float *out, float *lse, const float *qkv, const int32_t *off, int B, int max_len,
                                  int H, int E, nb_stream_t stream);
 void nb_cuda_seqattn_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, const int32_t *off, int B,
@@ -118,35 +120,12 @@ void nb_cuda_targetattn_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, con
                                       const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
                                       const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
 
-/* ---- the faster kernels of issue 19 (ctr_tc.cu) and their switch ----
- * By default the bf16 history self-attention runs on tensor cores (head sizes 16, 32, 64, rows
- * 8-byte aligned; other shapes and the fp32 table keep the CUDA-core kernels above) and
- * emb_grad_unique runs in two passes (chunk sums, then each long row's chunks in order); the bf16
- * target attention a warp per sample (max_len <= 256) only with NB_CTR_KERNELS=all or after
- * nb_cuda_ctr_kernels_set(1) (it measured slower than the block per sample). With
- * NB_CTR_KERNELS=old in the environment (read at the first launch), or after
- * nb_cuda_ctr_kernels_set(0), ctr.cu's previous kernels run instead: the fallback if a new kernel
- * misbehaves on some device, and the baseline of test_ops_ctr_cuda --bench. Both paths keep
- * backend_ctr.h's contract; emb_grad_unique gives the same bits either way. */
-int nb_cuda_ctr_kernels_new(void); /* 0 old, 1 default (not the warp target attention), 2 all new (NB_CTR_KERNELS=all) */
-void nb_cuda_ctr_kernels_set(int use_new);
-/* The tensor-core attention itself: 1 if it took the call, 0 if the shape is not one it has. */
+/* ---- seqattn_tc.cu: the tensor-core self-attention itself: 1 if it took the call, 0 if the
+ * shape is not one it has. ---- */
 int nb_cuda_seqattn_tc_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, const int32_t *off, int B,
                                     int max_len, int H, int E, nb_stream_t stream);
 int nb_cuda_seqattn_tc_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
                                      const float *lse, const int32_t *off, int B, int max_len, int H, int E,
-                                     nb_stream_t stream);
-/* The warp-per-sample target attention (bf16): 1 if it took the call (max_len <= 256, E % 8 == 0,
- * E <= 256, k/v rows 16-byte aligned), 0 if not. */
-int nb_cuda_targetattn_warp_forward_bf16(nb_bf16 *pooled, float *attn, const nb_bf16 *q, const nb_bf16 *k,
-                                         const nb_bf16 *v, const int32_t *off, int B, int max_len, int E, int ldkv,
-                                         nb_stream_t stream);
-int nb_cuda_targetattn_warp_backward_bf16(nb_bf16 *dq, nb_bf16 *dk, nb_bf16 *dv, const nb_bf16 *dpooled,
-                                          const nb_bf16 *q, const nb_bf16 *k, const nb_bf16 *v, const float *attn,
-                                          const int32_t *off, int B, int max_len, int E, int ldkv, nb_stream_t stream);
-/* The two-pass unique-row gradient (src fp32, or bf16 when src_bf16). */
-void nb_cuda_emb_grad_unique_chunked(float *dunique, const void *src, int src_bf16, const int64_t *src_off,
-                                     const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E,
                                      nb_stream_t stream);
 
 #ifdef __cplusplus

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/backend.h"
 #include "optim/optim.h"
 
 #ifdef NB_WITH_CUDA
@@ -64,14 +65,14 @@ void nb_cuda_matmul_backward_bf16(nb_bf16 *dinp, float *dw, float *dbias, const 
 
 /* out[N,OC] = resid + inp @ w^T + bias (out != resid): a projection and the residual add after
  * it, as nb_cuda_matmul_forward then nb_cuda_residual_forward(out, resid, out). bf16: resid is the
- * GEMM's C matrix (one rounding; NB_FUSE_RESIDUAL=0 turns it off); fp32: those two calls. */
+ * GEMM's C matrix (one rounding); fp32: those two calls. */
 void nb_cuda_matmul_residual_forward_f32(float *out, const float *inp, const float *w, const float *bias,
                                          const float *resid, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_matmul_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *inp, const nb_bf16 *w, const nb_bf16 *bias,
                                           const nb_bf16 *resid, int N, int C, int OC, nb_blas_t lt,
                                           nb_stream_t stream);
 /* As nb_cuda_matmul_backward, but dinp is WRITTEN (=), not accumulated: no memset before it, no
- * read of it (NB_GRAD_SET=0: memset, then the accumulating GEMM). dw, dbias accumulate. */
+ * read of it. dw, dbias accumulate. */
 void nb_cuda_matmul_backward_set_f32(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                      const float *w, int N, int C, int OC, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_matmul_backward_set_bf16(nb_bf16 *dinp, float *dw, float *dbias, const nb_bf16 *dout,
@@ -81,9 +82,7 @@ void nb_cuda_matmul_backward_set_bf16(nb_bf16 *dinp, float *dw, float *dbias, co
  * dw += dout^T @ inp, dbias += column sums of dout, dpre[N,C] = gelu'(pre) * (dout @ w) WRITTEN
  * (not accumulated: it replaces a zeroed buffer, a GEMM and nb_cuda_gelu_backward), and
  * dbias_pre[C] += column sums of dpre (the first linear's bias gradient; NULL skips). bf16: the
- * GELU derivative in cuBLASLt's DGELU epilogue (NB_FUSE_DGELU=0 turns it off; NB_BGRAD=1 also
- * takes dbias_pre and dbias from DGELU_BGRAD / BGRADB epilogues); fp32: GEMM then
- * nb_cuda_gelu_backward_scale. */
+ * GELU derivative in cuBLASLt's DGELU epilogue; fp32: GEMM then nb_cuda_gelu_backward_scale. */
 void nb_cuda_matmul_dgelu_backward_f32(float *dpre, float *dw, float *dbias, float *dbias_pre, const float *dout,
                                        const float *inp, const float *w, const float *pre, int N, int C, int OC,
                                        nb_blas_t lt, nb_stream_t stream);
@@ -128,7 +127,7 @@ void nb_cuda_swiglu_backward_f32(float *dgu, const float *dout, const float *gu,
                                  nb_stream_t stream);
 void nb_cuda_swiglu_backward_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
                                   nb_stream_t stream);
-/* As nb_cuda_swiglu_backward, writing dgu (=) instead of adding to it (NB_GRAD_SET=0: memset + add). */
+/* As nb_cuda_swiglu_backward, writing dgu (=) instead of adding to it. */
 void nb_cuda_swiglu_backward_set_f32(float *dgu, const float *dout, const float *gu, int N, int F,
                                      nb_stream_t stream);
 void nb_cuda_swiglu_backward_set_bf16(nb_bf16 *dgu, const nb_bf16 *dout, const nb_bf16 *gu, int N, int F,
@@ -165,8 +164,8 @@ void nb_cuda_attention_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const n
                                      int HS, nb_stream_t stream);
 
 /* As nb_cuda_attention_backward, writing dqkv (=) instead of adding to it: bf16 through the
- * tensor-core kernels' store-instead-of-add mode; other shapes and fp32, or NB_GRAD_SET=0: a
- * memset of dqkv, then the accumulating backward. */
+ * tensor-core kernels' store-instead-of-add mode; other shapes and fp32: a memset of dqkv, then
+ * the accumulating backward. */
 void nb_cuda_attention_backward_set_f32(float *dqkv, const float *dout, const float *qkv, const float *out,
                                         const float *lse, int B, int T, int NH, int NKV, int HS,
                                         nb_stream_t stream);
@@ -174,53 +173,63 @@ void nb_cuda_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, con
                                          const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
                                          int HS, nb_stream_t stream);
 
+/* ---- attention_fa.cu ---- the tensor-core kernels behind the bf16 launchers above: 1 when they
+ * took the call, 0 when the shape is not theirs (head sizes other than 64 and 128, tensors not
+ * 16-byte aligned). acc 1: dqkv += the gradient (the op's contract); 0: dqkv = the gradient
+ * (every element of the q, k and v columns stored once, the old contents never read). */
+int nb_cuda_attention_fa_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
+                                      int HS, nb_stream_t stream);
+int nb_cuda_attention_fa_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
+                                       const float *lse, int B, int T, int NH, int NKV, int HS, nb_stream_t stream);
+int nb_cuda_attention_fa_backward_mode_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv,
+                                            const nb_bf16 *out, const float *lse, int B, int T, int NH, int NKV,
+                                            int HS, int acc, nb_stream_t stream);
+
 /* ---- attention_cudnn.c ---- cuDNN 9's fused flash attention (SDPA), bf16, the same causal GQA
  * attention and layouts as above, through the backend API of a libcudnn.so.9 opened at run time
- * (nothing links it). Each returns 0 when cuDNN ran the call, nonzero when the caller must run
- * our kernels instead (no cuDNN, a shape or alignment it does not take, a graph it refuses, a
- * shape first seen inside a graph capture); the first refusal is said once on stderr. lse is
- * cuDNN's Stats, the same max + log(sum exp) as ours. The backward WRITES (=) all of dqkv.
- * deterministic: the variant without dQ atomics (bitwise repeatable); 0: cuDNN's faster
- * default, which sums dQ with fp32 atomics (the bits vary run to run). */
-int nb_cudnn_attention_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B, int T, int NH, int NKV,
-                                    int HS, nb_stream_t stream);
-int nb_cudnn_attention_backward_set_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
-                                         const float *lse, int B, int T, int NH, int NKV, int HS, int deterministic,
-                                         nb_stream_t stream);
+ * (nothing links it). The state (handle, plans, the record below) is the backend instance's b
+ * (b->attn_state, made with the CUDA instance). Each returns 0 when cuDNN ran the call, nonzero
+ * when the caller must run our kernels instead (no cuDNN, a shape or alignment it does not take,
+ * a graph it refuses, a shape first seen inside a graph capture); the first refusal is said once
+ * on stderr. lse is cuDNN's Stats, the same max + log(sum exp) as ours. The backward WRITES (=)
+ * all of dqkv. deterministic: the variant without dQ atomics (bitwise repeatable); 0: cuDNN's
+ * faster default, which sums dQ with fp32 atomics (the bits vary run to run). */
+typedef struct nb_attn_state nb_attn_state;
+int nb_cudnn_attention_forward_bf16(const nb_backend *b, nb_bf16 *out, float *lse, const nb_bf16 *qkv, int B,
+                                    int T, int NH, int NKV, int HS, nb_stream_t stream);
+int nb_cudnn_attention_backward_set_bf16(const nb_backend *b, nb_bf16 *dqkv, const nb_bf16 *dout,
+                                         const nb_bf16 *qkv, const nb_bf16 *out, const float *lse, int B, int T,
+                                         int NH, int NKV, int HS, int deterministic, nb_stream_t stream);
 /* cuDNN's version (91900 for 9.19.0) when libcudnn.so.9 loads here, else 0 and why. */
 int nb_cudnn_available(char *why, size_t cap);
 /* Device bytes one call of a built plan takes as scratch (0 if none was built for the shape). */
-size_t nb_cudnn_attention_workspace(int B, int T, int NH, int NKV, int HS, int backward, int deterministic);
+size_t nb_cudnn_attention_workspace(const nb_backend *b, int B, int T, int NH, int NKV, int HS, int backward,
+                                    int deterministic);
+/* An instance's state (backend_cuda.c makes it with the instance, and frees it after its lanes). */
+nb_attn_state *nb_attn_state_create(const nb_backend *b);
+void nb_attn_state_destroy(nb_attn_state *st);
 
-/* NB_ATTN: the bf16 attention the CUDA backend runs (backend_cuda.c); read at each call, so
- * tests can switch it. fp32 and the accumulating backward always run ours. An unknown value is
- * an nb_fail naming the valid ones. */
-typedef enum {
-    NB_ATTN_AUTO,      /* "auto" or unset: NB_ATTN_CUDNN from NB_ATTN_AUTO_MIN_T tokens, ours below */
-    NB_ATTN_FA,        /* "fa": our kernels */
-    NB_ATTN_CUDNN,     /* "cudnn": cuDNN forward, cuDNN deterministic backward */
-    NB_ATTN_CUDNN_FWD, /* "cudnn-fwd": cuDNN forward, our backward (reads cuDNN's lse) */
-    NB_ATTN_CUDNN_FAST /* "cudnn-fast": cuDNN forward and non-deterministic backward */
-} nb_attn_mode;
-nb_attn_mode nb_attn_mode_from_env(void);
-/* The mode a call of T tokens runs: auto resolved (bench/RESULTS.md, session 9: at T = 1024 cuDNN's
- * deterministic pair takes gpt2's step from 65.8 to 60.2 ms; at T = 256 the proxy's step is 2%
- * slower with it, a plan's fixed cost against short tiles). */
+/* The mode a call of T tokens runs (ops/backend.h's nb_attn_mode, the instance's b->attn): auto
+ * resolved (bench/RESULTS.md, session 9: at T = 1024 cuDNN's deterministic pair takes gpt2's
+ * step from 65.8 to 60.2 ms; at T = 256 the proxy's step is 2% slower with it, a plan's fixed
+ * cost against short tiles). */
 #define NB_ATTN_AUTO_MIN_T 512
-nb_attn_mode nb_attn_mode_for(int T);
+nb_attn_mode nb_attn_mode_for(nb_attn_mode mode, int T);
 /* Which implementation ran: per direction the last call and the counts, and the first reason
- * cuDNN refused a call; for the run's summary (nb_attn_report) and the tests. */
+ * cuDNN refused a call; for the run's summary (nb_attn_report) and the tests. Per instance. */
 typedef enum { NB_ATTN_RAN_NONE, NB_ATTN_RAN_OURS, NB_ATTN_RAN_CUDNN, NB_ATTN_RAN_CUDNN_FAST } nb_attn_ran;
+#define NB_ATTN_WHY_BYTES 480
 typedef struct {
     nb_attn_ran last[2]; /* [0] forward, [1] backward */
     long count[2][4];    /* [direction][nb_attn_ran] */
-    char why[480];       /* "" while cuDNN took every call asked of it */
+    char why[NB_ATTN_WHY_BYTES]; /* "" while cuDNN took every call asked of it */
 } nb_attn_record;
-void nb_attn_note(int backward, nb_attn_ran ran);
-nb_attn_record nb_attn_record_get(void);
+void nb_attn_note(const nb_backend *b, int backward, nb_attn_ran ran);
+nb_attn_record nb_attn_record_get(const nb_backend *b);
 const char *nb_attn_ran_name(nb_attn_ran r);
-/* One or two summary lines on stderr when NB_ATTN asked for cuDNN; nothing otherwise. */
-void nb_attn_report(void);
+/* One or two summary lines on stderr when the instance's mode asked for cuDNN; nothing
+ * otherwise (nor for a CPU instance). */
+void nb_attn_report(const nb_backend *b);
 
 /* ---- embed.cu ---- V = rows of wte. A token outside [0, V) makes its output row NaN (forward)
  * and is skipped (backward): device data cannot be checked on the host without a sync. */

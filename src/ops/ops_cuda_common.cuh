@@ -1,9 +1,11 @@
 /* Shared by the .cu files of src/ops and src/optim (not a public header).
  *
- * Kernels are written once per dtype through small macros: the only code that knows the element
- * type is nb_ld / nb_st (overloads for float and bf16, converting at the memory boundary); all
- * arithmetic is fp32. Reductions use xor-butterfly warp sums and fixed block trees, so every
- * lane gets the same bits and every run the same result. */
+ * Kernels are written once, as templates over the element type T (float or nb_bf16_t): the only
+ * code that knows T is nb_ld / nb_st (overloads for float and bf16, converting at the memory
+ * boundary); all arithmetic is fp32. The extern "C" launchers of ops_cuda.h are thin wrappers,
+ * one per dtype, around one templated launcher (nb_kt turns their element pointers into the
+ * kernels' types). Reductions use xor-butterfly warp sums and fixed block trees, so every lane
+ * gets the same bits and every run the same result. */
 #ifndef NB_OPS_CUDA_COMMON_CUH
 #define NB_OPS_CUDA_COMMON_CUH
 
@@ -17,8 +19,18 @@
 
 typedef __nv_bfloat16 nb_bf16_t;
 
-/* Stamps out a macro-defined kernel (or helper) for both dtypes. */
-#define NB_FOR_EACH_DTYPE(X) X(float) X(nb_bf16_t)
+/* ops_cuda.h's element pointers (float, or nb_bf16: bf16 bits) as the kernels' element types. */
+static inline float *nb_kt(float *p) { return p; }
+static inline const float *nb_kt(const float *p) { return p; }
+static inline nb_bf16_t *nb_kt(nb_bf16 *p) { return (nb_bf16_t *)p; }
+static inline const nb_bf16_t *nb_kt(const nb_bf16 *p) { return (const nb_bf16_t *)p; }
+/* cuBLASLt's name of an element type (the argument only picks the overload). */
+static inline cudaDataType_t nb_cuda_dtype(const float *) { return CUDA_R_32F; }
+static inline cudaDataType_t nb_cuda_dtype(const nb_bf16_t *) { return CUDA_R_16BF; }
+
+/* A grid-stride loop over [0, n): each index is one thread's, whatever the launch shape. */
+#define NB_GRID_STRIDE(i, n)                                                                       \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 static __device__ __forceinline__ float nb_ld(const float *p) { return *p; }
 static __device__ __forceinline__ float nb_ld(const nb_bf16_t *p) { return __bfloat162float(*p); }
@@ -104,7 +116,8 @@ static inline int nb_col_parts(int N) { return (N + NB_COL_ROWS - 1) / NB_COL_RO
 
 /* One cuBLASLt GEMM, column-major: D[m,n] = op(A)[m,k] . op(B)[k,n] + beta * D, then the
  * epilogue (bias of length m, type td; GELU input to aux, [m, n] with leading dimension ldd).
- * Compute type fp32 (TF32 off). nb_lt_run returns 0, running nothing, if no algorithm fits and
+ * Compute type fp32 (TF32 off). lt: the backend instance's (nb_cuda_blas_create), whose
+ * workspaces the GEMMs use. nb_lt_run returns 0, running nothing, if no algorithm fits and
  * may_fail; without may_fail that is an nb_fail. (matmul.cu) */
 typedef struct {
     int m, n, k;
@@ -115,20 +128,11 @@ typedef struct {
     cudaDataType_t tab, td; /* A and B share a type; D (and C = D) may differ */
     float beta;
     cublasLtEpilogue_t epi;
-    const void *bias; /* bias (forward), or the bias gradient written by a BGRAD epilogue */
+    const void *bias; /* the epilogue's bias, of length m */
     void *aux;
     const void *C;    /* the matrix beta scales, layout and type of D; NULL: D itself (in place) */
-    int bias_f32;     /* bias / bias gradient in fp32 whatever D's type (a parameter gradient) */
 } nb_lt_gemm;
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail);
-
-/* A switch read from the environment at each call (so tests can flip it): unset or empty ->
- * dflt, "0" -> 0, anything else -> 1. Host code; reading it inside a graph capture is fine. */
-static inline int nb_env_flag(const char *name, int dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    return !(v[0] == '0' && v[1] == 0);
-}
 
 /* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
  * over the block sums, so the result depends only on n. (optim/adamw.cu) */

@@ -94,25 +94,33 @@ static void rope_launch(T *x, int B, int T_, int nheads, int HS, int row_stride,
                                                                               theta, sign, nchunks, ntc);
 }
 
-#define DEF_ROPE_LAUNCHERS(SFX, T, KT)                                                             \
-    static void rope_##SFX(T *x, int B, int T_, int nheads, int HS, int row_stride, float theta, float sign, \
-                           nb_stream_t stream, const char *name) {                                 \
-        NB_CUDA_SHAPE(x && B >= 0 && T_ >= 0 && nheads >= 0 && HS > 0 && HS % 2 == 0 &&            \
-                          row_stride >= nheads * HS && theta > 0.0f,                               \
-                      name);                                                                       \
-        if ((size_t)B * T_ * nheads == 0) return;                                                  \
-        rope_launch((KT *)x, B, T_, nheads, HS, row_stride, theta, sign, stream);                  \
-        CUDA_CHECK_LAUNCH(name);                                                                   \
-    }                                                                                              \
-    extern "C" void nb_cuda_rope_forward_##SFX(T *x, int B, int T_, int nheads, int HS, int row_stride, \
-                                                float theta, nb_stream_t stream) {                 \
-        rope_##SFX(x, B, T_, nheads, HS, row_stride, theta, 1.0f, stream, "nb_cuda_rope_forward_" #SFX); \
-    }                                                                                              \
-    /* The backward of a rotation is the rotation by -angle. */                                    \
-    extern "C" void nb_cuda_rope_backward_##SFX(T *dx, int B, int T_, int nheads, int HS, int row_stride, \
-                                                 float theta, nb_stream_t stream) {                \
-        if (!dx) return;                                                                           \
-        rope_##SFX(dx, B, T_, nheads, HS, row_stride, theta, -1.0f, stream, "nb_cuda_rope_backward_" #SFX); \
-    }
-DEF_ROPE_LAUNCHERS(f32, float, float)
-DEF_ROPE_LAUNCHERS(bf16, nb_bf16, nb_bf16_t)
+template <typename T>
+static void rope(T *x, int B, int T_, int nheads, int HS, int row_stride, float theta, float sign, nb_stream_t stream,
+                 const char *name) {
+    NB_CUDA_SHAPE(x && B >= 0 && T_ >= 0 && nheads >= 0 && HS > 0 && HS % 2 == 0 && row_stride >= nheads * HS &&
+                      theta > 0.0f,
+                  name);
+    if ((size_t)B * T_ * nheads == 0) return;
+    rope_launch(x, B, T_, nheads, HS, row_stride, theta, sign, stream);
+    CUDA_CHECK_LAUNCH(name);
+}
+
+extern "C" void nb_cuda_rope_forward_f32(float *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+                                         nb_stream_t stream) {
+    rope(x, B, T, nheads, HS, row_stride, theta, 1.0f, stream, __func__);
+}
+extern "C" void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+                                          nb_stream_t stream) {
+    rope(nb_kt(x), B, T, nheads, HS, row_stride, theta, 1.0f, stream, __func__);
+}
+/* The backward of a rotation is the rotation by -angle. */
+extern "C" void nb_cuda_rope_backward_f32(float *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+                                          nb_stream_t stream) {
+    if (!dx) return;
+    rope(dx, B, T, nheads, HS, row_stride, theta, -1.0f, stream, __func__);
+}
+extern "C" void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+                                           nb_stream_t stream) {
+    if (!dx) return;
+    rope(nb_kt(dx), B, T, nheads, HS, row_stride, theta, -1.0f, stream, __func__);
+}

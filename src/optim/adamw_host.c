@@ -233,18 +233,9 @@ static int isa_parse(const char *name) {
 static int isa_current(void) {
     int isa = atomic_load_explicit(&isa_chosen, memory_order_relaxed);
     if (isa != ISA_UNSET) return isa;
-    /* First use: auto, unless NB_ADAMW_ISA asks for a path. Two threads racing here compute the
-     * same answer, so a plain store is enough. */
+    /* First use: the best this CPU has (nb_adamw_host_force picks another). Two threads racing
+     * here compute the same answer, so a plain store is enough. */
     isa = isa_best();
-    const char *env = getenv("NB_ADAMW_ISA");
-    if (env && *env) {
-        int want = isa_parse(env);
-        NB_CHECK(want != ISA_UNSET, "set NB_ADAMW_ISA to scalar, avx2, avx512 or auto (or unset it)",
-                 "NB_ADAMW_ISA=%s is not a host AdamW path", env);
-        NB_CHECK(isa_supported(want), "unset NB_ADAMW_ISA, or set it to auto, to use the best this CPU has",
-                 "NB_ADAMW_ISA=%s: this CPU lacks %s (best available: %s)", env, env, isa_names[isa]);
-        isa = want;
-    }
     atomic_store_explicit(&isa_chosen, isa, memory_order_relaxed);
     return isa;
 }

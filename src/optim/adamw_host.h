@@ -48,7 +48,7 @@ void nb_adamw_host_apply(float *params, const float *grads, float *m, float *v, 
 
 /* Which code path nb_adamw_host_apply takes: "scalar" (the reference loop, compiled for the
  * baseline ISA), "avx2", "avx512", or "auto" (the widest the CPU and OS support; the default,
- * and what the environment variable NB_ADAMW_ISA may override at first use).
+ * used when nothing was forced).
  * Returns 0, or -1 (nothing changed) when the name is unknown or the CPU lacks that ISA. */
 int nb_adamw_host_force(const char *isa);
 /* 1 if this CPU (and its OS) can run the named path, else 0. */

@@ -1,0 +1,296 @@
+/* Embedding lookups on CUDA (embag.c's, the gather and unique-row gradient entries of
+ * backend_ctr.h): rows of the fp32 tables gathered into the activations, and the gradient of the
+ * unique rows in backend_ctr.h's chunked order, so that a row looked up 100k times is not one
+ * warp's serial chain and fp32 gives the CPU table's bits.
+ *
+ * Gather: G consecutive lanes per lookup (G a power of two <= 32 sized to the row, so a warp copies
+ * two E = 64 rows at once); 16-byte loads when the row and its destination are aligned.
+ *
+ * Unique-row gradient, two passes:
+ * Pass 1 (egu_tiles): the lookup positions k (0 .. n-1, n = seg[U] read on the device) in tiles of
+ * EGU_TILE; a warp takes a tile and sums every chunk that starts in it (a chunk: up to
+ * NB_EMB_GRAD_CHUNK consecutive lookups of one row, from the row's first lookup on), streaming
+ * the positions 32 at a time: the 32 rows' columns come in with coalesced loads into the warp's
+ * shared memory, then each lane adds its columns in k order. A row's first chunk sum goes to
+ * dunique[u]; chunk j >= 1 (starting at k) to part[k / CHUNK], a slot no other chunk uses (the
+ * row contains position (k / CHUNK) * CHUNK, and only one row does).
+ * Pass 2 (egu_finish): a warp per 32 rows; each row with more than one chunk adds its chunk sums
+ * to dunique[u] in chunk order. Slots past the scratch's capacity (only with far more lookups than
+ * 64 per unique row) are summed by pass 2 itself, in the same order: same bits, slower.
+ * The result depends only on the lookups (not on the grid), and equals the CPU table's.
+ *
+ * The gradient's kernels are plain C between ctr_warp.cuh's primitives and the launchers, so
+ * tests/test_ctr_tc.c can include this file with CTR_TC_EMU defined (which leaves out the
+ * gather and the launchers) and run them on its warp emulator. */
+#include "ctr_warp.cuh"
+#ifndef CTR_TC_EMU
+#include "ctr_cuda.cuh"
+
+/* The chunks of emb_grad_unique's order are whole batches of 32 lookups (a pass-1 step). */
+static_assert(NB_EMB_GRAD_CHUNK % 32 == 0, "NB_EMB_GRAD_CHUNK must be a multiple of 32");
+
+/* ---- gather ---- */
+
+template <typename T>
+static __global__ void emb_gather_kernel(T *out, const int64_t *dst, const float *table, const int64_t *rows, int n,
+                                         int E, int G, int vec) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = t / G;
+    int gl = (int)(t % G);
+    if (i >= (size_t)n) return;
+    const float *tr = table + (size_t)rows[i] * E;
+    int64_t o = dst[i];
+    if (vec && (o & 3) == 0)
+        for (int e = 4 * gl; e < E; e += 4 * G) st4(out + o + e, ld4(tr + e));
+    else
+        for (int e = gl; e < E; e += G) nb_st(out + o + e, tr[e]);
+}
+
+template <typename T>
+static void emb_gather(T *out, const int64_t *dst, const float *table, const int64_t *rows, int n, int E,
+                       cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(n >= 0 && E >= 0 && (n == 0 || (out && dst && table && rows)), name);
+    if (n == 0 || E == 0) return;
+    int vec = E % 4 == 0 && al4(out, sizeof(T)) && al4(table, sizeof(float));
+    int G = 1;
+    while (G < 32 && 4 * G < E) G *= 2;
+    unsigned blocks = (unsigned)(((size_t)n * G + CTR_THREADS - 1) / CTR_THREADS);
+    emb_gather_kernel<<<blocks, CTR_THREADS, 0, stream>>>(out, dst, table, rows, n, E, G, vec);
+    CUDA_CHECK_LAUNCH("embedding gather");
+}
+
+extern "C" void nb_cuda_emb_gather_f32(float *out, const int64_t *dst, const float *table, const int64_t *rows, int n,
+                                       int E, nb_stream_t stream) {
+    emb_gather(out, dst, table, rows, n, E, stream, __func__);
+}
+extern "C" void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const float *table, const int64_t *rows,
+                                        int n, int E, nb_stream_t stream) {
+    emb_gather(nb_kt(out), dst, table, rows, n, E, stream, __func__);
+}
+#endif /* CTR_TC_EMU */
+
+/* ---- the unique-row gradient ---- */
+
+#define EGU_CHUNK NB_EMB_GRAD_CHUNK
+#define EGU_TILE 64     /* lookup positions per pass-1 work item */
+#define EGU_COLS 64     /* columns per pass over a row (2 per lane) */
+#define EGU_SMEM_BYTES (TC_WARPS * 32 * EGU_COLS * 4)
+
+/* column e of the src row at element offset o (fp32 or bf16 src) */
+static __device__ __forceinline__ float egu_ld(const void *src, long long o, const int BF) {
+    return BF ? tc_bf(((const nb_bf16 *)src)[o]) : ((const float *)src)[o];
+}
+
+/* The row u with seg[u] <= k < seg[u + 1] (seg strictly increasing, seg[0] = 0 <= k < seg[U]):
+ * the warp probes 32 evenly spaced rows per round. */
+static __device__ __forceinline__ int egu_find(const int32_t *seg, int U, int k, int lane) {
+    int lo = 0, hi = U; /* seg[lo] <= k; the row is in [lo, hi) */
+    while (hi - lo > 32) {
+        const int step = (hi - lo + 31) / 32, pos = lo + lane * step;
+        const unsigned m = tc_ballot(pos < hi && seg[pos] <= k); /* lane 0 always */
+        lo += (31 - tc_clz(m)) * step;
+        hi = min(hi, lo + step);
+    }
+    const unsigned m = tc_ballot(lo + lane < hi && seg[lo + lane] <= k);
+    return lo + 31 - tc_clz(m);
+}
+
+/* Sum of lookups c .. c1-1 (one chunk) of columns e0 + lane, e0 + 32 + lane, one lookup at a
+ * time: pass 2's path for chunks without a slot (same additions as pass 1's). */
+static __device__ __forceinline__ void egu_chunk_direct(float acc[2], const void *src, const int64_t *src_off,
+                                                        const int32_t *order, int c, int c1, int e0, int E,
+                                                        int lane, const int BF) {
+    acc[0] = acc[1] = 0.0f;
+    for (int k = c; k < c1; k++) {
+        const long long o = src_off[order[k]];
+        if (e0 + lane < E) acc[0] += egu_ld(src, o + e0 + lane, BF);
+        if (e0 + 32 + lane < E) acc[1] += egu_ld(src, o + e0 + 32 + lane, BF);
+    }
+}
+
+/* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile. */
+static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, int cap, const void *src,
+                                                 const int64_t *src_off, const int32_t *order, const int32_t *seg,
+                                                 int U, int E, const int BF) {
+    TC_SMEM(sm);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *rows = (float *)sm + (size_t)warp * 32 * EGU_COLS; /* [32 positions][EGU_COLS] */
+    const int n = seg[U], ntiles = (n + EGU_TILE - 1) / EGU_TILE;
+    const int nw = (int)(gridDim.x * (blockDim.x >> 5));
+    for (int t = (int)(blockIdx.x * (blockDim.x >> 5)) + warp; t < ntiles; t += nw) {
+        const int kb = t * EGU_TILE, ke = min(n, kb + EGU_TILE);
+        int u = egu_find(seg, U, kb, lane), s = seg[u], e = seg[u + 1];
+        int j = (kb - s + EGU_CHUNK - 1) / EGU_CHUNK, c = s + j * EGU_CHUNK; /* first chunk start >= kb */
+        if (c >= e) {
+            if (++u >= U) continue;
+            s = e, e = seg[u + 1], j = 0, c = s;
+        }
+        if (c >= ke) continue;
+        /* no chunk starting in the tile reaches past lim */
+        const int lim = min(n, ke + EGU_CHUNK - 1);
+        for (int e0 = 0; e0 < E; e0 += EGU_COLS) {
+            const int col0 = e0 + lane, col1 = e0 + 32 + lane;
+            /* the walk: chunk j of row u is [c, c1); sb/segc: seg[sb + lane], a window of ends */
+            int cu = u, cs = s, ce = e, cj = j, cc = c, c1 = min(e, c + EGU_CHUNK), done = 0;
+            int sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+            float acc0 = 0.0f, acc1 = 0.0f;
+            (void)cs;
+            for (int gb = c; !done; gb += 32) {
+                /* 32 positions' rows, coalesced, into the warp's shared rows: every load is
+                 * issued before the first store (a store could alias a later load for all the
+                 * compiler knows, so interleaving them would leave one load in flight) */
+                const long long mine = gb + lane < lim ? (long long)src_off[order[gb + lane]] : 0;
+                float v0[32], v1[32];
+                TC_UNROLL
+                for (int q = 0; q < 32; q++) {
+                    const long long o = tc_shfl_ll(mine, q);
+                    const int ok = gb + q < lim;
+                    v0[q] = ok && col0 < E ? egu_ld(src, o + col0, BF) : 0.0f;
+                    v1[q] = ok && col1 < E ? egu_ld(src, o + col1, BF) : 0.0f;
+                }
+                TC_UNROLL
+                for (int q = 0; q < 32; q++) rows[q * EGU_COLS + lane] = v0[q], rows[q * EGU_COLS + 32 + lane] = v1[q];
+                tc_syncwarp();
+                /* each lane adds its own two columns in k order; chunk ends are warp-uniform */
+                const int gend = min(gb + 32, lim);
+                for (int k = gb; k < gend && !done; k++) {
+                    acc0 += rows[(k - gb) * EGU_COLS + lane];
+                    acc1 += rows[(k - gb) * EGU_COLS + 32 + lane];
+                    if (k + 1 == c1) {
+                        float *dst = cj == 0 ? dunique + (size_t)cu * E
+                                             : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
+                        if (dst) {
+                            if (col0 < E) dst[col0] = acc0;
+                            if (col1 < E) dst[col1] = acc1;
+                        }
+                        acc0 = acc1 = 0.0f;
+                        if (c1 == ce) { /* next row */
+                            if (++cu >= U) {
+                                done = 1;
+                                break;
+                            }
+                            if (cu + 1 - sb >= 32) sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+                            cs = ce, ce = tc_shfl_i(segc, cu + 1 - sb), cj = 0, cc = cs;
+                        } else {
+                            cj++, cc = c1;
+                        }
+                        if (cc >= ke) done = 1;
+                        c1 = min(ce, cc + EGU_CHUNK);
+                    }
+                }
+                tc_syncwarp(); /* the rows are read before the next positions overwrite them */
+            }
+        }
+    }
+}
+
+/* Pass 2: a warp per 32 rows; rows of more than one chunk add their chunk sums in order. */
+static __device__ __forceinline__ void egu_finish(float *dunique, const float *part, int cap, const void *src,
+                                                  const int64_t *src_off, const int32_t *order, const int32_t *seg,
+                                                  int U, int E, const int BF) {
+    const int lane = threadIdx.x & 31;
+    const int u0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32;
+    if (u0 >= U) return;
+    const int mine = u0 + lane < U ? seg[u0 + lane] : 0, cnt = u0 + lane < U ? seg[u0 + lane + 1] - mine : 0;
+    unsigned long_rows = tc_ballot(cnt > EGU_CHUNK);
+    while (long_rows) {
+        const int l = 31 - tc_clz(long_rows);
+        long_rows &= ~(1u << l);
+        const int u = u0 + l, s = tc_shfl_i(mine, l), e = s + tc_shfl_i(cnt, l);
+        const int nch = (e - s + EGU_CHUNK - 1) / EGU_CHUNK;
+        for (int e0 = 0; e0 < E; e0 += EGU_COLS) {
+            const int col0 = e0 + lane, col1 = e0 + 32 + lane;
+            float *d = dunique + (size_t)u * E;
+            float a0 = col0 < E ? d[col0] : 0.0f, a1 = col1 < E ? d[col1] : 0.0f;
+            TC_UNROLL_N(8)
+            for (int jj = 1; jj < nch; jj++) {
+                const int c = s + jj * EGU_CHUNK, w = c / EGU_CHUNK;
+                float v[2];
+                if (w < cap) {
+                    v[0] = col0 < E ? part[(size_t)w * E + col0] : 0.0f;
+                    v[1] = col1 < E ? part[(size_t)w * E + col1] : 0.0f;
+                } else {
+                    egu_chunk_direct(v, src, src_off, order, c, min(e, c + EGU_CHUNK), e0, E, lane, BF);
+                }
+                a0 += v[0];
+                a1 += v[1];
+            }
+            if (col0 < E) d[col0] = a0;
+            if (col1 < E) d[col1] = a1;
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    egu_tiles_f32(float *dunique, float *part, int cap, const void *src, const int64_t *src_off, const int32_t *order,
+                  const int32_t *seg, const int32_t *count, int U, int E) {
+    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0);
+}
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    egu_tiles_bf16(float *dunique, float *part, int cap, const void *src, const int64_t *src_off,
+                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
+    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1);
+}
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    egu_finish_f32(float *dunique, const float *part, int cap, const void *src, const int64_t *src_off,
+                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
+    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0);
+}
+static __global__ void __launch_bounds__(32 * TC_WARPS)
+    egu_finish_bf16(float *dunique, const float *part, int cap, const void *src, const int64_t *src_off,
+                    const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
+    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1);
+}
+
+/* ---- launch shapes (shared with the emulator) ---- */
+
+/* Slots of pass 1's chunk-sum scratch: one per NB_EMB_GRAD_CHUNK lookup positions for up to
+ * 64 lookups per unique row (plus 2^17), at most 16 MB. */
+static int egu_cap(int U, int E) {
+    long long want = (64LL * U + (1LL << 17)) / EGU_CHUNK + 1, most = (16LL << 20) / (4LL * (E > 0 ? E : 1));
+    long long c = want < most ? want : most;
+    return (int)(c > 1 ? c : 1);
+}
+#define EGU_TILE_BLOCKS 1024 /* pass 1's grid (grid-stride over the tiles; the result does not depend on it) */
+static unsigned egu_finish_blocks(int U) { return (unsigned)((U + 32 * TC_WARPS - 1) / (32 * TC_WARPS)); }
+
+/* ---- launcher ---- */
+#ifndef CTR_TC_EMU
+
+/* dunique = the unique rows' gradient of src (fp32, or bf16 when src_bf16), backend_ctr.h's order. */
+static void emb_grad_unique(float *dunique, const void *src, int src_bf16, const int64_t *src_off, const int32_t *order,
+                            const int32_t *seg, const int32_t *count, int U, int E, cudaStream_t stream,
+                            const char *name) {
+    NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), name);
+    if (U == 0 || E == 0) return;
+    const int cap = egu_cap(U, E);
+    float *part = (float *)nb_cuda_scratch((size_t)cap * E * sizeof(float), stream);
+    if (src_bf16)
+        egu_tiles_bf16<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
+                                                                                   order, seg, count, U, E);
+    else
+        egu_tiles_f32<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
+                                                                                  order, seg, count, U, E);
+    CUDA_CHECK_LAUNCH("embedding unique-row gradient (chunk sums)");
+    if (src_bf16)
+        egu_finish_bf16<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
+                                                                            seg, count, U, E);
+    else
+        egu_finish_f32<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
+                                                                           seg, count, U, E);
+    CUDA_CHECK_LAUNCH("embedding unique-row gradient (rows of several chunks)");
+    nb_cuda_scratch_free(part, stream);
+}
+
+extern "C" void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off,
+                                            const int32_t *order, const int32_t *seg, const int32_t *count, int U,
+                                            int E, nb_stream_t stream) {
+    emb_grad_unique(dunique, src, 0, src_off, order, seg, count, U, E, stream, __func__);
+}
+extern "C" void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off,
+                                             const int32_t *order, const int32_t *seg, const int32_t *count, int U,
+                                             int E, nb_stream_t stream) {
+    emb_grad_unique(dunique, src, 1, src_off, order, seg, count, U, E, stream, __func__);
+}
+
+#endif /* CTR_TC_EMU */
