@@ -14,15 +14,13 @@
 #   gpu_bench (bench/gpu_bench.sh: transformers vs PyTorch's modes; GPU_BENCH_ARGS), lists (bench/lists_bench.sh: --index-lists host vs device, plain and ERASE with graphs; LISTS_ARGS),
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
-#   attention tests, bench/k18_bench.sh old vs new, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
-#   --bench, bench/attn_ab.sh: the step with each NB_ATTN; ATTN_AB_ARGS), gpu_quick (test_ops_cuda, test_kprof,
+#   attention tests, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
+#   --bench, bench/attn_ab.sh: the step with each --attn; ATTN_AB_ARGS), gpu_quick (test_ops_cuda, test_kprof,
 #   tests/gpu_train_test.sh), quality (gpt2 B=16 600 steps on data/sotu: the validation losses), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
 #   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
 #   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
-#   model's step kernel by kernel from CUPTI; KTABLE_ARGS), ktable_old (the same with the switches back
-#   to the previous paths: NB_LT_WS_CACHE=0 NB_EMBED_SCAN=1 NB_DBIAS_V8=0; KTABLE_OLD_ARGS), ktable_algo (the same with
-#   each of KTABLE_ALGO_VARS set, e.g. NB_LT_ALGO_GELU=1: another of cuBLASLt's ranked algorithms; KTABLE_ALGO_ARGS), clocks (nvidia-smi's clocks, power, throttling),
-#   candidates (test_ops_cuda --candidates: whether cuBLASLt's ranked candidates give the same bits). The stream runs take env
+#   model's step kernel by kernel from CUPTI; KTABLE_ARGS), clocks (nvidia-smi's clocks, power, throttling).
+#   The stream runs take env
 #   B1, B8, B14, S8, S14, KEEP1, KEEP8, KEEP14, STREAM1_ARGS and STREAM8_ARGS; CKPT and the rest
 #   of stream_bench.sh's environment pass through.
 # --deadline S: no stage starts after S seconds, and each stage's limit is cut to what is left
@@ -87,7 +85,7 @@ print("validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f
         stream14b) build && KEEP=${KEEP14:-} OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --batch "${B14:-8}" --steps "${S14:-4}" --stream-only ;;
         attn_cudnn) build && { r=0; "$NB_BUILD/tests/test_attention_cudnn" || r=1; "$NB_BUILD/tests/test_attention_cudnn" --bench || r=1
             OUT=$R/attn_ab bash bench/attn_ab.sh --no-build ${ATTN_AB_ARGS:-} || r=1; return $r; } ;;
-        attn_quality) build && { for m in fa auto; do NB_ATTN=$m $NB_BUILD/nobubble train --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
+        attn_quality) build && { for m in fa auto; do $NB_BUILD/nobubble train --attn $m --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
                 --eval-every 100 --eval-batches 0 --no-ckpt --no-progress --out "$R/quality-$m" > "$R/quality-$m.log" 2>&1 || { tail -5 "$R/quality-$m.log"; return 1; }
                 grep -h "^attention\|^throughput" "$R/quality-$m.log"; done
             python3 -c 'import json, sys
@@ -99,17 +97,12 @@ for m in sys.argv[1:]:
                 nsys stats --report cuda_gpu_kern_sum --format csv "$R/sc_profile.nsys-rep" > "$R/sc_kern.csv" 2>/dev/null; head -25 "$R/sc_kern.csv" | cut -c1-220; rm -f "$R"/sc_profile.nsys-rep "$R"/sc_profile.sqlite
             else echo "no nsys: the run alone"; $P --out "$R/sc_run" > "$R/sc_run.log" 2>&1; tail -5 "$R/sc_run.log"; fi; } ;;
         ktable) build && OUT=$R/ktable bash bench/kernel_table.sh --no-build ${KTABLE_ARGS:-} ;;
-        ktable_old) build && NB_LT_WS_CACHE=0 NB_EMBED_SCAN=1 NB_DBIAS_V8=0 OUT=$R/ktable-old bash bench/kernel_table.sh \
-                --no-build ${KTABLE_OLD_ARGS:-gpt2-proxy:8:256 gpt2:32:1024} ;;
-        ktable_algo) build && for v in ${KTABLE_ALGO_VARS:-NB_LT_ALGO_GELU=1 NB_LT_ALGO_GELU=2 NB_LT_ALGO_GELU=3 NB_LT_ALGO=1}; do
-                echo "=== ktable with $v"; env "$v" OUT="$R/ktable-$v" bash bench/kernel_table.sh --no-build ${KTABLE_ALGO_ARGS:-gpt2:32:1024}; done ;;
-        candidates) build && "$NB_BUILD/tests/test_ops_cuda" --candidates ;;
         clocks) nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv ;;
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;
         k18) build && { T=$NB_BUILD/tests; r=0; k18_part() { echo "--- k18: $*"; "$@" || { echo "--- k18 FAILED (rc $?): $*"; r=1; }; }
-            k18_part $T/test_ops_cuda; k18_part $T/test_attention_fa; k18_part bash bench/k18_bench.sh --no-build
+            k18_part $T/test_ops
             mkdir -p tests/torch/ref; k18_part python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors
             k18_part python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors
             k18_part $T/test_torch_ref; k18_part bash tests/gpu_train_test.sh; return $r; } ;;

@@ -75,6 +75,8 @@ int nb_cmd_sample(int argc, char **argv) {
              "pass a transformer's run directory (seqctr models score clicks: nobubble eval)",
              "%s holds a %s checkpoint: sample generates text", resolved, o.family);
     o.data[0] = o.val_data[0] = 0;
+    /* its T grows a token per step: under --attn auto each T >= 512 would build a cuDNN plan */
+    o.attn = NB_ATTN_FA;
     static nb_run r;
     nb_run_init(&r, &o, 1);
     int V = o.model.vocab, T = o.model.seq;

@@ -99,11 +99,7 @@ static int run_command(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train")) return nb_cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return nb_cmd_eval(argc - 1, argv + 1);
-    if (!strcmp(cmd, "sample")) {
-        /* its T grows a token per step: under NB_ATTN=auto each T >= 512 would build a cuDNN plan */
-        setenv("NB_ATTN", "fa", 0);
-        return nb_cmd_sample(argc - 1, argv + 1);
-    }
+    if (!strcmp(cmd, "sample")) return nb_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "criteo-convert")) return nb_cmd_criteo_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth-dump")) return nb_cmd_synth_dump(argc - 1, argv + 1);

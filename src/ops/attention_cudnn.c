@@ -53,7 +53,7 @@
 
 /* ---- the attention mode of a backend instance (every build: the CLI parses it) ---- */
 
-const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT] = {"auto", "fa", "cudnn", "cudnn-fwd", "cudnn-fast"};
+const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT + 1] = {"auto", "fa", "cudnn", "cudnn-fwd", "cudnn-fast", NULL};
 const char nb_attn_mode_help[] =
     "auto (the default: cudnn from 512 tokens, fa below), fa (nobubble's kernels), cudnn (cuDNN forward and its "
     "deterministic backward), cudnn-fwd (cuDNN forward, nobubble's backward) or cudnn-fast (cuDNN forward and its "

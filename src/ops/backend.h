@@ -136,7 +136,7 @@ typedef enum {
     NB_ATTN_CUDNN_FAST, /* "cudnn-fast": cuDNN forward and non-deterministic backward */
     NB_ATTN_MODE_COUNT
 } nb_attn_mode;
-extern const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT]; /* "auto", "fa", ... by value */
+extern const char *const nb_attn_mode_names[NB_ATTN_MODE_COUNT + 1]; /* "auto", "fa", ... by value; NULL */
 extern const char nb_attn_mode_help[]; /* every name with what it runs, for --help and errors */
 /* *mode = the mode named name; 0, or -1 (mode unchanged) when name is not one of the names. */
 int nb_attn_mode_parse(const char *name, nb_attn_mode *mode);

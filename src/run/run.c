@@ -195,6 +195,7 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     }
     r->backend = nb_backend_create(r->o.device, nb_precision_name(r->o.precision));
     r->be = r->backend->ops;
+    nb_backend_set_attn(r->backend, r->o.attn);
     r->dev_free0 = r->be->device != NB_DEV_CPU ? r->be->mem_available() : 0;
     nb_host_set_threads(r->o.threads);
     r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 400000 : 1 << 16);

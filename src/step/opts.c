@@ -38,6 +38,7 @@ enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoin
 static const nb_opt table[] = {
     {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
     {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: a token shard; seqctr: synth[:k=v,...], criteo:PATH or movielens", .flag = 1, .state = REQ, .math = 1},
+    {"attn", NB_OPT_ENUM, F(attn), NB_OPTG_TF, "auto", "MODE", nb_attn_mode_help, .names = nb_attn_mode_names, .flag = 1},
     {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_TF, NULL, "SHARD", "validation shard ('none' to skip)", .flag = 1, .state = REQ},
     {"device", NB_OPT_STR, F(device), NB_OPTG_COMMON, "cpu", "DEV", "cpu, cuda or cuda:N", .flag = 1, .state = REQ, .math = 1},
     {"schedule", NB_OPT_STR, F(schedule), NB_OPTG_COMMON, "plain", "NAME", "how the step's work runs on lanes: one of the schedules listed below", .flag = 1, .state = REQ},

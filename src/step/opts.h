@@ -35,6 +35,7 @@ typedef struct nb_train_opts {
     char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
     char device[32], schedule[32];
     nb_precision_opt precision;
+    nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */
     uint64_t gpu_mem_limit;  /* bytes; 0: what the device has free */
     uint64_t host_mem_limit; /* bytes; 0: what the host reports available */
     int batch, seq, steps, stop_after, warmup, eval_every, eval_batches, ckpt_every, log_every, threads;
