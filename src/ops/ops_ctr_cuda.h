@@ -46,7 +46,7 @@ void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const u
 void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                                int n, int64_t maxrow, nb_stream_t stream);
 
-/* ---- sparse optimizers (optim/sparse.cu): optim_sparse.h's formulas on U strictly increasing
+/* ---- sparse optimizers (ops/sparse_optim.cu): optim/optim_sparse.h's formulas on U strictly increasing
  * rows; the CPU's float operations one by one (no FMA contraction), so results match it. ---- */
 void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
                              int U, int E, float lr, float eps, nb_stream_t stream);

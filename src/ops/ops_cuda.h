@@ -266,7 +266,7 @@ void nb_cuda_xent_padded_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_
 /* *out = sum of x[0..n) in double, fixed order (out is a device pointer). */
 void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
 
-/* ---- optim/adamw.cu ---- */
+/* ---- ops/adamw.cu: optim/optim.h's formulas on the device ---- */
 /* nb_adamw_update over n contiguous fp32 elements (a slab of tensors sharing cfg), and, if
  * params_bf16 != NULL, the bf16 copy of the updated params written in the same pass. */
 void nb_cuda_adamw_update(float *params, const float *grads, float *m, float *v, nb_bf16 *params_bf16,

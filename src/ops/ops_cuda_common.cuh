@@ -135,7 +135,7 @@ typedef struct {
 int nb_lt_run(const nb_lt_gemm *g, nb_blas_t lt, cudaStream_t stream, int may_fail);
 
 /* *out = sum of x[i] (or x[i]^2) in double: fixed blocks of elements, then a fixed-order pass
- * over the block sums, so the result depends only on n. (optim/adamw.cu) */
+ * over the block sums, so the result depends only on n. (ops/adamw.cu) */
 void nb_cuda_reduce_f64(double *out, const float *x, size_t n, int square, cudaStream_t stream);
 
 /* Stream-ordered scratch (cudaMallocAsync on the launch's stream): freed after the kernels that

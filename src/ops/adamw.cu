@@ -1,4 +1,4 @@
-/* AdamW and the global-norm helpers on CUDA.
+/* AdamW and the global-norm helpers on CUDA: the device side of optim/adamw.c (a backend op).
  *
  * nb_cuda_adamw_update runs adamw.c's formula operation by operation, with the host forming the
  * same float scalars (nb_adamw_prepare), and every device operation written as an explicitly rounded

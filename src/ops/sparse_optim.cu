@@ -1,5 +1,5 @@
-/* Row-wise Adagrad and lazy sparse Adam on CUDA (optim_sparse.h's formulas, sparse.c's order of
- * float operations). Each device operation is an explicitly rounded intrinsic (__fmul_rn, ...)
+/* Row-wise Adagrad and lazy sparse Adam on CUDA (optim/optim_sparse.h's formulas, optim/sparse.c's
+ * order of float operations). Each device operation is an explicitly rounded intrinsic (__fmul_rn, ...)
  * so nvcc cannot contract a*b+c into an FMA, and the host forms the scalars as sparse.c does:
  * the GPU gives the CPU's bits (up to the double sum of squares, whose order differs but which
  * is exact to far below a float's rounding). The rows are strictly increasing (the caller's
