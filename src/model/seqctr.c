@@ -148,7 +148,7 @@ void nb_sc_config_default(nb_sc_config *c) {
 /* init kinds of add_tensor */
 enum { INIT_ZERO, INIT_ONE, INIT_FANIN };
 
-static void add_tensor(nb_sc_model *m, unsigned char *kinds, int kind, int rows, int cols, const char *fmt, int idx) {
+static void add_tensor(nb_sc_model *m, int kind, int rows, int cols, const char *fmt, int idx) {
     NB_ASSERT(m->ntensors < NB_SC_MAX_TENSORS);
     nb_sc_tensor *t = &m->t[m->ntensors];
     snprintf(t->name, sizeof t->name, fmt, idx);
@@ -157,49 +157,83 @@ static void add_tensor(nb_sc_model *m, unsigned char *kinds, int kind, int rows,
     t->n = (size_t)rows * (size_t)cols;
     t->off = m->nparams;
     t->decay = cols > 1;
-    kinds[m->ntensors++] = (unsigned char)kind;
+    m->init_kind[m->ntensors++] = (unsigned char)kind;
     /* 64-element (128-byte in bf16) alignment: GEMMs and vector loads want aligned weights */
     m->nparams += (t->n + 63) / 64 * 64;
     m->nparams_used += t->n;
 }
 
-static void build_tensors(nb_sc_model *m, unsigned char *kinds) {
-    const nb_sc_config *c = &m->cfg;
-    int E = c->E, D0 = m->D0, r = c->cross_rank, H = c->block_hidden;
+/* One walk over the dense tensors in slab order. Planning (slab NULL) it builds the tensor table:
+ * names, shapes, init kinds, offsets; binding it points each field of a view at its tensor in a
+ * slab. The table and the views come from the same lines, so they cannot drift apart. */
+typedef struct {
+    nb_sc_model *m;
+    nb_sc_view *v;
+    char *slab; /* NULL: the planning walk */
+    size_t es;  /* the slab's element size */
+    int i;
+} tensor_walk;
+
+static void tensor(tensor_walk *k, void **field, int kind, int rows, int cols, const char *fmt, int idx) {
+    if (!k->slab) add_tensor(k->m, kind, rows, cols, fmt, idx);
+    *field = k->slab ? k->slab + k->m->t[k->i].off * k->es : NULL;
+    k->i++;
+}
+
+static void walk_tensors(tensor_walk *k) {
+    const nb_sc_config *c = &k->m->cfg;
+    nb_sc_view *v = k->v;
+    int E = c->E, D0 = k->m->D0, r = c->cross_rank, H = c->block_hidden;
     const int bdims[4] = {NB_SC_NDENSE, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
     for (int i = 0; i < 3; i++) {
-        add_tensor(m, kinds, INIT_FANIN, bdims[i + 1], bdims[i], "bottom.%d.weight", i);
-        add_tensor(m, kinds, INIT_ZERO, bdims[i + 1], 1, "bottom.%d.bias", i);
+        tensor(k, &v->bottom.weight[i], INIT_FANIN, bdims[i + 1], bdims[i], "bottom.%d.weight", i);
+        tensor(k, &v->bottom.bias[i], INIT_ZERO, bdims[i + 1], 1, "bottom.%d.bias", i);
     }
     for (int l = 0; l < c->hist_layers; l++) {
-        add_tensor(m, kinds, INIT_ONE, E, 1, "hist.%d.ln1.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, E, 1, "hist.%d.ln1.bias", l);
-        add_tensor(m, kinds, INIT_FANIN, 3 * E, E, "hist.%d.qkv.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, 3 * E, 1, "hist.%d.qkv.bias", l);
-        add_tensor(m, kinds, INIT_FANIN, E, E, "hist.%d.proj.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, E, 1, "hist.%d.proj.bias", l);
-        add_tensor(m, kinds, INIT_ONE, E, 1, "hist.%d.ln2.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, E, 1, "hist.%d.ln2.bias", l);
-        add_tensor(m, kinds, INIT_FANIN, 4 * E, E, "hist.%d.fc1.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, 4 * E, 1, "hist.%d.fc1.bias", l);
-        add_tensor(m, kinds, INIT_FANIN, E, 4 * E, "hist.%d.fc2.weight", l);
-        add_tensor(m, kinds, INIT_ZERO, E, 1, "hist.%d.fc2.bias", l);
+        nb_sc_enc_view *e = &v->hist[l];
+        tensor(k, &e->ln1_w, INIT_ONE, E, 1, "hist.%d.ln1.weight", l);
+        tensor(k, &e->ln1_b, INIT_ZERO, E, 1, "hist.%d.ln1.bias", l);
+        tensor(k, &e->qkv_w, INIT_FANIN, 3 * E, E, "hist.%d.qkv.weight", l);
+        tensor(k, &e->qkv_b, INIT_ZERO, 3 * E, 1, "hist.%d.qkv.bias", l);
+        tensor(k, &e->proj_w, INIT_FANIN, E, E, "hist.%d.proj.weight", l);
+        tensor(k, &e->proj_b, INIT_ZERO, E, 1, "hist.%d.proj.bias", l);
+        tensor(k, &e->ln2_w, INIT_ONE, E, 1, "hist.%d.ln2.weight", l);
+        tensor(k, &e->ln2_b, INIT_ZERO, E, 1, "hist.%d.ln2.bias", l);
+        tensor(k, &e->fc1_w, INIT_FANIN, 4 * E, E, "hist.%d.fc1.weight", l);
+        tensor(k, &e->fc1_b, INIT_ZERO, 4 * E, 1, "hist.%d.fc1.bias", l);
+        tensor(k, &e->fc2_w, INIT_FANIN, E, 4 * E, "hist.%d.fc2.weight", l);
+        tensor(k, &e->fc2_b, INIT_ZERO, E, 1, "hist.%d.fc2.bias", l);
     }
-    add_tensor(m, kinds, INIT_FANIN, E, E, "target.wq", 0);
+    tensor(k, &v->target.wq, INIT_FANIN, E, E, "target.wq", 0);
     /* wk then wv, adjacent: together they are the fused [2E, E] key/value projection */
-    add_tensor(m, kinds, INIT_FANIN, E, E, "target.wk", 0);
-    add_tensor(m, kinds, INIT_FANIN, E, E, "target.wv", 0);
+    tensor(k, &v->target.wk, INIT_FANIN, E, E, "target.wk", 0);
+    tensor(k, &v->target.wv, INIT_FANIN, E, E, "target.wv", 0);
     for (int i = 0; i < c->blocks; i++) {
-        add_tensor(m, kinds, INIT_FANIN, D0, r, "block.%d.U", i);
-        add_tensor(m, kinds, INIT_FANIN, D0, r, "block.%d.V", i);
-        add_tensor(m, kinds, INIT_ZERO, D0, 1, "block.%d.b", i);
-        add_tensor(m, kinds, INIT_FANIN, H, D0, "block.%d.w1", i);
-        add_tensor(m, kinds, INIT_ZERO, H, 1, "block.%d.b1", i);
-        add_tensor(m, kinds, INIT_FANIN, D0, H, "block.%d.w2", i);
-        add_tensor(m, kinds, INIT_ZERO, D0, 1, "block.%d.b2", i);
-        add_tensor(m, kinds, INIT_FANIN, 1, D0, "block.%d.head.w", i);
-        add_tensor(m, kinds, INIT_ZERO, 1, 1, "block.%d.head.b", i);
+        nb_sc_block_view *b = &v->block[i];
+        tensor(k, &b->U, INIT_FANIN, D0, r, "block.%d.U", i);
+        tensor(k, &b->V, INIT_FANIN, D0, r, "block.%d.V", i);
+        tensor(k, &b->b, INIT_ZERO, D0, 1, "block.%d.b", i);
+        tensor(k, &b->w1, INIT_FANIN, H, D0, "block.%d.w1", i);
+        tensor(k, &b->b1, INIT_ZERO, H, 1, "block.%d.b1", i);
+        tensor(k, &b->w2, INIT_FANIN, D0, H, "block.%d.w2", i);
+        tensor(k, &b->b2, INIT_ZERO, D0, 1, "block.%d.b2", i);
+        tensor(k, &b->head_w, INIT_FANIN, 1, D0, "block.%d.head.w", i);
+        tensor(k, &b->head_b, INIT_ZERO, 1, 1, "block.%d.head.b", i);
     }
+}
+
+/* The tensor table (nb_sc_plan). */
+static void build_tensors(nb_sc_model *m) {
+    tensor_walk k = {m, &m->w, NULL, 0, 0};
+    walk_tensors(&k);
+}
+
+/* The views: compute weights (act dtype) and fp32 gradients, once the slabs are bound. */
+static void bind_views(nb_sc_model *m) {
+    tensor_walk w = {m, &m->w, (char *)m->d_w, act_es(m), 0}, g = {m, &m->dw, (char *)m->d_grads, sizeof(float), 0};
+    walk_tensors(&w);
+    walk_tensors(&g);
+    NB_ASSERT(w.i == m->ntensors && g.i == m->ntensors);
 }
 
 const nb_sc_tensor *nb_sc_find(const nb_sc_model *m, const char *name) {
@@ -208,18 +242,8 @@ const nb_sc_tensor *nb_sc_find(const nb_sc_model *m, const char *name) {
     return NULL;
 }
 
-static const nb_sc_tensor *T(const nb_sc_model *m, const char *fmt, int idx) {
-    char name[48];
-    snprintf(name, sizeof name, fmt, idx);
-    const nb_sc_tensor *t = nb_sc_find(m, name);
-    NB_ASSERT(t != NULL);
-    return t;
-}
-/* compute weight (act dtype) and fp32 gradient of a named tensor */
-static void *W(const nb_sc_model *m, const char *fmt, int idx) { return AT(m, m->d_w, T(m, fmt, idx)->off); }
-static float *G(const nb_sc_model *m, const char *fmt, int idx) { return m->d_grads + T(m, fmt, idx)->off; }
-
-static void init_params(nb_sc_model *m, const unsigned char *kinds) {
+static void init_params(nb_sc_model *m) {
+    const unsigned char *kinds = m->init_kind;
     for (int i = 0; i < m->ntensors; i++) {
         const nb_sc_tensor *t = &m->t[i];
         float *p = m->params + t->off;
@@ -596,7 +620,11 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     for (int i = 0; i < c->blocks; i++)
         if (i == 0 || (c->detach >> i & 1)) m->seg_first[m->nseg++] = i;
     m->seg_first[m->nseg] = c->blocks;
-    build_tensors(m, m->init_kind);
+    m->w.hist = nb_calloc((size_t)(c->hist_layers ? c->hist_layers : 1), sizeof(nb_sc_enc_view), "seqctr views");
+    m->dw.hist = nb_calloc((size_t)(c->hist_layers ? c->hist_layers : 1), sizeof(nb_sc_enc_view), "seqctr views");
+    m->w.block = nb_calloc((size_t)c->blocks, sizeof(nb_sc_block_view), "seqctr views");
+    m->dw.block = nb_calloc((size_t)c->blocks, sizeof(nb_sc_block_view), "seqctr views");
+    build_tensors(m);
     m->emb_off[0] = 0;
     for (int t = 0; t < NB_SC_NTABLES; t++) {
         int64_t rows = t < NB_SC_NCAT ? c->cat_rows[t] : c->item_rows;
@@ -646,7 +674,8 @@ void nb_sc_bind(nb_sc_model *m, nb_ctx ctx) {
     m->uniq_rows = m->stage->h_uniq;
     m->nqueue = 0, m->ring = 0, m->prepared = m->next = m->latest = m->prev_train = NULL;
     m->wring = 0, m->cur_win = m->prev_win = NULL;
-    init_params(m, m->init_kind);
+    bind_views(m);
+    init_params(m);
     if (m->h_iota) {
         for (size_t i = 0; i < max_lookups(m); i++) m->h_iota[i] = (int64_t)i;
         if (!on_cpu(m)) m->be->to_backend(ctx, m->d_iota, m->h_iota, max_lookups(m) * sizeof(int64_t));
@@ -698,6 +727,7 @@ void nb_sc_free(nb_sc_model *m) {
     for (int k = 0; k <= NB_SC_RING; k++) free(m->stages[k]);
     free(m->wins);
     free(m->spans);
+    free(m->w.hist), free(m->dw.hist), free(m->w.block), free(m->dw.block);
     free(a);
     if (m->own_arenas) {
         for (int k = 0; k < 3; k++) nb_arena_free(&m->own_arenas[k]);
@@ -1183,27 +1213,27 @@ static void sum_served(nb_sc_model *m, nb_ctx c) {
 static const float *lookup_table(const nb_sc_model *m) { return sharded(m) ? m->stage->work : m->d_emb; }
 
 static void encoder_fwd(nb_sc_model *m, nb_ctx c, int l, int N) {
+    const nb_sc_enc_view *w = &m->w.hist[l];
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
     enc_acts *e = &a->enc[l];
     int E = m->cfg.E;
     void *hin = a->h[l], *hout = a->h[l + 1];
-    be->layernorm_fwd(c, e->ln1, e->mean1, e->rstd1, hin, W(m, "hist.%d.ln1.weight", l), W(m, "hist.%d.ln1.bias", l),
-                      N, E, LN_EPS);
-    be->matmul_fwd(c, e->qkv, e->ln1, W(m, "hist.%d.qkv.weight", l), W(m, "hist.%d.qkv.bias", l), N, E, 3 * E);
+    be->layernorm_fwd(c, e->ln1, e->mean1, e->rstd1, hin, w->ln1_w, w->ln1_b, N, E, LN_EPS);
+    be->matmul_fwd(c, e->qkv, e->ln1, w->qkv_w, w->qkv_b, N, E, 3 * E);
     m->co->seqattn_fwd(c, e->att, e->lse, e->qkv, m->stage->d_off, m->stage->B, m->cfg.max_len, m->cfg.heads, E);
-    be->matmul_fwd(c, hout, e->att, W(m, "hist.%d.proj.weight", l), W(m, "hist.%d.proj.bias", l), N, E, E);
+    be->matmul_fwd(c, hout, e->att, w->proj_w, w->proj_b, N, E, E);
     be->residual_fwd(c, e->x1, hin, hout, (size_t)N * E);
-    be->layernorm_fwd(c, e->ln2, e->mean2, e->rstd2, e->x1, W(m, "hist.%d.ln2.weight", l),
-                      W(m, "hist.%d.ln2.bias", l), N, E, LN_EPS);
-    be->matmul_fwd(c, e->f1, e->ln2, W(m, "hist.%d.fc1.weight", l), W(m, "hist.%d.fc1.bias", l), N, E, 4 * E);
+    be->layernorm_fwd(c, e->ln2, e->mean2, e->rstd2, e->x1, w->ln2_w, w->ln2_b, N, E, LN_EPS);
+    be->matmul_fwd(c, e->f1, e->ln2, w->fc1_w, w->fc1_b, N, E, 4 * E);
     m->co->relu_fwd(c, e->f1, e->f1, (size_t)N * 4 * E);
-    be->matmul_fwd(c, hout, e->f1, W(m, "hist.%d.fc2.weight", l), W(m, "hist.%d.fc2.bias", l), N, 4 * E, E);
+    be->matmul_fwd(c, hout, e->f1, w->fc2_w, w->fc2_b, N, 4 * E, E);
     be->residual_fwd(c, hout, e->x1, hout, (size_t)N * E);
 }
 
 /* dh: gradient of encoder layer l's output in, of its input out (in place). */
 static void encoder_bwd(nb_sc_model *m, nb_ctx c, int l, int N, void *dh) {
+    const nb_sc_enc_view *w = &m->w.hist[l], *dw = &m->dw.hist[l];
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
     enc_acts *e = &a->enc[l];
@@ -1211,30 +1241,25 @@ static void encoder_bwd(nb_sc_model *m, nb_ctx c, int l, int N, void *dh) {
     size_t NE = (size_t)N * E, es = act_es(m);
     m->co->copy_cols(c, a->dx1, E, dh, E, N, E);
     be->zero(c, a->df1, NE * 4 * es);
-    be->matmul_bwd(c, a->df1, G(m, "hist.%d.fc2.weight", l), G(m, "hist.%d.fc2.bias", l), dh, e->f1,
-                   W(m, "hist.%d.fc2.weight", l), N, 4 * E, E);
+    be->matmul_bwd(c, a->df1, dw->fc2_w, dw->fc2_b, dh, e->f1, w->fc2_w, N, 4 * E, E);
     be->zero(c, a->df1p, NE * 4 * es);
     m->co->relu_bwd(c, a->df1p, e->f1, a->df1, NE * 4);
     be->zero(c, a->dln, NE * es);
-    be->matmul_bwd(c, a->dln, G(m, "hist.%d.fc1.weight", l), G(m, "hist.%d.fc1.bias", l), a->df1p, e->ln2,
-                   W(m, "hist.%d.fc1.weight", l), N, E, 4 * E);
-    be->layernorm_bwd(c, a->dx1, G(m, "hist.%d.ln2.weight", l), G(m, "hist.%d.ln2.bias", l), a->dln, e->x1,
-                      W(m, "hist.%d.ln2.weight", l), e->mean2, e->rstd2, N, E);
+    be->matmul_bwd(c, a->dln, dw->fc1_w, dw->fc1_b, a->df1p, e->ln2, w->fc1_w, N, E, 4 * E);
+    be->layernorm_bwd(c, a->dx1, dw->ln2_w, dw->ln2_b, a->dln, e->x1, w->ln2_w, e->mean2, e->rstd2, N, E);
     m->co->copy_cols(c, dh, E, a->dx1, E, N, E);
     be->zero(c, a->datt, NE * es);
-    be->matmul_bwd(c, a->datt, G(m, "hist.%d.proj.weight", l), G(m, "hist.%d.proj.bias", l), a->dx1, e->att,
-                   W(m, "hist.%d.proj.weight", l), N, E, E);
+    be->matmul_bwd(c, a->datt, dw->proj_w, dw->proj_b, a->dx1, e->att, w->proj_w, N, E, E);
     be->zero(c, a->dqkv, NE * 3 * es);
     m->co->seqattn_bwd(c, a->dqkv, a->datt, e->qkv, e->att, e->lse, m->stage->d_off, m->stage->B, m->cfg.max_len,
                        m->cfg.heads, E);
     be->zero(c, a->dln, NE * es);
-    be->matmul_bwd(c, a->dln, G(m, "hist.%d.qkv.weight", l), G(m, "hist.%d.qkv.bias", l), a->dqkv, e->ln1,
-                   W(m, "hist.%d.qkv.weight", l), N, E, 3 * E);
-    be->layernorm_bwd(c, dh, G(m, "hist.%d.ln1.weight", l), G(m, "hist.%d.ln1.bias", l), a->dln, a->h[l],
-                      W(m, "hist.%d.ln1.weight", l), e->mean1, e->rstd1, N, E);
+    be->matmul_bwd(c, a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, e->ln1, w->qkv_w, N, E, 3 * E);
+    be->layernorm_bwd(c, dh, dw->ln1_w, dw->ln1_b, a->dln, a->h[l], w->ln1_w, e->mean1, e->rstd1, N, E);
 }
 
 static void bottom_fwd(nb_sc_model *m, nb_ctx c, int B) {
+    const nb_sc_bottom_view *w = &m->w.bottom;
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
     int E = m->cfg.E;
@@ -1243,33 +1268,30 @@ static void bottom_fwd(nb_sc_model *m, nb_ctx c, int B) {
         be->cast_params(c, a->dense, m->stage->d_dense, (size_t)B * NB_SC_NDENSE);
         dense = a->dense;
     }
-    be->matmul_fwd(c, a->a1, dense, W(m, "bottom.%d.weight", 0), W(m, "bottom.%d.bias", 0), B, NB_SC_NDENSE,
-                   NB_SC_BOTTOM1);
+    be->matmul_fwd(c, a->a1, dense, w->weight[0], w->bias[0], B, NB_SC_NDENSE, NB_SC_BOTTOM1);
     m->co->relu_fwd(c, a->a1, a->a1, (size_t)B * NB_SC_BOTTOM1);
-    be->matmul_fwd(c, a->a2, a->a1, W(m, "bottom.%d.weight", 1), W(m, "bottom.%d.bias", 1), B, NB_SC_BOTTOM1,
-                   NB_SC_BOTTOM2);
+    be->matmul_fwd(c, a->a2, a->a1, w->weight[1], w->bias[1], B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
     m->co->relu_fwd(c, a->a2, a->a2, (size_t)B * NB_SC_BOTTOM2);
-    be->matmul_fwd(c, a->bot, a->a2, W(m, "bottom.%d.weight", 2), W(m, "bottom.%d.bias", 2), B, NB_SC_BOTTOM2, E);
+    be->matmul_fwd(c, a->bot, a->a2, w->weight[2], w->bias[2], B, NB_SC_BOTTOM2, E);
 }
 
 static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
+    const nb_sc_bottom_view *w = &m->w.bottom, *dw = &m->dw.bottom;
     nb_sc_acts *a = m->acts;
     const nb_backend_i *be = m->be;
     int E = m->cfg.E;
     size_t es = act_es(m);
     const void *dense = a->dense ? a->dense : (const void *)m->stage->d_dense;
     be->zero(c, a->da2, (size_t)B * NB_SC_BOTTOM2 * es);
-    be->matmul_bwd(c, a->da2, G(m, "bottom.%d.weight", 2), G(m, "bottom.%d.bias", 2), a->dbot, a->a2,
-                   W(m, "bottom.%d.weight", 2), B, NB_SC_BOTTOM2, E);
+    be->matmul_bwd(c, a->da2, dw->weight[2], dw->bias[2], a->dbot, a->a2, w->weight[2], B, NB_SC_BOTTOM2, E);
     be->zero(c, a->da2p, (size_t)B * NB_SC_BOTTOM2 * es);
     m->co->relu_bwd(c, a->da2p, a->a2, a->da2, (size_t)B * NB_SC_BOTTOM2);
     be->zero(c, a->da1, (size_t)B * NB_SC_BOTTOM1 * es);
-    be->matmul_bwd(c, a->da1, G(m, "bottom.%d.weight", 1), G(m, "bottom.%d.bias", 1), a->da2p, a->a1,
-                   W(m, "bottom.%d.weight", 1), B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
+    be->matmul_bwd(c, a->da1, dw->weight[1], dw->bias[1], a->da2p, a->a1, w->weight[1], B, NB_SC_BOTTOM1,
+                   NB_SC_BOTTOM2);
     be->zero(c, a->da1p, (size_t)B * NB_SC_BOTTOM1 * es);
     m->co->relu_bwd(c, a->da1p, a->a1, a->da1, (size_t)B * NB_SC_BOTTOM1);
-    be->matmul_bwd(c, NULL, G(m, "bottom.%d.weight", 0), G(m, "bottom.%d.bias", 0), a->da1p, dense,
-                   W(m, "bottom.%d.weight", 0), B, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    be->matmul_bwd(c, NULL, dw->weight[0], dw->bias[0], a->da1p, dense, w->weight[0], B, NB_SC_NDENSE, NB_SC_BOTTOM1);
 }
 
 /* Whether head i contributes to the loss. */
@@ -1311,8 +1333,8 @@ static void history_fwd(nb_sc_model *m, nb_ctx c) {
         size_t first = (size_t)B * NLK_PER_SAMPLE;
         co->emb_gather(c, a->h[0], s->d_dst + first, lookup_table(m), s->d_rows + first, nh, E);
         for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, c, l, nh);
-        be->matmul_fwd(c, a->q, a->temb, W(m, "target.wq", 0), NULL, B, E, E);
-        be->matmul_fwd(c, a->kv, a->h[cf->hist_layers], W(m, "target.wk", 0), NULL, nh, E, 2 * E);
+        be->matmul_fwd(c, a->q, a->temb, m->w.target.wq, NULL, B, E, E);
+        be->matmul_fwd(c, a->kv, a->h[cf->hist_layers], m->w.target.wk, NULL, nh, E, 2 * E);
         co->targetattn_fwd(c, a->pooled, a->attn, a->q, a->kv, AT(m, a->kv, (size_t)E), s->d_off, B, cf->max_len, E,
                            2 * E);
     } else {
@@ -1331,14 +1353,14 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
     int B = s->B, D0 = m->D0;
     int r = cf->cross_rank, H = cf->block_hidden, last = cf->blocks - 1;
     for (int i = m->seg_first[k]; i < m->seg_first[k + 1]; i++) {
+        const nb_sc_block_view *w = &m->w.block[i];
         const void *xprev = i ? a->xs[i - 1] : a->x0;
-        co->cross_fwd(c, a->c[i], a->vx[i], a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i),
-                      W(m, "block.%d.b", i), B, D0, r);
-        be->matmul_fwd(c, a->hid[i], a->c[i], W(m, "block.%d.w1", i), W(m, "block.%d.b1", i), B, D0, H);
+        co->cross_fwd(c, a->c[i], a->vx[i], a->x0, xprev, w->U, w->V, w->b, B, D0, r);
+        be->matmul_fwd(c, a->hid[i], a->c[i], w->w1, w->b1, B, D0, H);
         co->relu_fwd(c, a->hid[i], a->hid[i], (size_t)B * H);
-        be->matmul_fwd(c, a->xs[i], a->hid[i], W(m, "block.%d.w2", i), W(m, "block.%d.b2", i), B, H, D0);
+        be->matmul_fwd(c, a->xs[i], a->hid[i], w->w2, w->b2, B, H, D0);
         be->residual_fwd(c, a->xs[i], a->xs[i], a->c[i], (size_t)B * D0);
-        co->linear1_fwd(c, a->logit[i], a->xs[i], W(m, "block.%d.head.w", i), W(m, "block.%d.head.b", i), B, D0);
+        co->linear1_fwd(c, a->logit[i], a->xs[i], w->head_w, w->head_b, B, D0);
         if (s->has_label && head_used(m, i)) {
             float scale = (i == last ? 1.0f : cf->aux_weight) / (m->loss_den > 0 ? m->loss_den : (float)B);
             be->zero(c, a->dz[i], (size_t)B * sizeof(float));
@@ -1397,23 +1419,19 @@ static void segment_bwd(nb_sc_model *m, nb_ctx c, int k) {
     if (k) be->zero(c, g->dx0, BD * es);
     be->zero(c, g->dcur, BD * es);
     for (int i = end - 1; i >= first; i--) {
-        if (head_used(m, i))
-            co->linear1_bwd(c, g->dcur, G(m, "block.%d.head.w", i), G(m, "block.%d.head.b", i), a->dz[i], a->xs[i],
-                            W(m, "block.%d.head.w", i), B, D0);
+        const nb_sc_block_view *w = &m->w.block[i], *dw = &m->dw.block[i];
+        if (head_used(m, i)) co->linear1_bwd(c, g->dcur, dw->head_w, dw->head_b, a->dz[i], a->xs[i], w->head_w, B, D0);
         co->copy_cols(c, g->dc, D0, g->dcur, D0, B, D0);
         be->zero(c, g->dhid, (size_t)B * H * es);
-        be->matmul_bwd(c, g->dhid, G(m, "block.%d.w2", i), G(m, "block.%d.b2", i), g->dcur, a->hid[i],
-                       W(m, "block.%d.w2", i), B, H, D0);
+        be->matmul_bwd(c, g->dhid, dw->w2, dw->b2, g->dcur, a->hid[i], w->w2, B, H, D0);
         be->zero(c, g->dhidp, (size_t)B * H * es);
         co->relu_bwd(c, g->dhidp, a->hid[i], g->dhid, (size_t)B * H);
-        be->matmul_bwd(c, g->dc, G(m, "block.%d.w1", i), G(m, "block.%d.b1", i), g->dhidp, a->c[i],
-                       W(m, "block.%d.w1", i), B, D0, H);
+        be->matmul_bwd(c, g->dc, dw->w1, dw->b1, g->dhidp, a->c[i], w->w1, B, D0, H);
         const void *xprev = i ? a->xs[i - 1] : a->x0;
         int keep_prev = i > first || first == 0; /* the detached input's gradient is not needed */
         if (keep_prev) be->zero(c, g->dprev, BD * es);
-        co->cross_bwd(c, g->dx0, keep_prev ? g->dprev : NULL, G(m, "block.%d.U", i), G(m, "block.%d.V", i),
-                      G(m, "block.%d.b", i), g->dc, a->x0, xprev, W(m, "block.%d.U", i), W(m, "block.%d.V", i),
-                      W(m, "block.%d.b", i), a->vx[i], B, D0, r);
+        co->cross_bwd(c, g->dx0, keep_prev ? g->dprev : NULL, dw->U, dw->V, dw->b, g->dc, a->x0, xprev, w->U, w->V,
+                      w->b, a->vx[i], B, D0, r);
         if (keep_prev) {
             void *t = g->dcur;
             g->dcur = g->dprev;
@@ -1444,9 +1462,8 @@ static void history_bwd(nb_sc_model *m, nb_ctx c) {
     be->zero(c, a->dkv, NE * 2 * es);
     m->co->targetattn_bwd(c, a->dq, a->dkv, AT(m, a->dkv, (size_t)E), a->dpooled, a->q, a->kv, AT(m, a->kv, (size_t)E),
                           a->attn, s->d_off, B, cf->max_len, E, 2 * E);
-    be->matmul_bwd(c, a->dtemb, G(m, "target.wq", 0), NULL, a->dq, a->temb, W(m, "target.wq", 0), B, E, E);
-    be->matmul_bwd(c, a->dh, G(m, "target.wk", 0), NULL, a->dkv, a->h[cf->hist_layers], W(m, "target.wk", 0), nh, E,
-                   2 * E);
+    be->matmul_bwd(c, a->dtemb, m->dw.target.wq, NULL, a->dq, a->temb, m->w.target.wq, B, E, E);
+    be->matmul_bwd(c, a->dh, m->dw.target.wk, NULL, a->dkv, a->h[cf->hist_layers], m->w.target.wk, nh, E, 2 * E);
     for (int l = cf->hist_layers - 1; l >= 0; l--) encoder_bwd(m, c, l, nh, a->dh);
 }
 

@@ -69,6 +69,29 @@ typedef struct {
     int decay;      /* 1: AdamW weight decay applies (2-D weights) */
 } nb_sc_tensor;
 
+/* Typed views of the dense slab: each tensor as a pointer into a slab with the tensor table's
+ * layout, either the compute weights (the backend's act dtype: nb_sc_model.w) or the fp32
+ * gradients (nb_sc_model.dw). The step reads its weights only through them; the tensor names
+ * above serve checkpoints and export. */
+typedef struct {
+    void *weight[3], *bias[3]; /* bottom.{i}.weight, bottom.{i}.bias */
+} nb_sc_bottom_view;
+typedef struct { /* hist.{l}.* */
+    void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} nb_sc_enc_view;
+typedef struct {
+    void *wq, *wk, *wv; /* target.*: wk and wv adjacent (the fused key/value projection) */
+} nb_sc_target_view;
+typedef struct { /* block.{i}.*: the cross (U, V, b), the MLP (w1, b1, w2, b2), the logit head */
+    void *U, *V, *b, *w1, *b1, *w2, *b2, *head_w, *head_b;
+} nb_sc_block_view;
+typedef struct {
+    nb_sc_bottom_view bottom;
+    nb_sc_enc_view *hist; /* [hist_layers] */
+    nb_sc_target_view target;
+    nb_sc_block_view *block; /* [blocks] */
+} nb_sc_view;
+
 /* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. */
 typedef struct {
     int B, hist_stride;
@@ -167,6 +190,7 @@ typedef struct {
     int D0;
     nb_sc_tensor t[NB_SC_MAX_TENSORS];
     int ntensors;
+    nb_sc_view w, dw; /* the compute weights and the gradients, bound to d_w and d_grads */
     size_t nparams;       /* slab length: every tensor starts 64-element aligned (padding is 0) */
     size_t nparams_used;  /* parameters without the padding */
     float *params, *grads; /* [nparams] host */
