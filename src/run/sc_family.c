@@ -85,9 +85,6 @@ typedef struct sc_train {
     long next_u, popped_u;     /* parts prepared, and popped, since the run started (part u = step * M + k) */
     int step_rows, step_resynced; /* the step's parts: distinct rows moved, re-synced */
     int step_ahead;               /* --emb-priority: those moved ahead (the exclusive ones) */
-    size_t *all_asked;            /* [world * world]: rows rank j asks of rank k at j * world + k */
-    size_t *served, *asked_displ, *served_displ, *cnt; /* [world] each; cnt [4 * world] elements */
-    int64_t *recv_ids;            /* [max_served] */
     nb_bucket dense_bucket;       /* the dense gradient: one bucket for the ranks' all-reduce */
     nb_ctr_source src;
     nb_ctr_batch batch;
@@ -100,9 +97,6 @@ typedef struct sc_train {
     int nahead;
     int pipelined; /* the schedule fetches the next batch while the step trains (two batches ahead) */
     int ids_ahead; /* the next batch's ids are routed while the step trains (else at the step's start) */
-    size_t *resync_cnt; /* [world * world] pipelined: collision rows owner j sends rank k at j * world + k */
-    size_t *resync_in, *resync_in_displ, *resync_out_displ; /* [world] each */
-    int64_t *resync_pos; /* [max lookups] received collision positions */
     sc_work fixed[NB_SC_NPHASES], fwd[NB_SC_MAX_BLOCKS], bwd[NB_SC_MAX_BLOCKS], next[NB_SC_NPHASES];
     /* the summary's statistics, over the steps after warm-up */
     double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, t_start;
@@ -196,7 +190,7 @@ static void work_phase(void *arg, const nb_task_ctx *ctx) {
 /* A phase of the batch after the step's (pipelined); nothing when there is none (the last step). */
 static void work_next(void *arg, const nb_task_ctx *ctx) {
     sc_work *w = arg;
-    if (w->t->m.next) nb_sc_enqueue_next_phase(&w->t->m, ctx, w->phase);
+    if (w->t->m.emb.next >= 0) nb_sc_enqueue_next_phase(&w->t->m, ctx, w->phase);
 }
 
 static nb_span_kind phase_kind(nb_sc_phase p) {
@@ -209,75 +203,39 @@ static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
     nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
 }
 
-/* The count arrays of an all-to-all in elements (rows * E): send_counts | send_displs |
- * recv_counts | recv_displs, each [world]. */
-static void element_counts(sc_train *t, const size_t *sc, const size_t *sd, const size_t *rc, const size_t *rd) {
-    int N = t->run->world;
-    size_t E = (size_t)t->m.cfg.E;
-    for (int j = 0; j < N; j++)
-        t->cnt[j] = sc[j] * E, t->cnt[N + j] = sd[j] * E, t->cnt[2 * N + j] = rc[j] * E, t->cnt[3 * N + j] = rd[j] * E;
-}
-
-static void all_to_all_on(nb_run *r, nb_lane *lane, const void *send, void *recv, const size_t *cnt, const char *name) {
-    int N = r->world;
-    nb_comm_wait(r->comm, nb_lane_mark(lane));
-    /* joined: later marks of the lane (the next lane's waits, the step's end) cover the exchange */
-    nb_lane_join(lane, nb_comm_all_to_all_v(r->comm, send, cnt, cnt + N, recv, cnt + 2 * N, cnt + 3 * N, NB_COMM_F32, name),
-                 "wait all-to-all");
-}
-
 /* Sharded: the owners' rows to the ranks that asked (into the batch's work buffer); the compute
  * lane waits for them. */
 static void hook_rows(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
-    nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, NB_SC_CURRENT, &x);
-    element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
-    all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all");
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_ROWS, t->m.d_uniq_grads);
 }
 
 /* Sharded: each unique row's gradient to its owner. */
 static void hook_grads(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
-    nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, NB_SC_CURRENT, &x);
-    element_counts(t, x.asked, x.asked_displ, x.served, x.served_displ);
-    all_to_all_on(r, lane, x.uniq_grads, x.serve_grads, t->cnt, "grads all-to-all");
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_GRADS, t->m.d_uniq_grads);
 }
 
 /* Pipelined: the next batch's rows, fetched while the step trains. */
 static void hook_rows_next(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
-    if (!t->m.next) return;
-    nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, NB_SC_NEXT, &x);
-    if (t->m.priority) { /* the exclusive rows only: the collision rows come after the step's update */
-        element_counts(t, x.excl_out, x.excl_out_displ, x.excl_inn, x.excl_in_displ);
-        all_to_all_on(r, lane, x.serve_rows, x.excl_in, t->cnt, "exclusive rows all-to-all (next)");
-        return;
-    }
-    element_counts(t, x.served, x.served_displ, x.asked, x.asked_displ);
-    all_to_all_on(r, lane, x.serve_rows, x.work, t->cnt, "rows all-to-all (next)");
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_ROWS_NEXT, t->m.d_uniq_grads);
 }
 
 /* Pipelined, after the step's update: the next batch's rows that the update changed, again. */
 static void hook_resync(nb_run *r, nb_lane *lane, int step, void *arg) {
     (void)step;
     sc_train *t = arg;
-    if (!t->m.next || t->m.skip_resync) return;
-    nb_sc_exchange x;
-    nb_sc_exchange_of(&t->m, NB_SC_NEXT, &x);
-    element_counts(t, x.resync_out, x.resync_out_displ, x.resync_inn, x.resync_in_displ);
-    all_to_all_on(r, lane, x.resync_rows, x.resync_in, t->cnt, "resync all-to-all");
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_RESYNC, t->m.d_uniq_grads);
 }
 
 static void add_next(nb_items *l, sc_train *t, nb_sc_phase p, const char *name) {
     t->next[p] = (sc_work){t, p, 0};
     /* host tables: the lookups read host memory over the bus, a transfer like the upload */
-    int moves = p == NB_SC_FWD_UPLOAD || (t->m.host_tables && (p == NB_SC_EMB_SERVE || p == NB_SC_RESYNC_SERVE));
+    int moves = p == NB_SC_FWD_UPLOAD || (t->m.emb.host && (p == NB_SC_EMB_SERVE || p == NB_SC_RESYNC_SERVE));
     nb_items_add(l, name, moves ? NB_SPAN_H2D : NB_SPAN_OTHER, work_next, &t->next[p]);
 }
 
@@ -318,7 +276,7 @@ static void build_items(nb_run *r, sc_train *t) {
         add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
         nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
-        if (t->m.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
+        if (t->m.emb.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
         add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
         nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
         add_next(&it->resync, t, NB_SC_RESYNC_APPLY, "resync apply");
@@ -448,12 +406,12 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
 static void print_memory(const nb_run *r, const sc_train *t) {
     if (r->rank != 0 || nb_verbosity < 1) return;
     const nb_sc_model *m = &t->m;
-    double per_row = (double)m->cfg.E * 4 * (m->emb_opt == NB_SC_ADAM ? 3 : 1) + (m->emb_opt == NB_SC_ADAM ? 0 : 4);
+    double per_row = (double)m->cfg.E * 4 * (m->emb.opt == NB_SC_ADAM ? 3 : 1) + (m->emb.opt == NB_SC_ADAM ? 0 : 4);
     char a[32], b[32], c[32], d[32];
     fprintf(stderr, "memory      device %s, pinned %s, host %s; this rank's table rows and their optimizer state: %s %s\n",
             nb_fmt_bytes(a, sizeof a, (double)r->dev.planned), nb_fmt_bytes(b, sizeof b, (double)r->pinned.planned),
-            nb_fmt_bytes(c, sizeof c, (double)r->host.planned), nb_fmt_bytes(d, sizeof d, per_row * (double)m->emb_rows),
-            m->host_tables || r->be->device == NB_DEV_CPU ? "in host memory" : "on the device");
+            nb_fmt_bytes(c, sizeof c, (double)r->host.planned), nb_fmt_bytes(d, sizeof d, per_row * (double)m->emb.rows),
+            m->emb.host || r->be->device == NB_DEV_CPU ? "in host memory" : "on the device");
 }
 
 static void sc_init(nb_run *r) {
@@ -466,10 +424,10 @@ static void sc_init(nb_run *r) {
     nb_ctr_source_open(&t->src, &so, &mc);
     int emb_opt = !strcmp(o->emb_optim, "adam") ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len);
-    nb_sc_shard shard = {r->world, r->rank};
-    nb_sc_plan_opts po = {.emb_opt = emb_opt, .shard = t->sharded ? shard : (nb_sc_shard){0, 0}, .pipelined = t->pipelined,
-                          .host_tables = !r->eval_only && !strcmp(o->emb_place, "host"), .parts = t->M,
-                          .priority = o->emb_priority,
+    nb_emb_shard shard = {r->world, r->rank};
+    nb_sc_plan_opts po = {.emb = {.opt = emb_opt, .shard = t->sharded ? shard : (nb_emb_shard){0, 0}, .pipelined = t->pipelined,
+                                  .host = !r->eval_only && !strcmp(o->emb_place, "host"), .parts = t->M,
+                                  .priority = o->emb_priority},
                           .lists = !strcmp(o->index_lists, "host")     ? NB_SC_LISTS_HOST
                                    : !strcmp(o->index_lists, "device") ? NB_SC_LISTS_DEVICE
                                                                         : NB_SC_LISTS_AUTO};
@@ -502,22 +460,7 @@ static void sc_init(nb_run *r) {
         t->samples_log = fopen(path, "w");
         NB_CHECK(t->samples_log != NULL, "set NB_SAMPLES_LOG to a writable path prefix", "cannot write %s", path);
     }
-    if (t->sharded) {
-        int N = r->world;
-        t->all_asked = nb_malloc((size_t)N * N * sizeof(size_t), "the id exchange");
-        t->served = nb_malloc(3 * (size_t)N * sizeof(size_t), "the id exchange");
-        t->asked_displ = t->served + N, t->served_displ = t->served + 2 * N;
-        t->cnt = nb_malloc(4 * (size_t)N * sizeof(size_t), "the id exchange");
-        t->recv_ids = nb_malloc(t->m.max_served * sizeof(int64_t), "the id exchange");
-    }
-    if (t->pipelined) {
-        int N = r->world;
-        t->m.skip_resync = o->pipe_skip_resync;
-        t->resync_cnt = nb_malloc((size_t)N * N * sizeof(size_t), "the collision exchange");
-        t->resync_in = nb_malloc(3 * (size_t)N * sizeof(size_t), "the collision exchange");
-        t->resync_in_displ = t->resync_in + N, t->resync_out_displ = t->resync_in + 2 * N;
-        t->resync_pos = nb_malloc((size_t)(t->m.max_batch * (28 + t->m.cfg.max_len)) * sizeof(int64_t), "the collision exchange");
-    }
+    t->m.emb.skip_resync = t->pipelined && o->pipe_skip_resync;
     t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                              .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
                              .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
@@ -566,8 +509,6 @@ static void sc_free(nb_run *r) {
     nb_sc_placer_free(&t->place);
     free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->fit), free(t->strag_steps), free(t->rank_s);
     if (t->samples_log) fclose(t->samples_log);
-    free(t->all_asked), free(t->served), free(t->cnt), free(t->recv_ids);
-    free(t->resync_cnt), free(t->resync_in), free(t->resync_pos);
     nb_sc_free(&t->m);
     nb_ctr_source_close(&t->src);
     free(t->step_secs);
@@ -576,46 +517,6 @@ static void sc_free(nb_run *r) {
 }
 
 static double sc_per_step(const nb_run *r) { return (double)r->o.batch; }
-
-/* Sharded, for the prepared batch: every rank learns what the others ask of it (the counts, then
- * the ids: host collectives), and plans its lookups and its gradient sums. */
-static void exchange_ids(sc_train *t) {
-    int N = t->run->world, me = t->run->rank;
-    const int64_t *ids;
-    const size_t *asked;
-    nb_sc_asked(&t->m, &ids, &asked);
-    nb_comm_all_gather_host(asked, t->all_asked, (size_t)N * sizeof(size_t), "rows asked");
-    size_t a = 0, b = 0;
-    for (int j = 0; j < N; j++) {
-        t->served[j] = t->all_asked[(size_t)j * N + me];
-        t->asked_displ[j] = a, t->served_displ[j] = b;
-        a += asked[j], b += t->served[j];
-    }
-    NB_CHECK(b <= t->m.max_served, "this is a bug in nobubble; please report it", "rank %d is asked for %zu rows (%zu planned)",
-             me, b, t->m.max_served);
-    nb_comm_all_to_all_v_host(ids, asked, t->asked_displ, t->recv_ids, t->served, t->served_displ, sizeof(int64_t),
-                              "row ids");
-    nb_sc_serve(&t->m, t->recv_ids, t->served);
-}
-
-/* Pipelined, for a training batch after nb_sc_serve: each owner tells each asker which of the
- * rows it asked for the batch before will update (their positions in its request block). */
-static void exchange_collisions(sc_train *t) {
-    int N = t->run->world, me = t->run->rank;
-    const int64_t *pos;
-    const size_t *out;
-    nb_sc_collisions(&t->m, &pos, &out);
-    nb_comm_all_gather_host(out, t->resync_cnt, (size_t)N * sizeof(size_t), "collision rows");
-    size_t a = 0, b = 0;
-    for (int j = 0; j < N; j++) {
-        t->resync_in[j] = t->resync_cnt[(size_t)j * N + me];
-        t->resync_out_displ[j] = a, t->resync_in_displ[j] = b;
-        a += out[j], b += t->resync_in[j];
-    }
-    nb_comm_all_to_all_v_host(pos, out, t->resync_out_displ, t->resync_pos, t->resync_in, t->resync_in_displ,
-                              sizeof(int64_t), "collision positions");
-    nb_sc_set_resync(&t->m, t->resync_pos, t->resync_in);
-}
 
 /* Part k of the window in t->window, as a batch (a view). */
 static nb_sc_batch part_of(const sc_train *t, int k) {
@@ -664,9 +565,9 @@ static void prefetch(sc_train *t) {
     if (t->samples_log) log_samples(t, k);
     nb_sc_prepare_part(&t->m, &b, k, t->M);
     double t2 = nb_now();
-    if (t->sharded && t->ids_ahead) exchange_ids(t);
+    if (t->sharded && t->ids_ahead) nb_emb_route_ids(&t->m.emb);
     double t3 = nb_now();
-    if (t->pipelined) exchange_collisions(t);
+    if (t->pipelined) nb_emb_route_collisions(&t->m.emb);
     double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
     *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_nh, b.B, 0, {0}};
@@ -779,7 +680,7 @@ static void pop_part(nb_run *r, sc_train *t, int step) {
     t->popped_u++;
     if (t->sharded && !t->ids_ahead) { /* the synchronous baseline: in line */
         double t0 = nb_now();
-        exchange_ids(t);
+        nb_emb_route_ids(&t->m.emb);
         if (step >= nb_step_warmup(r->o.steps)) t->host.ids_in_step += nb_now() - t0;
     }
     nb_sc_begin_step(&t->m);
@@ -790,7 +691,7 @@ static void count_rows(sc_train *t) {
     int distinct, resynced;
     nb_sc_batch_rows(&t->m, &distinct, &resynced);
     t->step_rows += distinct, t->step_resynced += resynced;
-    if (t->m.priority) t->step_ahead += nb_sc_rows_ahead(&t->m);
+    if (t->m.emb.priority) t->step_ahead += nb_sc_rows_ahead(&t->m);
 }
 
 static void sc_begin_step(nb_run *r, int step) {
@@ -864,8 +765,8 @@ static void sc_end_step(nb_run *r, int step, nb_mark done) {
 /* Sharded: a forward of an evaluation batch through the run's lanes (the rows come from their
  * owners, like a training step's); logits[b->B] on the host. */
 static void sharded_forward(nb_run *r, sc_train *t, const nb_sc_batch *b, float *logits) {
-    void *ahead = nb_sc_prepare_aside(&t->m, b);
-    exchange_ids(t);
+    int ahead = nb_sc_prepare_aside(&t->m, b);
+    nb_emb_route_ids(&t->m.emb);
     nb_sc_begin_aside(&t->m);
     nb_items_run(r, &r->items.pre, r->compute, t->step);
     nb_items_run(r, &r->items.input, r->compute, t->step);
@@ -940,7 +841,7 @@ static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb
     if (t->sharded) { /* this rank's step (its parts): the distinct rows it fetched, and those fetched again */
         nb_json_kint(w, "rows_moved", t->step_rows);
         if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
-        if (t->m.priority) nb_json_kint(w, "rows_ahead", t->step_ahead);
+        if (t->m.emb.priority) nb_json_kint(w, "rows_ahead", t->step_ahead);
     } else { /* the step's distinct table rows (their gradients and updates) */
         nb_json_kint(w, "unique_rows", t->step_rows);
     }
@@ -1004,17 +905,17 @@ static void sc_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
         int64_t rows = m->emb_off[t + 1] - m->emb_off[t], sh[2] = {rows, E};
         size_t at = (size_t)m->emb_off[t] * (size_t)E;
         table_name(name, sizeof name, t, "");
-        nb_ckpt_list_add(model, name, 2, sh, m->emb + at);
+        nb_ckpt_list_add(model, name, 2, sh, m->emb.table + at);
         if (!optim) continue;
-        if (m->eacc) {
+        if (m->emb.acc) {
             table_name(name, sizeof name, t, ".adagrad_sum");
-            nb_ckpt_list_add(optim, name, 1, sh, m->eacc + m->emb_off[t]);
+            nb_ckpt_list_add(optim, name, 1, sh, m->emb.acc + m->emb_off[t]);
         }
-        if (m->em) {
+        if (m->emb.avg) {
             table_name(name, sizeof name, t, ".exp_avg");
-            nb_ckpt_list_add(optim, name, 2, sh, m->em + at);
+            nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg + at);
             table_name(name, sizeof name, t, ".exp_avg_sq");
-            nb_ckpt_list_add(optim, name, 2, sh, m->ev + at);
+            nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
         }
     }
 }
@@ -1026,12 +927,12 @@ static int sc_shard_tensors(nb_run *r, nb_ckpt_list *shard) {
     if (!t || !t->sharded) return 0;
     if (!shard) return 1;
     nb_sc_model *m = &t->m;
-    int64_t sh[2] = {m->emb_rows, m->cfg.E};
-    nb_ckpt_list_add(shard, "emb.shard", 2, sh, m->emb);
-    if (m->eacc) nb_ckpt_list_add(shard, "emb.shard.adagrad_sum", 1, sh, m->eacc);
-    if (m->em) {
-        nb_ckpt_list_add(shard, "emb.shard.exp_avg", 2, sh, m->em);
-        nb_ckpt_list_add(shard, "emb.shard.exp_avg_sq", 2, sh, m->ev);
+    int64_t sh[2] = {m->emb.rows, m->cfg.E};
+    nb_ckpt_list_add(shard, "emb.shard", 2, sh, m->emb.table);
+    if (m->emb.acc) nb_ckpt_list_add(shard, "emb.shard.adagrad_sum", 1, sh, m->emb.acc);
+    if (m->emb.avg) {
+        nb_ckpt_list_add(shard, "emb.shard.exp_avg", 2, sh, m->emb.avg);
+        nb_ckpt_list_add(shard, "emb.shard.exp_avg_sq", 2, sh, m->emb.avg_sq);
     }
     return 1;
 }
@@ -1051,7 +952,7 @@ static void assemble_shards(nb_run *r, const char *dir) {
         nb_ckpt_shard_path(path, sizeof path, dir, k, N);
         nb_ckpt_load_file(path, &l);
         for (int64_t i = 0; i < rows; i++)
-            memcpy(m->emb + (size_t)(i * N + k) * (size_t)E, buf + (size_t)i * (size_t)E, (size_t)E * sizeof(float));
+            memcpy(m->emb.table + (size_t)(i * N + k) * (size_t)E, buf + (size_t)i * (size_t)E, (size_t)E * sizeof(float));
         nb_ckpt_list_free(&l);
         free(buf);
     }
@@ -1253,7 +1154,7 @@ static int sc_graph_key(nb_run *r) {
     const nb_sc_model *m = &T(r)->m;
     if (r->be->device == NB_DEV_CPU) return 0;
     /* pipelined: each ring slot has its own device lists and work buffer */
-    return m->pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
+    return m->emb.pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
 }
 
 static const char *sc_model_name(const nb_train_opts *o) {
