@@ -11,7 +11,7 @@
 #include "model/seqctr.h"
 #include "optim/optim.h"
 #include "optim/optim_sparse.h"
-#include "run/sc.h"
+#include "run/evalmetrics.h"
 
 enum { TB = 4, TL = 5 };
 
@@ -267,17 +267,17 @@ TEST_CASE(training_lowers_loss) {
 /* AUC by hand: ties take the average rank; NE of the base-rate predictor is 1. */
 TEST_CASE(auc_ne) {
     const float s1[4] = {0.1f, 0.4f, 0.35f, 0.8f}, y1[4] = {0, 0, 1, 1};
-    CHECK(fabs(nb_ctr_auc(s1, y1, 4) - 0.75) < 1e-12, "auc %g", nb_ctr_auc(s1, y1, 4));
+    CHECK(fabs(nb_auc(s1, y1, 4) - 0.75) < 1e-12, "auc %g", nb_auc(s1, y1, 4));
     const float s2[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    CHECK(fabs(nb_ctr_auc(s2, y1, 4) - 0.5) < 1e-12, "all ties: auc %g", nb_ctr_auc(s2, y1, 4));
+    CHECK(fabs(nb_auc(s2, y1, 4) - 0.5) < 1e-12, "all ties: auc %g", nb_auc(s2, y1, 4));
     const float s3[5] = {0.2f, 0.2f, 0.9f, 0.1f, 0.2f}, y3[5] = {1, 0, 1, 0, 0};
     /* positives at ranks 3 (tie of 2..4) and 5; negatives 1, 3, 3: (3 + 5 - 3) / 6 */
-    CHECK(fabs(nb_ctr_auc(s3, y3, 5) - 5.0 / 6.0) < 1e-12, "ties: auc %g", nb_ctr_auc(s3, y3, 5));
+    CHECK(fabs(nb_auc(s3, y3, 5) - 5.0 / 6.0) < 1e-12, "ties: auc %g", nb_auc(s3, y3, 5));
     const float y4[3] = {1, 1, 1};
-    CHECK(isnan(nb_ctr_auc(s1, y4, 3)), "one class: auc must be NAN");
+    CHECK(isnan(nb_auc(s1, y4, 3)), "one class: auc must be NAN");
     double p = 0.25, h = -(p * log(p) + (1 - p) * log(1 - p));
-    CHECK(fabs(nb_ctr_ne(h, p) - 1.0) < 1e-12, "ne %g", nb_ctr_ne(h, p));
-    CHECK(isnan(nb_ctr_ne(0.1, 0.0)), "ne of an all-negative set must be NAN");
+    CHECK(fabs(nb_ne(h, p) - 1.0) < 1e-12, "ne %g", nb_ne(h, p));
+    CHECK(isnan(nb_ne(0.1, 0.0)), "ne of an all-negative set must be NAN");
 }
 
 /* Save and load give back the same model: same loss on a batch. */

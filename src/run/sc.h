@@ -1,16 +1,13 @@
-/* The seqctr family's metrics (run/sc_family.c). */
+/* Kept for the callers of before the seqctr family moved (tools/, tests): the family's export is
+ * in family/seqctr.h, NE and AUC in run/evalmetrics.h (nb_ne, nb_auc). Drop once they include
+ * those. */
 #ifndef NB_RUN_SC_H
 #define NB_RUN_SC_H
 
-/* Exact ROC AUC of scores against 0/1 labels (ties: average rank); NAN when one class is absent.
- * Deterministic: sorted by (score, index). */
-double nb_ctr_auc(const float *score, const float *label, long n);
-/* Normalized entropy: mean BCE / -(p log p + (1-p) log(1-p)); NAN when p is 0 or 1. */
-double nb_ctr_ne(double mean_bce, double p);
+#include "family/seqctr.h"
+#include "run/evalmetrics.h"
 
-struct nb_run;
-/* The model's tensors of a seqctr run (dense weights and tables, fp32, seqctr.h's names; metadata
- * seqctr.config with the shape) into one safetensors file, crash-safely; returns the count. */
-int nb_sc_export(struct nb_run *r, const char *path);
+static inline double nb_ctr_auc(const float *score, const float *label, long n) { return nb_auc(score, label, n); }
+static inline double nb_ctr_ne(double mean_bce, double p) { return nb_ne(mean_bce, p); }
 
 #endif
