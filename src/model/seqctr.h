@@ -27,9 +27,14 @@
  *   block.{i}.U [D0, r], block.{i}.V [D0, r], block.{i}.b [D0],
  *   block.{i}.w1 [H, D0], block.{i}.b1 [H], block.{i}.w2 [D0, H], block.{i}.b2 [D0],
  *   block.{i}.head.w [D0], block.{i}.head.b [1]
- * Embedding tables (sparse, separately): one allocation `emb` of [total_rows, E]; table t
- * (0..25 categorical, 26 = items) starts at row emb_off[t], so (table, row) is global row
- * emb_off[t] + row. Checkpoint names: emb.cat.{f} [rows_f, E], emb.item [item_rows, E]. */
+ * The step reads the dense tensors through typed views (nb_sc_view: m->w, m->dw), never by name.
+ * Embedding tables (sparse, separately, held by the embedding module emb/emb.h: m->emb.table
+ * [total_rows, E], or this rank's shard of it); table t (0..25 categorical, 26 = items) starts at
+ * row emb_off[t], so (table, row) is global row emb_off[t] + row. Checkpoint names: emb.cat.{f}
+ * [rows_f, E], emb.item [item_rows, E].
+ *
+ * Files: seqctr.c (the math), seqctr_mem.c (tensors, views, memory, save/load), seqctr_batch.c
+ * (a batch's host staging), seqctr_internal.h (what they share). */
 #ifndef NB_SEQCTR_H
 #define NB_SEQCTR_H
 
@@ -196,8 +201,9 @@ typedef struct {
 /* The memory plan for batches of up to max_batch samples on backend be: the tensor table, and
  * the bytes of every view in the arenas (device: parameters, gradients, optimizer state,
  * activations, the batch's index lists; pinned: their host staging; host: the weights' and the
- * optimizer state's mirrors on CUDA). Nothing is allocated. emb_opt: the tables' optimizer
- * (NB_SC_ADAGRAD, NB_SC_ADAM; -1 both). Fails (nb_fail) on an invalid config. */
+ * optimizer state's mirrors on CUDA). Nothing is allocated. po (NULL: whole tables, both tables'
+ * optimizers' state): the tables' layout and who builds the index lists. Fails (nb_fail) on an
+ * invalid config. */
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be,
                 const nb_sc_plan_opts *po, struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
 /* Phases of the batch after the step's (pipelined: NB_SC_FWD_UPLOAD, NB_SC_EMB_SERVE,
