@@ -1,3 +1,4 @@
+/* FreeScale's plans, cost model and its fit (data/balance.h has FreeScale in one place). */
 #include "data/balance.h"
 
 #include <math.h>

@@ -76,7 +76,6 @@ static inline size_t max_lookups(const nb_sc_model *m) {
     return MB * NLK_PER_SAMPLE + MB * (size_t)m->cfg.max_len;
 }
 
-
 /* seqctr_batch.c */
 /* The slot's batch becomes the one the next phases read. */
 void nb_sc_use_slot(nb_sc_model *m, int slot);

@@ -250,6 +250,11 @@ static void layout_acts(nb_sc_model *m) {
     a->seg[0].dx0 = a->dx0;
 }
 
+/* A batch's host index lists and their backend copies: one set per slot of the ring and one for
+ * evaluation, so the host prepares the next batches while the copies of the current one are in
+ * flight, and an evaluation never overwrites a prepared training batch. dev: the slot whose
+ * device arrays this one shares (on a device, unless pipelined: the copies and every use are
+ * ordered on the model's lane); on the CPU each "backend copy" is the host array itself. */
 static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
     size_t MB = (size_t)m->max_batch, NLK = max_lookups(m);
     s->h_dense = take(m, AR_PIN, MB * NB_SC_NDENSE * sizeof(float));
