@@ -11,7 +11,7 @@
 #include "model/seqctr.h"
 #include "optim/optim.h"
 #include "optim/optim_sparse.h"
-#include "run/sc.h"
+#include "step/evalmetrics.h"
 
 enum { TB = 4, TL = 5 };
 
@@ -97,7 +97,7 @@ static double fd(nb_sc_model *m, const nb_sc_batch *b, float *p) {
  * by a tiny std, so the loss is too curved for a float finite difference there: spread them. */
 static void spread_embeddings(nb_sc_model *m) {
     size_t n = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
-    for (size_t i = 0; i < n; i++) m->emb[i] *= 10.0f;
+    for (size_t i = 0; i < n; i++) m->emb.table[i] *= 10.0f;
 }
 
 static void grad_dense_with(int hist_layers, float aux) {
@@ -170,7 +170,7 @@ TEST_CASE(grad_embeddings) {
         for (int e = 0; e < E; e += 3) {
             double num;
             checked++;
-            if (!grad_ok(&m, &t.b, &m.emb[rows[u] * E + e], gr[(size_t)u * E + e], &num)) {
+            if (!grad_ok(&m, &t.b, &m.emb.table[rows[u] * E + e], gr[(size_t)u * E + e], &num)) {
                 bad++;
                 fprintf(stderr, "    row %lld e %d: analytic %.6g numeric %.6g\n", (long long)rows[u], e,
                         gr[(size_t)u * E + e], num);
@@ -187,7 +187,7 @@ TEST_CASE(grad_embeddings) {
         if (!seen) free_row = r;
     }
     CHECK(free_row >= 0, "every row touched");
-    if (free_row >= 0) CHECK(fd(&m, &t.b, &m.emb[free_row * E]) == 0.0, "untouched row changes the loss");
+    if (free_row >= 0) CHECK(fd(&m, &t.b, &m.emb.table[free_row * E]) == 0.0, "untouched row changes the loss");
     free(rows);
     free(gr);
     nb_sc_free(&m);
@@ -252,7 +252,7 @@ TEST_CASE(training_lowers_loss) {
             nb_adamw_cfg ac = {3e-3f, 0.9f, 0.999f, 1e-8f, t->decay ? 1e-4f : 0.0f};
             nb_adamw_update(m.params + t->off, m.grads + t->off, mo + t->off, vo + t->off, t->n, ac, step + 1);
         }
-        nb_rowwise_adagrad_update(m.emb, acc, m.uniq_rows, m.uniq_grads, m.nuniq, c.E, m.emb_off[NB_SC_NTABLES],
+        nb_rowwise_adagrad_update(m.emb.table, acc, m.uniq_rows, m.uniq_grads, m.nuniq, c.E, m.emb_off[NB_SC_NTABLES],
                                   (nb_rowwise_adagrad_cfg){0.05f, 1e-8f});
     }
     b.B = EV;
@@ -267,17 +267,17 @@ TEST_CASE(training_lowers_loss) {
 /* AUC by hand: ties take the average rank; NE of the base-rate predictor is 1. */
 TEST_CASE(auc_ne) {
     const float s1[4] = {0.1f, 0.4f, 0.35f, 0.8f}, y1[4] = {0, 0, 1, 1};
-    CHECK(fabs(nb_ctr_auc(s1, y1, 4) - 0.75) < 1e-12, "auc %g", nb_ctr_auc(s1, y1, 4));
+    CHECK(fabs(nb_auc(s1, y1, 4) - 0.75) < 1e-12, "auc %g", nb_auc(s1, y1, 4));
     const float s2[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    CHECK(fabs(nb_ctr_auc(s2, y1, 4) - 0.5) < 1e-12, "all ties: auc %g", nb_ctr_auc(s2, y1, 4));
+    CHECK(fabs(nb_auc(s2, y1, 4) - 0.5) < 1e-12, "all ties: auc %g", nb_auc(s2, y1, 4));
     const float s3[5] = {0.2f, 0.2f, 0.9f, 0.1f, 0.2f}, y3[5] = {1, 0, 1, 0, 0};
     /* positives at ranks 3 (tie of 2..4) and 5; negatives 1, 3, 3: (3 + 5 - 3) / 6 */
-    CHECK(fabs(nb_ctr_auc(s3, y3, 5) - 5.0 / 6.0) < 1e-12, "ties: auc %g", nb_ctr_auc(s3, y3, 5));
+    CHECK(fabs(nb_auc(s3, y3, 5) - 5.0 / 6.0) < 1e-12, "ties: auc %g", nb_auc(s3, y3, 5));
     const float y4[3] = {1, 1, 1};
-    CHECK(isnan(nb_ctr_auc(s1, y4, 3)), "one class: auc must be NAN");
+    CHECK(isnan(nb_auc(s1, y4, 3)), "one class: auc must be NAN");
     double p = 0.25, h = -(p * log(p) + (1 - p) * log(1 - p));
-    CHECK(fabs(nb_ctr_ne(h, p) - 1.0) < 1e-12, "ne %g", nb_ctr_ne(h, p));
-    CHECK(isnan(nb_ctr_ne(0.1, 0.0)), "ne of an all-negative set must be NAN");
+    CHECK(fabs(nb_ne(h, p) - 1.0) < 1e-12, "ne %g", nb_ne(h, p));
+    CHECK(isnan(nb_ne(0.1, 0.0)), "ne of an all-negative set must be NAN");
 }
 
 /* Save and load give back the same model: same loss on a batch. */
@@ -300,7 +300,7 @@ TEST_CASE(checkpoint_roundtrip) {
     double lb = nb_sc_forward(&b, &t.b, NULL);
     CHECK(la != lb0, "different seeds gave the same model");
     CHECK(la == lb, "loaded model loss %.9g, saved %.9g", lb, la);
-    CHECK(!memcmp(a.emb, b.emb, (size_t)a.emb_off[NB_SC_NTABLES] * c.E * sizeof(float)), "tables differ");
+    CHECK(!memcmp(a.emb.table, b.emb.table, (size_t)a.emb_off[NB_SC_NTABLES] * c.E * sizeof(float)), "tables differ");
     unlink(path);
     nb_sc_free(&a);
     nb_sc_free(&b);

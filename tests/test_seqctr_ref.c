@@ -109,7 +109,7 @@ static void setup(const nb_backend_i *be) {
         char name[32];
         table_name(name, sizeof name, t);
         int64_t rows = M.emb_off[t + 1] - M.emb_off[t];
-        read_bf16(name, M.emb + (size_t)M.emb_off[t] * c.E, rows * c.E);
+        read_bf16(name, M.emb.table + (size_t)M.emb_off[t] * c.E, rows * c.E);
     }
     nb_sc_to_device(&M);
     int L = c.max_len;

@@ -12,7 +12,7 @@
 #include "model/transformer_hf.h"
 #include "run/ckpt.h"
 #include "run/run.h"
-#include "run/sc.h"
+#include "family/seqctr.h"
 
 static const char *EXPORT_SUMMARY =
     "Transformers: write a checkpoint as a Hugging Face model directory (--hf OUT): OUT/config.json and\n"

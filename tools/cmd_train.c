@@ -13,7 +13,6 @@
 #include "run/ckpt.h"
 #include "run/lock.h"
 #include "run/run.h"
-#include "run/sc.h"
 #include "sched/sched.h"
 
 /* A row of the options table as a flag of this parse: the value goes through the table's setter

@@ -1,3 +1,4 @@
+/* FreeScale's plans, cost model and its fit (data/balance.h has FreeScale in one place). */
 #include "data/balance.h"
 
 #include <math.h>
@@ -122,4 +123,100 @@ void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *
     int *at = (int *)((keyed *)scratch + Bg);
     memcpy(at, first, (size_t)shares * sizeof *at);
     for (int i = 0; i < Bg; i++) order[at[share_of[i]]++] = i;
+}
+
+/* ---- the cost model's fit from measured part times ---- */
+
+#define FIT_REC (NB_BALANCE_FIT_NA + 2) /* a record: samples, time, sum of L^a per exponent */
+
+double nb_balance_fit_alpha(int j) { return 1.0 + 0.1 * j; }
+
+void nb_balance_fit_init(nb_balance_fit *f, int cap) {
+    f->n = 0, f->cap = cap;
+    f->rec = nb_malloc((size_t)(cap > 0 ? cap : 1) * FIT_REC * sizeof(double), "the cost fit");
+}
+
+void nb_balance_fit_free(nb_balance_fit *f) {
+    free(f->rec);
+    memset(f, 0, sizeof *f);
+}
+
+void nb_balance_fit_lengths(double sum_pow[NB_BALANCE_FIT_NA], const int32_t *len, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < NB_BALANCE_FIT_NA; j++) sum_pow[j] += pow((double)len[i], nb_balance_fit_alpha(j));
+}
+
+void nb_balance_fit_add(nb_balance_fit *f, int samples, const double sum_pow[NB_BALANCE_FIT_NA]) {
+    if (f->n == f->cap) return;
+    double *r = f->rec + (size_t)f->n++ * FIT_REC;
+    r[0] = samples, r[1] = -1; /* the time comes when the part has run */
+    memcpy(r + 2, sum_pow, NB_BALANCE_FIT_NA * sizeof(double));
+}
+
+void nb_balance_fit_times(nb_balance_fit *f, const double *secs, int m) {
+    if (f->n < m) return;
+    for (int k = 0; k < m; k++) f->rec[(size_t)(f->n - m + k) * FIT_REC + 1] = secs[k];
+}
+
+/* Solves the 3 x 3 system a x = y (Cramer's rule); 0 when it is singular. */
+static int solve3(const double a[3][3], const double y[3], double x[3]) {
+    double det = a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+                 a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+    if (fabs(det) < 1e-300) return 0;
+    for (int c = 0; c < 3; c++) {
+        double m[3][3];
+        memcpy(m, a, sizeof m);
+        for (int r = 0; r < 3; r++) m[r][c] = y[r];
+        x[c] = (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])) / det;
+    }
+    return 1;
+}
+
+void nb_balance_fit_print(const nb_balance_fit *fit) {
+    int best = -1, equal = 0;
+    double best_sse = 0, bk = 0, bx = 0, by = 0, sst = 0, mean = 0, n = 0;
+    for (int i = 0; i < fit->n; i++)
+        if (fit->rec[(size_t)i * FIT_REC + 1] >= 0) mean += fit->rec[(size_t)i * FIT_REC + 1], n++;
+    if (n < 6) return;
+    mean /= n;
+    for (int j = 0; j < NB_BALANCE_FIT_NA; j++) {
+        double A[3][3] = {{0}}, Y[3] = {0}, X[3], sse = 0;
+        for (int i = 0; i < fit->n; i++) {
+            const double *f = fit->rec + (size_t)i * FIT_REC, v[3] = {1, f[0], f[2 + j]};
+            if (f[1] < 0) continue;
+            for (int r = 0; r < 3; r++) {
+                Y[r] += v[r] * f[1];
+                for (int c = 0; c < 3; c++) A[r][c] += v[r] * v[c];
+            }
+        }
+        if (!solve3(A, Y, X)) { /* equal counts: the per-part and per-sample costs are one term, k' = k + x n */
+            double det = A[0][0] * A[2][2] - A[0][2] * A[0][2];
+            if (fabs(det) < 1e-300 || A[0][0] <= 0) continue;
+            X[2] = (A[0][0] * Y[2] - A[0][2] * Y[0]) / det;
+            X[1] = (Y[0] - X[2] * A[0][2]) / A[0][1]; /* k' spread over the samples: A[0][1] = sum of n */
+            X[0] = 0;
+            equal = 1;
+        }
+        if (X[2] <= 0) continue;
+        for (int i = 0; i < fit->n; i++) {
+            const double *f = fit->rec + (size_t)i * FIT_REC;
+            double e = f[1] - X[0] - X[1] * f[0] - X[2] * f[2 + j];
+            if (f[1] >= 0) sse += e * e;
+        }
+        if (best < 0 || sse < best_sse) best = j, best_sse = sse, bk = X[0], bx = X[1], by = X[2];
+    }
+    for (int i = 0; i < fit->n; i++) {
+        const double *f = fit->rec + (size_t)i * FIT_REC;
+        if (f[1] >= 0) sst += (f[1] - mean) * (f[1] - mean);
+    }
+    if (best < 0) {
+        printf("cost fit: no fit of part time = k + x samples + y sum L^a (y > 0) over %.0f parts\n", n);
+        return;
+    }
+    double a = nb_balance_fit_alpha(best);
+    printf("cost fit: part time = %.4g ms + %.4g ms/sample + %.4g ms * sum L^%.1f over %.0f parts (R^2 %.3f): --balance "
+           "vbs:%.1f:%.0f\n", 1e3 * bk, 1e3 * bx, 1e3 * by, a, n, sst > 0 ? 1 - best_sse / sst : 1.0, a,
+           fmin(fmax(bx / by, 0), 1e12));
+    if (equal) printf("cost fit: the parts had equal sample counts, so the fixed per-part cost is counted per sample (C0 is an upper bound)\n");
 }

@@ -1,4 +1,20 @@
-/* Length-balanced placement of a global batch's samples over ranks (FreeScale, `--balance`).
+/* FreeScale (balanced, prioritized, SM-free training of sequence recommendation models) in one
+ * place. Its three parts, as the paper presents them, and where each lives:
+ *
+ *   1. load balancing of skewed history lengths: a cost model of a sample (c0 + L^alpha), a plan
+ *      that places the global batch's samples over the ranks by it (fbs: equal counts, equal mix;
+ *      vbs: variable counts, equal cost), and the cost model's fit from measured part times
+ *                                                   here (data/balance.c)
+ *      the plan carried out: each rank reads its slice, the ranks all-gather the lengths and an
+ *      all-to-all moves every sample to its rank (--emulate-ranks: one process stands in for N)
+ *                                                   data/balance_place.c
+ *   2. prioritized embedding updates: rows a batch shares with the batch before (collisions)
+ *      move after that batch's update, the others ahead (--emb-priority)
+ *                                                   emb/resync.c (with NestPipe's re-sync)
+ *   3. SM-free communication: all-to-alls on copy engines, not on the GPU's SMs (--comm-sm-free)
+ *                                                   comm/copy_sm.cu, comm/comm_host.c
+ *
+ * Length-balanced placement of a global batch's samples over ranks (`--balance`).
  *
  * Sequence samples cost what their histories cost: the encoder's work grows like L^alpha (linear
  * layers ~ L, attention ~ L^2), so with heavy-tailed lengths the rank that drew the longest
@@ -50,5 +66,26 @@ void nb_balance_assign(const nb_balance *b, const int32_t *len, int Bg, int shar
 /* The samples in share order (data order within a share): order[k] = the sample at position k;
  * first[s] = where share s starts (shares + 1 entries). */
 void nb_balance_order(const int *share_of, int Bg, int shares, int *order, int *first, void *scratch);
+
+/* The cost model's fit (--emulate-ranks): least squares of the parts' measured times
+ * t = k + x n + y sum L^a for each exponent a of a grid (k: what every part costs whatever its
+ * samples, launches and fixed-size kernels: no placement moves it). The best fit's a and
+ * c0 = x / y (a sample's own cost in units of L^a) are what --balance vbs:a:c0 takes. */
+#define NB_BALANCE_FIT_NA 16 /* the exponents a = 1, 1.1, .., 2.5 */
+double nb_balance_fit_alpha(int j);
+typedef struct {
+    double *rec; /* per part: samples, time (-1 until the part ran), sum of L^a per exponent */
+    int n, cap;
+} nb_balance_fit;
+void nb_balance_fit_init(nb_balance_fit *f, int cap);
+void nb_balance_fit_free(nb_balance_fit *f);
+/* Adds a part's samples (their history lengths) to sum_pow: sum of L^a per exponent of the grid. */
+void nb_balance_fit_lengths(double sum_pow[NB_BALANCE_FIT_NA], const int32_t *len, int n);
+/* A part's record, its time still unknown (none once the records are full). */
+void nb_balance_fit_add(nb_balance_fit *f, int samples, const double sum_pow[NB_BALANCE_FIT_NA]);
+/* The times of the last m records (the step's parts, once they ran). */
+void nb_balance_fit_times(nb_balance_fit *f, const double *secs, int m);
+/* "cost fit: part time = ..." on stdout (nothing with fewer than 6 timed parts). */
+void nb_balance_fit_print(const nb_balance_fit *f);
 
 #endif

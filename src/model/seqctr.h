@@ -27,15 +27,21 @@
  *   block.{i}.U [D0, r], block.{i}.V [D0, r], block.{i}.b [D0],
  *   block.{i}.w1 [H, D0], block.{i}.b1 [H], block.{i}.w2 [D0, H], block.{i}.b2 [D0],
  *   block.{i}.head.w [D0], block.{i}.head.b [1]
- * Embedding tables (sparse, separately): one allocation `emb` of [total_rows, E]; table t
- * (0..25 categorical, 26 = items) starts at row emb_off[t], so (table, row) is global row
- * emb_off[t] + row. Checkpoint names: emb.cat.{f} [rows_f, E], emb.item [item_rows, E]. */
+ * The step reads the dense tensors through typed views (nb_sc_view: m->w, m->dw), never by name.
+ * Embedding tables (sparse, separately, held by the embedding module emb/emb.h: m->emb.table
+ * [total_rows, E], or this rank's shard of it); table t (0..25 categorical, 26 = items) starts at
+ * row emb_off[t], so (table, row) is global row emb_off[t] + row. Checkpoint names: emb.cat.{f}
+ * [rows_f, E], emb.item [item_rows, E].
+ *
+ * Files: seqctr.c (the math), seqctr_mem.c (tensors, views, memory, save/load), seqctr_batch.c
+ * (a batch's host staging), seqctr_internal.h (what they share). */
 #ifndef NB_SEQCTR_H
 #define NB_SEQCTR_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "emb/emb.h"
 #include "lanes/lanes.h"
 #include "optim/optim.h"
 #include "tensor.h"
@@ -69,6 +75,29 @@ typedef struct {
     int decay;      /* 1: AdamW weight decay applies (2-D weights) */
 } nb_sc_tensor;
 
+/* Typed views of the dense slab: each tensor as a pointer into a slab with the tensor table's
+ * layout, either the compute weights (the backend's act dtype: nb_sc_model.w) or the fp32
+ * gradients (nb_sc_model.dw). The step reads its weights only through them; the tensor names
+ * above serve checkpoints and export. */
+typedef struct {
+    void *weight[3], *bias[3]; /* bottom.{i}.weight, bottom.{i}.bias */
+} nb_sc_bottom_view;
+typedef struct { /* hist.{l}.* */
+    void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} nb_sc_enc_view;
+typedef struct {
+    void *wq, *wk, *wv; /* target.*: wk and wv adjacent (the fused key/value projection) */
+} nb_sc_target_view;
+typedef struct { /* block.{i}.*: the cross (U, V, b), the MLP (w1, b1, w2, b2), the logit head */
+    void *U, *V, *b, *w1, *b1, *w2, *b2, *head_w, *head_b;
+} nb_sc_block_view;
+typedef struct {
+    nb_sc_bottom_view bottom;
+    nb_sc_enc_view *hist; /* [hist_layers] */
+    nb_sc_target_view target;
+    nb_sc_block_view *block; /* [blocks] */
+} nb_sc_view;
+
 /* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. */
 typedef struct {
     int B, hist_stride;
@@ -82,7 +111,6 @@ typedef struct {
 
 typedef struct nb_sc_acts nb_sc_acts;
 typedef struct nb_sc_stage nb_sc_stage;
-typedef struct nb_sc_window nb_sc_window;
 struct nb_backend_i;
 struct nb_ctr_ops_i;
 struct nb_task_ctx;
@@ -97,55 +125,14 @@ typedef struct {
     int emb_adam;
 } nb_sc_optim;
 
-enum { NB_SC_ADAGRAD = 0, NB_SC_ADAM = 1 }; /* the tables' optimizer (nb_sc_plan's emb_opt) */
-
-/* Row-wise sharding of the tables over `world` ranks (--emb-shard row): global row g (table
- * offset + row) lives on rank g % world, at row g / world of that rank's shard. A step asks each
- * owner for the unique rows of its batch (host: nb_sc_asked, then nb_sc_serve with what the
- * other ranks asked of this one), the owner looks them up (NB_SC_EMB_SERVE), the caller moves
- * them to the askers (all-to-all: nb_sc_exchange's buffers), the batch reads them from its work
- * buffer; backward sends each unique row's gradient back to its owner, which sums what it got
- * per row in rank order (NB_SC_EMB_SUM) and updates its rows (NB_SC_OPT_EMB). world 1 is a shard
- * of everything: the same path with copies for the exchanges. */
-typedef struct {
-    int world, rank;
-} nb_sc_shard;
-
-/* The buffers and row counts of a batch's all-to-alls (rows asked of / served to rank j,
- * starting at the displacement: multiply by E for floats). Rows: serve_rows (this owner's
- * lookups, asker blocks) -> work (the batch's unique rows, owner blocks). Gradients: uniq_grads
- * (owner blocks) -> serve_grads (asker blocks). Pipelined models, the re-sync of the rows the
- * batch before this one updates: resync_rows (this owner's, asker blocks) -> resync_in (owner
- * blocks), then scattered into work. */
-typedef struct {
-    float *serve_rows, *work, *uniq_grads, *serve_grads, *resync_rows, *resync_in;
-    const size_t *asked, *asked_displ, *served, *served_displ;
-    const size_t *resync_out, *resync_out_displ, *resync_inn, *resync_in_displ;
-    /* --emb-priority: the next batch's exclusive rows (owner serve_rows, packed -> excl_in, then
-     * NB_SC_FETCH_APPLY scatters them into work) */
-    float *excl_in;
-    const size_t *excl_out, *excl_out_displ, *excl_inn, *excl_in_displ;
-} nb_sc_exchange;
+enum { NB_SC_ADAGRAD = NB_EMB_ADAGRAD, NB_SC_ADAM = NB_EMB_ADAM }; /* the tables' optimizer (nb_emb_opts.opt) */
 
 /* How a model is laid out beyond its shape. */
 typedef struct {
-    int emb_opt;       /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
-    nb_sc_shard shard; /* world 0: the tables whole on this rank */
-    /* sharded, for a schedule that fetches the next batch's rows while this one trains: every
-     * training stage keeps its own device lists and work buffer, and the rows a batch shares with
-     * the batch before it are re-synced after that one's update (nb_sc_collisions) */
-    int pipelined;
-    /* --emb-place host: the tables (sharded: this rank's shard) and their optimizer state in
-     * pinned host memory; the device's own kernels read and update them in place over the bus
-     * (sharded, the device holds the rows a batch needs in its work buffer; whole, nothing) */
-    int host_tables;
-    /* sharded: batches come in windows of this many parts (--micro-batches: Frozen-Window
-     * Pipelining): the parts share one embedding state; the owners sum the window's gradients and
-     * update the tables once, after its last part. 0 or 1: every batch is a window. */
-    int parts;
-    /* pipelined, --emb-priority (FreeScale): the next batch's exclusive rows move while the step
-     * trains, its collision rows only after the step's update (bitwise the same rows as without) */
-    int priority;
+    /* the tables (emb/emb.h): their optimizer (-1: state for both), row-wise sharding over ranks
+     * (shard.world 0: whole on this rank), pipelined exchange, host placement (--emb-place host),
+     * windows of parts (--micro-batches: Frozen-Window Pipelining), --emb-priority */
+    nb_emb_opts emb;
     /* who builds a batch's index lists and their deduplication: NB_SC_LISTS_AUTO (the device,
      * when the backend has one and the tables are whole; else the host), _HOST, _DEVICE. The
      * lists are the same bits either way; on the device the host only stages the raw ids. */
@@ -154,8 +141,7 @@ typedef struct {
 
 enum { NB_SC_LISTS_AUTO = 0, NB_SC_LISTS_HOST = 1, NB_SC_LISTS_DEVICE = 2 };
 
-#define NB_SC_RING 3 /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
-enum { NB_SC_CURRENT = 0, NB_SC_NEXT = 1, NB_SC_LATEST = 2 }; /* which batch: nb_sc_exchange_of */
+#define NB_SC_RING NB_EMB_RING /* training stages: the step's batch, the next one (fetched), the one after (prepared) */
 
 /* A model lives on one backend (backend.h + backend_ctr.h) and owns no memory: every buffer is
  * a view into three arenas the caller owns (nb_sc_plan / nb_sc_bind; nb_sc_init_on makes its own
@@ -167,26 +153,15 @@ typedef struct {
     int D0;
     nb_sc_tensor t[NB_SC_MAX_TENSORS];
     int ntensors;
+    nb_sc_view w, dw; /* the compute weights and the gradients, bound to d_w and d_grads */
     size_t nparams;       /* slab length: every tensor starts 64-element aligned (padding is 0) */
     size_t nparams_used;  /* parameters without the padding */
     float *params, *grads; /* [nparams] host */
     int64_t emb_off[NB_SC_NTABLES + 1]; /* emb_off[27] = total rows */
-    float *emb;                          /* [emb_rows, E] host: every row, or this rank's shard */
-    int64_t emb_rows;                    /* rows held here: emb_off[27], or the shard's */
-    nb_sc_shard shard;                   /* world 0: not sharded */
-    int64_t shard_stride;                /* 2^shard_shift >= ceil(total rows / world): owner-major key = owner * stride + row */
-    int shard_shift;
-    size_t max_served;                   /* rows one batch may ask of this owner */
-    size_t max_window;                   /* rows one window (its parts) may ask of this owner */
-    int nparts;                          /* parts per window (nb_sc_plan_opts.parts) */
-    nb_sc_window *wins, *cur_win, *prev_win; /* sharded: the owner side of each window, a ring */
-    int wring;
-    float *d_serve_rows, *d_serve_grads, *d_own_grads; /* sharded: nb_sc_exchange's, the owner's sums */
-    float *d_resync_rows, *d_resync_in; /* pipelined: the re-synced rows, sent and received */
-    float *d_excl_in;                   /* --emb-priority: the exclusive rows received ahead */
-    int priority;                       /* nb_sc_plan_opts.priority */
-    int64_t *d_iota, *h_iota;           /* pipelined: 0, 1, 2, ... (the received rows' order) */
-    uint64_t *own_bits;                 /* pipelined: a bit per shard row (the collision test; zero between uses) */
+    /* the tables (global row g = emb_off[table] + row), whole or this rank's shard, their
+     * optimizer state and placement, the exchange of a sharded batch's rows, the ring of batches
+     * in flight (emb/emb.h) */
+    nb_emb emb;
     float loss_den; /* the loss is a sum over samples / loss_den (0: the batch's size; ranks: the global batch) */
     /* sparse gradient of the last backward: nuniq strictly increasing global rows + [nuniq, E]
      * (uniq_rows is built on the host with the batch, or with device lists copied back by
@@ -198,32 +173,22 @@ typedef struct {
     const struct nb_backend_i *be;
     const struct nb_ctr_ops_i *co;
     const struct nb_task_ctx *ctx; /* the lane ops run on (nb_sc_set_ctx); a default one if NULL */
-    float *d_params, *d_grads, *d_emb, *d_uniq_grads;
+    float *d_params, *d_grads, *d_uniq_grads;
     void *d_w;                  /* compute weights in the backend's act dtype (d_params when fp32) */
     float *d_am, *d_av;         /* AdamW moments */
-    float *d_eacc, *d_em, *d_ev; /* Adagrad accumulators, sparse Adam moments (as planned: emb_opt) */
-    float *am, *av, *eacc, *em, *ev; /* their host copies (the same memory on the CPU) */
+    float *am, *av;             /* their host copies (the same memory on the CPU) */
     double *d_loss;             /* [2]: the last forward's loss, the dense gradient's sum of squares */
     void *d_k, *h_k;            /* AdamW scalars (nb_adamw_scalars[2]) in backend / host memory */
     int nseg, seg_first[NB_SC_MAX_BLOCKS + 1]; /* segments: blocks seg_first[k] .. seg_first[k+1]-1 */
-    nb_sc_stage *stage;      /* the batch the last forward read */
-    /* host staging: a ring of NB_SC_RING training stages filled by nb_sc_prepare (a queue: the
-     * oldest prepared is the next step's) and [NB_SC_RING] for evaluation batches */
+    nb_sc_stage *stage;      /* the batch the last forward read (stages[emb.cur]) */
+    /* host staging: the model's lists of the ring's batches (emb.batch has their exchange lists);
+     * stages[NB_SC_RING] is evaluation's */
     nb_sc_stage *stages[NB_SC_RING + 1];
-    nb_sc_stage *queue[NB_SC_RING];
-    int nqueue, ring;
-    nb_sc_stage *prepared; /* the batch the next forward reads (queue[0]) */
-    nb_sc_stage *next;     /* after nb_sc_begin_step: the batch after the step's, if prepared */
-    nb_sc_stage *latest;   /* the batch prepared last (its exchange is planned next) */
-    nb_sc_stage *prev_train; /* the training batch prepared before `latest` (pipelined: collisions) */
-    int pipelined, host_tables;
-    int skip_resync; /* debug: leave the collision rows stale (a test shows the results then differ) */
     int stage_nh;  /* history rows of the prepared batch (before padding) */
-    int pad_rows; /* device backends: histories padded to a bucket (seqctr.c: bucket_rows) */
+    int pad_rows; /* device backends: histories padded to a bucket (seqctr_batch.c: bucket_rows) */
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     nb_sc_acts *acts;
     int max_batch;
-    int emb_opt; /* NB_SC_ADAGRAD, NB_SC_ADAM, or -1: state for both */
     unsigned char init_kind[NB_SC_MAX_TENSORS];
     nb_adamw_span *spans; /* [ntensors]: AdamW's tensor table */
     struct nb_arena *ar_dev, *ar_pin, *ar_host;
@@ -236,38 +201,22 @@ typedef struct {
 /* The memory plan for batches of up to max_batch samples on backend be: the tensor table, and
  * the bytes of every view in the arenas (device: parameters, gradients, optimizer state,
  * activations, the batch's index lists; pinned: their host staging; host: the weights' and the
- * optimizer state's mirrors on CUDA). Nothing is allocated. emb_opt: the tables' optimizer
- * (NB_SC_ADAGRAD, NB_SC_ADAM; -1 both). Fails (nb_fail) on an invalid config. */
+ * optimizer state's mirrors on CUDA). Nothing is allocated. po (NULL: whole tables, both tables'
+ * optimizers' state): the tables' layout and who builds the index lists. Fails (nb_fail) on an
+ * invalid config. */
 void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const struct nb_backend_i *be,
                 const nb_sc_plan_opts *po, struct nb_arena *dev, struct nb_arena *pinned, struct nb_arena *host);
-/* Sharded models (see nb_sc_shard), for the batch prepared last: its rows asked of each owner:
- * ids (local rows, owner blocks) and asked[world] counts. */
-void nb_sc_asked(const nb_sc_model *m, const int64_t **ids, const size_t **asked);
-/* The rows the other ranks asked of this one for the batch prepared last (asker blocks in rank
- * order, served[world] counts, as the id all-to-all delivered them): the owner's lookups and the
- * plan of its gradient sums. Fails on a row outside this shard. */
-void nb_sc_serve(nb_sc_model *m, const int64_t *ids, const size_t *served);
-/* Pipelined, after nb_sc_serve: the served rows the previous training batch updates on this
- * owner (its rows come from this owner before that update: they are sent again after it). pos:
- * their positions in each asker's block, counts[world] per asker, to be sent to the askers. */
-void nb_sc_collisions(const nb_sc_model *m, const int64_t **pos, const size_t **counts);
-/* The askers' side: the positions each owner sent (owner blocks, counts[world]), where the
- * re-synced rows go in the batch's work buffer. */
-void nb_sc_set_resync(nb_sc_model *m, const int64_t *pos, const size_t *counts);
-/* A batch's exchange buffers and counts: NB_SC_CURRENT (the step's, after nb_sc_begin_step),
- * NB_SC_NEXT (the one after it), NB_SC_LATEST (prepared last). */
-void nb_sc_exchange_of(const nb_sc_model *m, int which, nb_sc_exchange *x);
 /* Phases of the batch after the step's (pipelined: NB_SC_FWD_UPLOAD, NB_SC_EMB_SERVE,
  * NB_SC_RESYNC_SERVE, NB_SC_RESYNC_APPLY), enqueued while the step's batch trains. */
 void nb_sc_enqueue_next_phase(nb_sc_model *m, const struct nb_task_ctx *ctx, int phase);
 /* A batch of a sharded model's evaluation, prepared into the evaluation stage (its exchange then
- * runs like a training batch's: nb_sc_asked / nb_sc_serve see it as the batch prepared last);
+ * runs like a training batch's: nb_emb_asked / nb_emb_serve see it as the batch prepared last);
  * nb_sc_begin_aside makes it the current batch; nb_sc_end_aside(m, token) hands the exchange
  * back to the training batches (token: what nb_sc_prepare_aside returned). Training batches
  * prepared ahead stay prepared. */
-void *nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b);
+int nb_sc_prepare_aside(nb_sc_model *m, const nb_sc_batch *b);
 void nb_sc_begin_aside(nb_sc_model *m);
-void nb_sc_end_aside(nb_sc_model *m, void *token);
+void nb_sc_end_aside(nb_sc_model *m, int token);
 /* Once the arenas are allocated (and zeroed): binds every view and initialises the weights
  * (deterministic from cfg.seed), copied to the backend on ctx. */
 void nb_sc_bind(nb_sc_model *m, const struct nb_task_ctx *ctx);

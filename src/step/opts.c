@@ -85,6 +85,7 @@ static const nb_opt table[] = {
     {"balance", NB_OPT_STR, F(balance), NB_OPTG_SC, "none", "HOW", "FreeScale: where each global batch's samples train: none (slices in data order), fbs (equal counts, lengths dealt zig-zag), vbs[:A[:C0]] (counts vary, equal sums of C0 + L^A; default 1.5:16)", .flag = 1, .state = OPT, .math = 1},
     {"emulate-ranks", NB_OPT_INT, F(emulate_ranks), NB_OPTG_SC, NULL, "N", "train N ranks' shares one after another in one process and time each: the straggler measurement on one GPU", 0, 256, "2..256 (0: none)", .flag = 1, .state = OPT, .math = 1},
     {"emb-priority", NB_OPT_BOOL, F(emb_priority), NB_OPTG_SC, NULL, NULL, "FreeScale, with --schedule pipe: the next batch's exclusive rows move while the step trains, its collision rows (the ones the step updates) right after the update", .flag = 1, .state = OPT},
+    {"micro-batches", NB_OPT_INT, F(micro_batches), NB_OPTG_SC, "1", "M", "Frozen-Window Pipelining (NestPipe's FWP): each rank's batch in M parts trained on one frozen embedding state, the tables updated once after the last", 1, 4096, "in 1..4096", .flag = 1, .state = OPT, .math = 1},
     /* the CPU's GEMMs sum in an order that depends on the thread count: a resume keeps it */
     {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores; a resume keeps the run's)", 0, BIG, ">= 0 (0: all cores)", .flag = 1, .state = OPT, .math = 1},
     /* flags only: where the run writes, how it reports, limits of this process */
@@ -102,7 +103,6 @@ static const nb_opt table[] = {
     {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
     {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
     {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
-    {"micro-batches", NB_OPT_INT, F(grad_accum), NB_OPTG_SC, "1", "M", "Frozen-Window Pipelining (NestPipe's FWP): each rank's batch in M parts trained on one frozen embedding state, the tables updated once after the last", 1, 4096, "in 1..4096", .flag = 1},
     /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model") */
     {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},
     {"dim", NB_OPT_INT, F(model.dim), NB_OPTG_TF, NULL, "N", "override: model width", 1, BIG, "at least 1", .flag = 1},
@@ -213,7 +213,7 @@ void nb_opt_format(const nb_opt *opt, const nb_train_opts *o, char *buf, size_t 
     }
 }
 
-const char *nb_precision_name(nb_precision_opt p) { return precision_names[p]; }
+const char *nb_precision_name(nb_opt_precision p) { return precision_names[p]; }
 
 /* ---------------------------------------------------------------- defaults */
 
@@ -346,6 +346,8 @@ static void check_range(const nb_opt *opt, const nb_train_opts *o) {
 void nb_train_opts_check(const nb_train_opts *o, unsigned groups) {
     for (int i = 0; i < NROWS; i++)
         if (groups & (1u << table[i].group)) check_range(&table[i], o);
+    NB_CHECK(o->micro_batches <= 1 || o->grad_accum <= 1, "pass --micro-batches (FWP) or --grad-accum, not both",
+             "--micro-batches %d and --grad-accum %d both split the step", o->micro_batches, o->grad_accum);
     NB_CHECK(o->emulate_ranks == 0 || o->emulate_ranks >= 2, "pass a value in the range the message names (flag or state.json field)",
              "--emulate-ranks is %d: it must be 2..256 (0: none)", o->emulate_ranks);
     nb_balance b;
@@ -409,7 +411,10 @@ void nb_train_opts_note_changes(const nb_train_opts *was, const nb_train_opts *n
 
 /* ---------------------------------------------------------------- derived */
 
-int nb_train_parts(const nb_train_opts *o) { return o->emulate_ranks > 1 ? o->emulate_ranks : o->grad_accum; }
+int nb_train_parts(const nb_train_opts *o) {
+    if (o->emulate_ranks > 1) return o->emulate_ranks;
+    return o->micro_batches > 1 ? o->micro_batches : o->grad_accum;
+}
 
 int nb_train_warmup_steps(const nb_train_opts *o) { return o->warmup >= 0 ? o->warmup : o->steps / 20; }
 

@@ -20,12 +20,12 @@
 
 #define NB_MAX_SEGMENTS 64
 
-typedef enum { NB_PREC_DEFAULT = 0, NB_PREC_BF16, NB_PREC_FP32 } nb_precision_opt;
-typedef enum { NB_ERASE_BLOCKING = 0, NB_ERASE_ASYNC } nb_erase_dispatch;
-typedef enum { NB_EMB_ADAGRAD = 0, NB_EMB_ADAM } nb_emb_optim;
-typedef enum { NB_SHARD_AUTO = 0, NB_SHARD_ROW, NB_SHARD_NONE } nb_emb_shard;
-typedef enum { NB_PLACE_GPU = 0, NB_PLACE_HOST } nb_emb_place;
-typedef enum { NB_LISTS_AUTO = 0, NB_LISTS_HOST, NB_LISTS_DEVICE } nb_index_lists;
+typedef enum { NB_PREC_DEFAULT = 0, NB_PREC_BF16, NB_PREC_FP32 } nb_opt_precision;
+typedef enum { NB_ERASE_BLOCKING = 0, NB_ERASE_ASYNC } nb_opt_erase_dispatch;
+typedef enum { NB_EMB_OPT_ADAGRAD = 0, NB_EMB_OPT_ADAM } nb_opt_emb_optim;
+typedef enum { NB_SHARD_AUTO = 0, NB_SHARD_ROW, NB_SHARD_NONE } nb_opt_emb_shard;
+typedef enum { NB_PLACE_GPU = 0, NB_PLACE_HOST } nb_opt_emb_place;
+typedef enum { NB_LISTS_AUTO = 0, NB_LISTS_HOST, NB_LISTS_DEVICE } nb_opt_index_lists;
 
 typedef struct nb_train_opts {
     char family[16];   /* the family's registry name (from --model, or the checkpoint's) */
@@ -34,7 +34,7 @@ typedef struct nb_train_opts {
     nb_sc_config ctr;   /* seqctr shape (its seed is the run's --seed, set at init) */
     char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
     char device[32], schedule[32];
-    nb_precision_opt precision;
+    nb_opt_precision precision;
     nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */
     uint64_t gpu_mem_limit;  /* bytes; 0: what the device has free */
     uint64_t host_mem_limit; /* bytes; 0: what the host reports available */
@@ -54,7 +54,7 @@ typedef struct nb_train_opts {
     char detach[256];
     float aux_weight;
     int side_lanes;          /* --schedule erase: side lanes for the segments' backward */
-    nb_erase_dispatch erase_dispatch; /* the main thread enqueues side work, or a thread per side lane */
+    nb_opt_erase_dispatch erase_dispatch; /* the main thread enqueues side work, or a thread per side lane */
     int ckpt_interval;       /* stream: keep every K-th layer's input, recompute the rest (0: keep all) */
     int stream_slots;        /* stream: device weight slots layers pass through (2: double buffering; -1: as many as
                                 fit, up to one per layer, so the backward finds the forward's weights) */
@@ -66,17 +66,18 @@ typedef struct nb_train_opts {
     /* ranks: --grad-accum K micro-batches per optimizer step on each rank (the global --batch is
      * split over ranks x micro-batches), the communicator's kind and deadline */
     int grad_accum;
+    int micro_batches; /* seqctr: Frozen-Window Pipelining's parts per step (NestPipe's FWP) */
     nb_comm_kind comm;
     int comm_sm_free;   /* all-to-all and all-gather by copy engines (IPC / host-staged); sums stay on comm */
     float comm_timeout; /* seconds a collective may take before the job fails */
     int world;          /* ranks the run was started with (state.json: a resume needs the same) */
     /* seqctr: the embedding tables' optimizer, their rows, the held-out set, Criteo parsing */
-    nb_emb_optim emb_optim; /* row-wise Adagrad or lazy sparse Adam */
+    nb_opt_emb_optim emb_optim; /* row-wise Adagrad or lazy sparse Adam */
     /* where the tables' rows live: row-wise sharded over the ranks (global row g on rank g % N),
      * none (every rank holds every row: one rank only), auto (row with several ranks) */
-    nb_emb_shard emb_shard;
-    nb_emb_place emb_place;       /* where an owner's shard lives: the device's memory or host DRAM */
-    nb_index_lists index_lists;   /* who builds a batch's index lists (nb_sc_plan_opts.lists) */
+    nb_opt_emb_shard emb_shard;
+    nb_opt_emb_place emb_place;       /* where an owner's shard lives: the device's memory or host DRAM */
+    nb_opt_index_lists index_lists;   /* who builds a batch's index lists (nb_sc_plan_opts.lists) */
     int pipe_skip_resync; /* --schedule pipe, debug: leave the rows a step updates stale in the next batch */
     int cluster_keys;     /* seqctr --micro-batches: samples sharing hot keys go to the same micro-batch */
     /* FreeScale: where a global batch's samples train (none, fbs, vbs[:alpha[:c0]]), and ranks
@@ -128,7 +129,7 @@ int nb_opt_set(const nb_opt *opt, nb_train_opts *o, const char *value, char *err
 /* The row's value in o, spelled as a flag would give it. */
 void nb_opt_format(const nb_opt *opt, const nb_train_opts *o, char *buf, size_t cap);
 /* --precision as the backend takes it ("" for the device's default, "bf16", "fp32") */
-const char *nb_precision_name(nb_precision_opt p);
+const char *nb_precision_name(nb_opt_precision p);
 /* "a, b or c": an enum row's names, for hints */
 const char *nb_opt_names(const nb_opt *opt, char *buf, size_t cap);
 

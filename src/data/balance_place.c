@@ -1,4 +1,4 @@
-#include "run/sc_place.h"
+#include "data/balance_place.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,9 +6,9 @@
 #include "comm/comm.h"
 #include "core.h"
 
-static int balanced(const nb_sc_placer *p) { return p->bal.kind != NB_BALANCE_NONE || p->per_rank > 1; }
+static int balanced(const nb_balance_placer *p) { return p->bal.kind != NB_BALANCE_NONE || p->per_rank > 1; }
 
-void nb_sc_placer_init(nb_sc_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len) {
+void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len) {
     memset(p, 0, sizeof *p);
     NB_ASSERT(world >= 1 && per_rank >= 1 && (world == 1 || per_rank == 1) && Bg % world == 0);
     p->bal = *bal, p->Bg = Bg, p->world = world, p->rank = rank, p->per_rank = per_rank;
@@ -30,20 +30,20 @@ void nb_sc_placer_init(nb_sc_placer *p, const nb_balance *bal, int Bg, int world
     }
 }
 
-void nb_sc_placer_free(nb_sc_placer *p) {
+void nb_balance_placer_free(nb_balance_placer *p) {
     free(p->len), free(p->share_of), free(p->order), free(p->count), free(p->first), free(p->scratch);
     if (p->read.dense) nb_ctr_batch_free(&p->read);
     free(p->send), free(p->recv), free(p->cnt);
     memset(p, 0, sizeof *p);
 }
 
-int nb_sc_placer_window_cap(const nb_sc_placer *p) {
+int nb_balance_placer_window_cap(const nb_balance_placer *p) {
     if (p->per_rank > 1) return p->Bg; /* every emulated rank's share */
     return p->bal.kind == NB_BALANCE_VBS ? p->cap : p->Bl;
 }
 
 /* The ranks' slices' lengths, then the plan (the same on every rank). */
-static void plan(nb_sc_placer *p, int min_count) {
+static void plan(nb_balance_placer *p, int min_count) {
     if (p->world > 1)
         nb_comm_all_gather_host(p->read.len, p->len, (size_t)p->Bl * sizeof(int32_t), "history lengths");
     else
@@ -53,7 +53,7 @@ static void plan(nb_sc_placer *p, int min_count) {
 
 /* Every sample to its rank: counts from the plan (every rank knows every length), blocks in rank
  * order and data order within, so the window comes out in data order. */
-static int exchange(nb_sc_placer *p, nb_ctr_batch *win, int *idx) {
+static int exchange(nb_balance_placer *p, nb_ctr_batch *win, int *idx) {
     int N = p->world, me = p->rank;
     size_t *scnt = p->cnt, *sdsp = p->cnt + N, *rcnt = p->cnt + 2 * N, *rdsp = p->cnt + 3 * N, at = 0;
     for (int j = 0; j < N; j++) {
@@ -83,7 +83,7 @@ static int exchange(nb_sc_placer *p, nb_ctr_batch *win, int *idx) {
     return n;
 }
 
-void nb_sc_place(nb_sc_placer *p, nb_ctr_source *src, nb_ctr_batch *win, int *idx, int *share_first, int min_count) {
+void nb_balance_place(nb_balance_placer *p, nb_ctr_source *src, nb_ctr_batch *win, int *idx, int *share_first, int min_count) {
     int first = p->rank * p->Bl;
     if (!balanced(p)) { /* the data order: rank r trains the r-th slice */
         nb_ctr_fill_train_slice(src, win, p->Bg, first, p->Bl);

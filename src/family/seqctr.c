@@ -1,0 +1,524 @@
+/* The seqctr family: the seqctr model (model/seqctr.h) in a run. It binds the model into the
+ * run's arenas, gives its step as work items (the model's phases; with sharded tables the
+ * embedding module's exchanges as hooks on the comm lane), feeds it its data, and evaluates and
+ * checkpoints it. Its files:
+ *
+ *   seqctr.c           the family table, its options and plan (ranks, sharding, --balance,
+ *                      --emulate-ranks, Frozen-Window Pipelining's parts), the work items, a step's
+ *                      host side (begin, micro-batches, end) and its metrics
+ *   seqctr_prefetch.c  the parts made ready ahead of the step that trains them: samples, index
+ *                      lists, the keys routed to their owners (NestPipe's stages 1 and 3)
+ *   seqctr_eval.c      held-out NE and AUC (run/evalmetrics.c), sharded or not
+ *   seqctr_ckpt.c      checkpoint tensors, shards, resume, export, the shape in state.json
+ *   seqctr_stats.c     straggler statistics, the cost fit's records, the summary lines
+ *
+ * Metrics: metrics.jsonl, one line per step: step, loss, lr, ms, samples_per_s, bubble_pct,
+ * overlap_pct, plus eval_loss, eval_ne, eval_auc on evaluation steps. NE = mean BCE / H(p) with p
+ * the evaluation set's positive rate; AUC exact (ties get the average rank). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core.h"
+#include "family/seqctr_family.h"
+#include "host.h"
+#include "step/step_stats.h"
+
+static void work_phase(void *arg, const nb_task_ctx *ctx) {
+    sc_work *w = arg;
+    sc_train *t = w->t;
+    if (w->phase == NB_SC_FWD_EMB && nb_sc_first_part(&t->m)) nb_sc_zero_grads(&t->m); /* parts add up */
+    nb_sc_enqueue_phase(&t->m, ctx, w->phase, w->seg, &t->optim, t->step + 1);
+}
+
+/* A phase of the batch after the step's (pipelined); nothing when there is none (the last step). */
+static void work_next(void *arg, const nb_task_ctx *ctx) {
+    sc_work *w = arg;
+    if (w->t->m.emb.next >= 0) nb_sc_enqueue_next_phase(&w->t->m, ctx, w->phase);
+}
+
+static nb_span_kind phase_kind(nb_sc_phase p) {
+    if (p <= NB_SC_FWD_SEG) return NB_SPAN_FWD;
+    return p == NB_SC_OPT_DENSE || p == NB_SC_OPT_EMB ? NB_SPAN_OPTIM : NB_SPAN_BWD;
+}
+
+static void add_fixed(nb_items *l, sc_train *t, nb_sc_phase p) {
+    t->fixed[p] = (sc_work){t, p, 0};
+    nb_items_add(l, nb_sc_phase_name(p), phase_kind(p), work_phase, &t->fixed[p]);
+}
+
+/* Sharded: the owners' rows to the ranks that asked (into the batch's work buffer); the compute
+ * lane waits for them. */
+static void hook_rows(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_ROWS, t->m.d_uniq_grads);
+}
+
+/* Sharded: each unique row's gradient to its owner. */
+static void hook_grads(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_GRADS, t->m.d_uniq_grads);
+}
+
+/* Pipelined: the next batch's rows, fetched while the step trains. */
+static void hook_rows_next(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_ROWS_NEXT, t->m.d_uniq_grads);
+}
+
+/* Pipelined, after the step's update: the next batch's rows that the update changed, again. */
+static void hook_resync(nb_run *r, nb_lane *lane, int step, void *arg) {
+    (void)step;
+    sc_train *t = arg;
+    nb_emb_all_to_all(&t->m.emb, r->comm, lane, NB_EMB_RESYNC, t->m.d_uniq_grads);
+}
+
+static void add_next(nb_items *l, sc_train *t, nb_sc_phase p, const char *name) {
+    t->next[p] = (sc_work){t, p, 0};
+    /* host tables: the lookups read host memory over the bus, a transfer like the upload */
+    int moves = p == NB_SC_FWD_UPLOAD || (t->m.emb.host && (p == NB_SC_EMB_SERVE || p == NB_SC_RESYNC_SERVE));
+    nb_items_add(l, name, moves ? NB_SPAN_H2D : NB_SPAN_OTHER, work_next, &t->next[p]);
+}
+
+static void build_items(nb_run *r, sc_train *t) {
+    nb_step_items *it = &r->items;
+    char name[40];
+    it->nseg = t->m.nseg;
+    add_fixed(&it->pre, t, NB_SC_FWD_UPLOAD);
+    if (t->sharded) {
+        add_fixed(&it->pre, t, NB_SC_EMB_SERVE);
+        nb_items_add_hook(&it->pre, "rows all-to-all", hook_rows, t);
+    }
+    add_fixed(&it->input, t, NB_SC_FWD_EMB);
+    add_fixed(&it->input, t, NB_SC_FWD_HIST);
+    for (int k = 0; k < t->m.nseg; k++) {
+        t->fwd[k] = (sc_work){t, NB_SC_FWD_SEG, k};
+        t->bwd[k] = (sc_work){t, NB_SC_BWD_SEG, k};
+        snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_FWD_SEG), k);
+        nb_items_add(&it->fwd[k], name, NB_SPAN_FWD, work_phase, &t->fwd[k]);
+        snprintf(name, sizeof name, "%s %d", nb_sc_phase_name(NB_SC_BWD_SEG), k);
+        nb_items_add(&it->bwd[k], name, NB_SPAN_BWD, work_phase, &t->bwd[k]);
+    }
+    add_fixed(&it->tail, t, NB_SC_BWD_JOIN);
+    add_fixed(&it->tail, t, NB_SC_BWD_HIST);
+    /* the dense gradient is complete after the bottom MLP's backward: one bucket, all-reduced
+     * over the ranks while the embedding backward runs */
+    t->fixed[NB_SC_BWD_BOTTOM] = (sc_work){t, NB_SC_BWD_BOTTOM, 0};
+    nb_items_add_bucket(&it->tail, nb_sc_phase_name(NB_SC_BWD_BOTTOM), NB_SPAN_BWD, work_phase, &t->fixed[NB_SC_BWD_BOTTOM], 0);
+    add_fixed(&it->opt, t, NB_SC_OPT_DENSE);
+    /* the unique rows' gradient and update: their count changes per batch (outside a graph) */
+    add_fixed(&it->post, t, NB_SC_BWD_EMB);
+    if (t->sharded) {
+        nb_items_add_hook(&it->post, "grads all-to-all", hook_grads, t);
+        add_fixed(&it->post, t, NB_SC_EMB_SUM);
+    }
+    add_fixed(&it->post, t, NB_SC_OPT_EMB);
+    if (t->pipelined) {
+        add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
+        add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
+        nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
+        if (t->m.emb.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
+        add_next(&it->resync, t, NB_SC_RESYNC_SERVE, "resync serve");
+        nb_items_add_hook(&it->resync, "resync all-to-all", hook_resync, t);
+        add_next(&it->resync, t, NB_SC_RESYNC_APPLY, "resync apply");
+    }
+    t->dense_bucket = (nb_bucket){{0, 0}, {t->m.nparams, 0}, 1};
+    nb_run_set_buckets(r, &t->dense_bucket, 1);
+    r->grad_sum = t->m.d_grads;
+    r->grad_micro = NULL; /* one micro-batch: nothing to accumulate */
+}
+
+/* The compute lane's context, for the model's calls from the host (losses, copies, evaluation);
+ * OpenMP's thread count is per calling thread, so the lane's worker needs its own setting. */
+static void work_bind_ctx(void *arg, const nb_task_ctx *ctx) {
+    sc_train *t = arg;
+    t->ctx = *ctx;
+    nb_sc_set_ctx(&t->m, &t->ctx);
+    nb_host_set_threads(t->run->o.threads);
+}
+
+/* ---------------------------------------------------------------- family entries */
+
+static void sc_check(nb_train_opts *o) {
+    nb_sc_config *c = &o->ctr;
+    static const char *hint = "check the seqctr flags (--emb-dim, --heads, --blocks, --max-len)";
+    NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint, "--emb-dim %d must be a multiple of the %d heads",
+             c->E, c->heads);
+    NB_CHECK(c->max_len >= 0 && c->max_len <= 65536, hint, "--max-len must be in 0..65536, got %d", c->max_len);
+    NB_CHECK(c->blocks >= 1 && c->blocks <= NB_SC_MAX_BLOCKS, hint, "--blocks must be in 1..%d, got %d", NB_SC_MAX_BLOCKS,
+             c->blocks);
+    c->detach = 0;
+    if (o->detach[0]) {
+        int first[NB_MAX_SEGMENTS + 1];
+        int nseg = nb_parse_detach(o->detach, c->blocks, "block indices", first, NB_MAX_SEGMENTS);
+        for (int s = 1; s < nseg; s++) c->detach |= 1ULL << first[s];
+        NB_CHECK(o->aux_weight > 0, "pass --aux-weight > 0 with --detach (each detached block learns from its own head)",
+                 "--detach needs --aux-weight > 0");
+    }
+    c->aux_weight = o->aux_weight;
+    c->seed = o->seed;
+    o->seq = 0;
+}
+
+int nb_seqctr_shard_opts(const nb_train_opts *o, int world) {
+    return o->emb_shard == NB_SHARD_ROW || (o->emb_shard == NB_SHARD_AUTO && world > 1);
+}
+
+/* Frozen-Window Pipelining's parts per window: --micro-batches M (--grad-accum K means the same
+ * for this family: the tables update once per step, after the last part). */
+static int fwp_parts(const nb_train_opts *o) { return o->micro_batches > 1 ? o->micro_batches : o->grad_accum; }
+
+/* Do the tables go through the sharded exchange? With several ranks, under a prefetching schedule
+ * (its work buffers are the dual buffers), and when a step's parts (micro-batches, emulated ranks)
+ * sum their table gradients at the owners. (Whole tables in host memory need none of it: the
+ * device reads and updates them in place.) */
+static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_traits *tr) {
+    return nb_seqctr_shard_opts(o, world) || tr->prefetches || nb_train_parts(o) > 1;
+}
+
+static int sc_wants_comm(const nb_train_opts *o, const nb_sched_traits *t) { return uses_exchange(o, nb_comm_size(), t); }
+
+/* --balance and --emulate-ranks: the shares, the window and the parts (micro-batches). */
+static void plan_placement(nb_run *r, sc_train *t, int max_len) {
+    const nb_train_opts *o = &r->o;
+    nb_balance bal;
+    nb_balance_parse(&bal, o->balance);
+    t->emulate = o->emulate_ranks > 1 ? o->emulate_ranks : 0;
+    NB_CHECK(!t->emulate || r->world == 1, "run --emulate-ranks in one process (no mpirun)",
+             "--emulate-ranks %d stands in for ranks on one GPU; this run has %d real ones", o->emulate_ranks, r->world);
+    NB_CHECK(!t->emulate || fwp_parts(o) == 1, "drop --micro-batches with --emulate-ranks",
+             "the emulated ranks' shares are the step's parts");
+    NB_CHECK(!t->emulate || !o->graphs, "drop --graphs with --emulate-ranks",
+             "each emulated rank is timed by its phases' spans; a graph replay is one span");
+    NB_CHECK(bal.kind != NB_BALANCE_VBS || !o->graphs, "drop --graphs with --balance vbs",
+             "vbs changes the per-rank batch size every step: a captured step would not replay");
+    int shares = t->emulate ? t->emulate : r->world;
+    NB_CHECK(o->batch % shares == 0, "pass a --batch divisible by the ranks (emulated ones too)",
+             "--batch %d does not split over %d ranks", o->batch, shares);
+    NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
+             "both decide where the samples go");
+    nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len);
+    t->M = nb_train_parts(o);
+    int wcap = nb_balance_placer_window_cap(&t->place);
+    if (bal.kind == NB_BALANCE_NONE && !t->emulate)
+        NB_CHECK(t->Bl % t->M == 0, "pass a --batch divisible by ranks x --micro-batches",
+                 "this rank's %d samples do not split into %d micro-batches", t->Bl, t->M);
+    NB_CHECK(t->emulate || t->place.cap >= t->M, "pass a --batch of at least ranks x --micro-batches",
+             "a rank's share does not split into %d micro-batches", t->M);
+    t->Bm = t->emulate ? t->place.cap : (wcap + t->M - 1) / t->M; /* the largest part */
+    NB_CHECK(!o->cluster_keys || t->M > 1, "add --micro-batches M > 1 with --cluster-keys",
+             "--cluster-keys groups a batch's samples into micro-batches: there is one");
+    if ((bal.kind != NB_BALANCE_NONE || t->emulate) && r->rank == 0) {
+        char name[64];
+        nb_balance_name(&bal, name, sizeof name);
+        nb_log(1, "balance     --balance %s over %d %sranks: at most %d samples per rank (of %d)\n", name, shares,
+               t->emulate ? "emulated " : "", t->place.cap, o->batch);
+    }
+}
+
+/* This rank's slice of the global batch, and whether the tables are sharded. */
+static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
+    const nb_train_opts *o = &r->o;
+    t->pipelined = !r->eval_only && r->traits.prefetches;
+    t->ids_ahead = r->traits.ids_ahead;
+    int parts = nb_train_parts(o);
+    t->sharded = !r->eval_only && uses_exchange(o, r->world, &r->traits);
+    t->Bl = o->batch, t->first = 0, t->M = 1, t->Bm = o->batch;
+    if (r->eval_only) return;
+    NB_CHECK(parts == 1 || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --micro-batches / --emulate-ranks",
+             "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
+    NB_CHECK(!o->emb_priority || t->pipelined, "add --schedule pipe with --emb-priority",
+             "--emb-priority orders the rows the pipe schedule fetches ahead: exclusive rows early, collision rows after the update");
+    NB_CHECK(!o->emb_priority || !o->pipe_skip_resync, "drop --pipe-skip-resync with --emb-priority",
+             "with --emb-priority the collision rows arrive only through the re-sync");
+    NB_CHECK(!t->pipelined || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --schedule pipe",
+             "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
+    NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
+             "--emb-shard none with %d ranks: every rank holding every row is not built (the ranks' row updates would have "
+             "to be merged)", r->world);
+    NB_CHECK(o->batch % r->world == 0, "pass a --batch (the global batch) divisible by the number of ranks",
+             "--batch %d does not split evenly over %d ranks", o->batch, r->world);
+    t->Bl = o->batch / r->world;
+    t->first = r->rank * t->Bl;
+    plan_placement(r, t, max_len);
+    if (t->sharded && r->rank == 0)
+        nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
+               r->world, r->world == 1 ? "" : "s", r->world, o->emb_place == NB_PLACE_HOST ? "host" : "gpu", t->Bl);
+}
+
+/* The plan, and where the tables' rows and optimizer state live (--emb-place). */
+static void print_memory(const nb_run *r, const sc_train *t) {
+    if (r->rank != 0 || nb_verbosity < 1) return;
+    const nb_sc_model *m = &t->m;
+    double per_row = (double)m->cfg.E * 4 * (m->emb.opt == NB_SC_ADAM ? 3 : 1) + (m->emb.opt == NB_SC_ADAM ? 0 : 4);
+    char a[32], b[32], c[32], d[32];
+    fprintf(stderr, "memory      device %s, pinned %s, host %s; this rank's table rows and their optimizer state: %s %s\n",
+            nb_fmt_bytes(a, sizeof a, (double)r->dev.planned), nb_fmt_bytes(b, sizeof b, (double)r->pinned.planned),
+            nb_fmt_bytes(c, sizeof c, (double)r->host.planned), nb_fmt_bytes(d, sizeof d, per_row * (double)m->emb.rows),
+            m->emb.host || r->be->device == NB_DEV_CPU ? "in host memory" : "on the device");
+}
+
+static void sc_init(nb_run *r) {
+    sc_train *t = nb_calloc(1, sizeof *t, "the seqctr family");
+    r->fs = t;
+    t->run = r;
+    const nb_train_opts *o = &r->o;
+    nb_sc_config mc = o->ctr;
+    nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
+    nb_ctr_source_open(&t->src, &so, &mc);
+    int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
+    plan_ranks(r, t, mc.max_len);
+    nb_emb_shard shard = {r->world, r->rank};
+    nb_sc_plan_opts po = {.emb = {.opt = emb_opt, .shard = t->sharded ? shard : (nb_emb_shard){0, 0}, .pipelined = t->pipelined,
+                                  .host = !r->eval_only && o->emb_place == NB_PLACE_HOST, .parts = t->M,
+                                  .priority = o->emb_priority},
+                          .lists = o->index_lists == NB_LISTS_HOST     ? NB_SC_LISTS_HOST
+                                   : o->index_lists == NB_LISTS_DEVICE ? NB_SC_LISTS_DEVICE
+                                                                        : NB_SC_LISTS_AUTO};
+    nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
+    t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
+    print_memory(r, t);
+    nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
+    nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
+    nb_sc_bind(&t->m, &t->ctx);
+    nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len);
+    int wcap = nb_balance_placer_window_cap(&t->place);
+    nb_ctr_batch_alloc(&t->window, wcap, mc.max_len);
+    if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len);
+    t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
+    t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
+    t->part_s = nb_calloc(4 * (size_t)t->M, sizeof(double), "part times");
+    t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M, t->part_n = t->part_s + 3 * (size_t)t->M;
+    t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
+    t->strag_steps = nb_calloc(2 * (size_t)o->steps, sizeof(double), "straggler times");
+    t->bubble_steps = t->strag_steps + o->steps;
+    t->rank_s = nb_calloc((size_t)(r->world > t->M ? r->world : t->M), sizeof(double), "rank times");
+    if (t->emulate) nb_balance_fit_init(&t->fit, o->steps * t->M);
+    const char *log = getenv("NB_SAMPLES_LOG");
+    if (log && log[0]) {
+        char path[NB_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s.%d", log, r->rank);
+        t->samples_log = fopen(path, "w");
+        NB_CHECK(t->samples_log != NULL, "set NB_SAMPLES_LOG to a writable path prefix", "cannot write %s", path);
+    }
+    t->m.emb.skip_resync = t->pipelined && o->pipe_skip_resync;
+    t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                             .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
+                             .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
+    t->step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
+    build_items(r, t);
+    size_t rows = (size_t)t->m.emb_off[NB_SC_NTABLES];
+    if (nb_verbosity > 0)
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
+                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, t->m.nparams_used / 1e6,
+                (double)rows / 1e6, r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
+}
+
+static void sc_free(nb_run *r) {
+    sc_train *t = T(r);
+    if (!t) return;
+    nb_ctr_batch_free(&t->batch);
+    nb_ctr_batch_free(&t->window);
+    nb_ctr_cluster_free(&t->cluster);
+    nb_balance_placer_free(&t->place);
+    nb_balance_fit_free(&t->fit);
+    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->strag_steps), free(t->rank_s);
+    if (t->samples_log) fclose(t->samples_log);
+    nb_sc_free(&t->m);
+    nb_ctr_source_close(&t->src);
+    free(t->step_secs);
+    free(t);
+    r->fs = NULL;
+}
+
+static double sc_per_step(const nb_run *r) { return (double)r->o.batch; }
+
+static void sc_begin_step(nb_run *r, int step) {
+    sc_train *t = T(r);
+    const nb_train_opts *o = &r->o;
+    if (!t->nsteps) t->t_start = nb_now();
+    const nb_span *sp;
+    t->span_seen = nb_lanes_spans(r->lanes, &sp);
+    t->part_k = 0, t->step_shared_s = 0;
+    if (!t->next_u) t->next_u = t->popped_u = (long)step * t->M; /* a resumed run starts at its step */
+    t->step_rows = t->step_resynced = t->step_ahead = 0;
+    nb_seqctr_pop_part(r, t, step);
+    t->step = step;
+    /* a constant learning rate unless --warmup / --min-lr-frac say otherwise */
+    r->lr = nb_lr_cosine(step, nb_train_warmup_steps(o), o->steps, o->lr, o->lr * o->min_lr_frac);
+    t->optim.lr = r->lr;
+    nb_sc_optim_prepare(&t->m, &t->optim, step + 1);
+}
+
+/* Part k > 0 of the step's window (the run waited for part k - 1: its spans are in). */
+static void sc_begin_micro(nb_run *r, int k) {
+    if (k == 0) return;
+    sc_train *t = T(r);
+    t->part_s[k - 1] = nb_seqctr_part_busy(r, t);
+    nb_seqctr_count_rows(t);
+    t->part_k = k;
+    nb_seqctr_pop_part(r, t, t->step);
+}
+
+/* the next part (pipelined: the one after it) is made on the host while this one runs */
+static void sc_overlap(nb_run *r, int step) {
+    (void)step;
+    sc_train *t = T(r);
+    nb_seqctr_top_up(t, t->popped_u + nb_seqctr_lookahead(t));
+}
+
+static void sc_end_step(nb_run *r, int step, nb_mark done) {
+    (void)done;
+    sc_train *t = T(r);
+    r->loss = nb_sc_loss(&t->m); /* this rank's share of the global batch's mean */
+    r->loss_sum = r->loss * r->o.batch;
+    double sumsq = 0;
+    if (r->o.grad_clip > 0) r->be->to_host(&t->ctx, &sumsq, t->m.d_loss + 1, sizeof sumsq);
+    r->grad_norm = (float)sqrt(sumsq);
+    t->part_s[t->part_k] = nb_seqctr_part_busy(r, t);
+    nb_seqctr_count_rows(t);
+    nb_seqctr_rank_times(r, t, step);
+    if (t->nsteps < r->o.steps) t->emul_secs[t->nsteps] = t->step_emul_s;
+    if (t->nsteps < r->o.steps) t->step_secs[t->nsteps++] = r->last_secs;
+    if (step >= nb_step_warmup(r->o.steps)) {
+        nb_seqctr_add_breakdown(r->lanes, step, t->phase_s);
+        t->overlap_sum += r->last_stats.overlap_pct;
+    }
+}
+
+static void sc_metrics(const nb_run *r, nb_json_writer *w, double secs, const nb_eval *ev) {
+    (void)secs;
+    const sc_train *t = CT(r);
+    nb_json_knum(w, "lr", r->lr);
+    if (t->sharded) { /* this rank's step (its parts): the distinct rows it fetched, and those fetched again */
+        nb_json_kint(w, "rows_moved", t->step_rows);
+        if (t->pipelined) nb_json_kint(w, "rows_resynced", t->step_resynced);
+        if (t->m.emb.priority) nb_json_kint(w, "rows_ahead", t->step_ahead);
+    } else { /* the step's distinct table rows (their gradients and updates) */
+        nb_json_kint(w, "unique_rows", t->step_rows);
+    }
+    if (r->o.grad_clip > 0) nb_json_knum(w, "grad_norm", r->grad_norm);
+    if (t->emulate || r->world > 1) { /* the ranks' compute (busy) times of this step */
+        nb_json_knum(w, "straggler_pct", t->step_strag);
+        nb_json_knum(w, "rank_bubble_pct", t->step_rank_bubble);
+        nb_json_knum(w, "rank_ms_max", 1e3 * t->step_max_s);
+        nb_json_knum(w, "rank_ms_mean", 1e3 * t->step_mean_s);
+        if (t->emulate) nb_json_knum(w, "emulated_ms", 1e3 * t->step_emul_s);
+        if (t->emulate) nb_json_kint(w, "slowest_holds_longest", t->step_slow_long);
+        if (t->emulate) nb_json_kint(w, "slowest_samples", t->step_slow_n);
+    }
+    if (ev && ev->done) {
+        nb_json_knum(w, "eval_loss", ev->loss);
+        if (isfinite(ev->ne)) nb_json_knum(w, "eval_ne", ev->ne);
+        if (isfinite(ev->auc)) nb_json_knum(w, "eval_auc", ev->auc);
+    }
+}
+
+static void sc_metrics_losses(const nb_json *line, double *loss, double *held_out) {
+    *loss = nb_json_get_num(line, "loss", NAN);
+    *held_out = nb_json_get_num(line, "eval_loss", NAN);
+}
+
+static size_t sc_data_pos(const nb_run *r) {
+    const sc_train *t = CT(r);
+    return t->nahead ? t->ahead[0].pos : nb_ctr_source_position(&t->src);
+}
+
+static void sc_sync_to_host(nb_run *r) { nb_sc_to_host(&T(r)->m); }
+
+/* Device steps are captured per history-row bucket (model/seqctr_batch.c pads the rows); the CPU backend
+ * replays a graph by running its tasks, which read each batch's sizes: one graph. */
+static int sc_graph_key(nb_run *r) {
+    const nb_sc_model *m = &T(r)->m;
+    if (r->be->device == NB_DEV_CPU) return 0;
+    /* pipelined: each ring slot has its own device lists and work buffer */
+    return m->emb.pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
+}
+
+static const char *sc_model_name(const nb_train_opts *o) {
+    (void)o;
+    return "seqctr";
+}
+
+static int sc_owns_model(const char *model) { return !strcmp(model, "seqctr"); }
+static const char *sc_model_names(void) { return "seqctr"; }
+
+/* seqctr on synthetic clicks: a constant learning rate (warm-up 0, final fraction 1), Adam's
+ * default betas, no weight decay and no clipping, as the model was built and measured with */
+static const char *const sc_defaults[] = {
+    "data=synth", "side-lanes=4", "batch=256", "steps=300", "warmup=0", "eval-every=0", "log-every=50", "lr=1e-3",
+    "min-lr-frac=1", "beta2=0.999", "seed=1", NULL,
+};
+
+static void sc_default_shape(nb_train_opts *o) {
+    nb_sc_config_default(&o->ctr);
+    o->ctr.E = 32;
+    o->ctr.max_len = 32;
+}
+
+/* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
+ * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
+static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+    if (resuming) return;
+    if (!seen(ctx, "emb-lr") && o->emb_optim == NB_EMB_OPT_ADAM) o->emb_lr = 1e-3f;
+    if (o->detach[0] && !seen(ctx, "aux-weight")) o->aux_weight = 1.0f;
+}
+
+static void sc_print_model(const nb_train_opts *o, FILE *f) {
+    const nb_sc_config *c = &o->ctr;
+    fprintf(f, "model       seqctr: E %d, %d history layer%s x %d heads, %d blocks (cross rank %d, hidden %d), max_len %d, "
+               "tables of up to %lld rows\n",
+            c->E, c->hist_layers, c->hist_layers == 1 ? "" : "s", c->heads, c->blocks, c->cross_rank, c->block_hidden,
+            c->max_len, (long long)o->table_cap);
+}
+
+static void sc_eval_line(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f) {
+    fprintf(f, "eval n=%ld loss=%.5f ne=%.5f auc=%.5f base_rate=%.5f data=%s checkpoint=%s step=%d (%.1f s)\n", ev->n,
+            ev->loss, ev->ne, ev->auc, ev->base_rate, data, ckpt, r->step, secs);
+}
+
+const nb_family_i nb_family_seqctr = {
+    .name = "seqctr",
+    .unit = "samples",
+    .loss_unit = "BCE",
+    .held_out = "held-out loss",
+    .owns_model = sc_owns_model,
+    .model_names = sc_model_names,
+    .model_name = sc_model_name,
+    .option_groups = 1u << NB_OPTG_COMMON | 1u << NB_OPTG_RANKS | 1u << NB_OPTG_SC | 1u << NB_OPTG_ERASE,
+    .option_defaults = sc_defaults,
+    .defaults = sc_default_shape,
+    .after_flags = sc_after_flags,
+    .print_model = sc_print_model,
+    .held_out_option = "data",
+    .eval_line = sc_eval_line,
+    .check = sc_check,
+    .init = sc_init,
+    .start = nb_seqctr_start,
+    .free = sc_free,
+    .per_step = sc_per_step,
+    .begin_step = sc_begin_step,
+    .overlap = sc_overlap,
+    .overlap_micro = sc_overlap,
+    .begin_micro = sc_begin_micro,
+    .end_step = sc_end_step,
+    .evaluate = nb_seqctr_evaluate,
+    .metrics = sc_metrics,
+    .metrics_losses = sc_metrics_losses,
+    .print_eval = nb_seqctr_print_eval,
+    .data_pos = sc_data_pos,
+    .sync_to_host = sc_sync_to_host,
+    .ckpt_tensors = nb_seqctr_ckpt_tensors,
+    .write_config = nb_seqctr_write_config,
+    .read_config = nb_seqctr_read_config,
+    .summary = nb_seqctr_summary,
+    .graph_key = sc_graph_key,
+    .wants_comm = sc_wants_comm,
+    .fetches_ahead = 1,
+    .shard_tensors = nb_seqctr_shard_tensors,
+};
+
