@@ -197,6 +197,13 @@ int nb_cmd_train(int argc, char **argv) {
         snprintf(out_dir, sizeof out_dir, "%s", out_flag);
     else if (resume)
         resume_run_dir(resume, out_dir, sizeof out_dir);
+    /* the same command again (a scheduler's requeue, a rerun after a crash) continues the run
+     * its directory holds instead of overwriting it */
+    if (!resume && out_dir[0] && !has_flag(argc, argv, "--fresh") && !has_flag(argc, argv, "--help") &&
+        !has_flag(argc, argv, "-h") && nb_ckpt_exists(out_dir)) {
+        resume = out_dir;
+        nb_log(1, "note: %s holds a checkpoint: resuming it (pass --fresh to start over there)\n", out_dir);
+    }
     if (!has_flag(argc, argv, "--help") && !has_flag(argc, argv, "-h")) lock_and_resolve(resume, out_dir, ckpt_dir, sizeof ckpt_dir);
     const nb_family_i *fam = base_options(model, resume, ckpt_dir, &o);
     was = o;

@@ -164,7 +164,7 @@ void nb_seqctr_summary(nb_run *r, int steps_run) {
         nb_synth_teacher_logit(t->src.g, NB_CTR_EVAL_BASE, (int)ne, tl);
         nb_synth_fill(t->src.g, NB_CTR_EVAL_BASE, (int)ne, NULL, NULL, NULL, NULL, NULL, lab, NULL);
         nb_eval te = nb_eval_binary(tl, lab, ne, 1);
-        nb_seqctr_eval_line("teacher", o->steps, &te);
+        nb_seqctr_eval_line("teacher", r->step, &te);
         free(tl), free(lab);
     }
     if (t->src.kind == NB_CTR_MOVIELENS) {
@@ -172,7 +172,7 @@ void nb_seqctr_summary(nb_run *r, int steps_run) {
         float *score = nb_malloc((size_t)ne * sizeof(float), "popularity");
         nb_ctr_popularity_scores(&t->src, score);
         nb_eval pb = nb_eval_binary(score, t->src.eval.label, ne, 0);
-        nb_seqctr_eval_line("baseline-popularity", o->steps, &pb);
+        nb_seqctr_eval_line("baseline-popularity", r->step, &pb);
         free(score);
     }
 }

@@ -27,6 +27,14 @@ void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover) {
              "no checkpoint in '%s' (neither %s/state.json nor %s/ckpt/state.json exists)", dir, dir, dir);
 }
 
+int nb_ckpt_exists(const char *run_dir) {
+    char probe[NB_PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/ckpt/state.json", run_dir);
+    if (nb_file_exists(probe)) return 1;
+    snprintf(probe, sizeof probe, "%s/ckpt.old/state.json", run_dir);
+    return nb_file_exists(probe);
+}
+
 /* ---- state ---- */
 
 void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st) {

@@ -25,6 +25,8 @@ typedef struct {
  * recover: bring back a checkpoint that a crash left as ckpt.old (only a writer may: the caller
  * holds the run directory). */
 void nb_ckpt_resolve(const char *dir, char *out, size_t cap, int recover);
+/* Does the run directory hold a checkpoint (ckpt/, or the ckpt.old a crash left mid-swap)? */
+int nb_ckpt_exists(const char *run_dir);
 /* Read state.json: the family's defaults, then the model config and every option the run was
  * trained with (opts may be NULL), and the state. Validates format, version and every value. */
 void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st);

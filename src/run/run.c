@@ -579,6 +579,7 @@ void nb_run_train(nb_run *r) {
     double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
     int kt_first = first + nb_step_warmup(end - first), kt = kernel_table_open(r, lead);
     catch_stop_signals();
+    double last_ckpt = run_t0;
     if (r->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
     for (; r->step < end; r->step++) {
         int step = r->step;
@@ -618,8 +619,13 @@ void nb_run_train(nb_run *r) {
             }
         }
         if (r->loop->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
-        if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last))
+        /* --ckpt-minutes: a checkpoint at least this often, so a killed run loses little whatever
+         * its size (the ranks agree on the clock of the slowest) */
+        int due = agree(r, o->ckpt_minutes > 0 && nb_now() - last_ckpt >= 60.0 * o->ckpt_minutes);
+        if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last || due)) {
             save_checkpoint(r, step);
+            last_ckpt = nb_now();
+        }
         if (lead) progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
         step_ms[step - first] = 1e3 * (t1 - t0);
         if (is_last && o->out[0] && lead) write_timeline(r, step);
@@ -645,6 +651,9 @@ void nb_run_train(nb_run *r) {
         free(step_ms);
         return;
     }
+    if (o->stop_after > 0 && o->stop_after < o->steps && end == o->stop_after && o->out[0] && !o->no_ckpt)
+        fprintf(stderr, "stopped after step %d of %d with a checkpoint; continue with: nobubble train --resume %s\n", end,
+                o->steps, o->out);
     if (end > first) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
         if (r->loop->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->loop->last_eval.loss);

@@ -43,10 +43,12 @@ typedef struct nb_train_opts {
     uint64_t seed;
     int no_progress;  /* no live progress line on a terminal */
     int quiet;        /* print only errors and the summary */
+    int fresh;        /* start over in a run directory that holds a checkpoint (else: resume it) */
     int graphs;       /* capture the training step once (CUDA graph) and replay it */
     int graph_cache;  /* --graphs: at most this many captured steps (one per step shape) */
     int kernel_table; /* cuda: print the N longest kernels per step (CUPTI) after the run; 0: off */
     int no_ckpt;      /* write no checkpoint (benchmarks) */
+    float ckpt_minutes; /* a checkpoint at least every this many minutes of training (0: none) */
     float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
     /* ERASE (detached segments): where new segments start, as given ("2,4": transformer layers
      * 0-1, 2-3, 4-..; seqctr blocks 0-1, 2-3, 4-..; "all": every layer / block; "" none); each
