@@ -429,7 +429,7 @@ static void layers_slab(nb_run *r, nb_layer_slab *s) {
         .params = tr->params,
         .m = tr->m,
         .v = tr->v,
-        .k = tr->h_step->k,
+        .k = tr->h_step ? tr->h_step->k : NULL, /* NULL while planning: the scalars are bound later */
         .elem = es_of(tr),
     };
     for (int l = 0; l < L; l++) NB_ASSERT(m->group_numel[1 + l] == s->layer_numel);

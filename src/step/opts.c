@@ -406,8 +406,8 @@ void nb_train_opts_note_changes(const nb_train_opts *was, const nb_train_opts *n
         nb_opt_format(&table[i], was, a, sizeof a);
         nb_opt_format(&table[i], now, b, sizeof b);
         if (strcmp(a, b))
-            fprintf(stderr, "note: --%s '%s' differs from the checkpoint's '%s': the resumed run is no longer bitwise what one "
-                            "straight run would train\n", table[i].name, b, a);
+            fprintf(stderr, "note: --%s %s differs from the checkpoint's %s: the resumed run is no longer bitwise what one "
+                            "straight run would train\n", table[i].name, b[0] ? b : "''", a[0] ? a : "''");
     }
 }
 
