@@ -23,6 +23,17 @@ for k in step loss samples_per_s ms bubble_pct unique_rows eval_ne eval_auc eval
 done
 [ -s "$TMP/synth/ckpt/model.safetensors" ] && pass "ckpt/model.safetensors written" || fail "no ckpt/model.safetensors in --out"
 [ "$(wc -l < "$TMP/synth/metrics.jsonl")" -eq 300 ] && pass "metrics has one line per step" || fail "metrics line count"
+# issue 36, 6: the default recipe (its warm-up) has no spike: no step's loss above twice the first's
+$NB train --model seqctr --steps 24 --eval-every 12 --eval-samples 2048 --threads 1 --quiet --out "$TMP/default" >/dev/null \
+    || fail "default seqctr run"
+spike=$(grep -o '"loss":[0-9.e+-]*' "$TMP/default/metrics.jsonl" | cut -d: -f2 | awk 'NR == 1 {f = $1} {m = $1 > m ? $1 : m} END {print f, m}')
+awk -v f="${spike% *}" -v m="${spike#* }" 'BEGIN {exit !(f > 0 && m <= 2 * f)}' \
+    && pass "default seqctr recipe: no step's loss above twice the first's (first, max: $spike)" \
+    || fail "default seqctr recipe spikes (first, max: $spike)"
+for panel in "loss" "learning rate" "held-out AUC" "held-out NE" "samples/s"; do
+    grep -q "font-weight=\"bold\">$panel" "$TMP/default/loss.svg" && pass "loss.svg has a '$panel' panel" \
+        || fail "loss.svg lacks a '$panel' panel"
+done
 
 $NB train --model seqctr --data "$SYNTH" --steps 60 --batch 256 --eval-samples 1024 --out "$TMP/synth2" $SMALL \
     >/dev/null || fail "second synth run"

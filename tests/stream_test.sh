@@ -88,7 +88,7 @@ $NB train --resume "$TMP/g-all" --out "$TMP/g-all" --no-progress --quiet || fail
 same "5 layers: stream with every layer on the device, resumed at step 10, vs plain" "$TMP/k-plain" "$TMP/g-all"
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
     --schedule stream --gpu-layers 3 --out "$TMP/pcie-g" 2>&1)
-echo "$out" | grep -q "^pcie .* 8 layer uploads for 5 streamed layers" && echo "$out" | grep -q "3 of 8 layers (0 2 5) keep weights" \
+echo "$out" | grep -q "^\(pcie\|copies\) .* 8 layer uploads for 5 streamed layers" && echo "$out" | grep -q "3 of 8 layers (0 2 5) keep weights" \
     && pass "--gpu-layers 3 of 8: the plan says so, only the 5 others cross PCIe" || fail "--gpu-layers plan: $out"
 expect_error "--gpu-layers without stream" "use --gpu-layers with --schedule stream" $NB train "${C[@]}" --model gpt2-tiny --gpu-layers 1
 expect_error "--stream-slots out of range" "N >= 1, or -1" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stream-slots 0
@@ -115,6 +115,10 @@ done
 $NB timeline --trace "$TMP/gpt2-tiny.json" --step 5 --out "$TMP/step5.svg" 2>/dev/null \
     && grep -q ">stage<" "$TMP/step5.svg" && grep -q "adamw L0" "$TMP/step5.svg" \
     && pass "nobubble timeline draws step 5 of the trace" || fail "nobubble timeline"
+grep -q "schedule stream.*; step 5<" "$TMP/step5.svg" && ! grep -q "gpt2-tiny.json" "$TMP/step5.svg" \
+    && pass "its title names the run and the step, not the trace file" || fail "timeline title: $(grep -m1 -o '<text[^<]*</text>' "$TMP/step5.svg")"
+grep -q ">optimizer</text>" "$TMP/step5.svg" && grep -q ">forward, segment 0</text>" "$TMP/step5.svg" \
+    && pass "timeline.svg has a colour key" || fail "timeline.svg has no colour key"
 all=$(grep -c "<rect" "$TMP/gpt2-tiny-stream/timeline.svg"); one=$(grep -c "<rect" "$TMP/step5.svg")
 [ "$one" -lt $((3 * all)) ] && pass "the step's picture holds one step's boxes ($one vs $all in the run's last-step picture)" \
     || fail "timeline of one step has $one boxes against $all"

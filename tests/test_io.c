@@ -1227,6 +1227,35 @@ TEST_CASE(svg_line_plot) {
     CHECK(count_entries(tmpdir, ".svg.tmp") == 0, "svg written atomically");
 }
 
+/* loss.svg's panels: an early spike is clipped (named in the panel's title), panels share x */
+TEST_CASE(svg_panels) {
+    enum { N = 100 };
+    double x[N], loss[N], lr[N / 2], lx[N / 2];
+    for (int i = 0; i < N; i++) x[i] = i + 1, loss[i] = i == 1 ? 22.1 : 0.7 - 0.002 * i;
+    for (int i = 0; i < N / 2; i++) lx[i] = 2 * i + 50, lr[i] = 1e-3;
+    nb_svg_series a[1] = {{"train loss", NULL, N, x, loss}}, b[1] = {{"lr", NULL, N / 2, lx, lr}};
+    nb_svg_panel p[2] = {{"loss", "step", "loss", a, 1, 1}, {"learning rate", "step", "lr", b, 1, 0}};
+    nb_svg_panels(tpath("panels.svg"), "run <x>", p, 2);
+    char *svg = read_all(tpath("panels.svg"), NULL), why[128] = "";
+    int paths = 0;
+    CHECK(svg && xml_well_formed(svg, "path", &paths, why, sizeof why), "panels.svg: %s", why);
+    if (!svg) return;
+    CHECK(paths == 2, "one path per panel's series, got %d", paths);
+    CHECK(strstr(svg, "loss (first steps clipped: up to 22.1)") != NULL, "the spike is named");
+    CHECK(!strstr(svg, ">25</text>") && !strstr(svg, ">15</text>"), "the y axis does not run to the spike");
+    CHECK(strstr(svg, ">0.7</text>") != NULL, "the y axis covers the curve");
+    /* both panels' x axes run 0..100 although the lr series starts at 50 */
+    const char *second = strstr(svg, ">learning rate</text>");
+    CHECK(second && strstr(second, ">0</text>") && strstr(second, ">100</text>"), "panels share the x range");
+    free(svg);
+    /* a curve whose own top is its first step (a loss from ln V) is not clipped */
+    for (int i = 0; i < N; i++) loss[i] = 10.8 - 0.03 * i;
+    nb_svg_panels(tpath("panels.svg"), "run", p, 1);
+    svg = read_all(tpath("panels.svg"), NULL);
+    CHECK(svg && !strstr(svg, "clipped"), "a falling curve is drawn whole");
+    free(svg);
+}
+
 TEST_CASE(svg_timeline) {
     const char *rows[] = {"compute", "side[0] <early bwd>", "h2d"};
     nb_svg_box b[] = {
@@ -1234,14 +1263,16 @@ TEST_CASE(svg_timeline) {
         {2, 100, 100, 2, "zero-length"}, {2, 300, 900, 13, NULL},        {0, 2500, 2510, -3, "tiny"},
     };
     const char *p = tpath("timeline.svg");
-    nb_svg_timeline(p, "step 3 timeline", 3, rows, 6, b);
+    nb_svg_key keys[] = {{0, "forward <S0>"}, {1, "backward S0"}};
+    nb_svg_timeline(p, "step 3 timeline", 3, rows, 6, b, 2, keys);
     char *svg = read_all(p, NULL);
     char why[128] = "";
     int rects = 0, titles = 0;
     CHECK(svg && xml_well_formed(svg, "rect", &rects, why, sizeof why), "not well-formed: %s", why);
     if (!svg) return;
     xml_well_formed(svg, "title", &titles, why, sizeof why);
-    CHECK(rects == 1 + 3 + 6, "background + lanes + boxes, got %d rects", rects);
+    CHECK(rects == 1 + 3 + 6 + 2, "background + lanes + boxes + key swatches, got %d rects", rects);
+    CHECK(strstr(svg, ">forward &lt;S0&gt;</text>") && strstr(svg, ">backward S0</text>"), "the colour key");
     CHECK(titles == 6, "one tooltip per box, got %d", titles);
     CHECK(strstr(svg, "side[0] &lt;early bwd&gt;") && strstr(svg, "bwd &lt;b0&gt; &amp; co"), "escaped labels");
     CHECK(strstr(svg, ">fwd block 0</text>") != NULL, "label drawn inside a wide box");
@@ -1249,7 +1280,7 @@ TEST_CASE(svg_timeline) {
     CHECK(strstr(svg, nb_svg_color(13)) && strstr(svg, nb_svg_color(-3)), "palette wraps");
     CHECK(strstr(svg, ">2500</text>") && strstr(svg, "time (\xc2\xb5s)"), "time axis in microseconds");
     free(svg);
-    nb_svg_timeline(tpath("tl_empty.svg"), "empty", 0, NULL, 0, NULL);
+    nb_svg_timeline(tpath("tl_empty.svg"), "empty", 0, NULL, 0, NULL, 0, NULL);
     svg = read_all(tpath("tl_empty.svg"), NULL);
     CHECK(svg && xml_well_formed(svg, "rect", &rects, why, sizeof why), "empty timeline: %s", why);
     free(svg);
@@ -1283,6 +1314,7 @@ int main(void) {
     RUN(dir_replace);
     RUN(dir_recover);
     RUN(svg_line_plot);
+    RUN(svg_panels);
     RUN(svg_timeline);
     printf("io tests: %.2f s\n", nb_now() - t0);
     if (!getenv("NB_KEEP_TMP")) nb_rm_rf(tmpdir);

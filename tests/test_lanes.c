@@ -464,7 +464,7 @@ TEST_CASE(test_chrome_trace) {
     nb_lanes_sync(L);
     const nb_span *sp;
     size_t ns = nb_lanes_spans(L, &sp);
-    nb_lanes_write_chrome_trace(L, path);
+    nb_lanes_write_chrome_trace(L, path, NULL);
     nb_lanes_destroy(L);
 
     FILE *f = fopen(path, "r");

@@ -307,7 +307,7 @@ TEST_CASE(test_span_timing) {
     CHECK(fd >= 0, "mkstemp");
     if (fd >= 0) {
         close(fd);
-        nb_lanes_write_chrome_trace(L, path);
+        nb_lanes_write_chrome_trace(L, path, NULL);
         FILE *f = fopen(path, "r");
         char buf[8192] = "";
         size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;

@@ -63,6 +63,10 @@ static void help_line(FILE *f, const nb_arg *a) {
     char left[64];
     snprintf(left, sizeof left, "--%s %s", a->name, a->kind == ARG_BOOL ? "" : kind_meta(a));
     fprintf(f, "  %-24s %s", left, a->help);
+    if (strstr(a->help, "(required)")) { /* a required flag has no default to show */
+        fputc('\n', f);
+        return;
+    }
     switch (a->kind) {
     case ARG_INT: fprintf(f, " [%d]", *(int *)a->dst); break;
     case ARG_FLOAT: fprintf(f, " [%g]", *(float *)a->dst); break;
@@ -121,6 +125,37 @@ static void set_value(const char *cmd, nb_arg *a, const char *v) {
     a->seen = 1;
 }
 
+/* Edit distance (insertions, deletions, substitutions, swaps of neighbours) between a and
+ * b[0..bn), capped at 9. */
+static int edit_distance(const char *a, const char *b, size_t bn) {
+    size_t an = strlen(a);
+    if (an > 63 || bn > 63) return 9;
+    int d[64][64];
+    for (size_t i = 0; i <= an; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= bn; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= an; i++)
+        for (size_t j = 1; j <= bn; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]), del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < d[i][j])
+                d[i][j] = d[i - 2][j - 2] + 1;
+        }
+    return d[an][bn] < 9 ? d[an][bn] : 9;
+}
+
+/* "unknown flag '--stpes' (did you mean --steps?)": the nearest flag within a third of its length */
+static void unknown_flag(const char *cmd, const nb_arg *args, int nargs, const char *name, size_t nlen) {
+    const char *best = NULL;
+    int best_d = 9;
+    for (int k = 0; k < nargs; k++) {
+        int d = edit_distance(args[k].name, name, nlen);
+        int limit = (int)strlen(args[k].name) / 3 > 1 ? (int)strlen(args[k].name) / 3 : 1;
+        if (d <= limit && d < best_d) best = args[k].name, best_d = d;
+    }
+    if (best) nb_usage_error(cmd, "unknown flag '--%.*s' (did you mean --%s?)", (int)nlen, name, best);
+    nb_usage_error(cmd, "unknown flag '--%.*s'", (int)nlen, name);
+}
+
 int nb_args_parse(const char *cmd, const char *summary, nb_arg *args, int nargs, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -134,7 +169,7 @@ int nb_args_parse(const char *cmd, const char *summary, nb_arg *args, int nargs,
         nb_arg *a = NULL;
         for (int k = 0; k < nargs; k++)
             if (strlen(args[k].name) == nlen && !strncmp(args[k].name, name, nlen)) a = &args[k];
-        if (!a) nb_usage_error(cmd, "unknown flag '--%.*s'", (int)nlen, name);
+        if (!a) unknown_flag(cmd, args, nargs, name, nlen);
         if (a->kind == ARG_BOOL) {
             if (eq) nb_usage_error(cmd, "--%s takes no value", a->name);
             set_value(cmd, a, "");

@@ -18,19 +18,15 @@ int nb_cmd_timeline(int argc, char **argv) {
     int step = -1;
     nb_arg args[] = {
         {"trace", ARG_STR, trace, sizeof trace, "FILE", "Chrome trace from train --trace (required)", 0, 0, 0},
-        {"step", ARG_INT, &step, 0, "N", "step to draw, 0-based as in metrics.jsonl (required)", 0, 0, 0},
+        {"step", ARG_INT, &step, 0, "N", "step to draw, counted from 1 as in metrics.jsonl and the progress line (required)", 1, 0, 0},
         {"out", ARG_STR, out, sizeof out, "FILE", "SVG to write (default timeline.svg)", 0, 0, 0},
-        {"title", ARG_STR, title, sizeof title, "TEXT", "title line (default: the trace's name and the step)", 0, 0, 0},
+        {"title", ARG_STR, title, sizeof title, "TEXT", "title line (default: the run the trace names, and the step)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("timeline", TIMELINE_SUMMARY, args, nargs, argc, argv)) return 0;
     if (!trace[0]) nb_usage_error("timeline", "--trace FILE is required");
     if (!nb_args_seen(args, nargs, "step")) nb_usage_error("timeline", "--step N is required");
-    if (!title[0]) {
-        const char *base = strrchr(trace, '/');
-        snprintf(title, sizeof title, "%.200s step %d", base ? base + 1 : trace, step);
-    }
-    int n = nb_timeline_from_trace(trace, step, out, title);
+    int n = nb_timeline_from_trace(trace, step - 1, out, title[0] ? title : NULL);
     fprintf(stderr, "timeline of step %d (%d spans in the trace) written to %s\n", step, n, out);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "blas.h"
 #include "comm/comm.h"
 #include "commands.h"
@@ -45,7 +46,10 @@ static int runs_on_gpu(char **argv) {
 }
 
 /* Exit 0 and list the GPUs when --device cuda can run, exit 3 when it cannot. */
-static int cmd_info(void) {
+static int cmd_info(int argc, char **argv) {
+    if (nb_args_parse("info", "What this build and this machine offer: CUDA and its GPUs, CPU threads, the "
+                      "schedules. Exit status 0 when --device cuda can run, 3 when it cannot.", NULL, 0, argc, argv))
+        return 0;
     char gpu[256] = "";
     int n = nb_cuda_device_count(gpu, sizeof gpu);
 #ifdef NB_WITH_CUDA
@@ -100,7 +104,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return nb_cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return nb_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return nb_cmd_sample(argc - 1, argv + 1);
-    if (!strcmp(cmd, "info")) return cmd_info();
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "criteo-convert")) return nb_cmd_criteo_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth-dump")) return nb_cmd_synth_dump(argc - 1, argv + 1);
     if (!strcmp(cmd, "timeline")) return nb_cmd_timeline(argc - 1, argv + 1);

@@ -120,9 +120,10 @@ static void svg_close_and_write(nb_sbuf *b, const char *path) {
     nb_sbuf_free(b);
 }
 
-/* ------------------------------------------------------------------ line plot */
+/* ------------------------------------------------------------------ line plots */
 
 enum { LP_W = 800, LP_H = 500, LP_L = 75, LP_R = 25, LP_T = 40, LP_B = 55 };
+enum { PN_W = 560, PN_H = 300, PN_COLS = 2 }; /* one panel of a panel grid */
 
 typedef struct {
     axis ax, ay;
@@ -130,18 +131,35 @@ typedef struct {
 } frame;
 
 static double px(const frame *f, double x) { return f->x0 + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * (f->x1 - f->x0); }
-static double py(const frame *f, double y) { return f->y1 - (y - f->ay.lo) / (f->ay.hi - f->ay.lo) * (f->y1 - f->y0); }
+/* clamped to the plot area: a point clipped by a robust axis is drawn on its edge */
+static double py(const frame *f, double y) {
+    double p = f->y1 - (y - f->ay.lo) / (f->ay.hi - f->ay.lo) * (f->y1 - f->y0);
+    return p < f->y0 ? f->y0 : p > f->y1 ? f->y1 : p;
+}
+
+static int finite_point(const nb_svg_series *s, int i) { return isfinite(s->x[i]) && isfinite(s->y[i]); }
 
 static void data_range(int ns, const nb_svg_series *s, double *xlo, double *xhi, double *ylo, double *yhi) {
     *xlo = *ylo = INFINITY;
     *xhi = *yhi = -INFINITY;
     for (int k = 0; k < ns; k++)
         for (int i = 0; i < s[k].n; i++) {
+            if (!finite_point(&s[k], i)) continue;
             double x = s[k].x[i], y = s[k].y[i];
-            if (!isfinite(x) || !isfinite(y)) continue;
             *xlo = fmin(*xlo, x), *xhi = fmax(*xhi, x);
             *ylo = fmin(*ylo, y), *yhi = fmax(*yhi, y);
         }
+}
+
+/* The top of a robust y axis: the largest value after the first tenth of the x range. A spike in
+ * the first steps (a loss that starts at ln V, an optimizer's first steps) would otherwise squash
+ * the rest of the curve into a flat line; it is drawn clipped at the top and named in the title. */
+static double robust_top(int ns, const nb_svg_series *s, double xlo, double xhi, double yhi) {
+    double cut = xlo + 0.1 * (xhi - xlo), top = -INFINITY;
+    for (int k = 0; k < ns; k++)
+        for (int i = 0; i < s[k].n; i++)
+            if (finite_point(&s[k], i) && s[k].x[i] >= cut) top = fmax(top, s[k].y[i]);
+    return isfinite(top) ? fmin(yhi, top + 0.05 * fabs(top)) : yhi;
 }
 
 static void draw_axes(nb_sbuf *b, const frame *f, const char *xlabel, const char *ylabel) {
@@ -169,23 +187,24 @@ static void draw_axes(nb_sbuf *b, const frame *f, const char *xlabel, const char
         nb_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", f->x0 - 6, py(f, f->ay.lo + i * f->ay.step) + 4, lab);
     }
     nb_sbuf_puts(b, "</g>\n");
-    nb_sbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", (f->x0 + f->x1) / 2, LP_H - 12);
+    nb_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (f->x0 + f->x1) / 2, f->y1 + 43);
     put_text(b, xlabel);
-    double cy = (f->y0 + f->y1) / 2;
-    nb_sbuf_printf(b, "</text>\n<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">", cy, cy);
+    double cy = (f->y0 + f->y1) / 2, lx = f->x0 - 59;
+    nb_sbuf_printf(b, "</text>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">",
+                   lx, cy, lx, cy);
     put_text(b, ylabel);
     nb_sbuf_puts(b, "</text>\n");
 }
 
 static void draw_series(nb_sbuf *b, const frame *f, const nb_svg_series *s, const char *color) {
     int finite = 0;
-    for (int i = 0; i < s->n; i++) finite += isfinite(s->x[i]) && isfinite(s->y[i]);
+    for (int i = 0; i < s->n; i++) finite += finite_point(s, i);
     nb_sbuf_puts(b, "<path fill=\"none\" stroke-width=\"1.5\" stroke-linejoin=\"round\" stroke=\"");
     put_text(b, color);
     nb_sbuf_puts(b, "\" d=\"");
     int pen_down = 0;
     for (int i = 0; i < s->n; i++) {
-        if (!isfinite(s->x[i]) || !isfinite(s->y[i])) {
+        if (!finite_point(s, i)) {
             pen_down = 0; /* a gap, not a line across the missing point */
             continue;
         }
@@ -198,9 +217,9 @@ static void draw_series(nb_sbuf *b, const frame *f, const nb_svg_series *s, cons
     put_text(b, color);
     nb_sbuf_puts(b, "\">\n");
     for (int i = 0; i < s->n; i++) {
-        if (!isfinite(s->x[i]) || !isfinite(s->y[i])) continue;
-        int prev = i > 0 && isfinite(s->x[i - 1]) && isfinite(s->y[i - 1]);
-        int next = i + 1 < s->n && isfinite(s->x[i + 1]) && isfinite(s->y[i + 1]);
+        if (!finite_point(s, i)) continue;
+        int prev = i > 0 && finite_point(s, i - 1);
+        int next = i + 1 < s->n && finite_point(s, i + 1);
         if (finite <= 60 || (!prev && !next))
             nb_sbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", px(f, s->x[i]), py(f, s->y[i]));
     }
@@ -225,28 +244,71 @@ static void draw_legend(nb_sbuf *b, const frame *f, int ns, const nb_svg_series 
     }
 }
 
-void nb_svg_line_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
-                      const nb_svg_series *series, int nseries) {
+static void check_series(const char *path, const nb_svg_series *series, int nseries) {
     NB_CHECK(nseries >= 0 && (nseries == 0 || series), BUG_HINT, "bad series list for '%s'", path);
     for (int k = 0; k < nseries; k++)
         NB_CHECK(series[k].n >= 0 && (series[k].n == 0 || (series[k].x && series[k].y)), BUG_HINT,
                  "series %d of '%s' has no data pointers", k, path);
+}
+
+/* One plot in the area [x0, x1] x [y0, y1] of the picture (the plot frame inside its margins);
+ * the x range is the caller's, so that panels side by side share it. */
+static void draw_plot(nb_sbuf *b, double x0, double y0, double x1, double y1, const nb_svg_panel *p, double xlo,
+                      double xhi, int legend) {
+    double dxlo, dxhi, ylo, yhi;
+    data_range(p->nseries, p->series, &dxlo, &dxhi, &ylo, &yhi);
+    double top = p->robust && xlo < xhi ? robust_top(p->nseries, p->series, xlo, xhi, yhi) : yhi;
+    int clipped = top > ylo && yhi - top > 0.5 * (top - ylo); /* only a spike, not a curve's own top */
+    frame f = {make_axis(xlo, xhi, 8), make_axis(ylo, clipped ? top : yhi, 7), x0 + LP_L, x1 - LP_R, y0 + LP_T,
+               y1 - LP_B};
+    if (p->title && p->title[0]) {
+        nb_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">",
+                       (f.x0 + f.x1) / 2, f.y0 - 8);
+        put_text(b, p->title);
+        if (clipped) nb_sbuf_printf(b, " (first steps clipped: up to %.4g)", yhi);
+        nb_sbuf_puts(b, "</text>\n");
+    }
+    draw_axes(b, &f, p->xlabel, p->ylabel);
+    const char **colors = nb_calloc((size_t)p->nseries + 1, sizeof *colors, "plot colours");
+    for (int k = 0; k < p->nseries; k++) {
+        colors[k] = p->series[k].color ? p->series[k].color : nb_svg_color(k);
+        draw_series(b, &f, &p->series[k], colors[k]);
+    }
+    if (!(dxlo <= dxhi))
+        nb_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#999\">no data yet</text>\n",
+                       (f.x0 + f.x1) / 2, (f.y0 + f.y1) / 2);
+    if (legend) draw_legend(b, &f, p->nseries, p->series, colors);
+    free(colors);
+}
+
+void nb_svg_line_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                      const nb_svg_series *series, int nseries) {
+    check_series(path, series, nseries);
+    nb_svg_panel p = {NULL, xlabel, ylabel, series, nseries, 0};
+    nb_sbuf b = {0};
     double xlo, xhi, ylo, yhi;
     data_range(nseries, series, &xlo, &xhi, &ylo, &yhi);
-    frame f = {make_axis(xlo, xhi, 8), make_axis(ylo, yhi, 7), LP_L, LP_W - LP_R, LP_T, LP_H - LP_B};
-    nb_sbuf b = {0};
     svg_open(&b, LP_W, LP_H, title);
-    draw_axes(&b, &f, xlabel, ylabel);
-    const char **colors = nb_calloc((size_t)nseries + 1, sizeof *colors, "plot colours");
-    for (int k = 0; k < nseries; k++) {
-        colors[k] = series[k].color ? series[k].color : nb_svg_color(k);
-        draw_series(&b, &f, &series[k], colors[k]);
+    draw_plot(&b, 0, 0, LP_W, LP_H, &p, xlo, xhi, nseries > 0);
+    svg_close_and_write(&b, path);
+}
+
+void nb_svg_panels(const char *path, const char *title, const nb_svg_panel *panels, int npanels) {
+    NB_CHECK(npanels > 0 && panels, BUG_HINT, "no panels for '%s'", path);
+    for (int i = 0; i < npanels; i++) check_series(path, panels[i].series, panels[i].nseries);
+    int cols = npanels < PN_COLS ? npanels : PN_COLS, rows = (npanels + cols - 1) / cols, top = 30;
+    double xlo = INFINITY, xhi = -INFINITY, ylo, yhi;
+    for (int i = 0; i < npanels; i++) {
+        double a, z;
+        data_range(panels[i].nseries, panels[i].series, &a, &z, &ylo, &yhi);
+        xlo = fmin(xlo, a), xhi = fmax(xhi, z);
     }
-    if (!(xlo <= xhi))
-        nb_sbuf_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#999\">no data yet</text>\n",
-                       (f.x0 + f.x1) / 2, (f.y0 + f.y1) / 2);
-    if (nseries) draw_legend(&b, &f, nseries, series, colors);
-    free(colors);
+    nb_sbuf b = {0};
+    svg_open(&b, cols * PN_W, top + rows * PN_H, title);
+    for (int i = 0; i < npanels; i++) {
+        double x0 = (i % cols) * PN_W, y0 = top + (i / cols) * PN_H;
+        draw_plot(&b, x0, y0, x0 + PN_W, y0 + PN_H, &panels[i], xlo, xhi, panels[i].nseries > 1);
+    }
     svg_close_and_write(&b, path);
 }
 
@@ -254,9 +316,28 @@ void nb_svg_line_plot(const char *path, const char *title, const char *xlabel, c
 
 enum { TL_W = 1400, TL_ROW = 26, TL_T = 40, TL_B = 50, TL_R = 25 };
 
+/* The colour key: swatches and labels in rows under the time axis, starting at y. */
+static double key_rows(const nb_svg_key *keys, int nkeys, double x0, double x1, double y, nb_sbuf *b) {
+    double x = x0;
+    int any = 0;
+    for (int i = 0; i < nkeys; i++) {
+        double w = 22 + text_width(keys[i].label, 12) + 18;
+        if (any && x + w > x1) x = x0, y += 20;
+        if (b) {
+            nb_sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n<text x=\"%.1f\" "
+                              "y=\"%.1f\">", x, y - 10, palette[pal_index(keys[i].color_index)], x + 19, y);
+            put_text(b, keys[i].label);
+            nb_sbuf_puts(b, "</text>\n");
+        }
+        x += w, any = 1;
+    }
+    return any ? y + 20 : y;
+}
+
 void nb_svg_timeline(const char *path, const char *title, int nrows, const char *const *row_names,
-                     int nboxes, const nb_svg_box *boxes) {
+                     int nboxes, const nb_svg_box *boxes, int nkeys, const nb_svg_key *keys) {
     NB_CHECK(nrows >= 0 && nboxes >= 0 && (nboxes == 0 || boxes), BUG_HINT, "bad timeline input for '%s'", path);
+    NB_CHECK(nkeys >= 0 && (nkeys == 0 || keys), BUG_HINT, "bad colour key for '%s'", path);
     double t0 = INFINITY, t1 = -INFINITY, name_w = 60;
     for (int i = 0; i < nboxes; i++) {
         const nb_svg_box *bx = &boxes[i];
@@ -268,7 +349,8 @@ void nb_svg_timeline(const char *path, const char *title, int nrows, const char 
     for (int r = 0; r < nrows; r++) name_w = fmax(name_w, text_width(row_names ? row_names[r] : NULL, 12) + 16);
     name_w = fmin(name_w, 300);
     frame f = {make_axis(t0, t1, 11), make_axis(0, 1, 2), name_w, TL_W - TL_R, TL_T, TL_T + (double)nrows * TL_ROW};
-    int h = TL_T + nrows * TL_ROW + TL_B;
+    double key_y = f.y1 + TL_B + 6;
+    int h = nkeys ? (int)key_rows(keys, nkeys, f.x0, f.x1, key_y, NULL) : (int)f.y1 + TL_B;
     nb_sbuf b = {0};
     svg_open(&b, TL_W, h, title);
     /* Lanes: alternating stripes with their names. */
@@ -292,8 +374,8 @@ void nb_svg_timeline(const char *path, const char *title, int nrows, const char 
         tick_label(lab, sizeof lab, &f.ax, i);
         nb_sbuf_printf(&b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", px(&f, f.ax.lo + i * f.ax.step), f.y1 + 18, lab);
     }
-    nb_sbuf_printf(&b, "</g>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">time (\xC2\xB5s)</text>\n",
-                   (f.x0 + f.x1) / 2, h - 10);
+    nb_sbuf_printf(&b, "</g>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">time (\xC2\xB5s)</text>\n",
+                   (f.x0 + f.x1) / 2, f.y1 + TL_B - 10);
     /* Spans. A box is at least half a pixel wide so that short kernels stay visible. */
     nb_sbuf_puts(&b, "<g font-size=\"10\">\n");
     for (int i = 0; i < nboxes; i++) {
@@ -313,5 +395,6 @@ void nb_svg_timeline(const char *path, const char *title, int nrows, const char 
         }
     }
     nb_sbuf_puts(&b, "</g>\n");
+    key_rows(keys, nkeys, f.x0, f.x1, key_y, &b);
     svg_close_and_write(&b, path);
 }

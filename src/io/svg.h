@@ -1,7 +1,7 @@
 /* SVG plots drawn by nobubble itself (no plotting library): loss curves and lane timelines.
  * Files are written atomically; all text is XML-escaped, so any names make a valid file.
  *
- * Line plot (loss.svg): x/y axes with "nice" ticks (1, 2, 5 x 10^k), a legend, one polyline per
+ * Line plot: x/y axes with "nice" ticks (1, 2, 5 x 10^k), a legend, one polyline per
  * series. Non-finite points (NaN, inf) are skipped and break the line; series with few points
  * also get a marker per point so a sparse validation curve stays visible.
  *
@@ -25,6 +25,19 @@ typedef struct {
 void nb_svg_line_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
                       const nb_svg_series *series, int nseries);
 
+/* A grid of line plots (two columns) under one title: loss.svg's loss, learning rate, gradient
+ * norm, throughput and held-out metrics side by side. `robust`: the y axis ends at the largest
+ * value after the first tenth of the steps, so an early spike does not flatten the curve (the
+ * clipped points sit on the top edge and the panel says so). */
+typedef struct {
+    const char *title, *xlabel, *ylabel;
+    const nb_svg_series *series;
+    int nseries;
+    int robust;
+} nb_svg_panel;
+
+void nb_svg_panels(const char *path, const char *title, const nb_svg_panel *panels, int npanels);
+
 typedef struct {
     int row;            /* 0 .. nrows-1 */
     double t0_us, t1_us; /* t1_us >= t0_us */
@@ -32,8 +45,14 @@ typedef struct {
     const char *label;  /* may be NULL */
 } nb_svg_box;
 
+/* A colour key under the time axis: one swatch per entry (palette colour color_index % 10). */
+typedef struct {
+    int color_index;
+    const char *label;
+} nb_svg_key;
+
 void nb_svg_timeline(const char *path, const char *title, int nrows, const char *const *row_names,
-                     int nboxes, const nb_svg_box *boxes);
+                     int nboxes, const nb_svg_box *boxes, int nkeys, const nb_svg_key *keys);
 
 /* The palette colour for index i ("#4e79a7", ...), shared so other outputs can match it. */
 const char *nb_svg_color(int i);

@@ -164,7 +164,7 @@ void nb_lanes_record_span(nb_lanes *L, const char *name, int lane, nb_span_kind 
  * on the CPU): lets tests check that steady-state marks and spans reuse pooled events. */
 size_t nb_lanes_cuda_events_created(nb_lanes *L);
 /* Chrome trace JSON (open in Perfetto or chrome://tracing): one row (tid) per lane. */
-void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path);
+void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path, const char *title /* or NULL */);
 
 /* Per-step statistics over [t0, t1] (the step's wall window) for the spans of that step:
  * bubble_pct = 100 * idle time of `lane` within the window / window;

@@ -162,7 +162,7 @@ static void write_span(const json_out *o, const nb_span *s, double origin) {
                          (s->t1 - s->t0) * 1e6, s->step));
 }
 
-void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path) {
+void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path, const char *title) {
     NB_ASSERT(L && path);
     const nb_span *spans = NULL;
     size_t n = nb_lanes_spans(L, &spans);
@@ -174,7 +174,13 @@ void nb_lanes_write_chrome_trace(nb_lanes *L, const char *path) {
     write_lane_names(&o, L);
     double origin = n ? spans[0].t0 : 0; /* spans are sorted by start */
     for (size_t i = 0; i < n; i++) write_span(&o, &spans[i], origin);
-    out_check(&o, fprintf(o.f, "\n]}\n"));
+    out_check(&o, fprintf(o.f, "\n]"));
+    if (title) { /* Chrome's trace format keeps free-form metadata here: the timeline's title */
+        out_check(&o, fprintf(o.f, ",\n\"otherData\":{\"title\":"));
+        out_string(&o, title);
+        out_check(&o, fprintf(o.f, "}"));
+    }
+    out_check(&o, fprintf(o.f, "}\n"));
     nb_atomic_commit(o.f, tmp, path);
 }
 

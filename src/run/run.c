@@ -26,7 +26,12 @@
 typedef struct nb_series {
     double *step, *loss;
     size_t n, cap;
-} nb_series; /* a loss curve, for loss.svg */
+} nb_series; /* one curve of loss.svg: a metric over steps */
+
+/* loss.svg's curves besides the two losses, by their metrics.jsonl key ("" = the throughput,
+ * whose key names the family's unit); a panel is drawn only for curves that have points */
+enum { H_TRAIN, H_HELD, H_LR, H_GNORM, H_RATE, H_AUC, H_NE, H_COUNT };
+static const char *const hist_keys[H_COUNT] = {NULL, NULL, "lr", "grad_norm", "", "eval_auc", "eval_ne"};
 
 /* What only the loop keeps: the captured steps, the run directory's metrics file, the loss
  * curves, the last held-out evaluation. */
@@ -37,7 +42,7 @@ struct nb_loop {
     } *graphs; /* [o.graph_cache]: the captured steps, one per graph key */
     int ngraphs, replays;
     FILE *metrics;
-    nb_series train_hist, val_hist;
+    nb_series hist[H_COUNT];
     nb_eval last_eval;
 };
 
@@ -241,7 +246,7 @@ void nb_run_free(nb_run *r) {
     nb_backend_destroy(r->backend);
     if (lp) {
         free(lp->graphs);
-        free(lp->train_hist.step), free(lp->train_hist.loss), free(lp->val_hist.step), free(lp->val_hist.loss);
+        for (int k = 0; k < H_COUNT; k++) free(lp->hist[k].step), free(lp->hist[k].loss);
         if (lp->metrics) fclose(lp->metrics);
         free(lp);
     }
@@ -265,19 +270,49 @@ void nb_run_evaluate(nb_run *r, nb_eval *ev) {
 
 /* ---------------------------------------------------------------- the run directory */
 
-static void draw_loss_svg(const nb_run *r) {
-    char path[NB_PATH_MAX + 16], title[128], ylabel[32];
-    snprintf(path, sizeof path, "%s/loss.svg", r->o.out);
-    nb_svg_series s[2] = {
-        {"train loss", "#1f77b4", (int)r->loop->train_hist.n, r->loop->train_hist.step, r->loop->train_hist.loss},
-        {r->fam->held_out, "#d62728", (int)r->loop->val_hist.n, r->loop->val_hist.step, r->loop->val_hist.loss},
-    };
-    snprintf(title, sizeof title, "nobubble: %s", r->fam->model_name(&r->o));
-    snprintf(ylabel, sizeof ylabel, "loss (%s)", r->fam->loss_unit);
-    nb_svg_line_plot(path, title, "step", ylabel, s, r->loop->val_hist.n ? 2 : 1);
+/* One metrics.jsonl line into the curves (the lines of a resumed run's earlier steps too). */
+static void history_add(nb_run *r, const nb_json *line) {
+    nb_series *h = r->loop->hist;
+    double x = (double)nb_json_get_int(line, "step", -1), v[H_COUNT];
+    r->fam->metrics_losses(line, &v[H_TRAIN], &v[H_HELD]);
+    char rate[32];
+    snprintf(rate, sizeof rate, "%s_per_s", r->fam->unit);
+    for (int k = H_LR; k < H_COUNT; k++) v[k] = nb_json_get_num(line, hist_keys[k][0] ? hist_keys[k] : rate, NAN);
+    for (int k = 0; k < H_COUNT; k++)
+        if (isfinite(v[k]) || (k == H_TRAIN && !isnan(v[k]))) series_push(&h[k], x, v[k]);
 }
 
-/* Keep only the metrics lines of steps before `step` (a resumed run rewrites what follows). */
+static nb_svg_series curve(const nb_series *h, const char *name, const char *color) {
+    return (nb_svg_series){name, color, (int)h->n, h->step, h->loss};
+}
+
+/* loss.svg: the losses (an early spike clipped so the curve stays readable) and, where the run
+ * logged them, the learning rate, gradient norm, throughput and held-out AUC / NE */
+static void draw_loss_svg(const nb_run *r) {
+    const nb_series *h = r->loop->hist;
+    char path[NB_PATH_MAX + 16], title[256], ylabel[32], rate[48];
+    snprintf(path, sizeof path, "%s/loss.svg", r->o.out);
+    const char *out = strrchr(r->o.out, '/');
+    snprintf(title, sizeof title, "%.120s: %s, --schedule %s", out && out[1] ? out + 1 : r->o.out,
+             r->fam->model_name(&r->o), r->o.schedule);
+    snprintf(ylabel, sizeof ylabel, "loss (%s)", r->fam->loss_unit);
+    snprintf(rate, sizeof rate, "%s/s", r->fam->unit);
+    nb_svg_series s[H_COUNT] = {
+        curve(&h[H_TRAIN], "train loss", "#1f77b4"), curve(&h[H_HELD], r->fam->held_out, "#d62728"),
+        curve(&h[H_LR], "learning rate", "#59a14f"), curve(&h[H_GNORM], "gradient norm", "#b07aa1"),
+        curve(&h[H_RATE], rate, "#f28e2b"),          curve(&h[H_AUC], "held-out AUC", "#9c755f"),
+        curve(&h[H_NE], "held-out NE", "#76b7b2"),
+    };
+    static const char *const ylabels[H_COUNT] = {NULL, NULL, "learning rate", "gradient norm", NULL, "AUC", "NE"};
+    nb_svg_panel p[H_COUNT];
+    int np = 0;
+    p[np++] = (nb_svg_panel){"loss", "step", ylabel, s, h[H_HELD].n ? 2 : 1, 1};
+    for (int k = H_LR; k < H_COUNT; k++)
+        if (h[k].n) p[np++] = (nb_svg_panel){s[k].name, "step", k == H_RATE ? rate : ylabels[k], &s[k], 1, k == H_GNORM};
+    nb_svg_panels(path, title, p, np);
+}
+
+/* Keep only the metrics lines of steps up to `step` (a resumed run rewrites what follows). */
 static void open_metrics(nb_run *r) {
     char path[NB_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->o.out);
@@ -289,12 +324,9 @@ static void open_metrics(nb_run *r) {
             nb_json *j = nb_json_parse(line, strlen(line), path, NULL, 0);
             if (!j) continue;
             int64_t s = nb_json_get_int(j, "step", -1);
-            if (s >= 0 && s < r->step) {
+            if (s >= 1 && s <= r->step) {
                 nb_sbuf_puts(&kept, line);
-                double loss, held;
-                r->fam->metrics_losses(j, &loss, &held);
-                if (!isnan(loss)) series_push(&r->loop->train_hist, (double)s, loss);
-                if (!isnan(held)) series_push(&r->loop->val_hist, (double)s, held);
+                history_add(r, j);
             }
             nb_json_free(j);
         }
@@ -305,11 +337,13 @@ static void open_metrics(nb_run *r) {
     r->loop->metrics = nb_fopen(path, "a", "choose a writable --out directory");
 }
 
+/* One line per step; "step" counts steps done (1 = after the first), as the progress line and
+ * state.json do. */
 static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats *st, const nb_eval *ev) {
     nb_json_writer w;
     nb_json_writer_init(&w, 0);
     nb_json_begin_obj(&w);
-    nb_json_kint(&w, "step", step);
+    nb_json_kint(&w, "step", step + 1);
     nb_json_knum(&w, "loss", r->loss);
     r->fam->metrics(r, &w, secs, ev);
     nb_json_knum(&w, "ms", 1e3 * secs);
@@ -322,19 +356,31 @@ static void write_metrics(nb_run *r, int step, double secs, const nb_step_stats 
     nb_json_end_obj(&w);
     fprintf(r->loop->metrics, "%s\n", nb_json_text(&w));
     NB_CHECK(fflush(r->loop->metrics) == 0, "check free disk space in --out", "cannot write metrics.jsonl: %s", strerror(errno));
+    nb_json *j = nb_json_parse(nb_json_text(&w), strlen(nb_json_text(&w)), "metrics line", NULL, 0);
+    NB_CHECK(j, "this is a bug in nobubble; please report it", "metrics line of step %d does not parse", step + 1);
+    history_add(r, j);
+    nb_json_free(j);
     nb_json_writer_free(&w);
+}
+
+/* What names the run in timeline.svg and the trace: its directory, model, schedule and device */
+static void run_title(const nb_run *r, char *buf, size_t cap) {
+    char how[128] = "";
+    if (r->sched->describe) r->sched->describe(r, how, sizeof how);
+    const char *dir = strrchr(r->o.out, '/');
+    dir = r->o.out[0] ? (dir && dir[1] ? dir + 1 : r->o.out) : "";
+    snprintf(buf, cap, "%.100s%s%s: --schedule %s%s%s%s, batch %d, %s", dir, dir[0] ? ", " : "",
+             r->fam->model_name(&r->o), r->o.schedule, how, r->o.detach[0] ? ", --detach " : "", r->o.detach,
+             r->o.batch, r->backend->desc);
 }
 
 /* timeline.svg of one step in the run directory: lanes as rows, spans coloured by segment */
 static void write_timeline(nb_run *r, int step) {
-    char path[NB_PATH_MAX + 32], title[1024];
+    char path[NB_PATH_MAX + 32], title[1024], run[900];
     nb_lanes_sync(r->lanes);
     snprintf(path, sizeof path, "%s/timeline.svg", r->o.out);
-    const char *model = r->fam->model_name(&r->o);
-    char how[128] = "";
-    if (r->sched->describe) r->sched->describe(r, how, sizeof how);
-    snprintf(title, sizeof title, "%s step %d: --schedule %s%s%s%s, batch %d, %s", model, step, r->o.schedule, how,
-             r->o.detach[0] ? ", --detach " : "", r->o.detach, r->o.batch, r->backend->desc);
+    run_title(r, run, sizeof run);
+    snprintf(title, sizeof title, "%s; step %d", run, step + 1);
     nb_timeline_write(r->lanes, step, path, title);
 }
 
@@ -602,7 +648,6 @@ void nb_run_train(nb_run *r) {
         if (r->sched->grad_norm) r->grad_norm = r->sched->grad_norm(r);
         if (r->world > 1) r->loss = nb_comm_sum_f64_host(r->loss_sum) / r->fam->per_step(r);
         check_finite(r, step);
-        series_push(&r->loop->train_hist, step, r->loss);
 
         /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
          * signal too, without the evaluation (a preempted job has little time left) */
@@ -613,7 +658,6 @@ void nb_run_train(nb_run *r) {
         if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
             nb_run_evaluate(r, &ev);
             if (ev.done) {
-                series_push(&r->loop->val_hist, step, ev.loss);
                 r->loop->last_eval = ev;
                 if (lead) r->fam->print_eval(r, step + 1, &ev);
             }
@@ -679,11 +723,17 @@ void nb_run_train(nb_run *r) {
     free(step_ms);
     if (o->trace[0]) {
         nb_lanes_sync(r->lanes);
-        nb_lanes_write_chrome_trace(r->lanes, o->trace);
+        char title[900];
+        run_title(r, title, sizeof title);
+        nb_lanes_write_chrome_trace(r->lanes, o->trace, title);
         fprintf(stderr, "trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace);
     }
-    if (o->out[0] && r->loop->train_hist.n) {
+    if (o->out[0] && r->loop->hist[H_TRAIN].n) {
         draw_loss_svg(r);
-        if (nb_verbosity > 0) fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg, ckpt/\n", o->out);
+        char path[NB_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/timeline.svg", o->out);
+        if (nb_verbosity > 0)
+            fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg%s, ckpt/\n", o->out,
+                    access(path, F_OK) == 0 ? ", timeline.svg" : "");
     }
 }

@@ -27,6 +27,20 @@ static int color_of(const nb_span *s) {
     return (2 * segment_of(s->name) + (s->kind == NB_SPAN_BWD)) % 8;
 }
 
+/* The key of the colours that color_of gave the drawn boxes, in palette order. */
+static int colour_key(const nb_svg_box *boxes, int nb, nb_svg_key keys[10], char labels[10][32]) {
+    int used[10] = {0}, n = 0;
+    for (int i = 0; i < nb; i++) used[boxes[i].color_index % 10] = 1;
+    for (int c = 0; c < 10; c++) {
+        if (!used[c]) continue;
+        if (c < 8) snprintf(labels[n], 32, "%s, segment %d", c % 2 ? "backward" : "forward", c / 2);
+        else snprintf(labels[n], 32, "%s", c == 8 ? "optimizer" : "copies, comm, other");
+        keys[n] = (nb_svg_key){c, labels[n]};
+        n++;
+    }
+    return n;
+}
+
 /* One step's window of spans (every span when step < 0) as lanes x time. */
 static void draw(const nb_span *sp, size_t n, int nrows, const char *const *names, int step, const char *path,
                  const char *title) {
@@ -44,7 +58,10 @@ static void draw(const nb_span *sp, size_t n, int nrows, const char *const *name
         double t0 = sp[i].t0 < w0 ? w0 : sp[i].t0, t1 = sp[i].t1 > w1 ? w1 : sp[i].t1;
         boxes[nb++] = (nb_svg_box){sp[i].lane, 1e6 * (t0 - w0), 1e6 * (t1 - w0), color_of(&sp[i]), sp[i].name};
     }
-    nb_svg_timeline(path, title, nrows, names, nb, boxes);
+    char labels[10][32];
+    nb_svg_key keys[10];
+    int nkeys = colour_key(boxes, nb, keys, labels);
+    nb_svg_timeline(path, title, nrows, names, nb, boxes, nkeys, keys);
     free(boxes);
 }
 
@@ -93,9 +110,15 @@ int nb_timeline_from_trace(const char *trace, int step, const char *path, const 
         }
     }
     NB_CHECK(step < 0 || steps_seen > 0, "pick a --step that the run traced (metrics.jsonl lists them)",
-             "%s has no span of step %d", trace, step);
+             "%s has no span of step %d", trace, step + 1);
     for (int i = 0; i < nrows; i++)
         if (!names[i]) names[i] = "?";
+    char own[1024];
+    if (!title) { /* the run the trace names (train --trace writes it), else the file's name */
+        const char *run = nb_json_get_str(nb_json_get(root, "otherData"), "title", NULL), *base = strrchr(trace, '/');
+        snprintf(own, sizeof own, "%.900s; step %d", run ? run : base ? base + 1 : trace, step + 1);
+        title = own;
+    }
     draw(sp, n, nrows, names, step, path, title);
     free(sp);
     nb_json_free(root);

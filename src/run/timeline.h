@@ -14,8 +14,9 @@
  * get palette colours 2k and 2k+1, optimizer spans 8, the rest 9; the label is the span name. */
 void nb_timeline_write(nb_lanes *L, int step, const char *path, const char *title);
 
-/* The same picture from a Chrome trace written by --trace (any step of the run); returns the
- * spans read. Fails with a hint on a file that is not such a trace or lacks the step. */
+/* The same picture from a Chrome trace written by --trace (any step of the run, 0-based here);
+ * title NULL: the run the trace names and the step. Returns the spans read. Fails with a hint on
+ * a file that is not such a trace or lacks the step. */
 int nb_timeline_from_trace(const char *trace, int step, const char *path, const char *title);
 
 #endif

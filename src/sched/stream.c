@@ -816,9 +816,10 @@ void nb_stream_report(const nb_stream *st) {
     double down = ((double)(L - st->nglayer) * lb + (double)st->glob_numel) * sizeof(float);
     char a[32], b[32];
     int streamed = L - st->nglayer;
-    fprintf(stderr, "pcie        per step: %d layer uploads for %d streamed layers (%.2f each), %s up, %s down\n",
-            st->nloads, streamed, streamed ? (double)st->nloads / streamed : 0.0, nb_fmt_bytes(a, 32, up),
-            nb_fmt_bytes(b, 32, down));
+    int cpu = st->r->be->device == NB_DEV_CPU; /* the same copies, but no bus: memory to memory */
+    fprintf(stderr, "%s per step: %d layer uploads for %d streamed layers (%.2f each), %s up, %s down%s\n",
+            cpu ? "copies     " : "pcie       ", st->nloads, streamed, streamed ? (double)st->nloads / streamed : 0.0,
+            nb_fmt_bytes(a, 32, up), nb_fmt_bytes(b, 32, down), cpu ? " (the CPU backend: host memory to host memory)" : "");
 }
 
 /* Waits for the optimizer and the resident part's upload (evaluation reads both, checkpoints and
