@@ -1,7 +1,7 @@
-/* Helpers shared by the CUDA op tests (test_ops_cuda.c, test_ops_ctr_cuda.c): random host tensors,
- * device up/down in fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU
- * reference with each mode's tolerance. Define SEED before including; include after check.h,
- * bf16_host.h, core.h, cuda_check.h, rng.h and ops/ops_cuda.h. */
+/* Helpers shared by the cuda rows (tests/ops/*_cuda.c): random host tensors, device up/down in
+ * fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU reference with each
+ * dtype's tolerance. Define SEED before including; include after optest.h, bf16_host.h, core.h,
+ * cuda_check.h, rng.h and ops/ops_cuda.h. The GPU state (st, inst, lt) is cuda_util.c's. */
 #ifndef NB_CUDA_TEST_UTIL_H
 #define NB_CUDA_TEST_UTIL_H
 
@@ -13,37 +13,21 @@
 
 #include "ops/backend.h"
 #include "ops/ops_cuda.h"
+#include "optest.h"
 
 static const double TOL[2] = {1e-5, 1e-2}; /* [bf] */
 static const char *MODE[2] = {"f32", "bf16"};
 
-static cudaStream_t st;          /* the stream the ops run on */
-static nb_backend *inst;         /* the backend instance of GPU 0: its cuBLASLt handle serves the */
-static nb_blas_t lt;             /* GEMM launchers, and task contexts point at it (ctx.backend) */
-static uint64_t next_stream = 1; /* every random tensor draws from a stream of its own */
-
-/* The first GPU and the ops' stream; 77 (skip, said on stdout) when there is no GPU. */
-static inline int cuda_test_start(void) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("skip: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77;
-    }
-    struct cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    CUDA_CHECK(cudaStreamCreate(&st));
-    inst = nb_backend_create("cuda", "");
-    lt = inst->blas;
-    return 0;
-}
+extern cudaStream_t st;   /* the stream the ops run on */
+extern nb_backend *inst;  /* the backend instance of GPU 0: its cuBLASLt handle serves the */
+extern nb_blas_t lt;      /* GEMM launchers, and task contexts point at it (ctx.backend) */
+extern nb_task_ctx ot_gctx, ot_cctx; /* a GPU lane's context (stream st) and the CPU's */
 
 /* ---- host helpers ---- */
 
 static inline float *randn(size_t n, float mean, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, mean, std);
+    nb_rng_fill_normal(p, n, SEED, ot_stream++, mean, std);
     return p;
 }
 
@@ -118,12 +102,10 @@ static inline void dev_free(void *d) {
 
 /* ---- comparisons ---- */
 
-static double worst[2]; /* largest error seen per mode, for the summary */
-
 static inline void expect_close(const char *what, int bf, const float *got, const float *ref, size_t n) {
     double e = rel_err(got, ref, n);
-    if (e > worst[bf] && isfinite(e)) worst[bf] = e;
-    printf("    %-46s %-4s rel err %.2e\n", what, MODE[bf], e);
+    ot_err(e, TOL[bf]);
+    ot_log("    %-46s %-4s rel err %.2e\n", what, MODE[bf], e);
     CHECK(e <= TOL[bf], "%s (%s): relative error %.3g > %.3g", what, MODE[bf], e, TOL[bf]);
 }
 
