@@ -9,26 +9,28 @@
  * gradients skipped; emu rows: the CUDA kernels' C code on the CPU emulator of the GPU, under two
  * schedules that must give the same bits); grad: every analytic gradient of the CPU ops against
  * central finite differences; perf: the GPU timings (ARGS after `--` go to the perf rows, e.g. the
- * seqctr bench's SPEC TABLE_CAP B); all: the three. --op takes a shell pattern (fnmatch: 'matmul*').
+ * seqctr bench's SPEC TABLE_CAP B); all: the three. --op takes shell patterns separated by commas
+ * ('matmul*,xent'); --list prints the table (the rows --backend, --op, --dtype and --mode select).
  * Prints one line per row (verdict, mode, backend, dtype, op, shapes, the worst error against its
- * tolerance, seconds), FAIL details on stderr, then a summary. Exit 0: every row that ran passed;
+ * tolerance, wall and CPU seconds), FAIL details on stderr, then a summary. Exit 0: every row that ran passed;
  * 1: a row failed; 77: every selected row skipped (no GPU, built without CUDA, nothing selected).
  *
- * What the default covers and what --all-shapes adds (CI runs the default; 2 cores):
- * - cpu and cuda rows: every case, always (they are fast);
- * - emu fa (attention_fa.cu's kernels): each default kernel on one token, GQA 2, two batches and
- *   T past two tiles, for HS 64 and 128, and every other compiled variant on one GQA shape (T 100);
- *   --all-shapes adds the second HS 128 shape (T 150), the same as T 130 at HS 64 for the tile walk;
- * - emu tc (seqattn_tc.cu, embag.cu): attention at HS 16 (the model's), 32 and 64 over the tile
- *   edges, a max_len history and histories past max_len; the embedding gradient's bits at E 12,
- *   64, 200, one lookup, 129 of one row; --all-shapes adds the hot row (100k lookups of one row
- *   among 5000, ~100 s on the emulator: the same pass-2 paths as 129 of one row, at scale) and
- *   the HS 64 attention under the 1.5-std softmax.
- * --small keeps one small row per kernel family (tests/asan_test.sh runs it under ASan, and
- * compute-sanitizer's runs want few launches). */
+ * What the default covers and what --all-shapes adds: every row of every backend runs by default,
+ * the emulator's included. The emu rows used to be the slow part of CI (test_ctr_tc 175 s and
+ * test_attention_fa's emulator minutes on 2 cores): glibc's swapcontext makes a system call per
+ * switch and mma.sync's emulation unpacked the whole warp's fragments in every lane; with
+ * emu_ctx.h's switch and the lane reading only its own operands, all 20 emu rows (each attention_fa
+ * kernel on 6 shapes, seqattn_tc on 6 history sets, emb_grad_unique on 6 lookup sets incl. the
+ * 100k-lookup hot row) take ~7 s of CPU, the whole default run ~12 s. So nothing is trimmed and
+ * --all-shapes adds nothing today; it is where a row flagged OT_FULL (a shape too slow or too
+ * redundant for CI) goes.
+ * --small keeps the cpu rows (all small) and the rows flagged small of the cuda and emu backends:
+ * one small case per kernel family (tests/asan_test.sh runs it under ASan, compute-sanitizer's
+ * runs on the GPU want few launches). */
 #include <fnmatch.h>
 #include <omp.h>
 #include <string.h>
+#include <time.h>
 
 #include "core.h"
 #include "ops/optest.h"
@@ -50,7 +52,7 @@ static const char *const DTYPE[] = {"f32", "bf16", "f32+bf16", "-"};
 static const char *const MODE_NAME[] = {"", "eval", "grad", "", "perf"};
 
 typedef struct {
-    int modes, all_shapes, list;
+    int modes, mode_given, all_shapes, list;
     const char *backend, *op, *dtype;
 } opts;
 
@@ -61,7 +63,7 @@ static void usage(void) {
 }
 
 static opts parse(int argc, char **argv) {
-    opts o = {OT_EVAL | OT_GRAD, 0, 0, NULL, NULL, NULL};
+    opts o = {OT_EVAL | OT_GRAD, 0, 0, 0, NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--")) {
@@ -71,7 +73,7 @@ static opts parse(int argc, char **argv) {
             o.modes = !strcmp(v, "eval") ? OT_EVAL : !strcmp(v, "grad") ? OT_GRAD : !strcmp(v, "perf") ? OT_PERF
                       : !strcmp(v, "all") ? OT_EVAL | OT_GRAD | OT_PERF : 0;
             if (!o.modes) usage();
-            i++;
+            o.mode_given = 1, i++;
         } else if (!strcmp(a, "--backend") && v) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "emu")) usage();
             o.backend = v, i++;
@@ -95,16 +97,25 @@ static opts parse(int argc, char **argv) {
     return o;
 }
 
+/* --op: shell patterns separated by commas ("emb_*,lists"). */
+static int op_matches(const char *patterns, const char *op) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", patterns);
+    for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+        if (!fnmatch(p, op, 0)) return 1;
+    return 0;
+}
+
 static int selected(const opts *o, const ot_row *r, int mode) {
     if (!(r->modes & mode)) return 0;
     if (o->backend && strcmp(o->backend, r->backend)) return 0;
-    if (o->op && fnmatch(o->op, r->op, 0)) return 0;
+    if (o->op && !op_matches(o->op, r->op)) return 0;
     if (o->dtype) {
         int want = !strcmp(o->dtype, "bf16") ? OT_BF16 : OT_F32;
         if (r->dtype != want && r->dtype != OT_BOTH) return 0;
     }
     if ((r->flags & OT_FULL) && !o->all_shapes) return 0;
-    if (ot_small && !(r->flags & OT_SMALL)) return 0;
+    if (ot_small && !(r->flags & OT_SMALL) && strcmp(r->backend, "cpu")) return 0;
     return 1;
 }
 
@@ -114,7 +125,7 @@ typedef struct {
 
 static void run_row(const ot_row *r, int mode, tally *t) {
     const char *why = NULL;
-    double t0 = nb_now(), err = -1, tol = 0;
+    double t0 = nb_now(), c0 = (double)clock() / CLOCKS_PER_SEC, err = -1, tol = 0;
     int nfail = 0;
     if (!r->fn) why = "built without CUDA";
     else if (!strcmp(r->backend, "cuda") && !ot_cuda_ready(&why)) {
@@ -130,8 +141,8 @@ static void run_row(const ot_row *r, int mode, tally *t) {
     if (why && !nfail) snprintf(e, sizeof e, "(%s)", why);
     else if (err >= 0) snprintf(e, sizeof e, "err %.2e tol %.0e", err, tol);
     else if (mode != OT_PERF) snprintf(e, sizeof e, "exact checks");
-    printf("%s %-4s %-4s %-8s %-22s %-34s %-26s %6.2f s\n", verdict, MODE_NAME[mode], r->backend, DTYPE[r->dtype],
-           r->op, r->shape, e, nb_now() - t0);
+    printf("%s %-4s %-4s %-8s %-22s %-34s %-26s %6.2f s (cpu %.2f)\n", verdict, MODE_NAME[mode], r->backend,
+           DTYPE[r->dtype], r->op, r->shape, e, nb_now() - t0, (double)clock() / CLOCKS_PER_SEC - c0);
     fflush(stdout);
     t->run++;
     if (nfail) t->fail++;
@@ -148,9 +159,9 @@ int main(int argc, char **argv) {
         for (int k = 0; k < NTABLES; k++)
             for (int i = 0; i < TABLES[k]->n; i++) {
                 const ot_row *r = &TABLES[k]->rows[i];
-                if (!selected(&o, r, r->modes & o.modes ? r->modes & o.modes : 0) &&
-                    !(selected(&o, r, OT_EVAL) || selected(&o, r, OT_GRAD) || selected(&o, r, OT_PERF)))
-                    continue;
+                int any = 0, lm = o.mode_given ? o.modes : OT_EVAL | OT_GRAD | OT_PERF;
+                for (int m = OT_EVAL; m <= OT_PERF; m <<= 1) any |= (lm & m) && selected(&o, r, m);
+                if (!any) continue;
                 printf("%-4s %-8s %-22s %-34s tol %-7.0e %s%s%s%s\n", r->backend, DTYPE[r->dtype], r->op, r->shape,
                        r->tol, r->modes & OT_EVAL ? "eval " : "", r->modes & OT_GRAD ? "grad " : "",
                        r->modes & OT_PERF ? "perf " : "", r->flags & OT_FULL ? "(--all-shapes)" : "");

@@ -396,12 +396,12 @@ TEST_CASE(test_softmax_inplace) {
 static const ot_row rows[] = {
     {"xent_bad_target", "cpu", OT_NONE, "target 2 of V 2", 0, OT_EVAL, test_xent_bad_target, 0, OT_FORK},
     {"rope", "cpu", OT_F32, "2x7 3 heads HS12 W45", 1e-6, OT_EVAL | OT_GRAD, test_rope, 0, 0},
-    {"attention", "cpu", OT_F32, "GQA B2 T7 NH4 NKV2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_gqa, 0, OT_SMALL},
+    {"attention", "cpu", OT_F32, "GQA B2 T7 NH4 NKV2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_gqa, 0, 0},
     {"attention", "cpu", OT_F32, "MHA B2 T7 NH2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_mha, 0, 0},
     {"attention", "cpu", OT_F32, "MQA B1 T5 NH3 NKV1 HS12", 1e-5, OT_EVAL | OT_GRAD, test_attention_mqa_odd_hs, 0, 0},
     {"attention", "cpu", OT_F32, "B2 T1 NH2 NKV1 HS4", 1e-5, OT_EVAL | OT_GRAD, test_attention_t1, 0, 0},
     {"attention_determinism", "cpu", OT_F32, "B3 T33 NH4 NKV2 HS16", 0, OT_EVAL, test_attention_deterministic, 0, 0},
-    {"xent", "cpu", OT_F32, "N10 C13 V37 (pad 40), chunks", 1e-5, OT_EVAL | OT_GRAD, test_xent, 0, OT_SMALL},
+    {"xent", "cpu", OT_F32, "N10 C13 V37 (pad 40), chunks", 1e-5, OT_EVAL | OT_GRAD, test_xent, 0, 0},
     {"xent_large_logits", "cpu", OT_F32, "N6 C8 V37 logits ~2000", 1e-4, OT_EVAL, test_xent_large_logits, 0, 0},
     {"softmax", "cpu", OT_F32, "V37 temp 1, 0.7", 1e-6, OT_EVAL, test_softmax_inplace, 0, 0},
 };

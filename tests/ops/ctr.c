@@ -669,7 +669,7 @@ TEST_CASE(test_sparse_rejects_duplicate_rows) {
 static const ot_row rows[] = {
     {"embag_bad_row", "cpu", OT_NONE, "row 9 of 9", 0, OT_EVAL, test_embag_rejects_bad_row, 0, OT_FORK},
     {"sparse_dup_rows", "cpu", OT_NONE, "rows {4, 4}", 0, OT_EVAL, test_sparse_rejects_duplicate_rows, 0, OT_FORK},
-    {"embag_gather_unique", "cpu", OT_F32, "11 lookups of 9x70, 4 bags", 0, OT_EVAL, test_embag_gather_unique, 0, OT_SMALL},
+    {"embag_gather_unique", "cpu", OT_F32, "11 lookups of 9x70, 4 bags", 0, OT_EVAL, test_embag_gather_unique, 0, 0},
     {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", FWD_TOL, OT_EVAL, test_embag_bag, 0, 0},
     {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", GRAD_TOL, OT_GRAD, test_embag_bag, 0, 0},
     {"embag_unique_large", "cpu", OT_NONE, "3000 rows to ~5M", 0, OT_EVAL, test_embag_unique_large, 0, 0},

@@ -16,6 +16,7 @@ int ot_cuda_ready(const char **why) {
 #include "cuda_check.h"
 #include "lanes/lanes.h"
 #include "ops/backend.h"
+#include "ops/ops_cuda.h"
 
 cudaStream_t st;
 nb_backend *inst;

@@ -1,5 +1,5 @@
-/* Helpers shared by the cuda rows (tests/ops/*_cuda.c): random host tensors, device up/down in
- * fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU reference with each
+/* Helpers shared by the cuda rows (dense_cuda.c, fused_cuda.c, ctr_cuda*.c): random host
+ * tensors, device up/down in fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU reference with each
  * dtype's tolerance. Define SEED before including; include after optest.h, bf16_host.h, core.h,
  * cuda_check.h, rng.h and ops/ops_cuda.h. The GPU state (st, inst, lt) is cuda_util.c's. */
 #ifndef NB_CUDA_TEST_UTIL_H

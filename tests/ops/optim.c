@@ -129,7 +129,7 @@ TEST_CASE(test_lr_cosine) {
 
 
 static const ot_row rows[] = {
-    {"adamw", "cpu", OT_F32, "1000 x 6 steps, wd 0.1 / 0", 2e-6, OT_EVAL, test_adamw, 0, OT_SMALL},
+    {"adamw", "cpu", OT_F32, "1000 x 6 steps, wd 0.1 / 0", 2e-6, OT_EVAL, test_adamw, 0, 0},
     {"adamw_threads", "cpu", OT_F32, "100003 x 3 steps", 0, OT_EVAL, test_adamw_threads, 0, 0},
     {"sumsq", "cpu", OT_F32, "3000017, 3", 1e-12, OT_EVAL, test_sumsq, 0, 0},
     {"clip_factor", "cpu", OT_NONE, "scalars", 0, OT_EVAL, test_clip_factor, 0, 0},
