@@ -1,36 +1,30 @@
-/* GPU timings of the seqctr ops (perf mode, was test_ops_ctr_cuda --bench; not checks):
- * `test_ops --mode perf --op ctr_model [-- SPEC [TABLE_CAP [B]]]`. */
+/* GPU timings of the seqctr ops (perf mode; `test_ops --mode perf --op ctr_model [-- SPEC [TABLE_CAP [B]]]`, was
+ * test_ops_ctr_cuda --bench): every op of the seqctr model's phases at the model's shapes, on one synthetic batch,
+ * bf16 (and fp32 in a second column). Not a test: numbers that say which op makes a phase slow.
+ *
+ * The batch is the trainer's: samples 0 .. B-1 of the generator SPEC (default the benchmarks'
+ * synth:cap=1000000,max_len=256; B = 4096), tables of min(cardinality, TABLE_CAP) rows (default 1000000, as
+ * bench/seqctr_bench.sh), the lookup lists, packed history offsets and unique-row groups built as nb_sc_prepare builds
+ * them; E 64, 4 heads, 1 history layer, 6 blocks, rank 256, hidden 512 (nb_sc_config_default). Every buffer starts as
+ * random non-zero data (magnitudes 0.25..1 of a scale, random signs; positive where it must be); one pass over all the
+ * phases then makes the saved activations (lse, attention weights, LN statistics) the real ones.
+ *
+ * Per op: "alone" = median of BN_REPS launches after BN_WARM warm-ups, one event pair around one launch, behind a 2
+ * GiB memset that keeps the GPU busy while the host enqueues (so the time is the kernels' own, with a cold L2); "in
+ * seq" = the median time between the events recorded after each op of the phase's sequence (warm L2, as in the model).
+ * GB/s = bytes / alone time, bytes = the least traffic: each input read once, each output written once, an accumulated
+ * (+=) output read and written, weights and fp32 gradients / statistics included, index lists included. TFLOP/s = 2 x
+ * multiply-adds (attention: the valid pairs only; backward = 2.5 x forward; cross backward = 5 GEMMs of N x D x r, as
+ * t = vx U^T is recomputed).
+ *
+ * Per phase: the sums of both, then the sequence enqueued back to back with one event pair around it, (a) behind the
+ * memset (kernels only, launch latency hidden) and (b) with the GPU idle before it (b - a = launch and host gaps), the
+ * host time to enqueue it, and the model's own phase (nb_sc_model on the same batch, nb_sc_enqueue_phase, events
+ * between the phases of whole steps, bf16): what the trainer's lane spans measure. */
 #include "optest.h"
 
 #ifdef NB_WITH_CUDA
 #include "ctr_cuda.h"
-
-/* ---- timing (test_ops_ctr_cuda --bench [SPEC [TABLE_CAP [B]]]): every op of the seqctr model's
- * phases at the model's shapes, on one synthetic batch, bf16 (and fp32 in a second column). Not a
- * test: numbers that say which op makes a phase slow.
- *
- * The batch is the trainer's: samples 0 .. B-1 of the generator SPEC (default the benchmarks'
- * synth:cap=1000000,max_len=256; B = 4096), tables of min(cardinality, TABLE_CAP) rows (default
- * 1000000, as bench/seqctr_bench.sh), the lookup lists, packed history offsets and unique-row
- * groups built as nb_sc_prepare builds them; E 64, 4 heads, 1 history layer, 6 blocks, rank 256,
- * hidden 512 (nb_sc_config_default). Every buffer starts as random non-zero data (magnitudes
- * 0.25..1 of a scale, random signs; positive where it must be); one pass over all the phases
- * then makes the saved activations (lse, attention weights, LN statistics) the real ones.
- *
- * Per op: "alone" = median of BN_REPS launches after BN_WARM warm-ups, one event pair around one
- * launch, behind a 2 GiB memset that keeps the GPU busy while the host enqueues (so the time is
- * the kernels' own, with a cold L2); "in seq" = the median time between the events recorded
- * after each op of the phase's sequence (warm L2, as in the model). GB/s = bytes / alone time,
- * bytes = the least traffic: each input read once, each output written once, an accumulated (+=)
- * output read and written, weights and fp32 gradients / statistics included, index lists
- * included. TFLOP/s = 2 x multiply-adds (attention: the valid pairs only; backward = 2.5 x
- * forward; cross backward = 5 GEMMs of N x D x r, as t = vx U^T is recomputed).
- *
- * Per phase: the sums of both, then the sequence enqueued back to back with one event pair
- * around it, (a) behind the memset (kernels only, launch latency hidden) and (b) with the GPU
- * idle before it (b - a = launch and host gaps), the host time to enqueue it, and the model's
- * own phase (nb_sc_model on the same batch, nb_sc_enqueue_phase, events between the phases of
- * whole steps, bf16): what the trainer's lane spans measure. */
 
 #ifndef BN_REPS
 #define BN_REPS 21
@@ -127,14 +121,12 @@ static void *bn_pinned(const void *src, size_t bytes) {
     if (src && bytes) memcpy(h, src, bytes);
     return BN_HOST[BN_NHOST++] = h;
 }
-
 static void bn_free_all(void) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int i = 0; i < BN_NDEV; i++) CUDA_CHECK(cudaFree(BN_DEV[i]));
     for (int i = 0; i < BN_NHOST; i++) BE->host_free(BN_HOST[i]);
     BN_NDEV = BN_NHOST = 0;
 }
-
 /* scale * (0.25 .. 1), a random sign unless positive: never zero */
 static uint32_t bn_lcg = 12345u;
 static float bn_rand(float scale, int positive) {
@@ -166,13 +158,11 @@ static void *bn_act(size_t n, float scale) {
     bn_fill(d, n, ES == 2, scale, 0);
     return d;
 }
-
 static float *bn_f32(size_t n, float scale, int positive) {
     float *d = bn_dev(n * 4);
     bn_fill(d, n, 0, scale, positive);
     return d;
 }
-
 static void *bn_up(const void *h, size_t bytes) {
     void *d = bn_dev(bytes);
     CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
@@ -997,12 +987,6 @@ static void bench(int argc, char **argv) {
     free(BT.dense), free(BT.label), free(BT.cat), free(BT.target), free(BT.hist), free(BT.hist_len), free(BT.off);
     free(BT.order), free(BT.seg), free(BT.inverse), free(BT.rows), free(BT.dst), free(BT.src), free(BT.uniq);
 }
-
-#undef CX
-#undef nB
-#undef nE
-#undef nH
-#undef FIRST
 
 static void perf_ctr_model(void) { bench(ot_extra_argc, ot_extra_argv); }
 #define FN(f) f

@@ -7,7 +7,7 @@
 #ifdef NB_WITH_CUDA
 #include "dense_cuda.h"
 
-/* ---- timing (test_ops_cuda --bench): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
+/* ---- timing (the ops_gpt2 perf row): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
  * attention, bf16. Not a test: numbers for planning the tuning work. ---- */
 
 #define BENCH_REPS 10
@@ -170,7 +170,7 @@ static void bench(void) {
     CUDA_CHECK(cudaEventDestroy(ev1));
 }
 
-/* ---- issue 18 (test_ops_cuda --bench18, also the end of --bench): old vs new sequences at
+/* ---- issue 18 (the fused_gpt2 perf row): old vs new sequences at
  * GPT-2 124M's B=32 x T=1024 (N = 32768, C = 768, 12 heads) and llama-1b's SwiGLU width. "old" is
  * what the model ran before (memsets included), "new" the fused / writing op; the per-step
  * figure multiplies the difference by the calls a gpt2 step makes (12 layers). ---- */
