@@ -1,6 +1,6 @@
 /* The op tests: one table of rows (op x backend x dtype), tests/ops/FAMILY.c, run here.
  *
- *   build/tests/test_ops [--mode eval|grad|perf|all] [--backend cpu|cuda|emu] [--op NAME]
+ *   build/tests/test_ops [--mode eval|grad|perf|all] [--backend cpu|cuda|emu] [--op PATTERNS]
  *                        [--dtype f32|bf16] [--list] [--small] [--all-shapes] [--verbose] [-- ARGS]
  *
  * Modes: eval (default with grad): each op against its reference (cpu rows: a double-precision
@@ -12,8 +12,9 @@
  * seqctr bench's SPEC TABLE_CAP B); all: the three. --op takes shell patterns separated by commas
  * ('matmul*,xent'); --list prints the table (the rows --backend, --op, --dtype and --mode select).
  * Prints one line per row (verdict, mode, backend, dtype, op, shapes, the worst error against its
- * tolerance, wall and CPU seconds), FAIL details on stderr, then a summary. Exit 0: every row that ran passed;
- * 1: a row failed; 77: every selected row skipped (no GPU, built without CUDA, nothing selected).
+ * tolerance, wall and CPU seconds), FAIL details on stderr, then a summary. Exit 0: every row that
+ * ran passed; 1: a row failed; 77: every selected row skipped (no GPU, built without CUDA, nothing
+ * selected).
  *
  * What the default covers and what --all-shapes adds: every row of every backend runs by default,
  * the emulator's included. The emu rows used to be the slow part of CI (test_ctr_tc 175 s and
@@ -21,7 +22,7 @@
  * switch and mma.sync's emulation unpacked the whole warp's fragments in every lane; with
  * emu_ctx.h's switch and the lane reading only its own operands, all 20 emu rows (each attention_fa
  * kernel on 6 shapes, seqattn_tc on 6 history sets, emb_grad_unique on 6 lookup sets incl. the
- * 100k-lookup hot row) take ~7 s of CPU, the whole default run ~12 s. So nothing is trimmed and
+ * 100k-lookup hot row) take ~7 s of CPU, the whole default run ~10 s. So nothing is trimmed and
  * --all-shapes adds nothing today; it is where a row flagged OT_FULL (a shape too slow or too
  * redundant for CI) goes.
  * --small keeps the cpu rows (all small) and the rows flagged small of the cuda and emu backends:
@@ -35,17 +36,14 @@
 #include "core.h"
 #include "ops/optest.h"
 
-void ot_row_begin(const ot_row *r, int mode);
-int ot_row_end(double *err, double *tol, const char **skip_why);
-int ot_cuda_ready(const char **why); /* tests/ops/cuda_util.c: 1 when a GPU is there */
-
 extern const ot_table ot_dense, ot_attention, ot_optim, ot_ctr, ot_dense_cuda, ot_fused_cuda, ot_perf_cuda,
     ot_ctr_cuda, ot_ctr_cuda_b, ot_perf_ctr_cuda, ot_attention_fa_cuda, ot_attention_cudnn, ot_emu_fa, ot_emu_tc;
-static const ot_table *const TABLES[] = {&ot_dense,           &ot_attention,     &ot_optim,
-                                         &ot_ctr,             &ot_dense_cuda,    &ot_fused_cuda,
-                                         &ot_ctr_cuda,        &ot_ctr_cuda_b,    &ot_attention_fa_cuda,
-                                         &ot_attention_cudnn, &ot_emu_fa,        &ot_emu_tc,
-                                         &ot_perf_cuda,       &ot_perf_ctr_cuda};
+/* the families' tables, in the order they run (a new family adds its table here) */
+static const ot_table *const TABLES[] = {
+    &ot_dense,    &ot_attention,       &ot_optim,  &ot_ctr,    &ot_dense_cuda, &ot_fused_cuda, &ot_ctr_cuda,
+    &ot_ctr_cuda_b, &ot_attention_fa_cuda, &ot_attention_cudnn, &ot_emu_fa, &ot_emu_tc, &ot_perf_cuda,
+    &ot_perf_ctr_cuda,
+};
 #define NTABLES (int)(sizeof TABLES / sizeof TABLES[0])
 
 static const char *const DTYPE[] = {"f32", "bf16", "f32+bf16", "-"};
@@ -57,7 +55,7 @@ typedef struct {
 } opts;
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_ops [--mode eval|grad|perf|all] [--backend cpu|cuda|emu] [--op NAME] "
+    fprintf(stderr, "usage: test_ops [--mode eval|grad|perf|all] [--backend cpu|cuda|emu] [--op PATTERNS] "
                     "[--dtype f32|bf16] [--list] [--small] [--all-shapes] [--verbose] [-- ARGS for perf rows]\n");
     exit(2);
 }

@@ -63,6 +63,12 @@ void ot_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ot_skip(const char *why); /* the row cannot run here (no GPU, no cuDNN): SKIP, not PASS */
 int ot_failures(void);
 
+/* For the runner (tests/test_ops.c): a row's start and results (util.c), and the GPU (cuda_util.c:
+ * 1 when there is one, else 0 and why). */
+void ot_row_begin(const ot_row *r, int mode);
+int ot_row_end(double *err, double *tol, const char **skip_why);
+int ot_cuda_ready(const char **why);
+
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (!(cond)) ot_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                              \
