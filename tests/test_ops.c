@@ -11,8 +11,8 @@
  * central finite differences; perf: the GPU timings (ARGS after `--` go to the perf rows, e.g. the
  * seqctr bench's SPEC TABLE_CAP B); all: the three. --op takes shell patterns separated by commas
  * ('matmul*,xent'); --list prints the table (the rows --backend, --op, --dtype and --mode select).
- * Prints one line per row (verdict, mode, backend, dtype, op, shapes, the worst error against its
- * tolerance, wall and CPU seconds), FAIL details on stderr, then a summary. Exit 0: every row that
+ * Prints one line per row (verdict, mode, backend, dtype, op, shapes, wall and CPU seconds, the
+ * worst error against its tolerance or why the row skipped), FAIL details on stderr, then a summary. Exit 0: every row that
  * ran passed; 1: a row failed; 77: every selected row skipped (no GPU, built without CUDA, nothing
  * selected).
  *
@@ -135,12 +135,12 @@ static void run_row(const ot_row *r, int mode, tally *t) {
         nfail = ot_row_end(&err, &tol, &why);
     }
     const char *verdict = nfail ? "FAIL" : why ? "SKIP" : "PASS";
-    char e[64] = "-";
+    char e[200] = "-";
     if (why && !nfail) snprintf(e, sizeof e, "(%s)", why);
     else if (err >= 0) snprintf(e, sizeof e, "err %.2e tol %.0e", err, tol);
     else if (mode != OT_PERF) snprintf(e, sizeof e, "exact checks");
-    printf("%s %-4s %-4s %-8s %-22s %-34s %-26s %6.2f s (cpu %.2f)\n", verdict, MODE_NAME[mode], r->backend,
-           DTYPE[r->dtype], r->op, r->shape, e, nb_now() - t0, (double)clock() / CLOCKS_PER_SEC - c0);
+    printf("%s %-4s %-4s %-8s %-22s %-34s %7.2f s (cpu %6.2f)  %s\n", verdict, MODE_NAME[mode], r->backend,
+           DTYPE[r->dtype], r->op, r->shape, nb_now() - t0, (double)clock() / CLOCKS_PER_SEC - c0, e);
     fflush(stdout);
     t->run++;
     if (nfail) t->fail++;

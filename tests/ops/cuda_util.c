@@ -30,7 +30,7 @@ int ot_cuda_ready(const char **why) {
         int ndev = 0;
         cudaError_t e = cudaGetDeviceCount(&ndev);
         if (e != cudaSuccess || ndev == 0) {
-            snprintf(reason, sizeof reason, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+            snprintf(reason, sizeof reason, "no GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
             state = 0;
         } else {
             struct cudaDeviceProp prop;
