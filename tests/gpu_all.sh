@@ -34,8 +34,9 @@ step() { # step NAME TIMEOUT CMD...
 step lanes_cuda 120 "$B/tests/test_lanes_cuda"
 step lanes_graph 120 "$B/tests/test_lanes_graph"
 step kprof 60 "$B/tests/test_kprof"
-# every cuda row of the op-test table (dense, fused, attention fa and cuDNN, ctr), eval mode
-step ops_cuda 600 "$B/tests/test_ops" --backend cuda
+# every cuda row of the op-test table (dense, fused, attention fa and cuDNN, ctr), eval mode (900 s:
+# the four programs it replaces had 240 + 240 + 300 + 240)
+step ops_cuda 900 "$B/tests/test_ops" --backend cuda
 mkdir -p tests/torch/ref
 step ref_gen 240 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors && python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors"
 cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null
