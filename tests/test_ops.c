@@ -160,8 +160,10 @@ int main(int argc, char **argv) {
                 int any = 0, lm = o.mode_given ? o.modes : OT_EVAL | OT_GRAD | OT_PERF;
                 for (int m = OT_EVAL; m <= OT_PERF; m <<= 1) any |= (lm & m) && selected(&o, r, m);
                 if (!any) continue;
-                printf("%-4s %-8s %-22s %-34s tol %-7.0e %s%s%s%s\n", r->backend, DTYPE[r->dtype], r->op, r->shape,
-                       r->tol, r->modes & OT_EVAL ? "eval " : "", r->modes & OT_GRAD ? "grad " : "",
+                char tol[16] = "-";
+                if (r->tol > 0) snprintf(tol, sizeof tol, "%.0e", r->tol);
+                printf("%-4s %-8s %-22s %-34s tol %-6s %s%s%s%s\n", r->backend, DTYPE[r->dtype], r->op, r->shape, tol,
+                       r->modes & OT_EVAL ? "eval " : "", r->modes & OT_GRAD ? "grad " : "",
                        r->modes & OT_PERF ? "perf " : "", r->flags & OT_FULL ? "(--all-shapes)" : "");
             }
         printf("%d rows in the table\n", nrows);

@@ -384,12 +384,12 @@ TEST_CASE(test_sparse_optim) {
 static const ot_row rows[] = {
     {"emb_gather", "cuda", OT_F32, "B77 F5, E 12, 13, 64, pad", 1e-5, OT_EVAL, FN(test_emb_gather), 0, OT_SMALL},
     {"emb_gather", "cuda", OT_BF16, "B77 F5, E 12, 13, 64, pad", 1e-2, OT_EVAL, FN(test_emb_gather), 0, OT_SMALL},
-    {"emb_grad_unique", "cuda", OT_F32, "E 12, 13, 64; a hot row", 1e-5, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
-    {"emb_grad_unique", "cuda", OT_BF16, "E 12, 13, 64; a hot row", 1e-2, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
+    {"emb_grad_unique", "cuda", OT_F32, "E 12, 64, 200; a hot row", 1e-5, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
+    {"emb_grad_unique", "cuda", OT_BF16, "E 12, 64, 200; a hot row", 1e-2, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
     {"unique_groups", "cuda", OT_NONE, "200k Criteo-scale, 100k of one row, 2^32", 0, OT_EVAL, FN(test_unique_groups), 0, 0},
     {"lists", "cuda", OT_NONE, "empty, short, long histories", 0, OT_EVAL, FN(test_lists), 0, 0},
-    {"device_count", "cuda", OT_F32, "counts on the device", 1e-5, OT_EVAL, FN(test_device_count), 0, 0},
-    {"device_count", "cuda", OT_BF16, "counts on the device", 1e-2, OT_EVAL, FN(test_device_count), 0, 0},
+    {"device_count", "cuda", OT_F32, "n 3000 E 64, counts on the device", 1e-5, OT_EVAL, FN(test_device_count), 0, 0},
+    {"device_count", "cuda", OT_BF16, "n 3000 E 64, counts on the device", 1e-2, OT_EVAL, FN(test_device_count), 0, 0},
     {"sparse_optim", "cuda", OT_F32, "adagrad, adam: E 12, 64", 1e-5, OT_EVAL, FN(test_sparse_optim), 0, 0},
 };
 OT_TABLE(ot_ctr_cuda, rows);
