@@ -104,6 +104,12 @@ $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnobubble.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
+# the op-test runner and its table: one file of rows per op family (tests/ops/*.c)
+OPTEST_SRC := $(sort $(wildcard tests/ops/*.c))
+OPTEST_OBJ := $(OPTEST_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/tests/test_ops: $(BUILD)/tests/test_ops.o $(OPTEST_OBJ) $(BUILD)/libnobubble.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
 test: all
 	bash tests/run.sh $(BUILD)
 

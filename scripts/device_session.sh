@@ -7,15 +7,15 @@
 # Stages: gpu_seqctr, gpu_ranks (the GPU test scripts), pipe (bench/pipe_bench.sh, PIPE_ARGS),
 #   ranks_gpu (bench/ranks_bench.sh on the GPU, RANKS_ARGS), builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
 #   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
-#   --sm-free: 2 ranks sharing it over CUDA IPC, 1 nccl rank (IPC and --staged), a counts mismatch; and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops_ctr_cuda, then its
-#   --bench with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
+#   --sm-free: 2 ranks sharing it over CUDA IPC, 1 nccl rank (IPC and --staged), a counts mismatch; and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops's ctr cuda rows, then
+#   the ctr_model perf row with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
 #   seqctr (bench/seqctr_bench.sh: nobubble --graphs vs PyTorch eager/compile; SC_STEPS, SC_BATCH, SC_BUDGET),
 #   gpu_bench (bench/gpu_bench.sh: transformers vs PyTorch's modes; GPU_BENCH_ARGS), lists (bench/lists_bench.sh: --index-lists host vs device, plain and ERASE with graphs; LISTS_ARGS),
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
-#   attention tests, torch refs, GPU trainer tests), attn_cudnn (tests/test_attention_cudnn and its
-#   --bench, bench/attn_ab.sh: the step with each --attn; ATTN_AB_ARGS), gpu_quick (test_ops_cuda, test_kprof,
+#   attention tests, torch refs, GPU trainer tests), attn_cudnn (test_ops's attention_cudnn rows, eval and
+#   perf, bench/attn_ab.sh: the step with each --attn; ATTN_AB_ARGS), gpu_quick (test_ops --backend cuda, test_kprof,
 #   tests/gpu_train_test.sh), quality (gpt2 B=16 600 steps on data/sotu: the validation losses), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
 #   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
 #   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
@@ -27,6 +27,8 @@
 #   (default 570, under the tool's 600 s per call).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# the ctr family's cuda rows of tests/test_ops (tests/ops/ctr_cuda*.c)
+CTR_CUDA_OPS='emb_*,unique_groups,lists,device_count,sparse_optim,cross,relu,linear1,bce,cols,seqattn*,targetattn'
 deadline=570
 [ "${1:-}" = --deadline ] && { deadline=$2; shift 2; }
 start=$(date +%s)
@@ -57,8 +59,9 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
         ab) build && OUT=$R/ab bash bench/engine_ab.sh /tmp/before/build/nobubble "$NB_BUILD/nobubble" ${AB_ROWS:-} ;;
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
-        gpu_quick) build && { r=0; for t in test_ops_cuda test_kprof; do "$NB_BUILD/tests/$t" > "$R/$t.log" 2>&1 || { r=1; tail -20 "$R/$t.log"; }
-                grep -E "^(ok|FAIL|skip)" "$R/$t.log" | tail -3; done; bash tests/gpu_train_test.sh || r=1; return $r; } ;;
+        gpu_quick) build && { r=0; for t in test_ops test_kprof; do a=(); [ $t = test_ops ] && a=(--backend cuda)
+                "$NB_BUILD/tests/$t" "${a[@]}" > "$R/$t.log" 2>&1 || { r=1; tail -20 "$R/$t.log"; }
+                grep -E "^(ok|FAIL|skip|SKIP|test_ops:)" "$R/$t.log" | tail -3; done; bash tests/gpu_train_test.sh || r=1; return $r; } ;;
         quality) build && { $NB_BUILD/nobubble train --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
                 --eval-every 100 --eval-batches 0 --no-ckpt --no-progress --out "$R/quality" > "$R/quality.log" 2>&1 || { tail -5 "$R/quality.log"; return 1; }
             grep -h "^attention\|^throughput" "$R/quality.log"
@@ -69,8 +72,8 @@ print("validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f
         gpu_ranks) build && bash tests/gpu_ranks_test.sh ;;
         pipe) build && OUT=$R/pipe bash bench/pipe_bench.sh --no-build ${PIPE_ARGS:---steps 150 --graphs} ;;
         ranks_gpu) build && OUT=$R/ranks bash bench/ranks_bench.sh --device cuda --comm host ${RANKS_ARGS:---model gpt2 --batch 32 --seq 1024 --steps 12 --warmup 4} ;;
-        ctr_ops_bench) build && "$NB_BUILD/tests/test_ops_ctr_cuda" --bench ;;
-        k19) build && { "$NB_BUILD/tests/test_ops_ctr_cuda" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(ok|FAIL)|FAIL|largest" "$R/k19-test.log"; echo "test_ops_ctr_cuda rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops_ctr_cuda" --bench; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
+        ctr_ops_bench) build && "$NB_BUILD/tests/test_ops" --mode perf --op ctr_model ;;
+        k19) build && { "$NB_BUILD/tests/test_ops" --backend cuda --op "$CTR_CUDA_OPS" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(PASS|FAIL|SKIP)|FAIL|^test_ops:" "$R/k19-test.log"; echo "test_ops (ctr cuda rows) rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops" --mode perf --op ctr_model; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
         seqctr) build && OUT=$R/seqctr bash bench/seqctr_bench.sh --no-build --steps "${SC_STEPS:-100}" --batch "${SC_BATCH:-4096,1024}" --budget "${SC_BUDGET:-280}" ;;
         gpu_bench) build && OUT=$R/gpu_bench bash bench/gpu_bench.sh --no-build ${GPU_BENCH_ARGS:---no-llama --budget 270} ;;
         lists) build && OUT=$R/lists bash bench/lists_bench.sh --no-build ${LISTS_ARGS:---steps 60 --batch 4096,1024 --erase} ;;
@@ -83,7 +86,7 @@ print("validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f
         stream1b) build && KEEP=${KEEP1:-} OUT=$R/stream bash bench/stream_bench.sh --no-build --models llama-1b --batch "${B1:-16}" --steps 10 ${STREAM1_ARGS:---parts --anchor --budget 250} ;;
         stream8b) build && KEEP=${KEEP8:-} OUT=$R/stream8 bash bench/stream_bench.sh --no-build --models llama-8b --batch "${B8:-16}" --steps "${S8:-6}" ${STREAM8_ARGS:-} ;;
         stream14b) build && KEEP=${KEEP14:-} OUT=$R/stream14 bash bench/stream_bench.sh --no-build --models llama-14b --batch "${B14:-8}" --steps "${S14:-4}" --stream-only ;;
-        attn_cudnn) build && { r=0; "$NB_BUILD/tests/test_attention_cudnn" || r=1; "$NB_BUILD/tests/test_attention_cudnn" --bench || r=1
+        attn_cudnn) build && { r=0; "$NB_BUILD/tests/test_ops" --mode all --backend cuda --op 'attention_cudnn*' || r=1
             OUT=$R/attn_ab bash bench/attn_ab.sh --no-build ${ATTN_AB_ARGS:-} || r=1; return $r; } ;;
         attn_quality) build && { for m in fa auto; do $NB_BUILD/nobubble train --attn $m --model gpt2 --device cuda --graphs --batch 16 --steps 600 --lr 6e-4 --warmup 200 \
                 --eval-every 100 --eval-batches 0 --no-ckpt --no-progress --out "$R/quality-$m" > "$R/quality-$m.log" 2>&1 || { tail -5 "$R/quality-$m.log"; return 1; }

@@ -1,4 +1,5 @@
-/* Helpers shared by the CUDA op tests (test_ops_cuda.c, test_ops_ctr_cuda.c): random host tensors,
+/* Helpers of the stand-alone CUDA test programs (test_smfree_cuda.c; test_ops's rows have their
+ * own, tests/ops/cuda_util.h, on the runner's GPU state): random host tensors,
  * device up/down in fp32 or bf16, NaN-poisoned outputs, and the comparisons against the CPU
  * reference with each mode's tolerance. Define SEED before including; include after check.h,
  * bf16_host.h, core.h, cuda_check.h, rng.h and ops/ops_cuda.h. */

@@ -34,15 +34,14 @@ step() { # step NAME TIMEOUT CMD...
 step lanes_cuda 120 "$B/tests/test_lanes_cuda"
 step lanes_graph 120 "$B/tests/test_lanes_graph"
 step kprof 60 "$B/tests/test_kprof"
-step ops_cuda 240 "$B/tests/test_ops_cuda"
-[ -x "$B/tests/test_attention_fa" ] && step attention_fa 240 "$B/tests/test_attention_fa"
-[ -x "$B/tests/test_attention_cudnn" ] && step attention_cudnn 300 "$B/tests/test_attention_cudnn"
+# every cuda row of the op-test table (dense, fused, attention fa and cuDNN, ctr), eval mode (900 s:
+# the four programs it replaces had 240 + 240 + 300 + 240)
+step ops_cuda 900 "$B/tests/test_ops" --backend cuda
 mkdir -p tests/torch/ref
 step ref_gen 240 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors && python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors"
 cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null
 step torch_ref 240 "$B/tests/test_torch_ref" --save-ckpt /tmp/nbref
 step hf_export 240 bash -c "$NB export --ckpt /tmp/nbref/gpt2_tiny --hf /tmp/hf_g && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_g --ref tests/torch/ref/gpt2_tiny.safetensors && $NB export --ckpt /tmp/nbref/llama_tiny --hf /tmp/hf_l && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_l --ref tests/torch/ref/llama_tiny.safetensors"
-step ops_ctr_cuda 240 "$B/tests/test_ops_ctr_cuda"
 step seqctr_ref 120 "$B/tests/test_seqctr_ref" --verbose
 TAILN=30 step gpu_seqctr 400 env NB_BUILD="$B" bash tests/gpu_seqctr_test.sh
 TAILN=30 step gpu_train 400 env NB_BUILD="$B" bash tests/gpu_train_test.sh

@@ -61,7 +61,7 @@ worst=$(worst_loss_diff "$TMP/s-plain" "$TMP/s-stream")
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-4)}' \
     && pass "GPU stream (host AdamW) vs plain (device AdamW), fp32: worst loss rel diff $worst over 20 steps" \
     || fail "GPU stream vs plain, fp32: loss rel diff $worst"
-# the device AdamW and norm are built to give the host's bits (test_ops_cuda), so the same
+# the device AdamW and norm are built to give the host's bits (test_ops's cuda rows), so the same
 # optimizer math on either side should leave the same weights
 cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-stream/ckpt/model.safetensors" \
     && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-stream/ckpt/optim.safetensors" \

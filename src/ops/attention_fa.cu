@@ -30,7 +30,7 @@
  * one small kernel per shape, so every loop unrolls and every register array stays in registers
  * (the build's ptxas report shows no stack frame).
  *
- * Measured on an H200 (test_attention_fa --bench; TFLOP/s counting 4*B*NH*T*T*HS/2 forward and
+ * Measured on an H200 (test_ops --mode perf --op attention_fa; TFLOP/s counting 4*B*NH*T*T*HS/2 forward and
  * 2.5x that backward): GPT-2 heads (B 16, T 1024, 12 x 64) 200 forward / 118 backward (B 64:
  * 213 / 120), Llama-1B-like (B 2, T 2048, 32 heads over 8 kv, HS 64) 233 / 160, HS 128 at
  * T 4096 257 / 160. attention.cu's CUDA-core kernels: 3-4.5; PyTorch 2.11's SDPA on that card:
@@ -56,7 +56,7 @@ typedef struct {
 } fa_dims;
 
 /* ---- primitives: mma.cuh's (the only PTX). Everything from here to the launchers is also plain
- * C, so that tests/test_attention_fa.c can define FA_EMU, supply host versions of mma.cuh's
+ * C, so that tests/ops/emu_fa.c can define FA_EMU, supply host versions of mma.cuh's
  * primitives (a warp-level emulator) and run the kernels on the CPU where no GPU is present. ---- */
 #ifndef FA_EMU
 #define FA_SMEM(name) extern __shared__ __align__(16) unsigned char name[]

@@ -1,5 +1,5 @@
 /* The warp-level helpers of the seqctr kernels written in plain C (seqattn_tc.cu, embag.cu's
- * unique-row gradient): shuffles, ballots and 8-byte bf16 accesses. tests/test_ctr_tc.c includes
+ * unique-row gradient): shuffles, ballots and 8-byte bf16 accesses. tests/ops/emu_tc.c includes
  * those files with CTR_TC_EMU defined and supplies host versions of the primitives (a warp
  * emulator) and of mma.cuh's, so the kernels also run, and are checked, on a CPU. */
 #ifndef NB_CTR_WARP_CUH

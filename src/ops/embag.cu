@@ -20,7 +20,7 @@
  * The result depends only on the lookups (not on the grid), and equals the CPU table's.
  *
  * The gradient's kernels are plain C between ctr_warp.cuh's primitives and the launchers, so
- * tests/test_ctr_tc.c can include this file with CTR_TC_EMU defined (which leaves out the
+ * tests/ops/emu_tc.c can include this file with CTR_TC_EMU defined (which leaves out the
  * gather and the launchers) and run them on its warp emulator. */
 #include "ctr_warp.cuh"
 #ifndef CTR_TC_EMU

@@ -31,7 +31,7 @@
  * queries past it get lse = +inf (P = 0) and are never stored.
  *
  * Everything between the primitives (ctr_warp.cuh, mma.cuh) and the launchers is plain C, so
- * tests/test_ctr_tc.c can define CTR_TC_EMU, supply host versions of the primitives (a warp
+ * tests/ops/emu_tc.c can define CTR_TC_EMU, supply host versions of the primitives (a warp
  * emulator) and run these kernels on a machine without a GPU. */
 #include "ctr_warp.cuh"
 

@@ -1,4 +1,4 @@
-/* Helpers shared by the op tests (test_ops_grad_a.c, test_ops_ctr.c). Define SEED before
+/* Helpers shared by the op tests (dense.c, ctr.c). Define SEED before
  * including: every random tensor is a Philox draw keyed by (SEED, stream). */
 #ifndef NB_OP_TEST_UTIL_H
 #define NB_OP_TEST_UTIL_H

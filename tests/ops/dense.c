@@ -1,5 +1,6 @@
-/* CPU ops, part 1 (matmul, layernorm, rmsnorm, gelu, swiglu, residual, embedding): forward and
- * backward against double-precision references written out here.
+/* Dense CPU ops (matmul, layernorm, rmsnorm, gelu, swiglu, residual, embedding): forward and
+ * backward against double-precision references written out here (the cpu rows of the dense
+ * family; tests/ops/dense_cuda.c has the cuda rows).
  *
  * For each op, with the scalar loss L = sum(out * R) (R random, so dL/dout = R):
  * - the float forward matches a double reference of the same formula;
@@ -9,16 +10,18 @@
  * - backward accumulates: called twice on a non-zero gradient it adds twice;
  * - two runs are bitwise equal, and so are runs with 1 and 3 OpenMP threads (the reductions own
  *   channel blocks; no partials summed in thread order).
- * Sizes are awkward on purpose (7, 13, 11) and a larger case crosses the 64-channel blocks. */
+ * Sizes are awkward on purpose (7, 13, 11) and a larger case crosses the 64-channel blocks.
+ * eval mode: the forward, the saved statistics and the gradient semantics; grad mode: the
+ * finite differences. */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "core.h"
 #include "ops/ops.h"
+#include "optest.h"
 #include "rng.h"
 
 #define SEED 20240607u
@@ -27,11 +30,9 @@
 #define FD_ALL 400    /* tensors up to this size are checked element by element */
 #define FD_SAMPLE 160 /* else this many fixed pseudo-random elements */
 
-static int default_threads;
-
 /* ---- helpers ---- */
 
-#include "op_test_util.h"
+#include "op_util.h"
 
 static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, size_t n, uint64_t stream) {
     return fd_error_sampled(f, ctx, x, g, n, FD_ALL, FD_SAMPLE, stream);
@@ -58,6 +59,7 @@ static void check_grad_semantics(const grad_op *op, float **ref) {
     float *g[MAX_GRADS] = {0};
     for (int k = 0; k < op->ngrads; k++) ref[k] = zeros(op->sizes[k]);
     run_backward(op, ref);
+    if (!ot_eval()) return; /* grad mode: the gradients for the finite differences only */
 
     for (int k = 0; k < op->ngrads; k++) g[k] = zeros(op->sizes[k]);
     run_backward(op, g);
@@ -100,14 +102,18 @@ static void check_grad_semantics(const grad_op *op, float **ref) {
                 CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s changes with %d threads", op->name,
                       op->gname[k], counts[c]);
     }
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     for (int k = 0; k < op->ngrads; k++) free(g[k]);
 }
 
 static void report(const char *name, double fwd_err, const double *grad_err, const grad_op *op) {
-    printf("  %-22s fwd %.1e", name, fwd_err);
-    for (int k = 0; k < op->ngrads; k++) printf("  %s %.1e", op->gname[k], grad_err[k]);
-    printf("\n");
+    if (ot_eval()) ot_err(fwd_err, FWD_TOL);
+    ot_log("  %-22s fwd %.1e", name, fwd_err);
+    for (int k = 0; k < op->ngrads; k++) {
+        if (ot_grad()) ot_err(grad_err[k], GRAD_TOL);
+        ot_log("  %s %.1e", op->gname[k], grad_err[k]);
+    }
+    ot_log("\n");
 }
 
 /* ---- matmul ---- */
@@ -156,9 +162,13 @@ static void check_matmul(int N, int C, int OC, int with_bias) {
     grad_op op = {"matmul", with_bias ? 3 : 2, {ni, nw, OC}, {"dinp", "dw", "dbias"}, matmul_bwd, &m, 4u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
-    double ge[MAX_GRADS] = {fd_error(matmul_loss, &m, m.xi, g[0], ni, 11),
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(matmul_loss, &m, m.xi, g[0], ni, 11),
                             fd_error(matmul_loss, &m, m.xw, g[1], nw, 12),
                             with_bias ? fd_error(matmul_loss, &m, m.xb, g[2], OC, 13) : 0.0};
+        memcpy(ge, fd, sizeof fd);
+    }
     for (int k = 0; k < op.ngrads; k++)
         CHECK(ge[k] < GRAD_TOL, "matmul %s vs finite differences: error %.3g", op.gname[k], ge[k]);
     char name[64];
@@ -237,15 +247,19 @@ static void check_layernorm(int N, int C) {
     float *out3 = zeros(n), *mean3 = zeros(N), *rstd3 = zeros(N);
     omp_set_num_threads(3);
     nb_layernorm_forward(out3, mean3, rstd3, l.inp, l.w, l.b, N, C, l.eps);
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, n) && same_bits(mean3, mean, N) && same_bits(rstd3, rstd, N),
           "layernorm forward changes with the thread count");
 
     grad_op op = {"layernorm", 3, {n, C, C}, {"dinp", "dw", "db"}, ln_bwd, &l, 7u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
-    double ge[MAX_GRADS] = {fd_error(ln_loss, &l, l.xi, g[0], n, 25), fd_error(ln_loss, &l, l.xw, g[1], C, 26),
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(ln_loss, &l, l.xi, g[0], n, 25), fd_error(ln_loss, &l, l.xw, g[1], C, 26),
                             fd_error(ln_loss, &l, l.xb, g[2], C, 27)};
+        memcpy(ge, fd, sizeof fd);
+    }
     for (int k = 0; k < 3; k++)
         CHECK(ge[k] < GRAD_TOL, "layernorm %s vs finite differences: error %.3g", op.gname[k], ge[k]);
     char name[64];
@@ -318,13 +332,17 @@ static void check_rmsnorm(int N, int C) {
     float *out3 = zeros(n), *rstd3 = zeros(N);
     omp_set_num_threads(3);
     nb_rmsnorm_forward(out3, rstd3, r.inp, r.w, N, C, r.eps);
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, n) && same_bits(rstd3, rstd, N), "rmsnorm forward changes with the thread count");
 
     grad_op op = {"rmsnorm", 2, {n, C}, {"dinp", "dw"}, rms_bwd, &r, 3u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
-    double ge[MAX_GRADS] = {fd_error(rms_loss, &r, r.xi, g[0], n, 35), fd_error(rms_loss, &r, r.xw, g[1], C, 36)};
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(rms_loss, &r, r.xi, g[0], n, 35), fd_error(rms_loss, &r, r.xw, g[1], C, 36)};
+        memcpy(ge, fd, sizeof fd);
+    }
     for (int k = 0; k < 2; k++)
         CHECK(ge[k] < GRAD_TOL, "rmsnorm %s vs finite differences: error %.3g", op.gname[k], ge[k]);
     char name[64];
@@ -386,13 +404,17 @@ static void check_gelu(size_t n) {
               out[i], want[i]);
     omp_set_num_threads(3);
     nb_gelu_forward(out3, inp, n);
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, n), "gelu forward changes with the thread count");
 
     grad_op op = {"gelu", 1, {n}, {"dinp"}, gelu_bwd, &c, 1u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
-    double ge[MAX_GRADS] = {fd_error(gelu_loss, &c, c.xi, g[0], n, 45)};
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(gelu_loss, &c, c.xi, g[0], n, 45)};
+        memcpy(ge, fd, sizeof fd);
+    }
     CHECK(ge[0] < GRAD_TOL, "gelu dinp vs finite differences: error %.3g", ge[0]);
     char name[64];
     snprintf(name, sizeof name, "gelu %zu", n);
@@ -449,7 +471,7 @@ static void check_swiglu(int N, int F) {
     CHECK(fe < FWD_TOL, "swiglu forward error %.3g", fe);
     omp_set_num_threads(3);
     nb_swiglu_forward(out3, gu, N, F);
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, no), "swiglu forward changes with the thread count");
 
     grad_op op = {"swiglu", 1, {ngu}, {"dgu"}, swiglu_bwd, &s, 1u};
@@ -458,7 +480,11 @@ static void check_swiglu(int N, int F) {
     int finite = 1;
     for (size_t i = 0; i < ngu; i++) finite &= isfinite(g[0][i]);
     CHECK(finite, "swiglu gradient is not finite for saturated gates");
-    double ge[MAX_GRADS] = {fd_error(swiglu_loss, &s, s.xgu, g[0], ngu, 55)};
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(swiglu_loss, &s, s.xgu, g[0], ngu, 55)};
+        memcpy(ge, fd, sizeof fd);
+    }
     CHECK(ge[0] < GRAD_TOL, "swiglu dgu vs finite differences: error %.3g", ge[0]);
     char name[64];
     snprintf(name, sizeof name, "swiglu %dx%d", N, F);
@@ -545,7 +571,7 @@ static void check_embed(int B, int T, int C, int V) {
     CHECK(exact, "embed forward is not wte[token] + wpe[t]");
     omp_set_num_threads(3);
     nb_embed_forward(out3, tokens, e.wte, e.wpe, B, T, C);
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, no), "embed forward changes with the thread count");
     nb_embed_forward(out, tokens, e.wte, NULL, B, T, C);
     exact = 1;
@@ -555,8 +581,12 @@ static void check_embed(int B, int T, int C, int V) {
     grad_op op = {"embed", 2, {nte, npe}, {"dwte", "dwpe"}, embed_bwd, &e, 3u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
-    double ge[MAX_GRADS] = {fd_error(embed_loss, &e, e.xwte, g[0], nte, 75),
+    double ge[MAX_GRADS] = {0};
+    if (ot_grad()) {
+        double fd[MAX_GRADS] = {fd_error(embed_loss, &e, e.xwte, g[0], nte, 75),
                             fd_error(embed_loss, &e, e.xwpe, g[1], npe, 76)};
+        memcpy(ge, fd, sizeof fd);
+    }
     for (int k = 0; k < 2; k++)
         CHECK(ge[k] < GRAD_TOL, "embed %s vs finite differences: error %.3g", op.gname[k], ge[k]);
     char name[64];
@@ -591,17 +621,16 @@ TEST_CASE(test_embed_rejects_negative_token) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "negative token: want exit 1, got status %d", status);
 }
 
-int main(void) {
-    default_threads = omp_get_max_threads();
-    double t0 = nb_now();
-    RUN(test_matmul);
-    RUN(test_layernorm);
-    RUN(test_rmsnorm);
-    RUN(test_gelu);
-    RUN(test_swiglu);
-    RUN(test_residual);
-    RUN(test_embed);
-    RUN(test_embed_rejects_negative_token);
-    printf("  %.2f s\n", nb_now() - t0);
-    TEST_EXIT();
-}
+#define DENSE(op, shape, fn, flags)                                                                \
+    {op, "cpu", OT_F32, shape, FWD_TOL, OT_EVAL, fn, 0, flags}, {op, "cpu", OT_F32, shape, GRAD_TOL, OT_GRAD, fn, 0, flags}
+static const ot_row rows[] = {
+    DENSE("matmul", "7x13x11 +-bias, 1x1x1, 33x150x130", test_matmul, 0),
+    DENSE("layernorm", "7x13, 1x1, 33x150", test_layernorm, 0),
+    DENSE("rmsnorm", "7x13, 1x2, 33x150", test_rmsnorm, 0),
+    DENSE("gelu", "91, 5003", test_gelu, 0),
+    DENSE("swiglu", "7x13, 33x150", test_swiglu, 0),
+    {"residual", "cpu", OT_F32, "1001 (aliased)", 0, OT_EVAL, test_residual, 0, 0},
+    DENSE("embed", "3x7x13 V5, 4x9x150 V17", test_embed, 0),
+    {"embed_bad_token", "cpu", OT_NONE, "token -5", 0, OT_EVAL, test_embed_rejects_negative_token, 0, OT_FORK},
+};
+OT_TABLE(ot_dense, rows);

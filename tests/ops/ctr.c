@@ -1,5 +1,6 @@
 /* seqctr CPU ops (ops/ops_ctr.h) and sparse optimizers (optim/optim_sparse.h) against double
- * references written out here.
+ * references written out here (the cpu rows of the ctr family; ctr_cuda*.c has the cuda rows).
+ * eval mode: forwards and gradient semantics; grad mode: the finite differences.
  *
  * For each differentiable op, with the scalar loss L = sum(out * R) (R random, so dL/dout = R):
  * - the float forward matches a double reference of the same formula;
@@ -15,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "core.h"
 #include "ops/ops_ctr.h"
+#include "optest.h"
 #include "optim/optim_sparse.h"
 #include "rng.h"
 
@@ -25,14 +26,13 @@
 #define FWD_TOL 1e-5
 #define GRAD_TOL 1e-4
 
-static int default_threads;
-
 /* ---- helpers ---- */
 
-#include "op_test_util.h"
+#include "op_util.h"
 
-/* Every element: all tensors here are small. */
+/* Every element: all tensors here are small. 0 (not computed) outside grad mode. */
 static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, size_t n) {
+    if (!ot_grad()) return 0;
     return fd_error_sampled(f, ctx, x, g, n, SIZE_MAX, 0, 0);
 }
 
@@ -51,6 +51,7 @@ static void check_grad_semantics(const grad_op *op, float **ref) {
     float *g[MAX_GRADS] = {0};
     for (int k = 0; k < op->ngrads; k++) ref[k] = zeros(op->sizes[k]);
     op->backward(op->ctx, ref);
+    if (!ot_eval()) return; /* grad mode: the gradients for the finite differences only */
     for (int k = 0; k < op->ngrads; k++) g[k] = zeros(op->sizes[k]);
     op->backward(op->ctx, g);
     for (int k = 0; k < op->ngrads; k++)
@@ -85,28 +86,18 @@ static void check_grad_semantics(const grad_op *op, float **ref) {
             CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s changes with %d threads", op->name, op->gname[k],
                   counts[c]);
     }
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     for (int k = 0; k < op->ngrads; k++) free(g[k]);
 }
 
 static void report(const char *name, double fwd_err, const double *grad_err, const grad_op *op) {
-    printf("  %-16s fwd %.1e", name, fwd_err);
-    for (int k = 0; k < op->ngrads; k++) printf("  %s %.1e", op->gname[k], grad_err[k]);
-    printf("\n");
-}
-
-/* Exit status of fn() run in a child with stderr silenced: nb_fail must exit 1. */
-static int child_status(void (*fn)(void)) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr)) _exit(3);
-        fn();
-        _exit(0);
+    if (ot_eval()) ot_err(fwd_err, FWD_TOL);
+    ot_log("  %-16s fwd %.1e", name, fwd_err);
+    for (int k = 0; k < op->ngrads; k++) {
+        if (ot_grad()) ot_err(grad_err[k], GRAD_TOL);
+        ot_log("  %s %.1e", op->gname[k], grad_err[k]);
     }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ot_log("\n");
 }
 
 /* ---- shared history shapes ---- */
@@ -161,7 +152,7 @@ TEST_CASE(test_embag_gather_unique) {
     omp_set_num_threads(1);
     nb_embag_backward_unique(du2, dout, inv, n, EE);
     CHECK(same_bits(du2, du, (size_t)U * EE), "unique backward changes with 1 thread");
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     nb_embag_backward_unique(du2, dout, inv, n, EE);
     for (size_t i = 0; i < (size_t)U * EE; i++) want[i] = 2.0 * du[i];
     CHECK(max_rel(du2, want, (size_t)U * EE) < 1e-6, "unique backward does not accumulate");
@@ -274,7 +265,7 @@ static int groups_agree(const int64_t *rows, int n) {
                 if (k > seg[u]) ok &= ord[k] > ord[k - 1]; /* position order inside a group */
             }
     }
-    omp_set_num_threads(default_threads);
+    omp_set_num_threads(ot_threads);
     free(u1), free(u2), free(inv1), free(inv2), free(ord), free(seg);
     return ok;
 }
@@ -303,7 +294,7 @@ static void bad_row(void) {
     nb_embag_gather(out, table, rows, 2, 9, 2);
 }
 TEST_CASE(test_embag_rejects_bad_row) {
-    int st = child_status(bad_row);
+    int st = ot_child_status(bad_row);
     CHECK(st == 1, "row outside the table: want exit 1, got %d", st);
 }
 
@@ -427,7 +418,9 @@ TEST_CASE(test_bce) {
         CHECK(same_bits(dz2, acc, BN), "bce gradient does not accumulate");
         double L2 = nb_bce_logits_forward_backward(NULL, NULL, z, y, c.w, BN, c.scale);
         CHECK(L2 == L, "bce loss without gradient differs");
-        printf("  bce %-12s loss %.6f  err %.1e  dz %.1e\n", weighted ? "weighted" : "mean", L, fabs(L - Lref), ge);
+        if (ot_grad()) ot_err(ge, GRAD_TOL);
+        else ot_err(fabs(L - Lref) / fabs(Lref), 1e-6);
+        ot_log("  bce %-12s loss %.6f  err %.1e  dz %.1e\n", weighted ? "weighted" : "mean", L, fabs(L - Lref), ge);
         free(c.z);
     }
 }
@@ -623,7 +616,8 @@ TEST_CASE(test_rowwise_adagrad) {
         if (r == 1 || r == 4 || r == 7) continue;
         CHECK(same_bits(table + r * OE, table0 + r * OE, OE) && acc[r] == 0.0f, "untouched row %d changed", r);
     }
-    printf("  rowwise adagrad  5 steps err %.1e\n", e);
+    ot_err(e, 1e-6);
+    ot_log("  rowwise adagrad  5 steps err %.1e\n", e);
     free(table), free(acc), free(table0), free(wt);
 }
 
@@ -657,7 +651,8 @@ TEST_CASE(test_sparse_adam) {
         for (int i = 0; i < OE; i++) zero &= m[r * OE + i] == 0.0f && v[r * OE + i] == 0.0f;
         CHECK(same_bits(table + r * OE, table0 + r * OE, OE) && zero, "untouched row %d changed", r);
     }
-    printf("  sparse adam      5 steps err %.1e\n", e);
+    ot_err(e, 1e-5);
+    ot_log("  sparse adam      5 steps err %.1e\n", e);
     free(table), free(m), free(v), free(table0), free(wt), free(wm), free(wv);
 }
 
@@ -667,26 +662,28 @@ static void unsorted_rows(void) {
     nb_rowwise_adagrad_update(table, acc, rows, g, 2, 2, 10, (nb_rowwise_adagrad_cfg){0.1f, 1e-8f});
 }
 TEST_CASE(test_sparse_rejects_duplicate_rows) {
-    int st = child_status(unsorted_rows);
+    int st = ot_child_status(unsorted_rows);
     CHECK(st == 1, "duplicate rows in a sparse update: want exit 1, got %d", st);
 }
 
-int main(void) {
-    default_threads = omp_get_max_threads();
-    double t0 = nb_now();
-    RUN(test_embag_gather_unique);
-    RUN(test_embag_bag);
-    RUN(test_embag_unique_large);
-    RUN(test_embag_unique_groups_parallel);
-    RUN(test_embag_rejects_bad_row);
-    RUN(test_cross);
-    RUN(test_relu);
-    RUN(test_bce);
-    RUN(test_seqattn);
-    RUN(test_targetattn);
-    RUN(test_rowwise_adagrad);
-    RUN(test_sparse_adam);
-    RUN(test_sparse_rejects_duplicate_rows);
-    printf("  %.2f s\n", nb_now() - t0);
-    TEST_EXIT();
-}
+static const ot_row rows[] = {
+    {"embag_bad_row", "cpu", OT_NONE, "row 9 of 9", 0, OT_EVAL, test_embag_rejects_bad_row, 0, OT_FORK},
+    {"sparse_dup_rows", "cpu", OT_NONE, "rows {4, 4}", 0, OT_EVAL, test_sparse_rejects_duplicate_rows, 0, OT_FORK},
+    {"embag_gather_unique", "cpu", OT_F32, "11 lookups of 9x70, 4 bags", 0, OT_EVAL, test_embag_gather_unique, 0, 0},
+    {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", FWD_TOL, OT_EVAL, test_embag_bag, 0, 0},
+    {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", GRAD_TOL, OT_GRAD, test_embag_bag, 0, 0},
+    {"embag_unique_large", "cpu", OT_NONE, "3000 rows to ~5M", 0, OT_EVAL, test_embag_unique_large, 0, 0},
+    {"embag_unique_groups", "cpu", OT_NONE, "parallel, hot head, ascending", 0, OT_EVAL, test_embag_unique_groups_parallel, 0, 0},
+    {"cross", "cpu", OT_F32, "N3 D13 r4", FWD_TOL, OT_EVAL, test_cross, 0, 0},
+    {"cross", "cpu", OT_F32, "N3 D13 r4", GRAD_TOL, OT_GRAD, test_cross, 0, 0},
+    {"relu", "cpu", OT_F32, "1000", 0, OT_EVAL, test_relu, 0, 0},
+    {"bce", "cpu", OT_F32, "9 (logits to +-200), weighted", 1e-6, OT_EVAL, test_bce, 0, 0},
+    {"bce", "cpu", OT_F32, "9 (logits to +-200), weighted", GRAD_TOL, OT_GRAD, test_bce, 0, 0},
+    {"seqattn", "cpu", OT_F32, "B3 L5 lens {0,5,2} E12 H3", FWD_TOL, OT_EVAL, test_seqattn, 0, 0},
+    {"seqattn", "cpu", OT_F32, "B3 L5 lens {0,5,2} E12 H3", GRAD_TOL, OT_GRAD, test_seqattn, 0, 0},
+    {"targetattn", "cpu", OT_F32, "B3 L5 E12, fused k|v", FWD_TOL, OT_EVAL, test_targetattn, 0, 0},
+    {"targetattn", "cpu", OT_F32, "B3 L5 E12, fused k|v", GRAD_TOL, OT_GRAD, test_targetattn, 0, 0},
+    {"rowwise_adagrad", "cpu", OT_F32, "10x12, 3 rows x 5 steps", 1e-6, OT_EVAL, test_rowwise_adagrad, 0, 0},
+    {"sparse_adam", "cpu", OT_F32, "10x12, 3 rows x 5 steps", 1e-5, OT_EVAL, test_sparse_adam, 0, 0},
+};
+OT_TABLE(ot_ctr, rows);

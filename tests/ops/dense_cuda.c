@@ -1,84 +1,28 @@
-/* CUDA ops against the CPU reference ops (ops.h, optim.h), in fp32 and bf16 modes.
+/* The dense CUDA ops (ops_cuda.h) against the CPU reference ops (ops.h, optim.h): the cuda rows of
+ * the dense family, one per op and dtype.
  *
  * For every op: random inputs of awkward sizes (not multiples of 8, T not a power of two,
  * NH != NKV), outputs poisoned with NaN first (an element the kernel forgets stays NaN and fails
  * the comparison), the CPU op and the CUDA op on the same inputs, then
- * - fp32 mode: relative error ||gpu - cpu|| / ||cpu|| <= 1e-5 (GEMMs in true fp32, TF32 off);
- * - bf16 mode: inputs rounded to bf16 on both sides, <= 1e-2 (the outputs' bf16 rounding);
+ * - f32 rows: relative error ||gpu - cpu|| / ||cpu|| <= 1e-5 (GEMMs in true fp32, TF32 off);
+ * - bf16 rows: inputs rounded to bf16 on both sides, <= 1e-2 (the outputs' bf16 rounding);
  * - gradients start from random non-zero values (scaled like the gradient itself) and the
  *   comparison is on the increments, so a kernel that overwrites instead of accumulating fails;
  * - a NULL gradient is skipped while the others are still computed;
  * - determinism: the CUDA op runs twice from the same state and the results must be bitwise equal.
- * Exits 77 (skipped) without a GPU, or when built without CUDA. Other modes: --bench, --bench18
- * (kernel times), --candidates (a report: do cuBLASLt's ranked candidates give the same bits?). */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <stdio.h>
-#include <string.h>
+ * SKIP without a GPU, or when built without CUDA. fused_cuda.c: issue 18's fused and
+ * gradient-writing ops; perf_cuda.c: the timings. */
+#include "optest.h"
 
-#include "bf16_host.h"
-#include "check.h"
-
-#ifndef NB_WITH_CUDA
-int main(void) {
-    (void)nb_test_failures;
-    printf("skip: built without CUDA (nvcc was not found when this was compiled)\n");
-    return 77;
-}
-#else
-
-#include <cuda_runtime.h>
-
-#include "core.h"
-#include "cuda_check.h"
-#include "ops/ops.h"
-#include "ops/ops_cuda.h"
-#include "optim/optim.h"
-#include "rng.h"
-
-#define SEED 20250611u
-#include "cuda_test_util.h"
-
-/* h uploaded one element past the start of a fresh allocation (*base, to free): a tensor whose
- * rows are not 16-byte aligned, so ops take their scalar path. */
-static void *dev_up_shifted(const float *h, size_t n, int bf, void **base) {
-    float *t = nb_malloc((n + 1) * sizeof(float), "shifted staging");
-    t[0] = 0.0f;
-    memcpy(t + 1, h, n * sizeof(float));
-    *base = dev_up(t, n + 1, bf);
-    free(t);
-    return (char *)*base + (bf ? 2 : 4);
-}
-
-/* Calls the _f32 or _bf16 launcher (device pointers are void * here). */
-#define CALL(bf, fn, ...)                                                                          \
-    do {                                                                                           \
-        if (bf)                                                                                    \
-            fn##_bf16(__VA_ARGS__);                                                                \
-        else                                                                                       \
-            fn##_f32(__VA_ARGS__);                                                                 \
-    } while (0)
-
-static void expect_untouched(const char *what, const float *got, const float *init, size_t n) {
-    CHECK(memcmp(got, init, n * sizeof(float)) == 0, "%s: written although its pointer was NULL or out of range",
-          what);
-}
+#ifdef NB_WITH_CUDA
+#include "dense_cuda.h"
 
 /* ---- matmul ---- */
 
-static void gpu_matmul_fwd(int bf, float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                           int OC) {
-    void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
-    void *db = bias ? dev_up(bias, OC, bf) : NULL, *dout = dev_nan((size_t)N * OC, bf);
-    CALL(bf, nb_cuda_matmul_forward, dout, di, dw, db, N, C, OC, lt, st);
-    dev_down(out, dout, (size_t)N * OC, bf);
-    dev_free(di), dev_free(dw), dev_free(db), dev_free(dout);
-}
 
 TEST_CASE(test_matmul_forward) {
     int N = 3 * 101, C = 77, OC = 53;
-    for (int bf = 0; bf <= 1; bf++)
+    FOR_DTYPE(bf)
         for (int with_bias = 0; with_bias <= 1; with_bias++) {
             float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
             round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
@@ -92,36 +36,15 @@ TEST_CASE(test_matmul_forward) {
         }
 }
 
-static void gpu_matmul_gelu(int bf, float *out, float *pre, const float *inp, const float *w, const float *bias,
-                            int N, int C, int OC) {
-    void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
-    void *db = bias ? dev_up(bias, OC, bf) : NULL;
-    void *dout = dev_nan((size_t)N * OC, bf), *dpre = dev_nan((size_t)N * OC, bf);
-    CALL(bf, nb_cuda_matmul_gelu_forward, dout, dpre, di, dw, db, N, C, OC, lt, st);
-    dev_down(out, dout, (size_t)N * OC, bf);
-    dev_down(pre, dpre, (size_t)N * OC, bf);
-    dev_free(di), dev_free(dw), dev_free(db), dev_free(dout), dev_free(dpre);
-}
 
-static void set_env(const char *name, int v) {
-    char b[12];
-    snprintf(b, sizeof b, "%d", v);
-    setenv(name, b, 1);
-}
 
-/* pick < 0: the default algorithm choice; else NB_LT_ALGO_GELU=pick (another of cuBLASLt's
- * ranked algorithms for the GELU epilogues, the last one past the end of the list). */
-static void set_gelu_candidate(int pick) {
-    if (pick < 0) unsetenv("NB_LT_ALGO_GELU");
-    else set_env("NB_LT_ALGO_GELU", pick);
-}
 
 /* OC = 64 takes the fused cuBLASLt GELU epilogue (if offered), OC = 53 the GEMM + GELU path. */
 TEST_CASE(test_matmul_gelu_forward) {
     int N = 3 * 101, C = 80;
     int ocs[2] = {64, 53};
     int picks[3] = {-1, 3, 7};
-    for (int bf = 0; bf <= 1; bf++)
+    FOR_DTYPE(bf)
         for (int k = 0; k < 2; k++)
             for (int with_bias = 0; with_bias <= 1; with_bias++)
                 for (int p = 0; p < (bf && k == 0 ? 3 : 1); p++) {
@@ -200,7 +123,7 @@ static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const f
  * 8-column vector kernel: its second run takes the scalar one (NB_DBIAS_V8=0), the same bits. */
 static void check_matmul_backward(int N, int C, int OC) {
     size_t ni = (size_t)N * C, nw = (size_t)OC * C;
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *dout = randn((size_t)N * OC, 0, 1), *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.1f);
         round_bf(dout, (size_t)N * OC, bf), round_bf(inp, ni, bf), round_bf(w, nw, bf);
         float *g0i = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC);
@@ -241,7 +164,7 @@ TEST_CASE(test_matmul_backward) {
 static void check_layernorm(int N, int C) {
     size_t n = (size_t)N * C;
     char what[96];
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         /* mean far from 0: catches a one-pass variance's cancellation */
         float *inp = randn(n, 3.0f, 1.5f), *w = randn(C, 1, 0.2f), *b = randn(C, 0, 0.2f), *dout = randn(n, 0, 1);
         round_bf(inp, n, bf), round_bf(w, C, bf), round_bf(b, C, bf), round_bf(dout, n, bf);
@@ -346,7 +269,7 @@ TEST_CASE(test_layernorm) {
 static void check_rmsnorm(int N, int C) {
     size_t n = (size_t)N * C;
     char what[96];
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *inp = randn(n, 0.5f, 1.5f), *w = randn(C, 1, 0.2f), *dout = randn(n, 0, 1);
         round_bf(inp, n, bf), round_bf(w, C, bf), round_bf(dout, n, bf);
         float *rout = zeros(n), *rrstd = zeros(N);
@@ -438,7 +361,7 @@ TEST_CASE(test_rmsnorm) {
 
 TEST_CASE(test_gelu) {
     size_t n = 3 * 101 * 77;
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *inp = randn(n, 0, 2), *dout = randn(n, 0, 1);
         round_bf(inp, n, bf), round_bf(dout, n, bf);
         float *rout = zeros(n), *g0 = zeros(n);
@@ -470,7 +393,7 @@ TEST_CASE(test_gelu) {
 static void check_swiglu(int N, int F) {
     size_t nio = (size_t)N * 2 * F, no = (size_t)N * F;
     char what[96];
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *gu = randn(nio, 0, 2), *dout = randn(no, 0, 1);
         round_bf(gu, nio, bf), round_bf(dout, no, bf);
         float *rout = zeros(no), *g0 = zeros(nio);
@@ -516,7 +439,7 @@ TEST_CASE(test_swiglu) {
 
 TEST_CASE(test_residual_and_add) {
     size_t n = 100003;
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *a = randn(n, 0, 1), *b = randn(n, 0, 1);
         round_bf(a, n, bf), round_bf(b, n, bf);
         float *rsum = zeros(n), *radd = copy_of(a, n);
@@ -552,7 +475,7 @@ static void check_rope(int B, int T, int NH, int NKV, int HS) {
     int R = (NH + 2 * NKV) * HS;
     size_t n = (size_t)B * T * R;
     float theta = 10000.0f;
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *x = randn(n, 0, 1);
         round_bf(x, n, bf);
         /* q heads and k heads, as the attention block applies it; v heads stay as they are */
@@ -607,7 +530,7 @@ static void check_attention(int B, int T, int NH, int NKV, int HS) {
     int R = (NH + 2 * NKV) * HS;
     size_t nqkv = (size_t)B * T * R, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
     char what[128];
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *qkv = randn(nqkv, 0, 1), *dout = randn(no, 0, 1);
         round_bf(qkv, nqkv, bf), round_bf(dout, no, bf);
         float *rout = zeros(no), *rlse = zeros(nl);
@@ -670,7 +593,7 @@ static void check_embed(int B, int T, int C, int V, int skewed) {
     int32_t *dtok = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dtok, N * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpy(dtok, tok, N * sizeof(int32_t), cudaMemcpyHostToDevice));
-    for (int bf = 0; bf <= 1; bf++)
+    FOR_DTYPE(bf)
         for (int with_wpe = 0; with_wpe <= 1; with_wpe++) {
             float *wte = randn((size_t)V * C, 0, 1), *wpe = randn((size_t)T * C, 0, 1), *dout = randn(no, 0, 1);
             round_bf(wte, (size_t)V * C, bf), round_bf(wpe, (size_t)T * C, bf), round_bf(dout, no, bf);
@@ -745,7 +668,7 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
     CUDA_CHECK(cudaMalloc((void **)&dtg, (size_t)N * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpy(dtg, tg, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
-    for (int bf = 0; bf <= 1; bf++) {
+    FOR_DTYPE(bf) {
         float *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.3f);
         round_bf(inp, ni, bf), round_bf(w, nw, bf);
         for (size_t i = nwv; i < nw; i++) w[i] = padded ? 0.0f : NAN;
@@ -787,7 +710,7 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
         expect_close(what, bf, gl[0], rl, N);
         expect_close("xent losses, forward only", bf, gl_fwd, rl, N);
         double se = fabs(gsum[0] - rsum) / fabs(rsum);
-        printf("    %-40s %-4s rel err %.2e\n", "xent loss sum (nb_cuda_sum_f64)", MODE[bf], se);
+        ot_log("    %-40s %-4s rel err %.2e\n", "xent loss sum (nb_cuda_sum_f64)", MODE[bf], se);
         CHECK(se <= TOL[bf], "xent loss sum: %.9g vs CPU %.9g", gsum[0], rsum);
         expect_grad("xent dinp", bf, gi[0], ri, ii, ni);
         expect_grad("xent dw[:V]", bf, gw[0], rw, iw, nwv);
@@ -855,7 +778,7 @@ TEST_CASE(test_adamw) {
         CUDA_CHECK(cudaStreamSynchronize(st));
         CUDA_CHECK(cudaMemcpy(&got[run], dres, sizeof(double), cudaMemcpyDeviceToHost));
     }
-    printf("    %-40s %-4s rel err %.2e\n", "sumsq", "f64", fabs(got[0] - ref) / ref);
+    ot_log("    %-40s %-4s rel err %.2e\n", "sumsq", "f64", fabs(got[0] - ref) / ref);
     CHECK(fabs(got[0] - ref) <= 1e-12 * ref, "sumsq %.17g vs CPU %.17g", got[0], ref);
     CHECK(got[0] == got[1], "sumsq differs between runs");
     { /* 4 bytes off: the scalar loads; and a vector tail of 3 elements */
@@ -981,630 +904,38 @@ TEST_CASE(test_adamw_spans) {
     check_adamw_spans(600, 0, 1); /* three launches of up to 256 tensors */
 }
 
-/* ---- issue 18: fused and gradient-writing ops ----
- * Each against the CPU's unfused sequence, with NaN-poisoned outputs (a _set op must write every
- * element; an accumulating one would keep the NaN), twice for bitwise repeatability, and under
- * each of its environment switches (the paths the integrator can pick on the device). */
-
-/* out = resid + inp @ w^T + bias; OC = 64 fuses the add into the GEMM (if cuBLASLt offers it),
- * OC = 53 and NB_FUSE_RESIDUAL=0 take the GEMM + residual kernel. */
-TEST_CASE(test_matmul_residual_forward) {
-    int N = 3 * 101, C = 80;
-    int ocs[2] = {64, 53};
-    for (int bf = 0; bf <= 1; bf++)
-        for (int k = 0; k < 2; k++)
-            for (int fuse = 0; fuse <= 1; fuse++)
-                for (int with_bias = 0; with_bias <= 1; with_bias++) {
-                    int OC = ocs[k];
-                    size_t no = (size_t)N * OC;
-                    set_env("NB_FUSE_RESIDUAL", fuse);
-                    float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
-                    float *res = randn(no, 0, 1);
-                    round_bf(inp, (size_t)N * C, bf), round_bf(w, (size_t)OC * C, bf), round_bf(b, OC, bf);
-                    round_bf(res, no, bf);
-                    float *ref = zeros(no);
-                    nb_matmul_forward(ref, inp, w, with_bias ? b : NULL, N, C, OC);
-                    for (size_t i = 0; i < no; i++) ref[i] += res[i];
-                    float *g[2];
-                    for (int run = 0; run < 2; run++) {
-                        void *di = dev_up(inp, (size_t)N * C, bf), *dw = dev_up(w, (size_t)OC * C, bf);
-                        void *db = with_bias ? dev_up(b, OC, bf) : NULL, *dr = dev_up(res, no, bf);
-                        void *dout = dev_nan(no, bf);
-                        CALL(bf, nb_cuda_matmul_residual_forward, dout, di, dw, db, dr, N, C, OC, lt, st);
-                        g[run] = zeros(no);
-                        dev_down(g[run], dout, no, bf);
-                        float *rback = zeros(no);
-                        dev_down(rback, dr, no, bf);
-                        expect_untouched("matmul+residual resid", rback, res, no);
-                        free(rback);
-                        dev_free(di), dev_free(dw), dev_free(db), dev_free(dr), dev_free(dout);
-                    }
-                    char what[96];
-                    snprintf(what, sizeof what, "matmul+residual OC=%d%s%s", OC, with_bias ? " bias" : "",
-                             fuse ? "" : " (unfused)");
-                    expect_close(what, bf, g[0], ref, no);
-                    expect_same(what, g[0], g[1], no);
-                    free(inp), free(w), free(b), free(res), free(ref), free(g[0]), free(g[1]);
-                }
-    unsetenv("NB_FUSE_RESIDUAL");
-}
-
-/* The backward of out = gelu(pre) @ w^T + bias. C = 64: DGELU epilogue (DGELU_BGRAD with
- * NB_BGRAD=1), C = 53: the GEMM + gelu'-scale kernel, as with NB_FUSE_DGELU=0. */
-TEST_CASE(test_matmul_dgelu_backward) {
-    int N = 3 * 101, OC = 40;
-    int cs[2] = {64, 53};
-    /* NB_FUSE_DGELU, NB_BGRAD, NB_LT_ALGO_GELU (-1: the default choice) */
-    int modes[5][3] = {{1, 0, -1}, {1, 1, -1}, {0, 0, -1}, {1, 0, 3}, {1, 0, 7}};
-    for (int bf = 0; bf <= 1; bf++)
-        for (int k = 0; k < 2; k++)
-            for (int m = 0; m < 5; m++) {
-                int C = cs[k];
-                size_t ni = (size_t)N * C, nw = (size_t)OC * C;
-                set_env("NB_FUSE_DGELU", modes[m][0]);
-                set_env("NB_BGRAD", modes[m][1]);
-                set_gelu_candidate(modes[m][2]);
-                float *pre = randn(ni, 0, 1.5f), *dout = randn((size_t)N * OC, 0, 1), *w = randn(nw, 0, 0.1f);
-                round_bf(pre, ni, bf), round_bf(dout, (size_t)N * OC, bf), round_bf(w, nw, bf);
-                float *inp = zeros(ni);
-                nb_gelu_forward(inp, pre, ni);
-                round_bf(inp, ni, bf);
-                /* reference: dz = dout @ w (from zero), dpre = gelu'(pre) * dz, dbias_pre = colsum */
-                float *dz = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC), *rdpre = zeros(ni);
-                nb_matmul_backward(dz, g0w, g0b, dout, inp, w, N, C, OC);
-                nb_gelu_backward(rdpre, pre, dz, ni);
-                float *g0bp = zeros(C);
-                for (int r = 0; r < N; r++)
-                    for (int c = 0; c < C; c++) g0bp[c] += rdpre[(size_t)r * C + c];
-                float *iw = grad_init(g0w, nw, 0), *ib = grad_init(g0b, OC, 0), *ibp = grad_init(g0bp, C, 0);
-                float *rw = copy_of(iw, nw), *rb = copy_of(ib, OC), *rbp = copy_of(ibp, C);
-                for (size_t i = 0; i < nw; i++) rw[i] += g0w[i];
-                for (int i = 0; i < OC; i++) rb[i] += g0b[i];
-                for (int i = 0; i < C; i++) rbp[i] += g0bp[i];
-                float *gp[2], *gw[2], *gb[2], *gbp[2];
-                for (int run = 0; run < 2; run++) {
-                    void *dpre_ = dev_nan(ni, bf), *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, ni, bf);
-                    void *dwt = dev_up(w, nw, bf), *dp = dev_up(pre, ni, bf);
-                    void *gdw = dev_up(iw, nw, 0), *gdb = dev_up(ib, OC, 0), *gdbp = dev_up(ibp, C, 0);
-                    CALL(bf, nb_cuda_matmul_dgelu_backward, dpre_, gdw, gdb, gdbp, ddo, di, dwt, dp, N, C, OC, lt, st);
-                    gp[run] = zeros(ni), gw[run] = zeros(nw), gb[run] = zeros(OC), gbp[run] = zeros(C);
-                    dev_down(gp[run], dpre_, ni, bf), dev_down(gw[run], gdw, nw, 0);
-                    dev_down(gb[run], gdb, OC, 0), dev_down(gbp[run], gdbp, C, 0);
-                    dev_free(dpre_), dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(dp);
-                    dev_free(gdw), dev_free(gdb), dev_free(gdbp);
-                }
-                char what[120];
-                char tag[32];
-                if (modes[m][2] >= 0) snprintf(tag, sizeof tag, "fused candidate %d", modes[m][2]);
-                else snprintf(tag, sizeof tag, "%s", modes[m][0] ? (modes[m][1] ? "fused+bgrad" : "fused") : "unfused");
-                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dpre", C, tag);
-                expect_close(what, bf, gp[0], rdpre, ni);
-                expect_same(what, gp[0], gp[1], ni);
-                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dw", C, tag);
-                expect_grad(what, bf, gw[0], rw, iw, nw);
-                expect_same(what, gw[0], gw[1], nw);
-                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dbias", C, tag);
-                expect_grad(what, bf, gb[0], rb, ib, OC);
-                expect_same(what, gb[0], gb[1], OC);
-                snprintf(what, sizeof what, "matmul+dgelu bwd C=%d %s dbias_pre", C, tag);
-                expect_grad(what, bf, gbp[0], rbp, ibp, C);
-                expect_same(what, gbp[0], gbp[1], C);
-                free(pre), free(dout), free(w), free(inp), free(dz), free(g0w), free(g0b), free(rdpre), free(g0bp);
-                free(iw), free(ib), free(ibp), free(rw), free(rb), free(rbp);
-                for (int run = 0; run < 2; run++) free(gp[run]), free(gw[run]), free(gb[run]), free(gbp[run]);
-            }
-    unsetenv("NB_FUSE_DGELU");
-    unsetenv("NB_BGRAD");
-    unsetenv("NB_LT_ALGO_GELU");
-}
-
-/* gpt2's fc-proj backward at B = 32 (N = 32768, 3072 <- 768, bf16): on an H200 the default takes
- * another of cuBLASLt's ranked algorithms for its DGELU epilogue (matmul.cu, lt_tuned). That one
- * and the heuristic's first against the CPU, each repeated bit for bit. */
-TEST_CASE(test_matmul_dgelu_backward_large) {
-    const int N = 32768, C = 3072, OC = 768;
-    const size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
-    float *pre = randn(ni, 0, 1.5f), *dout = randn(no, 0, 1), *w = randn(nw, 0, 0.05f);
-    round_bf(pre, ni, 1), round_bf(dout, no, 1), round_bf(w, nw, 1);
-    float *inp = zeros(ni), *dz = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC), *rdpre = zeros(ni);
-    nb_gelu_forward(inp, pre, ni);
-    round_bf(inp, ni, 1);
-    nb_matmul_backward(dz, g0w, g0b, dout, inp, w, N, C, OC);
-    nb_gelu_backward(rdpre, pre, dz, ni);
-    void *ddo = dev_up(dout, no, 1), *di = dev_up(inp, ni, 1), *dwt = dev_up(w, nw, 1), *dp = dev_up(pre, ni, 1);
-    float *gp[2] = {zeros(ni), zeros(ni)};
-    for (int pick = -1; pick <= 0; pick++) {
-        set_gelu_candidate(pick);
-        for (int run = 0; run < 2; run++) {
-            void *dpre_ = dev_nan(ni, 1), *gdw = dev_up(g0w, nw, 0), *gdb = dev_up(g0b, OC, 0);
-            nb_cuda_matmul_dgelu_backward_bf16(dpre_, gdw, gdb, NULL, ddo, di, dwt, dp, N, C, OC, lt, st);
-            dev_down(gp[run], dpre_, ni, 1);
-            dev_free(dpre_), dev_free(gdw), dev_free(gdb);
-        }
-        char what[96];
-        snprintf(what, sizeof what, "matmul+dgelu bwd %dx%dx%d candidate %d dpre", N, C, OC, pick);
-        expect_close(what, 1, gp[0], rdpre, ni);
-        expect_same(what, gp[0], gp[1], ni);
-    }
-    unsetenv("NB_LT_ALGO_GELU");
-    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(dp);
-    free(pre), free(dout), free(w), free(inp), free(dz), free(g0w), free(g0b), free(rdpre), free(gp[0]), free(gp[1]);
-}
-
-/* matmul_backward_set writes dinp (NaN-poisoned here; NB_GRAD_SET=0: its memset + accumulate
- * fallback); dw, dbias accumulate, with NB_BGRAD=1 dbias through the BGRADB epilogue. */
-TEST_CASE(test_matmul_backward_set) {
-    int N = 3 * 101, C = 80, OC = 64;
-    size_t ni = (size_t)N * C, nw = (size_t)OC * C;
-    for (int bf = 0; bf <= 1; bf++)
-        for (int bgrad = 0; bgrad <= 1; bgrad++)
-            for (int set = 0; set <= 1; set++) {
-                set_env("NB_BGRAD", bgrad);
-                set_env("NB_GRAD_SET", set);
-                float *dout = randn((size_t)N * OC, 0, 1), *inp = randn(ni, 0, 1), *w = randn(nw, 0, 0.1f);
-                round_bf(dout, (size_t)N * OC, bf), round_bf(inp, ni, bf), round_bf(w, nw, bf);
-                float *ri = zeros(ni), *g0w = zeros(nw), *g0b = zeros(OC);
-                nb_matmul_backward(ri, g0w, g0b, dout, inp, w, N, C, OC);
-                float *iw = grad_init(g0w, nw, 0), *ib = grad_init(g0b, OC, 0);
-                float *rw = copy_of(iw, nw), *rb = copy_of(ib, OC);
-                for (size_t i = 0; i < nw; i++) rw[i] += g0w[i];
-                for (int i = 0; i < OC; i++) rb[i] += g0b[i];
-                float *gi[2], *gw[2], *gb[2];
-                for (int run = 0; run < 2; run++) {
-                    void *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, ni, bf), *dwt = dev_up(w, nw, bf);
-                    void *gdi = dev_nan(ni, bf), *gdw = dev_up(iw, nw, 0), *gdb = dev_up(ib, OC, 0);
-                    /* NB_GRAD_SET=0: the op zeroes dinp itself, then accumulates */
-                    CALL(bf, nb_cuda_matmul_backward_set, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
-                    gi[run] = zeros(ni), gw[run] = zeros(nw), gb[run] = zeros(OC);
-                    dev_down(gi[run], gdi, ni, bf), dev_down(gw[run], gdw, nw, 0), dev_down(gb[run], gdb, OC, 0);
-                    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
-                }
-                char what[96];
-                snprintf(what, sizeof what, "matmul bwd set%s%s dinp", set ? "" : " (memset)", bgrad ? " bgrad" : "");
-                expect_close(what, bf, gi[0], ri, ni);
-                expect_same(what, gi[0], gi[1], ni);
-                snprintf(what, sizeof what, "matmul bwd set%s%s dw", set ? "" : " (memset)", bgrad ? " bgrad" : "");
-                expect_grad(what, bf, gw[0], rw, iw, nw);
-                expect_same(what, gw[0], gw[1], nw);
-                snprintf(what, sizeof what, "matmul bwd set%s%s dbias", set ? "" : " (memset)", bgrad ? " bgrad" : "");
-                expect_grad(what, bf, gb[0], rb, ib, OC);
-                expect_same(what, gb[0], gb[1], OC);
-                free(dout), free(inp), free(w), free(ri), free(g0w), free(g0b), free(iw), free(ib), free(rw), free(rb);
-                for (int run = 0; run < 2; run++) free(gi[run]), free(gw[run]), free(gb[run]);
-            }
-    unsetenv("NB_BGRAD");
-    unsetenv("NB_GRAD_SET");
-}
-
-/* swiglu_bwd_set and attention_bwd_set: written from NaN, against the CPU from zero, and bitwise
- * the accumulating op's result from zero (x rounds the same as 0 + x). */
-TEST_CASE(test_backward_set) {
-    int N = 3 * 101, F = 45;
-    size_t nio = (size_t)N * 2 * F, no = (size_t)N * F;
-    for (int bf = 0; bf <= 1; bf++) {
-        float *gu = randn(nio, 0, 2), *dout = randn(no, 0, 1);
-        round_bf(gu, nio, bf), round_bf(dout, no, bf);
-        float *rg = zeros(nio);
-        nb_swiglu_backward(rg, dout, gu, N, F);
-        void *dgu = dev_up(gu, nio, bf), *ddo = dev_up(dout, no, bf), *gset = dev_nan(nio, bf), *gacc = dev_nan(nio, bf);
-        CUDA_CHECK(cudaMemset(gacc, 0, nio * (bf ? 2 : 4)));
-        CALL(bf, nb_cuda_swiglu_backward_set, gset, ddo, dgu, N, F, st);
-        CALL(bf, nb_cuda_swiglu_backward, gacc, ddo, dgu, N, F, st);
-        float *hs = zeros(nio), *ha = zeros(nio);
-        dev_down(hs, gset, nio, bf), dev_down(ha, gacc, nio, bf);
-        expect_close("swiglu bwd set dgu", bf, hs, rg, nio);
-        expect_same("swiglu bwd set vs accumulate from zero", hs, ha, nio);
-        dev_free(dgu), dev_free(ddo), dev_free(gset), dev_free(gacc);
-        free(gu), free(dout), free(rg), free(hs), free(ha);
-    }
-    /* HS 64 (bf16: the tensor-core kernels' write mode) and HS 24 (memset + accumulate) */
-    static const int shapes[][5] = {{2, 67, 4, 2, 64}, {1, 45, 4, 4, 64}, {2, 37, 6, 2, 24}};
-    for (int sh = 0; sh < 3; sh++)
-        for (int bf = 0; bf <= 1; bf++) {
-            int B = shapes[sh][0], T = shapes[sh][1], NH = shapes[sh][2], NKV = shapes[sh][3], HS = shapes[sh][4];
-            size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nob = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
-            float *qkv = randn(nqkv, 0, 1), *dy = randn(nob, 0, 1);
-            round_bf(qkv, nqkv, bf), round_bf(dy, nob, bf);
-            float *rout = zeros(nob), *rlse = zeros(nl), *rg = zeros(nqkv);
-            nb_attention_forward(rout, rlse, qkv, B, T, NH, NKV, HS);
-            round_bf(rout, nob, bf);
-            nb_attention_backward(rg, dy, qkv, rout, rlse, B, T, NH, NKV, HS);
-            void *dq = dev_up(qkv, nqkv, bf), *ddy = dev_up(dy, nob, bf), *dro = dev_up(rout, nob, bf);
-            void *dl = dev_up(rlse, nl, 0), *gset[2] = {dev_nan(nqkv, bf), dev_nan(nqkv, bf)}, *gacc = dev_nan(nqkv, bf);
-            CUDA_CHECK(cudaMemset(gacc, 0, nqkv * (bf ? 2 : 4)));
-            for (int run = 0; run < 2; run++)
-                CALL(bf, nb_cuda_attention_backward_set, gset[run], ddy, dq, dro, dl, B, T, NH, NKV, HS, st);
-            CALL(bf, nb_cuda_attention_backward, gacc, ddy, dq, dro, dl, B, T, NH, NKV, HS, st);
-            float *h0 = zeros(nqkv), *h1 = zeros(nqkv), *ha = zeros(nqkv);
-            dev_down(h0, gset[0], nqkv, bf), dev_down(h1, gset[1], nqkv, bf), dev_down(ha, gacc, nqkv, bf);
-            char what[128];
-            snprintf(what, sizeof what, "attention bwd set dqkv (T=%d NH=%d NKV=%d HS=%d)", T, NH, NKV, HS);
-            expect_close(what, bf, h0, rg, nqkv);
-            expect_same(what, h0, h1, nqkv);
-            expect_same("attention bwd set vs accumulate from zero", h0, ha, nqkv);
-            dev_free(dq), dev_free(ddy), dev_free(dro), dev_free(dl), dev_free(gset[0]), dev_free(gset[1]);
-            dev_free(gacc);
-            free(qkv), free(dy), free(rout), free(rlse), free(rg), free(h0), free(h1), free(ha);
-        }
-}
-
-/* ---- timing (test_ops_cuda --bench): GPT-2 124M shapes (B=8, T=1024) and a Llama-8B-like
- * attention, bf16. Not a test: numbers for planning the tuning work. ---- */
-
-#define BENCH_REPS 10
-
-static void *dev_rand_bf16(size_t n, float scale) {
-    uint16_t *h = nb_malloc(n * 2, "bench staging");
-    uint32_t s = 12345u;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u; /* cheap LCG: random enough, fast for 100M+ elements */
-        h[i] = f2bf(scale * ((float)(s >> 8) / 16777216.0f - 0.5f));
-    }
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, n * 2));
-    CUDA_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
-static void *dev_zero(size_t bytes) {
-    void *d = NULL;
-    CUDA_CHECK(cudaMalloc(&d, bytes));
-    CUDA_CHECK(cudaMemset(d, 0, bytes));
-    return d;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static cudaEvent_t ev0, ev1;
-
-/* Median of BENCH_REPS timed runs after 2 warm-ups; flop and bytes are what the op must do. */
-#define BENCH(label, flop, bytes, stmt)                                                            \
-    do {                                                                                           \
-        float ms_[BENCH_REPS];                                                                     \
-        for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                   \
-        for (int r_ = 0; r_ < BENCH_REPS; r_++) {                                                  \
-            CUDA_CHECK(cudaEventRecord(ev0, st));                                                  \
-            stmt;                                                                                  \
-            CUDA_CHECK(cudaEventRecord(ev1, st));                                                  \
-            CUDA_CHECK(cudaEventSynchronize(ev1));                                                 \
-            CUDA_CHECK(cudaEventElapsedTime(&ms_[r_], ev0, ev1));                                  \
-        }                                                                                          \
-        qsort(ms_, BENCH_REPS, sizeof(float), cmp_float);                                          \
-        double med_ = (ms_[BENCH_REPS / 2 - 1] + ms_[BENCH_REPS / 2]) / 2;                         \
-        printf("  %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", label, med_, (flop) / med_ / 1e9,    \
-               (bytes) / med_ / 1e6);                                                              \
-    } while (0)
-
-static void bench(void) {
-    CUDA_CHECK(cudaEventCreate(&ev0));
-    CUDA_CHECK(cudaEventCreate(&ev1));
-    printf("bf16 timings, median of %d (TFLOP/s and GB/s from the minimum work and traffic)\n", BENCH_REPS);
-    {
-        int n = 8192;
-        void *a = dev_rand_bf16((size_t)n * n, 1), *b = dev_rand_bf16((size_t)n * n, 1), *c = dev_zero((size_t)n * n * 2);
-        BENCH("matmul 8192^3 (ceiling)", 2.0 * n * n * n, 6.0 * n * n,
-              nb_cuda_matmul_forward_bf16(c, a, b, NULL, n, n, n, lt, st));
-        dev_free(a), dev_free(b), dev_free(c);
-    }
-    int B = 8, T = 1024, C = 768, NH = 12, HS = 64, V = 50257, N = B * T;
-    {
-        int OC = 3 * C;
-        void *inp = dev_rand_bf16((size_t)N * C, 1), *w = dev_rand_bf16((size_t)OC * C, 0.1f);
-        void *bias = dev_rand_bf16(OC, 1), *out = dev_zero((size_t)N * OC * 2), *dout = dev_rand_bf16((size_t)N * OC, 1);
-        void *dinp = dev_zero((size_t)N * C * 2), *dw = dev_zero((size_t)OC * C * 4), *db = dev_zero((size_t)OC * 4);
-        BENCH("matmul fwd +bias N=8192 C=768 OC=2304", 2.0 * N * C * OC, 2.0 * ((double)N * C + (double)OC * C + (double)N * OC),
-              nb_cuda_matmul_forward_bf16(out, inp, w, bias, N, C, OC, lt, st));
-        BENCH("matmul bwd dinp+dw+dbias (same shape)", 4.0 * N * C * OC, 2.0 * N * OC + 4.0 * N * C + 8.0 * OC * C,
-              nb_cuda_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, lt, st));
-        void *pre = dev_zero((size_t)N * 4 * C * 2), *w4 = dev_rand_bf16((size_t)4 * C * C, 0.1f);
-        void *out4 = dev_zero((size_t)N * 4 * C * 2);
-        BENCH("matmul+gelu fwd (fused) N=8192 C=768 OC=3072", 2.0 * N * C * 4 * C, 2.0 * ((double)N * C + 8.0 * N * C),
-              nb_cuda_matmul_gelu_forward_bf16(out4, pre, inp, w4, NULL, N, C, 4 * C, lt, st));
-        BENCH("gelu bwd N*3072", 0, 8.0 * N * 4 * C,
-              nb_cuda_gelu_backward_bf16(out4, pre, pre, (size_t)N * 4 * C, st));
-        dev_free(inp), dev_free(w), dev_free(bias), dev_free(out), dev_free(dout), dev_free(dinp), dev_free(dw);
-        dev_free(db), dev_free(pre), dev_free(w4), dev_free(out4);
-    }
-    {
-        void *x = dev_rand_bf16((size_t)N * C, 1), *w = dev_rand_bf16(C, 1), *b = dev_rand_bf16(C, 1);
-        void *y = dev_zero((size_t)N * C * 2), *dy = dev_rand_bf16((size_t)N * C, 1), *dx = dev_zero((size_t)N * C * 2);
-        void *mean = dev_zero((size_t)N * 4), *rstd = dev_zero((size_t)N * 4), *dw = dev_zero(C * 4), *db = dev_zero(C * 4);
-        BENCH("layernorm fwd N=8192 C=768", 0, 4.0 * N * C, nb_cuda_layernorm_forward_bf16(y, mean, rstd, x, w, b, N, C, 1e-5f, st));
-        BENCH("layernorm bwd (dinp, dw, db)", 0, 8.0 * N * C,
-              nb_cuda_layernorm_backward_bf16(dx, dw, db, dy, x, w, mean, rstd, N, C, st));
-        BENCH("residual fwd N*768", 0, 6.0 * N * C, nb_cuda_residual_forward_bf16(y, x, dy, (size_t)N * C, st));
-        dev_free(x), dev_free(w), dev_free(b), dev_free(y), dev_free(dy), dev_free(dx), dev_free(mean), dev_free(rstd);
-        dev_free(dw), dev_free(db);
-    }
-    for (int cfg = 0; cfg < 2; cfg++) {
-        /* GPT-2 small; then Llama-3-8B-like heads (GQA 32/8, HS 128) at T = 4096 */
-        int b_ = cfg ? 1 : B, t_ = cfg ? 4096 : T, nh = cfg ? 32 : NH, nkv = cfg ? 8 : NH, hs = cfg ? 128 : HS;
-        size_t nqkv = (size_t)b_ * t_ * (nh + 2 * nkv) * hs, no = (size_t)b_ * t_ * nh * hs;
-        void *qkv = dev_rand_bf16(nqkv, 2), *out = dev_zero(no * 2), *lse = dev_zero((size_t)b_ * nh * t_ * 4);
-        void *dout = dev_rand_bf16(no, 1), *dqkv = dev_zero(nqkv * 2);
-        double unit = (double)b_ * nh * t_ * t_ * hs; /* one causal T x T x HS product = 2 * unit / 2 */
-        char label[96];
-        snprintf(label, sizeof label, "attention fwd B=%d T=%d NH=%d NKV=%d HS=%d", b_, t_, nh, nkv, hs);
-        BENCH(label, 2 * unit, 2.0 * (nqkv + no), nb_cuda_attention_forward_bf16(out, lse, qkv, b_, t_, nh, nkv, hs, st));
-        BENCH("attention bwd (same shape)", 5 * unit, 2.0 * (2 * nqkv + 2 * no),
-              nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, b_, t_, nh, nkv, hs, st));
-        dev_free(qkv), dev_free(out), dev_free(lse), dev_free(dout), dev_free(dqkv);
-    }
-    {
-        int32_t *tok = nb_malloc((size_t)N * 4, "bench tokens"), *dtok = NULL;
-        for (int i = 0; i < N; i++) tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
-        CUDA_CHECK(cudaMalloc((void **)&dtok, (size_t)N * 4));
-        CUDA_CHECK(cudaMemcpy(dtok, tok, (size_t)N * 4, cudaMemcpyHostToDevice));
-        int Vp = (V + 63) / 64 * 64; /* the model's padded vocabulary */
-        void *wte = dev_rand_bf16((size_t)Vp * C, 1), *dout = dev_rand_bf16((size_t)N * C, 1);
-        void *inp = dev_rand_bf16((size_t)N * C, 1), *dinp = dev_zero((size_t)N * C * 2);
-        void *dwte = dev_zero((size_t)Vp * C * 4), *losses = dev_zero((size_t)N * 4);
-        BENCH("embed bwd dwte N=8192 V=50257 C=768", 0, 2.0 * N * C + 8.0 * N * C,
-              nb_cuda_embed_backward_bf16(dwte, NULL, dout, dtok, B, T, C, V, st));
-        BENCH("xent fwd+bwd N=8192 C=768 V=50257", 6.0 * N * C * V, 2.0 * V * C + 8.0 * V * C,
-              nb_cuda_xent_forward_backward_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, 1.0f / N, 0, lt, st));
-        BENCH("xent fwd+bwd, padded to 50304 (the trainer's)", 6.0 * N * C * Vp, 2.0 * Vp * C + 8.0 * Vp * C,
-              nb_cuda_xent_padded_bf16(dinp, dwte, losses, inp, wte, dtok, N, C, V, Vp, 1.0f / N, 0, lt, st));
-        CUDA_CHECK(cudaFree(dtok));
-        free(tok);
-        dev_free(wte), dev_free(dout), dev_free(inp), dev_free(dinp), dev_free(dwte), dev_free(losses);
-    }
-    {
-        size_t n = 125u * 1000 * 1000; /* GPT-2 124M's slab (below) fits */
-        float *p = dev_zero(n * 4), *g = dev_zero(n * 4), *m = dev_zero(n * 4), *v = dev_zero(n * 4);
-        void *lp = dev_zero(n * 2);
-        nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-        BENCH("adamw 125M params (+bf16 copy)", 0, 30.0 * n, nb_cuda_adamw_update(p, g, m, v, lp, n, cfg, 1, st));
-        double *out = dev_zero(8);
-        BENCH("sumsq 125M", 0, 4.0 * n, nb_cuda_sumsq(out, g, n, st));
-        /* GPT-2 124M's tensor table (offsets aligned to 64 elements, as the model's slab) */
-        nb_adamw_span sp[160];
-        int ns = 0;
-        size_t off = 0, lay[12] = {768, 768, 2304 * 768, 2304, 768 * 768, 768, 768, 768, 3072 * 768, 3072,
-                                   768 * 3072, 768};
-#define ADD_SPAN(nel, dec) (sp[ns++] = (nb_adamw_span){off, (nel), (dec) ? 0 : 1}, off += ((nel) + 63) / 64 * 64)
-        ADD_SPAN((size_t)50304 * 768, 1);
-        ADD_SPAN((size_t)1024 * 768, 1);
-        for (int l = 0; l < 12; l++)
-            for (int t = 0; t < 12; t++) ADD_SPAN(lay[t], lay[t] > 3072);
-        ADD_SPAN(768, 0);
-        ADD_SPAN(768, 0);
-#undef ADD_SPAN
-        NB_CHECK(off <= n, NULL, "bench: the GPT-2 table (%zu elements) exceeds the slab", off);
-        nb_adamw_scalars hk[2] = {nb_adamw_prepare(cfg, 1), nb_adamw_prepare(cfg, 1)}, *dk = dev_zero(sizeof hk);
-        CUDA_CHECK(cudaMemcpy(dk, hk, sizeof hk, cudaMemcpyHostToDevice));
-        char label[96];
-        snprintf(label, sizeof label, "adamw %d tensors, one launch each", ns);
-        BENCH(label, 0, 30.0 * off,
-              for (int i = 0; i < ns; i++) nb_cuda_adamw_apply(p + sp[i].offset, g + sp[i].offset, m + sp[i].offset,
-                                                               v + sp[i].offset, (nb_bf16 *)lp + sp[i].offset,
-                                                               sp[i].numel, &dk[sp[i].scalars], NULL, st));
-        snprintf(label, sizeof label, "adamw %d tensors, one launch (spans)", ns);
-        BENCH(label, 0, 30.0 * off, nb_cuda_adamw_apply_spans(p, g, m, v, lp, sp, ns, dk, out, 1.0f, st));
-        dev_free(p), dev_free(g), dev_free(m), dev_free(v), dev_free(lp), dev_free(out), dev_free(dk);
-    }
-    CUDA_CHECK(cudaEventDestroy(ev0));
-    CUDA_CHECK(cudaEventDestroy(ev1));
-}
-
-/* ---- issue 18 (test_ops_cuda --bench18, also the end of --bench): old vs new sequences at
- * GPT-2 124M's B=32 x T=1024 (N = 32768, C = 768, 12 heads) and llama-1b's SwiGLU width. "old" is
- * what the model ran before (memsets included), "new" the fused / writing op; the per-step
- * figure multiplies the difference by the calls a gpt2 step makes (12 layers). ---- */
-
-#define BENCH_PAIR(label, calls, flop, bytes_old, bytes_new, old_stmt, new_stmt)                   \
-    do {                                                                                           \
-        char lo_[96], ln_[96];                                                                     \
-        snprintf(lo_, sizeof lo_, "%s (old)", (label));                                            \
-        snprintf(ln_, sizeof ln_, "%s (new)", (label));                                            \
-        double o_ = bench_median(lo_, (flop), (bytes_old), ({ old_stmt; }));                       \
-        double n_ = bench_median(ln_, (flop), (bytes_new), ({ new_stmt; }));                       \
-        printf("  %-44s %+9.3f ms per call, %+8.2f ms per gpt2 B=32 step (x%d)\n", "  -> new - old",  \
-               n_ - o_, (n_ - o_) * (calls), (calls));                                             \
-    } while (0)
-
-/* the BENCH macro's loop, returning the median (statement expressions: nvcc's host compiler and
- * gcc both take them) */
-#define bench_median(label, flop, bytes, stmt)                                                     \
-    ({                                                                                             \
-        float ms_[BENCH_REPS];                                                                     \
-        for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                   \
-        for (int r_ = 0; r_ < BENCH_REPS; r_++) {                                                  \
-            CUDA_CHECK(cudaEventRecord(ev0, st));                                                  \
-            stmt;                                                                                  \
-            CUDA_CHECK(cudaEventRecord(ev1, st));                                                  \
-            CUDA_CHECK(cudaEventSynchronize(ev1));                                                 \
-            CUDA_CHECK(cudaEventElapsedTime(&ms_[r_], ev0, ev1));                                  \
-        }                                                                                          \
-        qsort(ms_, BENCH_REPS, sizeof(float), cmp_float);                                          \
-        double med_ = (ms_[BENCH_REPS / 2 - 1] + ms_[BENCH_REPS / 2]) / 2;                         \
-        printf("  %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", label, med_, (flop) / med_ / 1e9,    \
-               (bytes) / med_ / 1e6);                                                              \
-        med_;                                                                                      \
-    })
-
-/* --candidates: whether cuBLASLt's ranked candidates for one GEMM give the same bits. For each of
- * gpt2 B=32's bf16 GEMM shapes, the output with NB_LT_ALGO=k (k = 1..7; past the end of a shape's
- * list the last candidate repeats) against k = 0, element by element. A report, not a test: the
- * question is whether a timing-based pick among them could keep runs bitwise (bench/NOTES.md). */
-static void report_candidates(const char *what, int kind, int N, int C, int OC) {
-    const size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
-    float *inp = randn(kind == 2 ? no : ni, 0, 1), *w = randn(nw, 0, 0.05f), *b = randn(OC, 0, 1);
-    float *pre = randn(ni, 0, 1.5f);
-    round_bf(inp, kind == 2 ? no : ni, 1), round_bf(w, nw, 1), round_bf(b, OC, 1), round_bf(pre, ni, 1);
-    const size_t nout = kind == 2 ? ni : no;
-    float *out[2] = {zeros(nout), zeros(nout)}, *aux = zeros(no);
-    for (int k = 0; k < 8; k++) {
-        set_env("NB_LT_ALGO", k);
-        float *o = out[k ? 1 : 0];
-        if (kind == 0) gpu_matmul_fwd(1, o, inp, w, b, N, C, OC);
-        else if (kind == 1) gpu_matmul_gelu(1, o, aux, inp, w, b, N, C, OC);
-        else {
-            /* dpre[N, C] = gelu'(pre) * (dout[N, OC] @ w[OC, C]): the DGELU epilogue */
-            void *ddo = dev_up(inp, no, 1), *dwt = dev_up(w, nw, 1), *dp = dev_up(pre, ni, 1);
-            void *dpre = dev_nan(ni, 1);
-            nb_cuda_matmul_dgelu_backward_bf16(dpre, NULL, NULL, NULL, ddo, NULL, dwt, dp, N, C, OC, lt, st);
-            dev_down(o, dpre, ni, 1);
-            dev_free(ddo), dev_free(dwt), dev_free(dp), dev_free(dpre);
-        }
-        if (k == 0) continue;
-        size_t differ = 0;
-        double worst = 0.0;
-        for (size_t i = 0; i < nout; i++)
-            if (memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0) {
-                differ++;
-                const double d = fabs((double)out[0][i] - out[1][i]);
-                if (d > worst) worst = d;
-            }
-        printf("    %-34s candidate %d vs 0: %s", what, k, differ ? "differs" : "same bits");
-        if (differ) printf(" (%zu of %zu elements, largest difference %.3g)", differ, nout, worst);
-        printf("\n");
-    }
-    unsetenv("NB_LT_ALGO");
-    free(inp), free(w), free(b), free(pre), free(out[0]), free(out[1]), free(aux);
-}
-
-static void candidates(void) {
-    printf("cuBLASLt candidates against the first, gpt2 B=32 (N = 32768) bf16 GEMMs:\n");
-    report_candidates("qkv forward (bias) 768 -> 2304", 0, 32768, 768, 2304);
-    report_candidates("fc forward (GELU) 768 -> 3072", 1, 32768, 768, 3072);
-    report_candidates("fc-proj backward (DGELU) 3072 <- 768", 2, 32768, 3072, 768);
-}
-
-static void bench18(void) {
-    if (!ev0) CUDA_CHECK(cudaEventCreate(&ev0));
-    if (!ev1) CUDA_CHECK(cudaEventCreate(&ev1));
-    const int B = 32, T = 1024, C = 768, NH = 12, HS = 64, F = 4 * C, L = 12;
-    const int N = B * T;
-    const double nc = (double)N * C, nf = (double)N * F;
-    printf("issue 18 kernels, bf16, gpt2 124M B=%d T=%d (N=%d): old vs new, median of %d; ceilings ~790 TFLOP/s, "
-           "~4200 GB/s\n", B, T, N, BENCH_REPS);
-    void *x = dev_rand_bf16((size_t)N * C, 1), *y = dev_zero((size_t)N * C * 2), *att = dev_rand_bf16((size_t)N * C, 1);
-    void *wp = dev_rand_bf16((size_t)C * C, 0.05f), *bp = dev_rand_bf16(C, 0.1f);
-    void *fca = dev_rand_bf16((size_t)N * F, 1), *fch = dev_rand_bf16((size_t)N * F, 2);
-    void *wfp = dev_rand_bf16((size_t)C * F, 0.03f), *bfp = dev_rand_bf16(C, 0.1f);
-    void *dres = dev_rand_bf16((size_t)N * C, 1), *dfca = dev_zero((size_t)N * F * 2), *dfch = dev_zero((size_t)N * F * 2);
-    float *dwfp = dev_zero((size_t)C * F * 4), *dbfp = dev_zero(C * 4), *dbfc = dev_zero(F * 4);
-    float *dwp = dev_zero((size_t)C * C * 4), *dbp = dev_zero(C * 4);
-    /* forward: projection + residual (attention proj: K = 768; MLP proj: K = 3072) */
-    BENCH_PAIR("attn proj + residual N x 768 x 768", L, 2.0 * nc * C, 2.0 * (3 * nc + nc) + 2.0 * nc, 2.0 * 3 * nc,
-               nb_cuda_matmul_forward_bf16(y, att, wp, bp, N, C, C, lt, st);
-               nb_cuda_residual_forward_bf16(y, x, y, (size_t)N * C, st),
-               nb_cuda_matmul_residual_forward_bf16(y, att, wp, bp, x, N, C, C, lt, st));
-    BENCH_PAIR("mlp proj + residual N x 3072 x 768", L, 2.0 * nc * F, 2.0 * (nf + nc + 3 * nc), 2.0 * (nf + 2 * nc),
-               nb_cuda_matmul_forward_bf16(y, fca, wfp, bfp, N, F, C, lt, st);
-               nb_cuda_residual_forward_bf16(y, x, y, (size_t)N * C, st),
-               nb_cuda_matmul_residual_forward_bf16(y, fca, wfp, bfp, x, N, F, C, lt, st));
-    /* backward: MLP proj GEMMs + GELU backward + the fc bias gradient */
-    for (int bgrad = 0; bgrad <= 1; bgrad++) {
-        set_env("NB_BGRAD", bgrad);
-        BENCH_PAIR(bgrad ? "mlp proj bwd + gelu bwd + fc dbias (BGRAD)" : "mlp proj bwd + gelu bwd + fc dbias", L,
-                   4.0 * nc * F, 2.0 * (nc + nf) + 2.0 * 4 * nf + 2.0 * 2 * nf + 2.0 * nf + 2.0 * nf,
-                   2.0 * (nc + 2 * nf + nf) + 2.0 * nf,
-                   CUDA_CHECK(cudaMemsetAsync(dfca, 0, (size_t)N * F * 2, st)); /* the model zeroed both */
-                   CUDA_CHECK(cudaMemsetAsync(dfch, 0, (size_t)N * F * 2, st));
-                   nb_cuda_matmul_backward_bf16(dfca, dwfp, dbfp, dres, fca, wfp, N, F, C, lt, st);
-                   nb_cuda_gelu_backward_bf16(dfch, fch, dfca, (size_t)N * F, st);
-                   nb_cuda_matmul_backward_bf16(NULL, NULL, dbfc, dfch, NULL, NULL, N, C, F, lt, st),
-                   nb_cuda_matmul_dgelu_backward_bf16(dfch, dwfp, dbfp, dbfc, dres, fca, wfp, fch, N, F, C, lt, st));
-    }
-    unsetenv("NB_BGRAD");
-    /* dinp written instead of zeroed + accumulated: the qkv backward (dout N x 2304 -> dln N x 768) */
-    {
-        int OC = 3 * C;
-        void *dqkv = dev_rand_bf16((size_t)N * OC, 1), *wq = dev_rand_bf16((size_t)OC * C, 0.05f);
-        float *dwq = dev_zero((size_t)OC * C * 4), *dbq = dev_zero(OC * 4);
-        for (int bgrad = 0; bgrad <= 1; bgrad++) {
-            set_env("NB_BGRAD", bgrad);
-            BENCH_PAIR(bgrad ? "qkv bwd, dinp written (BGRADB)" : "qkv bwd, dinp written", L, 4.0 * nc * OC,
-                       2.0 * nc + 2.0 * ((double)N * OC * 2 + nc * 3), 2.0 * ((double)N * OC * 2 + nc * 2),
-                       CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)N * C * 2, st));
-                       nb_cuda_matmul_backward_bf16(y, dwq, dbq, dqkv, x, wq, N, C, OC, lt, st),
-                       nb_cuda_matmul_backward_set_bf16(y, dwq, dbq, dqkv, x, wq, N, C, OC, lt, st));
-        }
-        unsetenv("NB_BGRAD");
-        dev_free(dqkv), dev_free(wq), dev_free(dwq), dev_free(dbq);
-    }
-    dev_free(x), dev_free(y), dev_free(att), dev_free(wp), dev_free(bp), dev_free(fca), dev_free(fch);
-    dev_free(wfp), dev_free(bfp), dev_free(dres), dev_free(dfca), dev_free(dfch), dev_free(dwfp), dev_free(dbfp);
-    dev_free(dbfc), dev_free(dwp), dev_free(dbp);
-    /* attention backward writing dqkv (no memset, no read-modify-write) */
-    {
-        size_t nqkv = (size_t)N * 3 * C, no = (size_t)N * C;
-        void *qkv = dev_rand_bf16(nqkv, 2), *out = dev_zero(no * 2), *lse = dev_zero((size_t)B * NH * T * 4);
-        void *dout = dev_rand_bf16(no, 1), *dqkv = dev_zero(nqkv * 2);
-        nb_cuda_attention_forward_bf16(out, lse, qkv, B, T, NH, NH, HS, st);
-        double unit = (double)B * NH * T * T * HS;
-        BENCH_PAIR("attention bwd, dqkv written", L, 5 * unit, 2.0 * (2 * nqkv + 2 * no) + 2.0 * nqkv * 2,
-                   2.0 * (2 * nqkv + 2 * no),
-                   CUDA_CHECK(cudaMemsetAsync(dqkv, 0, nqkv * 2, st));
-                   nb_cuda_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NH, HS, st),
-                   nb_cuda_attention_backward_set_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NH, HS, st));
-        dev_free(qkv), dev_free(out), dev_free(lse), dev_free(dout), dev_free(dqkv);
-    }
-    /* llama-1b's SwiGLU backward (B=16 x T=2048, F = 8192): written instead of zeroed + added */
-    {
-        int Nl = 16 * 2048, Fl = 8192;
-        size_t n = (size_t)Nl * Fl;
-        void *gu = dev_rand_bf16(2 * n, 2), *dy = dev_rand_bf16(n, 1), *dgu = dev_zero(4 * n);
-        BENCH_PAIR("llama-1b swiglu bwd N=32768 F=8192", 16, 0, 2.0 * (2 * n + n + 2 * n + 2 * n) + 4.0 * n,
-                   2.0 * (2 * n + n + 2 * n),
-                   CUDA_CHECK(cudaMemsetAsync(dgu, 0, 4 * n, st));
-                   nb_cuda_swiglu_backward_bf16(dgu, dy, gu, Nl, Fl, st),
-                   nb_cuda_swiglu_backward_set_bf16(dgu, dy, gu, Nl, Fl, st));
-        printf("  (the llama line's per-step figure is for llama-1b's 16 layers)\n");
-        dev_free(gu), dev_free(dy), dev_free(dgu);
-    }
-}
-
-int main(int argc, char **argv) {
-    if (cuda_test_start()) return 77;
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
-        nb_verbosity = 2; /* says whether the GELU epilogue was fused */
-        bench();
-        bench18();
-        CUDA_CHECK(cudaStreamDestroy(st));
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "--candidates") == 0) {
-        candidates();
-        CUDA_CHECK(cudaStreamDestroy(st));
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "--bench18") == 0) {
-        nb_verbosity = 2; /* says where a fused epilogue fell back */
-        bench18();
-        CUDA_CHECK(cudaStreamDestroy(st));
-        return 0;
-    }
-    double t0 = nb_now();
-    RUN(test_matmul_forward);
-    RUN(test_matmul_gelu_forward);
-    RUN(test_matmul_gelu_forward_large);
-    RUN(test_matmul_backward);
-    RUN(test_layernorm);
-    RUN(test_rmsnorm);
-    RUN(test_gelu);
-    RUN(test_swiglu);
-    RUN(test_residual_and_add);
-    RUN(test_rope);
-    RUN(test_attention);
-    RUN(test_embed);
-    RUN(test_xent);
-    RUN(test_adamw);
-    RUN(test_adamw_spans);
-    RUN(test_matmul_residual_forward);
-    RUN(test_matmul_dgelu_backward);
-    RUN(test_matmul_dgelu_backward_large);
-    RUN(test_matmul_backward_set);
-    RUN(test_backward_set);
-    CUDA_CHECK(cudaStreamDestroy(st));
-    printf("largest relative error: f32 %.2e (tol %.0e), bf16 %.2e (tol %.0e); %.1f s\n", worst[0], TOL[0], worst[1],
-           TOL[1], nb_now() - t0);
-    TEST_EXIT();
-}
+#define FN(f) f
+#else
+#define FN(f) NULL
 #endif
+
+static const ot_row rows[] = {
+    {"matmul_fwd", "cuda", OT_F32, "303x77x53 +-bias", 1e-5, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
+    {"matmul_fwd", "cuda", OT_BF16, "303x77x53 +-bias", 1e-2, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
+    {"matmul_gelu_fwd", "cuda", OT_F32, "303x80x64|53 +-bias, candidates", 1e-5, OT_EVAL, FN(test_matmul_gelu_forward), 0, 0},
+    {"matmul_gelu_fwd", "cuda", OT_BF16, "303x80x64|53 +-bias, candidates", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward), 0, 0},
+    {"matmul_gelu_fwd", "cuda", OT_BF16, "32768x768x3072 candidates -1, 0", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward_large), 0, 0},
+    {"matmul_bwd", "cuda", OT_F32, "303x77x53, 303x64x264", 1e-5, OT_EVAL, FN(test_matmul_backward), 0, 0},
+    {"matmul_bwd", "cuda", OT_BF16, "303x77x53, 303x64x264", 1e-2, OT_EVAL, FN(test_matmul_backward), 0, 0},
+    {"layernorm", "cuda", OT_F32, "6 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_layernorm), 0, 0},
+    {"layernorm", "cuda", OT_BF16, "6 shapes: 303x77 .. 40x6400", 1e-2, OT_EVAL, FN(test_layernorm), 0, 0},
+    {"rmsnorm", "cuda", OT_F32, "5 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_rmsnorm), 0, 0},
+    {"rmsnorm", "cuda", OT_BF16, "5 shapes: 303x77 .. 40x6400", 1e-2, OT_EVAL, FN(test_rmsnorm), 0, 0},
+    {"gelu", "cuda", OT_F32, "23331 (303x77)", 1e-5, OT_EVAL, FN(test_gelu), 0, 0},
+    {"gelu", "cuda", OT_BF16, "23331 (303x77)", 1e-2, OT_EVAL, FN(test_gelu), 0, 0},
+    {"swiglu", "cuda", OT_F32, "303x45, 303x256, 77x344", 1e-5, OT_EVAL, FN(test_swiglu), 0, 0},
+    {"swiglu", "cuda", OT_BF16, "303x45, 303x256, 77x344", 1e-2, OT_EVAL, FN(test_swiglu), 0, 0},
+    {"residual_add", "cuda", OT_F32, "100003, add_inplace", 1e-5, OT_EVAL, FN(test_residual_and_add), 0, 0},
+    {"residual_add", "cuda", OT_BF16, "100003, add_inplace", 1e-2, OT_EVAL, FN(test_residual_and_add), 0, 0},
+    {"rope", "cuda", OT_F32, "5 shapes, HS 24 .. 520", 1e-5, OT_EVAL, FN(test_rope), 0, 0},
+    {"rope", "cuda", OT_BF16, "5 shapes, HS 24 .. 520", 1e-2, OT_EVAL, FN(test_rope), 0, 0},
+    {"attention", "cuda", OT_F32, "4 shapes, GQA, HS 24 .. 256", 1e-5, OT_EVAL, FN(test_attention), 0, 0},
+    {"attention", "cuda", OT_BF16, "4 shapes, GQA, HS 24 .. 256", 1e-2, OT_EVAL, FN(test_attention), 0, 0},
+    {"embed", "cuda", OT_F32, "3x37x77 V301, 4x256x300 V1000", 1e-5, OT_EVAL, FN(test_embed), 0, 0},
+    {"embed", "cuda", OT_BF16, "3x37x77 V301, 4x256x300 V1000", 1e-2, OT_EVAL, FN(test_embed), 0, 0},
+    {"xent", "cuda", OT_F32, "6 shapes, V to 50257, padded", 1e-5, OT_EVAL, FN(test_xent), 0, 0},
+    {"xent", "cuda", OT_BF16, "6 shapes, V to 50257, padded", 1e-2, OT_EVAL, FN(test_xent), 0, 0},
+    {"adamw", "cuda", OT_F32, "100003, lowp copy bf16", 1e-5, OT_EVAL, FN(test_adamw), 0, 0},
+    {"adamw_spans", "cuda", OT_F32, "12 and 600 spans, unaligned, clip", 1e-5, OT_EVAL, FN(test_adamw_spans), 0, 0},
+};
+OT_TABLE(ot_dense_cuda, rows);

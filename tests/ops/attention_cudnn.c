@@ -13,10 +13,12 @@
  * - the backend table under each --attn mode runs what it says (bitwise the direct launcher),
  *   a call cuDNN cannot take (unaligned qkv) runs ours, and a plan built eagerly replays inside a
  *   captured CUDA graph bitwise while a shape first seen in the capture is refused.
- * --bench: ms and TFLOP/s of ours, cuDNN deterministic and cuDNN fast at gpt2 (B=32 T=1024 NH=12
+ * Perf mode: ms and TFLOP/s of ours, cuDNN deterministic and cuDNN fast at gpt2 (B=32 T=1024 NH=12
  * HS=64) and llama-1b (B=16 T=2048 NH=32 NKV=8 HS=64) shapes.
- * Without a GPU, or where libcudnn.so.9 does not load: SKIP (exit 77). */
+ * Without a GPU, or where libcudnn.so.9 does not load: SKIP. */
 #include <stdio.h>
+
+#include "optest.h"
 
 #ifdef NB_WITH_CUDA
 #include <cuda_runtime.h>
@@ -24,8 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16_host.h"
-#include "check.h"
+#include "../bf16_host.h"
 #include "core.h"
 #include "cuda_check.h"
 #include "ops/backend.h"
@@ -38,16 +39,14 @@
 #define TOL_PAIR 2e-2 /* cuDNN against ours: both bf16 */
 #define TOL_LSE 1e-4
 
-static cudaStream_t st;
-static nb_backend *inst;
-static uint64_t next_stream = 1;
-static double worst;
+extern cudaStream_t st;  /* cuda_util.c */
+static nb_backend *inst; /* this file's own: the rows switch its --attn mode */
 
 /* ---- host and device helpers ---- */
 
 static float *randn_bf(size_t n, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, 0.0f, std);
+    nb_rng_fill_normal(p, n, SEED, ot_stream++, 0.0f, std);
     for (size_t i = 0; i < n; i++) p[i] = bf2f(f2bf(p[i]));
     return p;
 }
@@ -97,8 +96,8 @@ static void dev_free(void *d) {
 
 static void expect_close(const char *what, const float *got, const float *ref, size_t n, double tol) {
     double e = rel_err(got, ref, n);
-    if (e > worst && isfinite(e) && tol >= TOL) worst = e;
-    printf("    %-64s rel err %.2e\n", what, e);
+    ot_err(e, tol);
+    ot_log("    %-64s rel err %.2e\n", what, e);
     CHECK(e <= tol, "%s: relative error %.3g > %.3g", what, e, tol);
 }
 
@@ -250,7 +249,7 @@ static void check_backward(const shape *s, const float *qkv, const float *dout, 
         CHECK(same_bytes(det[0], det[1], bytes) && same_bytes(det[0], det[2], bytes),
               "%s: the deterministic cuDNN backward differs bitwise between runs", s->tag);
     if (fast[0] && fast[1])
-        printf("    %-64s %s\n", "fast backward, two runs:", same_bytes(fast[0], fast[1], bytes) ? "bitwise equal"
+        ot_log("    %-64s %s\n", "fast backward, two runs:", same_bytes(fast[0], fast[1], bytes) ? "bitwise equal"
                                                                                               : "differ (allowed: dQ atomics)");
     if (dn_o && dn_l) { /* --attn cudnn-fwd: our backward reads cuDNN's out and lse */
         float *mixed = ours_backward(s, ddo, dq, dn_o, dn_l);
@@ -271,7 +270,7 @@ static void check_shape(int B, int T, int NH, int NKV, int HS, int cpu) {
     void *o = NULL, *l = NULL, *dn_o = NULL, *dn_l = NULL;
     check_forward(&s, qkv, dq, cpu, &o, &l, &dn_o, &dn_l);
     check_backward(&s, qkv, dout, dq, ddo, o, l, dn_o, dn_l, cpu);
-    printf("    (%.1f s)\n", nb_now() - t0);
+    ot_log("    (%.1f s)\n", nb_now() - t0);
     dev_free(dq), dev_free(ddo), dev_free(o), dev_free(l), dev_free(dn_o), dev_free(dn_l);
     free(qkv), free(dout);
 }
@@ -329,7 +328,7 @@ TEST_CASE(test_selection) {
             CHECK(same_bytes(a, b, s.nqkv * 2), "--attn %s: the table's backward is not the launcher's", modes[m].env);
             free(a), free(b);
         }
-        printf("    --attn %-10s forward %-10s backward %s\n", modes[m].env, nb_attn_ran_name((nb_attn_ran)last_ran(0)),
+        ot_log("    --attn %-10s forward %-10s backward %s\n", modes[m].env, nb_attn_ran_name((nb_attn_ran)last_ran(0)),
                nb_attn_ran_name((nb_attn_ran)last_ran(1)));
     }
     /* a qkv 2 bytes into its allocation: cuDNN's 16-byte views refuse it, ours take it */
@@ -346,7 +345,7 @@ TEST_CASE(test_selection) {
     void *a = down_raw(o[0], s.no * 2), *b = down_raw(o[1], s.no * 2);
     CHECK(same_bytes(a, b, s.no * 2), "the fallback's forward is not our launcher's");
     CHECK(nb_attn_record_get(inst).why[0] != 0, "a refusal left no reason");
-    printf("    refusal recorded: %s\n", refusal());
+    ot_log("    refusal recorded: %s\n", refusal());
     free(a), free(b), free(q2);
     nb_backend_set_attn(inst, NB_ATTN_AUTO); /* auto: cuDNN's deterministic pair from NB_ATTN_AUTO_MIN_T tokens */
     CHECK(nb_attn_mode_for(NB_ATTN_AUTO, NB_ATTN_AUTO_MIN_T) == NB_ATTN_CUDNN &&
@@ -389,7 +388,7 @@ TEST_CASE(test_capture) {
     a = down_raw(ge, s.nqkv * 2), b = down_raw(gc, s.nqkv * 2);
     CHECK(same_bytes(a, b, s.nqkv * 2), "the captured deterministic backward differs from the eager one");
     free(a), free(b);
-    printf("    graph replay bitwise the eager calls; a new shape inside the capture was refused\n");
+    ot_log("    graph replay bitwise the eager calls; a new shape inside the capture was refused\n");
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
     dev_free(dq), dev_free(ddo), dev_free(oe), dev_free(le), dev_free(ge), dev_free(oc), dev_free(lc), dev_free(gc);
@@ -490,45 +489,44 @@ static void bench(void) {
     bench_shape("llama-1b", 16, 2048, 32, 8, 64);
 }
 
-static int run_gpu(const char *mode) {
-    struct cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    char why[400];
-    int version = nb_cudnn_available(why, sizeof why);
-    if (!version) {
-        printf("SKIP: cuDNN is not usable on this machine: %s\n", why);
-        return 77;
+/* cuDNN loaded and this file's backend instance made, once; 0 (the row skips) where cuDNN is not
+ * usable. */
+static int cudnn_ready(void) {
+    static int state = -1;
+    static char why[400];
+    if (state < 0) {
+        int version = nb_cudnn_available(why, sizeof why);
+        state = version != 0;
+        if (state) {
+            printf("cuDNN %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
+            inst = nb_backend_create("cuda", ""); /* also keeps the stream-ordered pool's memory mapped */
+        }
     }
-    printf("device: %s (sm_%d%d), cuDNN %d.%d.%d\n", prop.name, prop.major, prop.minor, version / 10000,
-           version / 100 % 100, version % 100);
-    inst = nb_backend_create("cuda", ""); /* also keeps the stream-ordered pool's memory mapped */
-    CUDA_CHECK(cudaStreamCreate(&st));
-    if (strcmp(mode, "--bench") == 0) {
-        bench();
-    } else {
-        double t0 = nb_now();
-        RUN(test_shapes);
-        RUN(test_selection);
-        RUN(test_capture);
-        printf("largest relative error %.2e (tol %.0e against the CPU, %.0e against ours); %.1f s\n", worst, TOL,
-               TOL_PAIR, nb_now() - t0);
-    }
-    CUDA_CHECK(cudaStreamDestroy(st));
-    nb_backend_destroy(inst);
-    TEST_EXIT();
+    if (!state) ot_skip("cuDNN is not usable here");
+    if (!state) ot_log("cuDNN: %s\n", why);
+    return state;
 }
+static void row_shapes(void) {
+    if (cudnn_ready()) test_shapes();
+}
+static void row_selection(void) {
+    if (cudnn_ready()) test_selection();
+}
+static void row_capture(void) {
+    if (cudnn_ready()) test_capture();
+}
+static void row_bench(void) {
+    if (cudnn_ready()) bench();
+}
+#define FN(f) f
+#else
+#define FN(f) NULL
 #endif /* NB_WITH_CUDA */
 
-int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "";
-#ifdef NB_WITH_CUDA
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e == cudaSuccess && ndev > 0) return run_gpu(mode);
-    printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-#else
-    (void)mode;
-    printf("SKIP: built without CUDA\n");
-#endif
-    return 77;
-}
+static const ot_row rows[] = {
+    {"attention_cudnn", "cuda", OT_BF16, "T 64 .. 1024, GQA 4, HS 64, 128", 1e-2, OT_EVAL, FN(row_shapes), 0, 0},
+    {"attention_cudnn_select", "cuda", OT_BF16, "each --attn mode, unaligned qkv", 0, OT_EVAL, FN(row_selection), 0, 0},
+    {"attention_cudnn_graph", "cuda", OT_BF16, "plan replay in a captured graph", 0, OT_EVAL, FN(row_capture), 0, 0},
+    {"attention_cudnn", "cuda", OT_BF16, "gpt2 B32 T1024, llama-1b B16 T2048", 0, OT_PERF, FN(row_bench), 0, 0},
+};
+OT_TABLE(ot_attention_cudnn, rows);

@@ -1,65 +1,17 @@
-/* Gradient and reference tests for rope, attention, cross-entropy, AdamW, global-norm helpers
- * and the cosine LR schedule.
- *
- * Each op's backward is checked against central finite differences of a plain double-precision
- * forward written here (attention through a materialized T x T score matrix), and each forward
- * against that same reference. Sizes are odd on purpose (T = 7, V = 37, C = 13, HS = 12) so tail
- * loops and partial chunks run. */
-#include "check.h"
-#include "ops/ops.h"
-#include "optim/optim.h"
-
+/* Attention-family CPU ops (rope, causal GQA attention, cross-entropy, softmax) against plain
+ * double-precision forwards written here (attention through a materialized T x T score matrix):
+ * eval mode checks each forward and the backward's semantics (accumulation, NULL, determinism
+ * over thread counts and chunkings), grad mode each backward against central finite differences.
+ * Sizes are odd on purpose (T = 7, V = 37, C = 13, HS = 12) so tail loops and partial chunks run. */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- small helpers ---- */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double urand(void) { /* splitmix64 -> [0, 1) */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
-static void fill(float *x, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
-}
-static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-
-/* ||got - want|| / ||want|| with a double reference. */
-static double rel_err_d(const float *got, const double *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(got[i])) return INFINITY;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += want[i] * want[i];
-    }
-    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-300);
-}
-
-/* Central differences of a scalar function f(x) over every element of x (double). */
-typedef double (*scalar_fn)(const double *x, const void *ctx);
-static void finite_diff(double *grad, double *x, size_t n, scalar_fn f, const void *ctx, double h) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + h;
-        double fp = f(x, ctx);
-        x[i] = x0 - h;
-        double fm = f(x, ctx);
-        x[i] = x0;
-        grad[i] = (fp - fm) / (2 * h);
-    }
-}
-
-static void to_double(double *d, const float *f, size_t n) {
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-}
+#include "ops/ops.h"
+#include "optest.h"
+#include "uref.h"
 
 /* ---- rope ---- */
 
@@ -99,6 +51,7 @@ static double rope_loss(const double *x, const void *vctx) {
 }
 
 TEST_CASE(test_rope) {
+    ur_reset();
     rope_ctx c = {2, 7, 3, 12, 0, 5, 10000.0f, NULL};
     c.W = c.off + c.nh * c.HS + 4; /* pass-through columns on both sides of the heads */
     size_t n = (size_t)c.B * c.T * c.W;
@@ -113,6 +66,7 @@ TEST_CASE(test_rope) {
     nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
     rope_ref(yd, xd, &c);
     double e = rel_err_d(y, yd, n);
+    if (ot_eval()) ot_err(e, 1e-6);
     CHECK(e < 1e-6, "rope forward rel err %.3g", e);
     for (int r = 0; r < c.B * c.T; r++) /* untouched columns are bitwise untouched */
         for (int j = 0; j < c.W; j++)
@@ -121,9 +75,12 @@ TEST_CASE(test_rope) {
 
     memcpy(dx, wout, n * sizeof(float));
     nb_rope_backward(dx + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
-    finite_diff(gd, xd, n, rope_loss, &c, 1e-5);
-    e = rel_err_d(dx, gd, n);
-    CHECK(e < 1e-6, "rope backward vs finite differences rel err %.3g", e);
+    if (ot_grad()) {
+        finite_diff(gd, xd, n, rope_loss, &c, 1e-5);
+        e = rel_err_d(dx, gd, n);
+        ot_err(e, 1e-6);
+        CHECK(e < 1e-6, "rope backward vs finite differences rel err %.3g", e);
+    }
 
     /* forward then backward on the same buffer is the identity (a rotation's transpose) */
     memcpy(y, x, n * sizeof(float));
@@ -201,14 +158,18 @@ static void attn_case(int B, int T, int NH, int NKV, int HS) {
     nb_attention_forward(out, lse, qkv, B, T, NH, NKV, HS);
     attn_ref(outd, lsed, qd, &c);
     double eo = rel_err_d(out, outd, no), el = rel_err_d(lse, lsed, nl);
+    if (ot_eval()) ot_err(eo, 1e-6), ot_err(el, 1e-6);
     CHECK(eo < 1e-6 && el < 1e-6, "B%d T%d NH%d NKV%d HS%d: forward rel err out %.3g lse %.3g", B, T, NH,
           NKV, HS, eo, el);
 
     nb_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
-    finite_diff(gd, qd, nq, attn_loss, &c, 1e-5);
-    double eg = rel_err_d(dqkv, gd, nq);
-    CHECK(eg < 1e-5, "B%d T%d NH%d NKV%d HS%d: dqkv vs finite differences rel err %.3g", B, T, NH, NKV,
-          HS, eg);
+    if (ot_grad()) {
+        finite_diff(gd, qd, nq, attn_loss, &c, 1e-5);
+        double eg = rel_err_d(dqkv, gd, nq);
+        ot_err(eg, 1e-5);
+        CHECK(eg < 1e-5, "B%d T%d NH%d NKV%d HS%d: dqkv vs finite differences rel err %.3g", B, T, NH, NKV,
+              HS, eg);
+    }
 
     /* backward accumulates: starting from pre it ends at pre + gradient */
     memcpy(acc, pre, nq * sizeof(float));
@@ -231,6 +192,7 @@ TEST_CASE(test_attention_t1) { attn_case(2, 1, 2, 1, 4); }
 
 /* Same inputs, 1 vs 2 threads and twice with 2: bitwise equal out, lse and dqkv. */
 TEST_CASE(test_attention_deterministic) {
+    ur_reset();
     int B = 3, T = 33, NH = 4, NKV = 2, HS = 16;
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
     float *qkv = falloc(nq), *dout = falloc(no);
@@ -296,6 +258,7 @@ static double xent_loss_w(const double *w, const void *v) {
 }
 
 TEST_CASE(test_xent) {
+    ur_reset();
     int N = 10, C = 13, V = 37, Vp = 40;
     float gs = 1.0f / N;
     float *inp = falloc((size_t)N * C), *w = falloc((size_t)Vp * C), *losses = falloc(N);
@@ -318,11 +281,15 @@ TEST_CASE(test_xent) {
     double sumd = xent_ref(ld, inpd, wd, &c);
     CHECK(fabs(sum - sumd) < 1e-5 * fabs(sumd), "loss sum %.9g vs reference %.9g", sum, sumd);
     double el = rel_err_d(losses, ld, N);
+    if (ot_eval()) ot_err(el, 1e-6);
     CHECK(el < 1e-6, "losses rel err %.3g", el);
-    finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
-    finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
-    double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
-    CHECK(ei < 1e-5 && ew < 1e-5, "xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
+    if (ot_grad()) {
+        finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
+        finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
+        double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
+        ot_err(ei, 1e-5), ot_err(ew, 1e-5);
+        CHECK(ei < 1e-5 && ew < 1e-5, "xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
+    }
     int pad_ok = 1;
     for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) pad_ok &= dw[i] == 123.0f;
     CHECK(pad_ok, "padding rows of dw were written");
@@ -369,6 +336,7 @@ TEST_CASE(test_xent) {
 
 /* Logits near +-2000: exp would overflow without the max subtraction. */
 TEST_CASE(test_xent_large_logits) {
+    ur_reset();
     int N = 6, C = 8, V = 37;
     float *inp = falloc((size_t)N * C), *w = falloc((size_t)V * C), *losses = falloc(N);
     float *dinp = falloc((size_t)N * C);
@@ -390,6 +358,7 @@ TEST_CASE(test_xent_large_logits) {
 
 /* A target outside [0, V) is a data error: the process must stop with exit status 1. */
 TEST_CASE(test_xent_bad_target) {
+    ur_reset();
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -405,6 +374,7 @@ TEST_CASE(test_xent_bad_target) {
 }
 
 TEST_CASE(test_softmax_inplace) {
+    ur_reset();
     int V = 37;
     float temps[2] = {1.0f, 0.7f};
     for (int k = 0; k < 2; k++) {
@@ -422,132 +392,17 @@ TEST_CASE(test_softmax_inplace) {
     }
 }
 
-/* ---- AdamW, norms, lr ---- */
 
-/* The header's formula in double, from the same float hyperparameters. */
-static void adamw_ref(double *p, const float *g, double *m, double *v, size_t n, nb_adamw_cfg c, int t) {
-    for (size_t i = 0; i < n; i++) {
-        p[i] -= (double)c.lr * c.weight_decay * p[i];
-        m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * g[i];
-        v[i] = c.beta2 * v[i] + (1.0 - c.beta2) * (double)g[i] * g[i];
-        double mh = m[i] / (1.0 - pow(c.beta1, t)), vh = v[i] / (1.0 - pow(c.beta2, t));
-        p[i] -= c.lr * mh / (sqrt(vh) + c.eps);
-    }
-}
-
-static void adamw_case(nb_adamw_cfg cfg) {
-    size_t n = 1000;
-    float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n);
-    double *pd = dalloc(n), *md = dalloc(n), *vd = dalloc(n);
-    fill(p, n, -1, 1);
-    to_double(pd, p, n);
-    for (int t = 1; t <= 6; t++) {
-        fill(g, n, -0.1f, 0.1f);
-        for (size_t i = 0; i < n; i += 17) g[i] = 0.0f; /* eps dominates there at step 1 */
-        nb_adamw_update(p, g, m, v, n, cfg, t);
-        adamw_ref(pd, g, md, vd, n, cfg, t);
-        double worst = 0;
-        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(p[i] - pd[i]));
-        /* a step moves p by ~lr; float rounding of p ~ 1e-7 per step */
-        CHECK(worst < 2e-6, "step %d wd %g: max |p - ref| = %.3g", t, (double)cfg.weight_decay, worst);
-        CHECK(rel_err_d(m, md, n) < 1e-6 && rel_err_d(v, vd, n) < 1e-6, "step %d: moments differ", t);
-    }
-    free(p), free(g), free(m), free(v), free(pd), free(md), free(vd);
-}
-
-TEST_CASE(test_adamw) {
-    nb_adamw_cfg with_wd = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    nb_adamw_cfg no_wd = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.0f};
-    adamw_case(with_wd);
-    adamw_case(no_wd);
-}
-
-TEST_CASE(test_adamw_threads) {
-    size_t n = 100003;
-    nb_adamw_cfg cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    float *g = falloc(n), *p0 = falloc(n), *p[2], *m[2], *v[2];
-    fill(g, n, -1, 1);
-    fill(p0, n, -1, 1);
-    int saved = omp_get_max_threads();
-    for (int r = 0; r < 2; r++) {
-        p[r] = falloc(n), m[r] = falloc(n), v[r] = falloc(n);
-        memcpy(p[r], p0, n * sizeof(float));
-        omp_set_num_threads(r + 1);
-        for (int t = 1; t <= 3; t++) nb_adamw_update(p[r], g, m[r], v[r], n, cfg, t);
-    }
-    omp_set_num_threads(saved);
-    CHECK(memcmp(p[0], p[1], n * sizeof(float)) == 0 && memcmp(m[0], m[1], n * sizeof(float)) == 0 &&
-              memcmp(v[0], v[1], n * sizeof(float)) == 0,
-          "AdamW differs between 1 and 2 threads");
-    for (int r = 0; r < 2; r++) free(p[r]), free(m[r]), free(v[r]);
-    free(g), free(p0);
-}
-
-TEST_CASE(test_sumsq) {
-    size_t n = 3000017; /* several blocks and several groups of blocks, plus a ragged tail */
-    float *g = falloc(n);
-    fill(g, n, -1, 1);
-    long double ref = 0;
-    for (size_t i = 0; i < n; i++) ref += (long double)g[i] * g[i];
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    double s1 = nb_sumsq(g, n);
-    omp_set_num_threads(2);
-    double s2 = nb_sumsq(g, n), s3 = nb_sumsq(g, n);
-    omp_set_num_threads(saved);
-    CHECK(fabs(s1 - (double)ref) < 1e-12 * (double)ref, "sumsq %.17g vs %.17g", s1, (double)ref);
-    CHECK(memcmp(&s1, &s2, sizeof s1) == 0 && memcmp(&s2, &s3, sizeof s2) == 0,
-          "sumsq depends on threads: %.17g %.17g %.17g", s1, s2, s3);
-    float small[3] = {3, -4, 12};
-    CHECK(nb_sumsq(small, 3) == 169.0 && nb_sumsq(small, 0) == 0.0, "sumsq of small vectors wrong");
-
-    nb_scale_inplace(small, 3, 0.5f);
-    CHECK(small[0] == 1.5f && small[1] == -2.0f && small[2] == 6.0f, "scale_inplace wrong");
-    free(g);
-}
-
-TEST_CASE(test_clip_factor) {
-    CHECK(nb_clip_factor(10.0, 1.0f) == (float)(1.0 / (10.0 + 1e-6)), "clip 10 -> 1");
-    CHECK(nb_clip_factor(0.5, 1.0f) == 1.0f, "no clip below max_norm");
-    CHECK(nb_clip_factor(1e9, 0.0f) == 1.0f && nb_clip_factor(1e9, -1.0f) == 1.0f, "max_norm <= 0 disables");
-    CHECK(isnan(nb_clip_factor(NAN, 1.0f)), "NaN norm must propagate");
-    CHECK(nb_clip_factor(INFINITY, 1.0f) == 0.0f, "inf norm gives factor 0 (as torch)");
-}
-
-TEST_CASE(test_lr_cosine) {
-    float mx = 1e-3f, mn = 1e-4f;
-    int warm = 10, total = 110;
-    CHECK(fabsf(nb_lr_cosine(0, warm, total, mx, mn) - mx / 10) < 1e-10f, "step 0 = max_lr / warmup");
-    CHECK(nb_lr_cosine(warm - 1, warm, total, mx, mn) == mx, "last warmup step = max_lr");
-    CHECK(nb_lr_cosine(warm, warm, total, mx, mn) == mx, "decay starts at max_lr");
-    CHECK(fabsf(nb_lr_cosine(60, warm, total, mx, mn) - (mx + mn) / 2) < 1e-10f, "cosine midpoint");
-    CHECK(fabsf(nb_lr_cosine(35, warm, total, mx, mn) - (float)(mn + 0.5 * (1 + cos(M_PI / 4)) * (mx - mn))) <
-              1e-10f,
-          "cosine quarter point");
-    CHECK(nb_lr_cosine(total, warm, total, mx, mn) == mn, "end = min_lr");
-    CHECK(nb_lr_cosine(total + 50, warm, total, mx, mn) == mn, "past the end = min_lr");
-    CHECK(nb_lr_cosine(0, 0, total, mx, mn) == mx, "no warmup starts at max_lr");
-    int mono = 1;
-    for (int s = warm; s < total; s++)
-        mono &= nb_lr_cosine(s + 1, warm, total, mx, mn) <= nb_lr_cosine(s, warm, total, mx, mn);
-    CHECK(mono, "cosine decay is not monotone");
-}
-
-int main(void) {
-    RUN(test_xent_bad_target); /* first: fork before OpenMP/BLAS thread pools exist */
-    RUN(test_rope);
-    RUN(test_attention_gqa);
-    RUN(test_attention_mha);
-    RUN(test_attention_mqa_odd_hs);
-    RUN(test_attention_t1);
-    RUN(test_attention_deterministic);
-    RUN(test_xent);
-    RUN(test_xent_large_logits);
-    RUN(test_softmax_inplace);
-    RUN(test_adamw);
-    RUN(test_adamw_threads);
-    RUN(test_sumsq);
-    RUN(test_clip_factor);
-    RUN(test_lr_cosine);
-    TEST_EXIT();
-}
+static const ot_row rows[] = {
+    {"xent_bad_target", "cpu", OT_NONE, "target 2 of V 2", 0, OT_EVAL, test_xent_bad_target, 0, OT_FORK},
+    {"rope", "cpu", OT_F32, "2x7 3 heads HS12 W45", 1e-6, OT_EVAL | OT_GRAD, test_rope, 0, 0},
+    {"attention", "cpu", OT_F32, "GQA B2 T7 NH4 NKV2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_gqa, 0, 0},
+    {"attention", "cpu", OT_F32, "MHA B2 T7 NH2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_mha, 0, 0},
+    {"attention", "cpu", OT_F32, "MQA B1 T5 NH3 NKV1 HS12", 1e-5, OT_EVAL | OT_GRAD, test_attention_mqa_odd_hs, 0, 0},
+    {"attention", "cpu", OT_F32, "B2 T1 NH2 NKV1 HS4", 1e-5, OT_EVAL | OT_GRAD, test_attention_t1, 0, 0},
+    {"attention_determinism", "cpu", OT_F32, "B3 T33 NH4 NKV2 HS16", 0, OT_EVAL, test_attention_deterministic, 0, 0},
+    {"xent", "cpu", OT_F32, "N10 C13 V37 (pad 40), chunks", 1e-5, OT_EVAL | OT_GRAD, test_xent, 0, 0},
+    {"xent_large_logits", "cpu", OT_F32, "N6 C8 V37 logits ~2000", 1e-4, OT_EVAL, test_xent_large_logits, 0, 0},
+    {"softmax", "cpu", OT_F32, "V37 temp 1, 0.7", 1e-6, OT_EVAL, test_softmax_inplace, 0, 0},
+};
+OT_TABLE(ot_attention, rows);

@@ -1,10 +1,10 @@
-/* The seqctr kernels written in plain C (seqattn_tc.cu's tensor-core history attention, embag.cu's
- * two-pass embedding gradient) on a CPU
- * emulator of the GPU, against the CPU table (nb_ctr_ops_cpu): runs everywhere, GPU or not, so
- * the kernels' indexing, fragment layouts and chunk walk are checked in CI. (The same kernels on
- * a real GPU: test_ops_ctr_cuda, which compares the CUDA tables with the CPU table.)
+/* The emu rows of the seqctr kernels written in plain C (seqattn_tc.cu's tensor-core history
+ * attention, embag.cu's two-pass embedding gradient) on a CPU emulator of the GPU, against the CPU
+ * table (nb_ctr_ops_cpu): runs everywhere, GPU or not, so the kernels' indexing, fragment layouts
+ * and chunk walk are checked in CI. (The same kernels on a real GPU: ctr_cuda*.c's rows, which
+ * compare the CUDA tables with the CPU table.)
  *
- * The emulator (after test_attention_fa.c's): each GPU thread is a ucontext coroutine; warp
+ * The emulator (after emu_fa.c's): each GPU thread is a ucontext coroutine; warp
  * collectives (shuffles, ballot, mma.sync, movmatrix, __syncwarp) are barriers over the warp's
  * 32 threads that exchange operands through per-warp slots and compute what each lane receives
  * from the PTX ISA's fragment layouts; blocks run one at a time. Two schedules must give the same
@@ -24,22 +24,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
 
-#include "bf16_host.h"
-#include "check.h"
+#include "../bf16_host.h"
 #include "core.h"
 #include "ops/backend_ctr.h"
 #include "ops/ops_ctr.h"
 #include "ops/ops_cuda.h"
+#include "emu_ctx.h"
+#include "optest.h"
 #include "rng.h"
 
 #define SEED 20261219u
 #define TOL 1e-2
 #define TOL_LSE 1e-4
 
-static uint64_t next_stream = 1;
-static double worst;
 
 /* ==== the emulator ==== */
 
@@ -51,7 +49,7 @@ typedef struct {
 #define EMU_MAX_THREADS 128
 
 typedef struct {
-    _Alignas(64) ucontext_t ctx;
+    emu_ctx ctx;
     emu_dim3 tid;
     int done, warp, lane;
     char *stack;
@@ -72,7 +70,7 @@ static struct {
     emu_dim3 block, grid, block_dim;
     unsigned char *smem;
     size_t smem_bytes;
-    ucontext_t sched;
+    emu_ctx sched;
     void (*body)(void *);
     void *arg;
 } emu;
@@ -82,7 +80,7 @@ static void emu_die(const char *what) {
     abort();
 }
 
-static void emu_yield(void) { swapcontext(&emu.cur->ctx, &emu.sched); }
+static void emu_yield(void) { emu_ctx_switch(&emu.cur->ctx, &emu.sched); }
 
 static void emu_warp_sync(void) {
     emu_warp *w = &emu.warps[emu.cur->warp];
@@ -106,26 +104,26 @@ static float emu_bf(unsigned bits16) { return emu_uint_as_float((bits16 & 0xffff
 
 /* mma.m16n8k16 row.col: A from a[0..3] (rows g, g+8; columns 2t, +1 and 2t+8, +9), B from b0
  * (rows 2t, +1 of column g) and b1 (rows 2t+8, +9); lane's c: rows g, g+8, columns 2t, +1. */
+/* A[row][k] and B[k][col] of the warp's operands, read from the lane that holds them (A: rows g,
+ * g+8 in a[0], a[1], columns +8 in a[2], a[3]; B: rows 2t, +1 in b0, +8 in b1; column g). */
+static float emu_mma_a(const emu_warp *w, int row, int k) {
+    return emu_bf(w->a[(row & 7) * 4 + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)] >> (16 * (k & 1)));
+}
+static float emu_mma_b(const emu_warp *w, int k, int col) {
+    return emu_bf(w->b[col * 4 + (k & 7) / 2][k >> 3] >> (16 * (k & 1)));
+}
+
 static void nb_mma_bf16(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     emu_warp *w = &emu.warps[emu.cur->warp];
     int lane = emu.cur->lane;
     memcpy(w->a[lane], a, sizeof w->a[lane]);
     w->b[lane][0] = b0, w->b[lane][1] = b1;
     emu_warp_sync();
-    float A[16][16], Bm[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l >> 2, t = l & 3;
-        for (int i = 0; i < 4; i++) {
-            int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
-            A[row][col] = emu_bf(w->a[l][i]), A[row][col + 1] = emu_bf(w->a[l][i] >> 16);
-        }
-        for (int i = 0; i < 2; i++) Bm[2 * t + 8 * i][g] = emu_bf(w->b[l][i]), Bm[2 * t + 8 * i + 1][g] = emu_bf(w->b[l][i] >> 16);
-    }
     int g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float s = c[e];
-        for (int k = 0; k < 16; k++) s += A[row][k] * Bm[k][col];
+        for (int k = 0; k < 16; k++) s += emu_mma_a(w, row, k) * emu_mma_b(w, k, col);
         c[e] = s;
     }
     emu_warp_sync();
@@ -224,6 +222,7 @@ static void emu_entry(void) {
     emu.body(emu.arg);
     emu.cur->done = 1;
     emu.progress++;
+    emu_ctx_switch(&emu.cur->ctx, &emu.sched); /* done: never resumed */
 }
 
 static int emu_pass(unsigned *order) {
@@ -239,7 +238,7 @@ static int emu_pass(unsigned *order) {
                 for (int i = 32 * w; i < 32 * w + 32 && i < emu.nthreads; i++) {
                     if (emu.threads[i].done) continue;
                     emu.cur = &emu.threads[i];
-                    swapcontext(&emu.sched, &emu.threads[i].ctx);
+                    emu_ctx_switch(&emu.sched, &emu.threads[i].ctx);
                 }
             } while (emu.progress != before);
         }
@@ -247,7 +246,7 @@ static int emu_pass(unsigned *order) {
         for (int i = 0; i < emu.nthreads; i++) {
             if (emu.threads[i].done) continue;
             emu.cur = &emu.threads[i];
-            swapcontext(&emu.sched, &emu.threads[i].ctx);
+            emu_ctx_switch(&emu.sched, &emu.threads[i].ctx);
         }
     }
     for (int i = 0; i < emu.nthreads; i++) alive += !emu.threads[i].done;
@@ -277,11 +276,7 @@ static void emu_launch(unsigned blocks, int threads, size_t smem, void (*body)(v
             emu_thread *th = &emu.threads[t];
             th->tid = (emu_dim3){t, 0, 0};
             th->done = 0, th->warp = t / 32, th->lane = t % 32;
-            NB_CHECK(getcontext(&th->ctx) == 0, "", "getcontext failed");
-            th->ctx.uc_stack.ss_sp = th->stack;
-            th->ctx.uc_stack.ss_size = EMU_STACK;
-            th->ctx.uc_link = &emu.sched;
-            makecontext(&th->ctx, emu_entry, 0);
+            emu_ctx_make(&th->ctx, th->stack, EMU_STACK, emu_entry);
         }
         for (;;) {
             long before = emu.progress;
@@ -297,13 +292,13 @@ static void emu_launch(unsigned blocks, int threads, size_t smem, void (*body)(v
 
 static float *randn_bf(size_t n, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, 0.0f, std);
+    nb_rng_fill_normal(p, n, SEED, ot_stream++, 0.0f, std);
     for (size_t i = 0; i < n; i++) p[i] = bf2f(f2bf(p[i]));
     return p;
 }
 static float *randn_f(size_t n, float std) {
     float *p = nb_malloc((n ? n : 1) * sizeof(float), "test tensor");
-    nb_rng_fill_normal(p, n, SEED, next_stream++, 0.0f, std);
+    nb_rng_fill_normal(p, n, SEED, ot_stream++, 0.0f, std);
     return p;
 }
 static float *zeros(size_t n) { return nb_calloc(n ? n : 1, sizeof(float), "test tensor"); }
@@ -330,8 +325,8 @@ static double rms(const float *x, size_t n) {
 
 static void expect_close(const char *what, const float *got, const float *ref, size_t n, double tol) {
     double e = rel_err(got, ref, n);
-    if (e > worst && isfinite(e) && tol == TOL) worst = e;
-    printf("    %-66s rel err %.2e\n", what, e);
+    ot_err(e, tol);
+    ot_log("    %-66s rel err %.2e\n", what, e);
     CHECK(e <= tol, "%s: relative error %.3g > %.3g", what, e, tol);
 }
 static void expect_same(const char *what, const void *a, const void *b, size_t bytes) {
@@ -437,15 +432,25 @@ static void check_seqattn(const int *lens, int B, int max_len, int H, int E, flo
     for (int s = 0; s < 2; s++) free(out[s]), free(lse[s]), free(g[s]);
 }
 
-TEST_CASE(test_seqattn_emulated) {
+static void emu_free(void) {
+    for (int i = 0; i < emu.nalloc; i++) free(emu.threads[i].stack);
+    free(emu.threads);
+    emu.threads = NULL, emu.nalloc = 0;
+}
+
+/* One attention case per row (arg: the case). */
+static void emu_seqattn(void) {
     static const int one[] = {1}, odd[] = {0, 1, 15, 16, 17, 63, 64, 65, 100, 0, 3};
     static const int longh[] = {256, 5, 0, 129};
-    check_seqattn(one, 1, 1, 4, 64, 1.0f);                /* B = 1, one row */
-    check_seqattn(odd, 11, 100, 4, 64, 1.5f);             /* the model's heads (HS 16), tile edges */
-    check_seqattn(odd, 11, 100, 2, 64, 1.0f);             /* HS 32 */
-    check_seqattn(odd, 11, 100, 2, 128, 1.0f);            /* HS 64 */
-    check_seqattn(longh, 4, 256, 4, 64, 1.0f);            /* a max_len history, 129 = 2 chunks + 1 */
-    check_seqattn(odd, 11, 40, 4, 64, 3.0f);              /* histories past max_len; sharp softmax */
+    switch (ot_cur->arg) {
+    case 0: check_seqattn(one, 1, 1, 4, 64, 1.0f); break;      /* B = 1, one row */
+    case 1: check_seqattn(odd, 11, 100, 4, 64, 1.5f); break;   /* the model's heads (HS 16), tile edges */
+    case 2: check_seqattn(odd, 11, 100, 2, 64, 1.0f); break;   /* HS 32 */
+    case 3: check_seqattn(odd, 11, 100, 2, 128, 1.0f); break;  /* HS 64 */
+    case 4: check_seqattn(longh, 4, 256, 4, 64, 1.0f); break;  /* a max_len history, 129 = 2 chunks + 1 */
+    case 5: check_seqattn(odd, 11, 40, 4, 64, 3.0f); break;    /* histories past max_len; sharp softmax */
+    }
+    emu_free();
 }
 
 /* ==== embedding gradient ==== */
@@ -510,7 +515,7 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E) {
         snprintf(what, sizeof what, "emb_grad_unique %s %s E=%d n=%d U=%d (largest row %d)", name, bf ? "bf16" : "f32",
                  E, n, U, most);
         int same = memcmp(a, ref, nu * 4) == 0;
-        printf("    %-80s %s (%.1f s)\n", what, same ? "CPU's bits" : "DIFFERENT", t1 - t0);
+        ot_log("    %-80s %s (%.1f s)\n", what, same ? "CPU's bits" : "DIFFERENT", t1 - t0);
         CHECK(same, "%s: differs from the CPU table (rel err %.3g)", what, rel_err(a, ref, nu));
         expect_same("emb_grad_unique: another grid and order of blocks", a, b, nu * 4);
         expect_same("emb_grad_unique: pass 2 summing chunks without slots", a, c, nu * 4);
@@ -519,35 +524,50 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E) {
     free(src_off), free(uniq), free(order), free(inverse), free(seg);
 }
 
-TEST_CASE(test_emb_grad_emulated) {
-    uint64_t s = next_stream++;
+/* One embedding-gradient case per row (arg: the case). */
+static void emu_emb_grad(void) {
+    uint64_t s = ot_stream++;
     int n = 3000;
     int64_t *rows = nb_malloc(200000 * 8, "rows");
     /* 40% on one row (10 chunks), a fifth rows of their own, the rest over 50 rows */
     for (int i = 0; i < n; i++)
         rows[i] = i % 5 < 2 ? 7 : i % 5 == 2 ? 1000 + i : (int64_t)(nb_philox(SEED, s, (uint64_t)i).v[0] % 50);
-    check_egu("mixed", rows, n, 64);
-    check_egu("mixed", rows, n, 12);
-    check_egu("mixed", rows, n, 200);
-    /* one lookup; then 129 lookups of one row (a chunk of one past the first) */
-    rows[0] = 5;
-    check_egu("one", rows, 1, 64);
-    for (int i = 0; i < 129; i++) rows[i] = 3;
-    check_egu("129 of one", rows, 129, 64);
-    /* the hot row: 100k lookups of one row among 5000 rows looked up once, interleaved */
-    n = 105000;
-    for (int i = 0; i < n; i++) rows[i] = i % 21 == 5 ? 100000 + i : 42;
-    check_egu("hot row", rows, n, 64);
+    switch (ot_cur->arg) {
+    case 0: check_egu("mixed", rows, n, 64); break;
+    case 1: check_egu("mixed", rows, n, 12); break;
+    case 2: check_egu("mixed", rows, n, 200); break;
+    case 3: /* one lookup */
+        rows[0] = 5;
+        check_egu("one", rows, 1, 64);
+        break;
+    case 4: /* 129 lookups of one row (a chunk of one past the first) */
+        for (int i = 0; i < 129; i++) rows[i] = 3;
+        check_egu("129 of one", rows, 129, 64);
+        break;
+    case 5: /* the hot row: 100k lookups of one row among 5000 rows looked up once, interleaved */
+        n = 105000;
+        for (int i = 0; i < n; i++) rows[i] = i % 21 == 5 ? 100000 + i : 42;
+        check_egu("hot row", rows, n, 64);
+        break;
+    }
     free(rows);
+    emu_free();
 }
 
-int main(void) {
-    double t0 = nb_now();
-    printf("seqattn_tc.cu's and embag.cu's kernels on the CPU emulator\n");
-    RUN(test_seqattn_emulated);
-    RUN(test_emb_grad_emulated);
-    printf("largest relative error %.2e (tol %.0e); %.1f s\n", worst, TOL, nb_now() - t0);
-    for (int i = 0; i < emu.nalloc; i++) free(emu.threads[i].stack);
-    free(emu.threads);
-    TEST_EXIT();
-}
+#define SA_ROW(shape, arg, flags) {"seqattn_tc", "emu", OT_BF16, shape, TOL, OT_EVAL, emu_seqattn, arg, flags}
+#define EGU_ROW(shape, arg, flags) {"emb_grad_unique", "emu", OT_BOTH, shape, 0, OT_EVAL, emu_emb_grad, arg, flags}
+static const ot_row rows[] = {
+    SA_ROW("B1 one row HS16", 0, OT_SMALL),
+    SA_ROW("B11 lens 0..100 HS16 std 1.5", 1, 0),
+    SA_ROW("B11 lens 0..100 HS32", 2, 0),
+    SA_ROW("B11 lens 0..100 HS64", 3, 0),
+    SA_ROW("B4 lens 256,5,0,129 HS16", 4, 0),
+    SA_ROW("B11 past max_len 40 HS16 std 3", 5, 0),
+    EGU_ROW("n3000 mixed E64", 0, 0),
+    EGU_ROW("n3000 mixed E12", 1, OT_SMALL),
+    EGU_ROW("n3000 mixed E200", 2, 0),
+    EGU_ROW("n1 E64", 3, 0),
+    EGU_ROW("n129 of one row E64", 4, 0),
+    EGU_ROW("hot row: 100k of one among 5000", 5, 0),
+};
+OT_TABLE(ot_emu_tc, rows);
