@@ -75,7 +75,7 @@ seen = 0
 for line in open(sys.argv[2]):
     r = json.loads(line)
     if "slowest_samples" not in r: continue
-    sizes = parts.get(r["step"], {}).values()
+    sizes = parts.get(r["step"] - 1, {}).values()  # metrics count steps from 1, the dump from 0
     assert r["slowest_samples"] in sizes, f"step {r['step']}: slowest share of {r['slowest_samples']} samples, shares {sorted(sizes)}"
     assert r["slowest_holds_longest"] in (0, 1)
     seen += 1

@@ -10,7 +10,7 @@ $NB train "${COMMON[@]}" --out "$TMP/straight" || fail "straight run"
 $NB train "${COMMON[@]}" --out "$TMP/again" || fail "second straight run"
 $NB train "${COMMON[@]}" --out "$TMP/graphs" --graphs || fail "run with --graphs"
 $NB train "${COMMON[@]}" --out "$TMP/split" --stop-after 10 || fail "first half"
-grep -q '"step":9' "$TMP/split/metrics.jsonl" && ! grep -q '"step":10' "$TMP/split/metrics.jsonl" \
+grep -q '"step":10,' "$TMP/split/metrics.jsonl" && ! grep -q '"step":11,' "$TMP/split/metrics.jsonl" \
     && pass "stopped after 10 steps" || fail "first half did not stop at step 10"
 $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "resume"
 

@@ -55,7 +55,7 @@ expect_error "--keep-layers without recompute" "--ckpt-interval K" $NB train "${
 # each layer crosses PCIe at most twice a step: once for the forward, once for the recompute, whose
 # weights serve the backward (the last two layers stay in their slots): 2L - 2 uploads
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
-    --schedule stream --ckpt-interval 1 --out "$TMP/pcie" 2>&1 | grep '^pcie')
+    --schedule stream --ckpt-interval 1 --out "$TMP/pcie" 2>&1 | grep '^\(pcie\|copies\) ')
 echo "$out" | grep -q "14 layer uploads for 8 streamed layers" && pass "uploads per step at --ckpt-interval 1: $out" \
     || fail "uploads per step: '$out' (expected 14 for 8 layers)"
 # one device slot (no double buffering) and one pinned slab each way: later, never different
@@ -70,7 +70,7 @@ for W in 3 -1; do
     same "5 layers: stream with --stream-slots $W vs plain" "$TMP/k-plain" "$TMP/k-w$W"
 done
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
-    --schedule stream --stream-slots -1 --out "$TMP/pcie-w" 2>&1 | grep '^pcie')
+    --schedule stream --stream-slots -1 --out "$TMP/pcie-w" 2>&1 | grep '^\(pcie\|copies\) ')
 echo "$out" | grep -q "8 layer uploads for 8 streamed layers" && pass "uploads per step with a slot per layer: $out" \
     || fail "uploads per step with --stream-slots -1: '$out' (expected 8 for 8 layers)"
 # device layers (--gpu-layers): their state, gradient and AdamW stay on the "device" (the CPU

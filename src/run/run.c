@@ -414,20 +414,18 @@ static void print_p90(const nb_run *r, const double *ms, int n) {
 /* ---------------------------------------------------------------- signals */
 
 /* SIGINT / SIGTERM (what schedulers preempt with): the step in flight finishes, a checkpoint is
- * written and the run ends; the handler only records the signal. It then restores the default
- * action, so a second Ctrl-C ends the process at once. */
+ * written and the run ends; the handler only records the signal, and the default action is back
+ * (SA_RESETHAND), so a second Ctrl-C ends the process at once. */
 static volatile sig_atomic_t stop_signal;
 
-static void on_stop_signal(int sig) {
-    stop_signal = sig;
-    signal(sig, SIG_DFL);
-}
+static void on_stop_signal(int sig) { stop_signal = sig; }
 
 static void catch_stop_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* reset by the kernel as it delivers: a second signal that
+                                                 * reaches another thread at once still kills */
     sigemptyset(&sa.sa_mask);
     NB_CHECK(sigaction(SIGINT, &sa, NULL) == 0 && sigaction(SIGTERM, &sa, NULL) == 0, NULL, "cannot install the signal handlers: %s",
              strerror(errno));
