@@ -19,7 +19,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fn
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I$(BLAS_INC)
-LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -lpthread -fopenmp
+# zlib (Debian: zlib1g-dev) reads gzip-compressed Criteo files.
+LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lz -lm -lpthread -fopenmp
 
 comma := ,
 # MPI (required for more than one rank; Debian: libopenmpi-dev, installed by scripts/setup.sh).
