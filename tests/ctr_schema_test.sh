@@ -9,7 +9,10 @@
 #    same rows), and the same file without its label column scores the same;
 #  - bad rows name file, line and column; a missing schema, a foreign --val-data kind are refused;
 #  - Criteo: --val-data as a .gz file plus a list is evaluated whole, eval of the plain file
-#    gives the same numbers as of its .gz copy.
+#    gives the same numbers as of its .gz copy;
+#  - where python3 has numpy: the export's documented layout and forward (tools/seqctr_torch_load.py
+#    on numpy) give predict's scores within 1e-5 (tests/predict_onnx_check.py --numpy; with torch
+#    and onnxruntime the GPU machine's tests/gpu_all.sh checks the PyTorch module and ONNX).
 source "$(dirname "$0")/lib.sh"
 D=$TMP/data
 mkdir -p "$D"
@@ -107,4 +110,10 @@ same_eval "criteo eval of the .gz copy" "$($NB eval --ckpt "$TMP/crun" --data "$
 ev=$($NB eval --ckpt "$TMP/crun" --data "$D/val.tsv.gz,$D/val.tsv" 2>/dev/null | grep '^eval ')
 echo "$ev" | grep -q " n=400 " && [ "$(get auc "$ev")" = "$(get auc "$last")" ] && pass "criteo eval of a list: every line of both ($ev)" \
     || fail "criteo list: '$ev'"
+if python3 -c "import numpy" 2>/dev/null; then
+    out=$(NB_BUILD=$NB_BUILD timeout 120 python3 "$ROOT/tests/predict_onnx_check.py" --numpy 2>&1) && pass "export: $out" \
+        || fail "export vs predict: $out"
+else
+    echo "note: python3 without numpy: the export-vs-predict check is left to tests/gpu_all.sh"
+fi
 finish

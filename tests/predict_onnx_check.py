@@ -9,7 +9,9 @@ exports the checkpoint (`nobubble export --out`), loads the export with tools/se
 turns the same rows into the model's inputs in Python (the schema's rules: log1p dense, ids, FNV-1a
 hashing, the most recent max_len history items) and checks that the PyTorch module's scores equal
 predict's within 1e-5; then torch.onnx.export's model under onnxruntime, within 1e-5 of predict's.
-Exit 77 (skipped) without torch; the ONNX part is skipped (said so) without onnx / onnxruntime."""
+Without torch (or with --numpy) the same rows go through the loader's forward on numpy arrays
+instead (the function the PyTorch module runs, on numpy): the layout and the math, not the module.
+Exit 77 (skipped) without torch and numpy; the ONNX part is skipped (said so) without onnxruntime."""
 import csv
 import math
 import os
@@ -19,6 +21,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# tests/torch (the reference scripts) would shadow the torch package
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.join(ROOT, "tests")]
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 TOL = 1e-5
 
@@ -46,9 +50,8 @@ def write_rows(path, n, seed):
 
 
 def inputs(path, max_len):
-    """The model's inputs of every row, as src/data/ctr_table.c makes them for SCHEMA."""
+    """The model's inputs of every row (numpy arrays), as src/data/ctr_table.c makes them for SCHEMA."""
     import numpy as np
-    import torch
     import seqctr_torch_load as L
     rows = list(csv.DictReader(open(path, newline="")))
     B = len(rows)
@@ -70,16 +73,21 @@ def inputs(path, max_len):
     for b, h in enumerate(hists):
         hist[b, :len(h)] = h
     hl = np.array([len(h) for h in hists], np.int64)
-    return [r["id"] for r in rows], tuple(torch.from_numpy(a) for a in (dense, cat, target, hist, hl))
+    return [r["id"] for r in rows], (dense, cat, target, hist, hl)
 
 
-def main():
+def main(argv):
+    use_torch = "--numpy" not in argv
     try:
-        import torch  # noqa: F401
+        if use_torch:
+            import torch
     except ImportError:
-        print("torch not found: skipping the predict / export / ONNX check")
+        use_torch = False
+    try:
+        import numpy as np
+    except ImportError:
+        print("neither torch nor numpy found: skipping the predict / export check")
         return 77
-    import numpy as np
     import seqctr_torch_load as L
     nb = os.path.join(os.environ.get("NB_BUILD", os.path.join(ROOT, "build")), "nobubble")
     if not os.path.isabs(nb):
@@ -91,16 +99,24 @@ def main():
     run = lambda *a: subprocess.run([nb, *a], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     run("train", "--model", "seqctr", "--data", f"csv:{d}/train.csv", "--schema", f"{d}/schema.json", "--val-data",
         f"{d}/test.csv", "--steps", "40", "--batch", "64", "--blocks", "2", "--heads", "2", "--block-hidden", "32",
-        "--cross-rank", "8", "--out", f"{d}/run")
+        "--cross-rank", "8", "--threads", "2", "--out", f"{d}/run")
     run("predict", "--ckpt", f"{d}/run", "--data", f"{d}/test.csv", "--out", f"{d}/scores.tsv")
     run("export", "--ckpt", f"{d}/run", "--out", f"{d}/model.safetensors")
     got = [l.rstrip("\n").split("\t") for l in open(f"{d}/scores.tsv")][1:]
     ids, x = inputs(f"{d}/test.csv", 6)
     assert [g[0] for g in got] == ids, "predict's ids are not the file's, in order"
     want = np.array([float(g[1]) for g in got])
+    if not use_torch:
+        meta, tensors = L.read_safetensors(f"{d}/model.safetensors")
+        got_np = L.forward_numpy(L.parse_config(meta), tensors, *x).astype(np.float64)
+        err = float(np.abs(got_np - want).max())
+        print(f"the export's forward on numpy vs predict: {len(want)} rows, max |diff| {err:.2e} (tolerance {TOL}); "
+              "the PyTorch module and ONNX are not checked (no torch)")
+        return 1 if err > TOL else 0
     m = L.load(f"{d}/model.safetensors")
+    xt = tuple(torch.from_numpy(a) for a in x)
     with torch.no_grad():
-        pt = m(*x).double().numpy()
+        pt = m(*xt).double().numpy()
     err = float(np.abs(pt - want).max())
     print(f"PyTorch module vs predict: {len(want)} rows, max |diff| {err:.2e} (tolerance {TOL})")
     bad = err > TOL
@@ -109,7 +125,7 @@ def main():
         L.export_onnx(m, f"{d}/model.onnx")
         sess = ort.InferenceSession(f"{d}/model.onnx", providers=["CPUExecutionProvider"])
         names = ["dense", "cat", "target", "hist", "hist_len"]
-        ox = sess.run(["score"], {n: t.numpy() for n, t in zip(names, x)})[0].astype(np.float64)
+        ox = sess.run(["score"], dict(zip(names, x)))[0].astype(np.float64)
         oerr = float(np.abs(ox - want).max())
         print(f"onnxruntime vs predict: max |diff| {oerr:.2e} (tolerance {TOL})")
         bad |= oerr > TOL
@@ -120,4 +136,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

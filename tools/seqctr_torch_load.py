@@ -7,14 +7,14 @@ FILE` writes into a PyTorch module, score rows with it, or export it to ONNX.
 
 The export (one safetensors file, every tensor float32, little-endian; header metadata
 "seqctr.config" = "E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
-aux_weight=..") holds, with D0 = 29 E and H = block_hidden, r = cross_rank:
+aux_weight=..", and a CRC32C of each tensor) holds, with D0 = 29 E and H = block_hidden, r = cross_rank:
   bottom.{0,1,2}.weight [out, in] (13 -> 512 -> 256 -> E, nn.Linear layout), bottom.{i}.bias [out]
   hist.{l}.ln1.weight/.bias [E]; hist.{l}.qkv.weight [3E, E] (rows q | k | v; head h = rows
     h*E/heads .. of each), .qkv.bias [3E]; .proj.weight [E, E], .proj.bias [E]; .ln2.weight/.bias
     [E]; .fc1.weight [4E, E], .fc1.bias [4E]; .fc2.weight [E, 4E], .fc2.bias [E]
   target.wq, target.wk, target.wv [E, E] (no biases; q = t @ wq^T)
   block.{i}.U [D0, r], .V [D0, r], .b [D0], .w1 [H, D0], .b1 [H], .w2 [D0, H], .b2 [D0],
-    .head.w [D0], .head.b [1]
+    .head.w [1, D0], .head.b [1]
   emb.cat.{f} [rows_f, E] for f = 0..25 (unused slots of a smaller schema: 1 row), emb.item
     [item_rows, E] (the target item and the history share it)
 The forward (model/seqctr.h), per row: dense [13] (already transformed: log(1 + max(x, 0)) for a
@@ -78,6 +78,139 @@ def fnv1a(text):
     return h
 
 
+class NumpyOps:
+    """The forward's operations on numpy arrays (float32), for a check without torch."""
+
+    def __init__(self):
+        import numpy as np
+        self.np = np
+
+    def linear(self, x, w, b=None):
+        y = x @ w.T
+        return y if b is None else y + b
+
+    def relu(self, x):
+        return self.np.maximum(x, 0)
+
+    def layer_norm(self, x, w, b):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / self.np.sqrt(var + 1e-5) * w + b
+
+    def lookup(self, table, ids):
+        return table[ids % table.shape[0]]
+
+    def masked_softmax(self, s, valid):
+        s = self.np.where(valid, s, self.np.float32(-1e30))
+        e = self.np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def swap(self, x):  # the last two axes
+        return self.np.swapaxes(x, -1, -2)
+
+    def permute(self, x, order):
+        return self.np.transpose(x, order)
+
+    def cat(self, xs):
+        return self.np.concatenate(xs, axis=1)
+
+    def arange(self, n, like):
+        return self.np.arange(n)
+
+    def as_float(self, x, like):
+        return x.astype(like.dtype)
+
+    def sigmoid(self, x):
+        return 1 / (1 + self.np.exp(-x))
+
+
+class TorchOps:
+    """The same operations on torch tensors (traceable by torch.onnx.export)."""
+
+    def __init__(self):
+        import torch
+        self.torch, self.F = torch, torch.nn.functional
+
+    def linear(self, x, w, b=None):
+        return self.F.linear(x, w, b)
+
+    def relu(self, x):
+        return self.F.relu(x)
+
+    def layer_norm(self, x, w, b):
+        return self.F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    def lookup(self, table, ids):
+        return table[self.torch.remainder(ids, table.shape[0])]
+
+    def masked_softmax(self, s, valid):
+        return self.torch.softmax(s.masked_fill(~valid, -1e30), dim=-1)
+
+    def swap(self, x):
+        return x.transpose(-2, -1)
+
+    def permute(self, x, order):
+        return x.permute(*order)
+
+    def cat(self, xs):
+        return self.torch.cat(xs, dim=1)
+
+    def arange(self, n, like):
+        return self.torch.arange(n, device=like.device)
+
+    def as_float(self, x, like):
+        return x.to(like.dtype)
+
+    def sigmoid(self, x):
+        return self.torch.sigmoid(x)
+
+
+def forward(op, w, cfg, dense, cat, target, hist, hist_len):
+    """The click probability [B] of rows (see the module's docstring); w(name) gives a tensor by
+    nobubble's name. A masked score is -1e30, not -inf: an empty history gets uniform weights (no
+    NaN), and its pooled vector is then zeroed."""
+    E, heads = cfg["E"], cfg["heads"]
+    B, L = hist.shape
+    x = dense
+    for i in range(3):
+        x = op.linear(x, w(f"bottom.{i}.weight"), w(f"bottom.{i}.bias"))
+        if i < 2:
+            x = op.relu(x)
+    bottom = x
+    cats = [op.lookup(w(f"emb.cat.{f}"), cat[:, f]) for f in range(NCAT)]
+    t = op.lookup(w("emb.item"), target)
+    h = op.lookup(w("emb.item"), hist)
+    valid = op.arange(L, hist)[None, :] < hist_len[:, None]  # [B, L]
+    hs = E // heads
+    for l in range(cfg["hist_layers"]):
+        p = f"hist.{l}."
+        a = op.layer_norm(h, w(p + "ln1.weight"), w(p + "ln1.bias"))
+        qkv = op.permute(op.linear(a, w(p + "qkv.weight"), w(p + "qkv.bias")).reshape(B, L, 3, heads, hs), (2, 0, 3, 1, 4))
+        s = (qkv[0] @ op.swap(qkv[1])) * (1.0 / math.sqrt(hs))  # [B, heads, L, L]
+        o = op.masked_softmax(s, valid[:, None, None, :]) @ qkv[2]
+        h = h + op.linear(op.permute(o, (0, 2, 1, 3)).reshape(B, L, E), w(p + "proj.weight"), w(p + "proj.bias"))
+        a = op.layer_norm(h, w(p + "ln2.weight"), w(p + "ln2.bias"))
+        h = h + op.linear(op.relu(op.linear(a, w(p + "fc1.weight"), w(p + "fc1.bias"))), w(p + "fc2.weight"), w(p + "fc2.bias"))
+    q = op.linear(t, w("target.wq"))[:, None, :]  # [B, 1, E]
+    k, v = op.linear(h, w("target.wk")), op.linear(h, w("target.wv"))
+    s = (q @ op.swap(k)) * (1.0 / math.sqrt(E))  # [B, 1, L]
+    pooled = (op.masked_softmax(s, valid[:, None, :]) @ v)[:, 0, :]
+    pooled = pooled * op.as_float(hist_len > 0, pooled)[:, None]
+    x0 = op.cat([bottom] + cats + [t, pooled])
+    x = x0
+    for i in range(cfg["blocks"]):
+        p = f"block.{i}."
+        c = x0 * ((x @ w(p + "V")) @ op.swap(w(p + "U")) + w(p + "b")) + x
+        x = c + op.linear(op.relu(op.linear(c, w(p + "w1"), w(p + "b1"))), w(p + "w2"), w(p + "b2"))
+    p = f"block.{cfg['blocks'] - 1}."
+    return op.sigmoid(op.linear(x, w(p + "head.w"), w(p + "head.b"))[:, 0])
+
+
+def forward_numpy(cfg, tensors, dense, cat, target, hist, hist_len):
+    """forward() on numpy arrays: no torch needed."""
+    return forward(NumpyOps(), lambda n: tensors[n], cfg, dense, cat, target, hist, hist_len)
+
+
 def _torch():
     import torch
     return torch
@@ -85,7 +218,7 @@ def _torch():
 
 def build_module(cfg, tensors):
     torch = _torch()
-    nn, F = torch.nn, torch.nn.functional
+    nn = torch.nn
 
     class SeqCTR(nn.Module):
         """forward(dense [B, 13] float32, cat [B, 26] int64, target [B] int64, hist [B, L] int64,
@@ -95,57 +228,13 @@ def build_module(cfg, tensors):
         def __init__(self):
             super().__init__()
             self.cfg = cfg
+            self.ops = TorchOps()
             # nobubble's names with '.' -> '__' (parameter names cannot hold dots)
             self.p = nn.ParameterDict({k.replace(".", "__"): nn.Parameter(torch.from_numpy(v), requires_grad=False)
                                        for k, v in tensors.items()})
 
-        def w(self, name):
-            return self.p[name.replace(".", "__")]
-
-        def lookup(self, table, ids):
-            rows = table.shape[0]
-            return table[torch.remainder(ids, rows)]
-
-        def attention(self, q, k, v, valid, scale):
-            s = (q @ k.transpose(-2, -1)) * scale
-            s = s.masked_fill(~valid, -1e30)  # finite: an empty history gives uniform weights, zeroed after
-            return torch.softmax(s, dim=-1) @ v
-
         def forward(self, dense, cat, target, hist, hist_len):
-            c, w = self.cfg, self.w
-            E, heads = c["E"], c["heads"]
-            B, L = hist.shape
-            x = dense
-            for i in range(3):
-                x = F.linear(x, w(f"bottom.{i}.weight"), w(f"bottom.{i}.bias"))
-                if i < 2:
-                    x = F.relu(x)
-            bottom = x
-            cats = [self.lookup(w(f"emb.cat.{f}"), cat[:, f]) for f in range(NCAT)]
-            t = self.lookup(w("emb.item"), target)
-            h = self.lookup(w("emb.item"), hist)
-            valid = torch.arange(L, device=hist.device)[None, :] < hist_len[:, None]  # [B, L]
-            hs = E // heads
-            for l in range(c["hist_layers"]):
-                p = f"hist.{l}."
-                a = F.layer_norm(h, (E,), w(p + "ln1.weight"), w(p + "ln1.bias"), 1e-5)
-                qkv = F.linear(a, w(p + "qkv.weight"), w(p + "qkv.bias")).view(B, L, 3, heads, hs).permute(2, 0, 3, 1, 4)
-                o = self.attention(qkv[0], qkv[1], qkv[2], valid[:, None, None, :], 1.0 / math.sqrt(hs))
-                h = h + F.linear(o.transpose(1, 2).reshape(B, L, E), w(p + "proj.weight"), w(p + "proj.bias"))
-                a = F.layer_norm(h, (E,), w(p + "ln2.weight"), w(p + "ln2.bias"), 1e-5)
-                h = h + F.linear(F.relu(F.linear(a, w(p + "fc1.weight"), w(p + "fc1.bias"))), w(p + "fc2.weight"), w(p + "fc2.bias"))
-            q = F.linear(t, w("target.wq"))[:, None, :]  # [B, 1, E]
-            k, v = F.linear(h, w("target.wk")), F.linear(h, w("target.wv"))
-            pooled = self.attention(q, k, v, valid[:, None, :], 1.0 / math.sqrt(E))[:, 0, :]
-            pooled = pooled * (hist_len > 0).to(pooled.dtype)[:, None]
-            x0 = torch.cat([bottom] + cats + [t, pooled], dim=1)
-            x = x0
-            for i in range(c["blocks"]):
-                p = f"block.{i}."
-                cr = x0 * ((x @ w(p + "V")) @ w(p + "U").t() + w(p + "b")) + x
-                x = cr + F.linear(F.relu(F.linear(cr, w(p + "w1"), w(p + "b1"))), w(p + "w2"), w(p + "b2"))
-            p = f"block.{c['blocks'] - 1}."
-            return torch.sigmoid(x @ w(p + "head.w") + w(p + "head.b"))
+            return forward(self.ops, lambda n: self.p[n.replace(".", "__")], self.cfg, dense, cat, target, hist, hist_len)
 
     return SeqCTR().eval()
 
