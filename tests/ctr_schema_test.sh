@@ -7,6 +7,8 @@
 #  - 'predict' writes one probability per row with its id, in file order; the mean BCE of those
 #    scores against the file's labels is eval's loss (the scores are the model's forward on the
 #    same rows), and the same file without its label column scores the same;
+#  - the same train command again after --stop-after resumes it, bitwise a straight run (the
+#    schema's shape kept; the rows reshuffled per epoch from the checkpoint's position);
 #  - bad rows name file, line and column; a missing schema, a foreign --val-data kind are refused;
 #  - Criteo: --val-data as a .gz file plus a list is evaluated whole, eval of the plain file
 #    gives the same numbers as of its .gz copy;
@@ -53,6 +55,11 @@ echo "$last" | grep -q " n=300 " && pass "train: the separate --val-data file is
     || fail "train: '$last' (want n=300, the test file's rows)"
 grep -q "E 8, 1 hist layers, 2 blocks.*max_len 8" "$TMP/train.err" && pass "the schema's embedding_dim and max_len shape the model" \
     || fail "schema shape: $(grep '^seqctr ' "$TMP/train.err")"
+
+A="--data csv:$D/train.csv --schema $D/schema.json --val-data $D/test.csv --steps 60 --eval-every 0"
+$NB train $SMALL $A --out "$TMP/straight" > /dev/null 2>&1 && $NB train $SMALL $A --stop-after 25 --out "$TMP/again" > /dev/null 2>&1 \
+    && $NB train $SMALL $A --out "$TMP/again" > /dev/null 2>&1 || fail "the straight / stopped / rerun trainings"
+same_state "the rerun resumes a CSV run (past an epoch)" "$TMP/straight" "$TMP/again"
 
 get() { echo "$2" | grep -o " $1=[0-9.]*" | cut -d= -f2; }
 same_eval() { # NAME LINE: loss, NE and AUC equal the run's last evaluation

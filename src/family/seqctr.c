@@ -465,8 +465,8 @@ static void sc_default_shape(nb_train_opts *o) {
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
  * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
 static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+    nb_seqctr_schema_flags(o, seen, ctx); /* also on resume: --model seqctr resets the shape to the preset's */
     if (resuming) return;
-    nb_seqctr_schema_flags(o, seen, ctx);
     if (!seen(ctx, "emb-lr") && o->emb_optim == NB_EMB_OPT_ADAM) o->emb_lr = 1e-3f;
     if (o->detach[0] && !seen(ctx, "aux-weight")) o->aux_weight = 1.0f;
 }

@@ -10,7 +10,8 @@
 #include "family/seqctr_family.h"
 #include "io/atomic.h"
 
-/* A path the run keeps in state.json: absolute, so eval and predict find it from anywhere. */
+/* A path the run keeps in state.json (the schema, --val-data, a csv --data): absolute, so eval
+ * and predict find it from anywhere. */
 static void absolute(char *path, size_t cap) {
     char real[PATH_MAX];
     if (path[0] && realpath(path, real) && strlen(real) < cap) snprintf(path, cap, "%s", real);
@@ -25,6 +26,10 @@ void nb_seqctr_schema_flags(nb_train_opts *o, int (*seen)(const void *, const ch
     NB_CHECK(o->schema[0], "pass --schema FILE.json (the README's 'Your own CTR data' shows one), or --schema criteo",
              "--data %s needs a schema", o->data);
     if (!nb_ctr_schema_builtin(o->schema)) absolute(o->schema, sizeof o->schema);
+    char file[NB_PATH_MAX];
+    snprintf(file, sizeof file, "%s", o->data + 4);
+    absolute(file, sizeof file);
+    if (strlen(file) + 4 < sizeof o->data) snprintf(o->data, sizeof o->data, "csv:%s", file);
     nb_ctr_schema sc;
     nb_ctr_schema_load(&sc, o->schema, o->table_cap);
     if (sc.emb_dim && !seen(ctx, "emb-dim")) o->ctr.E = sc.emb_dim;
