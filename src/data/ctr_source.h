@@ -26,7 +26,7 @@
  * it, and training reads the whole --data (nothing held out). An evaluation-only source (eval,
  * predict) with val_data reads no training data at all.
  * A source's position (where the next training batch starts: a sample index for synth, training
- * samples read for criteo, epoch * samples + offset for movielens) goes into checkpoints; a
+ * samples read for criteo, epoch * samples + offset for movielens and csv) goes into checkpoints; a
  * source seeked to it reads the same batches again, so a resumed run is bitwise a straight one. */
 #ifndef NB_CTR_SOURCE_H
 #define NB_CTR_SOURCE_H
