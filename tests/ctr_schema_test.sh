@@ -93,6 +93,9 @@ expect_error "an id above the cardinality" "bad.csv:3: column 'user' (column 5):
     $NB eval --ckpt "$TMP/run" --data "$D/bad.csv"
 { head -2 "$D/test.csv"; echo 'r9,1,20,3,5,paris,7'; } > "$D/bad.csv"
 expect_error "a short row" "bad.csv:3: 7 fields, but the header has 8" $NB eval --ckpt "$TMP/run" --data "$D/bad.csv"
+{ head -2 "$D/test.csv"; echo 'r9,1,20,3,5,"par"is,7,""'; } > "$D/bad.csv"
+expect_error "text after a closing quote" "bad.csv:3: column 'city' (column 6): text after its closing quote" \
+    $NB eval --ckpt "$TMP/run" --data "$D/bad.csv"
 [ -f "$TMP/x.tsv" ] && fail "a failed predict left $TMP/x.tsv" || pass "a failed predict leaves no output file"
 mv "$D/train.gone" "$D/train.csv"
 expect_error "csv without a schema" "needs a schema" $NB train $SMALL --data csv:"$D/train.csv" --steps 1 --no-ckpt

@@ -103,8 +103,8 @@ static int read_record(nb_ctr_table *t) {
                 put(t, (char)c);
             }
             if (c == '\r') c = next_byte(t);
-            NB_CHECK(c == d || c == '\n' || c == EOF, ROW_HINT, "%s:%" PRIu64 ": field %d: text after its closing quote",
-                     t->path, t->rec_line, t->nf + 1);
+            NB_CHECK(c == d || c == '\n' || c == EOF, ROW_HINT, "%s:%" PRIu64 ": column '%s' (column %d): text after its closing quote",
+                     t->path, t->rec_line, t->head && t->nf < t->nhead ? t->head[t->nf] : "?", t->nf + 1);
         } else {
             while (c != d && c != '\n' && c != EOF) {
                 put(t, (char)c);
