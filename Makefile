@@ -19,9 +19,15 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fn
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I$(BLAS_INC)
-LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -lpthread -fopenmp
-
 comma := ,
+# zlib (Debian: zlib1g-dev) reads gzip-compressed data files; ZLIB_INC / ZLIB_DIR point at another
+# copy (scripts/device_deps.sh sets them on machines without the package).
+ZLIB_INC ?=
+ZLIB_DIR ?=
+CFLAGS  += $(if $(ZLIB_INC),-I$(ZLIB_INC))
+LDLIBS  += $(if $(ZLIB_DIR),-L$(ZLIB_DIR) -Wl$(comma)-rpath$(comma)$(ZLIB_DIR))
+LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lz -lm -lpthread -fopenmp
+
 # MPI (required for more than one rank; Debian: libopenmpi-dev, installed by scripts/setup.sh).
 # Found through mpicc; MPI_INC / MPI_LIBDIR point elsewhere (scripts/device_deps.sh does);
 # NB_MPI=0 builds without it (one rank only; several ranks then fail with a hint).

@@ -2,10 +2,11 @@
 # OpenBLAS and Open MPI for machines that cannot install Debian packages (the lent GPU machines
 # have no package registry): fetch the packages where apt works, carry the folder, unpack them there.
 #
-#   bash scripts/device_deps.sh fetch        # here: .deps/*.deb (OpenBLAS, ~12 MB) and
-#                                            # .deps/mpi/*.deb (Open MPI, ~5 MB)
+#   bash scripts/device_deps.sh fetch        # here: .deps/*.deb (OpenBLAS, ~12 MB),
+#                                            # .deps/mpi/*.deb (Open MPI, ~5 MB) and
+#                                            # .deps/zlib/*.deb (zlib and its header, ~0.3 MB)
 #   source scripts/device_deps.sh use        # there: unpack what the machine lacks and export
-#                                            # NB_MAKE_FLAGS for make (BLAS_DIR, BLAS_INC, MPI_INC,
+#                                            # NB_MAKE_FLAGS for make (BLAS_DIR, BLAS_INC, ZLIB_INC, ZLIB_DIR, MPI_INC,
 #                                            # MPI_LIBDIR, NCCL_HOME) and LD_LIBRARY_PATH; for Open MPI also
 #                                            # PATH (mpirun), OPAL_PREFIX and a few OMPI_MCA_ settings
 # Each library is taken from the machine when it has it, from .deps otherwise.
@@ -47,9 +48,22 @@ use_mpi() {
            OMPI_MCA_mtl=^ofi,psm,psm2 OMPI_MCA_osc=^ucx
     NB_MAKE_FLAGS="$NB_MAKE_FLAGS MPI_INC=$lib/openmpi/include MPI_LIBDIR=$lib/openmpi/lib"
 }
+# zlib's header and link name from .deps/zlib when the machine has only the runtime library (or
+# none): the binary links .deps' libz.so.1 through its rpath, shadowing nothing else.
+use_zlib() {
+    local Z=$DEPS/zlib
+    unpack "$Z" || return 1
+    mkdir -p "$Z/lib"
+    local so; so=$(ls "$Z"/root/lib/x86_64-linux-gnu/libz.so.1.* "$Z"/root/usr/lib/x86_64-linux-gnu/libz.so.1.* 2>/dev/null | head -1)
+    [ -n "$so" ] || { echo "device_deps: no libz.so.1 in $Z/*.deb" >&2; return 1; }
+    ln -sf "$so" "$Z/lib/libz.so"
+    ln -sf "$so" "$Z/lib/libz.so.1"
+    NB_MAKE_FLAGS="$NB_MAKE_FLAGS ZLIB_INC=$Z/root/usr/include ZLIB_DIR=$Z/lib"
+}
 case "${1:-}" in
 fetch)
-    mkdir -p "$DEPS/mpi" && (cd "$DEPS" && apt-get download "${BLAS_DEBS[@]}") && (cd "$DEPS/mpi" && apt-get download "${MPI_DEBS[@]}")
+    mkdir -p "$DEPS/mpi" "$DEPS/zlib" && (cd "$DEPS" && apt-get download "${BLAS_DEBS[@]}") \
+        && (cd "$DEPS/mpi" && apt-get download "${MPI_DEBS[@]}") && (cd "$DEPS/zlib" && apt-get download zlib1g zlib1g-dev)
     ;;
 use)
     export NB_MAKE_FLAGS=""
@@ -60,6 +74,7 @@ use)
         export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
     if ! mpicc --showme:compile >/dev/null 2>&1; then use_mpi || return 1; fi
+    if [ ! -f /usr/include/zlib.h ] || [ ! -e /usr/lib/x86_64-linux-gnu/libz.so ]; then use_zlib || return 1; fi
     # NCCL: the CUDA toolkit's, else the one PyTorch brings (the nvidia-nccl wheel)
     if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
         for d in $(python3 -c 'import nvidia.nccl as m; print(*m.__path__)' 2>/dev/null); do

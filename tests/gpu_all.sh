@@ -43,6 +43,8 @@ cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null
 step torch_ref 240 "$B/tests/test_torch_ref" --save-ckpt /tmp/nbref
 step hf_export 240 bash -c "$NB export --ckpt /tmp/nbref/gpt2_tiny --hf /tmp/hf_g && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_g --ref tests/torch/ref/gpt2_tiny.safetensors && $NB export --ckpt /tmp/nbref/llama_tiny --hf /tmp/hf_l && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_l --ref tests/torch/ref/llama_tiny.safetensors"
 step seqctr_ref 120 "$B/tests/test_seqctr_ref" --verbose
+# predict's scores against the export loaded in PyTorch and its ONNX model under onnxruntime (1e-5)
+step predict_onnx 240 env NB_BUILD="$B" python3 tests/predict_onnx_check.py
 TAILN=30 step gpu_seqctr 400 env NB_BUILD="$B" bash tests/gpu_seqctr_test.sh
 TAILN=30 step gpu_train 400 env NB_BUILD="$B" bash tests/gpu_train_test.sh
 TAILN=20 step gpu_ranks 300 env NB_BUILD="$B" bash tests/gpu_ranks_test.sh

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "check.h"
 #include "core.h"
 #include "data/criteo.h"
@@ -376,10 +378,66 @@ TEST_CASE(test_unusable_files_refused) {
     const char *csv = "label,I1,I2\n0,,3\n1,2,3\n";
     write_bytes(tmp_path("a.csv"), csv, strlen(csv));
     expect_fail(tmp_path("a.csv"), NB_CRITEO_KAGGLE, 0, "has no valid Criteo line", "3 lines read");
+    /* a gzip header with nothing after it: zlib's error names the file */
     const unsigned char gz[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
     write_bytes(tmp_path("day_0.gz"), gz, sizeof gz);
-    expect_fail(tmp_path("day_0.gz"), NB_CRITEO_1TB, 0, "gzip-compressed", "decompress");
+    expect_fail(tmp_path("day_0.gz"), NB_CRITEO_1TB, 0, "day_0.gz", "gzip -t");
+    expect_fail(tmp_path("nothing-*.tsv"), NB_CRITEO_KAGGLE, 0, "no Criteo file matches", NULL);
     expect_fail(tmp_path("does-not-exist.tsv"), NB_CRITEO_KAGGLE, 0, "does-not-exist.tsv", NULL);
+}
+
+/* ------------------------------------------------------------------ .gz and lists */
+
+static void write_gz(const char *path, const char *data, size_t n) {
+    gzFile g = gzopen(path, "wb");
+    NB_ASSERT(g && gzwrite(g, data, (unsigned)n) == (int)n && gzclose(g) == Z_OK);
+}
+
+/* A .gz file, a comma list and a glob read the same samples, in order, as the plain file; a .gz
+ * cut short is an error naming it, not a silently shorter file. */
+TEST_CASE(test_gz_and_lists) {
+    const char *tsv = tmp_path("mixed.tsv");
+    nb_ctr_sample want[8], got[16];
+    size_t nwant;
+    make_mixed_file(tsv, want, &nwant);
+    size_t n;
+    char *text = read_all(tsv, &n);
+    write_gz(tmp_path("part-1.tsv.gz"), text, n);
+    write_bytes(tmp_path("part-2.tsv"), text, n);
+    int v = nb_verbosity;
+    nb_verbosity = 0;
+    size_t k = read_samples(tmp_path("part-1.tsv.gz"), NB_CRITEO_KAGGLE, got, 16, NULL);
+    CHECK(k == nwant, "gz: %zu samples, want %zu", k, nwant);
+    for (size_t i = 0; i < k && i < nwant; i++) CHECK(sample_eq(&got[i], &want[i]), "gz sample %zu", i);
+    char list[600];
+    snprintf(list, sizeof list, "%s,%s", tmp_path("part-2.tsv"), tmp_path("part-1.tsv.gz"));
+    nb_criteo_stats st;
+    k = read_samples(list, NB_CRITEO_KAGGLE, got, 16, &st);
+    CHECK(k == 2 * nwant && st.good == 2 * nwant, "list: %zu samples, want %zu", k, 2 * nwant);
+    for (size_t i = 0; i < k && i < 2 * nwant; i++) CHECK(sample_eq(&got[i], &want[i % nwant]), "list sample %zu", i);
+    k = read_samples(tmp_path("part-*"), NB_CRITEO_KAGGLE, got, 16, NULL); /* sorted: part-1 (gz), then part-2 */
+    CHECK(k == 2 * nwant, "glob: %zu samples", k);
+    /* rewinding a list starts again at its first file */
+    nb_criteo_reader *r = nb_criteo_open(list, NB_CRITEO_KAGGLE, 0);
+    nb_ctr_sample x;
+    size_t first = 0, again = 0;
+    while (nb_criteo_next(r, &x)) first++;
+    nb_criteo_rewind(r);
+    while (nb_criteo_next(r, &x)) again++;
+    uint64_t line;
+    CHECK(first == 2 * nwant && again == first && nb_criteo_files(r) == 2, "rewound list: %zu then %zu", first, again);
+    CHECK(strstr(nb_criteo_where(r, &line), "part-1.tsv.gz") != NULL, "where after the list");
+    nb_criteo_close(r);
+    nb_verbosity = v;
+    /* the same .gz cut short */
+    FILE *f = fopen(tmp_path("part-1.tsv.gz"), "rb");
+    NB_ASSERT(f);
+    unsigned char buf[8192];
+    size_t m = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    write_bytes(tmp_path("cut.tsv.gz"), buf, m - 12);
+    expect_fail(tmp_path("cut.tsv.gz"), NB_CRITEO_KAGGLE, 0, "cut.tsv.gz", "unexpected end of file");
+    free(text);
 }
 
 /* ------------------------------------------------------------------ binary */
@@ -610,6 +668,7 @@ int main(void) {
     RUN(test_file_bad_lines_counted);
     RUN(test_strict_mode);
     RUN(test_unusable_files_refused);
+    RUN(test_gz_and_lists);
     RUN(test_binary_round_trip);
     RUN(test_binary_corrupt_refused);
     int have = find_shared();

@@ -258,8 +258,9 @@ void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *devi
 
 static const char *EVAL_SUMMARY =
     "Held-out evaluation of a checkpoint. Transformers: the mean cross-entropy (nats per token) on a\n"
-    "token shard (--data; default: the run's validation shard). seqctr: NE and AUC on the held-out set\n"
-    "of --data (default: the run's data source, so the result is the run's own last evaluation).";
+    "token shard (--data; default: the run's validation shard). seqctr: NE and AUC on all of --data, a\n"
+    "file (criteo: a list) of the run's data kind (default: the run's --val-data, else the head of its\n"
+    "--data, so the result is the run's own last evaluation).";
 
 int nb_cmd_eval(int argc, char **argv) {
     char ckpt[NB_PATH_MAX] = "", data[NB_PATH_MAX] = "";
@@ -268,7 +269,7 @@ int nb_cmd_eval(int argc, char **argv) {
     nb_arg args[] = {
         {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0, 0},
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to evaluate", 0, 0, 0},
-        {"data", ARG_STR, data, sizeof data, "SRC", "token shard, or seqctr's data source (default: the run's)", 0, 0, 0},
+        {"data", ARG_STR, data, sizeof data, "SRC", "token shard; seqctr: a file of the run's data kind, scored whole (default: the run's)", 0, 0, 0},
         {"batch", ARG_INT, &batch, 0, "B", "sequences (samples) per forward pass (0: 4, seqctr: the run's)", 0, 0, 0},
         {"batches", ARG_INT, &batches, 0, "N", "transformer batches to evaluate (0: the whole shard)", 0, 0, 0},
         {"threads", ARG_INT, &threads, 0, "N", "CPU threads (0: all cores)", 0, 0, 0},
@@ -288,6 +289,8 @@ int nb_cmd_eval(int argc, char **argv) {
     char err[256];
     if (data[0] && !nb_opt_set(held, &o, data, err, sizeof err)) nb_usage_error("eval", "%s", err);
     nb_opt_format(held, &o, data, sizeof data);
+    if ((!data[0] || !strcmp(data, "none")) && fam->held_out_default) /* seqctr: the head of its --data */
+        nb_opt_format(nb_opt_find(fam->held_out_default, fam->option_groups), &o, data, sizeof data);
     if (!data[0]) nb_usage_error("eval", "--data is required (the run had no held-out data)");
     static nb_run r;
     nb_run_init(&r, &o, 1);

@@ -7,6 +7,7 @@ int nb_cmd_train(int argc, char **argv);    /* tools/cmd_train.c */
 int nb_cmd_eval(int argc, char **argv);     /* tools/cmd_train.c */
 int nb_cmd_sample(int argc, char **argv);   /* tools/cmd_sample.c */
 int nb_cmd_export(int argc, char **argv);   /* tools/cmd_export.c */
+int nb_cmd_predict(int argc, char **argv);  /* tools/cmd_predict.c */
 int nb_cmd_criteo_convert(int argc, char **argv); /* tools/cmd_criteo.c */
 int nb_cmd_synth_dump(int argc, char **argv);     /* tools/cmd_synth_dump.c */
 int nb_cmd_timeline(int argc, char **argv);       /* tools/cmd_timeline.c */

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  timeline  draw one step of a --trace file as an SVG timeline (lanes x time)\n"
             "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
             "  export    write a checkpoint as a Hugging Face model (config.json + model.safetensors)\n"
+            "  predict   a seqctr checkpoint's click probability for every row of a file\n"
             "\n"
             "Run 'nobubble <command> --help' for the options of a command.\n");
 }
@@ -110,6 +111,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "timeline")) return nb_cmd_timeline(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return nb_cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "predict")) return nb_cmd_predict(argc - 1, argv + 1);
     fprintf(stderr, "nobubble: error: unknown command '%s' (hint: run 'nobubble --help')\n", cmd);
     return 2;
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "core.h"
 #include "io/atomic.h"
@@ -24,9 +26,18 @@ _Static_assert(4 * NB_CRITEO_NDENSE + 4 * NB_CRITEO_NCAT + 4 + 2 + 1 + 1 == NB_C
 #define STRICT_HINT "fix or drop that line, or run without --strict to skip bad lines"
 #define BIN_HINT "remake it from the TSV with nb_criteo_convert ('nobubble criteo-convert')"
 
+#define MAX_FILES 4096 /* files in one --data list */
+
 struct nb_criteo_reader {
-    char path[1024];
+    char path[1024];   /* the file being read */
+    char **paths;      /* the list, in reading order */
+    int npaths, cur;   /* current file */
+    uint64_t fline;    /* lines read of the current file (messages name path:fline) */
+    uint64_t cur_good; /* good samples of the current file */
     FILE *f;
+    gzFile gz;  /* TSV files, plain or gzip (zlib reads plain files through unchanged) */
+    unsigned char *ibuf;
+    size_t ilen, ipos;
     nb_criteo_layout layout;
     int strict;
     int binary;
@@ -36,7 +47,7 @@ struct nb_criteo_reader {
     char *line;
     size_t line_cap;
     /* binary */
-    uint64_t count, header_positives, next_index;
+    uint64_t count, header_positives, next_index, file_positives;
     int from_start; /* this pass began at record 0, so positives can be checked at the end */
     unsigned char *chunk;
     size_t chunk_n, chunk_pos;
@@ -251,13 +262,24 @@ static int bin_next(nb_criteo_reader *r, nb_ctr_sample *out) {
 
 /* ------------------------------------------------------------------ reader */
 
-nb_criteo_reader *nb_criteo_open(const char *path, nb_criteo_layout layout, int strict) {
-    NB_CHECK(layout_valid(layout), "this is a bug in the caller", "unknown Criteo layout %d", (int)layout);
-    nb_criteo_reader *r = nb_calloc(1, sizeof *r, "Criteo reader");
-    NB_CHECK(strlen(path) < sizeof r->path, "use a shorter path", "path too long: '%s'", path);
-    snprintf(r->path, sizeof r->path, "%s", path);
-    r->layout = layout;
-    r->strict = strict;
+/* A TSV file (plain or gzip) goes through zlib; the header bytes were only peeked. */
+static void tsv_open(nb_criteo_reader *r) {
+    fclose(r->f);
+    r->f = NULL;
+    r->gz = gzopen(r->path, "rb");
+    NB_CHECK(r->gz != NULL, "check the path and permissions of the Criteo file", "cannot open '%s': %s", r->path,
+             errno ? strerror(errno) : "out of memory");
+    NB_CHECK(gzbuffer(r->gz, 1 << 20) == 0, NULL, "cannot size zlib's buffer for '%s'", r->path);
+    if (!r->ibuf) r->ibuf = nb_malloc(1 << 20, "a Criteo read buffer");
+    r->ilen = r->ipos = 0;
+}
+
+/* Opens file i of the list; its kind (binary or TSV) by its first bytes. */
+static void open_file(nb_criteo_reader *r, int i) {
+    r->cur = i;
+    r->fline = r->cur_good = r->file_positives = 0;
+    snprintf(r->path, sizeof r->path, "%s", r->paths[i]);
+    const char *path = r->path;
     r->f = nb_fopen(path, "rb", "check the path of the Criteo file");
     struct stat sb;
     NB_CHECK(fstat(fileno(r->f), &sb) == 0, NULL, "cannot stat '%s': %s", path, strerror(errno));
@@ -265,52 +287,105 @@ nb_criteo_reader *nb_criteo_open(const char *path, nb_criteo_layout layout, int 
     unsigned char head[NB_CRITEO_BIN_HEADER_BYTES];
     size_t got = fread(head, 1, sizeof head, r->f);
     NB_CHECK(!ferror(r->f), NULL, "cannot read '%s': %s", path, strerror(errno));
-    NB_CHECK(!(got >= 2 && head[0] == 0x1f && head[1] == 0x8b),
-             "decompress it first (gunzip -k, or zcat day_N.gz > day_N)",
-             "'%s' is gzip-compressed; the Criteo reader reads plain TSV or its own binary format", path);
+    r->binary = 0;
     if (got >= 8 && memcmp(head, NB_CRITEO_BIN_MAGIC, 8) == 0) {
+        free(r->chunk);
+        r->chunk = NULL;
+        r->chunk_n = r->chunk_pos = 0;
+        r->next_index = 0;
         bin_open(r, head, got);
     } else {
-        /* TSV: a seekable file is rewound; reading from a pipe is not supported (fseek fails). */
-        NB_CHECK(fseek(r->f, 0, SEEK_SET) == 0, "pass a regular file", "cannot seek in '%s': %s", path,
-                 strerror(errno));
-        setvbuf(r->f, NULL, _IOFBF, 1 << 20); /* fewer read syscalls on multi-GB files */
+        tsv_open(r);
     }
+}
+
+static void close_file(nb_criteo_reader *r) {
+    if (r->f) fclose(r->f); /* read-only: nothing to lose on a close error */
+    if (r->gz) gzclose_r(r->gz);
+    r->f = NULL, r->gz = NULL;
+}
+
+static int has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+static void add_path(nb_criteo_reader *r, const char *p) {
+    NB_CHECK(r->npaths < MAX_FILES, "concatenate some files", "more than %d Criteo files in one list", MAX_FILES);
+    NB_CHECK(strlen(p) < sizeof r->path, "use a shorter path", "path too long: '%s'", p);
+    r->paths[r->npaths] = strdup(p);
+    NB_CHECK(r->paths[r->npaths] != NULL, NULL, "out of memory listing Criteo files");
+    r->npaths++;
+}
+
+/* "a.tsv,b.tsv.gz,day_*.gz": comma-separated items in that order, each glob in sorted order */
+static void expand_list(nb_criteo_reader *r, const char *spec) {
+    r->paths = nb_calloc(MAX_FILES, sizeof *r->paths, "the Criteo file list");
+    char *copy = strdup(spec), *save = NULL;
+    NB_CHECK(copy != NULL, NULL, "out of memory listing Criteo files");
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        if (!has_glob(item) || nb_file_exists(item)) {
+            add_path(r, item);
+            continue;
+        }
+        glob_t g;
+        int rc = glob(item, GLOB_ERR, NULL, &g);
+        NB_CHECK(rc != GLOB_NOMATCH, "check the pattern (quote it so the shell does not expand it first)",
+                 "no Criteo file matches '%s'", item);
+        NB_CHECK(rc == 0, "check the folder's permissions", "cannot list '%s' (glob error %d)", item, rc);
+        for (size_t k = 0; k < g.gl_pathc; k++) add_path(r, g.gl_pathv[k]);
+        globfree(&g);
+    }
+    free(copy);
+    NB_CHECK(r->npaths > 0, "pass a Criteo file, a comma-separated list or a glob", "no Criteo file in '%s'", spec);
+}
+
+nb_criteo_reader *nb_criteo_open(const char *path, nb_criteo_layout layout, int strict) {
+    NB_CHECK(layout_valid(layout), "this is a bug in the caller", "unknown Criteo layout %d", (int)layout);
+    nb_criteo_reader *r = nb_calloc(1, sizeof *r, "Criteo reader");
+    r->layout = layout;
+    r->strict = strict;
+    expand_list(r, path);
+    open_file(r, 0);
     return r;
 }
 
 static void note_bad(nb_criteo_reader *r, nb_criteo_reason why, const char *msg) {
     r->st.bad++;
     r->st.bad_by[why]++;
-    if (r->strict) nb_fail(STRICT_HINT, "%s:%" PRIu64 ": bad Criteo line: %s", r->path, r->st.lines, msg);
+    if (r->strict) nb_fail(STRICT_HINT, "%s:%" PRIu64 ": bad Criteo line: %s", r->path, r->fline, msg);
     if (r->st.first_bad_line == 0) {
-        r->st.first_bad_line = r->st.lines;
+        r->st.first_bad_line = r->fline;
         snprintf(r->st.first_bad, sizeof r->st.first_bad, "%s", msg);
     }
     if (r->st.bad <= MAX_LOGGED_BAD)
-        nb_log(1, "criteo: %s:%" PRIu64 ": skipping bad line: %s%s\n", r->path, r->st.lines, msg,
+        nb_log(1, "criteo: %s:%" PRIu64 ": skipping bad line: %s%s\n", r->path, r->fline, msg,
                r->st.bad == MAX_LOGGED_BAD ? " (further bad lines are only counted)" : "");
+}
+
+/* The end of the current file: a binary file's positives against its header (a whole pass of
+ * it), a TSV file must have held a good line. */
+static void finish_file(nb_criteo_reader *r) {
+    const nb_criteo_stats *s = &r->st;
+    if (r->binary) {
+        NB_CHECK(!r->from_start || r->file_positives == r->header_positives, BIN_HINT,
+                 "'%s' is corrupt: its records hold %" PRIu64 " positives, its header says %" PRIu64, r->path,
+                 r->file_positives, r->header_positives);
+        return;
+    }
+    NB_CHECK(r->cur_good > 0, "check that the file is Criteo TSV of the given layout (label, I1..I13, C1..C26, tabs)",
+             "'%s' has no valid Criteo line (%" PRIu64 " lines read; first bad, line %" PRIu64 ": %s)",
+             r->path, r->fline, s->first_bad_line, s->first_bad_line ? s->first_bad : "none");
 }
 
 static void finish_pass(nb_criteo_reader *r) {
     if (r->done) return;
     r->done = 1;
     const nb_criteo_stats *s = &r->st;
-    if (r->binary) {
-        NB_CHECK(!r->from_start || s->positives == r->header_positives, BIN_HINT,
-                 "'%s' is corrupt: its records hold %" PRIu64 " positives, its header says %" PRIu64, r->path,
-                 s->positives, r->header_positives);
-        return;
-    }
-    NB_CHECK(s->good > 0, "check that the file is Criteo TSV of the given layout (label, I1..I13, C1..C26, tabs)",
-             "'%s' has no valid Criteo line (%" PRIu64 " lines read; first bad, line %" PRIu64 ": %s)",
-             r->path, s->lines, s->first_bad_line, s->first_bad_line ? s->first_bad : "none");
     if (s->bad)
         nb_log(1,
-               "criteo: %s: %" PRIu64 " lines, %" PRIu64 " good, %" PRIu64 " bad skipped (field count %" PRIu64
+               "criteo: %s%s: %" PRIu64 " lines, %" PRIu64 " good, %" PRIu64 " bad skipped (field count %" PRIu64
                ", label %" PRIu64 ", integer %" PRIu64 ", hex %" PRIu64 ")\n",
-               r->path, s->lines, s->good, s->bad, s->bad_by[NB_CRITEO_BAD_FIELDS], s->bad_by[NB_CRITEO_BAD_LABEL],
-               s->bad_by[NB_CRITEO_BAD_INT], s->bad_by[NB_CRITEO_BAD_HEX]);
+               r->path, r->npaths > 1 ? " and the files before it" : "", s->lines, s->good, s->bad,
+               s->bad_by[NB_CRITEO_BAD_FIELDS], s->bad_by[NB_CRITEO_BAD_LABEL], s->bad_by[NB_CRITEO_BAD_INT],
+               s->bad_by[NB_CRITEO_BAD_HEX]);
 }
 
 /* A Criteo line is under 1 KB; a "line" this long is not Criteo TSV (a binary file, a file
@@ -318,14 +393,28 @@ static void finish_pass(nb_criteo_reader *r) {
  * whole file went into memory. */
 #define NB_CRITEO_MAX_LINE ((size_t)1 << 20)
 
+/* The next byte of the current TSV file, or EOF; a zlib error (a damaged or cut-short .gz) ends
+ * the run naming the file and the line. */
+static inline int next_byte(nb_criteo_reader *r) {
+    if (r->ipos < r->ilen) return r->ibuf[r->ipos++];
+    int n = gzread(r->gz, r->ibuf, 1 << 20);
+    int err = Z_OK;
+    const char *msg = gzerror(r->gz, &err);
+    NB_CHECK(n >= 0 && err == Z_OK, "check the file: re-download or re-compress it (gzip -t tests a .gz)",
+             "cannot read '%s' after line %" PRIu64 ": %s", r->path, r->fline,
+             err == Z_ERRNO ? strerror(errno ? errno : EIO) : msg);
+    if (n == 0) return EOF;
+    r->ilen = (size_t)n, r->ipos = 1;
+    return r->ibuf[0];
+}
+
 /* The next line into r->line without its newline; its length, or -1 at the end of the file. */
 static long long read_line(nb_criteo_reader *r) {
     size_t len = 0;
     int c = EOF;
-    errno = 0;
-    while ((c = getc_unlocked(r->f)) != EOF && c != '\n') {
+    while ((c = next_byte(r)) != EOF && c != '\n') {
         NB_CHECK(len + 1 < NB_CRITEO_MAX_LINE, "check that the file is Criteo TSV (label, I1..I13, C1..C26, tabs, a line each)",
-                 "'%s' line %" PRIu64 " is longer than %zu bytes: not a Criteo line", r->path, r->st.lines + 1,
+                 "'%s' line %" PRIu64 " is longer than %zu bytes: not a Criteo line", r->path, r->fline + 1,
                  NB_CRITEO_MAX_LINE - 1);
         if (len + 2 > r->line_cap) {
             size_t cap = r->line_cap ? 2 * r->line_cap : 4096;
@@ -335,8 +424,6 @@ static long long read_line(nb_criteo_reader *r) {
         }
         r->line[len++] = (char)c;
     }
-    NB_CHECK(!ferror(r->f), "check the disk", "cannot read '%s' after line %" PRIu64 ": %s", r->path, r->st.lines,
-             strerror(errno ? errno : EIO));
     if (c == EOF && len == 0) return -1;
     if (!r->line) r->line = nb_malloc(r->line_cap = 4096, "a Criteo line");
     r->line[len] = 0;
@@ -348,6 +435,7 @@ static int tsv_next(nb_criteo_reader *r, nb_ctr_sample *out) {
         long long n = read_line(r);
         if (n < 0) return 0;
         r->st.lines++;
+        r->fline++;
         size_t len = (size_t)n;
         char why[256];
         nb_criteo_reason res = nb_criteo_parse_line(r->line, len, r->layout, out, why, sizeof why);
@@ -358,28 +446,45 @@ static int tsv_next(nb_criteo_reader *r, nb_ctr_sample *out) {
 
 int nb_criteo_next(nb_criteo_reader *r, nb_ctr_sample *out) {
     if (r->done) return 0;
-    int ok = r->binary ? bin_next(r, out) : tsv_next(r, out);
-    if (!ok) {
-        finish_pass(r);
-        return 0;
+    for (;;) {
+        if (r->binary ? bin_next(r, out) : tsv_next(r, out)) break;
+        finish_file(r);
+        if (r->cur + 1 == r->npaths) {
+            finish_pass(r);
+            return 0;
+        }
+        close_file(r);
+        open_file(r, r->cur + 1);
     }
-    if (r->binary) r->st.lines++;
+    if (r->binary) r->st.lines++, r->fline++;
     r->st.good++;
+    r->cur_good++;
     r->st.positives += out->label;
+    r->file_positives += out->label;
     return 1;
 }
+
+const char *nb_criteo_where(const nb_criteo_reader *r, uint64_t *line) {
+    *line = r->fline;
+    return r->path;
+}
+
+int nb_criteo_files(const nb_criteo_reader *r) { return r->npaths; }
 
 const nb_criteo_stats *nb_criteo_get_stats(const nb_criteo_reader *r) { return &r->st; }
 
 int nb_criteo_is_binary(const nb_criteo_reader *r) { return r->binary; }
 
 uint64_t nb_criteo_count(const nb_criteo_reader *r) {
+    NB_CHECK(r->npaths == 1, "pass one binary file", "'%s' is a list of %d files: its count is only known after reading them",
+             r->paths[0], r->npaths);
     NB_CHECK(r->binary, "convert the TSV with nb_criteo_convert to know its length up front",
              "'%s' is TSV: its sample count is only known after reading it", r->path);
     return r->count;
 }
 
 void nb_criteo_seek(nb_criteo_reader *r, uint64_t i) {
+    NB_CHECK(r->npaths == 1, "pass one binary file for random access", "cannot seek in a list of %d files", r->npaths);
     NB_CHECK(r->binary, "convert the TSV with nb_criteo_convert for random access",
              "cannot seek in TSV file '%s'", r->path);
     NB_CHECK(i <= r->count, "this is a bug in the caller", "seek to record %" PRIu64 " of '%s', which has %" PRIu64,
@@ -391,24 +496,30 @@ void nb_criteo_seek(nb_criteo_reader *r, uint64_t i) {
     r->next_index = i;
     r->chunk_n = r->chunk_pos = 0;
     r->from_start = i == 0;
+    r->fline = r->file_positives = r->cur_good = 0;
     r->done = 0;
 }
 
 void nb_criteo_rewind(nb_criteo_reader *r) {
-    if (r->binary) {
+    if (r->npaths == 1 && r->binary) {
         nb_criteo_seek(r, 0);
         return;
     }
-    NB_CHECK(fseek(r->f, 0, SEEK_SET) == 0, NULL, "cannot rewind '%s': %s", r->path, strerror(errno));
+    close_file(r);
+    open_file(r, 0);
     memset(&r->st, 0, sizeof r->st);
+    r->file_positives = 0;
     r->done = 0;
 }
 
 void nb_criteo_close(nb_criteo_reader *r) {
     if (!r) return;
-    fclose(r->f); /* read-only: nothing to lose on a close error */
+    close_file(r);
+    for (int i = 0; i < r->npaths; i++) free(r->paths[i]);
+    free(r->paths);
     free(r->line);
     free(r->chunk);
+    free(r->ibuf);
     free(r);
 }
 

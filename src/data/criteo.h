@@ -15,8 +15,7 @@
  *                        syntax, but the columns mean other things and the hashes differ from
  *                        Kaggle's, so the layout is recorded in binary files and a binary file of
  *                        one layout is refused when another is asked for (a model trained on one
- *                        must not silently read the other). The .gz files must be decompressed
- *                        first; a gzip file is recognised and refused with that hint.
+ *                        must not silently read the other). The .gz files are read as they are.
  *   NB_CRITEO_UNLABELED  Kaggle test.txt: the 39 feature fields without the label (label = 0).
  *
  * A line is bad when it has the wrong number of fields, a label other than 0/1, an I field that
@@ -25,6 +24,12 @@
  * 1), the rest only counted. In strict mode the first bad line ends the run through nb_fail with
  * "path:line: reason". Either way, reaching the end of a file that held no good line at all is
  * an error (it is not Criteo data, or it is empty).
+ *
+ * Files: nb_criteo_open takes one path, or a list: comma-separated items read in the order given,
+ * each item a path or a glob (its matches in sorted order). Each file is TSV, gzip-compressed TSV
+ * (zlib; a damaged or cut-short .gz ends the run naming the file and line) or the binary format;
+ * the list reads as one stream, and rewinding starts again at its first file. Every TSV file must
+ * hold a good line. Line numbers in messages are the current file's.
  *
  * Binary format (little-endian; made by nb_criteo_convert, read by nb_criteo_open too):
  *   header, 64 bytes: char magic[8] = "NBCRITEO", u32 version = 1, u32 layout, u32 record_bytes
@@ -98,10 +103,14 @@ typedef struct nb_criteo_reader nb_criteo_reader;
 nb_criteo_reason nb_criteo_parse_line(const char *line, size_t n, nb_criteo_layout layout,
                                       nb_ctr_sample *out, char *why, size_t cap);
 
-/* Open a Criteo TSV file or a binary file made by nb_criteo_convert (recognised by its magic).
- * A binary file must have been made from the same layout. Fails (nb_fail) when the file cannot
- * be opened, is gzip-compressed, or is a binary file that does not validate. */
+/* Open Criteo TSV (plain or .gz) or binary files made by nb_criteo_convert (recognised by the
+ * magic), one path or a list (see above). A binary file must have been made from the same
+ * layout. Fails (nb_fail) when a file cannot be opened, a glob matches nothing, or a binary file
+ * does not validate. */
 nb_criteo_reader *nb_criteo_open(const char *path, nb_criteo_layout layout, int strict);
+/* The file the last sample came from and its line there (binary: its record number + 1). */
+const char *nb_criteo_where(const nb_criteo_reader *r, uint64_t *line);
+int nb_criteo_files(const nb_criteo_reader *r);
 /* Next good sample into *out: returns 1, or 0 at the end of the file (bad lines are skipped and
  * counted, or fatal in strict mode). At the end, a summary of bad lines is logged once. */
 int nb_criteo_next(nb_criteo_reader *r, nb_ctr_sample *out);
@@ -109,7 +118,7 @@ int nb_criteo_next(nb_criteo_reader *r, nb_ctr_sample *out);
 const nb_criteo_stats *nb_criteo_get_stats(const nb_criteo_reader *r);
 /* Start a new pass from the first sample (for the next epoch); the counts restart too. */
 void nb_criteo_rewind(nb_criteo_reader *r);
-/* 1 when reading a binary file. Then nb_criteo_count is the number of records and
+/* 1 when reading a binary file. Then (one file, not a list) nb_criteo_count is the number of records and
  * nb_criteo_seek positions the reader before record i (0 <= i <= count), e.g. to give each rank
  * its own range; both fail on a TSV reader, whose length is unknown until it has been read. */
 int nb_criteo_is_binary(const nb_criteo_reader *r);

@@ -2,9 +2,11 @@
 #include "data/ctr_source.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "ops/ops_ctr.h"
@@ -41,7 +43,21 @@ static void ctr_set_push(nb_ctr_set *s, const float *dense, const uint32_t *cat,
     s->hoff[++s->n] = s->nh;
 }
 
+/* The source line (and id) of the sample just pushed. */
+static void ctr_set_mark(nb_ctr_set *s, uint64_t line, const char *id) {
+    s->line = realloc(s->line, (size_t)s->cap * sizeof *s->line);
+    NB_CHECK(s->line != NULL, "use a smaller data set", "out of memory holding %ld samples", s->cap);
+    s->line[s->n - 1] = line;
+    if (!id) return;
+    s->id = realloc(s->id, (size_t)s->cap * sizeof *s->id);
+    NB_CHECK(s->id != NULL && (s->id[s->n - 1] = strdup(id)) != NULL, "use a smaller data set",
+             "out of memory holding %ld samples", s->cap);
+}
+
 static void ctr_set_free(nb_ctr_set *s) {
+    if (s->id)
+        for (long i = 0; i < s->n; i++) free(s->id[i]);
+    free(s->line), free(s->id);
     free(s->dense), free(s->label), free(s->cat), free(s->target), free(s->hoff), free(s->hids);
     memset(s, 0, sizeof *s);
 }
@@ -280,6 +296,9 @@ long nb_ctr_eval_count(const nb_ctr_source *s) {
     return s->kind == NB_CTR_SYNTH ? s->eval_samples : s->eval.n;
 }
 
+uint64_t nb_ctr_eval_line(const nb_ctr_source *s, long i) { return s->eval.line ? s->eval.line[i] : 0; }
+const char *nb_ctr_eval_id(const nb_ctr_source *s, long i) { return s->eval.id ? s->eval.id[i] : NULL; }
+
 /* ---- MovieLens click files ---- */
 
 static const char *ML_HEADER = "label\tuser\titem\tyear\tgenre\thour\tweekday\ttimestamp\thistory";
@@ -351,12 +370,118 @@ static void ml_read(const char *path, nb_ctr_set *set, uint32_t maxid[6]) {
 
 static int64_t cap_rows(int64_t rows, int64_t cap) { return rows < cap ? rows : cap; }
 
+/* movielens[:DIR]: DIR, or data/movielens from the working directory, $NB_DATA_DIR, or the data/
+ * folder of the repository the binary was built in (REPO/build/nobubble) */
+static void ml_dir(const char *spec, char *dir, size_t cap) {
+    if (spec[9] == ':') {
+        snprintf(dir, cap, "%s", spec + 10);
+        return;
+    }
+    char tried[3][NB_PATH_MAX], exe[NB_PATH_MAX];
+    int n = 0;
+    snprintf(tried[n++], NB_PATH_MAX, "data/movielens");
+    const char *env = getenv("NB_DATA_DIR");
+    if (env && env[0]) snprintf(tried[n++], NB_PATH_MAX, "%.*s/movielens", NB_PATH_MAX - 16, env);
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0 && (size_t)len < sizeof exe - 1) {
+        exe[len] = 0;
+        snprintf(tried[n++], NB_PATH_MAX, "%.*s/../data/movielens", NB_PATH_MAX - 32, dirname(dirname(exe)));
+    }
+    char probe[4 * NB_PATH_MAX];
+    for (int k = 0; k < n; k++) {
+        snprintf(probe, sizeof probe, "%s/clicks_train.tsv", tried[k]);
+        if (nb_file_exists(probe)) {
+            snprintf(dir, cap, "%.*s", (int)cap - 1, tried[k]);
+            return;
+        }
+    }
+    nb_fail("run 'bash scripts/fetch_movielens.sh', or pass --data movielens:DIR (the folder of clicks_train.tsv)",
+            "no MovieLens files: looked in %s%s%s%s%s", tried[0], n > 1 ? ", " : "", n > 1 ? tried[1] : "", n > 2 ? ", " : "",
+            n > 2 ? tried[2] : "");
+}
+
+/* The evaluation set: every good sample of Criteo file(s) */
+static void criteo_set(const char *spec, int strict, nb_ctr_set *set) {
+    nb_criteo_reader *r = nb_criteo_open(spec, NB_CRITEO_KAGGLE, strict);
+    nb_ctr_sample x;
+    uint64_t line;
+    while (nb_criteo_next(r, &x)) {
+        push_criteo(set, &x);
+        nb_criteo_where(r, &line);
+        ctr_set_mark(set, line, NULL);
+    }
+    nb_criteo_close(r);
+}
+
+/* A CSV file's rows: the first head_n into head, the rest into rest (NULL: all into head) */
+static void table_sets(const char *path, const nb_ctr_schema *sc, int need_label, nb_ctr_set *head, long head_n,
+                       nb_ctr_set *rest) {
+    nb_ctr_table *t = nb_ctr_table_open(path, sc, need_label);
+    nb_ctr_row row;
+    while (nb_ctr_table_next(t, &row)) {
+        nb_ctr_set *to = rest && head->n >= head_n ? rest : head;
+        ctr_set_push(to, row.dense, row.cat, row.target, row.hist, row.len, row.label);
+        ctr_set_mark(to, row.line, row.id);
+    }
+    nb_ctr_table_close(t);
+    NB_CHECK(head->n > 0 || (rest && rest->n > 0), "check the file: it has a header and no row", "%s holds no rows", path);
+}
+
+/* --val-data for a source of kind prefix ("criteo:"): the path without the prefix; another
+ * kind's prefix is refused */
+static const char *val_path(const char *val, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (!strncmp(val, prefix, n)) return val + n;
+    static const char *kinds[] = {"synth", "criteo:", "csv:", "movielens"};
+    for (int k = 0; k < 4; k++)
+        NB_CHECK(strncmp(val, kinds[k], strlen(kinds[k])) != 0, "pass --val-data as a file of the --data kind",
+                 "--val-data '%s' is another kind of source than --data %s...", val, prefix);
+    return val;
+}
+
+static void open_criteo(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc, const char *val) {
+    const char *d = o->data + 7;
+    if (val) criteo_set(val_path(val, "criteo:"), o->strict, &s->eval);
+    if (val && o->eval_only) goto rows; /* nothing trains: the training files are not read */
+    s->cr = nb_criteo_open(d, NB_CRITEO_KAGGLE, o->strict);
+    if (!val) {
+        nb_ctr_sample x;
+        while (s->eval.n < o->eval_samples && nb_criteo_next(s->cr, &x)) push_criteo(&s->eval, &x);
+        NB_CHECK(s->eval.n == o->eval_samples, "lower --eval-samples (the held-out head of the file), or pass --val-data FILE",
+                 "%s has only %ld good samples; %d are held out for evaluation", d, s->eval.n, o->eval_samples);
+        s->skip = s->eval.n;
+    }
+rows:
+    for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = o->table_cap;
+    mc->item_rows = 1;
+}
+
+static void open_table(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc, const char *val) {
+    const nb_ctr_schema *sc = s->schema;
+    if (val) table_sets(val_path(val, "csv:"), sc, !o->unlabeled, &s->eval, 0, NULL);
+    if (!val || !o->eval_only) {
+        table_sets(o->data + 4, sc, 1, val ? &s->train : &s->eval, val ? 0 : o->eval_samples, val ? NULL : &s->train);
+        NB_CHECK(val || s->train.n > 0, "lower --eval-samples (the held-out head of the file), or pass --val-data FILE",
+                 "%s has only %ld rows; %d are held out for evaluation", o->data + 4, s->eval.n, o->eval_samples);
+        s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "the training order");
+        shuffle(s);
+    }
+    for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = 1;
+    for (int i = 0; i < sc->ncols; i++)
+        if (sc->col[i].role == NB_COL_CAT) mc->cat_rows[sc->col[i].slot] = sc->col[i].rows;
+    mc->item_rows = sc->has_seq ? sc->item_rows : 1;
+}
+
 /* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
 void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc) {
     memset(s, 0, sizeof *s);
     const char *d = o->data;
+    const char *val = o->val_data && o->val_data[0] && strcmp(o->val_data, "none") ? o->val_data : NULL;
     s->eval_samples = o->eval_samples;
+    s->eval_only = o->eval_only;
     if (!strcmp(d, "synth") || !strncmp(d, "synth:", 6)) {
+        NB_CHECK(!val, "drop --val-data: synthetic data evaluates on its own held-out range (--eval-samples)",
+                 "--val-data with --data synth");
         s->kind = NB_CTR_SYNTH;
         char spec[NB_PATH_MAX + 64];
         if (strstr(d, "max_len="))
@@ -370,31 +495,37 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
         mc->item_rows = cap_rows(s->g->o.items, o->table_cap);
     } else if (!strncmp(d, "criteo:", 7)) {
         s->kind = NB_CTR_CRITEO;
-        s->cr = nb_criteo_open(d + 7, NB_CRITEO_KAGGLE, o->strict);
-        nb_ctr_sample x;
-        while (s->eval.n < o->eval_samples && nb_criteo_next(s->cr, &x)) push_criteo(&s->eval, &x);
-        NB_CHECK(s->eval.n == o->eval_samples, "lower --eval-samples (the held-out head of the file)",
-                 "%s has only %ld good samples; %d are held out for evaluation", d + 7, s->eval.n, o->eval_samples);
-        s->skip = s->eval.n;
-        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = o->table_cap;
-        mc->item_rows = 1;
-    } else if (!strcmp(d, "movielens")) {
+        open_criteo(s, o, mc, val);
+    } else if (!strncmp(d, "csv:", 4)) {
+        s->kind = NB_CTR_TABLE;
+        s->schema = nb_malloc(sizeof *s->schema, "the schema");
+        nb_ctr_schema_load(s->schema, o->schema ? o->schema : "", o->table_cap);
+        open_table(s, o, mc, val);
+    } else if (!strcmp(d, "movielens") || !strncmp(d, "movielens:", 10)) {
+        NB_CHECK(!val, "drop --val-data: MovieLens evaluates on clicks_test.tsv", "--val-data with --data movielens");
         s->kind = NB_CTR_MOVIELENS;
         uint32_t maxid[6] = {0};
-        ml_read("data/movielens/clicks_train.tsv", &s->train, maxid);
-        ml_read("data/movielens/clicks_test.tsv", &s->eval, maxid);
+        char dir[NB_PATH_MAX], path[NB_PATH_MAX + 32];
+        ml_dir(d, dir, sizeof dir);
+        snprintf(path, sizeof path, "%s/clicks_train.tsv", dir);
+        ml_read(path, &s->train, maxid);
+        snprintf(path, sizeof path, "%s/clicks_test.tsv", dir);
+        ml_read(path, &s->eval, maxid);
         for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = f < 6 ? cap_rows((int64_t)maxid[f] + 1, o->table_cap) : 1;
         mc->item_rows = mc->cat_rows[1];
         s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "MovieLens order");
         shuffle(s);
     } else {
-        nb_fail("pass --data synth[:k=v,...], criteo:PATH or movielens", "unknown --data '%s'", d);
+        nb_fail("pass --data synth[:k=v,...], criteo:PATH[,PATH...], csv:PATH (with --schema) or movielens[:DIR]",
+                "unknown --data '%s'", d);
     }
     s->max_len = mc->max_len;
 }
 
 void nb_ctr_source_close(nb_ctr_source *s) {
     if (s->cr) nb_criteo_close(s->cr);
+    if (s->schema) nb_ctr_schema_free(s->schema);
+    free(s->schema);
     free(s->g);
     free(s->perm);
     ctr_set_free(&s->train);
@@ -411,6 +542,7 @@ uint64_t nb_ctr_source_position(const nb_ctr_source *s) {
 }
 
 void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos) {
+    if (s->eval_only && !s->cr && !s->train.n && s->kind != NB_CTR_SYNTH) return; /* no training data read */
     if (s->kind == NB_CTR_SYNTH) {
         s->next = pos;
     } else if (s->kind == NB_CTR_CRITEO) {

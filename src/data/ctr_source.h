@@ -7,16 +7,26 @@
  *                    out (kept in memory) and training streams the rest, rewinding at the end.
  *                    No sequence part: every history is empty and the target item is 0 (so the
  *                    item table has one row and pooled = 0); table rows = --table-cap.
- *   movielens        data/movielens/clicks_train.tsv (training, reshuffled every epoch by a fixed
- *                    seed) and clicks_test.tsv (evaluation, all of it); header checked verbatim.
+ *   csv:PATH         your own CSV / TSV (plain or .gz) described by --schema (data/ctr_schema.h),
+ *                    held in memory; training reshuffles it every epoch by a fixed seed (as
+ *                    MovieLens); the FIRST eval_samples rows are held out. Table rows, max_len
+ *                    and the embedding width come from the schema, so another file of the same
+ *                    schema fits the same model.
+ *   movielens[:DIR]  DIR/clicks_train.tsv (training, reshuffled every epoch by a fixed seed) and
+ *                    DIR/clicks_test.tsv (evaluation, all of it); header checked verbatim. DIR
+ *                    defaults to data/movielens from the working directory, else $NB_DATA_DIR/
+ *                    movielens, else the data/ folder of the repository the binary was built in.
  *                    Categorical tables 0..5 = user, item, year, genre, hour, weekday (rows =
  *                    largest id in either file + 1, capped by --table-cap, id mod rows); tables
  *                    6..25 have one row and always see id 0 (a learned constant: the model's
  *                    shape stays the 26-table one). No dense features: all 13 are 0 (the bottom
  *                    MLP gives a learned constant). target = movieId; history = the listed
  *                    movieIds (the most recent max_len).
+ * --val-data FILE (criteo and csv): FILE (a list or glob for criteo) is the evaluation set, all of
+ * it, and training reads the whole --data (nothing held out). An evaluation-only source (eval,
+ * predict) with val_data reads no training data at all.
  * A source's position (where the next training batch starts: a sample index for synth, training
- * samples read for criteo, epoch * samples + offset for movielens) goes into checkpoints; a
+ * samples read for criteo, epoch * samples + offset for movielens and csv) goes into checkpoints; a
  * source seeked to it reads the same batches again, so a resumed run is bitwise a straight one. */
 #ifndef NB_CTR_SOURCE_H
 #define NB_CTR_SOURCE_H
@@ -24,6 +34,7 @@
 #include <stdint.h>
 
 #include "data/criteo.h"
+#include "data/ctr_schema.h"
 #include "data/synth.h"
 #include "model/seqctr.h"
 
@@ -32,6 +43,8 @@
 /* in-memory sample sets (MovieLens, Criteo's held-out head) */
 typedef struct {
     long n, cap;
+    uint64_t *line; /* files' rows: each sample's line in its file (predict writes it) */
+    char **id;      /* csv with an "id" column: each sample's id (else NULL) */
     float *dense, *label;
     uint32_t *cat, *target;
     long *hoff; /* [n + 1] into hids */
@@ -47,11 +60,12 @@ typedef struct {
     nb_sc_batch b;
 } nb_ctr_batch;
 
-enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS };
+enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS, NB_CTR_TABLE };
 
 typedef struct {
-    int kind, max_len, eval_samples;
+    int kind, max_len, eval_samples, eval_only;
     nb_synth *g;
+    nb_ctr_schema *schema; /* csv */
     uint64_t next;
     nb_criteo_reader *cr;
     long skip;         /* criteo: held-out samples at the head of every pass */
@@ -63,8 +77,12 @@ typedef struct {
 
 typedef struct {
     const char *data;
+    const char *val_data; /* "" or NULL: held out from data */
+    const char *schema;   /* csv: the schema file or built-in name */
     int64_t table_cap;
     int eval_samples, strict;
+    int eval_only; /* no training: with val_data, the training data is not read */
+    int unlabeled; /* csv: the evaluation file may lack the label column (predict) */
 } nb_ctr_source_opts;
 
 /* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
@@ -105,6 +123,9 @@ void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len);
 void nb_ctr_cluster_free(nb_ctr_cluster *c);
 void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ctr_cluster *c);
 long nb_ctr_eval_count(const nb_ctr_source *s);
+/* Where evaluation sample i came from: its line (0 for synth) and id (NULL when none). */
+uint64_t nb_ctr_eval_line(const nb_ctr_source *s, long i);
+const char *nb_ctr_eval_id(const nb_ctr_source *s, long i);
 uint64_t nb_ctr_source_position(const nb_ctr_source *s);
 /* Continue from a position another run's source reported (its checkpoint). */
 void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos);

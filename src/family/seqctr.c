@@ -276,7 +276,9 @@ static void sc_init(nb_run *r) {
     t->run = r;
     const nb_train_opts *o = &r->o;
     nb_sc_config mc = o->ctr;
-    nb_ctr_source_opts so = {o->data, o->table_cap, o->eval_samples, o->strict};
+    nb_ctr_source_opts so = {.data = o->data, .val_data = o->val_data, .schema = o->schema, .table_cap = o->table_cap,
+                             .eval_samples = o->eval_samples, .strict = o->strict, .eval_only = r->eval_only,
+                             .unlabeled = o->unlabeled};
     nb_ctr_source_open(&t->src, &so, &mc);
     int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len);
@@ -474,6 +476,7 @@ static void sc_default_shape(nb_train_opts *o) {
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
  * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
 static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+    nb_seqctr_schema_flags(o, seen, ctx); /* also on resume: --model seqctr resets the shape to the preset's */
     if (resuming) return;
     if (!seen(ctx, "emb-lr") && o->emb_optim == NB_EMB_OPT_ADAM) o->emb_lr = 1e-3f;
     if (o->detach[0] && !seen(ctx, "aux-weight")) o->aux_weight = 1.0f;
@@ -505,7 +508,8 @@ const nb_family_i nb_family_seqctr = {
     .defaults = sc_default_shape,
     .after_flags = sc_after_flags,
     .print_model = sc_print_model,
-    .held_out_option = "data",
+    .held_out_option = "val-data",
+    .held_out_default = "data",
     .eval_line = sc_eval_line,
     .check = sc_check,
     .init = sc_init,

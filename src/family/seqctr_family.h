@@ -124,4 +124,8 @@ int nb_seqctr_shard_tensors(nb_run *r, nb_ckpt_list *shard);
 void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w);
 void nb_seqctr_read_config(const nb_json *j, nb_train_opts *o);
 
+/* seqctr_predict.c: --schema's embedding width and max_len become the run's (unless given), and
+ * the schema and --val-data paths absolute */
+void nb_seqctr_schema_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx);
+
 #endif

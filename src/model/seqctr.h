@@ -26,7 +26,7 @@
  *   target.wq [E, E], target.wk [E, E], target.wv [E, E]   (q = t @ wq^T, as nn.Linear)
  *   block.{i}.U [D0, r], block.{i}.V [D0, r], block.{i}.b [D0],
  *   block.{i}.w1 [H, D0], block.{i}.b1 [H], block.{i}.w2 [D0, H], block.{i}.b2 [D0],
- *   block.{i}.head.w [D0], block.{i}.head.b [1]
+ *   block.{i}.head.w [1, D0], block.{i}.head.b [1]
  * The step reads the dense tensors through typed views (nb_sc_view: m->w, m->dw), never by name.
  * Embedding tables (sparse, separately, held by the embedding module emb/emb.h: m->emb.table
  * [total_rows, E], or this rank's shard of it); table t (0..25 categorical, 26 = items) starts at

@@ -37,9 +37,9 @@ enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoin
  * rest added with ERASE, stream, seqctr, ranks and FreeScale). */
 static const nb_opt table[] = {
     {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
-    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: a token shard; seqctr: synth[:k=v,...], criteo:PATH or movielens", .flag = 1, .state = REQ, .math = 1},
+    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: a token shard; seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
     {"attn", NB_OPT_ENUM, F(attn), NB_OPTG_TF, "auto", "MODE", nb_attn_mode_help, .names = nb_attn_mode_names, .flag = 1},
-    {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_TF, NULL, "SHARD", "validation shard ('none' to skip)", .flag = 1, .state = REQ},
+    {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_COMMON, NULL, "SRC", "held-out data: a validation shard ('none' to skip); seqctr: a file (criteo: list) of the --data kind, evaluated whole (default: the head of --data held out)", .flag = 1, .state = REQ},
     {"device", NB_OPT_STR, F(device), NB_OPTG_COMMON, "cpu", "DEV", "cpu, cuda or cuda:N", .flag = 1, .state = REQ, .math = 1},
     {"schedule", NB_OPT_STR, F(schedule), NB_OPTG_COMMON, "plain", "NAME", "how the step's work runs on lanes: one of the schedules listed below", .flag = 1, .state = REQ},
     {"precision", NB_OPT_ENUM, F(precision), NB_OPTG_COMMON, "", "P", "bf16 (default on cuda) or fp32 (TF32 off)", .names = precision_names, .flag = 1, .state = REQ, .math = 1},
@@ -72,6 +72,7 @@ static const nb_opt table[] = {
     {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
     {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
+    {"schema", NB_OPT_STR, F(schema), NB_OPTG_SC, NULL, "FILE", "--data csv:FILE: the JSON schema naming its label, dense, categorical and sequence columns (or the built-in: criteo)", .flag = 1, .state = OPT, .math = 1},
     {"strict", NB_OPT_BOOL, F(strict), NB_OPTG_SC, NULL, NULL, "criteo: stop at the first bad line (default: skip and count)", .flag = 1, .state = OPT},
     {"grad-accum", NB_OPT_INT, F(grad_accum), NB_OPTG_RANKS, "1", "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 4096, "in 1..4096", .flag = 1, .state = OPT},
     {"comm", NB_OPT_ENUM, F(comm), NB_OPTG_RANKS, "auto", "KIND", "auto, mpi (CPU), nccl (a GPU per rank) or host (GPU buffers over MPI)", .names = comm_names, .flag = 1, .state = OPT},

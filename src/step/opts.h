@@ -91,6 +91,8 @@ typedef struct nb_train_opts {
     int64_t table_cap;
     int eval_samples;
     int strict;
+    char schema[NB_PATH_MAX]; /* seqctr csv: the schema file (absolute once a run starts) or a built-in name */
+    int unlabeled;            /* not an option: predict's data may lack the label column */
 } nb_train_opts;
 
 /* ---------------------------------------------------------------- the options table */

@@ -246,6 +246,9 @@ typedef struct nb_family_i {
      * "data": the source whose head is held out), the batch it evaluates with (0: the run's), and
      * the line that reports the result */
     const char *held_out_option;
+    /* when the run has no held_out_option value (seqctr without --val-data): the option whose
+     * data's head is held out, which eval then reads (NULL: none) */
+    const char *held_out_default;
     int eval_batch;
     void (*eval_line)(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f);
     size_t (*data_pos)(const nb_run *r);

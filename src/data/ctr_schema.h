@@ -1,0 +1,110 @@
+/* Your own CTR features: a schema (JSON) that says which columns of a CSV / TSV file are the
+ * label, an id, dense features, categorical features and a sequence (a target item and its
+ * history), and the reader that follows it (`--data csv:FILE --schema SCHEMA.json`).
+ *
+ * Schema file (every key but "label" and one feature is optional):
+ *   {
+ *     "delimiter": ",",                 ","  (default), "\t" or ";"
+ *     "header": true,                   the first line names the columns (default true)
+ *     "columns": ["label", "x", ...],   without a header: every column's name, in file order
+ *     "label": "clicked",               0/1 (any number in [0, 1]); may be absent from the file
+ *                                       only for `nobubble predict`
+ *     "id": "impression_id",            optional: `predict` writes it beside each score
+ *     "missing": ["", "NA", "null"],    values that mean "missing" (this list is the default)
+ *     "dense": ["age", {"name": "price", "transform": "log1p"}],
+ *                                       numbers; transform log1p (default: log(1 + max(x, 0)),
+ *                                       Criteo's) or none; missing -> 0
+ *     "categorical": [{"name": "user", "cardinality": 50000},
+ *                     {"name": "city", "hash_size": 4096}],
+ *                                       cardinality N: the values are integers 0..N-1;
+ *                                       hash_size N: any text, hashed (FNV-1a) into N rows;
+ *                                       "hex8": true with hash_size: 8 hex digits as one id (Criteo);
+ *                                       missing -> row 0
+ *     "sequence": {"target": "item", "history": "recent_items", "separator": " ",
+ *                  "cardinality": 100000 (or "hash_size"), "max_len": 32,
+ *                  "pooling": "target_attention"},
+ *                                       target and history share one item table; the history
+ *                                       lists items oldest first (the most recent max_len are
+ *                                       kept); pooling: target_attention (the model's: the
+ *                                       target item attends over the encoded history)
+ *     "embedding_dim": 16               the embedding width (--emb-dim, unless given)
+ *   }
+ * Limits of the model (model/seqctr.h): at most 13 dense and 26 categorical columns, one
+ * sequence, one embedding width for every table. A schema with fewer fills the rest as
+ * MovieLens does: dense slots read 0, categorical slots get a table of one row (a learned
+ * constant). Columns the schema does not name are ignored.
+ *
+ * Built-in schemas (--schema NAME): "criteo" is Kaggle Criteo's TSV (no header, tab-separated:
+ * label, I1..I13 as log1p dense, C1..C26 as 8 hex digits), so `csv:train.txt --schema criteo`
+ * reads the same samples as `criteo:train.txt`.
+ *
+ * Quoted fields ("a, b", "say ""hi""", a quoted field across lines) follow RFC 4180; a trailing
+ * "\r" is dropped; .gz files are read as they are. A bad row ends the run naming the file, the
+ * line, the column (name and number) and what is wrong. */
+#ifndef NB_CTR_SCHEMA_H
+#define NB_CTR_SCHEMA_H
+
+#include <stdint.h>
+
+#include "core.h"
+
+#define NB_SCHEMA_NDENSE 13
+#define NB_SCHEMA_NCAT 26
+#define NB_SCHEMA_MAX_COLS 1024
+#define NB_SCHEMA_NAME 64
+#define NB_SCHEMA_MAX_MISSING 8
+
+typedef enum { NB_COL_LABEL, NB_COL_ID, NB_COL_DENSE, NB_COL_CAT, NB_COL_TARGET, NB_COL_HISTORY } nb_col_role;
+
+typedef struct {
+    char name[NB_SCHEMA_NAME];
+    nb_col_role role;
+    int slot;       /* dense: 0..12, categorical: 0..25 */
+    int log1p;      /* dense: log(1 + max(x, 0)) */
+    int64_t rows;   /* categorical / items: the table's rows (capped by --table-cap: ids mod rows) */
+    int64_t card;   /* cardinality: values must be below it */
+    int hashed;     /* 1: values hashed into rows; 0: integers 0..rows-1 */
+    int hex8;       /* Criteo: 8 hex digits, the id as a uint32 (the model takes it mod rows) */
+} nb_schema_col;
+
+typedef struct {
+    char src[NB_PATH_MAX]; /* the file (or "built-in NAME"), for messages */
+    char delim;
+    int header;
+    int ncols;              /* named columns */
+    nb_schema_col col[NB_SCHEMA_NDENSE + NB_SCHEMA_NCAT + 4];
+    int nfile;              /* header-less: the file's columns ("columns") */
+    char (*file_cols)[NB_SCHEMA_NAME];
+    int ndense, ncat, has_seq, max_len, emb_dim;
+    int64_t item_rows;
+    char hist_sep;
+    int nmissing;
+    char missing[NB_SCHEMA_MAX_MISSING][16];
+} nb_ctr_schema;
+
+/* A schema file, or a built-in name ("criteo"); any mistake ends in nb_fail naming the file and
+ * the key. table_cap bounds the table rows (rows = min(schema rows, table_cap)). */
+void nb_ctr_schema_load(nb_ctr_schema *s, const char *path_or_name, int64_t table_cap);
+void nb_ctr_schema_free(nb_ctr_schema *s);
+int nb_ctr_schema_builtin(const char *name);
+
+/* One row as the model reads it. */
+typedef struct {
+    float dense[NB_SCHEMA_NDENSE];
+    uint32_t cat[NB_SCHEMA_NCAT];
+    uint32_t target;
+    uint32_t *hist; /* [len], oldest first; the reader's buffer */
+    int len;
+    float label;
+    uint64_t line;  /* the row's first line in its file (1-based) */
+    const char *id; /* the id column's text, or NULL; the reader's buffer */
+} nb_ctr_row;
+
+typedef struct nb_ctr_table nb_ctr_table;
+/* need_label 0: a file without the label column reads label 0 (predict). */
+nb_ctr_table *nb_ctr_table_open(const char *path, const nb_ctr_schema *s, int need_label);
+/* The next row: 1, or 0 at the end of the file. */
+int nb_ctr_table_next(nb_ctr_table *t, nb_ctr_row *row);
+void nb_ctr_table_close(nb_ctr_table *t);
+
+#endif
