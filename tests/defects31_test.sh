@@ -69,6 +69,6 @@ $NB train --resume "$TMP/t1r" --quiet --no-progress || fail "resume without --th
 same_state "defect 8: a resume without --threads" "$TMP/t1" "$TMP/t1r"
 $NB "${T[@]}" --threads 1 --steps 4 --stop-after 2 --out "$TMP/t2r" || fail "--threads 1 to step 2 (again)"
 $NB train --resume "$TMP/t2r" --no-progress --threads 2 2>"$TMP/t2.err" >/dev/null || fail "resume with --threads 2"
-grep -q "note: --threads '2' differs from the checkpoint's '1'" "$TMP/t2.err" && pass "defect 8: a changed --threads is noted" ||
+grep -q "note: --threads 2 differs from the checkpoint's 1" "$TMP/t2.err" && pass "defect 8: a changed --threads is noted" ||
     fail "defect 8: no note on a changed --threads"
 finish
