@@ -33,7 +33,7 @@ $NB train "${COMMON[@]}" --data "$D/train_*.bin" --val-data "$D/val_?.bin" --out
     || { fail "run on a glob"; tail -3 "$TMP/glob.err"; }
 same_state "a glob of 3 shards (split from one) == the one shard" "$TMP/whole" "$TMP/glob"
 line=$(grep "^data " "$TMP/glob.err")
-echo "$line" | grep -q "3000 tokens, read in this order: 3 shards: $D/train_00.bin, $D/train_01.bin, $D/train_02.bin$" \
+echo "$line" | grep -q "3,000 tokens, read in this order: 3 shards: $D/train_00.bin, $D/train_01.bin, $D/train_02.bin$" \
     && pass "the order is printed at start: $line" || fail "start line: '$line'"
 grep -q "final validation loss [0-9.]* (2 batches of 2 x 64 tokens = 256 tokens of 2 shards: $D/val_a.bin, $D/val_b.bin)" "$TMP/glob.err" \
     && pass "the final line names the validation shards" || { fail "final line"; grep "^done" "$TMP/glob.err"; }

@@ -564,9 +564,10 @@ static void tf_start(nb_run *r, const char *resume_dir) {
                              r->data_pos0, 2, tr->data);
         tr->has_train = 1;
         if (nb_verbosity > 0) {
-            char what[NB_PATH_MAX];
+            char what[NB_PATH_MAX], n[32];
             nb_shardset_describe(&tr->train.shards, what, sizeof what);
-            fprintf(stderr, "data        %zu tokens, read in this order: %s\n", nb_shardset_ntok(&tr->train.shards), what);
+            fprintf(stderr, "data        %s tokens%s %s\n", nb_fmt_count(n, sizeof n, nb_shardset_ntok(&tr->train.shards)),
+                    tr->train.shards.n > 1 ? ", read in this order:" : " in", what);
         }
     }
 }

@@ -31,18 +31,6 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     tr->be->to_host(ctx, &tr->loss_sum, &tr->d_step->loss_sum, sizeof(double));
 }
 
-/* thousands separated, as the lines people read show token counts */
-static const char *grouped(unsigned long long v, char *buf, size_t cap) {
-    char digits[32];
-    int n = snprintf(digits, sizeof digits, "%llu", v), o = 0;
-    for (int i = 0; i < n && (size_t)o + 2 < cap; i++) {
-        if (i && (n - i) % 3 == 0) buf[o++] = ',';
-        buf[o++] = digits[i];
-    }
-    buf[o] = 0;
-    return buf;
-}
-
 double nb_tf_eval_shard(nb_run *r, const char *spec, int nbatches, char *covers, size_t cap) {
     nb_tf_train *tr = r->fs;
     nb_loader ld;
@@ -62,7 +50,7 @@ double nb_tf_eval_shard(nb_run *r, const char *spec, int nbatches, char *covers,
         char what[NB_PATH_MAX], n[32];
         nb_shardset_describe(&ld.shards, what, sizeof what);
         snprintf(covers, cap, "%d batch%s of %d x %d tokens = %s tokens of %s%s", nbatches, nbatches == 1 ? "" : "es",
-                 tr->o.batch, tr->o.seq, grouped((unsigned long long)nbatches * tr->o.batch * tr->o.seq, n, sizeof n),
+                 tr->o.batch, tr->o.seq, nb_fmt_count(n, sizeof n, (unsigned long long)nbatches * tr->o.batch * tr->o.seq),
                  (size_t)nbatches == per_epoch ? "all of " : "", what);
     }
     nb_loader_close(&ld);
