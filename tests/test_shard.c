@@ -13,6 +13,7 @@
 #include "core.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "data/shardset.h"
 
 static char dir[64];
 
@@ -281,6 +282,95 @@ TEST_CASE(test_loader_start_bounds) {
     expect_loader_error(path, (size_t)-8, "(-8 as a signed number)");
 }
 
+/* Several shards read as one stream: a glob's matches in sorted order (created out of order
+ * here), reads across boundaries (an empty shard in between) equal the same reads of one shard
+ * holding the concatenation, and the loader over the set gives the single shard's batches,
+ * wrap-around included. */
+TEST_CASE(test_shardset_concat) {
+    enum { N = 100 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % 50257;
+    char whole[256], pattern[256], list[1024];
+    snprintf(whole, sizeof whole, "%s", tmp_path("whole.bin"));
+    nb_shard_write(whole, ids, N);
+    /* parts 0..3 hold ids [0,30) [30,30) [30,71) [71,100), written in another order */
+    nb_shard_write(tmp_path("part_2.bin"), ids + 30, 41);
+    nb_shard_write(tmp_path("part_0.bin"), ids, 30);
+    nb_shard_write(tmp_path("part_3.bin"), ids + 71, 29);
+    nb_shard_write(tmp_path("part_1.bin"), ids + 30, 0);
+    snprintf(pattern, sizeof pattern, "%s/part_*.bin", dir);
+    nb_shardset set;
+    nb_shardset_open(&set, pattern, 50257, "test data");
+    CHECK(set.n == 4 && nb_shardset_ntok(&set) == N, "%d shards, %zu tokens", set.n, nb_shardset_ntok(&set));
+    for (int i = 0; i < set.n; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "part_%d.bin", i);
+        CHECK(strstr(set.paths[i], want) != NULL, "shard %d is %s, want %s", i, set.paths[i], want);
+    }
+    uint16_t got[N];
+    size_t spans[][2] = {{0, 100}, {25, 10}, {29, 2}, {30, 41}, {70, 2}, {95, 5}, {0, 30}};
+    for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
+        size_t pos = spans[k][0], n = spans[k][1];
+        nb_shardset_read(&set, pos, n, got);
+        int same = 1;
+        for (size_t i = 0; i < n; i++) same &= got[i] == ids[pos + i];
+        CHECK(same, "read [%zu, %zu) differs from the concatenation", pos, pos + n);
+    }
+    char what[512];
+    nb_shardset_describe(&set, what, sizeof what);
+    CHECK(!strncmp(what, "4 shards: ", 10) && strstr(what, "part_0.bin, ") && strstr(what, "part_3.bin"), "describe: %s", what);
+    nb_shardset_close(&set);
+
+    /* the loader: B=2, T=4, 13 batches of 9 tokens fit; the 12th (at 88) is the last, then 0 */
+    snprintf(list, sizeof list, "%s/part_0.bin,%s/part_1.bin,%s/part_2.bin,%s/part_3.bin", dir, dir, dir, dir);
+    nb_loader a, b;
+    nb_loader_open(&a, whole, 50257, 2, 4, 0, 2, NULL);
+    nb_loader_open(&b, list, 50257, 2, 4, 0, 2, NULL);
+    int same = 1;
+    for (int step = 0; step < 30; step++) {
+        nb_loader_slot *sa = nb_loader_take(&a), *sb = nb_loader_take(&b);
+        same &= sa->pos == sb->pos && !memcmp(sa->inputs, sb->inputs, 8 * sizeof(int32_t)) &&
+                !memcmp(sa->targets, sb->targets, 8 * sizeof(int32_t));
+        nb_loader_release(&a, sa, (nb_mark){0});
+        nb_loader_release(&b, sb, (nb_mark){0});
+    }
+    CHECK(same, "the loader over 4 shards gives other batches than over their concatenation");
+    nb_loader_close(&a);
+    nb_loader_close(&b);
+}
+
+static void open_set(const char *spec) {
+    nb_shardset s;
+    nb_shardset_open(&s, spec, 50257, "test data");
+    nb_shardset_close(&s);
+}
+
+/* A set is refused before anything is read: a shard named twice, a glob or a file that names
+ * nothing (the error lists the places looked), a bad header in any shard. */
+TEST_CASE(test_shardset_refusals) {
+    char err[4096], spec[1024];
+    int lines, rc;
+    int32_t ids[20] = {0};
+    nb_shard_write(tmp_path("ok_a.bin"), ids, 20);
+    snprintf(spec, sizeof spec, "%s/ok_a.bin,%s/ok_*.bin", dir, dir);
+    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1 && strstr(err, "twice"), "repeat: exit %d: %s", rc, err);
+    snprintf(spec, sizeof spec, "%s/none_*.bin", dir);
+    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1 && strstr(err, "no file matches") && strstr(err, "looked at"), "no match: exit %d: %s", rc, err);
+    rc = run_child(open_set, "data/no_such_folder/x.bin", err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1 && strstr(err, "in the working directory") && strstr(err, "next to the binary"),
+          "missing default-style path: exit %d: %s", rc, err);
+    size_t len;
+    uint16_t tok[4] = {1, 2, 3, 4};
+    unsigned char *bad = shard_image(1234, 1, 4, tok, 4, &len);
+    write_bytes(tmp_path("ok_b.bin"), bad, len);
+    free(bad);
+    snprintf(spec, sizeof spec, "%s/ok_*.bin", dir);
+    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    CHECK(rc == 1 && lines == 1 && strstr(err, "ok_b.bin' is not a token shard"), "bad magic in the 2nd shard: exit %d: %s", rc, err);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/nb_test_shard.XXXXXX");
     NB_ASSERT(mkdtemp(dir));
@@ -293,6 +383,8 @@ int main(void) {
     RUN(test_write_refuses_bad_ids);
     RUN(test_write_unwritable_dir);
     RUN(test_loader_start_bounds);
+    RUN(test_shardset_concat);
+    RUN(test_shardset_refusals);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);

@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
 }
 EOF
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Isrc -Isrc/core -o "$WORK/helper" "$WORK/helper.c" \
-    src/data/tokenizer.c src/core/core.c -lm || fail "cannot build the test driver"
+    src/data/tokenizer.c src/core/core.c src/core/datapath.c -lm || fail "cannot build the test driver"
 
 cat > "$WORK/ref.js" <<'EOF'
 // node ref.js DIR IDS FILE...: IDS has one line of ids per FILE (ours); compares each with the

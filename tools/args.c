@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include "core.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -163,7 +165,12 @@ int nb_args_parse(const char *cmd, const char *summary, nb_arg *args, int nargs,
             nb_args_help(stdout, cmd, summary, args, nargs);
             return 1;
         }
-        if (strncmp(s, "--", 2) != 0) nb_usage_error(cmd, "unexpected argument '%s' (flags start with --)", s);
+        /* an existing file here is most often the second match of a glob the shell expanded */
+        if (strncmp(s, "--", 2) != 0)
+            nb_usage_error(cmd, "unexpected argument '%s' (flags start with --%s)", s,
+                           nb_file_exists(s) ? "; several shards: quote the glob, --data 'data/x/train_*.bin', or join "
+                                               "them with commas, --data a.bin,b.bin"
+                                             : "");
         const char *name = s + 2, *eq = strchr(name, '=');
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         nb_arg *a = NULL;

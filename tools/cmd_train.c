@@ -257,33 +257,37 @@ void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *devi
 }
 
 static const char *EVAL_SUMMARY =
-    "Held-out evaluation of a checkpoint. Transformers: the mean cross-entropy (nats per token) on a\n"
-    "token shard (--data; default: the run's validation shard). seqctr: NE and AUC on all of --data, a\n"
-    "file (criteo: a list) of the run's data kind (default: the run's --val-data, else the head of its\n"
-    "--data, so the result is the run's own last evaluation).";
+    "Held-out evaluation of a checkpoint. Transformers: the mean cross-entropy (nats per token) on\n"
+    "token shards (--data: a shard, a quoted glob or a comma-separated list; default: the run's\n"
+    "validation data), with the run's --batch and --eval-batches unless told otherwise, so the\n"
+    "defaults give the number training printed last; the line says which tokens it covers.\n"
+    "seqctr: NE and AUC on all of --data, a file (criteo: a list) of the run's data kind (default:\n"
+    "the run's --val-data, else the head of its --data, so the result is the run's own last evaluation).";
 
 int nb_cmd_eval(int argc, char **argv) {
     char ckpt[NB_PATH_MAX] = "", data[NB_PATH_MAX] = "";
-    int batch = 0, batches = 0, threads = 0;
+    int batch = 0, batches = -1, threads = 0;
     char device[32] = "cpu";
     nb_arg args[] = {
         {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0, 0},
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to evaluate", 0, 0, 0},
-        {"data", ARG_STR, data, sizeof data, "SRC", "token shard; seqctr: a file of the run's data kind, scored whole (default: the run's)", 0, 0, 0},
-        {"batch", ARG_INT, &batch, 0, "B", "sequences (samples) per forward pass (0: 4, seqctr: the run's)", 0, 0, 0},
-        {"batches", ARG_INT, &batches, 0, "N", "transformer batches to evaluate (0: the whole shard)", 0, 0, 0},
+        {"data", ARG_STR, data, sizeof data, "SRC", "token shards (a shard, glob or list); seqctr: a file of the run's data kind, scored whole (default: the run's)", 0, 0, 0},
+        {"batch", ARG_INT, &batch, 0, "B", "sequences (samples) per forward pass (0: the run's --batch)", 0, 0, 0},
+        {"batches", ARG_INT, &batches, 0, "N", "transformer batches to evaluate (-1: the run's --eval-batches; 0: all the data)", 0, 0, 0},
         {"threads", ARG_INT, &threads, 0, "N", "CPU threads (0: all cores)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     nb_args_set_groups(NULL, ~0u);
     if (nb_args_parse("eval", EVAL_SUMMARY, args, nargs, argc, argv)) return 0;
     if (!ckpt[0]) nb_usage_error("eval", "--ckpt DIR is required");
+    if (batches < -1) nb_usage_error("eval", "--batches %d: pass N >= 1, 0 for all the data, or -1 for the run's --eval-batches", batches);
     nb_train_opts o;
     char resolved[NB_PATH_MAX];
     nb_opts_from_ckpt(ckpt, batch, threads, device, &o, resolved, sizeof resolved);
     const nb_family_i *fam = nb_family_find(o.family);
     if (batch <= 0 && fam->eval_batch) o.batch = fam->eval_batch;
-    o.eval_batches = batches;
+    /* the run's own --eval-batches by default: the same tokens as its last evaluation */
+    if (batches >= 0) o.eval_batches = batches;
     /* --data names the family's held-out data: its validation shard, or the source whose head is held out */
     const nb_opt *held = nb_opt_find(fam->held_out_option, fam->option_groups);
     char err[256];

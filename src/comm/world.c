@@ -302,8 +302,8 @@ double nb_comm_sum_f64_host(double value) {
 
 typedef struct {
     int32_t ok;
-    char msg[416];
-    char hint[160];
+    char msg[1024]; /* room for an error that lists every place a file was looked for */
+    char hint[256];
 } check_rec;
 
 void nb_comm_check_all_at(const char *file, int line, int ok, const char *hint, const char *fmt, ...) {

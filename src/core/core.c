@@ -203,6 +203,18 @@ const char *nb_fmt_bytes(char *buf, size_t cap, double bytes) {
     return buf;
 }
 
+const char *nb_fmt_count(char *buf, size_t cap, unsigned long long v) {
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", v);
+    size_t o = 0;
+    for (int i = 0; i < n && o + 2 < cap; i++) {
+        if (i && (n - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    if (cap) buf[o < cap ? o : cap - 1] = 0;
+    return buf;
+}
+
 int nb_file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;

@@ -88,6 +88,8 @@ void nb_log(int level, const char *fmt, ...) NB_PRINTF(2, 3);
 
 /* Human-readable byte count into buf ("1.50 GiB"). Returns buf. */
 const char *nb_fmt_bytes(char *buf, size_t cap, double bytes);
+/* A count with thousands separated into buf ("16,384"). Returns buf. */
+const char *nb_fmt_count(char *buf, size_t cap, unsigned long long v);
 
 #ifdef __cplusplus
 }

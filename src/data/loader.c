@@ -11,15 +11,17 @@ static size_t batch_span(const nb_loader *ld) { return (size_t)ld->Bg * ld->T; }
 /* Position of the batch after one that starts at pos. */
 static size_t advance(const nb_loader *ld, size_t pos) {
     size_t next = pos + batch_span(ld);
-    return next + batch_span(ld) + 1 > ld->shard.ntok ? 0 : next;
+    return next + batch_span(ld) + 1 > nb_shardset_ntok(&ld->shards) ? 0 : next;
 }
 
+/* the slice's B*T+1 tokens (only the fills touch the set: one thread, the data lane's) */
 static void fill_slot(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     nb_loader_slot *s = arg;
-    const nb_loader *ld = s->owner;
-    const uint16_t *tok = ld->shard.tokens + s->pos + ld->off_seqs * (size_t)ld->T;
+    nb_loader *ld = s->owner;
     size_t n = (size_t)ld->B * ld->T;
+    nb_shardset_read(&ld->shards, s->pos + ld->off_seqs * (size_t)ld->T, n + 1, s->raw);
+    const uint16_t *tok = s->raw;
     for (size_t i = 0; i < n; i++) {
         s->inputs[i] = tok[i];
         s->targets[i] = tok[i + 1];
@@ -38,17 +40,18 @@ static void enqueue_fill(nb_loader *ld, nb_loader_slot *s) {
     }
 }
 
-void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
+void nb_loader_open(nb_loader *ld, const char *spec, int vocab, int B, int T, size_t start_pos, int depth,
                     nb_lane *lane) {
-    nb_loader_open_slice(ld, path, vocab, B, T, B, 0, start_pos, depth, lane);
+    nb_loader_open_slice(ld, spec, vocab, B, T, B, 0, start_pos, depth, lane);
 }
 
-void nb_loader_open_slice(nb_loader *ld, const char *path, int vocab, int B, int T, int Bg, size_t off_seqs,
+void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int T, int Bg, size_t off_seqs,
                           size_t start_pos, int depth, nb_lane *lane) {
     memset(ld, 0, sizeof *ld);
     NB_ASSERT(depth >= 1 && depth <= NB_LOADER_MAX_DEPTH);
     NB_ASSERT(Bg >= B && off_seqs + (size_t)B <= (size_t)Bg);
-    nb_shard_load(&ld->shard, path, vocab);
+    nb_shardset_open(&ld->shards, spec, vocab, "token data");
+    size_t ntok = nb_shardset_ntok(&ld->shards);
     ld->B = B;
     ld->T = T;
     ld->Bg = Bg;
@@ -56,25 +59,30 @@ void nb_loader_open_slice(nb_loader *ld, const char *path, int vocab, int B, int
     ld->depth = depth;
     ld->lane = lane;
     NB_CHECK(B > 0 && T > 0, "pass a positive --batch and --seq", "batch %d x sequence %d for shard '%s': both must be positive",
-             B, T, path);
+             B, T, spec);
     size_t span = (size_t)Bg * T + 1; /* one batch: Bg*T inputs and the target after the last */
     char hint[160];
     snprintf(hint, sizeof hint, "use a larger shard or a smaller --batch/--seq (one batch needs %zu tokens)", span);
-    NB_CHECK(ld->shard.ntok >= span, hint, "shard '%s' holds %zu tokens, fewer than one batch", path, ld->shard.ntok);
+    NB_CHECK(ntok >= span, hint, "shard '%s' holds %zu tokens, fewer than one batch", spec, ntok);
     /* Written as a bound on start_pos, not start_pos + span <= ntok: a corrupt checkpoint's
      * data_pos of -1 is SIZE_MAX here, and the sum would wrap around and pass. */
     char as_signed[48] = "";
     if (start_pos > SIZE_MAX / 2) snprintf(as_signed, sizeof as_signed, " (%lld as a signed number)", (long long)start_pos);
-    NB_CHECK(start_pos <= ld->shard.ntok - span,
+    NB_CHECK(start_pos <= ntok - span,
              "the checkpoint's data_pos does not fit this shard: resume with the shard it was trained on",
              "data position %zu%s is not a batch start in shard '%s': it holds %zu tokens, so a batch of %zu tokens "
-             "starts at 0..%zu", start_pos, as_signed, path, ld->shard.ntok, span, ld->shard.ntok - span);
+             "starts at 0..%zu", start_pos, as_signed, spec, ntok, span, ntok - span);
     ld->next_pos = start_pos;
+    /* the first batch's shards read (and their tokens checked) here, not on the data lane */
+    uint16_t *first = nb_malloc((size_t)B * T * sizeof(uint16_t) + sizeof(uint16_t), "batch tokens");
+    nb_shardset_read(&ld->shards, start_pos + off_seqs * (size_t)T, (size_t)B * T + 1, first);
+    free(first);
     for (int i = 0; i < depth; i++) {
         nb_loader_slot *s = &ld->slots[i];
         s->owner = ld;
         s->inputs = nb_malloc((size_t)B * T * sizeof(int32_t), "batch inputs");
         s->targets = nb_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
+        s->raw = nb_malloc(((size_t)B * T + 1) * sizeof(uint16_t), "batch tokens");
         enqueue_fill(ld, s);
     }
 }
@@ -84,8 +92,9 @@ void nb_loader_close(nb_loader *ld) {
     for (int i = 0; i < ld->depth; i++) {
         free(ld->slots[i].inputs);
         free(ld->slots[i].targets);
+        free(ld->slots[i].raw);
     }
-    nb_shard_free(&ld->shard);
+    nb_shardset_close(&ld->shards);
     memset(ld, 0, sizeof *ld);
 }
 
@@ -105,5 +114,5 @@ size_t nb_loader_position(const nb_loader *ld) {
 }
 
 size_t nb_loader_batches_per_epoch(const nb_loader *ld) {
-    return (ld->shard.ntok - 1) / batch_span(ld);
+    return (nb_shardset_ntok(&ld->shards) - 1) / batch_span(ld);
 }

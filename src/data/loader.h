@@ -1,8 +1,9 @@
-/* Batches of (inputs, targets) from a token shard, prefetched on a host lane.
+/* Batches of (inputs, targets) from a token stream (one shard or several: data/shardset.h),
+ * prefetched on a host lane.
  *
  * Batch k of a run starts at a position that depends only on the position of batch 0 and k
  * (llm.c's sequential walk: B*T+1 contiguous tokens, advance by B*T, wrap to the start when
- * the next batch would run past the end), so a checkpoint that stores the next batch's position
+ * the next batch would run past the end of the stream), so a checkpoint that stores the next batch's position
  * resumes the exact token stream. Fills run on the data lane `depth` batches ahead of the
  * compute lane; a slot is refilled only after the compute lane has finished with it. */
 #ifndef NB_LOADER_H
@@ -11,20 +12,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/shard.h"
+#include "data/shardset.h"
 #include "lanes/lanes.h"
 
 #define NB_LOADER_MAX_DEPTH 4
 
 typedef struct nb_loader_slot {
     int32_t *inputs, *targets; /* [B*T] each */
-    size_t pos;                /* shard position of this batch */
+    uint16_t *raw;             /* [B*T+1] the slice's tokens as read */
+    size_t pos;                /* stream position of this batch */
     nb_mark filled;            /* data-lane mark: the slot holds its batch */
     struct nb_loader *owner;
 } nb_loader_slot;
 
 typedef struct nb_loader {
-    nb_shard shard;
+    nb_shardset shards;
     int B, T, depth;
     int Bg;           /* sequences of the whole batch the position steps over (B without slicing) */
     size_t off_seqs;  /* where this loader's B sequences start inside it */
@@ -35,14 +37,16 @@ typedef struct nb_loader {
     nb_loader_slot slots[NB_LOADER_MAX_DEPTH];
 } nb_loader;
 
-/* Open the shard (validated against vocab) and fill the first `depth` batches on `lane`. */
-void nb_loader_open(nb_loader *ld, const char *path, int vocab, int B, int T, size_t start_pos, int depth,
+/* Open the shards of spec (one path, a glob or a list: data/shardset.h; what names it in errors)
+ * and fill the first `depth` batches on `lane`. The shard at start_pos is read and its tokens
+ * checked against vocab here, on the caller's thread. */
+void nb_loader_open(nb_loader *ld, const char *spec, int vocab, int B, int T, size_t start_pos, int depth,
                     nb_lane *lane);
 void nb_loader_close(nb_loader *ld);
 /* The same for one slice of each batch (a rank's share of the global batch): the position steps
  * over batches of Bg sequences, and this loader's B sequences start off_seqs sequences into each.
  * Positions (nb_loader_position, start_pos) are those of the whole batch. */
-void nb_loader_open_slice(nb_loader *ld, const char *path, int vocab, int B, int T, int Bg, size_t off_seqs,
+void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int T, int Bg, size_t off_seqs,
                           size_t start_pos, int depth, nb_lane *lane);
 /* The slot of the next batch; the caller's lane must nb_lane_wait(lane, slot->filled). */
 nb_loader_slot *nb_loader_take(nb_loader *ld);
@@ -51,7 +55,7 @@ nb_loader_slot *nb_loader_take(nb_loader *ld);
 void nb_loader_release(nb_loader *ld, nb_loader_slot *slot, nb_mark done);
 /* Position of the batch that the next nb_loader_take returns (what a checkpoint stores). */
 size_t nb_loader_position(const nb_loader *ld);
-/* Number of batches in one pass over the shard. */
+/* Number of batches in one pass over the stream. */
 size_t nb_loader_batches_per_epoch(const nb_loader *ld);
 
 #endif

@@ -61,11 +61,8 @@ void nb_shard_write(const char *path, const int32_t *ids, size_t n) {
     fsync_parent_dir(path);
 }
 
-void nb_shard_load(nb_shard *s, const char *path, int vocab) {
-    NB_CHECK(vocab >= 1 && vocab <= 65536, "this is a bug in the caller",
-             "nb_shard_load: vocab %d is outside 1..65536", vocab);
-    memset(s, 0, sizeof *s);
-    snprintf(s->path, sizeof s->path, "%s", path);
+/* Open a shard and check its header and size; the stream is left at the first token. */
+static FILE *open_checked(const char *path, size_t *ntok_out) {
     FILE *f = nb_fopen(path, "rb", "check the path; make shards with 'nobubble tokenize'");
     struct stat st;
     NB_CHECK(fstat(fileno(f), &st) == 0, NULL, "cannot stat '%s': %s", path, strerror(errno));
@@ -90,6 +87,23 @@ void nb_shard_load(nb_shard *s, const char *path, int vocab) {
              "token shard '%s' is %s: its header says %zu tokens, so %zu bytes, but the file has "
              "%zu bytes",
              path, size < expect ? "truncated" : "longer than its header says", ntok, expect, size);
+    *ntok_out = ntok;
+    return f;
+}
+
+size_t nb_shard_probe(const char *path) {
+    size_t ntok;
+    fclose(open_checked(path, &ntok));
+    return ntok;
+}
+
+void nb_shard_load(nb_shard *s, const char *path, int vocab) {
+    NB_CHECK(vocab >= 1 && vocab <= 65536, "this is a bug in the caller",
+             "nb_shard_load: vocab %d is outside 1..65536", vocab);
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    size_t ntok;
+    FILE *f = open_checked(path, &ntok);
     s->tokens = nb_malloc(ntok * sizeof(uint16_t), path);
     NB_CHECK(ntok == 0 || fread(s->tokens, sizeof(uint16_t), ntok, f) == ntok, NULL,
              "cannot read the %zu tokens of '%s'", ntok, path);

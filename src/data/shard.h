@@ -36,6 +36,8 @@ void nb_shard_write(const char *path, const int32_t *ids, size_t n);
  * < vocab (pass 65536 to accept any uint16). Every failure ends in nb_fail naming the file and
  * what was expected vs found (for a token: its position and value). */
 void nb_shard_load(nb_shard *s, const char *path, int vocab);
+/* Check a shard's header and size (the checks of nb_shard_load but the tokens'); its token count. */
+size_t nb_shard_probe(const char *path);
 void nb_shard_free(nb_shard *s);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "datapath.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Files and hashing                                                                           */
@@ -909,7 +910,12 @@ static void build_pairs(nb_tokenizer *t, const strmap *vocab, const strmap *rank
     }
 }
 
-nb_tokenizer *nb_tokenizer_load(const char *dir) {
+nb_tokenizer *nb_tokenizer_load(const char *given) {
+    /* the default data/gpt2 is found from any working directory (core/datapath.h) */
+    char dir[NB_PATH_MAX], looked[2048];
+    if (!nb_data_path(given, dir, sizeof dir, looked, sizeof looked) && !strncmp(given, "data/", 5))
+        nb_fail("run 'bash scripts/fetch_data.sh tokenizer', set NB_DATA_DIR to a data folder, or pass --tokenizer DIR",
+                "tokenizer folder '%s' not found; looked at %s", given, looked);
     nb_tokenizer *t = nb_calloc(1, sizeof *t, "tokenizer");
     char path[4096];
     strmap vocab, ranks;

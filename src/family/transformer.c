@@ -18,7 +18,7 @@
 
 #include "comm/comm.h"
 #include "core.h"
-#include "data/shard.h"
+#include "data/shardset.h"
 #include "host.h"
 #include "ops/ops_cuda.h"
 
@@ -539,12 +539,12 @@ static void tf_start(nb_run *r, const char *resume_dir) {
     else
         nb_tf_init_weights(&tr->model, tr->params, o->seed);
     if (o->val_data[0]) {
-        /* validate the shard now rather than at the first eval, minutes into the run */
-        nb_shard probe;
-        nb_shard_load(&probe, o->val_data, o->model.vocab);
-        NB_CHECK(probe.ntok >= (size_t)o->batch * o->seq + 1, "use a larger validation shard or a smaller --batch/--seq",
-                 "validation shard '%s' holds %zu tokens, fewer than one batch", o->val_data, probe.ntok);
-        nb_shard_free(&probe);
+        /* validate the shards now rather than at the first eval, minutes into the run */
+        nb_shardset probe;
+        nb_shardset_open(&probe, o->val_data, o->model.vocab, "validation data");
+        NB_CHECK(nb_shardset_ntok(&probe) >= (size_t)o->batch * o->seq + 1, "use a larger validation shard or a smaller --batch/--seq",
+                 "validation shard '%s' holds %zu tokens, fewer than one batch", o->val_data, nb_shardset_ntok(&probe));
+        nb_shardset_close(&probe);
         tr->has_val = 1;
     }
     if (r->eval_only) return;
@@ -563,6 +563,12 @@ static void tf_start(nb_run *r, const char *resume_dir) {
         nb_loader_open_slice(&tr->train, o->data, o->model.vocab, tr->Bl, o->seq, tr->Bg, (size_t)r->rank * tr->Bl,
                              r->data_pos0, 2, tr->data);
         tr->has_train = 1;
+        if (nb_verbosity > 0) {
+            char what[NB_PATH_MAX], n[32];
+            nb_shardset_describe(&tr->train.shards, what, sizeof what);
+            fprintf(stderr, "data        %s tokens%s %s\n", nb_fmt_count(n, sizeof n, nb_shardset_ntok(&tr->train.shards)),
+                    tr->train.shards.n > 1 ? ", read in this order:" : " in", what);
+        }
     }
 }
 
@@ -699,20 +705,25 @@ static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const cha
     nb_tf_config_finalize(&o->model);
     o->seq = o->model.seq;
     if (!strcmp(o->val_data, "none")) o->val_data[0] = 0;
-    static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' to fetch and tokenize the default corpus, or pass --data SHARD";
+    static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' for the default corpus, set NB_DATA_DIR to a data folder, "
+                                    "or pass --data SHARD (a glob in quotes, or a comma-separated list)";
+    char why[2048];
     /* a file missing on one rank is the same clear error on every rank */
-    nb_comm_check_all(nb_file_exists(o->data), fetch_hint, "training data '%s' not found", o->data);
-    if (o->val_data[0] && !seen(ctx, "val-data") && !nb_file_exists(o->val_data)) {
-        fprintf(stderr, "note: no validation shard at %s; training without validation\n", o->val_data);
+    nb_comm_check_all(nb_shardset_check(o->data, why, sizeof why), fetch_hint, "training data: %s", why);
+    if (o->val_data[0] && !seen(ctx, "val-data") && !nb_shardset_check(o->val_data, why, sizeof why)) {
+        fprintf(stderr, "note: no validation shard (%s); training without validation\n", why);
         o->val_data[0] = 0;
     }
-    NB_CHECK(!o->val_data[0] || nb_file_exists(o->val_data), "pass an existing --val-data SHARD, or --val-data none",
-             "validation data '%s' not found", o->val_data);
+    NB_CHECK(!o->val_data[0] || nb_shardset_check(o->val_data, why, sizeof why),
+             "pass an existing --val-data SHARD (a glob in quotes, or a comma-separated list), or --val-data none",
+             "validation data: %s", why);
 }
 
 static void tf_eval_line(const nb_run *r, const nb_eval *ev, const char *data, const char *ckpt, double secs, FILE *f) {
     (void)r;
-    fprintf(f, "loss %.4f nats/token (perplexity %.2f) on %s, checkpoint %s, %.1f s\n", ev->loss, exp(ev->loss), data, ckpt, secs);
+    (void)data;
+    fprintf(f, "loss %.4f nats/token (perplexity %.2f) on %s, checkpoint %s, %.1f s\n", ev->loss, exp(ev->loss), ev->covers,
+            ckpt, secs);
 }
 
 static void tf_print_model(const nb_train_opts *o, FILE *f) {
@@ -734,7 +745,6 @@ const nb_family_i nb_family_transformer = {
     .after_flags = tf_after_flags,
     .print_model = tf_print_model,
     .held_out_option = "val-data",
-    .eval_batch = 4,
     .eval_line = tf_eval_line,
     .check = tf_check,
     .init = tf_init,

@@ -112,8 +112,9 @@ void nb_tf_stage_batch(nb_tf_train *tr, nb_loader_slot *slot);
 void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w);
 
 /* family/transformer_eval.c: held-out loss, sampling, checkpoint tensors and config */
-/* Mean loss over n batches of a shard (forward only; 0: the whole shard). */
-double nb_tf_eval_shard(nb_run *r, const char *path, int nbatches);
+/* Mean loss over the first n batches of a token stream (forward only; 0: all of it); covers
+ * (unless NULL) gets what that was: "16 batches of 8 x 128 tokens = 16,384 tokens of FILE". */
+double nb_tf_eval_shard(nb_run *r, const char *spec, int nbatches, char *covers, size_t cap);
 /* Logits of the last position of tokens[0..T) (batch of one; needs o.batch == 1). */
 void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits);
 void nb_tf_evaluate(nb_run *r, nb_eval *ev);

@@ -31,10 +31,10 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     tr->be->to_host(ctx, &tr->loss_sum, &tr->d_step->loss_sum, sizeof(double));
 }
 
-double nb_tf_eval_shard(nb_run *r, const char *path, int nbatches) {
+double nb_tf_eval_shard(nb_run *r, const char *spec, int nbatches, char *covers, size_t cap) {
     nb_tf_train *tr = r->fs;
     nb_loader ld;
-    nb_loader_open(&ld, path, tr->model.cfg.vocab, tr->o.batch, tr->o.seq, 0, 1, NULL);
+    nb_loader_open(&ld, spec, tr->model.cfg.vocab, tr->o.batch, tr->o.seq, 0, 1, NULL);
     size_t per_epoch = nb_loader_batches_per_epoch(&ld);
     if (nbatches <= 0 || (size_t)nbatches > per_epoch) nbatches = (int)per_epoch;
     nb_loader_slot *saved = tr->batch;
@@ -46,6 +46,13 @@ double nb_tf_eval_shard(nb_run *r, const char *path, int nbatches) {
         nb_loader_release(&ld, tr->batch, nb_lane_mark(tr->compute));
     }
     tr->batch = saved;
+    if (covers) {
+        char what[NB_PATH_MAX], n[32];
+        nb_shardset_describe(&ld.shards, what, sizeof what);
+        snprintf(covers, cap, "%d batch%s of %d x %d tokens = %s tokens of %s%s", nbatches, nbatches == 1 ? "" : "es",
+                 tr->o.batch, tr->o.seq, nb_fmt_count(n, sizeof n, (unsigned long long)nbatches * tr->o.batch * tr->o.seq),
+                 (size_t)nbatches == per_epoch ? "all of " : "", what);
+    }
     nb_loader_close(&ld);
     return total / ((double)nbatches * tr->o.batch * tr->o.seq);
 }
@@ -54,7 +61,7 @@ void nb_tf_evaluate(nb_run *r, nb_eval *ev) {
     nb_tf_train *tr = r->fs;
     memset(ev, 0, sizeof *ev);
     if (!tr->has_val) return;
-    ev->loss = nb_tf_eval_shard(r, tr->o.val_data, tr->o.eval_batches);
+    ev->loss = nb_tf_eval_shard(r, tr->o.val_data, tr->o.eval_batches, ev->covers, sizeof ev->covers);
     ev->done = 1;
 }
 

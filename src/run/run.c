@@ -698,7 +698,9 @@ void nb_run_train(nb_run *r) {
                 o->steps, o->out);
     if (end > first) {
         fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
-        if (r->loop->last_eval.done) fprintf(stderr, ", final %s %.4f", r->fam->held_out, r->loop->last_eval.loss);
+        const nb_eval *ev = &r->loop->last_eval;
+        if (ev->done) fprintf(stderr, ", final %s %.4f%s%s%s", r->fam->held_out, ev->loss, ev->covers[0] ? " (" : "", ev->covers,
+                              ev->covers[0] ? ")" : "");
         fputc('\n', stderr);
     }
     print_p90(r, step_ms, end - first);

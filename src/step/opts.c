@@ -37,9 +37,9 @@ enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoin
  * rest added with ERASE, stream, seqctr, ranks and FreeScale). */
 static const nb_opt table[] = {
     {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
-    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: a token shard; seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
+    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: token shards (a shard, a quoted glob or a comma-separated list); seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
     {"attn", NB_OPT_ENUM, F(attn), NB_OPTG_TF, "auto", "MODE", nb_attn_mode_help, .names = nb_attn_mode_names, .flag = 1},
-    {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_COMMON, NULL, "SRC", "held-out data: a validation shard ('none' to skip); seqctr: a file (criteo: list) of the --data kind, evaluated whole (default: the head of --data held out)", .flag = 1, .state = REQ},
+    {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_COMMON, NULL, "SRC", "held-out data: validation shards (a shard, a quoted glob or a list; 'none' to skip); seqctr: a file (criteo: list) of the --data kind, evaluated whole (default: the head of --data held out)", .flag = 1, .state = REQ},
     {"device", NB_OPT_STR, F(device), NB_OPTG_COMMON, "cpu", "DEV", "cpu, cuda or cuda:N", .flag = 1, .state = REQ, .math = 1},
     {"schedule", NB_OPT_STR, F(schedule), NB_OPTG_COMMON, "plain", "NAME", "how the step's work runs on lanes: one of the schedules listed below", .flag = 1, .state = REQ},
     {"precision", NB_OPT_ENUM, F(precision), NB_OPTG_COMMON, "", "P", "bf16 (default on cuda) or fp32 (TF32 off)", .names = precision_names, .flag = 1, .state = REQ, .math = 1},
@@ -48,7 +48,7 @@ static const nb_opt table[] = {
     {"steps", NB_OPT_INT, F(steps), NB_OPTG_COMMON, NULL, "N", "total optimizer steps", 1, BIG, "at least 1", .flag = 1, .state = REQ, .math = 1},
     {"warmup", NB_OPT_INT, F(warmup), NB_OPTG_COMMON, NULL, "N", "warmup steps (-1: 5% of --steps)", -1, BIG, ">= 0, or -1 for 5% of the steps", .flag = 1, .state = REQ, .math = 1},
     {"eval-every", NB_OPT_INT, F(eval_every), NB_OPTG_COMMON, NULL, "N", "held-out evaluation every N steps (0: only at the end)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
-    {"eval-batches", NB_OPT_INT, F(eval_batches), NB_OPTG_TF, NULL, "N", "validation batches (0: the whole shard)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
+    {"eval-batches", NB_OPT_INT, F(eval_batches), NB_OPTG_TF, NULL, "N", "validation batches of --batch sequences from the start of --val-data (0: all); eval's default too", 0, BIG, ">= 0", .flag = 1, .state = REQ},
     {"ckpt-every", NB_OPT_INT, F(ckpt_every), NB_OPTG_COMMON, NULL, "N", "checkpoint every N steps (always at the end)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
     {"graphs", NB_OPT_BOOL, F(graphs), NB_OPTG_COMMON, NULL, NULL, "capture the step once (CUDA graph) and replay it", .flag = 1, .state = REQ},
     {"lr", NB_OPT_FLOAT, F(lr), NB_OPTG_COMMON, NULL, "X", "peak learning rate (seqctr: of the dense parameters)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = REQ, .math = 1},

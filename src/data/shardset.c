@@ -1,0 +1,172 @@
+#include "data/shardset.h"
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/shard.h"
+#include "datapath.h"
+
+typedef struct {
+    char **v;
+    int n, cap;
+} strlist;
+
+static void strlist_push(strlist *l, const char *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 8;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        NB_CHECK(l->v, NULL, "out of host memory for a list of %d shards", l->cap);
+    }
+    size_t len = strlen(s) + 1;
+    l->v[l->n] = nb_malloc(len, "shard path");
+    memcpy(l->v[l->n++], s, len);
+}
+
+static void strlist_free(strlist *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int is_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The matches of pattern, sorted byte by byte (glob's own order follows the locale). */
+static int glob_sorted(const char *pattern, strlist *out) {
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
+    int found = rc == 0 ? (int)g.gl_pathc : 0;
+    if (found) {
+        qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
+        for (size_t i = 0; i < g.gl_pathc; i++) strlist_push(out, g.gl_pathv[i]);
+    }
+    globfree(&g);
+    return found;
+}
+
+/* One item of the spec into out; 0 (and why) when no place has it. */
+static int expand_item(const char *item, strlist *out, char *why, size_t cap) {
+    nb_data_place places[NB_DATA_PLACES];
+    int n = nb_data_places(item, places);
+    for (int i = 0; i < n; i++) {
+        if (is_glob(item) ? glob_sorted(places[i].path, out) > 0 : nb_file_exists(places[i].path)) {
+            if (!is_glob(item)) strlist_push(out, places[i].path);
+            return 1;
+        }
+    }
+    char looked[2048];
+    nb_data_looked(places, n, looked, sizeof looked);
+    if (is_glob(item)) snprintf(why, cap, "no file matches '%s'; looked at %s", item, looked);
+    else snprintf(why, cap, "'%s' not found; looked at %s", item, looked);
+    return 0;
+}
+
+/* Every item of the comma-separated spec, in order; 0 (and why) at the first that names nothing. */
+static int expand(const char *spec, strlist *out, char *why, size_t cap) {
+    char copy[NB_PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", spec);
+    char *save = NULL;
+    int items = 0;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        items++;
+        if (!expand_item(item, out, why, cap)) return 0;
+    }
+    if (!items) {
+        snprintf(why, cap, "'%s' names no shard", spec);
+        return 0;
+    }
+    return 1;
+}
+
+int nb_shardset_check(const char *spec, char *why, size_t cap) {
+    strlist l = {0};
+    int ok = expand(spec, &l, why, cap);
+    strlist_free(&l);
+    return ok;
+}
+
+static void refuse_repeats(const strlist *l, const char *what, const char *spec) {
+    char **sorted = nb_malloc((size_t)l->n * sizeof *sorted, "shard list");
+    memcpy(sorted, l->v, (size_t)l->n * sizeof *sorted);
+    qsort(sorted, (size_t)l->n, sizeof *sorted, cmp_str);
+    for (int i = 1; i < l->n; i++)
+        NB_CHECK(strcmp(sorted[i - 1], sorted[i]) != 0, "name each shard once (a glob and a list may overlap)",
+                 "%s '%s' names the shard '%s' twice", what, spec, sorted[i]);
+    free(sorted);
+}
+
+void nb_shardset_open(nb_shardset *s, const char *spec, int vocab, const char *what) {
+    memset(s, 0, sizeof *s);
+    NB_CHECK(strlen(spec) < sizeof s->spec, "use shorter paths or a glob", "%s: the list of shards is too long", what);
+    snprintf(s->spec, sizeof s->spec, "%s", spec);
+    s->vocab = vocab;
+    strlist l = {0};
+    char why[3072];
+    if (!expand(spec, &l, why, sizeof why))
+        nb_fail("check the path (a glob is quoted: --data 'data/x/train_*.bin'; several shards: a,b,c), set "
+                "NB_DATA_DIR to the data folder, or run 'bash scripts/fetch_data.sh'",
+                "%s: %s", what, why);
+    refuse_repeats(&l, what, spec);
+    s->n = l.n;
+    s->paths = l.v; /* the set keeps the strings */
+    s->start = nb_malloc((size_t)(s->n + 1) * sizeof *s->start, "shard offsets");
+    s->tokens = nb_calloc((size_t)s->n, sizeof *s->tokens, "shard tokens");
+    s->start[0] = 0;
+    for (int i = 0; i < s->n; i++) s->start[i + 1] = s->start[i] + nb_shard_probe(s->paths[i]);
+}
+
+void nb_shardset_close(nb_shardset *s) {
+    for (int i = 0; i < s->n; i++) {
+        free(s->tokens[i]);
+        free(s->paths[i]);
+    }
+    free(s->tokens), free(s->paths), free(s->start);
+    memset(s, 0, sizeof *s);
+}
+
+static void load(nb_shardset *s, int i) {
+    nb_shard sh;
+    nb_shard_load(&sh, s->paths[i], s->vocab);
+    /* the header was read at open; a shard rewritten since would shift every later position */
+    NB_CHECK(sh.ntok == s->start[i + 1] - s->start[i], "keep a run's shards unchanged while it trains (and for its resume)",
+             "token shard '%s' changed while the run read it: %zu tokens at start, %zu now", s->paths[i],
+             s->start[i + 1] - s->start[i], sh.ntok);
+    s->tokens[i] = sh.tokens;
+}
+
+void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint16_t *out) {
+    NB_ASSERT(pos <= nb_shardset_ntok(s) && n <= nb_shardset_ntok(s) - pos);
+    size_t end = pos + n;
+    for (int i = 0; i < s->n; i++) {
+        size_t a = s->start[i], b = s->start[i + 1];
+        int needed = a < end && b > pos;
+        if (!needed) {
+            free(s->tokens[i]);
+            s->tokens[i] = NULL;
+            continue;
+        }
+        if (!s->tokens[i]) load(s, i);
+        size_t lo = pos > a ? pos : a, hi = end < b ? end : b;
+        memcpy(out + (lo - pos), s->tokens[i] + (lo - a), (hi - lo) * sizeof(uint16_t));
+    }
+}
+
+void nb_shardset_describe(const nb_shardset *s, char *buf, size_t cap) {
+    if (s->n == 1) {
+        snprintf(buf, cap, "%s", s->paths[0]);
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "%d shards:", s->n);
+    for (int i = 0; i < s->n && len < cap; i++) {
+        /* a long list shows its first three and its last */
+        if (s->n > 5 && i == 3) {
+            len += (size_t)snprintf(buf + len, cap - len, " ... (%d more),", s->n - 4);
+            i = s->n - 1;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, " %s%s", s->paths[i], i + 1 < s->n ? "," : "");
+    }
+}

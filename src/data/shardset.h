@@ -1,0 +1,48 @@
+/* The token stream a run trains (or evaluates) on: one llm.c shard or several.
+ *
+ * --data (--val-data, eval --data) names one shard, a glob ('data/fw/train_*.bin': its matches
+ * in sorted name order, byte by byte), or a comma-separated list of either (in the order given;
+ * each glob's matches sorted). A path under data/ is also looked for under $NB_DATA_DIR and next
+ * to the binary (core/datapath.h).
+ *
+ * The shards are read as ONE concatenated stream: position p is token p of shard 0, then of
+ * shard 1, ... A batch may span a shard boundary, and a position (a checkpoint's data_pos) names
+ * the shard and the offset in it, so resume is bitwise across boundaries and a run on shards split
+ * from one file reads exactly the tokens of the run on that file.
+ *
+ * Opening checks every shard's header and size (magic, version, size == 1024 + 2 * count) before
+ * anything trains; a shard's tokens are read (and checked against the vocabulary) when the stream
+ * first reaches it and dropped once a read no longer needs it, so host memory holds the shards of
+ * one batch, not the whole set. */
+#ifndef NB_SHARDSET_H
+#define NB_SHARDSET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+typedef struct {
+    char spec[NB_PATH_MAX]; /* as given */
+    int n, vocab;
+    char **paths;          /* [n] resolved */
+    size_t *start;         /* [n + 1]: stream position of each shard's first token; start[n]: total */
+    uint16_t **tokens;     /* [n]: a shard's tokens while loaded, else NULL */
+} nb_shardset;
+
+/* Expand spec (failing with every place looked for an item that names nothing), check each
+ * shard's header and size, refuse a shard named twice. what ("training data", "validation
+ * data") starts the error messages. */
+void nb_shardset_open(nb_shardset *s, const char *spec, int vocab, const char *what);
+void nb_shardset_close(nb_shardset *s);
+static inline size_t nb_shardset_ntok(const nb_shardset *s) { return s->start[s->n]; }
+/* Tokens [pos, pos + n) of the stream into out (pos + n <= the total). Loads the shards that
+ * range needs and drops the others. Not thread-safe: one reader per set. */
+void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint16_t *out);
+/* For messages: the path of a single shard, else "N shards: FIRST, SECOND, ..., LAST" */
+void nb_shardset_describe(const nb_shardset *s, char *buf, size_t cap);
+/* Does every item of spec name an existing file (or a glob with a match)? If not, why names the
+ * item and every place looked. Touches no shard's contents. */
+int nb_shardset_check(const char *spec, char *why, size_t cap);
+
+#endif
