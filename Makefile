@@ -19,7 +19,13 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fn
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I$(BLAS_INC)
-LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -lpthread -fopenmp
+# utf8proc (Debian: libutf8proc-dev): NFC for the Hugging Face tokenizers that ask for it (Qwen).
+LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lutf8proc -lm -lpthread -fopenmp
+# UTF8PROC_ROOT: an unpacked libutf8proc-dev tree where it is not installed (scripts/device_deps.sh)
+ifneq ($(UTF8PROC_ROOT),)
+  CFLAGS += -I$(UTF8PROC_ROOT)/usr/include
+  LDLIBS += -L$(UTF8PROC_ROOT)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(UTF8PROC_ROOT)/usr/lib/x86_64-linux-gnu
+endif
 
 comma := ,
 # MPI (required for more than one rank; Debian: libopenmpi-dev, installed by scripts/setup.sh).

@@ -201,6 +201,33 @@ TEST_CASE(test_token_outside_vocab) {
     nb_shard_free(&s);
 }
 
+/* llm.c's uint32 layout (magic 20240801, version 7): ids over 65535 round-trip, and the header
+ * and size checks hold for it too. */
+TEST_CASE(test_uint32_shards) {
+    int32_t ids[5] = {128000, 5, 151668, 65536, 0};
+    const char *path = tmp_path("wide.bin");
+    nb_shard_write32(path, ids, 5);
+    CHECK(file_size(path) == NB_SHARD_HEADER_BYTES + 20, "size %lld", (long long)file_size(path));
+    nb_shard s;
+    nb_shard_load(&s, path, 151669);
+    CHECK(s.ntok == 5 && s.tokens == NULL && s.tokens32, "not loaded as a uint32 shard");
+    for (int i = 0; i < 5 && s.ntok == 5; i++) CHECK(nb_shard_token(&s, (size_t)i) == (uint32_t)ids[i], "token %d", i);
+    nb_shard_free(&s);
+    CHECK(s.tokens32 == NULL && s.ntok == 0, "free did not reset the shard");
+    expect_load_error(path, "token 0 is 128000, outside the vocabulary 0..50256"); /* loaded with 50257 */
+
+    uint16_t tok[4] = {1, 2, 3, 4}; /* 8 bytes: 2 uint32 tokens */
+    size_t len;
+    unsigned char *b = shard_image(20240801, 1, 2, tok, 4, &len);
+    write_bytes(tmp_path("wide_version.bin"), b, len);
+    expect_load_error(tmp_path("wide_version.bin"), "has version 1, expected 7");
+    free(b);
+    b = shard_image(20240801, 7, 3, tok, 4, &len); /* header says 3 x 4 bytes, 8 on disk */
+    write_bytes(tmp_path("wide_short.bin"), b, len);
+    expect_load_error(tmp_path("wide_short.bin"), "truncated: its header says 3 tokens, so 1036 bytes");
+    free(b);
+}
+
 TEST_CASE(test_missing_file) {
     expect_load_error(tmp_path("does-not-exist.bin"), "cannot open");
 }
@@ -289,6 +316,7 @@ int main(void) {
     RUN(test_overwrite_is_atomic);
     RUN(test_bad_headers);
     RUN(test_token_outside_vocab);
+    RUN(test_uint32_shards);
     RUN(test_missing_file);
     RUN(test_write_refuses_bad_ids);
     RUN(test_write_unwritable_dir);

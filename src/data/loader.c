@@ -18,11 +18,13 @@ static void fill_slot(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
     nb_loader_slot *s = arg;
     const nb_loader *ld = s->owner;
-    const uint16_t *tok = ld->shard.tokens + s->pos + ld->off_seqs * (size_t)ld->T;
-    size_t n = (size_t)ld->B * ld->T;
-    for (size_t i = 0; i < n; i++) {
-        s->inputs[i] = tok[i];
-        s->targets[i] = tok[i + 1];
+    size_t at = s->pos + ld->off_seqs * (size_t)ld->T, n = (size_t)ld->B * ld->T;
+    if (ld->shard.tokens32) {
+        const uint32_t *tok = ld->shard.tokens32 + at; /* < vocab <= INT32_MAX: checked at load */
+        for (size_t i = 0; i < n; i++) s->inputs[i] = (int32_t)tok[i], s->targets[i] = (int32_t)tok[i + 1];
+    } else {
+        const uint16_t *tok = ld->shard.tokens + at;
+        for (size_t i = 0; i < n; i++) s->inputs[i] = tok[i], s->targets[i] = tok[i + 1];
     }
 }
 
