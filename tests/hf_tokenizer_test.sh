@@ -174,6 +174,68 @@ shard_check "$WORK/l3.bin" 20240801 7 "128000 $(ids llama3 1) 128009 128000 $(id
 shard_check "$WORK/l2.bin" 20240520 1 "1 $(ids llama2 1) 1 $(ids llama2 2)" || fail "Llama 2 shard: wrong header or tokens"
 echo "ok  nobubble tokenize: Llama 3 writes a uint32 shard (20240801/7), Llama 2 uint16; --bos, --eot"
 
+# ---- 6. chat / instruction JSON lines -> ids of the whole rendered text, and the loss mask ----
+cat > "$WORK/chat.jsonl" <<'JSONL'
+{"instruction": "Name the first president.", "input": "", "output": "George Washington."}
+{"instruction": "Summarize:", "input": "We the People of the United States, in Order to form a more perfect Union.", "output": "The people formed a union."}
+
+{"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "What is the Union?"}, {"from": "gpt", "value": "The United States."}, {"from": "human", "value": "And its state?"}, {"from": "gpt", "value": "  Strong.  "}]}
+{"messages": [{"role": "user", "content": "Hi\n\nthere, 1,000 times"}, {"role": "assistant", "content": "Hello! \ud83d\ude00 \u65e5\u672c\u8a9e\n\n- one\n- two"}]}
+JSONL
+read_ids() { node -e '
+const b = require("fs").readFileSync(process.argv[1]), w = b.readInt32LE(0) === 20240801 ? 4 : 2, g = [];
+for (let i = 0; i < b.readInt32LE(8); i++) g.push(w === 4 ? b.readUInt32LE(1024 + 4 * i) : b.readUInt16LE(1024 + 2 * i));
+console.log(g.join(" "));' "$1"; }
+chat_check() { # MODEL TEMPLATE EOT
+    "$NOBUBBLE" tokenize --tokenizer "$HF/$1" --chat --out "$WORK/chat.$1.bin" "$WORK/chat.jsonl" > "$WORK/chat.$1.out" ||
+        { echo "tokenize --chat with $1 failed"; return 1; }
+    grep -q "template $2, train on response" "$WORK/chat.$1.out" || { echo "template $2 not picked from tokenizer_config.json"; return 1; }
+    node tests/hf/ref_chat.js "$JS" "$HF/$1" "$2" "$WORK/chat.jsonl" "$3" "$WORK/chat.$1.bin"
+}
+pids=()
+for x in "llama3 llama3 <|end_of_text|>" "qwen3 chatml <|im_end|>" "llama2 llama2 </s>"; do
+    read -r m tpl eot <<<"$x"
+    chat_check "$m" "$tpl" "$eot" > "$WORK/chat.$m.check" 2>&1 &
+    pids+=($!)
+done
+for x in "llama3 llama3" "qwen3 chatml" "llama2 llama2"; do
+    read -r m tpl <<<"$x"
+    wait "${pids[0]}" || { cat "$WORK/chat.$m.check"; fail "$m --chat ($tpl)"; }
+    pids=("${pids[@]:1}")
+    echo "ok  $m --chat ($tpl): 4 examples (alpaca, sharegpt, messages) give $(tail -n 1 "$WORK/chat.$m.check")"
+done
+# Llama 2's examples end with </s>, so no separator: prompt and response targets add up to all
+read -r resp total < <(sed -n 's/.* \([0-9]*\) of \([0-9]*\) tokens are targets.*/\1 \2/p' "$WORK/chat.llama2.out")
+"$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --chat --train-on all --out "$WORK/all.bin" "$WORK/chat.jsonl" |
+    grep -q " $total of $total tokens are targets" || fail "--train-on all does not mark every token"
+"$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --chat --train-on prompt --out "$WORK/prompt.bin" "$WORK/chat.jsonl" |
+    grep -q " $((total - resp)) of $total tokens are targets" || fail "--train-on prompt does not mark the complement of the responses"
+printf '{"text": "We the People"}\n\n{"text": "of the United States"}\n' > "$WORK/docs.jsonl"
+"$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --jsonl text --bos --out "$WORK/docs.bin" "$WORK/docs.jsonl" > /dev/null || fail "--jsonl failed"
+printf 'We the People\x1eof the United States' > "$WORK/docs.txt"
+[ "$(read_ids "$WORK/docs.bin")" = "$("$WORK/helper" "$HF/llama2" "$WORK/docs.txt" 2>/dev/null | sed 's/^/1 /' | tr '\n' ' ' | sed 's/ $//')" ] ||
+    fail "--jsonl text: wrong ids"
+echo "ok  --train-on all / prompt, --jsonl FIELD"
+expect_exit1() { # NAME PATTERN ARGS...: one error line naming file, line and field
+    local name=$1 pat=$2 rc=0
+    shift 2
+    "$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --out "$WORK/x.bin" "$@" > /dev/null 2> "$WORK/err" || rc=$?
+    [ $rc -ne 0 ] && [ "$(wc -l < "$WORK/err")" -eq 1 ] && grep -q "error:.*$pat" "$WORK/err" ||
+        { cat "$WORK/err"; fail "$name: exit $rc, want one error line matching '$pat'"; }
+    echo "ok  $name: $(cat "$WORK/err")"
+}
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}\n' > "$WORK/bad1.jsonl"
+expect_exit1 "chat turn without content" "bad1.jsonl:1: messages\\[1\\].content: missing" --chat "$WORK/bad1.jsonl"
+printf '{"text": "a"}\n{"text": "b\n' > "$WORK/bad2.jsonl"
+expect_exit1 "broken JSON line" "bad2.jsonl:2: bad JSON" --jsonl text "$WORK/bad2.jsonl"
+printf '{"text": "a"}\n{"body": "b"}\n' > "$WORK/bad3.jsonl"
+expect_exit1 "missing text field" "bad3.jsonl:2: text: missing" --jsonl text "$WORK/bad3.jsonl"
+printf '{"conversations": [{"from": "robot", "value": "x"}]}\n' > "$WORK/bad4.jsonl"
+expect_exit1 "unknown role" "bad4.jsonl:1: conversations\\[0\\].from: 'robot' is not a role" --chat "$WORK/bad4.jsonl"
+expect_exit1 "example over --max-tokens" "chat.jsonl:2: [0-9]* tokens, more than --max-tokens 20" --chat --max-tokens 20 "$WORK/chat.jsonl"
+"$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --chat --max-tokens 20 --split-long --out "$WORK/x.bin" "$WORK/chat.jsonl" > /dev/null ||
+    fail "--split-long did not keep the long examples"
+
 # ---- errors: one line, exit 2 ---------------------------------------------------------------
 expect_exit2() { # NAME PATTERN DIR
     local rc=0

@@ -429,3 +429,35 @@ char *nb_hf_tokenizer_decode(const nb_hf_tokenizer *t, const int32_t *ids, size_
     *len_out = b.n - cut;
     return b.s;
 }
+
+/* ---- token offsets ---------------------------------------------------------------------- */
+
+int nb_hf_tokenizer_offsets(const nb_hf_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+                            size_t *off) {
+    if (nb_tokenizer_count_invalid(text, len)) return -1;
+    int prepend = 0;
+    for (int k = 0; k < t->n_norm; k++) prepend |= t->norm[k].kind == HF_NORM_PREPEND;
+    size_t p = 0;
+    int section_start = 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t ol;
+        const char *o = nb_hf_tokenizer_token_bytes(t, ids[i], &ol);
+        if (!o) return -1;
+        off[i] = p;
+        if (t->is_added[ids[i]]) {
+            if (ol > len - p || memcmp(text + p, t->tok[ids[i]], ol)) return -1;
+            p += ol, section_start = 1;
+            continue;
+        }
+        /* the Prepend normalizer's U+2581 starts each section's first token, decoded as ' ' */
+        if (section_start && prepend) {
+            if (!ol || o[0] != ' ') return -1;
+            o++, ol--;
+        }
+        section_start = 0;
+        if (ol > len - p || memcmp(text + p, o, ol)) return -1;
+        p += ol;
+    }
+    off[n] = p;
+    return p == len ? 0 : -1;
+}

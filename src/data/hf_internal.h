@@ -77,6 +77,7 @@ struct nb_hf_tokenizer {
 
     int strip_start;      /* SentencePiece decoder: leading spaces its Strip removes */
     int32_t bos, eos;
+    int chat;             /* nb_chat_template the config's chat_template is, or -1: unknown */
 };
 
 /* GPT-2's byte <-> character alphabet (printable bytes stand for themselves). */

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core.h"
+#include "data/chat.h"
 #include "data/hf_internal.h"
 #include "io/json.h"
 
@@ -519,6 +520,28 @@ static int32_t config_token(ctx *c, const nb_hf_tokenizer *t, const nb_json *cfg
     return token_id(c, t, v->str, v->len, key);
 }
 
+/* Which built-in template the config's chat_template (a string, or a list of {name, template})
+ * is, by the markers each family's template writes. */
+static int config_chat(const nb_json *cfg) {
+    const nb_json *v = nb_json_get(cfg, "chat_template");
+    if (v && v->type == NB_JSON_ARR) {
+        const nb_json *pick = NULL;
+        for (size_t i = 0; i < v->len; i++) {
+            const char *name = nb_json_get_str(&v->items[i], "name", "");
+            if (!pick || !strcmp(name, "default")) pick = nb_json_get(&v->items[i], "template");
+        }
+        v = pick;
+    }
+    if (!v || v->type != NB_JSON_STR) {
+        const char *cls = nb_json_get_str(cfg, "tokenizer_class", "");
+        return !strncmp(cls, "LlamaTokenizer", 14) ? NB_CHAT_LLAMA2 : NB_CHAT_PLAIN;
+    }
+    if (strstr(v->str, "<|start_header_id|>")) return NB_CHAT_LLAMA3;
+    if (strstr(v->str, "<|im_start|>")) return NB_CHAT_CHATML;
+    if (strstr(v->str, "[INST]")) return NB_CHAT_LLAMA2;
+    return -1;
+}
+
 static nb_json *load_json(const char *path) {
     size_t len;
     char *text = nb_read_file(path, NB_JSON_MAX_BYTES, &len, "check the tokenizer folder");
@@ -555,6 +578,7 @@ nb_hf_tokenizer *nb_hf_tokenizer_load(const char *dir) {
     load_decoder(&c, t, root);
     nb_json_free(root);
     t->bos = t->eos = -1;
+    t->chat = NB_CHAT_PLAIN;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     struct stat st;
     if (stat(path, &st) == 0) {
@@ -562,6 +586,7 @@ nb_hf_tokenizer *nb_hf_tokenizer_load(const char *dir) {
         if (cfg->type != NB_JSON_OBJ) hf_fail(path, "(top)", "expected an object");
         t->bos = config_token(&c, t, cfg, "bos_token");
         t->eos = config_token(&c, t, cfg, "eos_token");
+        t->chat = config_chat(cfg);
         nb_json_free(cfg);
     }
     return t;
@@ -584,3 +609,4 @@ void nb_hf_tokenizer_free(nb_hf_tokenizer *t) {
 int nb_hf_tokenizer_vocab_size(const nb_hf_tokenizer *t) { return t->n_vocab; }
 int32_t nb_hf_tokenizer_bos(const nb_hf_tokenizer *t) { return t->bos; }
 int32_t nb_hf_tokenizer_eos(const nb_hf_tokenizer *t) { return t->eos; }
+int nb_hf_tokenizer_chat_template(const nb_hf_tokenizer *t) { return t->chat; }

@@ -44,6 +44,11 @@ int nb_hf_tokenizer_vocab_size(const nb_hf_tokenizer *t);
 int32_t nb_hf_tokenizer_bos(const nb_hf_tokenizer *t);
 int32_t nb_hf_tokenizer_eos(const nb_hf_tokenizer *t);
 
+/* The chat template tokenizer_config.json's chat_template is (an nb_chat_template of
+ * data/chat.h: Llama 3's headers, ChatML's <|im_start|>, Llama 2's [INST]; no template: Llama 2
+ * for a LlamaTokenizer, else plain), or -1 for a template of another kind. */
+int nb_hf_tokenizer_chat_template(const nb_hf_tokenizer *t);
+
 /* Encode len bytes; add_special applies the post-processor's template (Llama 2: <s> first).
  * *ids_out gets a malloc'd array (never NULL); returns the number of ids. */
 size_t nb_hf_tokenizer_encode(const nb_hf_tokenizer *t, const char *utf8, size_t len, int add_special,
@@ -54,6 +59,13 @@ size_t nb_hf_tokenizer_encode(const nb_hf_tokenizer *t, const char *utf8, size_t
  * reference's clean_up_tokenization_spaces. Added tokens come out as their text. malloc'd and
  * NUL-terminated (not counted in *len_out). An id outside [0, vocab) or a hole ends in nb_fail. */
 char *nb_hf_tokenizer_decode(const nb_hf_tokenizer *t, const int32_t *ids, size_t n, size_t *len_out);
+
+/* Where each of the ids that encode(text) gave starts in text: off[0..n], off[n] = len. For
+ * loss masks over a rendered conversation. Returns -1 when the ids cannot be lined up with the
+ * text byte for byte (invalid UTF-8, NFC changed the text, a literal U+2581 in SentencePiece
+ * text): the caller then needs another way. */
+int nb_hf_tokenizer_offsets(const nb_hf_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+                            size_t *off);
 
 /* Bytes of one token as decode() renders it mid-text (no Strip), for printing sampled tokens.
  * NULL and *len = 0 for an id outside the vocabulary. */

@@ -76,6 +76,16 @@ void nb_shard_write32(const char *path, const int32_t *ids, size_t n) {
     write_shard(path, header, ids, sizeof(uint32_t), n);
 }
 
+void nb_mask_write(const char *path, const uint8_t *mask, size_t n) {
+    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
+             "cannot write %zu mask bytes to '%s': a mask holds at most %d", n, path, INT32_MAX);
+    int32_t header[NB_SHARD_HEADER_INTS] = {0};
+    header[0] = NB_MASK_MAGIC;
+    header[1] = NB_MASK_VERSION;
+    header[2] = (int32_t)n;
+    write_shard(path, header, mask, 1, n);
+}
+
 void nb_shard_load(nb_shard *s, const char *path, int vocab) {
     NB_CHECK(vocab >= 1, "this is a bug in the caller", "nb_shard_load: vocab %d is below 1", vocab);
     memset(s, 0, sizeof *s);

@@ -44,6 +44,15 @@ void nb_shard_write(const char *path, const int32_t *ids, size_t n);
 /* The same in the uint32 layout (magic 20240801, version 7); ids must be >= 0. */
 void nb_shard_write32(const char *path, const int32_t *ids, size_t n);
 
+/* Loss masks of 'nobubble tokenize --chat' (nobubble's own layout, versioned like a shard):
+ *   header: 256 x int32: [0] = 20261205 (magic), [1] = 1 (version), [2] = number of tokens
+ *   body:   one uint8 per token of the shard it goes with: 1 = train on predicting this token
+ *           (it is a target), 0 = context only (a prompt token under --train-on response)
+ * Written next to the shard as SHARD.mask, with the same count. Not read by the trainer yet. */
+#define NB_MASK_MAGIC 20261205
+#define NB_MASK_VERSION 1
+void nb_mask_write(const char *path, const uint8_t *mask, size_t n);
+
 /* Load and validate a whole shard of either layout: magic, version, size == 1024 + width *
  * count, and every token < vocab (pass 65536 to accept any uint16). Every failure ends in nb_fail naming the file and
  * what was expected vs found (for a token: its position and value). */
