@@ -177,6 +177,7 @@ static void add_document(const any_tokenizer *t, tok_out *o, int eot, const char
 static const char *token_text(const nb_hf_tokenizer *t, int32_t id, char *buf, size_t cap) {
     size_t len;
     const char *b = id >= 0 ? nb_hf_tokenizer_token_bytes(t, id, &len) : NULL;
+    NB_CHECK(!b || len < cap, "use a tokenizer whose bos/eos tokens are shorter", "token %d is %zu bytes long", (int)id, len);
     snprintf(buf, cap, "%.*s", b ? (int)len : 0, b ? b : "");
     return buf;
 }

@@ -121,9 +121,11 @@ static void add(nb_chat_out *o, int response, const char *a, size_t al, const ch
 
 /* Python's str.strip() of the characters Jinja's trim removes (ASCII whitespace is enough for the
  * turns seen in practice; other Unicode spaces are kept). */
+static int ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 static void trim(const char **s, size_t *n) {
-    while (*n && strchr(" \t\n\r\v\f", (*s)[0])) (*s)++, (*n)--;
-    while (*n && strchr(" \t\n\r\v\f", (*s)[*n - 1])) (*n)--;
+    while (*n && ascii_space((*s)[0])) (*s)++, (*n)--;
+    while (*n && ascii_space((*s)[*n - 1])) (*n)--;
 }
 
 static void render(nb_chat_template tpl, const msg *m, int n, const char *bos, const char *eos, nb_chat_out *o) {
@@ -135,14 +137,11 @@ static void render(nb_chat_template tpl, const msg *m, int n, const char *bos, c
         const char *role = role_names[m[i].r];
         if (tpl == NB_CHAT_LLAMA3) {
             trim(&t, &len);
-            char head[96];
-            snprintf(head, sizeof head, "%s<|start_header_id|>%s<|end_header_id|>\n\n", i == 0 ? bos : "", role);
-            add(o, 0, S(head), "", 0, "", 0);
+            add(o, 0, S(i == 0 ? bos : ""), S("<|start_header_id|>"), S(role));
+            add(o, 0, S("<|end_header_id|>\n\n"), "", 0, "", 0);
             add(o, resp, t, len, S("<|eot_id|>"), "", 0);
         } else if (tpl == NB_CHAT_CHATML) {
-            char head[64];
-            snprintf(head, sizeof head, "<|im_start|>%s\n", role);
-            add(o, 0, S(head), "", 0, "", 0);
+            add(o, 0, S("<|im_start|>"), S(role), S("\n"));
             add(o, resp, t, len, S("<|im_end|>"), "", 0);
             add(o, 0, S("\n"), "", 0, "", 0);
         } else if (tpl == NB_CHAT_LLAMA2) {
