@@ -376,10 +376,10 @@ int nb_cmd_tokenize(int argc, char **argv) {
         for (size_t k = 0; k < all.ids.n; k++) targets += all.mask[k];
     }
     char b[32];
-    printf("tokenize: %d file%s, %s, %zu %s, %zu tokens (%.2f bytes/token) in %.2f s (%.1f M tokens/s; "
+    printf("tokenize: %d file%s, %s, %zu %s%s, %zu tokens (%.2f bytes/token) in %.2f s (%.1f M tokens/s; "
            "tokenizer load %.2f s; vocabulary %d, %s tokens) -> %s\n",
            nfiles, nfiles == 1 ? "" : "s", nb_fmt_bytes(b, sizeof b, (double)bytes), docs,
-           op.chat ? "examples" : "documents", all.ids.n, all.ids.n ? (double)bytes / (double)all.ids.n : 0.0, t_enc,
+           op.chat ? "example" : "document", docs == 1 ? "" : "s", all.ids.n, all.ids.n ? (double)bytes / (double)all.ids.n : 0.0, t_enc,
            t_enc > 0 ? (double)all.ids.n / t_enc / 1e6 : 0.0, t_load, vocab, wide ? "uint32" : "uint16", out);
     if (op.chat)
         printf("tokenize: template %s, train on %s: %zu of %zu tokens are targets -> %s.mask\n",
