@@ -19,6 +19,12 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -fn
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I$(BLAS_INC)
+# utf8proc (Debian: libutf8proc-dev): NFC for the Hugging Face tokenizers that ask for it (Qwen).
+# UTF8PROC_ROOT: an unpacked libutf8proc-dev tree where it is not installed (scripts/device_deps.sh)
+ifneq ($(UTF8PROC_ROOT),)
+  CFLAGS += -I$(UTF8PROC_ROOT)/usr/include
+  LDLIBS += -L$(UTF8PROC_ROOT)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(UTF8PROC_ROOT)/usr/lib/x86_64-linux-gnu
+endif
 comma := ,
 # zlib (Debian: zlib1g-dev) reads gzip-compressed data files; ZLIB_INC / ZLIB_DIR point at another
 # copy (scripts/device_deps.sh sets them on machines without the package).
@@ -26,7 +32,7 @@ ZLIB_INC ?=
 ZLIB_DIR ?=
 CFLAGS  += $(if $(ZLIB_INC),-I$(ZLIB_INC))
 LDLIBS  += $(if $(ZLIB_DIR),-L$(ZLIB_DIR) -Wl$(comma)-rpath$(comma)$(ZLIB_DIR))
-LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lz -lm -lpthread -fopenmp
+LDLIBS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lz -lutf8proc -lm -lpthread -fopenmp
 
 # MPI (required for more than one rank; Debian: libopenmpi-dev, installed by scripts/setup.sh).
 # Found through mpicc; MPI_INC / MPI_LIBDIR point elsewhere (scripts/device_deps.sh does);

@@ -5,6 +5,7 @@
 #   bash scripts/device_deps.sh fetch        # here: .deps/*.deb (OpenBLAS, ~12 MB),
 #                                            # .deps/mpi/*.deb (Open MPI, ~5 MB) and
 #                                            # .deps/zlib/*.deb (zlib and its header, ~0.3 MB)
+#                                            # .deps/utf8proc/*.deb (utf8proc, ~0.1 MB)
 #   source scripts/device_deps.sh use        # there: unpack what the machine lacks and export
 #                                            # NB_MAKE_FLAGS for make (BLAS_DIR, BLAS_INC, ZLIB_INC, ZLIB_DIR, MPI_INC,
 #                                            # MPI_LIBDIR, NCCL_HOME) and LD_LIBRARY_PATH; for Open MPI also
@@ -13,6 +14,7 @@
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEPS=$ROOT/.deps
 BLAS_DEBS=(libopenblas0-openmp libopenblas-openmp-dev libgfortran5)
+UTF8_DEBS=(libutf8proc2 libutf8proc-dev) # NFC for Qwen's tokenizer (src/data/hf_encode.c)
 # Open MPI 4.1 and what its core needs (libudev1 only where the machine has none). The network
 # plugins' libraries (UCX, libfabric, verbs, PSM) are left out: one machine needs only shared
 # memory (vader), so those plugins are switched off below instead of failing to load.
@@ -62,8 +64,9 @@ use_zlib() {
 }
 case "${1:-}" in
 fetch)
-    mkdir -p "$DEPS/mpi" "$DEPS/zlib" && (cd "$DEPS" && apt-get download "${BLAS_DEBS[@]}") \
-        && (cd "$DEPS/mpi" && apt-get download "${MPI_DEBS[@]}") && (cd "$DEPS/zlib" && apt-get download zlib1g zlib1g-dev)
+    mkdir -p "$DEPS/mpi" "$DEPS/zlib" "$DEPS/utf8proc" && (cd "$DEPS" && apt-get download "${BLAS_DEBS[@]}") \
+        && (cd "$DEPS/mpi" && apt-get download "${MPI_DEBS[@]}") && (cd "$DEPS/zlib" && apt-get download zlib1g zlib1g-dev) \
+        && (cd "$DEPS/utf8proc" && apt-get download "${UTF8_DEBS[@]}")
     ;;
 use)
     export NB_MAKE_FLAGS=""
@@ -75,6 +78,11 @@ use)
     fi
     if ! mpicc --showme:compile >/dev/null 2>&1; then use_mpi || return 1; fi
     if [ ! -f /usr/include/zlib.h ] || [ ! -e /usr/lib/x86_64-linux-gnu/libz.so ]; then use_zlib || return 1; fi
+    if [ ! -f /usr/include/utf8proc.h ]; then
+        unpack "$DEPS/utf8proc" || return 1
+        NB_MAKE_FLAGS="$NB_MAKE_FLAGS UTF8PROC_ROOT=$DEPS/utf8proc/root"
+        export LD_LIBRARY_PATH=$DEPS/utf8proc/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
     # NCCL: the CUDA toolkit's, else the one PyTorch brings (the nvidia-nccl wheel)
     if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
         for d in $(python3 -c 'import nvidia.nccl as m; print(*m.__path__)' 2>/dev/null); do

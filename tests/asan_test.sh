@@ -77,6 +77,16 @@ san_run "sample" ok $NBA sample --ckpt "$TMP/l" --prompt "My fellow citizens" --
 san_run "export" ok $NBA export --ckpt "$TMP/g" --hf "$TMP/hf"
 head -c 20000 "$ROOT"/data/sotu/raw/1790_george_washington_n.txt > "$TMP/a.txt"
 san_run "tokenize" ok $NBA tokenize --tokenizer "$ROOT/data/gpt2" --eot-between --out "$TMP/a.bin" "$TMP/a.txt"
+# a Hugging Face tokenizer (Llama 2's, the smallest file) on text and on chat examples, when
+# scripts/fetch_data.sh tokenizers has been run
+if [ -f "$ROOT/data/hf_tokenizers/llama2/tokenizer.json" ]; then
+    printf '\xff <s>[INST] caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x96\x81' >> "$TMP/a.txt"
+    san_run "tokenize (Hugging Face)" ok $NBA tokenize --tokenizer "$ROOT/data/hf_tokenizers/llama2" --bos --eot-between \
+        --out "$TMP/h.bin" "$TMP/a.txt"
+    printf '%s\n' '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi \u00e9"}, {"role": "assistant", "content": " Hello \u2581 </s>"}]}' \
+        '{"instruction": "Name one.", "output": "Washington"}' > "$TMP/chat.jsonl"
+    san_run "tokenize --chat" ok $NBA tokenize --tokenizer "$ROOT/data/hf_tokenizers/llama2" --chat --out "$TMP/c.bin" "$TMP/chat.jsonl"
+fi
 CRITEO=$ROOT/../shared/data/ctr_samples/criteo_kaggle_200.tsv
 if [ ! -f "$CRITEO" ]; then
     CRITEO=$TMP/criteo.tsv # a few synthetic rows in the Kaggle layout: label, 13 ints, 26 hex categories

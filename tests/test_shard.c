@@ -202,6 +202,33 @@ TEST_CASE(test_token_outside_vocab) {
     nb_shard_free(&s);
 }
 
+/* llm.c's uint32 layout (magic 20240801, version 7): ids over 65535 round-trip, and the header
+ * and size checks hold for it too. */
+TEST_CASE(test_uint32_shards) {
+    int32_t ids[5] = {128000, 5, 151668, 65536, 0};
+    const char *path = tmp_path("wide.bin");
+    nb_shard_write32(path, ids, 5);
+    CHECK(file_size(path) == NB_SHARD_HEADER_BYTES + 20, "size %lld", (long long)file_size(path));
+    nb_shard s;
+    nb_shard_load(&s, path, 151669);
+    CHECK(s.ntok == 5 && s.tokens == NULL && s.tokens32, "not loaded as a uint32 shard");
+    for (int i = 0; i < 5 && s.ntok == 5; i++) CHECK(nb_shard_token(&s, (size_t)i) == (uint32_t)ids[i], "token %d", i);
+    nb_shard_free(&s);
+    CHECK(s.tokens32 == NULL && s.ntok == 0, "free did not reset the shard");
+    expect_load_error(path, "token 0 is 128000, outside the vocabulary 0..50256"); /* loaded with 50257 */
+
+    uint16_t tok[4] = {1, 2, 3, 4}; /* 8 bytes: 2 uint32 tokens */
+    size_t len;
+    unsigned char *b = shard_image(20240801, 1, 2, tok, 4, &len);
+    write_bytes(tmp_path("wide_version.bin"), b, len);
+    expect_load_error(tmp_path("wide_version.bin"), "has version 1, expected 7");
+    free(b);
+    b = shard_image(20240801, 7, 3, tok, 4, &len); /* header says 3 x 4 bytes, 8 on disk */
+    write_bytes(tmp_path("wide_short.bin"), b, len);
+    expect_load_error(tmp_path("wide_short.bin"), "truncated: its header says 3 tokens, so 1036 bytes");
+    free(b);
+}
+
 TEST_CASE(test_missing_file) {
     expect_load_error(tmp_path("does-not-exist.bin"), "cannot open");
 }
@@ -307,18 +334,26 @@ TEST_CASE(test_shardset_concat) {
         snprintf(want, sizeof want, "part_%d.bin", i);
         CHECK(strstr(set.paths[i], want) != NULL, "shard %d is %s, want %s", i, set.paths[i], want);
     }
-    uint16_t got[N];
+    uint32_t got[N];
     size_t spans[][2] = {{0, 100}, {25, 10}, {29, 2}, {30, 41}, {70, 2}, {95, 5}, {0, 30}};
     for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
         size_t pos = spans[k][0], n = spans[k][1];
         nb_shardset_read(&set, pos, n, got);
         int same = 1;
-        for (size_t i = 0; i < n; i++) same &= got[i] == ids[pos + i];
+        for (size_t i = 0; i < n; i++) same &= got[i] == (uint32_t)ids[pos + i];
         CHECK(same, "read [%zu, %zu) differs from the concatenation", pos, pos + n);
     }
     char what[512];
     nb_shardset_describe(&set, what, sizeof what);
     CHECK(!strncmp(what, "4 shards: ", 10) && strstr(what, "part_0.bin, ") && strstr(what, "part_3.bin"), "describe: %s", what);
+    nb_shardset_close(&set);
+    /* a uint32 shard (vocabularies over 65,536) in the same stream: the tokens, whatever the width */
+    nb_shard_write32(tmp_path("part_3.bin"), ids + 71, 29);
+    nb_shardset_open(&set, pattern, 50257, "test data");
+    nb_shardset_read(&set, 60, 40, got);
+    int same = 1;
+    for (size_t i = 0; i < 40; i++) same &= got[i] == (uint32_t)ids[60 + i];
+    CHECK(same && nb_shardset_ntok(&set) == N, "a stream over uint16 and uint32 shards differs");
     nb_shardset_close(&set);
 
     /* the loader: B=2, T=4, 13 batches of 9 tokens fit; the 12th (at 88) is the last, then 0 */
@@ -326,7 +361,7 @@ TEST_CASE(test_shardset_concat) {
     nb_loader a, b;
     nb_loader_open(&a, whole, 50257, 2, 4, 0, 2, NULL);
     nb_loader_open(&b, list, 50257, 2, 4, 0, 2, NULL);
-    int same = 1;
+    same = 1;
     for (int step = 0; step < 30; step++) {
         nb_loader_slot *sa = nb_loader_take(&a), *sb = nb_loader_take(&b);
         same &= sa->pos == sb->pos && !memcmp(sa->inputs, sb->inputs, 8 * sizeof(int32_t)) &&
@@ -379,6 +414,7 @@ int main(void) {
     RUN(test_overwrite_is_atomic);
     RUN(test_bad_headers);
     RUN(test_token_outside_vocab);
+    RUN(test_uint32_shards);
     RUN(test_missing_file);
     RUN(test_write_refuses_bad_ids);
     RUN(test_write_unwritable_dir);

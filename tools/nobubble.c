@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "  train     train a model (default: gpt2-mini on the State of the Union corpus, CPU)\n"
             "  eval      loss of a checkpoint on a token shard\n"
             "  sample    generate text from a checkpoint\n"
-            "  tokenize  encode text files with the GPT-2 tokenizer into token shards\n"
+            "  tokenize  encode text files into token shards (GPT-2, or a Hugging Face tokenizer.json)\n"
             "  criteo-convert  Criteo TSV -> nobubble's binary click-log format\n"
             "  synth-dump  synthetic click samples (--data synth:...) -> a flat binary file for other tools\n"
             "  timeline  draw one step of a --trace file as an SVG timeline (lanes x time)\n"

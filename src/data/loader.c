@@ -21,10 +21,10 @@ static void fill_slot(void *arg, const nb_task_ctx *ctx) {
     nb_loader *ld = s->owner;
     size_t n = (size_t)ld->B * ld->T;
     nb_shardset_read(&ld->shards, s->pos + ld->off_seqs * (size_t)ld->T, n + 1, s->raw);
-    const uint16_t *tok = s->raw;
+    const uint32_t *tok = s->raw; /* < vocab <= INT32_MAX: checked as each shard loads */
     for (size_t i = 0; i < n; i++) {
-        s->inputs[i] = tok[i];
-        s->targets[i] = tok[i + 1];
+        s->inputs[i] = (int32_t)tok[i];
+        s->targets[i] = (int32_t)tok[i + 1];
     }
 }
 
@@ -74,7 +74,7 @@ void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int
              "starts at 0..%zu", start_pos, as_signed, spec, ntok, span, ntok - span);
     ld->next_pos = start_pos;
     /* the first batch's shards read (and their tokens checked) here, not on the data lane */
-    uint16_t *first = nb_malloc((size_t)B * T * sizeof(uint16_t) + sizeof(uint16_t), "batch tokens");
+    uint32_t *first = nb_malloc(((size_t)B * T + 1) * sizeof(uint32_t), "batch tokens");
     nb_shardset_read(&ld->shards, start_pos + off_seqs * (size_t)T, (size_t)B * T + 1, first);
     free(first);
     for (int i = 0; i < depth; i++) {
@@ -82,7 +82,7 @@ void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int
         s->owner = ld;
         s->inputs = nb_malloc((size_t)B * T * sizeof(int32_t), "batch inputs");
         s->targets = nb_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
-        s->raw = nb_malloc(((size_t)B * T + 1) * sizeof(uint16_t), "batch tokens");
+        s->raw = nb_malloc(((size_t)B * T + 1) * sizeof(uint32_t), "batch tokens");
         enqueue_fill(ld, s);
     }
 }

@@ -19,7 +19,7 @@
 
 typedef struct nb_loader_slot {
     int32_t *inputs, *targets; /* [B*T] each */
-    uint16_t *raw;             /* [B*T+1] the slice's tokens as read */
+    uint32_t *raw;             /* [B*T+1] the slice's tokens as read (uint16 and uint32 shards alike) */
     size_t pos;                /* stream position of this batch */
     nb_mark filled;            /* data-lane mark: the slot holds its batch */
     struct nb_loader *owner;

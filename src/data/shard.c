@@ -24,30 +24,16 @@ static void fsync_parent_dir(const char *path) {
     close(fd);
 }
 
-void nb_shard_write(const char *path, const int32_t *ids, size_t n) {
-    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
-             "cannot write %zu tokens to '%s': a shard holds at most %d", n, path, INT32_MAX);
-    uint16_t *body = nb_malloc(n * sizeof(uint16_t), "shard tokens");
-    for (size_t i = 0; i < n; i++) {
-        NB_CHECK(ids[i] >= 0 && ids[i] <= 65535, "shards store uint16 tokens (vocabularies up to 65536)",
-                 "cannot write '%s': token %zu is %d, outside 0..65535", path, i, (int)ids[i]);
-        body[i] = (uint16_t)ids[i];
-    }
-    int32_t header[NB_SHARD_HEADER_INTS] = {0};
-    header[0] = NB_SHARD_MAGIC;
-    header[1] = NB_SHARD_VERSION;
-    header[2] = (int32_t)n;
-
+/* Write header + body to a temporary name, fsync, rename over path. */
+static void write_shard(const char *path, const int32_t *header, const void *body, size_t width, size_t n) {
     char tmp[4200];
     NB_CHECK(snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) < (int)sizeof tmp,
              "use a shorter path", "shard path too long: '%s'", path);
     FILE *f = nb_fopen(tmp, "wb", "check that the output folder exists and is writable");
-    int ok = fwrite(header, sizeof header, 1, f) == 1 &&
-             (n == 0 || fwrite(body, sizeof(uint16_t), n, f) == n) && fflush(f) == 0 &&
-             fsync(fileno(f)) == 0;
+    int ok = fwrite(header, sizeof(int32_t) * NB_SHARD_HEADER_INTS, 1, f) == 1 &&
+             (n == 0 || fwrite(body, width, n, f) == n) && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int err = errno;
     ok = (fclose(f) == 0) && ok;
-    free(body);
     if (!ok) {
         unlink(tmp);
         nb_fail("check free disk space", "cannot write '%s': %s", tmp, strerror(err));
@@ -61,8 +47,48 @@ void nb_shard_write(const char *path, const int32_t *ids, size_t n) {
     fsync_parent_dir(path);
 }
 
-/* Open a shard and check its header and size; the stream is left at the first token. */
-static FILE *open_checked(const char *path, size_t *ntok_out) {
+void nb_shard_write(const char *path, const int32_t *ids, size_t n) {
+    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
+             "cannot write %zu tokens to '%s': a shard holds at most %d", n, path, INT32_MAX);
+    uint16_t *body = nb_malloc(n * sizeof(uint16_t), "shard tokens");
+    for (size_t i = 0; i < n; i++) {
+        NB_CHECK(ids[i] >= 0 && ids[i] <= 65535, "shards store uint16 tokens (vocabularies up to 65536)",
+                 "cannot write '%s': token %zu is %d, outside 0..65535", path, i, (int)ids[i]);
+        body[i] = (uint16_t)ids[i];
+    }
+    int32_t header[NB_SHARD_HEADER_INTS] = {0};
+    header[0] = NB_SHARD_MAGIC;
+    header[1] = NB_SHARD_VERSION;
+    header[2] = (int32_t)n;
+    write_shard(path, header, body, sizeof(uint16_t), n);
+    free(body);
+}
+
+void nb_shard_write32(const char *path, const int32_t *ids, size_t n) {
+    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
+             "cannot write %zu tokens to '%s': a shard holds at most %d", n, path, INT32_MAX);
+    for (size_t i = 0; i < n; i++)
+        NB_CHECK(ids[i] >= 0, "this is a bug in the caller", "cannot write '%s': token %zu is %d", path, i, (int)ids[i]);
+    int32_t header[NB_SHARD_HEADER_INTS] = {0};
+    header[0] = NB_SHARD_MAGIC32;
+    header[1] = NB_SHARD_VERSION32;
+    header[2] = (int32_t)n;
+    write_shard(path, header, ids, sizeof(uint32_t), n);
+}
+
+void nb_mask_write(const char *path, const uint8_t *mask, size_t n) {
+    NB_CHECK(n <= INT32_MAX, "split the text into several shards",
+             "cannot write %zu mask bytes to '%s': a mask holds at most %d", n, path, INT32_MAX);
+    int32_t header[NB_SHARD_HEADER_INTS] = {0};
+    header[0] = NB_MASK_MAGIC;
+    header[1] = NB_MASK_VERSION;
+    header[2] = (int32_t)n;
+    write_shard(path, header, mask, 1, n);
+}
+
+/* Open a shard and check its header and size (uint16 or uint32 tokens); the stream is left at
+ * the first token. */
+static FILE *open_checked(const char *path, size_t *ntok_out, int *wide_out) {
     FILE *f = nb_fopen(path, "rb", "check the path; make shards with 'nobubble tokenize'");
     struct stat st;
     NB_CHECK(fstat(fileno(f), &st) == 0, NULL, "cannot stat '%s': %s", path, strerror(errno));
@@ -73,50 +99,59 @@ static FILE *open_checked(const char *path, size_t *ntok_out) {
              size, NB_SHARD_HEADER_BYTES);
     int32_t h[NB_SHARD_HEADER_INTS];
     NB_CHECK(fread(h, sizeof h, 1, f) == 1, NULL, "cannot read the header of '%s'", path);
-    NB_CHECK(h[0] == NB_SHARD_MAGIC, "expected an llm.c-format token shard; " SHARD_HINT,
-             "'%s' is not a token shard: magic %d, expected %d", path, (int)h[0], NB_SHARD_MAGIC);
-    NB_CHECK(h[1] == NB_SHARD_VERSION,
-             "version 2 (uint32 tokens, llm.c's Llama 3 shards) is not supported; " SHARD_HINT,
-             "token shard '%s' has version %d, expected %d (uint16 tokens)", path, (int)h[1],
-             NB_SHARD_VERSION);
+    NB_CHECK(h[0] == NB_SHARD_MAGIC || h[0] == NB_SHARD_MAGIC32, "expected an llm.c-format token shard; " SHARD_HINT,
+             "'%s' is not a token shard: magic %d, expected %d (uint16 tokens) or %d (uint32)", path,
+             (int)h[0], NB_SHARD_MAGIC, NB_SHARD_MAGIC32);
+    int wide = h[0] == NB_SHARD_MAGIC32;
+    NB_CHECK(h[1] == (wide ? NB_SHARD_VERSION32 : NB_SHARD_VERSION), SHARD_HINT,
+             "token shard '%s' (magic %d) has version %d, expected %d", path, (int)h[0], (int)h[1],
+             wide ? NB_SHARD_VERSION32 : NB_SHARD_VERSION);
+    size_t width = wide ? 4 : 2;
     NB_CHECK(h[2] >= 0, SHARD_HINT, "token shard '%s' has a negative token count %d", path,
              (int)h[2]);
     size_t ntok = (size_t)h[2];
-    size_t expect = NB_SHARD_HEADER_BYTES + 2 * ntok;
+    size_t expect = NB_SHARD_HEADER_BYTES + width * ntok;
     NB_CHECK(size == expect, SHARD_HINT,
              "token shard '%s' is %s: its header says %zu tokens, so %zu bytes, but the file has "
              "%zu bytes",
              path, size < expect ? "truncated" : "longer than its header says", ntok, expect, size);
     *ntok_out = ntok;
+    *wide_out = wide;
     return f;
 }
 
 size_t nb_shard_probe(const char *path) {
     size_t ntok;
-    fclose(open_checked(path, &ntok));
+    int wide;
+    fclose(open_checked(path, &ntok, &wide));
     return ntok;
 }
 
 void nb_shard_load(nb_shard *s, const char *path, int vocab) {
-    NB_CHECK(vocab >= 1 && vocab <= 65536, "this is a bug in the caller",
-             "nb_shard_load: vocab %d is outside 1..65536", vocab);
+    NB_CHECK(vocab >= 1, "this is a bug in the caller", "nb_shard_load: vocab %d is below 1", vocab);
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
     size_t ntok;
-    FILE *f = open_checked(path, &ntok);
-    s->tokens = nb_malloc(ntok * sizeof(uint16_t), path);
-    NB_CHECK(ntok == 0 || fread(s->tokens, sizeof(uint16_t), ntok, f) == ntok, NULL,
+    int wide;
+    FILE *f = open_checked(path, &ntok, &wide);
+    size_t width = wide ? 4 : 2;
+    void *body = nb_malloc(ntok * width, path);
+    if (wide) s->tokens32 = body;
+    else s->tokens = body;
+    NB_CHECK(ntok == 0 || fread(body, width, ntok, f) == ntok, NULL,
              "cannot read the %zu tokens of '%s'", ntok, path);
     fclose(f);
     for (size_t i = 0; i < ntok; i++)
-        NB_CHECK(s->tokens[i] < vocab, "the shard was made with another tokenizer; " SHARD_HINT,
-                 "token shard '%s': token %zu is %d, outside the vocabulary 0..%d", path, i,
-                 (int)s->tokens[i], vocab - 1);
+        NB_CHECK(nb_shard_token(s, i) < (uint32_t)vocab, "the shard was made with another tokenizer; " SHARD_HINT,
+                 "token shard '%s': token %zu is %u, outside the vocabulary 0..%d", path, i,
+                 (unsigned)nb_shard_token(s, i), vocab - 1);
     s->ntok = ntok;
 }
 
 void nb_shard_free(nb_shard *s) {
     free(s->tokens);
+    free(s->tokens32);
     s->tokens = NULL;
+    s->tokens32 = NULL;
     s->ntok = 0;
 }

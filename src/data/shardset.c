@@ -114,17 +114,17 @@ void nb_shardset_open(nb_shardset *s, const char *spec, int vocab, const char *w
     s->n = l.n;
     s->paths = l.v; /* the set keeps the strings */
     s->start = nb_malloc((size_t)(s->n + 1) * sizeof *s->start, "shard offsets");
-    s->tokens = nb_calloc((size_t)s->n, sizeof *s->tokens, "shard tokens");
+    s->loaded = nb_calloc((size_t)s->n, sizeof *s->loaded, "shard tokens");
     s->start[0] = 0;
     for (int i = 0; i < s->n; i++) s->start[i + 1] = s->start[i] + nb_shard_probe(s->paths[i]);
 }
 
 void nb_shardset_close(nb_shardset *s) {
     for (int i = 0; i < s->n; i++) {
-        free(s->tokens[i]);
+        nb_shard_free(&s->loaded[i]);
         free(s->paths[i]);
     }
-    free(s->tokens), free(s->paths), free(s->start);
+    free(s->loaded), free(s->paths), free(s->start);
     memset(s, 0, sizeof *s);
 }
 
@@ -135,23 +135,24 @@ static void load(nb_shardset *s, int i) {
     NB_CHECK(sh.ntok == s->start[i + 1] - s->start[i], "keep a run's shards unchanged while it trains (and for its resume)",
              "token shard '%s' changed while the run read it: %zu tokens at start, %zu now", s->paths[i],
              s->start[i + 1] - s->start[i], sh.ntok);
-    s->tokens[i] = sh.tokens;
+    s->loaded[i] = sh;
 }
 
-void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint16_t *out) {
+static int is_loaded(const nb_shard *sh) { return sh->tokens || sh->tokens32; }
+
+void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint32_t *out) {
     NB_ASSERT(pos <= nb_shardset_ntok(s) && n <= nb_shardset_ntok(s) - pos);
     size_t end = pos + n;
     for (int i = 0; i < s->n; i++) {
         size_t a = s->start[i], b = s->start[i + 1];
         int needed = a < end && b > pos;
         if (!needed) {
-            free(s->tokens[i]);
-            s->tokens[i] = NULL;
+            if (is_loaded(&s->loaded[i])) nb_shard_free(&s->loaded[i]);
             continue;
         }
-        if (!s->tokens[i]) load(s, i);
+        if (!is_loaded(&s->loaded[i]) && b > a) load(s, i);
         size_t lo = pos > a ? pos : a, hi = end < b ? end : b;
-        memcpy(out + (lo - pos), s->tokens[i] + (lo - a), (hi - lo) * sizeof(uint16_t));
+        for (size_t k = lo; k < hi; k++) out[k - pos] = nb_shard_token(&s->loaded[i], k - a);
     }
 }
 

@@ -10,7 +10,7 @@
  * the shard and the offset in it, so resume is bitwise across boundaries and a run on shards split
  * from one file reads exactly the tokens of the run on that file.
  *
- * Opening checks every shard's header and size (magic, version, size == 1024 + 2 * count) before
+ * Opening checks every shard's header and size (magic, version, size == 1024 + 2 or 4 * count) before
  * anything trains; a shard's tokens are read (and checked against the vocabulary) when the stream
  * first reaches it and dropped once a read no longer needs it, so host memory holds the shards of
  * one batch, not the whole set. */
@@ -21,13 +21,14 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "data/shard.h"
 
 typedef struct {
     char spec[NB_PATH_MAX]; /* as given */
     int n, vocab;
     char **paths;          /* [n] resolved */
     size_t *start;         /* [n + 1]: stream position of each shard's first token; start[n]: total */
-    uint16_t **tokens;     /* [n]: a shard's tokens while loaded, else NULL */
+    nb_shard *loaded;      /* [n]: a shard while loaded (ntok 0 and no tokens otherwise) */
 } nb_shardset;
 
 /* Expand spec (failing with every place looked for an item that names nothing), check each
@@ -38,7 +39,7 @@ void nb_shardset_close(nb_shardset *s);
 static inline size_t nb_shardset_ntok(const nb_shardset *s) { return s->start[s->n]; }
 /* Tokens [pos, pos + n) of the stream into out (pos + n <= the total). Loads the shards that
  * range needs and drops the others. Not thread-safe: one reader per set. */
-void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint16_t *out);
+void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint32_t *out);
 /* For messages: the path of a single shard, else "N shards: FIRST, SECOND, ..., LAST" */
 void nb_shardset_describe(const nb_shardset *s, char *buf, size_t cap);
 /* Does every item of spec name an existing file (or a glob with a match)? If not, why names the

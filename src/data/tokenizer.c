@@ -238,6 +238,10 @@ static unsigned char *utf8_sanitize(const unsigned char *s, size_t n, size_t *ou
     return out;
 }
 
+char *nb_utf8_sanitize(const char *utf8, size_t len, size_t *out_len) {
+    return (char *)utf8_sanitize((const unsigned char *)utf8, len, out_len);
+}
+
 /* Decode one code point of text already known to be valid UTF-8. */
 static inline uint32_t utf8_valid_cp(const unsigned char *s, int *len) {
     unsigned b0 = s[0];

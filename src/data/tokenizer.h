@@ -62,6 +62,10 @@ char *nb_tokenizer_decode(const nb_tokenizer *t, const int32_t *ids, size_t n, s
  * Returns NULL and *len = 0 for an id outside [0, vocab). */
 const char *nb_tokenizer_token_bytes(const nb_tokenizer *t, int32_t id, size_t *len);
 
+/* A malloc'd copy of the text with each ill-formed UTF-8 subpart replaced by U+FFFD (node's
+ * 'utf8' reading), or NULL when the text is valid as it is. Used by the Hugging Face tokenizer. */
+char *nb_utf8_sanitize(const char *utf8, size_t len, size_t *out_len);
+
 /* Number of U+FFFD replacements encode() will make in this text (0 for valid UTF-8). */
 size_t nb_tokenizer_count_invalid(const char *utf8, size_t len);
 
