@@ -86,7 +86,7 @@ endif
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tsan asan clean
+.PHONY: install uninstall all test tsan asan clean
 all: $(BUILD)/nobubble $(TEST_BIN)
 
 # rebuilt from scratch: ar would keep the members of sources that no longer exist
@@ -141,6 +141,20 @@ ASAN_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 asan:
 	$(MAKE) BUILD=$(ASAN_BUILD) NB_CUDA=0 OPT="-O1 -g -fno-omit-frame-pointer -march=x86-64-v2" \
 	    SANITIZE="$(ASAN_SANITIZE)" all
+
+# make install [PREFIX=/usr/local]: the binary, and the data fetched so far (scripts/fetch_data.sh)
+# where the installed binary looks for data/ paths (PREFIX/share/nobubble/data, see core/datapath.h)
+PREFIX ?= /usr/local
+install: $(BUILD)/nobubble
+	install -D -m 755 $(BUILD)/nobubble $(DESTDIR)$(PREFIX)/bin/nobubble
+	@if [ -d data ]; then mkdir -p $(DESTDIR)$(PREFIX)/share/nobubble/data && \
+	    cp -rL --preserve=timestamps data/. $(DESTDIR)$(PREFIX)/share/nobubble/data/ && \
+	    echo "install: data/ -> $(DESTDIR)$(PREFIX)/share/nobubble/data"; \
+	else echo "install: no data/ yet (bash scripts/fetch_data.sh, then make install again; or set NB_DATA_DIR)"; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/nobubble
+	rm -rf $(DESTDIR)$(PREFIX)/share/nobubble
 
 clean:
 	rm -rf $(BUILD)

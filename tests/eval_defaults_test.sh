@@ -34,9 +34,9 @@ out=$($NB sample --ckpt run --tokens 4 --threads 2 2>&1) && pass "sample finds d
     || { fail "sample from another directory"; echo "$out" | tail -2; }
 
 # a binary whose repository has no data/: NB_DATA_DIR, else an error naming every place looked
-mkdir -p "$TMP/copy/bin"
-cp "$NB" "$TMP/copy/bin/nobubble"
-NBC=$TMP/copy/bin/nobubble
+mkdir -p "$TMP/copy/build"
+cp "$NB" "$TMP/copy/build/nobubble"
+NBC=$TMP/copy/build/nobubble
 expect_error "default data missing" \
     "training data: 'data/sotu/train.bin' not found; looked at data/sotu/train.bin (in the working directory $TMP/elsewhere), $TMP/copy/data/sotu/train.bin (next to the binary)" \
     $NBC train --model gpt2-tiny --steps 1
@@ -45,4 +45,13 @@ expect_error "default tokenizer missing" "tokenizer folder 'data/gpt2' not found
 NB_DATA_DIR=$ROOT/data $NBC train --model gpt2-tiny --batch 2 --steps 1 --eval-batches 1 --threads 2 --out env 2>"$TMP/env.err" \
     && grep -q "tokens of $ROOT/data/sotu/val.bin" "$TMP/env.err" && pass "NB_DATA_DIR stands for data/" \
     || { fail "NB_DATA_DIR"; tail -3 "$TMP/env.err"; }
+# an installed binary (make install: PREFIX/bin/nobubble) finds PREFIX/share/nobubble/data
+mkdir -p "$TMP/inst/bin" "$TMP/inst/share/nobubble/data"
+cp "$NB" "$TMP/inst/bin/nobubble"
+ln -s "$ROOT/data/sotu" "$TMP/inst/share/nobubble/data/sotu"
+"$TMP/inst/bin/nobubble" train --model gpt2-tiny --batch 2 --steps 1 --eval-batches 1 --threads 2 --out inst 2>"$TMP/inst.err" \
+    && grep -q "tokens of $TMP/inst/share/nobubble/data/sotu/val.bin" "$TMP/inst.err" \
+    && pass "an installed binary finds PREFIX/share/nobubble/data" || { fail "installed binary's data"; tail -3 "$TMP/inst.err"; }
+make -s -C "$ROOT" -n install PREFIX="$TMP/p" | grep -q "install -D -m 755 build.*/nobubble $TMP/p/bin/nobubble" \
+    && pass "make install puts the binary in PREFIX/bin" || fail "make -n install"
 finish

@@ -6,17 +6,21 @@
 #include <string.h>
 #include <unistd.h>
 
-/* REPO/data for a binary at REPO/build/nobubble (or any REPO/<dir>/<binary>); "" if unknown */
+/* The data folder that goes with the binary: PREFIX/share/nobubble/data for an installed one
+ * (PREFIX/bin/nobubble, 'make install'), else REPO/data for REPO/build/nobubble (or any
+ * REPO/<dir>/<binary>); "" if unknown */
 static void repo_data_dir(char *out, size_t cap) {
     char exe[NB_PATH_MAX];
     out[0] = 0;
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0 || (size_t)n >= sizeof exe - 1) return;
     exe[n] = 0;
-    char *bin_dir = dirname(exe); /* REPO/build */
+    char *bin_dir = dirname(exe); /* REPO/build or PREFIX/bin */
+    const char *leaf = strrchr(bin_dir, '/');
+    int installed = leaf && !strcmp(leaf + 1, "bin");
     char repo[NB_PATH_MAX];
     snprintf(repo, sizeof repo, "%s", bin_dir);
-    if ((size_t)snprintf(out, cap, "%s/data", dirname(repo)) >= cap) out[0] = 0;
+    if ((size_t)snprintf(out, cap, "%s/%s", dirname(repo), installed ? "share/nobubble/data" : "data") >= cap) out[0] = 0;
 }
 
 /* path made absolute against the working directory, to compare places */

@@ -6,7 +6,8 @@
  *   2. under $NB_DATA_DIR, which stands for the data/ folder (data/sotu/val.bin ->
  *      $NB_DATA_DIR/sotu/val.bin);
  *   3. in the data/ folder of the repository the binary was built in (/proc/self/exe is
- *      REPO/build/nobubble, so REPO/data).
+ *      REPO/build/nobubble, so REPO/data), or for an installed binary (PREFIX/bin/nobubble,
+ *      'make install') in PREFIX/share/nobubble/data.
  * Any other path is used as given. */
 #ifndef NB_DATAPATH_H
 #define NB_DATAPATH_H
