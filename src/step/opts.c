@@ -105,7 +105,8 @@ static const nb_opt table[] = {
     {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
     {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
     {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
-    /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model") */
+    /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model";
+ * seqctr's read_config checks it against these rows' ranges) */
     {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},
     {"dim", NB_OPT_INT, F(model.dim), NB_OPTG_TF, NULL, "N", "override: model width", 1, BIG, "at least 1", .flag = 1},
     {"heads", NB_OPT_INT, F(model.heads), NB_OPTG_TF, NULL, "N", "override: attention heads", 1, BIG, "at least 1", .flag = 1},
@@ -113,13 +114,13 @@ static const nb_opt table[] = {
     {"ffn", NB_OPT_INT, F(model.ffn), NB_OPTG_TF, NULL, "N", "override: MLP hidden width", 1, BIG, "at least 1", .flag = 1},
     {"vocab", NB_OPT_INT, F(model.vocab), NB_OPTG_TF, NULL, "N", "override: vocabulary size", 2, BIG, "at least 2", .flag = 1},
     {"seq", NB_OPT_INT, F(model.seq), NB_OPTG_TF, NULL, "N", "override: context length = training sequence length", 1, BIG, "at least 1", .flag = 1},
-    {"emb-dim", NB_OPT_INT, F(ctr.E), NB_OPTG_SC, NULL, "E", "embedding width (a multiple of --heads)", 4, BIG, "at least 4", .flag = 1},
-    {"heads", NB_OPT_INT, F(ctr.heads), NB_OPTG_SC, NULL, "N", "attention heads of the history encoder", 1, BIG, "at least 1", .flag = 1},
-    {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, BIG, "at least 1", .flag = 1},
-    {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, BIG, "at least 1", .flag = 1},
-    {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, BIG, "at least 1", .flag = 1},
-    {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, BIG, ">= 0", .flag = 1},
-    {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, BIG, ">= 0", .flag = 1},
+    {"emb-dim", NB_OPT_INT, F(ctr.E), NB_OPTG_SC, NULL, "E", "embedding width (a multiple of --heads)", 4, 65536, "in 4..65536", .flag = 1},
+    {"heads", NB_OPT_INT, F(ctr.heads), NB_OPTG_SC, NULL, "N", "attention heads of the history encoder", 1, 65536, "in 1..65536", .flag = 1},
+    {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, NB_SC_MAX_BLOCKS, "in 1..64", .flag = 1},
+    {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, 1 << 20, "in 1..1048576", .flag = 1},
+    {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, 1 << 20, "in 1..1048576", .flag = 1},
+    {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, 1024, "in 0..1024", .flag = 1},
+    {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, 65536, "in 0..65536", .flag = 1},
 };
 #define NROWS ((int)(sizeof table / sizeof table[0]))
 
