@@ -93,8 +93,9 @@ static void assemble_shards(nb_run *r, const char *dir) {
     for (int k = 0; k < N; k++) {
         int64_t rows = (total - k + N - 1) / N, sh[2] = {rows, E};
         float *buf = nb_malloc((size_t)(rows ? rows : 1) * (size_t)E * sizeof(float), "a table shard");
-        nb_ckpt_list l = {0};
+        nb_ckpt_list l = {.partial = 1}; /* the table's rows, not their optimizer state */
         nb_ckpt_list_add(&l, "emb.shard", 2, sh, buf);
+        nb_ckpt_expect(&l, dir);
         nb_ckpt_shard_path(path, sizeof path, dir, k, N);
         nb_ckpt_load_file(path, &l);
         for (int64_t i = 0; i < rows; i++)
@@ -118,6 +119,7 @@ void nb_seqctr_start(nb_run *r, const char *resume_dir) {
             nb_ckpt_list shard = {0};
             char path[NB_PATH_MAX + 96];
             nb_seqctr_shard_tensors(r, &shard);
+            nb_ckpt_expect(&shard, resume_dir);
             nb_ckpt_shard_path(path, sizeof path, resume_dir, r->rank, r->world);
             nb_ckpt_load_file(path, &shard);
             nb_ckpt_list_free(&shard);
