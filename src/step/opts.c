@@ -71,7 +71,7 @@ static const nb_opt table[] = {
     {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise) or adam (lazy sparse)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
     {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
-    {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
+    {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo: the head of the file; MovieLens holds out its test file)", 1, 1 << 24, "in 1..16777216", .flag = 1, .state = OPT},
     {"strict", NB_OPT_BOOL, F(strict), NB_OPTG_SC, NULL, NULL, "criteo: stop at the first bad line (default: skip and count)", .flag = 1, .state = OPT},
     {"grad-accum", NB_OPT_INT, F(grad_accum), NB_OPTG_RANKS, "1", "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 4096, "in 1..4096", .flag = 1, .state = OPT},
     {"comm", NB_OPT_ENUM, F(comm), NB_OPTG_RANKS, "auto", "KIND", "auto, mpi (CPU), nccl (a GPU per rank) or host (GPU buffers over MPI)", .names = comm_names, .flag = 1, .state = OPT},
