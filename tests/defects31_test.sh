@@ -11,6 +11,9 @@
 #  7. criteo-convert left OUT.tmp.PID.N behind on failure, and read a file without newlines whole;
 #  8. a resume without --threads was not bitwise (the thread count was not kept);
 #  9. ranks started with different options trained to the end.
+# And the issue's "also seen": state.json shape edits, mixed checkpoint files, --grad-accum with
+# --micro-batches, a Criteo header with no positives, --eval-samples beyond its bound, and a rank
+# stopped (SIGSTOP) past --comm-timeout: the others name it, and once resumed it blames no one.
 source "$(dirname "$0")/lib.sh"
 need_sotu
 get_field() { echo "$2" | tr ' ' '\n' | grep "^$1=" | cut -d= -f2; }
@@ -66,6 +69,41 @@ for x in "" "--micro-batches 2" "--emulate-ranks 2" "--balance vbs --micro-batch
         "too many lookups for 32-bit indices" $NB6 "${C5[@]}" --no-ckpt --batch 2147483647 $x
 done
 
+# ---- also seen: shape edits of state.json refused against the tensors; files of another run or
+# step refused (the fingerprint); conflicting FWP flags; a Criteo header with no positives; the
+# held-out size bounded
+SA=(train --model seqctr --data "synth:cap=1000,items=2000,calib=4096,max_len=8" --emb-dim 8 --heads 4 --blocks 1
+    --cross-rank 8 --block-hidden 16 --batch 16 --eval-samples 32 --quiet --no-progress --schedule pipe)
+$NB "${SA[@]}" --steps 2 --out "$TMP/a1" >/dev/null 2>&1 || fail "also seen: a checkpoint"
+$NB "${SA[@]}" --steps 2 --seed 9 --out "$TMP/a2" >/dev/null 2>&1 || fail "also seen: another run's checkpoint"
+$NB "${SA[@]}" --steps 2 --stop-after 1 --out "$TMP/a3" >/dev/null 2>&1 || fail "also seen: an earlier checkpoint"
+edited() { rm -rf "$TMP/ae"; cp -r "$TMP/a1" "$TMP/ae"; sed -i "$1" "$TMP/ae/ckpt/state.json"; }
+edited 's/"heads": 4/"heads": 8/'
+expect_error "also seen: state.json heads 4 -> 8" "model field 'heads' is 8, the file's 4; its tensors" $NB train --resume "$TMP/ae" --steps 3
+edited 's/"hist_layers": 1/"hist_layers": 0/'
+expect_error "also seen: state.json hist_layers 1 -> 0" "holds tensor 'hist.0.ln1.weight', .*model field 'hist_layers' is 0, the file's 1" \
+    $NB eval --ckpt "$TMP/ae"
+for mix in "shard-00000-of-00001.safetensors a2" "shard-00000-of-00001.safetensors a3" "model.safetensors a2" "optim.safetensors a3"; do
+    set -- $mix
+    rm -rf "$TMP/am"; cp -r "$TMP/a1" "$TMP/am"; cp "$TMP/$2/ckpt/$1" "$TMP/am/ckpt/$1"
+    expect_error "also seen: $1 of $( [ $2 = a2 ] && echo another run || echo an earlier step)" "belongs to another checkpoint than its state.json" \
+        $NB train --resume "$TMP/am" --steps 3
+done
+expect_error "also seen: --grad-accum 2 --micro-batches 4" "grad-accum.*micro-batches\|micro-batches.*grad-accum" \
+    $NB "${SA[@]}" --steps 1 --no-ckpt --grad-accum 2 --micro-batches 4
+expect_error "also seen: --eval-samples 2147483647" "eval-samples is 2147483647: it must be in 1..16777216" \
+    $NB "${SA[@]}" --steps 1 --no-ckpt --eval-samples 2147483647
+edited 's/"eval_samples": 32/"eval_samples": 2147483647/'
+expect_error "also seen: state.json eval_samples 2147483647" "eval-samples is 2147483647: it must be in 1..16777216" $NB train --resume "$TMP/ae" --steps 3
+for i in $(seq 40); do
+    printf '%d' 0; for j in $(seq 13); do printf '\t%d' $(( (i * j) % 17 )); done
+    for j in $(seq 26); do printf '\t%08x' $(( (i * 7919 + j * 104729) % 4294967296 )); done; printf '\n'
+done > "$TMP/neg.tsv"
+$NB criteo-convert --in "$TMP/neg.tsv" --out "$TMP/neg.bin" >/dev/null 2>&1 || fail "also seen: criteo-convert"
+expect_error "also seen: a Criteo binary whose header says 0 positives" "header says 0 positives of 40 labeled records" \
+    $NB train --model seqctr --data "criteo:$TMP/neg.bin" --emb-dim 8 --blocks 1 --cross-rank 8 --block-hidden 16 --batch 8 \
+    --eval-samples 8 --steps 1 --no-ckpt --quiet
+
 # ---- 3: ranks resume a checkpoint that only ckpt.old holds
 if command -v mpirun >/dev/null; then
     MPI=(mpirun --oversubscribe --allow-run-as-root -np 2)
@@ -86,6 +124,27 @@ if command -v mpirun >/dev/null; then
         "${MPI[@]}" bash -c 'exec "$@" $( [ "$OMPI_COMM_WORLD_RANK" = 1 ] && echo --lr 0.01 )' _ $NB "${T[@]}" --threads 1 --steps 2 --no-ckpt
     expect_error_ranks "defect 9: the model differs between the ranks" "differs between the ranks" \
         "${MPI[@]}" bash -c 'exec "$@" $( [ "$OMPI_COMM_WORLD_RANK" = 1 ] && echo --layers 3 )' _ $NB "${T[@]}" --threads 1 --steps 2 --no-ckpt
+
+    # ---- also seen: a rank stopped past --comm-timeout is the one named; resumed, it blames no peer
+    "${MPI[@]}" $NB "${T[@]}" --threads 1 --steps 100000 --no-ckpt --comm-timeout 2 --out "$TMP/stop" >"$TMP/stop.out" 2>&1 &
+    job=$!
+    pid=
+    for i in $(seq 600); do
+        for p in $(pgrep -f -- "--out $TMP/stop"); do
+            tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && pid=$p
+        done
+        [ -n "$pid" ] && [ -s "$TMP/stop/metrics.jsonl" ] && break
+        sleep 0.1
+    done
+    if [ -n "$pid" ]; then
+        kill -STOP "$pid"; sleep 5; kill -CONT "$pid" 2>/dev/null
+        wait $job
+        grep -q "no data from rank 1 .*rank 1 died or stalled" "$TMP/stop.out" && ! grep -q "rank 0 died or stalled" "$TMP/stop.out" \
+            && pass "also seen: a stopped rank is named, and blames no peer once resumed" \
+            || { fail "also seen: the timeout of a stopped rank"; grep "error:" "$TMP/stop.out"; }
+    else
+        kill $job; fail "also seen: the stopped-rank job did not start"
+    fi
 else
     echo "skip: defects 3 and 9 (no mpirun)"
 fi

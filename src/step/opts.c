@@ -347,8 +347,10 @@ static void check_range(const nb_opt *opt, const nb_train_opts *o) {
 }
 
 void nb_train_opts_check(const nb_train_opts *o, unsigned groups) {
+    /* every option state.json keeps is in its range, the family's or not (a damaged value of
+     * another family's option is still damage, and some are read across: nb_train_parts) */
     for (int i = 0; i < NROWS; i++)
-        if (groups & (1u << table[i].group)) check_range(&table[i], o);
+        if ((groups & (1u << table[i].group)) || table[i].state) check_range(&table[i], o);
     NB_CHECK(o->micro_batches <= 1 || o->grad_accum <= 1, "pass --micro-batches (FWP) or --grad-accum, not both",
              "--micro-batches %d and --grad-accum %d both split the step", o->micro_batches, o->grad_accum);
     NB_CHECK(o->emulate_ranks == 0 || o->emulate_ranks >= 2, "pass a value in the range the message names (flag or state.json field)",
