@@ -139,7 +139,7 @@ if command -v mpirun >/dev/null; then
     if [ -n "$pid" ]; then
         kill -STOP "$pid"; sleep 5; kill -CONT "$pid" 2>/dev/null
         wait $job
-        grep -q "no data from rank 1 .*rank 1 died or stalled" "$TMP/stop.out" && ! grep -q "rank 0 died or stalled" "$TMP/stop.out" \
+        grep -q "rank 0: .*rank 1 died or stalled" "$TMP/stop.out" && ! grep -q "rank 0 died or stalled" "$TMP/stop.out" \
             && pass "also seen: a stopped rank is named, and blames no peer once resumed" \
             || { fail "also seen: the timeout of a stopped rank"; grep "error:" "$TMP/stop.out"; }
     else
