@@ -137,7 +137,7 @@ out_of() {
     below) case $2 in int|i64) echo $(( ${3%%.*} - 1 ));; float) awk -v lo="$3" 'BEGIN { print (lo > 0 ? 0 : -1) }';; esac ;;
     above) case $2 in int) [ "${4%%.*}" -lt 2147483647 ] && echo $(( ${4%%.*} + 1 )) || echo 2147483648;;
                       i64) echo $(( ${4%%.*} + 1 ));;
-                      float) awk -v hi="$4" 'BEGIN { printf "%.17g\n", hi * 10 > 3.4e38 ? 1e39 : hi * 10 }';; esac ;;
+                      float) awk -v hi="$4" 'BEGIN { printf "%.17g\n", (hi * 10 > 3.4e38 ? 1e39 : hi * 10) }';; esac ;;
     esac
 }
 mkdir -p "$W/flag" "$W/tf-field" "$W/sc-field"
