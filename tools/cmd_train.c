@@ -21,6 +21,7 @@ typedef struct {
     const nb_opt *row;
     nb_train_opts *o;
     nb_arg_custom custom;
+    char help[640]; /* the row's help and its range ("in 1..64"), the range the value is checked against */
 } flag_ctx;
 
 static int set_flag(const void *ctx, const char *value, char *err, size_t cap) {
@@ -43,10 +44,14 @@ static int table_flags(nb_train_opts *o, unsigned groups, nb_arg *args, flag_ctx
         if (!row->flag) continue;
         const nb_opt *own = nb_opt_find(row->name, groups);
         if (own ? own != row : nb_opt_find(row->name, ~0u) != row) continue;
-        ctx[n] = (flag_ctx){row, o, {set_flag, show_flag, &ctx[n]}};
-        int is_bool = row->type == NB_OPT_BOOL;
+        ctx[n] = (flag_ctx){row, o, {set_flag, show_flag, &ctx[n]}, ""};
+        int is_bool = row->type == NB_OPT_BOOL, numeric = row->type <= NB_OPT_FLOAT;
+        if (numeric && row->range && row->help)
+            snprintf(ctx[n].help, sizeof ctx[n].help, "%s (%s)", row->help, row->range);
+        else
+            snprintf(ctx[n].help, sizeof ctx[n].help, "%s", row->help ? row->help : "");
         args[n] = (nb_arg){row->name, is_bool ? ARG_BOOL : ARG_CUSTOM, is_bool ? (void *)((char *)o + row->offset) : &ctx[n].custom,
-                           0, row->meta, row->help, 0, 0, (int)row->group};
+                           0, row->meta, ctx[n].help, 0, 0, (int)row->group};
         n++;
     }
     return n;

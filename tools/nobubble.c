@@ -11,6 +11,7 @@
 #include "host.h"
 #include "ops/backend.h"
 #include "sched/sched.h"
+#include "step/opts.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -27,6 +28,7 @@ static void usage(FILE *f) {
             "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
             "  export    write a checkpoint as a Hugging Face model (config.json + model.safetensors)\n"
             "  predict   a seqctr checkpoint's click probability for every row of a file\n"
+            "  options   the options table of 'nobubble train' as TSV (for scripts: tests/fuzz_test.sh)\n"
             "\n"
             "Run 'nobubble <command> --help' for the options of a command.\n");
 }
@@ -81,6 +83,29 @@ static void prepare_environment(char **argv) {
     }
 }
 
+/* The options table, one row a line: flag name, state.json key ("-": not kept), type, group,
+ * lo, hi, math (0/1), enum names (comma-separated, "-": none). Scripts generate their cases
+ * from it (the fuzz test's flag and state.json ranges), so they follow the table. */
+static int cmd_options(void) {
+    static const char *types[] = {"int", "i64", "u64", "float", "str", "bool", "enum"};
+    static const char *groups[] = {"common", "ranks", "tf", "sc", "erase", "stream"};
+    int n;
+    const nb_opt *rows = nb_opts_table(&n);
+    for (int i = 0; i < n; i++) {
+        const nb_opt *r = &rows[i];
+        char key[64];
+        snprintf(key, sizeof key, "%s", r->name);
+        for (char *c = key; *c; c++)
+            if (*c == '-') *c = '_';
+        printf("%s\t%s\t%s\t%s\t%.17g\t%.17g\t%d\t", r->flag ? r->name : "-", r->state ? key : "-", types[r->type],
+               groups[r->group], r->lo, r->hi, r->math);
+        if (!r->names) printf("-");
+        for (int k = 0; r->names && r->names[k]; k++) printf("%s%s", k ? "," : "", r->names[k]);
+        printf("\n");
+    }
+    return 0;
+}
+
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) {
@@ -112,6 +137,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return nb_cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return nb_cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "options")) return cmd_options();
     fprintf(stderr, "nobubble: error: unknown command '%s' (hint: run 'nobubble --help')\n", cmd);
     return 2;
 }

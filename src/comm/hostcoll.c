@@ -170,17 +170,19 @@ static NB_NORETURN void hc_timeout(nb_hc *h) {
         if (r) recv_from[nr++] = peer;
         else if (s) send_to[ns++] = peer;
     }
-    char who[256], lb[64];
+    char who[256], lb[64], own[96] = "";
+    if (h->own_stall_s > 0)
+        snprintf(own, sizeof own, " (not counting the %.0f s this rank itself was stopped)", h->own_stall_s);
     if (nr > 0) {
         rank_list(who, sizeof who, recv_from, nr);
         nb_fail(NB_HC_TIMEOUT_HINT,
-                "rank %d: no data from %s within %g s in %s #%llu%s (--comm-timeout): %s died or stalled",
-                h->rank, who, h->timeout_s, h->what, (unsigned long long)h->seq, label_of(h, lb, sizeof lb), who);
+                "rank %d: no data from %s within %g s%s in %s #%llu%s (--comm-timeout): %s died or stalled",
+                h->rank, who, h->timeout_s, own, h->what, (unsigned long long)h->seq, label_of(h, lb, sizeof lb), who);
     }
     rank_list(who, sizeof who, send_to, ns);
     nb_fail(NB_HC_TIMEOUT_HINT,
-            "rank %d: %s did not take its data within %g s in %s #%llu%s (--comm-timeout): %s died or stalled",
-            h->rank, who, h->timeout_s, h->what, (unsigned long long)h->seq, label_of(h, lb, sizeof lb), who);
+            "rank %d: %s did not take its data within %g s%s in %s #%llu%s (--comm-timeout): %s died or stalled",
+            h->rank, who, h->timeout_s, own, h->what, (unsigned long long)h->seq, label_of(h, lb, sizeof lb), who);
 }
 
 /* A finished request: its error (if any), and for receives the size the sender sent. */
@@ -223,10 +225,20 @@ static void hc_backoff(double idle_s) {
     }
 }
 
+/* A gap between two polls this long means this process did not run (the backoff sleeps at most
+ * 0.2 ms): it was stopped (SIGSTOP, a debugger) or the host stalled it. */
+#define NB_HC_OWN_STALL_S 1.0
+
 static void hc_wait(nb_hc *h) {
     int left = h->nreq;
-    double last = nb_now();
+    double last = nb_now(), polled = last;
+    h->own_stall_s = 0;
     while (left > 0) {
+        /* this rank's own stop is not its peers' lateness (they could not answer a stopped rank
+         * either): the deadline restarts, so a resumed rank does not blame a peer for its stop */
+        double now = nb_now();
+        if (now - polled > NB_HC_OWN_STALL_S) h->own_stall_s += now - polled, last = now;
+        polled = now;
         int n = 0;
         int rc = MPI_Testsome(h->nreq, h->reqs, &n, h->done_idx, h->stats);
         if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) hc_mpi_fail(h, rc, "MPI_Testsome", -1);

@@ -227,6 +227,10 @@ static void bin_open(nb_criteo_reader *r, const unsigned char *head, size_t got)
     NB_CHECK(h.zero0 == 0 && memcmp(h.zero1, zeros, 8) == 0, BIN_HINT, "'%s': reserved header bytes are not zero", p);
     NB_CHECK(h.positives <= h.count, BIN_HINT, "'%s': header says %" PRIu64 " positives of %" PRIu64 " records", p,
              h.positives, h.count);
+    /* a labeled file without one click is a damaged header (or useless data): say so now, not
+     * after the full pass that would find the records' positives differ */
+    NB_CHECK(h.positives > 0 || h.count == 0 || h.layout != NB_CRITEO_KAGGLE, BIN_HINT,
+             "'%s': header says 0 positives of %" PRIu64 " labeled records (no click to learn from)", p, h.count);
     struct stat sb;
     NB_CHECK(fstat(fileno(r->f), &sb) == 0, NULL, "cannot stat '%s': %s", p, strerror(errno));
     NB_CHECK(h.count <= (UINT64_MAX - NB_CRITEO_BIN_HEADER_BYTES) / NB_CRITEO_BIN_RECORD_BYTES, BIN_HINT,

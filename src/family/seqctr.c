@@ -197,6 +197,10 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len) {
     NB_CHECK(bal.kind != NB_BALANCE_VBS || !o->graphs, "drop --graphs with --balance vbs",
              "vbs changes the per-rank batch size every step: a captured step would not replay");
     int shares = t->emulate ? t->emulate : r->world;
+    /* the largest batch a part or the window holds, checked before anything is sized by it (a
+     * --batch near INT_MAX would overflow the part arithmetic below) */
+    int most = nb_balance_cap(&bal, o->batch, shares);
+    nb_sc_check_batch_size(o->batch / r->world > most ? o->batch / r->world : most, max_len);
     NB_CHECK(o->batch % shares == 0, "pass a --batch divisible by the ranks (emulated ones too)",
              "--batch %d does not split over %d ranks", o->batch, shares);
     NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",

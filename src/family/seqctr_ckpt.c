@@ -15,6 +15,18 @@ static void table_name(char *buf, size_t cap, int t, const char *suffix) {
         snprintf(buf, cap, "emb.cat.%d%s", t, suffix);
 }
 
+/* Does the checkpoint a forward-only run reads (eval, export, sample) hold its tables in shards?
+ * Several ranks' do (--emb-shard auto or row), and so does one process's whose step went through
+ * the sharded exchange (--schedule pipe, --micro-batches, --emulate-ranks): that run's schedule is
+ * not the forward's, so the shard file itself says it. */
+static int ckpt_in_shards(const nb_run *r) {
+    if (!r->eval_only || !r->ckpt_world) return 0;
+    if (nb_seqctr_shard_opts(&r->o, r->ckpt_world)) return 1;
+    char path[NB_PATH_MAX + 96];
+    nb_ckpt_shard_path(path, sizeof path, r->o.resume, 0, r->ckpt_world);
+    return nb_file_exists(path);
+}
+
 /* seqctr.h's names: the dense tensors, emb.cat.{f} [rows_f, E] and emb.item [item_rows, E]; the
  * optimizer state "<name>.exp_avg" / ".exp_avg_sq" (AdamW; sparse Adam on the tables) or
  * "<table>.adagrad_sum" [rows] (row-wise Adagrad) */
@@ -34,7 +46,7 @@ void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
         nb_ckpt_list_add(optim, name, nd, sh, m->av + t->off);
     }
     /* the tables of a sharded run: each rank's shard (sc_shard_tensors; assemble_shards reads them all) */
-    if (T(r)->sharded || (r->eval_only && nb_seqctr_shard_opts(&r->o, r->ckpt_world))) return;
+    if (T(r)->sharded || ckpt_in_shards(r)) return;
     for (int t = 0; t < NB_SC_NTABLES; t++) {
         int64_t rows = m->emb_off[t + 1] - m->emb_off[t], sh[2] = {rows, E};
         size_t at = (size_t)m->emb_off[t] * (size_t)E;
@@ -81,8 +93,9 @@ static void assemble_shards(nb_run *r, const char *dir) {
     for (int k = 0; k < N; k++) {
         int64_t rows = (total - k + N - 1) / N, sh[2] = {rows, E};
         float *buf = nb_malloc((size_t)(rows ? rows : 1) * (size_t)E * sizeof(float), "a table shard");
-        nb_ckpt_list l = {0};
+        nb_ckpt_list l = {.partial = 1}; /* the table's rows, not their optimizer state */
         nb_ckpt_list_add(&l, "emb.shard", 2, sh, buf);
+        nb_ckpt_expect(&l, dir);
         nb_ckpt_shard_path(path, sizeof path, dir, k, N);
         nb_ckpt_load_file(path, &l);
         for (int64_t i = 0; i < rows; i++)
@@ -106,10 +119,11 @@ void nb_seqctr_start(nb_run *r, const char *resume_dir) {
             nb_ckpt_list shard = {0};
             char path[NB_PATH_MAX + 96];
             nb_seqctr_shard_tensors(r, &shard);
+            nb_ckpt_expect(&shard, resume_dir);
             nb_ckpt_shard_path(path, sizeof path, resume_dir, r->rank, r->world);
             nb_ckpt_load_file(path, &shard);
             nb_ckpt_list_free(&shard);
-        } else if (nb_seqctr_shard_opts(&r->o, r->ckpt_world)) {
+        } else if (ckpt_in_shards(r)) {
             assemble_shards(r, resume_dir);
         }
         nb_sc_to_device(&t->m);
@@ -139,21 +153,24 @@ void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_end_obj(w);
 }
 
-static int req_int(const nb_json *j, const char *key, int lo, int hi) {
+/* A field of the model section, in the range of its flag's row of the options table (the same
+ * bounds as --help shows and the flag checks). */
+static int req_int(const nb_json *j, const char *key, const char *flag) {
+    const nb_opt *row = nb_opt_find(flag, 1u << NB_OPTG_SC);
+    NB_ASSERT(row != NULL);
     int64_t v = nb_json_req_int(j, key);
-    NB_CHECK(v >= lo && v <= hi, "the checkpoint is damaged: resume from an earlier copy of the run directory",
-             "state.json: model field '%s' is %lld, outside %d..%d", key, (long long)v, lo, hi);
+    NB_CHECK(v >= row->lo && v <= row->hi, "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: model field '%s' is %lld, outside %.0f..%.0f (--%s)", key, (long long)v, row->lo, row->hi, flag);
     return (int)v;
 }
 
 void nb_seqctr_read_config(const nb_json *j, nb_train_opts *o) {
     nb_sc_config *c = &o->ctr;
-    c->E = req_int(j, "E", 1, 1 << 16);
-    c->hist_layers = req_int(j, "hist_layers", 0, 1024);
-    c->heads = req_int(j, "heads", 1, 1 << 16);
-    c->blocks = req_int(j, "blocks", 1, NB_SC_MAX_BLOCKS);
-    c->cross_rank = req_int(j, "cross_rank", 1, 1 << 20);
-    c->block_hidden = req_int(j, "block_hidden", 1, 1 << 20);
-    c->max_len = req_int(j, "max_len", 0, 65536);
+    c->E = req_int(j, "E", "emb-dim");
+    c->hist_layers = req_int(j, "hist_layers", "hist-layers");
+    c->heads = req_int(j, "heads", "heads");
+    c->blocks = req_int(j, "blocks", "blocks");
+    c->cross_rank = req_int(j, "cross_rank", "cross-rank");
+    c->block_hidden = req_int(j, "block_hidden", "block-hidden");
+    c->max_len = req_int(j, "max_len", "max-len");
 }
-

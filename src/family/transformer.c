@@ -476,6 +476,10 @@ static const nb_layers_i tf_layers = {
 
 static void tf_check(nb_train_opts *o) {
     if (o->seq <= 0) o->seq = o->model.seq;
+    /* seqctr's ways to split a step (a state.json may still carry them; the flags are refused) */
+    NB_CHECK(o->micro_batches <= 1 && o->emulate_ranks == 0, "use --grad-accum to split a transformer's step",
+             "micro_batches %d / emulate_ranks %d are seqctr's (FWP, emulated ranks): a transformer does not read them",
+             o->micro_batches, o->emulate_ranks);
     int parts = o->world * o->grad_accum;
     NB_CHECK(o->batch % parts == 0, "pass a --batch that the ranks times --grad-accum divide",
              "--batch %d cannot be split into %d rank%s x %d micro-batch%s of equal size", o->batch, o->world,

@@ -443,6 +443,10 @@ static void check_checksums(nb_st_file *f) {
         t->has_crc = 1;
         t->crc32c = f->crc_val[i];
     }
+    /* a writer that checksums its tensors checksums its header too: tensor checksums without a
+     * header checksum mean the header's own was lost (a damaged header) */
+    NB_CHECK(f->has_header_crc || f->ncrc == 0, DAMAGED_HINT,
+             "'%s': the header has tensor checksums but not its own: the header is damaged", f->path);
     if (!f->has_header_crc) return;
     for (int i = 0; i < f->n; i++)
         NB_CHECK(f->t[i].has_crc, DAMAGED_HINT, "'%s': the header has no checksum for tensor '%s': the header is damaged",

@@ -17,13 +17,25 @@ typedef struct {
 typedef struct {
     nb_ckpt_tensor *v;
     int n, cap;
+    /* Writing: the checkpoint's fingerprint (state.json's "fingerprint", the same on every file
+     * of one checkpoint) and the model's shape as compact JSON (state.json's "model"), kept in
+     * the file's metadata; "" / NULL: none. Reading: filled by nb_ckpt_expect from state.json. */
+    char stamp[40];
+    char *model_json;
+    int partial; /* reading: the file may hold tensors beyond the list (a reader of one part of it) */
 } nb_ckpt_list;
 void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, float *data);
 void nb_ckpt_list_free(nb_ckpt_list *l);
 
+/* What the files of the checkpoint in ckpt_dir must carry, from its state.json: its fingerprint
+ * (a file of another run or another checkpoint of this run is refused) and its model shape (an
+ * edit of state.json's shape fields is refused, naming the field). Nothing for a checkpoint
+ * written before fingerprints. */
+void nb_ckpt_expect(nb_ckpt_list *l, const char *ckpt_dir);
 /* Read the listed tensors (each must exist with its shape) into their host buffers: from one
  * safetensors file, or a checkpoint directory's model.safetensors and (optim not NULL)
- * optim.safetensors. */
+ * optim.safetensors (both checked with nb_ckpt_expect). Unless l->partial, a tensor of the file
+ * that the list lacks is refused too (a model of another shape than the file's). */
 void nb_ckpt_load_file(const char *path, nb_ckpt_list *l);
 void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *optim);
 /* Write every tensor of l to a safetensors file (with_format: the "format": "pt" metadata that

@@ -52,7 +52,6 @@
 #define NB_SC_ITEM_TABLE 26
 #define NB_SC_BOTTOM1 512
 #define NB_SC_BOTTOM2 256
-#define NB_SC_MAX_TENSORS 512
 #define NB_SC_MAX_BLOCKS 64
 
 typedef struct {
@@ -151,7 +150,7 @@ enum { NB_SC_LISTS_AUTO = 0, NB_SC_LISTS_HOST = 1, NB_SC_LISTS_DEVICE = 2 };
 typedef struct {
     nb_sc_config cfg;
     int D0;
-    nb_sc_tensor t[NB_SC_MAX_TENSORS];
+    nb_sc_tensor *t; /* [ntensors]: sized to the model (nb_sc_tensor_count) */
     int ntensors;
     nb_sc_view w, dw; /* the compute weights and the gradients, bound to d_w and d_grads */
     size_t nparams;       /* slab length: every tensor starts 64-element aligned (padding is 0) */
@@ -189,7 +188,7 @@ typedef struct {
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     nb_sc_acts *acts;
     int max_batch;
-    unsigned char init_kind[NB_SC_MAX_TENSORS];
+    unsigned char *init_kind; /* [ntensors] */
     nb_adamw_span *spans; /* [ntensors]: AdamW's tensor table */
     struct nb_arena *ar_dev, *ar_pin, *ar_host;
     size_t ar_start[3]; /* where the model's part of each arena starts */
@@ -198,6 +197,9 @@ typedef struct {
     nb_task_ctx own_ctx;            /* the default lane context (own_backend's) */
 } nb_sc_model;
 
+/* Fails (nb_fail) unless batches of max_batch samples with histories of up to max_len items fit
+ * the model's 32-bit lookup indices: callers check it before sizing anything by the batch. */
+void nb_sc_check_batch_size(int max_batch, int max_len);
 /* The memory plan for batches of up to max_batch samples on backend be: the tensor table, and
  * the bytes of every view in the arenas (device: parameters, gradients, optimizer state,
  * activations, the batch's index lists; pinned: their host staging; host: the weights' and the

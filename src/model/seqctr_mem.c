@@ -34,8 +34,12 @@ void nb_sc_config_default(nb_sc_config *c) {
 /* init kinds of add_tensor */
 enum { INIT_ZERO, INIT_ONE, INIT_FANIN };
 
+/* The dense tensors of a config: walk_tensors' count (bottom 6, 12 per history layer, target 3,
+ * 9 per block), so the table is sized to the model, not to a guess. */
+static int tensor_count(const nb_sc_config *c) { return 6 + 12 * c->hist_layers + 3 + 9 * c->blocks; }
+
 static void add_tensor(nb_sc_model *m, int kind, int rows, int cols, const char *fmt, int idx) {
-    NB_ASSERT(m->ntensors < NB_SC_MAX_TENSORS);
+    NB_ASSERT(m->ntensors < tensor_count(&m->cfg));
     nb_sc_tensor *t = &m->t[m->ntensors];
     snprintf(t->name, sizeof t->name, fmt, idx);
     t->rows = rows;
@@ -110,6 +114,9 @@ static void walk_tensors(tensor_walk *k) {
 
 /* The tensor table (nb_sc_plan). */
 static void build_tensors(nb_sc_model *m) {
+    int n = tensor_count(&m->cfg);
+    m->t = nb_calloc((size_t)n, sizeof *m->t, "seqctr tensor table");
+    m->init_kind = nb_calloc((size_t)n, sizeof *m->init_kind, "seqctr tensor table");
     tensor_walk k = {m, &m->w, NULL, 0, 0};
     walk_tensors(&k);
 }
@@ -336,6 +343,13 @@ static void layout(nb_sc_model *m) {
     layout_acts(m);
 }
 
+void nb_sc_check_batch_size(int max_batch, int max_len) {
+    NB_CHECK(max_batch >= 1, "pass --batch >= 1", "batch %d", max_batch);
+    NB_CHECK((double)max_batch * (NLK_PER_SAMPLE + max_len) < 2147483647.0, "lower --batch or --max-len",
+             "a batch of %d samples with histories of up to %d items has too many lookups for 32-bit indices",
+             max_batch, max_len);
+}
+
 static void check_config(const nb_sc_config *c, int max_batch) {
     static const char *hint = "check the seqctr flags (--emb-dim, --blocks, --cross-rank, --block-hidden, --max-len)";
     NB_CHECK(c->E >= 1 && c->heads >= 1 && c->E % c->heads == 0, hint,
@@ -343,10 +357,7 @@ static void check_config(const nb_sc_config *c, int max_batch) {
     NB_CHECK(c->hist_layers >= 0 && c->blocks >= 1 && c->cross_rank >= 1 && c->block_hidden >= 1, hint,
              "need hist_layers >= 0, blocks >= 1, cross_rank >= 1, block_hidden >= 1");
     NB_CHECK(c->max_len >= 0 && c->max_len <= 65536, hint, "max_len %d out of 0..65536", c->max_len);
-    NB_CHECK(max_batch >= 1, "pass --batch >= 1", "batch %d", max_batch);
-    NB_CHECK((double)max_batch * (NLK_PER_SAMPLE + c->max_len) < 2147483647.0, "lower --batch or --max-len",
-             "a batch of %d samples with histories of up to %d items has too many lookups for 32-bit indices",
-             max_batch, c->max_len);
+    nb_sc_check_batch_size(max_batch, c->max_len);
     NB_CHECK(c->aux_weight >= 0 && isfinite(c->aux_weight), "pass --aux-weight >= 0", "aux weight %g",
              (double)c->aux_weight);
     NB_CHECK(c->blocks <= NB_SC_MAX_BLOCKS, hint, "at most %d blocks", NB_SC_MAX_BLOCKS);
@@ -465,6 +476,7 @@ void nb_sc_free(nb_sc_model *m) {
     nb_emb_free(&m->emb);
     free(m->spans);
     free(m->w.hist), free(m->dw.hist), free(m->w.block), free(m->dw.block);
+    free(m->t), free(m->init_kind);
     free(a);
     if (m->own_arenas) {
         for (int k = 0; k < 3; k++) nb_arena_free(&m->own_arenas[k]);

@@ -69,14 +69,63 @@ void nb_ckpt_read_state(const char *dir, nb_train_opts *opts, nb_ckpt_state *st)
     nb_json_free(j);
 }
 
+/* The checkpoint's fingerprint: its step, data position and seed, the model's shape and every
+ * option state.json keeps that changes the math, hashed (FNV-1a). Every rank computes the same
+ * (they agree on the options at start), so a checkpoint's files carry one value, and files of
+ * another run or another checkpoint of this run carry another; runs that differ only in options
+ * that leave the bits alone (--ckpt-every, --eval-every) write the same files. */
+static uint64_t fnv(const char *s, uint64_t h) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return (h ^ 0xff) * 1099511628211ULL; /* a separator: "ab","c" differs from "a","bc" */
+}
+
+typedef struct {
+    char stamp[40];
+    char *model_json; /* the family's model section, compact */
+} ckpt_marks;
+
+static void make_marks(ckpt_marks *k, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_state *st) {
+    nb_json_writer w;
+    nb_json_writer_init(&w, 0);
+    nb_json_begin_obj(&w);
+    fam->write_config(o, &w);
+    nb_json_end_obj(&w);
+    /* {"model":{...}}: the inner object is what state.json's "model" holds */
+    const char *text = nb_json_text(&w), *inner = strchr(text + 1, '{');
+    size_t len = strlen(text);
+    k->model_json = inner && len >= 2 ? strndup(inner, (size_t)(text + len - 1 - inner)) : NULL;
+    NB_CHECK(k->model_json != NULL, "free some host memory", "out of memory writing a checkpoint");
+    uint64_t h = fnv(fam->name, 14695981039346656037ULL);
+    h = fnv(text, h);
+    nb_json_writer_free(&w);
+    int n;
+    const nb_opt *rows = nb_opts_table(&n);
+    char v[NB_PATH_MAX + 8];
+    for (int i = 0; i < n; i++)
+        if (rows[i].state && rows[i].math) nb_opt_format(&rows[i], o, v, sizeof v), h = fnv(v, fnv(rows[i].name, h));
+    snprintf(v, sizeof v, "%d %llu %llu", st->step, (unsigned long long)st->data_pos, (unsigned long long)st->seed);
+    h = fnv(v, h);
+    snprintf(k->stamp, sizeof k->stamp, "%016llx-%d", (unsigned long long)h, st->step);
+}
+
+/* A list as written: its tensors, and the checkpoint's marks in its metadata. */
+static nb_ckpt_list marked(const nb_ckpt_list *l, const ckpt_marks *k, int with_model) {
+    nb_ckpt_list c = *l;
+    snprintf(c.stamp, sizeof c.stamp, "%s", k->stamp);
+    c.model_json = with_model ? k->model_json : NULL;
+    return c;
+}
+
 /* model.safetensors, optim.safetensors and state.json into the directory dir. */
 static void write_contents(const char *dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
-                           const nb_ckpt_list *optim, const nb_ckpt_state *st) {
+                           const nb_ckpt_list *optim, const nb_ckpt_state *st, const ckpt_marks *k) {
     char path[NB_PATH_MAX + 64];
+    nb_ckpt_list l = marked(model, k, 1);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    nb_ckpt_write_list(path, model, 1);
+    nb_ckpt_write_list(path, &l, 1);
+    l = marked(optim, k, 0);
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-    nb_ckpt_write_list(path, optim, 0);
+    nb_ckpt_write_list(path, &l, 0);
 
     nb_json_writer j;
     nb_json_writer_init(&j, 2);
@@ -88,6 +137,7 @@ static void write_contents(const char *dir, const nb_family_i *fam, const nb_tra
     nb_json_kint(&j, "data_pos", (int64_t)st->data_pos);
     nb_json_key(&j, "seed");
     nb_json_uint(&j, st->seed);
+    nb_json_kstr(&j, "fingerprint", k->stamp);
     nb_json_kstr(&j, "rng", "philox4x32-10 keyed by (seed, tensor name); no other random state");
     fam->write_config(o, &j);
     nb_train_opts_write_json(&j, o);
@@ -102,10 +152,11 @@ static void write_contents(const char *dir, const nb_family_i *fam, const nb_tra
  * that fails ends the job first: the old checkpoint stays whole). The ranks share the run
  * directory's file system. */
 static void save_sharded(nb_run *r, const char *out_dir, const nb_ckpt_list *model, const nb_ckpt_list *optim,
-                         const nb_ckpt_state *st) {
+                         const nb_ckpt_state *st, const ckpt_marks *k) {
     char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32], path[NB_PATH_MAX + 96];
     nb_ckpt_list shard = {0};
     r->fam->shard_tensors(r, &shard);
+    snprintf(shard.stamp, sizeof shard.stamp, "%s", k->stamp);
     snprintf(final, sizeof final, "%s/ckpt", out_dir);
     if (r->rank == 0)
         nb_dir_tmp_begin(final, tmp, sizeof tmp);
@@ -114,7 +165,7 @@ static void save_sharded(nb_run *r, const char *out_dir, const nb_ckpt_list *mod
     nb_comm_barrier_host(); /* the temp directory exists */
     nb_ckpt_shard_path(path, sizeof path, tmp, r->rank, r->world);
     nb_ckpt_write_list(path, &shard, 0);
-    if (r->rank == 0) write_contents(tmp, r->fam, &r->o, model, optim, st);
+    if (r->rank == 0) write_contents(tmp, r->fam, &r->o, model, optim, st, k);
     nb_comm_barrier_host(); /* every shard is on disk */
     if (r->rank == 0) nb_dir_replace(tmp, final);
     nb_comm_barrier_host(); /* the checkpoint is in place for every rank */
@@ -124,18 +175,25 @@ static void save_sharded(nb_run *r, const char *out_dir, const nb_ckpt_list *mod
 void nb_ckpt_save(nb_run *r, const char *out_dir, const nb_ckpt_state *st) {
     nb_ckpt_list model = {0}, optim = {0};
     r->fam->ckpt_tensors(r, &model, &optim);
-    if (nb_run_sharded(r))
-        save_sharded(r, out_dir, &model, &optim, st);
-    else
+    if (nb_run_sharded(r)) {
+        ckpt_marks k;
+        make_marks(&k, r->fam, &r->o, st);
+        save_sharded(r, out_dir, &model, &optim, st, &k);
+        free(k.model_json);
+    } else {
         nb_ckpt_write(out_dir, r->fam, &r->o, &model, &optim, st);
+    }
     nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
 }
 
 void nb_ckpt_write(const char *out_dir, const nb_family_i *fam, const nb_train_opts *o, const nb_ckpt_list *model,
                    const nb_ckpt_list *optim, const nb_ckpt_state *st) {
     char final[NB_PATH_MAX + 16], tmp[NB_PATH_MAX + 32];
+    ckpt_marks k;
+    make_marks(&k, fam, o, st);
     snprintf(final, sizeof final, "%s/ckpt", out_dir);
     nb_dir_tmp_begin(final, tmp, sizeof tmp);
-    write_contents(tmp, fam, o, model, optim, st);
+    write_contents(tmp, fam, o, model, optim, st, &k);
     nb_dir_replace(tmp, final);
+    free(k.model_json);
 }

@@ -71,7 +71,7 @@ static const nb_opt table[] = {
     {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise) or adam (lazy sparse)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
     {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
-    {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
+    {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo: the head of the file; MovieLens holds out its test file)", 1, 1 << 24, "in 1..16777216", .flag = 1, .state = OPT},
     {"schema", NB_OPT_STR, F(schema), NB_OPTG_SC, NULL, "FILE", "--data csv:FILE: the JSON schema naming its label, dense, categorical and sequence columns (or the built-in: criteo)", .flag = 1, .state = OPT, .math = 1},
     {"strict", NB_OPT_BOOL, F(strict), NB_OPTG_SC, NULL, NULL, "criteo: stop at the first bad line (default: skip and count)", .flag = 1, .state = OPT},
     {"grad-accum", NB_OPT_INT, F(grad_accum), NB_OPTG_RANKS, "1", "K", "micro-batches per optimizer step on each rank, gradients summed in order", 1, 4096, "in 1..4096", .flag = 1, .state = OPT},
@@ -106,7 +106,8 @@ static const nb_opt table[] = {
     {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
     {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
     {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
-    /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model") */
+    /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model";
+ * seqctr's read_config checks it against these rows' ranges) */
     {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},
     {"dim", NB_OPT_INT, F(model.dim), NB_OPTG_TF, NULL, "N", "override: model width", 1, BIG, "at least 1", .flag = 1},
     {"heads", NB_OPT_INT, F(model.heads), NB_OPTG_TF, NULL, "N", "override: attention heads", 1, BIG, "at least 1", .flag = 1},
@@ -114,13 +115,13 @@ static const nb_opt table[] = {
     {"ffn", NB_OPT_INT, F(model.ffn), NB_OPTG_TF, NULL, "N", "override: MLP hidden width", 1, BIG, "at least 1", .flag = 1},
     {"vocab", NB_OPT_INT, F(model.vocab), NB_OPTG_TF, NULL, "N", "override: vocabulary size", 2, BIG, "at least 2", .flag = 1},
     {"seq", NB_OPT_INT, F(model.seq), NB_OPTG_TF, NULL, "N", "override: context length = training sequence length", 1, BIG, "at least 1", .flag = 1},
-    {"emb-dim", NB_OPT_INT, F(ctr.E), NB_OPTG_SC, NULL, "E", "embedding width (a multiple of --heads)", 4, BIG, "at least 4", .flag = 1},
-    {"heads", NB_OPT_INT, F(ctr.heads), NB_OPTG_SC, NULL, "N", "attention heads of the history encoder", 1, BIG, "at least 1", .flag = 1},
-    {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, BIG, "at least 1", .flag = 1},
-    {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, BIG, "at least 1", .flag = 1},
-    {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, BIG, "at least 1", .flag = 1},
-    {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, BIG, ">= 0", .flag = 1},
-    {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, BIG, ">= 0", .flag = 1},
+    {"emb-dim", NB_OPT_INT, F(ctr.E), NB_OPTG_SC, NULL, "E", "embedding width (a multiple of --heads)", 4, 65536, "in 4..65536", .flag = 1},
+    {"heads", NB_OPT_INT, F(ctr.heads), NB_OPTG_SC, NULL, "N", "attention heads of the history encoder", 1, 65536, "in 1..65536", .flag = 1},
+    {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, NB_SC_MAX_BLOCKS, "in 1..64", .flag = 1},
+    {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, 1 << 20, "in 1..1048576", .flag = 1},
+    {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, 1 << 20, "in 1..1048576", .flag = 1},
+    {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, 1024, "in 0..1024", .flag = 1},
+    {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, 65536, "in 0..65536", .flag = 1},
 };
 #define NROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -347,8 +348,10 @@ static void check_range(const nb_opt *opt, const nb_train_opts *o) {
 }
 
 void nb_train_opts_check(const nb_train_opts *o, unsigned groups) {
+    /* every option state.json keeps is in its range, the family's or not (a damaged value of
+     * another family's option is still damage, and some are read across: nb_train_parts) */
     for (int i = 0; i < NROWS; i++)
-        if (groups & (1u << table[i].group)) check_range(&table[i], o);
+        if ((groups & (1u << table[i].group)) || table[i].state) check_range(&table[i], o);
     NB_CHECK(o->micro_batches <= 1 || o->grad_accum <= 1, "pass --micro-batches (FWP) or --grad-accum, not both",
              "--micro-batches %d and --grad-accum %d both split the step", o->micro_batches, o->grad_accum);
     NB_CHECK(o->emulate_ranks == 0 || o->emulate_ranks >= 2, "pass a value in the range the message names (flag or state.json field)",

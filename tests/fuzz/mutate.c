@@ -333,7 +333,7 @@ static void tsv_case(buf *b, char *d, size_t dc) {
     for (size_t i = l; i < e && nt < 64; i++)
         if (b->p[i] == '\t') tabs[nt++] = i;
     static const char *fields[] = {"", "-1", "99999999999999999999", "nan", "1e400", "zzzz", "\xff\xfe", "0x10", " 1",
-                                   "-9223372036854775809", "ffffffffff"};
+                                   "-9223372036854775809", "ffffffffff", "4294967295", "2147483647"};
     switch (below(6)) {
     case 0:
         if (nt) {

@@ -57,11 +57,11 @@ static struct {
     int64_t *rows, *dst, *src, *uniq;
 } BT;
 
-/* the model's tensor table (from nb_sc_init_on) */
-static nb_sc_tensor BTT[NB_SC_MAX_TENSORS];
+#define BN_MAX_TENSORS 512 /* the model's tensor table (nb_sc_init_on): 6 + 12 + 3 + 9 * 6 tensors */
+static nb_sc_tensor BTT[BN_MAX_TENSORS];
 static int BNT;
 static size_t BNPARAMS, BNUSED;
-static nb_adamw_span BSPANS[NB_SC_MAX_TENSORS];
+static nb_adamw_span BSPANS[BN_MAX_TENSORS];
 
 /* the precision being timed: column 0 bf16, 1 fp32 */
 static int PI;
@@ -830,6 +830,7 @@ static void bn_model(void) {
     nb_sc_init_on(m, &BT.cfg, BT.B, BE);
     nb_sc_set_ctx(m, &ot_gctx);
     BNT = m->ntensors, BNPARAMS = m->nparams, BNUSED = m->nparams_used;
+    NB_CHECK(BNT <= BN_MAX_TENSORS, "raise BN_MAX_TENSORS", "the bench's model has %d tensors", BNT);
     memcpy(BTT, m->t, (size_t)BNT * sizeof BTT[0]);
     for (int i = 0; i < BNT; i++) BSPANS[i] = (nb_adamw_span){BTT[i].off, BTT[i].n, BTT[i].decay ? 0 : 1};
     {
