@@ -1,6 +1,5 @@
-/* GPU timings of the seqctr ops (perf mode; `test_ops --mode perf --op ctr_model [-- SPEC [TABLE_CAP [B]]]`, was
- * test_ops_ctr_cuda --bench): every op of the seqctr model's phases at the model's shapes, on one synthetic batch,
- * bf16 (and fp32 in a second column). Not a test: numbers that say which op makes a phase slow.
+/* GPU timings of the seqctr ops (`test_ops --mode perf --op ctr_model [-- SPEC [TABLE_CAP [B]]]`): every op of
+ * the seqctr model's phases at the model's shapes, one synthetic batch, bf16 (fp32 in a second column).
  *
  * The batch is the trainer's: samples 0 .. B-1 of the generator SPEC (default the benchmarks'
  * synth:cap=1000000,max_len=256; B = 4096), tables of min(cardinality, TABLE_CAP) rows (default 1000000, as
@@ -60,7 +59,7 @@ static struct {
 #define BN_MAX_TENSORS 512 /* the model's tensor table (nb_sc_init_on): 6 + 12 + 3 + 9 * 6 tensors */
 static nb_sc_tensor BTT[BN_MAX_TENSORS];
 static int BNT;
-static size_t BNPARAMS, BNUSED;
+static size_t BNPARAMS, BNUSED; /* the bench model's parameter counts */
 static nb_adamw_span BSPANS[BN_MAX_TENSORS];
 
 /* the precision being timed: column 0 bf16, 1 fp32 */
