@@ -11,6 +11,9 @@
 #   criteo-conv  the same rows                      criteo-convert
 #   criteo-bin   their criteo-convert binary        train --model seqctr --data criteo:CASE
 #   text         tokenizer input                    tokenize
+#   hf-tok       a Hugging Face tokenizer.json (Llama 2's)  tokenize --tokenizer DIR (text)
+#   chat         chat / instruction JSON lines      tokenize --tokenizer DIR --chat (Llama 2's)
+#                (both when scripts/fetch_data.sh tokenizers can fetch the files)
 #   sc-shard     a one-process sharded seqctr checkpoint's shard-00000-of-00001.safetensors (--schedule
 #                pipe), sc-model its model.safetensors, sc-state its state.json: eval (even cases),
 #                train --resume (odd)
@@ -80,6 +83,14 @@ for f in train test; do
           $((i % 10)) $((i % 5)) $((i % 24)) $((i % 7)) $((900000000 + i)) $((i % 11 + 2)) $((i % 13 + 1)); done; } > "$B/ml/clicks_$f.tsv"
 done
 
+# Hugging Face tokenizer files and chat lines (issue 32's inputs)
+HF=$ROOT/data/hf_tokenizers
+[ -f "$HF/llama2/tokenizer.json" ] || scripts/fetch_data.sh tokenizers > /dev/null 2>&1 || true
+{ printf '{"instruction": "Name the first president.", "input": "", "output": "George Washington."}\n'
+  printf '{"conversations": [{"from": "human", "value": "Caf\\u00e9 \\ud83d\\ude00?"}, {"from": "gpt", "value": "Yes: 1,000.50"}]}\n'
+  printf '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|eot_id|>"}, {"role": "assistant", "content": "Hello."}]}\n'
+} > "$B/chat.jsonl"
+
 # ---- cases: KIND MUTATOR-KIND COUNT BASE-FILE
 W=$TMP/cases
 plan=(
@@ -96,6 +107,9 @@ plan=(
     "sc-state json 24 $B/sc/ckpt/state.json"
     "movielens tsv 20 $B/ml/clicks_train.tsv"
 )
+[ -f "$HF/llama2/tokenizer.json" ] && plan+=("hf-tok json 12 $HF/llama2/tokenizer.json")
+[ -f "$HF/llama2/tokenizer.json" ] && plan+=("chat text 16 $B/chat.jsonl")
+[ ${#plan[@]} -eq 14 ] || echo "note: no Hugging Face tokenizer files (scripts/fetch_data.sh tokenizers): hf-tok and chat not fuzzed"
 : > "$TMP/list"
 for p in "${plan[@]}"; do
     set -- $p
@@ -249,6 +263,10 @@ run_case() {
     criteo-tsv|criteo-bin) set -- $NBA train $CTR --data "criteo:$f" ;;
     criteo-conv) set -- $NBA criteo-convert --in "$f" --out "$d/conv.bin" ;;
     text) set -- $NBA tokenize --tokenizer "$ROOT/data/gpt2" --out "$d/tok.bin" "$f" ;;
+    hf-tok)
+        mkdir -p "$d/tok" && cp "$f" "$d/tok/tokenizer.json" && cp "$ROOT/data/hf_tokenizers/llama2/tokenizer_config.json" "$d/tok/"
+        set -- $NBA tokenize --tokenizer "$d/tok" --bos --eot-between --out "$d/tok.bin" "$TMP/base/text.txt" ;;
+    chat) set -- $NBA tokenize --tokenizer "$ROOT/data/hf_tokenizers/llama2" --chat --out "$d/chat.bin" "$f" ;;
     esac
     timeout -k 5 30 "$@" > "$d/stdout" 2> "$d/err"
     local rc=$? nerr out detail

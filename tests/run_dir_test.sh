@@ -64,6 +64,23 @@ grep -q '"step": 4' "$TMP/nan/ckpt/state.json" && pass "no checkpoint of step 5:
 expect_error "eval of a diverged checkpoint" "loss of .* is not finite" $NB eval --ckpt "$TMP/nan" --data "$VAL" --batches 1
 expect_error "seqctr: a weight turns inf" "step [0-9]*: the weight .* is not finite" $NB train "${SC[@]}" --steps 20 --lr 1e30 --emb-lr 1e30
 
+# ---- the same command again on a run directory with a checkpoint resumes it (issue 36, 1)
+$NB train "${T[@]}" --steps 8 --stop-after 4 --out "$TMP/again" >/dev/null 2>&1 || fail "again: first part"
+$NB train "${T[@]}" --steps 8 --out "$TMP/again" 2>"$TMP/again.err" >/dev/null || fail "again: the rerun"
+$NB train "${T[@]}" --steps 8 --out "$TMP/again-straight" >/dev/null 2>&1 || fail "again: straight"
+grep -q "holds a checkpoint: resuming it (pass --fresh to start over there)" "$TMP/again.err" \
+    && cmp -s "$TMP/again/ckpt/model.safetensors" "$TMP/again-straight/ckpt/model.safetensors" \
+    && [ "$(wc -l < "$TMP/again/metrics.jsonl")" -eq 8 ] \
+    && pass "rerunning the command resumed at step 4 and ended bitwise the straight 8 steps (8 metrics lines)" \
+    || fail "the rerun did not resume: $(cat "$TMP/again.err")"
+out=$($NB train "${T[@]}" --steps 3 --out "$TMP/again" 2>&1)
+grep -q '"step": 8' "$TMP/again/ckpt/state.json" && echo "$out" | grep -q "nothing to do: the checkpoint is at step 8" \
+    && pass "a shorter rerun overwrites nothing (nothing to do: step 8 kept)" || fail "a shorter rerun: $out"
+$NB train "${T[@]}" --steps 3 --out "$TMP/again" --fresh >/dev/null 2>&1 && grep -q '"step": 3' "$TMP/again/ckpt/state.json" \
+    && [ "$(wc -l < "$TMP/again/metrics.jsonl")" -eq 3 ] && pass "--fresh starts over" || fail "--fresh"
+$NB train --help | grep -q -- "--ckpt-minutes M" && pass "--ckpt-minutes is an option (default $($NB train --help | grep -o -- '--ckpt-minutes M.*' | grep -o '\[[0-9]*\]'))" \
+    || fail "--ckpt-minutes missing from --help"
+
 # ---- --resume DIR writes to DIR
 $NB train "${T[@]}" --steps 20 --stop-after 10 --out "$TMP/split" >/dev/null 2>&1 || fail "split: first part"
 $NB train --resume "$TMP/split" --quiet >/dev/null 2>&1 || fail "split: resume"
