@@ -40,7 +40,7 @@ trap 'rm -rf "$WORK"' EXIT
 # UTF8PROC_ROOT: as in the Makefile, an unpacked libutf8proc-dev where it is not installed
 U8=${UTF8PROC_ROOT:+$UTF8PROC_ROOT/usr}
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Isrc -Isrc/core ${U8:+-I$U8/include} -o "$WORK/helper" tests/hf/helper.c \
-    src/data/hf_load.c src/data/hf_encode.c src/data/tokenizer.c src/io/json.c src/core/core.c \
+    src/data/hf_load.c src/data/hf_encode.c src/data/tokenizer.c src/io/json.c src/core/core.c src/core/datapath.c \
     ${U8:+-L$U8/lib/x86_64-linux-gnu -Wl,-rpath,$U8/lib/x86_64-linux-gnu} -lutf8proc -lm ||
     fail "cannot build the test driver"
 
