@@ -59,8 +59,9 @@ while IFS= read -r cmd; do
         continue
     fi
     run=$(shorten "$cmd")
+    c0=$(date +%s)
     if timeout 300 bash -c "$run" < /dev/null > out.log 2>&1; then
-        pass "$run"
+        pass "$run ($(( $(date +%s) - c0 )) s)"
     else
         fail "$run (exit $?)"
         tail -5 out.log

@@ -101,8 +101,11 @@ static void make_marks(ckpt_marks *k, const nb_family_i *fam, const nb_train_opt
     int n;
     const nb_opt *rows = nb_opts_table(&n);
     char v[NB_PATH_MAX + 8];
+    /* not the data's name: the same tokens under another (a glob of shards split from one file, a
+     * moved folder) train the same bits, and their checkpoints are the same files */
     for (int i = 0; i < n; i++)
-        if (rows[i].state && rows[i].math) nb_opt_format(&rows[i], o, v, sizeof v), h = fnv(v, fnv(rows[i].name, h));
+        if (rows[i].state && rows[i].math && strcmp(rows[i].name, "data"))
+            nb_opt_format(&rows[i], o, v, sizeof v), h = fnv(v, fnv(rows[i].name, h));
     snprintf(v, sizeof v, "%d %llu %llu", st->step, (unsigned long long)st->data_pos, (unsigned long long)st->seed);
     h = fnv(v, h);
     snprintf(k->stamp, sizeof k->stamp, "%016llx-%d", (unsigned long long)h, st->step);
