@@ -4,7 +4,9 @@
 # checkout's. Only the step counts are cut (600 -> 6, none given -> 2) so
 # that CI runs them in seconds; everything else (flags, paths, mpirun lines, resume and eval of the
 # runs made just before) is the README's text. Skipped, and listed: commands for a GPU, and those
-# that need files the project cannot fetch (Criteo, fineweb, your own shards and CSV files).
+# that need files the project cannot fetch (Criteo, fineweb, your own shards and CSV files), and
+# the two that take a minute each on 2 cores unless NB_README_ALL=1 (evaluating all of val.bin,
+# 4 ranks on histories of 1,024).
 source "$(dirname "$0")/lib.sh"
 need_sotu
 cd "$TMP" && ln -s "$NB_BUILD" build && ln -s "$ROOT/data" data
@@ -32,6 +34,9 @@ why_skip() {
     *fineweb* | *data/a.bin*) echo "needs your own shards" ;;
     *csv:train.csv* | *runs/mine*) echo "needs your own CSV and schema (tests/ctr_schema_test.sh trains such files)" ;;
     *movielens*) [ -d data/movielens ] || echo "needs data/movielens (scripts/fetch_data.sh movielens)" ;;
+    *--batches\ 0* | *max_len=1024*)
+        # about a minute each on CI's 2 cores, where the whole suite has 20 minutes
+        [ -n "${NB_README_ALL:-}" ] || echo "a minute on 2 cores; NB_README_ALL=1 runs it too" ;;
     *) for d in $(grep -oE -- '--(ckpt|resume|trace) runs/[^ ]+' <<< "$1" | cut -d' ' -f2); do
            [ -e "$d" ] || { echo "reads $d, which a skipped command makes"; break; }
        done ;;
