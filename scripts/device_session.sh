@@ -6,7 +6,8 @@
 #   bash scripts/device_session.sh [--deadline S] STAGE[:LIMIT_S] ...
 # Stages: gpu_seqctr, gpu_ranks (the GPU test scripts), pipe (bench/pipe_bench.sh, PIPE_ARGS),
 #   ranks_gpu (bench/ranks_bench.sh on the GPU, RANKS_ARGS), builds (this tree, and .before/src.tgz's in /tmp/before: a refactor's before, for
-#   ab: bench/engine_ab.sh before vs now), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
+#   ab: bench/engine_ab.sh before vs now; parity_gpu: tests/parity_across_commits.sh's GPU matrix, before vs now,
+#   PARITY_ARGS), gpu_all, gpu_train, comm_gpu (tests/test_comm --gpu nccl|host|auto, 1 and 2 ranks on the GPU,
 #   --sm-free: 2 ranks sharing it over CUDA IPC, 1 nccl rank (IPC and --staged), a counts mismatch; and tests/comm_test.sh), ctr_ops_bench, k19 (issue 19's kernels: test_ops's ctr cuda rows, then
 #   the ctr_model perf row with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
@@ -57,6 +58,8 @@ stage() { # NAME: the commands of one stage (output to $R/NAME.log)
                     && make -C /tmp/before -j"$(nproc)" BUILD=build $NB_MAKE_FLAGS build/nobubble > "$R/build-before.log" 2>&1; } &
                 build; b=$?; wait $! || { echo "before build failed"; tail -5 "$R/build-before.log"; }; return $b ;;
         ab) build && OUT=$R/ab bash bench/engine_ab.sh /tmp/before/build/nobubble "$NB_BUILD/nobubble" ${AB_ROWS:-} ;;
+        parity_gpu) build && bash tests/parity_across_commits.sh --device cuda --base-bin /tmp/before/build/nobubble \
+                --new-bin "$NB_BUILD/nobubble" --keep "$R/parity" --prune --together ${PARITY_ARGS:-} ;;
         gpu_all) NB_SKIP_GPT2_REF=${NB_SKIP_GPT2_REF:-1} OUT=$R/gpu_all bash tests/gpu_all.sh ;;
         gpu_train) build && bash tests/gpu_train_test.sh ;;
         gpu_quick) build && { r=0; for t in test_ops test_kprof; do a=(); [ $t = test_ops ] && a=(--backend cuda)
