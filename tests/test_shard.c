@@ -92,6 +92,29 @@ static void expect_load_error(const char *path, const char *want) {
     CHECK(strstr(err, "hint:") != NULL, "error has no hint: %s", err);
 }
 
+static void load_mask_of_4(const char *shard) { free(nb_mask_load(shard, 4)); }
+
+/* SHARD.mask: absent = NULL, a good one reads back, a wrong count is refused naming the file */
+TEST_CASE(test_mask_load) {
+    const char *shard = tmp_path("m.bin");
+    char mpath[4200];
+    snprintf(mpath, sizeof mpath, "%s.mask", shard);
+    unlink(mpath);
+    CHECK(nb_mask_load(shard, 4) == NULL, "no mask file must read as NULL");
+    uint8_t m[4] = {0, 1, 1, 0};
+    nb_mask_write(mpath, m, 4);
+    uint8_t *got = nb_mask_load(shard, 4);
+    CHECK(got && memcmp(got, m, 4) == 0, "mask does not read back");
+    free(got);
+    nb_mask_write(mpath, m, 3);
+    char err[2048];
+    int lines;
+    int rc = run_child(load_mask_of_4, shard, err, sizeof err, &lines);
+    CHECK(rc == 1 && strstr(err, mpath) && strstr(err, "holds 3 entries but its shard") && strstr(err, "hint:"),
+          "a 3-entry mask for a 4-token shard: rc %d, %s", rc, err);
+    unlink(mpath);
+}
+
 TEST_CASE(test_roundtrip) {
     size_t n = 100003;
     int32_t *ids = malloc(n * sizeof(int32_t));
@@ -410,6 +433,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/nb_test_shard.XXXXXX");
     NB_ASSERT(mkdtemp(dir));
     RUN(test_roundtrip);
+    RUN(test_mask_load);
     RUN(test_empty_shard);
     RUN(test_overwrite_is_atomic);
     RUN(test_bad_headers);

@@ -86,6 +86,32 @@ void nb_mask_write(const char *path, const uint8_t *mask, size_t n) {
     write_shard(path, header, mask, 1, n);
 }
 
+uint8_t *nb_mask_load(const char *shard_path, size_t ntok) {
+    char path[4096];
+    NB_CHECK(snprintf(path, sizeof path, "%s.mask", shard_path) < (int)sizeof path, "use a shorter path",
+             "shard path '%s' is too long", shard_path);
+    if (access(path, F_OK) != 0) return NULL;
+    const char *hint = "remake the shard and its mask together with 'nobubble tokenize --chat/--jsonl', or delete "
+                       "the .mask file to train on every token";
+    FILE *f = nb_fopen(path, "rb", hint);
+    int32_t h[NB_SHARD_HEADER_INTS];
+    NB_CHECK(fread(h, sizeof h, 1, f) == 1, hint, "loss mask '%s' is truncated: shorter than the %d-byte header",
+             path, NB_SHARD_HEADER_BYTES);
+    NB_CHECK(h[0] == NB_MASK_MAGIC && h[1] == NB_MASK_VERSION, hint,
+             "'%s' is not a loss mask: magic %d version %d, expected %d version %d", path, (int)h[0], (int)h[1],
+             NB_MASK_MAGIC, NB_MASK_VERSION);
+    NB_CHECK(h[2] >= 0 && (size_t)h[2] == ntok, hint,
+             "loss mask '%s' holds %d entries but its shard '%s' holds %zu tokens", path, (int)h[2], shard_path, ntok);
+    uint8_t *m = nb_malloc(ntok ? ntok : 1, "loss mask");
+    NB_CHECK(fread(m, 1, ntok, f) == ntok, hint, "loss mask '%s' is truncated: fewer than the %zu entries its header says",
+             path, ntok);
+    NB_CHECK(fgetc(f) == EOF, hint, "loss mask '%s' is longer than its header says (%zu entries)", path, ntok);
+    fclose(f);
+    for (size_t i = 0; i < ntok; i++)
+        NB_CHECK(m[i] <= 1, hint, "loss mask '%s' holds %d at position %zu: entries are 0 or 1", path, (int)m[i], i);
+    return m;
+}
+
 /* Open a shard and check its header and size (uint16 or uint32 tokens); the stream is left at
  * the first token. */
 static FILE *open_checked(const char *path, size_t *ntok_out, int *wide_out) {

@@ -18,6 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A cross-entropy target that counts for nothing (a token the loss mask leaves out). */
+#define NB_XENT_IGNORE (-1)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -82,7 +85,9 @@ void nb_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_
  * that at most chunk_rows x V logits exist at once. logits = inp[N,C] @ w[:V]^T (rows V..Vp-1
  * of w, the padding, are never read or written). losses[N] = -log softmax(logits)[target].
  * If dinp or dw is non-NULL, the gradient of (grad_scale * sum of losses) is accumulated:
- * dinp[N,C] += dlogits @ w, dw[V,C] += dlogits^T @ inp. Targets must be in [0, V).
+ * dinp[N,C] += dlogits @ w, dw[V,C] += dlogits^T @ inp. Targets must be in [0, V), or
+ * NB_XENT_IGNORE: that row's loss is 0 and its gradient row is 0 (PyTorch's ignore_index; the
+ * caller divides by the count of the other rows, e.g. through grad_scale).
  * Returns the sum of losses (double accumulation). */
 double nb_xent_forward_backward(float *dinp, float *dw, float *losses, const float *inp, const float *w,
                                 const int32_t *targets, int N, int C, int V, float grad_scale, int chunk_rows);

@@ -20,6 +20,9 @@
 #include <stdint.h>
 
 #include "ops/backend.h"
+#ifndef NB_XENT_IGNORE
+#define NB_XENT_IGNORE (-1) /* as in ops.h: a masked cross-entropy target */
+#endif
 #include "optim/optim.h"
 
 #ifdef NB_WITH_CUDA

@@ -61,6 +61,11 @@ static inline __attribute__((always_inline)) double row_exp_sum(float *row, int 
  * is left as scratch). Returns the loss -log softmax(row)[target] in double. */
 NB_SIMD_CLONES
 static double xent_row(float *row, int V, int target, float grad_scale, int want_grad) {
+    if (target == NB_XENT_IGNORE) { /* an ignored row: no loss, and a zero row adds nothing to the GEMMs */
+        if (want_grad)
+            for (int j = 0; j < V; j++) row[j] = 0.0f;
+        return 0.0;
+    }
     float mx = row_max(row, V), tlogit = row[target];
     double sum = row_exp_sum(row, V, mx);
     double loss = (double)mx + log(sum) - (double)tlogit;
@@ -74,7 +79,7 @@ static double xent_row(float *row, int V, int target, float grad_scale, int want
 
 static void check_targets(const int32_t *targets, int N, int V) {
     for (int i = 0; i < N; i++)
-        NB_CHECK(targets[i] >= 0 && targets[i] < V,
+        NB_CHECK((targets[i] >= 0 && targets[i] < V) || targets[i] == NB_XENT_IGNORE,
                  "the token data holds ids outside the model's vocabulary: check the data shard and "
                  "--vocab (or the preset's vocabulary size)",
                  "cross-entropy target %d at row %d is outside [0, %d)", (int)targets[i], i, V);

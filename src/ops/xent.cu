@@ -95,7 +95,8 @@ static __device__ __forceinline__ void xent_grad_masked(float *v, int j0, int V,
 
 /* Row kernel: T = the logits' type, whose buffer the gradient overwrites; VEC = T elements per
  * 16 bytes. vec: rows are 16-byte aligned (ld % VEC == 0, aligned bases), else every access is
- * scalar. A target outside [0, V) gives a NaN loss and a zero gradient row. */
+ * scalar. A target outside [0, V) gives a NaN loss and a zero gradient row, except NB_XENT_IGNORE
+ * (a masked row): loss 0 and a zero gradient row. */
 template <typename T>
 static __global__ void __launch_bounds__(ROW_THREADS)
     xent_row_kernel(T *dlogits, float *losses, const T *logits, const int32_t *targets, int V, int ld,
@@ -150,7 +151,9 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     /* a thread that saw no column has m = -inf, s = 0: it adds 0 (mx is finite) */
     const double sum = nb_block_sum_d(s * (double)expf(m - mx), shd);
     if (threadIdx.x == 0)
-        losses[row] = ok ? (float)((double)mx + log(sum) - (double)tlogit) : __int_as_float(0x7fc00000);
+        losses[row] = ok                          ? (float)((double)mx + log(sum) - (double)tlogit)
+                      : target == NB_XENT_IGNORE ? 0.0f
+                                                 : __int_as_float(0x7fc00000);
     if (!want_grad) return;
     /* pass 2: the gradient, over every column of the row (zero past V) */
     const float scale = ok ? (float)((double)grad_scale / sum) : 0.0f;

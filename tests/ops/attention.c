@@ -232,6 +232,10 @@ static double xent_ref(double *losses, const double *inp, const double *w, const
     double total = 0;
     double *z = dalloc((size_t)c->V);
     for (int r = 0; r < c->N; r++) {
+        if (c->tg[r] == NB_XENT_IGNORE) { /* a masked row counts for nothing */
+            if (losses) losses[r] = 0;
+            continue;
+        }
         double mx = -INFINITY;
         for (int j = 0; j < c->V; j++) {
             double d = 0;
@@ -335,6 +339,56 @@ TEST_CASE(test_xent) {
 }
 
 /* Logits near +-2000: exp would overflow without the max subtraction. */
+/* Ignored rows (NB_XENT_IGNORE, a loss mask's 0): loss 0 and gradient 0; the others are the
+ * unmasked op's rows, and the gradient of grad_scale * (sum of counted losses) matches finite
+ * differences (grad_scale = 1 / count, the mean over counted rows). */
+TEST_CASE(test_xent_masked) {
+    ur_reset();
+    int N = 10, C = 13, V = 37, counted = 0;
+    float *inp = falloc((size_t)N * C), *w = falloc((size_t)V * C), *l_all = falloc(N), *l = falloc(N);
+    float *dinp = falloc((size_t)N * C), *dw = falloc((size_t)V * C), *dinp_all = falloc((size_t)N * C);
+    float *dw_all = falloc((size_t)V * C);
+    int32_t tg[10], tg_all[10];
+    fill(inp, (size_t)N * C, -1, 1);
+    fill(w, (size_t)V * C, -1, 1);
+    for (int r = 0; r < N; r++) {
+        tg_all[r] = (int32_t)((r * 11 + 3) % V);
+        tg[r] = r % 3 == 1 ? NB_XENT_IGNORE : tg_all[r];
+        counted += tg[r] != NB_XENT_IGNORE;
+    }
+    float gs = 1.0f / (float)counted;
+    double sum = nb_xent_forward_backward(dinp, dw, l, inp, w, tg, N, C, V, gs, 4);
+    nb_xent_forward_backward(dinp_all, dw_all, l_all, inp, w, tg_all, N, C, V, gs, 4);
+    double want = 0;
+    int rows_ok = 1;
+    for (int r = 0; r < N; r++) {
+        int ign = tg[r] == NB_XENT_IGNORE;
+        if (!ign) want += l_all[r];
+        rows_ok &= ign ? l[r] == 0.0f : l[r] == l_all[r];
+        for (int i = 0; i < C; i++)
+            rows_ok &= ign ? dinp[(size_t)r * C + i] == 0.0f : dinp[(size_t)r * C + i] == dinp_all[(size_t)r * C + i];
+    }
+    CHECK(rows_ok, "ignored rows must have loss 0 and gradient 0, counted rows the unmasked values");
+    CHECK(fabs(sum - want) < 1e-6 * fabs(want), "masked sum %.9g vs counted rows %.9g", sum, want);
+    double *inpd = dalloc((size_t)N * C), *wd = dalloc((size_t)V * C), *ld = dalloc(N);
+    double *gi = dalloc((size_t)N * C), *gw = dalloc((size_t)V * C);
+    to_double(inpd, inp, (size_t)N * C);
+    to_double(wd, w, (size_t)V * C);
+    xent_ctx c = {N, C, V, tg, gs, wd, inpd};
+    double el = fabs(sum - xent_ref(ld, inpd, wd, &c)) / fabs(sum);
+    if (ot_eval()) ot_err(el, 1e-6);
+    CHECK(el < 1e-6, "masked loss vs double reference: rel err %.3g", el);
+    if (ot_grad()) {
+        finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
+        finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
+        double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
+        ot_err(ei, 1e-5), ot_err(ew, 1e-5);
+        CHECK(ei < 1e-5 && ew < 1e-5, "masked xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
+    }
+    free(inp), free(w), free(l_all), free(l), free(dinp), free(dw), free(dinp_all), free(dw_all);
+    free(inpd), free(wd), free(ld), free(gi), free(gw);
+}
+
 TEST_CASE(test_xent_large_logits) {
     ur_reset();
     int N = 6, C = 8, V = 37;
@@ -402,6 +456,7 @@ static const ot_row rows[] = {
     {"attention", "cpu", OT_F32, "B2 T1 NH2 NKV1 HS4", 1e-5, OT_EVAL | OT_GRAD, test_attention_t1, 0, 0},
     {"attention_determinism", "cpu", OT_F32, "B3 T33 NH4 NKV2 HS16", 0, OT_EVAL, test_attention_deterministic, 0, 0},
     {"xent", "cpu", OT_F32, "N10 C13 V37 (pad 40), chunks", 1e-5, OT_EVAL | OT_GRAD, test_xent, 0, 0},
+    {"xent_masked", "cpu", OT_F32, "N10 C13 V37, every 3rd row ignored", 1e-5, OT_EVAL | OT_GRAD, test_xent_masked, 0, 0},
     {"xent_large_logits", "cpu", OT_F32, "N6 C8 V37 logits ~2000", 1e-4, OT_EVAL, test_xent_large_logits, 0, 0},
     {"softmax", "cpu", OT_F32, "V37 temp 1, 0.7", 1e-6, OT_EVAL, test_softmax_inplace, 0, 0},
 };

@@ -659,13 +659,15 @@ TEST_CASE(test_embed) {
  * (nb_cuda_xent_padded): the GEMMs run over them (aligned, vectorized rows), their columns stay
  * out of the softmax and their gradient rows get += 0. Either way dw's padding rows hold a
  * sentinel that must come back unchanged. */
-static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
+/* masked: every third target is NB_XENT_IGNORE (loss 0, gradient 0; the CPU op is the reference) */
+static void check_xent(int N, int C, int V, int chunk_rows, int padded, int masked) {
     int Vp = padded ? (V + 63) / 64 * 64 : V + 3;
     size_t ni = (size_t)N * C, nw = (size_t)Vp * C, nwv = (size_t)V * C;
     float gs = 1.0f / N;
     char what[128];
     int32_t *tg = nb_malloc((size_t)N * sizeof(int32_t), "targets"), *dtg = NULL;
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+    for (int i = 1; masked && i < N; i += 3) tg[i] = NB_XENT_IGNORE;
     CUDA_CHECK(cudaMalloc((void **)&dtg, (size_t)N * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpy(dtg, tg, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
     FOR_DTYPE(bf) {
@@ -727,12 +729,17 @@ static void check_xent(int N, int C, int V, int chunk_rows, int padded) {
 }
 
 TEST_CASE(test_xent) {
-    check_xent(3 * 37, 77, 997, 40, 0); /* three chunks, the last partial; odd rows (scalar path) */
-    check_xent(45, 64, 1531, 0, 0);     /* default chunking */
-    check_xent(3 * 37, 80, 997, 40, 1); /* padded to 1024 columns: 16-byte rows, 27 padding columns */
-    check_xent(45, 64, 1531, 0, 1);     /* padded to 1536, one chunk */
-    check_xent(7, 48, 40, 0, 1);        /* V < 64: most vectors are padding; rows of 64 columns */
-    check_xent(9, 64, 50257, 0, 1);     /* GPT-2's vocabulary: 100.6 KB rows in shared memory */
+    check_xent(3 * 37, 77, 997, 40, 0, 0); /* three chunks, the last partial; odd rows (scalar path) */
+    check_xent(45, 64, 1531, 0, 0, 0);     /* default chunking */
+    check_xent(3 * 37, 80, 997, 40, 1, 0); /* padded to 1024 columns: 16-byte rows, 27 padding columns */
+    check_xent(45, 64, 1531, 0, 1, 0);     /* padded to 1536, one chunk */
+    check_xent(7, 48, 40, 0, 1, 0);        /* V < 64: most vectors are padding; rows of 64 columns */
+    check_xent(9, 64, 50257, 0, 1, 0);     /* GPT-2's vocabulary: 100.6 KB rows in shared memory */
+}
+
+TEST_CASE(test_xent_masked) {
+    check_xent(3 * 37, 77, 997, 40, 0, 1); /* scalar path, chunks */
+    check_xent(45, 64, 1531, 0, 1, 1);     /* padded, vector path */
 }
 
 /* ---- AdamW and the norm helpers ---- */
@@ -935,6 +942,8 @@ static const ot_row rows[] = {
     {"embed", "cuda", OT_BF16, "3x37x77 V301, 4x256x300 V1000", 1e-2, OT_EVAL, FN(test_embed), 0, 0},
     {"xent", "cuda", OT_F32, "6 shapes, V to 50257, padded", 1e-5, OT_EVAL, FN(test_xent), 0, 0},
     {"xent", "cuda", OT_BF16, "6 shapes, V to 50257, padded", 1e-2, OT_EVAL, FN(test_xent), 0, 0},
+    {"xent_masked", "cuda", OT_F32, "every 3rd row ignored, 2 shapes", 1e-5, OT_EVAL, FN(test_xent_masked), 0, 0},
+    {"xent_masked", "cuda", OT_BF16, "every 3rd row ignored, 2 shapes", 1e-2, OT_EVAL, FN(test_xent_masked), 0, 0},
     {"adamw", "cuda", OT_F32, "100003, lowp copy bf16", 1e-5, OT_EVAL, FN(test_adamw), 0, 0},
     {"adamw_spans", "cuda", OT_F32, "12 and 600 spans, unaligned, clip", 1e-5, OT_EVAL, FN(test_adamw_spans), 0, 0},
 };
