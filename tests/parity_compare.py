@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compare two nobubble run directories for tests/parity_across_commits.sh.
 
-    parity_compare.py [--state-ignore KEY,...] [--labels NAME_A,NAME_B] DIR_A DIR_B
+    parity_compare.py [--state-ignore KEY,...] [--meta-ignore KEY,...] [--step-offset N]
+                      [--fold-micro-batches] [--labels NAME_A,NAME_B] DIR_A DIR_B
 
 Prints nothing and exits 0 when the runs are the same; otherwise prints one difference per line
 and exits 1. What "the same" means:
@@ -15,6 +16,12 @@ and exits 1. What "the same" means:
 Nothing else of a run directory is read (stdout, stderr, loss.svg and timeline.svg are not).
 --state-ignore drops dotted state.json keys (e.g. train.attn) from the comparison: an option
 added on purpose, named on the command line so the report says so.
+Changes made on purpose that leave the computation alone, each named on the command line:
+  --meta-ignore K,...    safetensors __metadata__ keys written only by B (e.g. nobubble.fingerprint);
+                         a file whose bytes differ only there counts as the same
+  --step-offset N        metrics.jsonl's step in B is A's step + N (B counts steps from 1)
+  --fold-micro-batches   A recorded --micro-batches as train.grad_accum; B keeps train.grad_accum
+                         and train.micro_batches apart: A's grad_accum must equal B's product
 """
 import json
 import os
@@ -31,6 +38,9 @@ TIMING = {
     "slowest_holds_longest", "slowest_samples",
 }
 MAX_LINES = 8  # differences printed per file
+META_IGNORE = set()  # --meta-ignore
+STEP_OFFSET = 0  # --step-offset
+FOLD_MICRO_BATCHES = False  # --fold-micro-batches
 A, B = "A", "B"  # the runs' names in the messages (--labels)
 
 
@@ -58,9 +68,18 @@ def flatten(v, prefix, out):
     return out
 
 
+def fold_micro_batches(fb):
+    mb = fb.pop("train.micro_batches", None)
+    ga = fb.get("train.grad_accum")
+    if mb is not None and ga is not None:
+        fb["train.grad_accum"] = ("#", str(int(ga[1]) * int(mb[1])))
+
+
 def compare_state(a, b, ignore):
     fa = flatten(load_json(a), "", {})
     fb = flatten(load_json(b), "", {})
+    if FOLD_MICRO_BATCHES:
+        fold_micro_batches(fb)
     diffs = []
     for k in list(fa) + [k for k in fb if k not in fa]:
         if any(k == i or k.startswith(i + ".") for i in ignore):
@@ -101,8 +120,9 @@ def safetensors_diff(a, b):
         with open(a, "rb") as fa, open(b, "rb") as fb:
             na, ha = read_header(fa)
             nb, hb = read_header(fb)
-            ma = {k: v for k, v in ha.pop("__metadata__", {}).items() if "crc32c" not in k}
-            mb = {k: v for k, v in hb.pop("__metadata__", {}).items() if "crc32c" not in k}
+            keep = lambda k: "crc32c" not in k and k not in META_IGNORE
+            ma = {k: v for k, v in ha.pop("__metadata__", {}).items() if keep(k)}
+            mb = {k: v for k, v in hb.pop("__metadata__", {}).items() if keep(k)}
             if set(ha) != set(hb):
                 only_a, only_b = sorted(set(ha) - set(hb)), sorted(set(hb) - set(ha))
                 return f"other tensors (only in {A}: {' '.join(only_a[:3]) or '-'}; only in {B}: {' '.join(only_b[:3]) or '-'})"
@@ -120,7 +140,7 @@ def safetensors_diff(a, b):
                 if fa.read(oa[1] - oa[0]) != fb.read(ob[1] - ob[0]):
                     differ.append(k)
             if not differ:
-                return "the same tensors, laid out differently"
+                return None if META_IGNORE else "the same tensors, laid out differently"
             more = f", +{len(differ) - 4} more" if len(differ) > 4 else ""
             return f"{len(differ)} of {len(names)} tensors differ ({', '.join(differ[:4])}{more})"
     except (OSError, ValueError, KeyError, struct.error) as e:
@@ -152,17 +172,22 @@ def compare_ckpt(a, b, ignore):
             sa, sb = os.path.getsize(pa), os.path.getsize(pb)
             size = f", {sa} vs {sb} bytes" if sa != sb else ""
             what = safetensors_diff(pa, pb) if n.endswith(".safetensors") else f"differs from byte {off}"
+            if what is None:
+                continue  # only --meta-ignore'd metadata differs
             diffs.append(f"ckpt/{n}: {what}{size}")
     return diffs
 
 
-def metrics_lines(path):
+def metrics_lines(path, step_offset=0):
     out = []
     with open(path) as f:
         for line in f:
             if line.strip():
                 pairs = json.loads(line, parse_float=number, parse_int=number, object_pairs_hook=list)
-                out.append([(k, v) for k, v in pairs if k not in TIMING])
+                row = [(k, v) for k, v in pairs if k not in TIMING]
+                if step_offset:
+                    row = [(k, ("#", str(int(v[1]) + step_offset)) if k == "step" else v) for k, v in row]
+                out.append(row)
     return out
 
 
@@ -171,7 +196,7 @@ def compare_metrics(a, b):
         if os.path.exists(a) == os.path.exists(b):
             return ["no metrics.jsonl in either run"]
         return [f"metrics.jsonl: only in {A if os.path.exists(a) else B}"]
-    la, lb = metrics_lines(a), metrics_lines(b)
+    la, lb = metrics_lines(a, STEP_OFFSET), metrics_lines(b)
     diffs = [] if len(la) == len(lb) else [f"metrics.jsonl: {len(la)} vs {len(lb)} lines"]
     for i, (x, y) in enumerate(zip(la, lb)):
         if x == y:
@@ -188,11 +213,19 @@ def compare_metrics(a, b):
 
 def main():
     args = sys.argv[1:]
-    global A, B
+    global A, B, STEP_OFFSET, FOLD_MICRO_BATCHES
     ignore = []
-    while len(args) > 2 and args[0] in ("--state-ignore", "--labels"):
+    while len(args) > 2 and args[0] in ("--state-ignore", "--labels", "--meta-ignore", "--step-offset", "--fold-micro-batches"):
+        if args[0] == "--fold-micro-batches":
+            FOLD_MICRO_BATCHES = True
+            args = args[1:]
+            continue
         if args[0] == "--labels":
             A, B = args[1].split(",")
+        elif args[0] == "--meta-ignore":
+            META_IGNORE.update(k for k in args[1].split(",") if k)
+        elif args[0] == "--step-offset":
+            STEP_OFFSET = int(args[1])
         else:
             ignore += [k for k in args[1].split(",") if k]
         args = args[2:]
