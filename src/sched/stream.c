@@ -844,6 +844,11 @@ static const void *fetch_layer(void *self, nb_ctx ctx, int l) {
     if (on_gpu(st, l)) return gw_of(st, l); /* up to date: quiesce ran the pending update */
     stage_w(st, st->h_up[0], st->sl.layer_offset[l], st->layer_numel);
     st->r->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(st));
+    /* every layer is staged through h_up[0]: the copy must have read it before the next call
+     * overwrites it (to_host returns when ctx's work is done; without this wait a CUDA
+     * evaluation sometimes ran a layer with the next layer's weights) */
+    uint8_t done;
+    st->r->be->to_host(ctx, &done, st->d_wslot[0], 1);
     st->wslot_layer[0] = -1;
     return st->d_wslot[0];
 }
