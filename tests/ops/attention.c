@@ -261,6 +261,18 @@ static double xent_loss_w(const double *w, const void *v) {
     return c->grad_scale * xent_ref(NULL, c->inp, w, c);
 }
 
+/* The op's gradients (dinp, dw) against finite differences of the double reference at inpd and wd
+ * (c->inp and c->w point at them); gi and gw are scratch of their sizes. */
+static void xent_grad_check(xent_ctx *c, double *inpd, double *wd, const float *dinp, const float *dw, double *gi,
+                            double *gw, const char *what) {
+    size_t ni = (size_t)c->N * c->C, nw = (size_t)c->V * c->C;
+    finite_diff(gi, inpd, ni, xent_loss_inp, c, 1e-5);
+    finite_diff(gw, wd, nw, xent_loss_w, c, 1e-5);
+    double ei = rel_err_d(dinp, gi, ni), ew = rel_err_d(dw, gw, nw);
+    ot_err(ei, 1e-5), ot_err(ew, 1e-5);
+    CHECK(ei < 1e-5 && ew < 1e-5, "%s grads vs finite differences: dinp %.3g dw %.3g", what, ei, ew);
+}
+
 TEST_CASE(test_xent) {
     ur_reset();
     int N = 10, C = 13, V = 37, Vp = 40;
@@ -287,13 +299,7 @@ TEST_CASE(test_xent) {
     double el = rel_err_d(losses, ld, N);
     if (ot_eval()) ot_err(el, 1e-6);
     CHECK(el < 1e-6, "losses rel err %.3g", el);
-    if (ot_grad()) {
-        finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
-        finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
-        double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
-        ot_err(ei, 1e-5), ot_err(ew, 1e-5);
-        CHECK(ei < 1e-5 && ew < 1e-5, "xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
-    }
+    if (ot_grad()) xent_grad_check(&c, inpd, wd, dinp, dw, gi, gw, "xent");
     int pad_ok = 1;
     for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) pad_ok &= dw[i] == 123.0f;
     CHECK(pad_ok, "padding rows of dw were written");
@@ -378,13 +384,7 @@ TEST_CASE(test_xent_masked) {
     double el = fabs(sum - xent_ref(ld, inpd, wd, &c)) / fabs(sum);
     if (ot_eval()) ot_err(el, 1e-6);
     CHECK(el < 1e-6, "masked loss vs double reference: rel err %.3g", el);
-    if (ot_grad()) {
-        finite_diff(gi, inpd, (size_t)N * C, xent_loss_inp, &c, 1e-5);
-        finite_diff(gw, wd, (size_t)V * C, xent_loss_w, &c, 1e-5);
-        double ei = rel_err_d(dinp, gi, (size_t)N * C), ew = rel_err_d(dw, gw, (size_t)V * C);
-        ot_err(ei, 1e-5), ot_err(ew, 1e-5);
-        CHECK(ei < 1e-5 && ew < 1e-5, "masked xent grads vs finite differences: dinp %.3g dw %.3g", ei, ew);
-    }
+    if (ot_grad()) xent_grad_check(&c, inpd, wd, dinp, dw, gi, gw, "masked xent");
     free(inp), free(w), free(l_all), free(l), free(dinp), free(dw), free(dinp_all), free(dw_all);
     free(inpd), free(wd), free(ld), free(gi), free(gw);
 }
