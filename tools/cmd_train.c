@@ -222,6 +222,7 @@ int nb_cmd_train(int argc, char **argv) {
     reject_foreign(args, nargs, fam->option_groups);
     parsed_flags seen = {args, nargs};
     if (fam->after_flags) fam->after_flags(&o, flag_seen, &seen, resume != NULL);
+    if (!resume && o.steps == 0 && !o.init_from[0]) nb_usage_error("train", "--steps is 0: it must be at least 1 (0 only with --init-from)");
     if (o.quiet || nb_comm_rank() > 0) nb_verbosity = 0; /* rank 0 speaks for the job */
     if (resume) {
         snprintf(o.resume, sizeof o.resume, "%s", ckpt_dir);
