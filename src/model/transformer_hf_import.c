@@ -19,6 +19,16 @@
 
 /* ---------------------------------------------------------------- config.json */
 
+/* config.json or the shards' index: a damaged one is named with where it breaks. */
+static nb_json *load_json(const char *path) {
+    size_t len;
+    char *text = nb_read_file(path, NB_JSON_MAX_BYTES, &len, FILE_HINT), err[512];
+    nb_json *j = nb_json_parse(text, len, path, err, sizeof err);
+    free(text);
+    if (!j) nb_fail(FILE_HINT, "invalid JSON: %s", err);
+    return j;
+}
+
 typedef struct {
     const char *path; /* DIR/config.json, for messages */
     const nb_json *j;
@@ -185,7 +195,7 @@ static void read_config(const char *dir, int seq, nb_tf_config *cfg) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     NB_CHECK(nb_file_exists(path), "--init-from takes a transformers model directory (config.json + model.safetensors)",
              "%s: no such file", path);
-    nb_json *j = nb_json_load_file(path);
+    nb_json *j = load_json(path);
     cfg_in c = {path, j};
     NB_CHECK(j->type == NB_JSON_OBJ, CFG_HINT, "%s: must be a JSON object", path);
     NB_CHECK(!member(&c, "quantization_config"), "import an unquantized (F32, BF16 or F16) checkpoint",
@@ -238,7 +248,7 @@ static int shard_of(const hf_src *s, const char *name) {
 }
 
 static void open_sharded(hf_src *s, const char *index) {
-    s->index = nb_json_load_file(index);
+    s->index = load_json(index);
     NB_CHECK(s->index->type == NB_JSON_OBJ, FILE_HINT, "%s: must be a JSON object", index);
     s->weight_map = nb_json_get(s->index, "weight_map");
     NB_CHECK(s->weight_map && s->weight_map->type == NB_JSON_OBJ && s->weight_map->len > 0, FILE_HINT,
