@@ -157,7 +157,7 @@ static void llama_config(const cfg_in *c, int seq, int mistral, nb_tf_config *m)
     NB_CHECK(!strcmp(act, "silu"), CFG_HINT, "%s: field 'hidden_act' is '%s': only silu (SwiGLU) is supported", c->path, act);
     want_bool(c, "attention_bias", 0, 0, "attention biases are not supported (Llama layouts have none)");
     want_bool(c, "mlp_bias", 0, 0, "MLP biases are not supported (Llama layouts have none)");
-    int positions = int_field(c, "max_position_embeddings", 1, -1);
+    int positions = member(c, "max_position_embeddings") ? int_field(c, "max_position_embeddings", 1, 0) : 0;
     NB_CHECK(seq || positions > 0, "pass --seq N", "%s: no max_position_embeddings to take the sequence length from", c->path);
     m->seq = seq ? seq : positions;
     /* sliding-window attention equals full causal attention while the window covers the sequence */
