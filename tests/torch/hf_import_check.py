@@ -8,7 +8,8 @@ BF16 or F16; one file or shards through max_shard_size), then
   3. nobubble eval of the step-0 checkpoint must give transformers' float32 loss on the same
      batches (its own math: eps, rope theta, GQA, the tied head), to 2e-4 nats (eval prints 4
      decimals).
-Prints one line per check and ends with "IMPORT OK" or "IMPORT FAIL" (exit 0 / 1).
+Prints one line per check and ends with "IMPORT OK" or "IMPORT FAIL" (exit 0 / 1). Needs torch
+and transformers (the device machine has them; see tests/torch/README.md for building there):
     python3 tests/torch/hf_import_check.py --nb build-dev/nobubble --work /tmp/nbimport
 """
 import argparse
@@ -93,7 +94,13 @@ def main():
             bad += 1
             continue
         r = subprocess.run([a.nb, "export", "--ckpt", run, "--hf", out], capture_output=True, text=True)
-        exp = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+        if r.returncode != 0:
+            print(f"FAIL {name}: export exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            bad += 1
+            continue
+        # transformers 5 names the argument dtype, 4.x torch_dtype
+        kw = {"dtype": torch.float32} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": torch.float32}
+        exp = transformers.AutoModelForCausalLM.from_pretrained(out, **kw).eval()
         want = {k: v.float() for k, v in model.state_dict().items()}
         got = exp.state_dict()
         diff = [k for k in want if k in got and not torch.equal(want[k], got[k])]
