@@ -168,11 +168,13 @@ static const nb_family_i *family_of(const char *model) {
 
 /* The options the flags apply on top of: a checkpoint's (--resume; --model may only name its
  * family, and a preset then replaces its shape), or the family's defaults. */
-static const nb_family_i *base_options(const char *model, const char *resume, const char *ckpt_dir, nb_train_opts *o) {
+static const nb_family_i *base_options(const char *model, const char *resume, const char *ckpt_dir, nb_train_opts *o,
+                                       int *ckpt_step) {
     const nb_family_i *fam = model ? family_of(model) : NULL;
     if (resume && ckpt_dir[0]) {
         nb_ckpt_state st;
         nb_ckpt_read_state(ckpt_dir, o, &st);
+        *ckpt_step = st.step;
         const nb_family_i *ckpt_fam = nb_family_find(o->family);
         if (fam && fam != ckpt_fam) nb_usage_error("train", "--model %s: the checkpoint in %s is a %s run", model, ckpt_dir, o->family);
         if (model && ckpt_fam->defaults) {
@@ -210,7 +212,8 @@ int nb_cmd_train(int argc, char **argv) {
         nb_log(1, "note: %s holds a checkpoint: resuming it (pass --fresh to start over there)\n", out_dir);
     }
     if (!has_flag(argc, argv, "--help") && !has_flag(argc, argv, "-h")) lock_and_resolve(resume, out_dir, ckpt_dir, sizeof ckpt_dir);
-    const nb_family_i *fam = base_options(model, resume, ckpt_dir, &o);
+    int ckpt_step = 0;
+    const nb_family_i *fam = base_options(model, resume, ckpt_dir, &o, &ckpt_step);
     was = o;
     static nb_arg args[160];
     static flag_ctx ctx[160];
@@ -222,12 +225,14 @@ int nb_cmd_train(int argc, char **argv) {
     reject_foreign(args, nargs, fam->option_groups);
     parsed_flags seen = {args, nargs};
     if (fam->after_flags) fam->after_flags(&o, flag_seen, &seen, resume != NULL);
+    if (!resume && o.steps == 0 && !o.init_from[0]) nb_usage_error("train", "--steps is 0: it must be at least 1 (0 only with --init-from)");
     if (o.quiet || nb_comm_rank() > 0) nb_verbosity = 0; /* rank 0 speaks for the job */
     if (resume) {
         snprintf(o.resume, sizeof o.resume, "%s", ckpt_dir);
         /* a resumed run keeps its work where it was: the run directory it came from */
         if (!nb_args_seen(args, nargs, "out")) snprintf(o.out, sizeof o.out, "%s", out_dir);
-        nb_train_opts_note_changes(&was, &o);
+        /* a step-0 checkpoint (--init-from --steps 0) was trained with no option yet */
+        if (ckpt_step > 0) nb_train_opts_note_changes(&was, &o);
     }
     if (nb_verbosity > 0) {
         fam->print_model(&o, stderr);

@@ -15,6 +15,8 @@ int nb_verbosity = 1;
 
 static _Atomic(nb_fail_hook_fn) fail_hook;
 void nb_set_fail_hook(nb_fail_hook_fn fn) { atomic_store(&fail_hook, fn); }
+static atomic_int fail_exit_code = 1;
+int nb_fail_set_exit_code(int code) { return atomic_exchange(&fail_exit_code, code); }
 
 void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, ...) {
     char msg[1024];
@@ -31,7 +33,7 @@ void nb_fail_at(const char *file, int line, const char *hint, const char *fmt, .
     /* exchange: two threads failing at once run the hook once, and a hook that fails ends here */
     nb_fail_hook_fn hook = atomic_exchange(&fail_hook, (nb_fail_hook_fn)NULL);
     if (hook) hook();
-    exit(1);
+    exit(atomic_load(&fail_exit_code));
 }
 
 static NB_NORETURN void fail_oom(const char *file, int line, size_t bytes, const char *what) {

@@ -31,6 +31,11 @@ NB_NORETURN void nb_fail_at(const char *file, int line, const char *hint, const 
  * waits for this one. Keep it short; it must not call nb_fail. NULL removes it. */
 typedef void (*nb_fail_hook_fn)(void);
 void nb_set_fail_hook(nb_fail_hook_fn fn);
+/* The exit status nb_fail ends the process with: 1 unless set. Code that reads a user's input
+ * files before anything runs (a Hugging Face import) sets 2, "bad input", for that span, so that
+ * every refusal inside it (its own, and the JSON and safetensors readers') exits 2. Returns the
+ * previous status. */
+int nb_fail_set_exit_code(int code);
 
 /* Check a condition that user input can break. */
 #define NB_CHECK(cond, hint, ...)                                                                  \

@@ -20,6 +20,7 @@
 #include "core.h"
 #include "data/shardset.h"
 #include "host.h"
+#include "model/transformer_hf.h"
 #include "ops/ops_cuda.h"
 
 nb_tf_train *nb_tf_of(nb_run *r) { return r->fs; }
@@ -540,6 +541,8 @@ static void tf_start(nb_run *r, const char *resume_dir) {
     const nb_train_opts *o = &tr->o;
     if (resume_dir)
         nb_tf_load_tensors(r, resume_dir);
+    else if (o->init_from[0])
+        nb_hf_import(o->init_from, &tr->model, tr->params);
     else
         nb_tf_init_weights(&tr->model, tr->params, o->seed);
     if (o->val_data[0]) {
@@ -702,8 +705,29 @@ static void tf_preset(nb_train_opts *o) {
     NB_CHECK(nb_tf_preset(name, &o->model), "pass one of the presets nobubble train --help lists", "unknown --model '%s'", name);
 }
 
+/* --init-from HF_DIR: the shape is its config.json's (flags that set one are refused) and its
+ * tensors are checked now, before anything is planned; tf_start loads them. */
+static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx) {
+    static const char *const shape_flags[] = {"model", "layers", "dim", "heads", "kv-heads", "ffn", "vocab", NULL};
+    int was = nb_fail_set_exit_code(2);
+    for (const char *const *f = shape_flags; *f; f++)
+        NB_CHECK(!seen(ctx, *f), "drop the flag: with --init-from the model's shape comes from HF_DIR/config.json",
+                 "--%s with --init-from %s", *f, o->init_from);
+    nb_fail_set_exit_code(was);
+    nb_hf_import_config(o->init_from, seen(ctx, "seq") ? o->model.seq : 0, &o->model);
+    nb_tf_model m;
+    nb_tf_model_init(&m, &o->model);
+    nb_hf_import_check(o->init_from, &m);
+    nb_tf_model_free(&m);
+}
+
 static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
-    (void)resuming;
+    /* a resume has its shape and weights in the checkpoint (a rerun of the first command
+     * resumes the run it started) */
+    if (o->init_from[0] && resuming && seen(ctx, "init-from"))
+        nb_log(1, "note: resuming the checkpoint: --init-from %s is not read again\n", o->init_from);
+    else if (o->init_from[0])
+        import_shape(o, seen, ctx);
     /* GPT-2 layouts have as many kv heads as heads: follow --heads unless told otherwise */
     if (o->model.arch == NB_ARCH_GPT2 && !seen(ctx, "kv-heads")) o->model.kv_heads = o->model.heads;
     nb_tf_config_finalize(&o->model);

@@ -49,6 +49,24 @@ char *nb_hf_config_json(const nb_tf_model *m);
  * layout; creates out_dir. Returns the number of tensors written. */
 int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params);
 
+/* Import (transformer_hf_import.c), the reverse through the same table: --init-from HF_DIR.
+ * HF_DIR holds config.json and model.safetensors, or model.safetensors.index.json and the
+ * shards its weight_map names; tensors in F32, BF16 or F16 become fp32 master weights.
+ * Accepted: GPT2LMHeadModel (tanh GELU), LlamaForCausalLM and MistralForCausalLM (Llama's math:
+ * no biases, silu, plain RoPE, head_dim = hidden / heads, a sliding window no shorter than the
+ * sequence). Anything else, a missing, misshaped or unexpected tensor, an unknown dtype or a
+ * damaged file is refused with one line and exit status 2 before training starts. */
+/* The shape from HF_DIR/config.json: vocab (any, up to 65536; padded to 64 as always), eps,
+ * rope theta, tied head; seq: the training length (0: n_positions / max_position_embeddings;
+ * GPT-2 keeps the first seq rows of its position table). The preset name is "hf-<type>". */
+void nb_hf_import_config(const char *dir, int seq, nb_tf_config *cfg);
+/* Every tensor present with its shape and a dtype we read, none left over; reads no values. */
+void nb_hf_import_check(const char *dir, const nb_tf_model *m);
+/* The weights into an fp32 slab of the model's layout (m->total elements), tensor by tensor
+ * straight from the mapped files; everything the checkpoint does not set (vocab padding rows)
+ * is zero. */
+void nb_hf_import(const char *dir, const nb_tf_model *m, float *params);
+
 #ifdef __cplusplus
 }
 #endif

@@ -624,7 +624,17 @@ void nb_run_train(nb_run *r) {
     int kt_first = first + nb_step_warmup(end - first), kt = kernel_table_open(r, lead);
     catch_stop_signals();
     double last_ckpt = run_t0;
-    if (r->step >= end) fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
+    if (end == 0 && o->init_from[0] && !o->resume[0]) {
+        /* --init-from with --steps 0: the imported model as the run's step-0 checkpoint */
+        if (o->out[0] && !o->no_ckpt) save_checkpoint(r, -1);
+        if (lead && o->out[0] && !o->no_ckpt)
+            fprintf(stderr, "imported %s as the step-0 checkpoint in %s; train it with: nobubble train --resume %s --steps N\n",
+                    o->init_from, o->out, o->out);
+        else if (lead)
+            fprintf(stderr, "imported %s (no --out: nothing was saved)\n", o->init_from);
+    } else if (r->step >= end) {
+        fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
+    }
     for (; r->step < end; r->step++) {
         int step = r->step;
         if (kt && step == kt_first) nb_kprof_mark_begin();

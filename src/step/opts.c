@@ -45,7 +45,7 @@ static const nb_opt table[] = {
     {"precision", NB_OPT_ENUM, F(precision), NB_OPTG_COMMON, "", "P", "bf16 (default on cuda) or fp32 (TF32 off)", .names = precision_names, .flag = 1, .state = REQ, .math = 1},
     {"batch", NB_OPT_INT, F(batch), NB_OPTG_COMMON, NULL, "B", "sequences (seqctr: samples) per step", 1, BIG, "at least 1", .flag = 1, .state = REQ, .math = 1},
     {"seq", NB_OPT_INT, F(seq), NB_OPTG_COMMON, NULL, NULL, NULL, 0, BIG, ">= 0", .state = REQ},
-    {"steps", NB_OPT_INT, F(steps), NB_OPTG_COMMON, NULL, "N", "total optimizer steps", 1, BIG, "at least 1", .flag = 1, .state = REQ, .math = 1},
+    {"steps", NB_OPT_INT, F(steps), NB_OPTG_COMMON, NULL, "N", "total optimizer steps (0 with --init-from: only write the imported model as the step-0 checkpoint)", 0, BIG, "at least 1 (0 with --init-from)", .flag = 1, .state = REQ, .math = 1},
     {"warmup", NB_OPT_INT, F(warmup), NB_OPTG_COMMON, NULL, "N", "warmup steps (-1: 5% of --steps)", -1, BIG, ">= 0, or -1 for 5% of the steps", .flag = 1, .state = REQ, .math = 1},
     {"eval-every", NB_OPT_INT, F(eval_every), NB_OPTG_COMMON, NULL, "N", "held-out evaluation every N steps (0: only at the end)", 0, BIG, ">= 0", .flag = 1, .state = REQ},
     {"eval-batches", NB_OPT_INT, F(eval_batches), NB_OPTG_TF, NULL, "N", "validation batches of --batch sequences from the start of --val-data (0: all); eval's default too", 0, BIG, ">= 0", .flag = 1, .state = REQ},
@@ -106,6 +106,7 @@ static const nb_opt table[] = {
     {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
     {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
     {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
+    {"init-from", NB_OPT_STR, F(init_from), NB_OPTG_TF, NULL, "HF_DIR", "start from a Hugging Face model directory (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM): its config.json sets the shape (no --model), its model.safetensors or sharded index the weights (F32, BF16 or F16)", .flag = 1},
     /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model";
  * seqctr's read_config checks it against these rows' ranges) */
     {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},

@@ -33,6 +33,9 @@ typedef struct nb_train_opts {
     nb_tf_config model; /* transformer shape */
     nb_sc_config ctr;   /* seqctr shape (its seed is the run's --seed, set at init) */
     char data[NB_PATH_MAX], val_data[NB_PATH_MAX], out[NB_PATH_MAX], resume[NB_PATH_MAX], trace[NB_PATH_MAX];
+    /* a Hugging Face model directory the run starts from (model/transformer_hf.h): its config
+     * sets the shape, its weights the start; not kept in state.json (a resume has both) */
+    char init_from[NB_PATH_MAX];
     char device[32], schedule[32];
     nb_opt_precision precision;
     nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */

@@ -1,0 +1,452 @@
+/* Hugging Face import (model/transformer_hf.h): the reverse of the export. config.json gives the
+ * shape, the safetensors files the weights, through the export's own table (nb_hf_tensors), so
+ * a name, a transpose or a split can never differ between the two directions.
+ * Every refusal is one nb_fail line; the public calls run with nb_fail's exit status at 2 (bad
+ * input), the JSON and safetensors readers' refusals included. */
+#include "model/transformer_hf.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+
+#define CFG_HINT "nobubble imports GPT2LMHeadModel, LlamaForCausalLM and MistralForCausalLM (Llama's math) checkpoints"
+#define FILE_HINT "the checkpoint is damaged or not a transformers save_pretrained directory: fetch or save it again"
+
+/* ---------------------------------------------------------------- config.json */
+
+/* config.json or the shards' index: a damaged one is named with where it breaks. */
+static nb_json *load_json(const char *path) {
+    size_t len;
+    char *text = nb_read_file(path, NB_JSON_MAX_BYTES, &len, FILE_HINT), err[512];
+    nb_json *j = nb_json_parse(text, len, path, err, sizeof err);
+    free(text);
+    if (!j) nb_fail(FILE_HINT, "invalid JSON: %s", err);
+    return j;
+}
+
+typedef struct {
+    const char *path; /* DIR/config.json, for messages */
+    const nb_json *j;
+} cfg_in;
+
+/* A present, non-null member. */
+static const nb_json *member(const cfg_in *c, const char *key) {
+    const nb_json *v = nb_json_get(c->j, key);
+    return v && v->type != NB_JSON_NULL ? v : NULL;
+}
+
+/* An integer field in [lo, INT_MAX]; absent: def, or a refusal when def < lo (required). */
+static int int_field(const cfg_in *c, const char *key, int lo, int def) {
+    const nb_json *v = member(c, key);
+    NB_CHECK(v || def >= lo, CFG_HINT, "%s: field '%s' is missing", c->path, key);
+    if (!v) return def;
+    NB_CHECK(v->type == NB_JSON_NUM && v->is_int && v->i64 >= lo && v->i64 <= INT_MAX, CFG_HINT,
+             "%s: field '%s' must be an integer >= %d", c->path, key, lo);
+    return (int)v->i64;
+}
+
+/* A positive finite number that a float holds (eps, rope theta). */
+static float num_field(const cfg_in *c, const char *key, double def) {
+    const nb_json *v = member(c, key);
+    if (!v) return (float)def;
+    NB_CHECK(v->type == NB_JSON_NUM && isfinite(v->num) && v->num > 0 && (float)v->num > 0 && isfinite((float)v->num),
+             CFG_HINT, "%s: field '%s' must be a positive number (a float32)", c->path, key);
+    return (float)v->num;
+}
+
+static int bool_field(const cfg_in *c, const char *key, int def) {
+    const nb_json *v = member(c, key);
+    if (!v) return def;
+    NB_CHECK(v->type == NB_JSON_BOOL, CFG_HINT, "%s: field '%s' must be true or false", c->path, key);
+    return v->boolean;
+}
+
+static const char *str_field(const cfg_in *c, const char *key, const char *def) {
+    const nb_json *v = member(c, key);
+    if (!v) return def;
+    NB_CHECK(v->type == NB_JSON_STR, CFG_HINT, "%s: field '%s' must be a string", c->path, key);
+    return v->str;
+}
+
+/* A field that must hold one value (a bias switch, an activation) for our math to be the model's. */
+static void want_bool(const cfg_in *c, const char *key, int def, int want, const char *why) {
+    NB_CHECK(bool_field(c, key, def) == want, CFG_HINT, "%s: field '%s' is %s: %s", c->path, key, want ? "false" : "true",
+             why);
+}
+
+/* Fields of mixture-of-experts variants that reuse Llama's model_type or a Mistral class. */
+static void refuse_moe(const cfg_in *c) {
+    static const char *const keys[] = {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                                        "moe_intermediate_size", NULL};
+    for (const char *const *k = keys; *k; k++) {
+        const nb_json *v = member(c, *k);
+        NB_CHECK(!v || (v->type == NB_JSON_NUM && v->num == 0), CFG_HINT,
+                 "%s: field '%s' is set: mixture-of-experts models are not supported (dense MLPs only)", c->path, *k);
+    }
+}
+
+/* rope_scaling (transformers 4) and rope_parameters (5): only plain RoPE with one theta. */
+static float rope_theta_of(const cfg_in *c) {
+    const nb_json *s = member(c, "rope_scaling");
+    if (s) {
+        const char *type = "?";
+        if (s->type == NB_JSON_OBJ) {
+            const nb_json *t = nb_json_get(s, "rope_type");
+            if (!t || t->type != NB_JSON_STR) t = nb_json_get(s, "type");
+            if (t && t->type == NB_JSON_STR) type = t->str;
+        }
+        NB_CHECK(strcmp(type, "llama3") != 0, "only \"rope_scaling\": null is accepted for now",
+                 "%s: field 'rope_scaling': llama3 rope_scaling is not supported yet", c->path);
+        nb_fail("only \"rope_scaling\": null is accepted for now", "%s: field 'rope_scaling': rope_scaling of type '%s' is not supported",
+                c->path, type);
+    }
+    float theta = num_field(c, "rope_theta", 10000.0);
+    const nb_json *p = member(c, "rope_parameters");
+    if (!p) return theta;
+    NB_CHECK(p->type == NB_JSON_OBJ, CFG_HINT, "%s: field 'rope_parameters' must be an object", c->path);
+    cfg_in pc = {c->path, p};
+    const char *type = str_field(&pc, "rope_type", "default");
+    NB_CHECK(!strcmp(type, "default"), "only plain RoPE (rope_type \"default\") is accepted for now",
+             "%s: field 'rope_parameters.rope_type' is '%s': %s rope scaling is not supported yet", c->path, type, type);
+    return num_field(&pc, "rope_theta", theta);
+}
+
+static void gpt2_config(const cfg_in *c, int seq, nb_tf_config *m) {
+    m->arch = NB_ARCH_GPT2;
+    m->dim = int_field(c, "n_embd", 1, 0);
+    m->layers = int_field(c, "n_layer", 1, 0);
+    m->heads = m->kv_heads = int_field(c, "n_head", 1, 0);
+    m->ffn = int_field(c, "n_inner", 1, 4 * m->dim);
+    int positions = int_field(c, "n_positions", 1, 0);
+    /* our position table has --seq rows: the first seq of the checkpoint's */
+    NB_CHECK(seq <= positions, "pass --seq at most n_positions", "%s: --seq %d exceeds n_positions %d (the position table's rows)",
+             c->path, seq, positions);
+    m->seq = seq ? seq : positions;
+    m->norm_eps = num_field(c, "layer_norm_epsilon", 1e-5);
+    m->tied = bool_field(c, "tie_word_embeddings", 1);
+    const char *act = str_field(c, "activation_function", "gelu_new");
+    NB_CHECK(!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh"), CFG_HINT,
+             "%s: field 'activation_function' is '%s': only the tanh GELU (gelu_new) is supported", c->path, act);
+    want_bool(c, "scale_attn_weights", 1, 1, "attention without the 1/sqrt(head size) scale is not supported");
+    want_bool(c, "scale_attn_by_inverse_layer_idx", 0, 0, "per-layer attention scaling is not supported");
+    want_bool(c, "add_cross_attention", 0, 0, "cross-attention is not supported");
+}
+
+static void llama_config(const cfg_in *c, int seq, int mistral, nb_tf_config *m) {
+    m->arch = NB_ARCH_LLAMA;
+    refuse_moe(c);
+    m->dim = int_field(c, "hidden_size", 1, 0);
+    m->ffn = int_field(c, "intermediate_size", 1, 0);
+    m->layers = int_field(c, "num_hidden_layers", 1, 0);
+    m->heads = int_field(c, "num_attention_heads", 1, 0);
+    m->kv_heads = int_field(c, "num_key_value_heads", 1, m->heads);
+    NB_CHECK(m->dim % m->heads == 0, CFG_HINT, "%s: hidden_size %d is not a multiple of num_attention_heads %d", c->path,
+             m->dim, m->heads);
+    int head_dim = int_field(c, "head_dim", 1, m->dim / m->heads);
+    NB_CHECK(head_dim == m->dim / m->heads, "only head_dim == hidden_size / num_attention_heads is supported",
+             "%s: field 'head_dim' is %d, but hidden_size / num_attention_heads is %d", c->path, head_dim, m->dim / m->heads);
+    m->norm_eps = num_field(c, "rms_norm_eps", 1e-6);
+    m->rope_theta = rope_theta_of(c);
+    m->tied = bool_field(c, "tie_word_embeddings", 0);
+    const char *act = str_field(c, "hidden_act", "silu");
+    NB_CHECK(!strcmp(act, "silu"), CFG_HINT, "%s: field 'hidden_act' is '%s': only silu (SwiGLU) is supported", c->path, act);
+    want_bool(c, "attention_bias", 0, 0, "attention biases are not supported (Llama layouts have none)");
+    want_bool(c, "mlp_bias", 0, 0, "MLP biases are not supported (Llama layouts have none)");
+    int positions = member(c, "max_position_embeddings") ? int_field(c, "max_position_embeddings", 1, 0) : 0;
+    NB_CHECK(seq || positions > 0, "pass --seq N", "%s: no max_position_embeddings to take the sequence length from", c->path);
+    m->seq = seq ? seq : positions;
+    /* sliding-window attention equals full causal attention while the window covers the sequence */
+    int window = mistral ? int_field(c, "sliding_window", 1, INT_MAX) : INT_MAX;
+    NB_CHECK(window >= m->seq, "pass --seq at most sliding_window (nobubble's attention is full causal)",
+             "%s: sliding_window %d is shorter than the sequence length %d: sliding-window attention is not supported",
+             c->path, window, m->seq);
+}
+
+/* The class config.json names (architectures[0], else model_type). */
+static int arch_of(const cfg_in *c) {
+    static const char *const classes[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"};
+    static const char *const types[] = {"gpt2", "llama", "mistral"};
+    const nb_json *a = member(c, "architectures");
+    const char *cls = NULL, *type = str_field(c, "model_type", NULL);
+    if (a) {
+        NB_CHECK(a->type == NB_JSON_ARR && a->len == 1 && a->items[0].type == NB_JSON_STR, CFG_HINT,
+                 "%s: field 'architectures' must be a list of one class name", c->path);
+        cls = a->items[0].str;
+    }
+    NB_CHECK(cls || type, CFG_HINT, "%s: neither 'architectures' nor 'model_type' says what model this is", c->path);
+    for (int k = 0; k < 3; k++) {
+        if (cls ? strcmp(cls, classes[k]) : strcmp(type, types[k])) continue;
+        NB_CHECK(!type || !strcmp(type, types[k]), CFG_HINT, "%s: field 'model_type' is '%s' but architectures names %s",
+                 c->path, type, classes[k]);
+        return k;
+    }
+    if (cls) nb_fail(CFG_HINT, "%s: field 'architectures': %s is not supported", c->path, cls);
+    nb_fail(CFG_HINT, "%s: field 'model_type': '%s' is not supported", c->path, type);
+}
+
+static void read_config(const char *dir, int seq, nb_tf_config *cfg) {
+    char path[NB_PATH_MAX + 32];
+    NB_CHECK(strlen(dir) < NB_PATH_MAX, "choose a shorter path", "--init-from path too long: %s", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    NB_CHECK(nb_file_exists(path), "--init-from takes a transformers model directory (config.json + model.safetensors)",
+             "%s: no such file", path);
+    nb_json *j = load_json(path);
+    cfg_in c = {path, j};
+    NB_CHECK(j->type == NB_JSON_OBJ, CFG_HINT, "%s: must be a JSON object", path);
+    NB_CHECK(!member(&c, "quantization_config"), "import an unquantized (F32, BF16 or F16) checkpoint",
+             "%s: field 'quantization_config' is set: quantized checkpoints are not supported", path);
+    int kind = arch_of(&c);
+    memset(cfg, 0, sizeof *cfg);
+    if (kind == 0)
+        gpt2_config(&c, seq, cfg);
+    else
+        llama_config(&c, seq, kind == 2, cfg);
+    cfg->vocab = int_field(&c, "vocab_size", 2, 0);
+    NB_CHECK(cfg->vocab <= 65536, "nobubble stores tokens as uint16: vocabularies up to 65536",
+             "%s: field 'vocab_size' is %d, more than 65536", path, cfg->vocab);
+    NB_CHECK(cfg->arch == NB_ARCH_GPT2 || cfg->rope_theta > 0, CFG_HINT, "%s: no rope_theta", path);
+    if (cfg->arch == NB_ARCH_GPT2) cfg->rope_theta = 10000.0f; /* unused by GPT-2; kept like a preset's */
+    snprintf(cfg->preset, sizeof cfg->preset, "hf-%s", kind == 0 ? "gpt2" : kind == 1 ? "llama" : "mistral");
+    nb_json_free(j);
+    nb_tf_config_finalize(cfg);
+}
+
+void nb_hf_import_config(const char *dir, int seq, nb_tf_config *cfg) {
+    int was = nb_fail_set_exit_code(2);
+    read_config(dir, seq, cfg);
+    nb_fail_set_exit_code(was);
+}
+
+/* ---------------------------------------------------------------- the safetensors files */
+
+/* One file, or the shards a model.safetensors.index.json names (its weight_map: tensor -> file). */
+typedef struct {
+    char dir[NB_PATH_MAX];
+    int nfiles;
+    nb_st_file **files;
+    nb_json *index;          /* NULL for one file */
+    const nb_json *weight_map;
+} hf_src;
+
+/* A shard's name: a plain file name inside the directory (no path, nothing hidden). */
+static void check_shard_name(const char *index, const char *tensor, const char *name) {
+    NB_CHECK(name[0] && name[0] != '.' && !strchr(name, '/') && !strchr(name, '\\'), FILE_HINT,
+             "%s: weight_map['%s'] is '%s', not a file name in the directory", index, tensor, name);
+}
+
+static int shard_of(const hf_src *s, const char *name) {
+    for (int i = 0; i < s->nfiles; i++) {
+        const char *p = nb_st_path(s->files[i]), *base = strrchr(p, '/');
+        if (!strcmp(base ? base + 1 : p, name)) return i;
+    }
+    return -1;
+}
+
+static void open_sharded(hf_src *s, const char *index) {
+    s->index = load_json(index);
+    NB_CHECK(s->index->type == NB_JSON_OBJ, FILE_HINT, "%s: must be a JSON object", index);
+    s->weight_map = nb_json_get(s->index, "weight_map");
+    NB_CHECK(s->weight_map && s->weight_map->type == NB_JSON_OBJ && s->weight_map->len > 0, FILE_HINT,
+             "%s: field 'weight_map' must be an object naming each tensor's file", index);
+    const nb_json *w = s->weight_map;
+    s->files = nb_calloc(w->len, sizeof *s->files, "safetensors shards");
+    char path[2 * NB_PATH_MAX];
+    for (size_t i = 0; i < w->len; i++) {
+        NB_CHECK(w->items[i].type == NB_JSON_STR, FILE_HINT, "%s: weight_map['%s'] must be a file name", index, w->keys[i]);
+        check_shard_name(index, w->keys[i], w->items[i].str);
+        if (shard_of(s, w->items[i].str) >= 0) continue;
+        snprintf(path, sizeof path, "%s/%s", s->dir, w->items[i].str);
+        s->files[s->nfiles++] = nb_st_open(path);
+    }
+}
+
+static void src_open(hf_src *s, const char *dir) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    char one[NB_PATH_MAX + 64], index[NB_PATH_MAX + 64];
+    snprintf(one, sizeof one, "%s/model.safetensors", dir);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    /* transformers' own order: the single file first */
+    if (nb_file_exists(one)) {
+        s->files = nb_calloc(1, sizeof *s->files, "safetensors file");
+        s->files[s->nfiles++] = nb_st_open(one);
+        return;
+    }
+    NB_CHECK(nb_file_exists(index), "save the model with safe_serialization (pytorch_model.bin is not read)",
+             "%s holds neither model.safetensors nor model.safetensors.index.json", dir);
+    open_sharded(s, index);
+}
+
+static void src_close(hf_src *s) {
+    for (int i = 0; i < s->nfiles; i++) nb_st_close(s->files[i]);
+    free(s->files);
+    nb_json_free(s->index);
+}
+
+/* A tensor by name and its file, or NULL. */
+static const nb_st_tensor *src_find(const hf_src *s, const char *name, const nb_st_file **file) {
+    if (!s->index) {
+        *file = s->files[0];
+        return nb_st_find(s->files[0], name);
+    }
+    const nb_json *f = nb_json_get(s->weight_map, name);
+    if (!f) return NULL;
+    *file = s->files[shard_of(s, f->str)];
+    const nb_st_tensor *t = nb_st_find(*file, name);
+    NB_CHECK(t, FILE_HINT, "model.safetensors.index.json puts tensor '%s' in %s, which does not hold it", name,
+             nb_st_path(*file));
+    return t;
+}
+
+/* Every tensor name the checkpoint holds (the index's, or the file's). */
+static int src_count(const hf_src *s) { return s->index ? (int)s->weight_map->len : nb_st_count(s->files[0]); }
+static const char *src_name(const hf_src *s, int i) {
+    return s->index ? s->weight_map->keys[i] : nb_st_at(s->files[0], i)->name;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+/* GPT-2 checkpoints come with or without the "transformer." prefix (GPT2Model's own saves, the
+ * original "gpt2" repository); from_pretrained takes both. */
+static const nb_st_tensor *lookup(const hf_src *s, const nb_tf_model *m, const char *name, const nb_st_file **file) {
+    const nb_st_tensor *t = src_find(s, name, file);
+    const char *pre = "transformer.";
+    if (!t && m->cfg.arch == NB_ARCH_GPT2 && !strncmp(name, pre, strlen(pre))) t = src_find(s, name + strlen(pre), file);
+    return t;
+}
+
+static int same_name(const nb_tf_model *m, const char *ours, const char *theirs) {
+    const char *pre = "transformer.";
+    if (!strcmp(ours, theirs)) return 1;
+    return m->cfg.arch == NB_ARCH_GPT2 && !strncmp(ours, pre, strlen(pre)) && !strcmp(ours + strlen(pre), theirs);
+}
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+/* Tensors a checkpoint may hold that carry no parameter of ours: GPT-2's attention-mask buffers,
+ * old Llama saves' RoPE frequencies, and the head of a tied model (the embedding, again). */
+static int ignorable(const nb_tf_model *m, const char *name) {
+    if (m->cfg.tied && !strcmp(name, "lm_head.weight")) return 1;
+    if (m->cfg.arch == NB_ARCH_GPT2) return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+    return ends_with(name, ".rotary_emb.inv_freq");
+}
+
+/* Nothing in the checkpoint goes unread: a tensor we would drop (a Llama bias, a layer beyond
+ * num_hidden_layers) means config.json does not describe these weights. */
+static void check_unclaimed(const hf_src *s, const nb_tf_model *m, const nb_hf_tensor *t, int n) {
+    for (int i = 0; i < src_count(s); i++) {
+        const char *name = src_name(s, i);
+        int claimed = ignorable(m, name);
+        for (int k = 0; k < n && !claimed; k++) claimed = same_name(m, t[k].name, name);
+        if (claimed) continue;
+        NB_CHECK(m->cfg.arch == NB_ARCH_GPT2 || !ends_with(name, ".bias"), CFG_HINT,
+                 "%s: tensor '%s': attention/MLP biases are not supported in Llama layouts", s->dir, name);
+        nb_fail(CFG_HINT, "%s: tensor '%s' is not part of a %s with this config.json", s->dir, name, nb_hf_class_name(m));
+    }
+}
+
+/* The HF tensor's rows the file must hold: the table's, except GPT-2's position table, whose
+ * first --seq rows of n_positions are taken. */
+static void check_tensor(const nb_st_file *f, const nb_st_tensor *st, const nb_hf_tensor *t, int prefix_rows) {
+    char a[128], b[128];
+    int ok = st->ndim == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++) ok = st->shape[d] == t->shape[d] || (d == 0 && prefix_rows && st->shape[0] >= t->shape[0]);
+    NB_CHECK(ok, CFG_HINT, "%s: tensor '%s' has shape %s, config.json makes it %s%s", nb_st_path(f), st->name,
+             nb_st_shape_str(a, sizeof a, st->ndim, st->shape), nb_st_shape_str(b, sizeof b, t->ndim, t->shape),
+             prefix_rows ? " (or more rows)" : "");
+    NB_CHECK(st->dtype == NB_F32 || st->dtype == NB_BF16 || st->dtype == NB_F16, "convert the checkpoint to F32, BF16 or F16",
+             "%s: tensor '%s' has dtype %s; nobubble imports F32, BF16 or F16", nb_st_path(f), st->name,
+             nb_dtype_name(st->dtype));
+}
+
+static float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* IEEE half to float, exactly (every half is a float). */
+static float f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, mant = h & 1023;
+    float sign = h & 0x8000 ? -1.0f : 1.0f;
+    if (e == 0) return sign * ldexpf((float)mant, -24);
+    if (e == 31) return mant ? NAN : sign * INFINITY;
+    return sign * ldexpf((float)(1024 + mant), e - 25);
+}
+
+/* Element i of a tensor in the mapping (unaligned: safetensors aligns nothing). */
+static float value_at(const unsigned char *data, nb_dtype dt, size_t i) {
+    if (dt == NB_F32) {
+        float x;
+        memcpy(&x, data + 4 * i, 4);
+        return x;
+    }
+    uint16_t h;
+    memcpy(&h, data + 2 * i, 2);
+    return dt == NB_BF16 ? bf16_value(h) : f16_value(h);
+}
+
+/* The HF tensor into our parameter rows: straight, or transposed (GPT-2's Conv1D holds [in, out]
+ * where we hold [out, in]). Reads the mapping and writes the slab, nothing in between. */
+static void copy_tensor(const nb_st_file *f, const nb_st_tensor *st, const nb_hf_tensor *t, const nb_tf_model *m, float *slab) {
+    const nb_param *p = &m->params[t->param];
+    size_t cols = p->ndim > 1 ? (size_t)p->shape[1] : 1, rows = (size_t)t->rows;
+    float *dst = slab + p->offset + (size_t)t->row0 * cols;
+    const unsigned char *src = st->data;
+    nb_st_verify(f, st); /* nobubble's own exports carry checksums */
+    if (t->transpose) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1u << 20))
+        for (long c = 0; c < (long)cols; c++)
+            for (size_t r = 0; r < rows; r++) dst[r * cols + (size_t)c] = value_at(src, st->dtype, (size_t)c * rows + r);
+    } else {
+        size_t n = rows * cols;
+#pragma omp parallel for schedule(static) if (n > (1u << 20))
+        for (long k = 0; k < (long)n; k++) dst[k] = value_at(src, st->dtype, (size_t)k);
+    }
+    for (size_t k = 0; k < rows * cols; k++)
+        NB_CHECK(isfinite(dst[k]), "import a checkpoint with finite weights", "%s: tensor '%s' holds a non-finite value at element %zu",
+                 nb_st_path(f), st->name, k);
+}
+
+/* Check every tensor (slab NULL) or load them all into the slab. */
+static void walk(const char *dir, const nb_tf_model *m, float *slab) {
+    hf_src s;
+    src_open(&s, dir);
+    nb_hf_tensor *t;
+    int n = nb_hf_tensors(m, &t);
+    check_unclaimed(&s, m, t, n);
+    for (int i = 0; i < n; i++) {
+        const nb_st_file *f = NULL;
+        const nb_st_tensor *st = lookup(&s, m, t[i].name, &f);
+        NB_CHECK(st, CFG_HINT, "%s: tensor '%s' is missing (config.json describes a %s with it)", dir, t[i].name,
+                 nb_hf_class_name(m));
+        check_tensor(f, st, &t[i], t[i].param == m->global_idx[NB_TF_WPE]);
+        if (slab) copy_tensor(f, st, &t[i], m, slab);
+    }
+    free(t);
+    src_close(&s);
+}
+
+void nb_hf_import_check(const char *dir, const nb_tf_model *m) {
+    int was = nb_fail_set_exit_code(2);
+    walk(dir, m, NULL);
+    nb_fail_set_exit_code(was);
+}
+
+void nb_hf_import(const char *dir, const nb_tf_model *m, float *params) {
+    int was = nb_fail_set_exit_code(2);
+    /* everything the checkpoint does not set is zero: the vocabulary's padding rows, the gaps
+     * between tensors */
+    nb_zero_par(params, m->total * sizeof(float));
+    walk(dir, m, params);
+    nb_fail_set_exit_code(was);
+}
