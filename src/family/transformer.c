@@ -552,12 +552,14 @@ static void tf_bind(nb_run *r) {
 }
 
 /* A loss mask on the training data: every mask checked and counted now (not minutes into the
- * run), and said. */
+ * run), and said. On a set of its own: the loader's belongs to its data lane, already filling. */
 static void start_masked(nb_tf_train *tr) {
-    nb_shardset *set = &tr->train.shards;
+    nb_shardset own, *set = &own;
+    nb_shardset_open(set, tr->o.data, tr->o.model.vocab, "training data");
     size_t counted = nb_shardset_count_targets(set), total = nb_shardset_ntok(set);
     char what[NB_PATH_MAX];
     nb_shardset_describe_masks(set, what, sizeof what);
+    nb_shardset_close(set);
     NB_CHECK(counted > 0, "remake the data with 'nobubble tokenize --chat' (--train-on response, prompt or all), or delete the .mask files",
              "the loss masks of '%s' (%s) mark no token as a target: nothing to train on", tr->o.data, what);
     if (nb_verbosity > 0) {
