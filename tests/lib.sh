@@ -69,3 +69,25 @@ expect_error() {
     if ! echo "$last" | grep -q "^nobubble.*error:.*$pat"; then fail "$name: last line does not match '$pat':"; tail -3 "$TMP/err"; return; fi
     pass "$name: $last"
 }
+
+# mask_shard SRC OUT N MODE: the first N tokens of SRC (ids folded below 32000) as OUT, and OUT.mask
+# by MODE: none (no mask file), ones, zeros, runs (prompt-like runs of 0, then response-like runs of 1)
+mask_shard() {
+    python3 - "$@" <<'PYEOF'
+import struct, sys, random
+src, out, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+b = open(src, "rb").read()
+ids = [t % 32000 for t in struct.unpack_from("<%dH" % n, b, 1024)]
+open(out, "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *ids))
+if mode == "none":
+    sys.exit(0)
+if mode == "runs":
+    rng, m = random.Random(7), []
+    while len(m) < n:
+        m += [0] * rng.randint(3, 40) + [1] * rng.randint(3, 60)
+    m = m[:n]
+else:
+    m = [1 if mode == "ones" else 0] * n
+open(out + ".mask", "wb").write(struct.pack("<256i", 20261205, 1, n, *([0] * 253)) + bytes(m))
+PYEOF
+}

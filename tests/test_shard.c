@@ -429,6 +429,85 @@ TEST_CASE(test_shardset_refusals) {
     CHECK(rc == 1 && lines == 1 && strstr(err, "ok_b.bin' is not a token shard"), "bad magic in the 2nd shard: exit %d: %s", rc, err);
 }
 
+/* Loss masks in the loader (issue 32): over two shards, one with a mask and one without (all
+ * ones), each batch's ignored targets (NB_LOADER_IGNORE) are exactly where the mask of the target's
+ * stream position (input position + 1) is 0, the others are the next tokens, and the count is of
+ * the WHOLE batch's kept targets, the same in each rank's slice; the slices put together are the
+ * unsliced batch. A set without masks reads as before: no ignored target, count = B*T. */
+TEST_CASE(test_loader_masks) {
+    enum { N = 120, NA = 70, B = 4, T = 5, STEPS = 14 };
+    int32_t ids[N];
+    uint8_t mask[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = (i * 53 + 7) % 50257;
+        mask[i] = i >= NA ? 1 : (uint8_t)((i * 7 + i / 9) % 3 != 0); /* part b: no mask file, all ones */
+    }
+    char a[256], b[256], spec[600], plain[256];
+    snprintf(a, sizeof a, "%s", tmp_path("m_a.bin"));
+    snprintf(b, sizeof b, "%s", tmp_path("m_b.bin"));
+    snprintf(plain, sizeof plain, "%s", tmp_path("m_plain.bin"));
+    nb_shard_write(a, ids, NA);
+    nb_shard_write(b, ids + NA, N - NA);
+    nb_shard_write(plain, ids, N);
+    char am[300];
+    snprintf(am, sizeof am, "%s.mask", a);
+    nb_mask_write(am, mask, NA);
+    snprintf(spec, sizeof spec, "%s,%s", a, b);
+
+    nb_shardset set;
+    nb_shardset_open(&set, spec, 50257, "test data");
+    size_t want_total = 0;
+    for (int i = 0; i < N; i++) want_total += mask[i];
+    CHECK(set.nmasked == 1 && nb_shardset_count_targets(&set) == want_total, "count_targets %zu, want %zu",
+          nb_shardset_count_targets(&set), want_total);
+    uint8_t got[N];
+    nb_shardset_read_mask(&set, 60, 20, got); /* across the boundary */
+    CHECK(!memcmp(got, mask + 60, 20), "read_mask [60, 80) differs");
+    nb_shardset_close(&set);
+
+    nb_loader whole, s0, s1;
+    nb_loader_open(&whole, spec, 50257, B, T, 0, 2, NULL);
+    nb_loader_open_slice(&s0, spec, 50257, B / 2, T, B, 0, 0, 2, NULL);
+    nb_loader_open_slice(&s1, spec, 50257, B / 2, T, B, B / 2, 0, 2, NULL);
+    CHECK(whole.masked && s0.masked, "a set with a mask file must load masked");
+    int exact = 1, slices = 1, ignored = 0;
+    size_t n = (size_t)B * T, h = n / 2;
+    for (int step = 0; step < STEPS; step++) {
+        nb_loader_slot *w = nb_loader_take(&whole), *x = nb_loader_take(&s0), *y = nb_loader_take(&s1);
+        size_t counted = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t p = w->pos + i + 1; /* the target's stream position */
+            int32_t want = mask[p] ? ids[p] : NB_LOADER_IGNORE;
+            exact &= w->targets[i] == want && w->inputs[i] == ids[p - 1];
+            counted += mask[p];
+            ignored += !mask[p];
+        }
+        exact &= w->counted == counted;
+        slices &= x->pos == w->pos && y->pos == w->pos && x->counted == counted && y->counted == counted &&
+                  !memcmp(x->targets, w->targets, h * sizeof(int32_t)) && !memcmp(y->targets, w->targets + h, h * sizeof(int32_t));
+        nb_loader_release(&whole, w, (nb_mark){0});
+        nb_loader_release(&s0, x, (nb_mark){0});
+        nb_loader_release(&s1, y, (nb_mark){0});
+    }
+    CHECK(exact, "a batch's ignored targets or count differ from the mask");
+    CHECK(slices, "the ranks' slices differ from the whole batch, or count other targets");
+    CHECK(ignored > 0, "the test's mask left no target out");
+    nb_loader_close(&whole), nb_loader_close(&s0), nb_loader_close(&s1);
+
+    /* no mask file: the targets are the next tokens, none ignored */
+    nb_loader p;
+    nb_loader_open(&p, plain, 50257, B, T, 0, 1, NULL);
+    int same = !p.masked;
+    for (int step = 0; step < STEPS; step++) {
+        nb_loader_slot *w = nb_loader_take(&p);
+        for (size_t i = 0; i < n; i++) same &= w->targets[i] == ids[w->pos + i + 1];
+        same &= w->counted == n && w->mask == NULL;
+        nb_loader_release(&p, w, (nb_mark){0});
+    }
+    CHECK(same, "a shard without a mask must load every target");
+    nb_loader_close(&p);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/nb_test_shard.XXXXXX");
     NB_ASSERT(mkdtemp(dir));
@@ -445,6 +524,7 @@ int main(void) {
     RUN(test_loader_start_bounds);
     RUN(test_shardset_concat);
     RUN(test_shardset_refusals);
+    RUN(test_loader_masks);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);

@@ -293,7 +293,7 @@ static double forward_backward(const reference *r, device *d) {
         nb_tf_layer_forward(m, be, ctx, &w, l, &d->acts);
     }
     nb_tf_head(m, be, ctx, gp(m, NB_TF_LNF_W, d->params), gp(m, NB_TF_LNF_B, d->params), gp(m, head, d->params), L,
-               d->targets, 1, 1.0f / (float)N, gp(m, NB_TF_LNF_W, d->grads), gp(m, NB_TF_LNF_B, d->grads),
+               d->targets, 1, 1.0f / (float)N, NULL, gp(m, NB_TF_LNF_W, d->grads), gp(m, NB_TF_LNF_B, d->grads),
                gp(m, head, d->grads), &d->acts);
     for (int l = L - 1; l >= 0; l--) {
         views(m, l, d, &w, &dw);

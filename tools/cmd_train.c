@@ -281,7 +281,7 @@ int nb_cmd_eval(int argc, char **argv) {
     nb_arg args[] = {
         {"device", ARG_STR, device, sizeof device, "DEV", "cpu, cuda or cuda:N", 0, 0, 0},
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to evaluate", 0, 0, 0},
-        {"data", ARG_STR, data, sizeof data, "SRC", "token shards (a shard, glob or list); seqctr: a file of the run's data kind, scored whole (default: the run's)", 0, 0, 0},
+        {"data", ARG_STR, data, sizeof data, "SRC", "token shards (a shard, glob or list; a shard's SHARD.mask limits the loss to its targets); seqctr: a file of the run's data kind, scored whole (default: the run's)", 0, 0, 0},
         {"batch", ARG_INT, &batch, 0, "B", "sequences (samples) per forward pass (0: the run's --batch)", 0, 0, 0},
         {"batches", ARG_INT, &batches, 0, "N", "transformer batches to evaluate (-1: the run's --eval-batches; 0: all the data)", 0, 0, 0},
         {"threads", ARG_INT, &threads, 0, "N", "CPU threads (0: all cores)", 0, 0, 0},

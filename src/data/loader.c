@@ -14,6 +14,19 @@ static size_t advance(const nb_loader *ld, size_t pos) {
     return next + batch_span(ld) + 1 > nb_shardset_ntok(&ld->shards) ? 0 : next;
 }
 
+/* The whole batch's mask (so every rank counts the same targets), the targets it leaves out of
+ * this slice ignored. */
+static void apply_mask(nb_loader *ld, nb_loader_slot *s) {
+    size_t span = batch_span(ld), n = (size_t)ld->B * ld->T;
+    nb_shardset_read_mask(&ld->shards, s->pos, span + 1, s->mask);
+    size_t counted = 0;
+    for (size_t i = 1; i <= span; i++) counted += s->mask[i]; /* the targets: every position but the first */
+    s->counted = counted;
+    const uint8_t *mine = s->mask + ld->off_seqs * (size_t)ld->T;
+    for (size_t i = 0; i < n; i++)
+        if (!mine[i + 1]) s->targets[i] = NB_LOADER_IGNORE;
+}
+
 /* the slice's B*T+1 tokens (only the fills touch the set: one thread, the data lane's) */
 static void fill_slot(void *arg, const nb_task_ctx *ctx) {
     (void)ctx;
@@ -26,6 +39,8 @@ static void fill_slot(void *arg, const nb_task_ctx *ctx) {
         s->inputs[i] = (int32_t)tok[i];
         s->targets[i] = (int32_t)tok[i + 1];
     }
+    s->counted = batch_span(ld);
+    if (ld->masked) apply_mask(ld, s);
 }
 
 static void enqueue_fill(nb_loader *ld, nb_loader_slot *s) {
@@ -58,6 +73,7 @@ void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int
     ld->off_seqs = off_seqs;
     ld->depth = depth;
     ld->lane = lane;
+    ld->masked = ld->shards.nmasked > 0;
     NB_CHECK(B > 0 && T > 0, "pass a positive --batch and --seq", "batch %d x sequence %d for shard '%s': both must be positive",
              B, T, spec);
     size_t span = (size_t)Bg * T + 1; /* one batch: Bg*T inputs and the target after the last */
@@ -77,12 +93,18 @@ void nb_loader_open_slice(nb_loader *ld, const char *spec, int vocab, int B, int
     uint32_t *first = nb_malloc(((size_t)B * T + 1) * sizeof(uint32_t), "batch tokens");
     nb_shardset_read(&ld->shards, start_pos + off_seqs * (size_t)T, (size_t)B * T + 1, first);
     free(first);
+    if (ld->masked) { /* and their masks (every mask is checked as it loads) */
+        uint8_t *m = nb_malloc(span, "batch mask");
+        nb_shardset_read_mask(&ld->shards, start_pos, span, m);
+        free(m);
+    }
     for (int i = 0; i < depth; i++) {
         nb_loader_slot *s = &ld->slots[i];
         s->owner = ld;
         s->inputs = nb_malloc((size_t)B * T * sizeof(int32_t), "batch inputs");
         s->targets = nb_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
         s->raw = nb_malloc(((size_t)B * T + 1) * sizeof(uint32_t), "batch tokens");
+        if (ld->masked) s->mask = nb_malloc(span, "batch mask");
         enqueue_fill(ld, s);
     }
 }
@@ -93,6 +115,7 @@ void nb_loader_close(nb_loader *ld) {
         free(ld->slots[i].inputs);
         free(ld->slots[i].targets);
         free(ld->slots[i].raw);
+        free(ld->slots[i].mask);
     }
     nb_shardset_close(&ld->shards);
     memset(ld, 0, sizeof *ld);

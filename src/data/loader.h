@@ -5,7 +5,14 @@
  * (llm.c's sequential walk: B*T+1 contiguous tokens, advance by B*T, wrap to the start when
  * the next batch would run past the end of the stream), so a checkpoint that stores the next batch's position
  * resumes the exact token stream. Fills run on the data lane `depth` batches ahead of the
- * compute lane; a slot is refilled only after the compute lane has finished with it. */
+ * compute lane; a slot is refilled only after the compute lane has finished with it.
+ *
+ * Loss masks (data/shardset.h): when a shard of the stream has one, a target whose token the mask
+ * leaves out (mask 0 at its stream position: the input's position + 1) becomes
+ * NB_LOADER_IGNORE, which cross-entropy skips, and each slot counts the targets the mask keeps in
+ * the WHOLE batch (every rank's slice: each loader reads the whole batch's mask, which costs one
+ * byte a token, so the ranks agree on the count without talking). With no mask anywhere the
+ * loader reads nothing more and its targets are the next tokens, as before. */
 #ifndef NB_LOADER_H
 #define NB_LOADER_H
 
@@ -16,10 +23,13 @@
 #include "lanes/lanes.h"
 
 #define NB_LOADER_MAX_DEPTH 4
+#define NB_LOADER_IGNORE (-1) /* a target the loss leaves out: NB_XENT_IGNORE (ops/ops.h) */
 
 typedef struct nb_loader_slot {
     int32_t *inputs, *targets; /* [B*T] each */
     uint32_t *raw;             /* [B*T+1] the slice's tokens as read (uint16 and uint32 shards alike) */
+    uint8_t *mask;             /* [Bg*T+1] the whole batch's loss mask (masked streams only, else NULL) */
+    size_t counted;            /* targets of the whole batch that count (Bg*T without a mask) */
     size_t pos;                /* stream position of this batch */
     nb_mark filled;            /* data-lane mark: the slot holds its batch */
     struct nb_loader *owner;
@@ -29,6 +39,7 @@ typedef struct nb_loader {
     nb_shardset shards;
     int B, T, depth;
     int Bg;           /* sequences of the whole batch the position steps over (B without slicing) */
+    int masked;       /* a shard has a loss mask: targets may be NB_LOADER_IGNORE */
     size_t off_seqs;  /* where this loader's B sequences start inside it */
     size_t next_pos;      /* position of the next batch to be enqueued for filling */
     long long next_fill;  /* index of the next batch to be enqueued */

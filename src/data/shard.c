@@ -86,10 +86,20 @@ void nb_mask_write(const char *path, const uint8_t *mask, size_t n) {
     write_shard(path, header, mask, 1, n);
 }
 
+static void mask_path(char *path, size_t cap, const char *shard_path) {
+    NB_CHECK(snprintf(path, cap, "%s.mask", shard_path) < (int)cap, "use a shorter path", "shard path '%s' is too long",
+             shard_path);
+}
+
+int nb_mask_exists(const char *shard_path) {
+    char path[4096];
+    mask_path(path, sizeof path, shard_path);
+    return access(path, F_OK) == 0;
+}
+
 uint8_t *nb_mask_load(const char *shard_path, size_t ntok) {
     char path[4096];
-    NB_CHECK(snprintf(path, sizeof path, "%s.mask", shard_path) < (int)sizeof path, "use a shorter path",
-             "shard path '%s' is too long", shard_path);
+    mask_path(path, sizeof path, shard_path);
     if (access(path, F_OK) != 0) return NULL;
     const char *hint = "remake the shard and its mask together with 'nobubble tokenize --chat/--jsonl', or delete "
                        "the .mask file to train on every token";

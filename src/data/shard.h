@@ -49,7 +49,7 @@ void nb_shard_write32(const char *path, const int32_t *ids, size_t n);
  *   body:   one uint8 per token of the shard it goes with: 1 = train on predicting this token
  *           (it is a target), 0 = context only (a prompt token under --train-on response)
  * Written next to the shard as SHARD.mask, with the same count. nb_mask_load reads one back;
- * the data loader does not use it yet (issue 32). */
+ * the data loader (data/loader.h) turns the targets it leaves out into ignored targets. */
 #define NB_MASK_MAGIC 20261205
 #define NB_MASK_VERSION 1
 void nb_mask_write(const char *path, const uint8_t *mask, size_t n);
@@ -57,6 +57,8 @@ void nb_mask_write(const char *path, const uint8_t *mask, size_t n);
  * equal to ntok, bytes 0 or 1; any failure ends in nb_fail naming the file): ntok bytes to free,
  * or NULL when there is no mask file (every token trains). */
 uint8_t *nb_mask_load(const char *shard_path, size_t ntok);
+/* Is there a mask file next to the shard at shard_path? (Its contents are checked by nb_mask_load.) */
+int nb_mask_exists(const char *shard_path);
 
 /* Load and validate a whole shard of either layout: magic, version, size == 1024 + width *
  * count, and every token < vocab (pass 65536 to accept any uint16). Every failure ends in nb_fail naming the file and

@@ -117,14 +117,21 @@ void nb_shardset_open(nb_shardset *s, const char *spec, int vocab, const char *w
     s->loaded = nb_calloc((size_t)s->n, sizeof *s->loaded, "shard tokens");
     s->start[0] = 0;
     for (int i = 0; i < s->n; i++) s->start[i + 1] = s->start[i] + nb_shard_probe(s->paths[i]);
+    s->has_mask = nb_calloc((size_t)s->n, 1, "shard masks");
+    s->masks = nb_calloc((size_t)s->n, sizeof *s->masks, "shard masks");
+    for (int i = 0; i < s->n; i++) {
+        s->has_mask[i] = (char)nb_mask_exists(s->paths[i]);
+        s->nmasked += s->has_mask[i];
+    }
 }
 
 void nb_shardset_close(nb_shardset *s) {
     for (int i = 0; i < s->n; i++) {
         nb_shard_free(&s->loaded[i]);
         free(s->paths[i]);
+        free(s->masks[i]);
     }
-    free(s->loaded), free(s->paths), free(s->start);
+    free(s->loaded), free(s->paths), free(s->start), free(s->masks), free(s->has_mask);
     memset(s, 0, sizeof *s);
 }
 
@@ -154,6 +161,51 @@ void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint32_t *out) {
         size_t lo = pos > a ? pos : a, hi = end < b ? end : b;
         for (size_t k = lo; k < hi; k++) out[k - pos] = nb_shard_token(&s->loaded[i], k - a);
     }
+}
+
+void nb_shardset_read_mask(nb_shardset *s, size_t pos, size_t n, uint8_t *out) {
+    NB_ASSERT(pos <= nb_shardset_ntok(s) && n <= nb_shardset_ntok(s) - pos);
+    size_t end = pos + n;
+    for (int i = 0; i < s->n; i++) {
+        size_t a = s->start[i], b = s->start[i + 1];
+        if (!(a < end && b > pos)) {
+            free(s->masks[i]);
+            s->masks[i] = NULL;
+            continue;
+        }
+        size_t lo = pos > a ? pos : a, hi = end < b ? end : b;
+        if (!s->has_mask[i]) {
+            memset(out + (lo - pos), 1, hi - lo);
+            continue;
+        }
+        /* nb_mask_load checks the count against the shard's, read at open */
+        if (!s->masks[i]) s->masks[i] = nb_mask_load(s->paths[i], b - a);
+        NB_CHECK(s->masks[i], "keep a run's shards and masks unchanged while it trains", "loss mask '%s.mask' disappeared while the run read it",
+                 s->paths[i]);
+        memcpy(out + (lo - pos), s->masks[i] + (lo - a), hi - lo);
+    }
+}
+
+size_t nb_shardset_count_targets(nb_shardset *s) {
+    size_t total = 0;
+    for (int i = 0; i < s->n; i++) {
+        size_t ntok = s->start[i + 1] - s->start[i];
+        if (!s->has_mask[i]) {
+            total += ntok;
+            continue;
+        }
+        uint8_t *m = s->masks[i] ? s->masks[i] : nb_mask_load(s->paths[i], ntok);
+        NB_CHECK(m, "keep a run's shards and masks unchanged while it trains", "loss mask '%s.mask' disappeared", s->paths[i]);
+        for (size_t k = 0; k < ntok; k++) total += m[k];
+        if (m != s->masks[i]) free(m);
+    }
+    return total;
+}
+
+void nb_shardset_describe_masks(const nb_shardset *s, char *buf, size_t cap) {
+    if (s->n == 1 && s->nmasked == 1) snprintf(buf, cap, "%s.mask", s->paths[0]);
+    else if (s->nmasked == s->n) snprintf(buf, cap, "the masks of all %d shards", s->n);
+    else snprintf(buf, cap, "the masks of %d of %d shards; the others train on every token", s->nmasked, s->n);
 }
 
 void nb_shardset_describe(const nb_shardset *s, char *buf, size_t cap) {

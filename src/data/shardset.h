@@ -13,7 +13,13 @@
  * Opening checks every shard's header and size (magic, version, size == 1024 + 2 or 4 * count) before
  * anything trains; a shard's tokens are read (and checked against the vocabulary) when the stream
  * first reaches it and dropped once a read no longer needs it, so host memory holds the shards of
- * one batch, not the whole set. */
+ * one batch, not the whole set.
+ *
+ * Loss masks (data/shard.h, 'nobubble tokenize --chat'): a shard may have SHARD.mask beside it; a
+ * shard without one counts as all ones (every token a target), so a set may mix both. The masks
+ * are read like the tokens (when a read first reaches their shard) but kept apart from them, so a
+ * rank that reads the whole batch's mask and only its slice of the tokens loads no token it does
+ * not use. */
 #ifndef NB_SHARDSET_H
 #define NB_SHARDSET_H
 
@@ -29,6 +35,9 @@ typedef struct {
     char **paths;          /* [n] resolved */
     size_t *start;         /* [n + 1]: stream position of each shard's first token; start[n]: total */
     nb_shard *loaded;      /* [n]: a shard while loaded (ntok 0 and no tokens otherwise) */
+    char *has_mask;        /* [n]: the shard has a loss mask file (SHARD.mask) */
+    uint8_t **masks;       /* [n]: a shard's loss mask while loaded (NULL otherwise) */
+    int nmasked;           /* shards with a mask: 0 = the stream trains on every token */
 } nb_shardset;
 
 /* Expand spec (failing with every place looked for an item that names nothing), check each
@@ -40,6 +49,14 @@ static inline size_t nb_shardset_ntok(const nb_shardset *s) { return s->start[s-
 /* Tokens [pos, pos + n) of the stream into out (pos + n <= the total). Loads the shards that
  * range needs and drops the others. Not thread-safe: one reader per set. */
 void nb_shardset_read(nb_shardset *s, size_t pos, size_t n, uint32_t *out);
+/* The loss mask of tokens [pos, pos + n) into out (1 = a target; all ones in a shard without a
+ * mask). Loads the masks that range needs and drops the other masks. Not thread-safe either. */
+void nb_shardset_read_mask(nb_shardset *s, size_t pos, size_t n, uint8_t *out);
+/* Tokens of the whole stream that are targets (the ones of every mask, every token of a shard
+ * without one): reads and checks every mask file once, holding one at a time. */
+size_t nb_shardset_count_targets(nb_shardset *s);
+/* For messages: the mask of a single masked shard ("SHARD.mask"), else "N of M shards' masks" */
+void nb_shardset_describe_masks(const nb_shardset *s, char *buf, size_t cap);
 /* For messages: the path of a single shard, else "N shards: FIRST, SECOND, ..., LAST" */
 void nb_shardset_describe(const nb_shardset *s, char *buf, size_t cap);
 /* Does every item of spec name an existing file (or a glob with a match)? If not, why names the

@@ -23,6 +23,8 @@
 #include "model/transformer_hf.h"
 #include "ops/ops_cuda.h"
 
+_Static_assert(NB_LOADER_IGNORE == NB_XENT_IGNORE, "the loader's ignored target is the one cross-entropy skips");
+
 nb_tf_train *nb_tf_of(nb_run *r) { return r->fs; }
 
 static nb_tf_train *trainer_of(void *arg) { return ((nb_work *)arg)->tr; }
@@ -109,6 +111,9 @@ static void work_embed_fwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     /* gradients accumulate within a step: they start from zero here, before anything adds */
     zero_grads(tr, ctx);
+    /* the step's loss scale, in order before its heads read it (the host wrote it in begin_step) */
+    if (tr->masked && tr->d_step != tr->h_step)
+        tr->be->to_backend(ctx, &tr->d_step->loss_scale, &tr->h_step->loss_scale, sizeof(float));
     if (tr->nseg > 1)
         tr->be->zero(ctx, tr->d_head_part, (size_t)(tr->nseg - 1) * tr->head_part_stride * sizeof(float));
     nb_tf_batch_tokens(tr, ctx, &tr->tok_in, &tr->tok_tg);
@@ -123,13 +128,22 @@ static void work_layer_fwd(void *arg, const nb_task_ctx *ctx) {
 }
 
 /* The loss is the mean over the step's tokens on every rank: each token's gradient is 1 / that
- * count, whichever micro-batch and rank it is in, so the summed gradients are the mean's. */
+ * count, whichever micro-batch and rank it is in, so the summed gradients are the mean's. With a
+ * loss mask, the count is of the step's counted targets, read from the step's scalars (it changes
+ * every step, and a captured graph must not keep the first step's). */
+static float loss_weight(const nb_tf_train *tr, const float **scale_by) {
+    *scale_by = tr->masked ? &tr->d_step->loss_scale : NULL;
+    return tr->masked ? 1.0f : tr->inv_tokens;
+}
+
 static void work_head(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     size_t N = (size_t)tr->acts.B * tr->acts.T;
     int head = nb_tf_head_index(tr);
+    const float *scale_by;
+    float w = loss_weight(tr, &scale_by);
     nb_tf_head(&tr->model, tr->be, ctx, nb_tf_wptr(tr, NB_TF_LNF_W), nb_tf_wptr(tr, NB_TF_LNF_B), nb_tf_wptr(tr, head),
-               tr->model.cfg.layers, tr->tok_tg, 1, tr->inv_tokens, nb_tf_gptr(tr, NB_TF_LNF_W), nb_tf_gptr(tr, NB_TF_LNF_B),
+               tr->model.cfg.layers, tr->tok_tg, 1, w, scale_by, nb_tf_gptr(tr, NB_TF_LNF_W), nb_tf_gptr(tr, NB_TF_LNF_B),
                nb_tf_gptr(tr, head), &tr->acts);
     tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, N);
 }
@@ -161,8 +175,10 @@ static void work_seg_head(void *arg, const nb_task_ctx *ctx) {
     nb_work *wk = arg;
     nb_tf_train *tr = wk->tr;
     int s = wk->layer, head = nb_tf_head_index(tr);
+    const float *scale_by;
+    float w = loss_weight(tr, &scale_by);
     nb_tf_head(&tr->model, tr->be, ctx, nb_tf_wptr(tr, NB_TF_LNF_W), nb_tf_wptr(tr, NB_TF_LNF_B), nb_tf_wptr(tr, head),
-               tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight * tr->inv_tokens, head_part(tr, s, NB_TF_LNF_W),
+               tr->seg_first[s + 1], tr->tok_tg, 1, tr->o.aux_weight * w, scale_by, head_part(tr, s, NB_TF_LNF_W),
                head_part(tr, s, NB_TF_LNF_B), head_part(tr, s, head), &tr->seg_acts[s]);
 }
 
@@ -536,6 +552,25 @@ static void tf_bind(nb_run *r) {
     set_buckets(r, tr);
 }
 
+/* A loss mask on the training data: every mask checked and counted now (not minutes into the
+ * run), and said. On a set of its own: the loader's belongs to its data lane, already filling. */
+static void start_masked(nb_tf_train *tr) {
+    nb_shardset own, *set = &own;
+    nb_shardset_open(set, tr->o.data, tr->o.model.vocab, "training data");
+    size_t counted = nb_shardset_count_targets(set), total = nb_shardset_ntok(set);
+    char what[NB_PATH_MAX];
+    nb_shardset_describe_masks(set, what, sizeof what);
+    nb_shardset_close(set);
+    NB_CHECK(counted > 0, "remake the data with 'nobubble tokenize --chat' (--train-on response, prompt or all), or delete the .mask files",
+             "the loss masks of '%s' (%s) mark no token as a target: nothing to train on", tr->o.data, what);
+    if (nb_verbosity > 0) {
+        char a[32], b[32];
+        fprintf(stderr, "data        trains on %s of %s tokens (%.1f%%: %s)\n", nb_fmt_count(a, sizeof a, counted),
+                nb_fmt_count(b, sizeof b, total), 100.0 * (double)counted / (double)total, what);
+    }
+    tr->masked = 1;
+}
+
 static void tf_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;
@@ -576,6 +611,7 @@ static void tf_start(nb_run *r, const char *resume_dir) {
             fprintf(stderr, "data        %s tokens%s %s\n", nb_fmt_count(n, sizeof n, nb_shardset_ntok(&tr->train.shards)),
                     tr->train.shards.n > 1 ? ", read in this order:" : " in", what);
         }
+        if (tr->train.masked) start_masked(tr);
     }
 }
 
@@ -597,6 +633,12 @@ static void tf_free(nb_run *r) {
 
 static double tf_per_step(const nb_run *r) { return (double)r->o.batch * r->o.seq; }
 
+/* what the step's loss sum (every rank's) is the mean over: its tokens, or its counted targets */
+static double tf_loss_count(const nb_run *r) {
+    const nb_tf_train *tr = r->fs;
+    return tr->masked ? (double)tr->counted : tf_per_step(r);
+}
+
 /* the AdamW scalars of this step (the learning rate from the schedule) */
 static void tf_begin_step(nb_run *r, int step) {
     nb_tf_train *tr = r->fs;
@@ -608,6 +650,13 @@ static void tf_begin_step(nb_run *r, int step) {
     tr->h_step->k[0] = nb_adamw_prepare(decay, step + 1);
     tr->h_step->k[1] = nb_adamw_prepare(none, step + 1);
     r->lr = lr;
+    if (tr->masked) {
+        /* A batch with no counted target (every one masked) has loss 0 and a zero gradient; its
+         * optimizer step still runs (moments decay, weight decay applies), as in a run whose
+         * gradient happens to vanish, so the ranks and the schedule stay in step. */
+        tr->counted = tr->batch->counted;
+        tr->h_step->loss_scale = tr->counted ? 1.0f / (float)tr->counted : 0.0f;
+    }
 }
 
 static void tf_enqueue_results(nb_run *r, int step) {
@@ -627,7 +676,8 @@ static void tf_end_step(nb_run *r, int step, nb_mark done) {
     nb_tf_train *tr = r->fs;
     nb_loader_release(&tr->train, tr->batch, done);
     r->loss_sum = tr->loss_acc;
-    r->loss = tr->loss_acc / tf_per_step(r);
+    double count = tf_loss_count(r);
+    r->loss = count > 0 ? tr->loss_acc / count : 0.0;
     r->grad_norm = tr->grad_norm;
     tr->micro = 0;
     tr->g_cur = tr->d_gsum;
@@ -782,6 +832,7 @@ const nb_family_i nb_family_transformer = {
     .upload = tf_upload,
     .free = tf_free,
     .per_step = tf_per_step,
+    .loss_count = tf_loss_count,
     .begin_step = tf_begin_step,
     .begin_micro = tf_begin_micro,
     .enqueue_results = tf_enqueue_results,

@@ -16,11 +16,13 @@
 typedef struct nb_tf_train nb_tf_train;
 
 /* What a step reads and writes besides tensors, in backend memory: the host writes the AdamW
- * scalars of the step before it runs (a captured graph copies them in), and reads the loss sum
- * and the gradient norm after it. */
+ * scalars and the loss scale of the step before it runs (a captured graph copies them in), and
+ * reads the loss sum and the gradient norm after it. */
 typedef struct {
     double loss_sum, sumsq;
-    float clip, pad[7];
+    float clip;
+    float loss_scale; /* a masked stream's: 1 / the step's counted targets over every rank (0: none) */
+    float pad[6];
     nb_adamw_scalars k[2]; /* [0] with weight decay, [1] without */
 } nb_step_scalars;
 
@@ -54,6 +56,10 @@ struct nb_tf_train {
     int Bg, Bl;           /* sequences per step over every rank, and on this rank (o.batch: one micro-batch) */
     size_t stage_n;       /* tokens of the staged batch (h_tokens: its inputs, then its targets) */
     float inv_tokens;     /* 1 / tokens per step over every rank: the loss's gradient scale */
+    /* a loss mask on the training data (data/loader.h): the loss is the mean over the step's
+     * counted targets, so its gradient scale is h_step->loss_scale, which travels with the step */
+    int masked;
+    size_t counted;       /* the current step's counted targets over every rank (masked) */
     double loss_acc;      /* this rank's loss sum over the step's micro-batches */
     nb_bucket *buckets;   /* [1 + layers]: the embeddings and the final group, then layer l */
     void *d_weights;      /* compute-precision weights: bf16 copy, or d_params itself in fp32 */

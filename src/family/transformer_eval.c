@@ -26,7 +26,7 @@ static void work_eval_batch(void *arg, const nb_task_ctx *ctx) {
     nb_tf_embed_forward(m, tr->be, ctx, nb_tf_wptr(tr, NB_TF_WTE), nb_tf_wptr(tr, NB_TF_WPE), in, &tr->acts);
     forward_layers(tr, ctx);
     nb_tf_head(m, tr->be, ctx, nb_tf_wptr(tr, NB_TF_LNF_W), nb_tf_wptr(tr, NB_TF_LNF_B), nb_tf_wptr(tr, nb_tf_head_index(tr)),
-               m->cfg.layers, tg, 0, 1.0f, NULL, NULL, NULL, &tr->acts);
+               m->cfg.layers, tg, 0, 1.0f, NULL, NULL, NULL, NULL, &tr->acts);
     tr->be->sum_f64(ctx, &tr->d_step->loss_sum, tr->acts.losses, (size_t)tr->acts.B * tr->acts.T);
     tr->be->to_host(ctx, &tr->loss_sum, &tr->d_step->loss_sum, sizeof(double));
 }
@@ -39,21 +39,27 @@ double nb_tf_eval_shard(nb_run *r, const char *spec, int nbatches, char *covers,
     if (nbatches <= 0 || (size_t)nbatches > per_epoch) nbatches = (int)per_epoch;
     nb_loader_slot *saved = tr->batch;
     double total = 0;
+    size_t counted = 0; /* the targets a loss mask keeps (every one without a mask) */
     for (int i = 0; i < nbatches; i++) {
         nb_tf_stage_batch(tr, nb_loader_take(&ld));
         nb_run_on_compute(r, "eval", work_eval_batch, &tr->whole);
         total += tr->loss_sum;
+        counted += tr->batch->counted;
         nb_loader_release(&ld, tr->batch, nb_lane_mark(tr->compute));
     }
     tr->batch = saved;
     if (covers) {
-        char what[NB_PATH_MAX], n[32];
+        char what[NB_PATH_MAX], n[32], c[32], kept[96] = "";
         nb_shardset_describe(&ld.shards, what, sizeof what);
-        snprintf(covers, cap, "%d batch%s of %d x %d tokens = %s tokens of %s%s", nbatches, nbatches == 1 ? "" : "es",
-                 tr->o.batch, tr->o.seq, nb_fmt_count(n, sizeof n, (unsigned long long)nbatches * tr->o.batch * tr->o.seq),
+        if (ld.masked) snprintf(kept, sizeof kept, " (%s of them targets by the loss mask)", nb_fmt_count(c, sizeof c, counted));
+        snprintf(covers, cap, "%d batch%s of %d x %d tokens = %s tokens%s of %s%s", nbatches, nbatches == 1 ? "" : "es",
+                 tr->o.batch, tr->o.seq, nb_fmt_count(n, sizeof n, (unsigned long long)nbatches * tr->o.batch * tr->o.seq), kept,
                  (size_t)nbatches == per_epoch ? "all of " : "", what);
     }
+    int masked = ld.masked;
     nb_loader_close(&ld);
+    /* with a loss mask, the mean over the counted targets (NaN when the batches hold none) */
+    if (masked) return counted ? total / (double)counted : NAN;
     return total / ((double)nbatches * tr->o.batch * tr->o.seq);
 }
 

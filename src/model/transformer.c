@@ -530,18 +530,20 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
 
 void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
                 const void *head, int layer_out, const int32_t *targets, int backward, float grad_scale,
-                void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a) {
+                const float *scale_by, void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a) {
     const nb_tf_config *c = &m->cfg;
     int N = a->B * a->T, C = c->dim;
     size_t es = act_es(be);
     const void *x = a->resid[layer_out];
     norm_fwd(m, be, ctx, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N);
     if (!backward) {
-        be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
+        be->xent_fwd_bwd(ctx, NULL, NULL, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale,
+                         scale_by);
         return;
     }
     zero_from(be, ctx, a, a->dres, a->dln, (size_t)N * C * es); /* dres and dln: both accumulate */
-    be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale);
+    be->xent_fwd_bwd(ctx, a->dln, dhead, a->losses, a->lnf, head, targets, N, C, c->vocab, c->vocab_padded, grad_scale,
+                     scale_by);
     norm_bwd(m, be, ctx, a->dres, dlnf_w, dlnf_b, a->dln, x, lnf_w, a->lnf_mean, a->lnf_rstd, N);
 }
 

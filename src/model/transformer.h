@@ -136,10 +136,11 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
                           const nb_tf_layer_view *dw, int layer, nb_tf_acts *a);
 /* Final norm + unembedding + cross-entropy on x = resid[layer_out]. Writes a->losses. With
  * backward, a->dres is overwritten with d(x) and dlnf_w/dlnf_b/dhead accumulate; grad_scale is
- * d(total loss)/d(each token's loss). head = wte (tied) or lm_head. */
+ * d(total loss)/d(each token's loss), times *scale_by when that is not NULL (backend memory, read
+ * when the head runs: nb_backend_i.xent_fwd_bwd). head = wte (tied) or lm_head. */
 void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
                 const void *head, int layer_out, const int32_t *targets, int backward, float grad_scale,
-                void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a);
+                const float *scale_by, void *dlnf_w, void *dlnf_b, void *dhead, nb_tf_acts *a);
 
 /* Logits of the last row of the batch (sampling): final norm of resid[layer_out], then
  * logits[V] = norm(x_last) @ head[:V]^T. */

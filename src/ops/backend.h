@@ -59,9 +59,12 @@ typedef struct nb_backend_i {
                       int V);
     /* Fused unembedding + cross-entropy (+ gradient when dinp/dw non-NULL); w has Vp >= V rows
      * (a backend may use the padding rows to align its GEMMs). Writes losses[N];
-     * the loss sum is read from losses by the caller once the lane is done (no host sync here). */
+     * the loss sum is read from losses by the caller once the lane is done (no host sync here).
+     * Each counted token's loss gradient is grad_scale, times *scale_by when scale_by is not NULL:
+     * a float in backend memory, read when the op runs (a per-step scale that a captured graph
+     * must not bake in: the masked loss's 1 / counted targets). */
     void (*xent_fwd_bwd)(nb_ctx, void *dinp, void *dw, float *losses, const void *inp, const void *w,
-                         const int32_t *targets, int N, int C, int V, int Vp, float grad_scale);
+                         const int32_t *targets, int N, int C, int V, int Vp, float grad_scale, const float *scale_by);
 
     /* ---- optional (issue 18): fused ops and gradient-writing variants. NULL where a backend has
      * none (the CPU, CUDA fp32: the tight-parity path keeps its order of roundings), and the model

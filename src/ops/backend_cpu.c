@@ -74,8 +74,9 @@ static void embed_bwd(nb_ctx c, void *dwte, void *dwpe, const void *dout, const 
     nb_embed_backward(F(dwte), F(dwpe), CF(dout), tok, B, T, C);
 }
 static void xent_fwd_bwd(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,
-                         const int32_t *targets, int N, int C, int V, int Vp, float grad_scale) {
-    nb_xent_forward_backward(F(dinp), F(dw), losses, CF(inp), CF(w), targets, N, C, V, grad_scale, 0);
+                         const int32_t *targets, int N, int C, int V, int Vp, float grad_scale, const float *scale_by) {
+    float scale = scale_by ? grad_scale * *scale_by : grad_scale; /* one rounding, as the CUDA kernel's __fmul_rn */
+    nb_xent_forward_backward(F(dinp), F(dw), losses, CF(inp), CF(w), targets, N, C, V, scale, 0);
 }
 static void sum_f64(nb_ctx c, double *out, const float *x, size_t n) {
     double s = 0;

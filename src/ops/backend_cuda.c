@@ -85,9 +85,10 @@
         nb_cuda_embed_backward_##SUF((float *)dwte, (float *)dwpe, (const T *)dout, tok, B, Tt, C, V, S(c)); \
     }                                                                                                        \
     static void xent_##SUF(nb_ctx c, void *dinp, void *dw, float *losses, const void *inp, const void *w,    \
-                           const int32_t *targets, int N, int C, int V, int Vp, float grad_scale) {          \
-        nb_cuda_xent_padded_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w, targets, N, C, V, \
-                                  Vp, grad_scale, 0, LT(c), S(c));                                                  \
+                           const int32_t *targets, int N, int C, int V, int Vp, float grad_scale,            \
+                           const float *scale_by) {                                                          \
+        nb_cuda_xent_scaled_##SUF((T *)dinp, (float *)dw, losses, (const T *)inp, (const T *)w, targets, N, C, V, \
+                                  Vp, grad_scale, scale_by, 0, LT(c), S(c));                                        \
     }
 
 NB_CUDA_BACKEND_OPS(f32, float)

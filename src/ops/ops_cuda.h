@@ -266,6 +266,14 @@ void nb_cuda_xent_padded_f32(float *dinp, float *dw, float *losses, const float 
 void nb_cuda_xent_padded_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
                               const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
                               int chunk_rows, nb_blas_t lt, nb_stream_t stream);
+/* The same, the gradient scale grad_scale times *scale_by (a device float read by the kernel, so a
+ * captured graph replays with the value of the time it runs; NULL: grad_scale alone). */
+void nb_cuda_xent_scaled_f32(float *dinp, float *dw, float *losses, const float *inp, const float *w,
+                             const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                             const float *scale_by, int chunk_rows, nb_blas_t lt, nb_stream_t stream);
+void nb_cuda_xent_scaled_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
+                              const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                              const float *scale_by, int chunk_rows, nb_blas_t lt, nb_stream_t stream);
 /* *out = sum of x[0..n) in double, fixed order (out is a device pointer). */
 void nb_cuda_sum_f64(double *out, const float *x, size_t n, nb_stream_t stream);
 

@@ -96,11 +96,13 @@ static __device__ __forceinline__ void xent_grad_masked(float *v, int j0, int V,
 /* Row kernel: T = the logits' type, whose buffer the gradient overwrites; VEC = T elements per
  * 16 bytes. vec: rows are 16-byte aligned (ld % VEC == 0, aligned bases), else every access is
  * scalar. A target outside [0, V) gives a NaN loss and a zero gradient row, except NB_XENT_IGNORE
- * (a masked row): loss 0 and a zero gradient row. */
+ * (a masked row): loss 0 and a zero gradient row. The gradient scale is grad_scale, times
+ * *scale_by when given (one rounding, never contracted into the uses below). */
 template <typename T>
 static __global__ void __launch_bounds__(ROW_THREADS)
     xent_row_kernel(T *dlogits, float *losses, const T *logits, const int32_t *targets, int V, int ld,
-                    float grad_scale, int want_grad, int vec) {
+                    float grad_scale_arg, const float *scale_by, int want_grad, int vec) {
+    const float grad_scale = scale_by ? __fmul_rn(grad_scale_arg, *scale_by) : grad_scale_arg;
     constexpr int VEC = XENT_VEC(T);
     __shared__ float shf[32];
     __shared__ double shd[32];
@@ -218,8 +220,8 @@ static void matmul_backward(nb_bf16_t *dinp, float *dw, const nb_bf16_t *dout, c
 /* T: the operands' and the logits' type (the gradient overwrites the logits). */
 template <typename T>
 static void xent_padded(T *dinp, float *dw, float *losses, const T *inp, const T *w, const int32_t *targets, int N,
-                        int C, int V, int w_rows, float grad_scale, int chunk_rows, nb_blas_t lt, cudaStream_t stream,
-                        const char *name) {
+                        int C, int V, int w_rows, float grad_scale, const float *scale_by, int chunk_rows, nb_blas_t lt,
+                        cudaStream_t stream, const char *name) {
     NB_CUDA_SHAPE(N >= 0 && C > 0 && V > 0 && w_rows >= V && losses && inp && w && targets, name);
     if (N == 0) return;
     const int VEC = XENT_VEC(T);
@@ -243,7 +245,7 @@ static void xent_padded(T *dinp, float *dw, float *losses, const T *inp, const T
         g.epi = CUBLASLT_EPILOGUE_DEFAULT;
         nb_lt_run(&g, lt, stream, 0);
         xent_row_kernel<<<rows, ROW_THREADS, 0, stream>>>(logits, losses + r0, logits, targets + r0, V, Vg, grad_scale,
-                                                         want_grad, vec);
+                                                         scale_by, want_grad, vec);
         CUDA_CHECK_LAUNCH("cross-entropy softmax rows");
         if (want_grad)
             matmul_backward(dinp ? dinp + (size_t)r0 * C : NULL, dw, logits, x, w, rows, C, Vg, lt, stream);
@@ -254,14 +256,26 @@ static void xent_padded(T *dinp, float *dw, float *losses, const T *inp, const T
 extern "C" void nb_cuda_xent_padded_f32(float *dinp, float *dw, float *losses, const float *inp, const float *w,
                                         const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
                                         int chunk_rows, nb_blas_t lt, nb_stream_t stream) {
-    xent_padded(dinp, dw, losses, inp, w, targets, N, C, V, w_rows, grad_scale, chunk_rows, lt, stream,
-                "nb_cuda_xent_forward_backward_f32");
+    xent_padded(dinp, dw, losses, inp, w, targets, N, C, V, w_rows, grad_scale, (const float *)NULL, chunk_rows, lt,
+                stream, "nb_cuda_xent_forward_backward_f32");
 }
 extern "C" void nb_cuda_xent_padded_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
                                          const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
                                          int chunk_rows, nb_blas_t lt, nb_stream_t stream) {
-    xent_padded(nb_kt(dinp), dw, losses, nb_kt(inp), nb_kt(w), targets, N, C, V, w_rows, grad_scale, chunk_rows, lt,
-                stream, "nb_cuda_xent_forward_backward_bf16");
+    xent_padded(nb_kt(dinp), dw, losses, nb_kt(inp), nb_kt(w), targets, N, C, V, w_rows, grad_scale, (const float *)NULL,
+                chunk_rows, lt, stream, "nb_cuda_xent_forward_backward_bf16");
+}
+extern "C" void nb_cuda_xent_scaled_f32(float *dinp, float *dw, float *losses, const float *inp, const float *w,
+                                        const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                                        const float *scale_by, int chunk_rows, nb_blas_t lt, nb_stream_t stream) {
+    xent_padded(dinp, dw, losses, inp, w, targets, N, C, V, w_rows, grad_scale, scale_by, chunk_rows, lt, stream,
+                "nb_cuda_xent_scaled_f32");
+}
+extern "C" void nb_cuda_xent_scaled_bf16(nb_bf16 *dinp, float *dw, float *losses, const nb_bf16 *inp, const nb_bf16 *w,
+                                         const int32_t *targets, int N, int C, int V, int w_rows, float grad_scale,
+                                         const float *scale_by, int chunk_rows, nb_blas_t lt, nb_stream_t stream) {
+    xent_padded(nb_kt(dinp), dw, losses, nb_kt(inp), nb_kt(w), targets, N, C, V, w_rows, grad_scale, scale_by, chunk_rows,
+                lt, stream, "nb_cuda_xent_scaled_bf16");
 }
 extern "C" void nb_cuda_xent_forward_backward_f32(float *dinp, float *dw, float *losses, const float *inp,
                                                   const float *w, const int32_t *targets, int N, int C, int V,

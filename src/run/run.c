@@ -654,7 +654,11 @@ void nb_run_train(nb_run *r) {
         r->last_secs = t1 - t0, r->last_stats = st;
         r->fam->end_step(r, step, done);
         if (r->sched->grad_norm) r->grad_norm = r->sched->grad_norm(r);
-        if (r->world > 1) r->loss = nb_comm_sum_f64_host(r->loss_sum) / r->fam->per_step(r);
+        if (r->world > 1) {
+            double count = r->fam->loss_count ? r->fam->loss_count(r) : r->fam->per_step(r);
+            double sum = nb_comm_sum_f64_host(r->loss_sum);
+            r->loss = count > 0 ? sum / count : 0.0;
+        }
         check_finite(r, step);
 
         /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a

@@ -37,7 +37,7 @@ enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoin
  * rest added with ERASE, stream, seqctr, ranks and FreeScale). */
 static const nb_opt table[] = {
     {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
-    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: token shards (a shard, a quoted glob or a comma-separated list); seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
+    {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: token shards (a shard, a quoted glob or a comma-separated list; a shard's SHARD.mask from tokenize --chat limits the loss to the targets it marks); seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
     {"attn", NB_OPT_ENUM, F(attn), NB_OPTG_TF, "auto", "MODE", nb_attn_mode_help, .names = nb_attn_mode_names, .flag = 1},
     {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_COMMON, NULL, "SRC", "held-out data: validation shards (a shard, a quoted glob or a list; 'none' to skip); seqctr: a file (criteo: list) of the --data kind, evaluated whole (default: the head of --data held out)", .flag = 1, .state = REQ},
     {"device", NB_OPT_STR, F(device), NB_OPTG_COMMON, "cpu", "DEV", "cpu, cuda or cuda:N", .flag = 1, .state = REQ, .math = 1},

@@ -218,6 +218,9 @@ typedef struct nb_family_i {
     void (*upload)(nb_run *r);
     void (*free)(nb_run *r);
     double (*per_step)(const nb_run *r); /* units per step */
+    /* what the step's loss sum over every rank is divided by for its mean (after end_step; NULL:
+     * per_step; 0: the loss is 0): a transformer on masked data counts its counted targets */
+    double (*loss_count)(const nb_run *r);
     /* host side before the step is enqueued: the batch is staged, the optimizer's scalars of this
      * step are written where the step reads them (r->lr) */
     void (*begin_step)(nb_run *r, int step);
