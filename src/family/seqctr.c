@@ -473,11 +473,14 @@ static const char *const sc_defaults[] = {
     "min-lr-frac=1", "beta2=0.999", "seed=1", NULL,
 };
 
+/* The preset's shape; the columns stay (not a flag: the data's schema sets them, a resumed
+ * checkpoint keeps its own; 0 on fresh options: nb_ctr_source_open takes the data's). */
 static void sc_default_shape(nb_train_opts *o) {
+    int nd = o->ctr.ndense, nc = o->ctr.ncat;
     nb_sc_config_default(&o->ctr);
     o->ctr.E = 32;
     o->ctr.max_len = 32;
-    o->ctr.ndense = o->ctr.ncat = 0; /* the data's (its schema): nb_ctr_source_open */
+    o->ctr.ndense = nd, o->ctr.ncat = nc;
 }
 
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
