@@ -9,9 +9,9 @@
  *                    item table has one row and pooled = 0); table rows = --table-cap.
  *   csv:PATH         your own CSV / TSV (plain or .gz) described by --schema (data/ctr_schema.h),
  *                    held in memory; training reshuffles it every epoch by a fixed seed (as
- *                    MovieLens); the FIRST eval_samples rows are held out. Table rows, max_len
- *                    and the embedding width come from the schema, so another file of the same
- *                    schema fits the same model.
+ *                    MovieLens); the FIRST eval_samples rows are held out. The dense and
+ *                    categorical column counts, table rows, max_len and the embedding width come
+ *                    from the schema, so another file of the same schema fits the same model.
  *   movielens[:DIR]  DIR/clicks_train.tsv (training, reshuffled every epoch by a fixed seed) and
  *                    DIR/clicks_test.tsv (evaluation, all of it); header checked verbatim. DIR
  *                    defaults to data/movielens from the working directory, else $NB_DATA_DIR/

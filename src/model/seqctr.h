@@ -4,7 +4,7 @@
  * Per sample: ndense dense features (already log(1 + max(x, 0)), 0 when missing), ncat
  * categorical ids, a target item id, a history of 0..max_len item ids (most recent last), a 0/1
  * label. ndense and ncat are the data's (its schema, data/ctr_schema.h); Criteo and the synthetic
- * generator have 13 and 26 (NB_SC_STD_NDENSE, NB_SC_STD_NCAT), the shape below is theirs.
+ * generator have 13 and 26 (NB_SC_STD_NDENSE, NB_SC_STD_NCAT): 26 tables, D0 = 29 E.
  *   bottom  = MLP ndense -> 512 -> 256 -> E (ReLU between, none after)
  *   cat_f   = table f [id mod rows_f]          (missing ids are passed as 0 -> row 0)
  *   t       = item table [target mod item_rows]; h_j = item table [hist_j mod item_rows]
@@ -332,7 +332,7 @@ void nb_sc_to_device(nb_sc_model *m);
 /* Checkpoint: every dense tensor under its name (1-D tensors as [n]) and the tables emb.cat.{f}
  * [rows_f, E], emb.item [item_rows, E], all F32; metadata "seqctr.config" holds the shape
  * ("E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
- * aux_weight=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
+ * aux_weight=.. ndense=.. ncat=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
 void nb_sc_save(const nb_sc_model *m, const char *path);
 /* Load weights into a model of the same shape (every tensor must exist with its shape), and
  * push them to the backend. */
