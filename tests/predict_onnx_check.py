@@ -55,8 +55,8 @@ def inputs(path, max_len):
     import seqctr_torch_load as L
     rows = list(csv.DictReader(open(path, newline="")))
     B = len(rows)
-    dense = np.zeros((B, 13), np.float32)
-    cat = np.zeros((B, 26), np.int64)
+    dense = np.zeros((B, 3), np.float32)  # the schema's 3 dense and 2 categorical columns: the model's shape
+    cat = np.zeros((B, 2), np.int64)
     target = np.zeros(B, np.int64)
     hists = []
     for b, r in enumerate(rows):

@@ -99,9 +99,9 @@ TEST_CASE(packed_samples_round_trip) {
     nb_synth g;
     nb_synth_open(&g, "synth:max_len=64,calib=1024");
     nb_ctr_batch a, b;
-    nb_ctr_batch_alloc(&a, 16, 64), nb_ctr_batch_alloc(&b, 16, 64);
+    nb_ctr_batch_alloc(&a, 16, 64, NB_SC_STD_NDENSE, NB_SC_STD_NCAT), nb_ctr_batch_alloc(&b, 16, 64, NB_SC_STD_NDENSE, NB_SC_STD_NCAT);
     nb_synth_fill(&g, 100, 16, a.dense, a.cat, a.target, a.hist, a.len, a.label, NULL);
-    uint32_t *buf = nb_malloc(16 * nb_ctr_packed_words(64) * sizeof(uint32_t), "test");
+    uint32_t *buf = nb_malloc(16 * nb_ctr_packed_words(&a, 64) * sizeof(uint32_t), "test");
     size_t at = 0, got = 0;
     for (int i = 0; i < 16; i++) at += nb_ctr_pack(&a, 15 - i, (uint32_t)(1000 + i), buf + at);
     for (int j = 0; j < 16; j++) {
@@ -156,19 +156,20 @@ TEST_CASE(cluster_keys_follow_the_rule) {
     nb_synth_open(&g, "synth:cap=3000,items=4000,max_len=64,calib=1024");
     nb_sc_model m;
     memset(&m, 0, sizeof m);
-    for (int t = 0; t < NB_SC_NTABLES; t++) m.emb_off[t] = (int64_t)t * 3000; /* 26 tables of 3000 rows, 4000 items */
-    m.emb_off[NB_SC_NTABLES] = m.emb_off[NB_SC_ITEM_TABLE] + 4000;
+    m.cfg.ncat = NB_SC_STD_NCAT;
+    for (int t = 0; t < (NB_SC_STD_NCAT + 1); t++) m.emb_off[t] = (int64_t)t * 3000; /* 26 tables of 3000 rows, 4000 items */
+    m.emb_off[NB_SC_STD_NCAT + 1] = m.emb_off[NB_SC_STD_NCAT] + 4000;
     nb_ctr_batch w, orig;
-    nb_ctr_batch_alloc(&w, B, L), nb_ctr_batch_alloc(&orig, B, L);
+    nb_ctr_batch_alloc(&w, B, L, NB_SC_STD_NDENSE, NB_SC_STD_NCAT), nb_ctr_batch_alloc(&orig, B, L, NB_SC_STD_NDENSE, NB_SC_STD_NCAT);
     nb_synth_fill(&g, 0, B, orig.dense, orig.cat, orig.target, orig.hist, orig.len, orig.label, NULL);
     size_t n = 0;
-    for (int i = 0; i < B; i++) n += (size_t)(NB_SC_NCAT + 1 + orig.len[i]);
+    for (int i = 0; i < B; i++) n += (size_t)(NB_SC_STD_NCAT + 1 + orig.len[i]);
     uint64_t *keys = nb_malloc(n * sizeof(uint64_t), "test"), *sorted = nb_malloc(n * sizeof(uint64_t), "test");
     size_t at = 0;
     for (int i = 0; i < B; i++)
-        for (int f = 0; f < NB_SC_NCAT + 1 + orig.len[i]; f++) {
-            int t = f < NB_SC_NCAT ? f : NB_SC_ITEM_TABLE;
-            uint64_t id = f < NB_SC_NCAT ? orig.cat[i * NB_SC_NCAT + f] : f == NB_SC_NCAT ? orig.target[i] : orig.hist[i * L + f - NB_SC_NCAT - 1];
+        for (int f = 0; f < NB_SC_STD_NCAT + 1 + orig.len[i]; f++) {
+            int t = f < NB_SC_STD_NCAT ? f : NB_SC_STD_NCAT;
+            uint64_t id = f < NB_SC_STD_NCAT ? orig.cat[i * NB_SC_STD_NCAT + f] : f == NB_SC_STD_NCAT ? orig.target[i] : orig.hist[i * L + f - NB_SC_STD_NCAT - 1];
             keys[at++] = (uint64_t)m.emb_off[t] + id % (uint64_t)(m.emb_off[t + 1] - m.emb_off[t]);
         }
     memcpy(sorted, keys, n * sizeof(uint64_t));
@@ -177,7 +178,7 @@ TEST_CASE(cluster_keys_follow_the_rule) {
     at = 0;
     for (int i = 0; i < B; i++) {
         want[i] = (chosen){UINT64_MAX, 0, i};
-        for (int f = 0; f < NB_SC_NCAT + 1 + orig.len[i]; f++, at++) {
+        for (int f = 0; f < NB_SC_STD_NCAT + 1 + orig.len[i]; f++, at++) {
             int c = count_of(sorted, n, keys[at]);
             if (c < 2 || c > B / PARTS) continue;
             if (c > want[i].cnt || (c == want[i].cnt && keys[at] < want[i].key)) want[i].key = keys[at], want[i].cnt = c;
@@ -185,7 +186,7 @@ TEST_CASE(cluster_keys_follow_the_rule) {
     }
     qsort(want, B, sizeof(chosen), cmp_chosen);
     nb_ctr_cluster cs;
-    nb_ctr_cluster_init(&cs, B, L);
+    nb_ctr_cluster_init(&cs, B, L, NB_SC_STD_NDENSE, NB_SC_STD_NCAT);
     for (int run = 0; run < 2; run++) { /* the scratch reused: the same order again */
         for (int i = 0; i < B; i++) nb_ctr_batch_copy(&w, i, &orig, i);
         nb_ctr_cluster_keys(&w, &m, PARTS, &cs);
@@ -193,7 +194,7 @@ TEST_CASE(cluster_keys_follow_the_rule) {
         for (int r = 0; r < B && !bad; r++) {
             int i = want[r].i;
             bad = w.len[r] != orig.len[i] || w.target[r] != orig.target[i] || w.label[r] != orig.label[i] ||
-                  memcmp(w.cat + r * NB_SC_NCAT, orig.cat + i * NB_SC_NCAT, NB_SC_NCAT * 4) ||
+                  memcmp(w.cat + r * NB_SC_STD_NCAT, orig.cat + i * NB_SC_STD_NCAT, NB_SC_STD_NCAT * 4) ||
                   memcmp(w.dense + r * 13, orig.dense + i * 13, 13 * 4) || memcmp(w.hist + r * L, orig.hist + i * L, (size_t)orig.len[i] * 4);
             if (bad) printf("  run %d: row %d holds another sample than %d\n", run, r, i);
         }

@@ -24,7 +24,7 @@ static void tiny_config(nb_sc_config *c) {
     c->cross_rank = 3;
     c->block_hidden = 7;
     c->max_len = TL;
-    for (int f = 0; f < NB_SC_NCAT; f++) c->cat_rows[f] = 2 + f % 4;
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c->cat_rows[f] = 2 + f % 4;
     c->item_rows = 6; /* few rows: the target and history share rows */
     c->aux_weight = 0.5f;
     c->seed = 7;
@@ -96,7 +96,7 @@ static double fd(nb_sc_model *m, const nb_sc_batch *b, float *p) {
 /* The default embedding init (std 0.05) puts history rows where LayerNorm over E = 8 divides
  * by a tiny std, so the loss is too curved for a float finite difference there: spread them. */
 static void spread_embeddings(nb_sc_model *m) {
-    size_t n = (size_t)m->emb_off[NB_SC_NTABLES] * (size_t)m->cfg.E;
+    size_t n = (size_t)m->emb_off[NB_SC_STD_NCAT + 1] * (size_t)m->cfg.E;
     for (size_t i = 0; i < n; i++) m->emb.table[i] *= 10.0f;
 }
 
@@ -166,7 +166,7 @@ TEST_CASE(grad_embeddings) {
     memcpy(gr, m.uniq_grads, (size_t)U * E * sizeof(float));
     int bad = 0, checked = 0, items = 0;
     for (int u = 0; u < U; u++) {
-        items += rows[u] >= m.emb_off[NB_SC_ITEM_TABLE];
+        items += rows[u] >= m.emb_off[NB_SC_STD_NCAT];
         for (int e = 0; e < E; e += 3) {
             double num;
             checked++;
@@ -181,7 +181,7 @@ TEST_CASE(grad_embeddings) {
     CHECK(items >= 4, "expected several item rows touched, got %d", items);
     /* an untouched row: no gradient, and the loss does not depend on it */
     int64_t free_row = -1;
-    for (int64_t r = 0; r < m.emb_off[NB_SC_NTABLES] && free_row < 0; r++) {
+    for (int64_t r = 0; r < m.emb_off[NB_SC_STD_NCAT + 1] && free_row < 0; r++) {
         int seen = 0;
         for (int u = 0; u < U; u++) seen |= rows[u] == r;
         if (!seen) free_row = r;
@@ -225,7 +225,7 @@ TEST_CASE(training_lowers_loss) {
     c.cross_rank = 8;
     c.block_hidden = 32;
     c.max_len = 8;
-    for (int f = 0; f < NB_SC_NCAT; f++) c.cat_rows[f] = g.card[f];
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c.cat_rows[f] = g.card[f];
     c.item_rows = 64;
     enum { B = 128, EV = 1024 };
     nb_sc_model m;
@@ -237,7 +237,7 @@ TEST_CASE(training_lowers_loss) {
     nb_sc_batch b = {.hist_stride = 8, .dense = dense, .cat = cat, .target = tg, .hist = hist, .hist_len = len,
                      .label = label};
     float *mo = nb_calloc(m.nparams, sizeof(float), "t"), *vo = nb_calloc(m.nparams, sizeof(float), "t");
-    float *acc = nb_calloc((size_t)m.emb_off[NB_SC_NTABLES], sizeof(float), "t");
+    float *acc = nb_calloc((size_t)m.emb_off[NB_SC_STD_NCAT + 1], sizeof(float), "t");
     b.B = EV;
     nb_synth_fill(&g, 1000000, EV, dense, cat, tg, hist, len, label, NULL);
     double before = nb_sc_forward(&m, &b, NULL);
@@ -252,7 +252,7 @@ TEST_CASE(training_lowers_loss) {
             nb_adamw_cfg ac = {3e-3f, 0.9f, 0.999f, 1e-8f, t->decay ? 1e-4f : 0.0f};
             nb_adamw_update(m.params + t->off, m.grads + t->off, mo + t->off, vo + t->off, t->n, ac, step + 1);
         }
-        nb_rowwise_adagrad_update(m.emb.table, acc, m.uniq_rows, m.uniq_grads, m.nuniq, c.E, m.emb_off[NB_SC_NTABLES],
+        nb_rowwise_adagrad_update(m.emb.table, acc, m.uniq_rows, m.uniq_grads, m.nuniq, c.E, m.emb_off[NB_SC_STD_NCAT + 1],
                                   (nb_rowwise_adagrad_cfg){0.05f, 1e-8f});
     }
     b.B = EV;
@@ -300,7 +300,7 @@ TEST_CASE(checkpoint_roundtrip) {
     double lb = nb_sc_forward(&b, &t.b, NULL);
     CHECK(la != lb0, "different seeds gave the same model");
     CHECK(la == lb, "loaded model loss %.9g, saved %.9g", lb, la);
-    CHECK(!memcmp(a.emb.table, b.emb.table, (size_t)a.emb_off[NB_SC_NTABLES] * c.E * sizeof(float)), "tables differ");
+    CHECK(!memcmp(a.emb.table, b.emb.table, (size_t)a.emb_off[NB_SC_STD_NCAT + 1] * c.E * sizeof(float)), "tables differ");
     unlink(path);
     nb_sc_free(&a);
     nb_sc_free(&b);

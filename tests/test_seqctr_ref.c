@@ -72,7 +72,7 @@ static void *read_raw(const char *name, nb_dtype dt, int64_t n) {
 }
 
 static void table_name(char *buf, size_t cap, int t) {
-    if (t == NB_SC_ITEM_TABLE)
+    if (t == NB_SC_STD_NCAT)
         snprintf(buf, cap, "w.emb.item");
     else
         snprintf(buf, cap, "w.emb.cat.%d", t);
@@ -92,7 +92,7 @@ static void setup(const nb_backend_i *be) {
     const char *av = nb_st_meta_get(F, "aux_weight"), *cr = nb_st_meta_get(F, "cat_rows");
     NB_CHECK(av && cr, REGEN_HINT, "%s: metadata aux_weight/cat_rows missing", ref_path);
     c.aux_weight = (float)atof(av);
-    for (int f = 0; f < NB_SC_NCAT; f++) {
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) {
         NB_CHECK(*cr, REGEN_HINT, "%s: cat_rows has fewer than 26 entries", ref_path);
         char *end;
         c.cat_rows[f] = strtoll(cr, &end, 10);
@@ -105,7 +105,7 @@ static void setup(const nb_backend_i *be) {
         snprintf(name, sizeof name, "w.%s", M.t[i].name);
         read_bf16(name, M.params + M.t[i].off, (int64_t)M.t[i].n);
     }
-    for (int t = 0; t < NB_SC_NTABLES; t++) {
+    for (int t = 0; t < (NB_SC_STD_NCAT + 1); t++) {
         char name[32];
         table_name(name, sizeof name, t);
         int64_t rows = M.emb_off[t + 1] - M.emb_off[t];
@@ -113,8 +113,8 @@ static void setup(const nb_backend_i *be) {
     }
     nb_sc_to_device(&M);
     int L = c.max_len;
-    dense = read_raw("batch.dense", NB_F32, (int64_t)B * NB_SC_NDENSE);
-    cat = read_raw("batch.cat", NB_I32, (int64_t)B * NB_SC_NCAT);
+    dense = read_raw("batch.dense", NB_F32, (int64_t)B * NB_SC_STD_NDENSE);
+    cat = read_raw("batch.cat", NB_I32, (int64_t)B * NB_SC_STD_NCAT);
     target = read_raw("batch.target", NB_I32, B);
     hist = read_raw("batch.hist", NB_I32, (int64_t)B * L);
     hist_len = read_raw("batch.hist_len", NB_I32, B);

@@ -47,6 +47,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core.h"
+#include "data/ctr_schema.h"
 #include "data/synth.h"
 #include "host.h"
 #include "io/atomic.h"
@@ -57,7 +58,7 @@
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "synth-dump writes host-order arrays into a little-endian format: build on a little-endian host"
 #endif
-_Static_assert(NB_SYNTH_NDENSE == NB_SC_NDENSE && NB_SYNTH_NCAT == NB_SC_NCAT, "generator and model shapes agree");
+_Static_assert(NB_SYNTH_NDENSE <= NB_SC_MAX_DENSE && NB_SYNTH_NCAT <= NB_SC_MAX_CAT, "the model reads the generator's columns");
 
 #define DUMP_MAGIC "NBSYNTH1"
 #define DUMP_VERSION 1u
@@ -155,9 +156,13 @@ int nb_cmd_synth_dump(int argc, char **argv) {
                        max_len, g->o.max_len);
     int L = g->o.max_len;
 
-    /* Table rows as the trainer sizes them (nb_ctr_source_open: cap_rows). */
-    uint64_t cat_rows[NB_SYNTH_NCAT], item_rows = g->o.items < (uint64_t)table_cap ? g->o.items : (uint64_t)table_cap;
-    for (int f = 0; f < NB_SYNTH_NCAT; f++) cat_rows[f] = g->card[f] < (uint64_t)table_cap ? g->card[f] : (uint64_t)table_cap;
+    /* Table rows as the trainer sizes them: the generator's schema (nb_ctr_source_open) */
+    nb_ctr_schema sc;
+    nb_ctr_schema_synth(&sc, g, table_cap);
+    uint64_t cat_rows[NB_SYNTH_NCAT], item_rows = (uint64_t)sc.item_rows;
+    for (int i = 0; i < sc.ncols; i++)
+        if (sc.col[i].role == NB_COL_CAT) cat_rows[sc.col[i].slot] = (uint64_t)sc.col[i].rows;
+    nb_ctr_schema_free(&sc);
 
     uint64_t n = samples;
     uint64_t off[DUMP_NARRAYS];

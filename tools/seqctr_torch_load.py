@@ -7,30 +7,33 @@ FILE` writes into a PyTorch module, score rows with it, or export it to ONNX.
 
 The export (one safetensors file, every tensor float32, little-endian; header metadata
 "seqctr.config" = "E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
-aux_weight=..", and a CRC32C of each tensor) holds, with D0 = 29 E and H = block_hidden, r = cross_rank:
-  bottom.{0,1,2}.weight [out, in] (13 -> 512 -> 256 -> E, nn.Linear layout), bottom.{i}.bias [out]
+aux_weight=.. ndense=.. ncat=..", and a CRC32C of each tensor) holds, with nd = ndense dense inputs and
+nc = ncat categorical tables (the data's schema; 13 and 26 when the config does not say), D0 = (nc + 3) E,
+H = block_hidden, r = cross_rank:
+  bottom.{0,1,2}.weight [out, in] (nd -> 512 -> 256 -> E, nn.Linear layout), bottom.{i}.bias [out]
   hist.{l}.ln1.weight/.bias [E]; hist.{l}.qkv.weight [3E, E] (rows q | k | v; head h = rows
     h*E/heads .. of each), .qkv.bias [3E]; .proj.weight [E, E], .proj.bias [E]; .ln2.weight/.bias
     [E]; .fc1.weight [4E, E], .fc1.bias [4E]; .fc2.weight [E, 4E], .fc2.bias [E]
   target.wq, target.wk, target.wv [E, E] (no biases; q = t @ wq^T)
   block.{i}.U [D0, r], .V [D0, r], .b [D0], .w1 [H, D0], .b1 [H], .w2 [D0, H], .b2 [D0],
     .head.w [1, D0], .head.b [1]
-  emb.cat.{f} [rows_f, E] for f = 0..25 (unused slots of a smaller schema: 1 row), emb.item
+  emb.cat.{f} [rows_f, E] for f = 0..nc-1, emb.item
     [item_rows, E] (the target item and the history share it)
-The forward (model/seqctr.h), per row: dense [13] (already transformed: log(1 + max(x, 0)) for a
-log1p column, 0 when missing), 26 categorical ids, a target item id, a history of item ids (most
+The forward (model/seqctr.h), per row: dense [nd] (already transformed: log(1 + max(x, 0)) for a
+log1p column, 0 when missing), nc categorical ids, a target item id, a history of item ids (most
 recent last, at most max_len), and:
   bottom = MLP(dense) with ReLU between the layers; cat_f = emb.cat.f[id_f mod rows_f];
   t = emb.item[target mod item_rows]; h_j = emb.item[hist_j mod item_rows];
   each history layer: h += proj(attention(qkv(LN1 h))) over the valid items (scale 1/sqrt(E/heads),
     LayerNorm eps 1e-5), h += fc2(relu(fc1(LN2 h)));
   pooled = softmax_j((wq t) . (wk h_j) / sqrt(E)) weighted sum of wv h_j (0 for an empty history);
-  x0 = [bottom | cat_0 .. cat_25 | t | pooled];  x = x0; per block:
+  x0 = [bottom | cat_0 .. cat_{nc-1} | t | pooled];  x = x0; per block:
     c = x0 * ((x V) U^T + b) + x;  x = c + w2 relu(w1 c + b1) + b2;
   score = sigmoid(head.w . x + head.b) of the last block.
 How a CSV row becomes those inputs is the schema's (src/data/ctr_schema.h): a categorical
 column of "cardinality" N holds the id itself; a "hash_size" column's id is FNV-1a 64 of the text
-mod the size; dense columns beyond the schema's and categorical slots beyond it read 0.
+mod the size. Wider dense / cat inputs are read up to nd / nc columns (the 13 / 26 layout of older
+exports of smaller schemas, whose unused slots read 0).
 """
 import argparse
 import json
@@ -40,7 +43,7 @@ import sys
 
 import numpy as np
 
-NDENSE, NCAT = 13, 26
+NDENSE, NCAT = 13, 26  # the shape of a config without ndense / ncat (exports before it was kept)
 
 
 def read_safetensors(path):
@@ -67,6 +70,8 @@ def parse_config(meta):
     for k in ("E", "hist_layers", "heads", "blocks"):
         if k not in cfg:
             raise SystemExit(f"the export's seqctr.config lacks {k}: is it a nobubble seqctr export?")
+    cfg.setdefault("ndense", NDENSE)
+    cfg.setdefault("ncat", NCAT)
     return cfg
 
 
@@ -171,13 +176,13 @@ def forward(op, w, cfg, dense, cat, target, hist, hist_len):
     NaN), and its pooled vector is then zeroed."""
     E, heads = cfg["E"], cfg["heads"]
     B, L = hist.shape
-    x = dense
+    x = dense[:, :cfg["ndense"]]
     for i in range(3):
         x = op.linear(x, w(f"bottom.{i}.weight"), w(f"bottom.{i}.bias"))
         if i < 2:
             x = op.relu(x)
     bottom = x
-    cats = [op.lookup(w(f"emb.cat.{f}"), cat[:, f]) for f in range(NCAT)]
+    cats = [op.lookup(w(f"emb.cat.{f}"), cat[:, f]) for f in range(cfg["ncat"])]
     t = op.lookup(w("emb.item"), target)
     h = op.lookup(w("emb.item"), hist)
     valid = op.arange(L, hist)[None, :] < hist_len[:, None]  # [B, L]
@@ -221,7 +226,7 @@ def build_module(cfg, tensors):
     nn = torch.nn
 
     class SeqCTR(nn.Module):
-        """forward(dense [B, 13] float32, cat [B, 26] int64, target [B] int64, hist [B, L] int64,
+        """forward(dense [B, nd] float32, cat [B, nc] int64, target [B] int64, hist [B, L] int64,
         hist_len [B] int64) -> click probability [B]. hist rows hold hist_len[b] ids first (L >= 1;
         the rest is ignored)."""
 
@@ -245,9 +250,9 @@ def load(path):
     return build_module(parse_config(meta), tensors)
 
 
-def example_inputs(batch=4, length=3):
+def example_inputs(cfg, batch=4, length=3):
     torch = _torch()
-    return (torch.zeros(batch, NDENSE), torch.zeros(batch, NCAT, dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
+    return (torch.zeros(batch, cfg["ndense"]), torch.zeros(batch, cfg["ncat"], dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
             torch.zeros(batch, length, dtype=torch.int64), torch.full((batch,), length, dtype=torch.int64))
 
 
@@ -255,7 +260,7 @@ def export_onnx(model, path, opset=17):
     """ONNX with a dynamic batch and history length: inputs dense, cat, target, hist, hist_len;
     output score."""
     torch = _torch()
-    torch.onnx.export(model, example_inputs(), path, input_names=["dense", "cat", "target", "hist", "hist_len"],
+    torch.onnx.export(model, example_inputs(model.cfg), path, input_names=["dense", "cat", "target", "hist", "hist_len"],
                       output_names=["score"], opset_version=opset,
                       dynamic_axes={"dense": {0: "B"}, "cat": {0: "B"}, "target": {0: "B"}, "hist": {0: "B", 1: "L"},
                                     "hist_len": {0: "B"}, "score": {0: "B"}})

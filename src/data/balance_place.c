@@ -8,7 +8,8 @@
 
 static int balanced(const nb_balance_placer *p) { return p->bal.kind != NB_BALANCE_NONE || p->per_rank > 1; }
 
-void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len) {
+void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len,
+                            int nd, int nc) {
     memset(p, 0, sizeof *p);
     NB_ASSERT(world >= 1 && per_rank >= 1 && (world == 1 || per_rank == 1) && Bg % world == 0);
     p->bal = *bal, p->Bg = Bg, p->world = world, p->rank = rank, p->per_rank = per_rank;
@@ -21,9 +22,9 @@ void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg,
     p->count = nb_malloc((size_t)p->shares * sizeof(int), "the balance plan");
     p->first = nb_malloc((size_t)(p->shares + 1) * sizeof(int), "the balance plan");
     p->scratch = nb_malloc(nb_balance_scratch_bytes(Bg, p->shares), "the balance plan");
-    nb_ctr_batch_alloc(&p->read, p->Bl, max_len);
+    nb_ctr_batch_alloc(&p->read, p->Bl, max_len, nd, nc);
     if (world > 1) {
-        size_t most = (size_t)(p->cap > p->Bl ? p->cap : p->Bl) * nb_ctr_packed_words(max_len);
+        size_t most = (size_t)(p->cap > p->Bl ? p->cap : p->Bl) * nb_ctr_packed_words(&p->read, max_len);
         p->send = nb_malloc(most * sizeof(uint32_t), "the samples' all-to-all");
         p->recv = nb_malloc(most * sizeof(uint32_t), "the samples' all-to-all");
         p->cnt = nb_malloc(4 * (size_t)world * sizeof(size_t), "the samples' all-to-all");
@@ -68,7 +69,7 @@ static int exchange(nb_balance_placer *p, nb_ctr_batch *win, int *idx) {
     for (int k = 0; k < N; k++) {
         rdsp[k] = at;
         for (int g = k * p->Bl; g < (k + 1) * p->Bl; g++)
-            if (p->share_of[g] == me) at += nb_ctr_packed_words(p->len[g]);
+            if (p->share_of[g] == me) at += nb_ctr_packed_words(&p->read, p->len[g]);
         rcnt[k] = at - rdsp[k];
     }
     nb_comm_all_to_all_v_host(p->send, scnt, sdsp, p->recv, rcnt, rdsp, sizeof(uint32_t), "samples");

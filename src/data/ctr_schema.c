@@ -8,6 +8,8 @@
 #include "io/json.h"
 
 #define HINT "fix the schema file (see the README's 'Your own CTR data' section)"
+#define CRITEO_NDENSE 13
+#define CRITEO_NCAT 26
 
 static const nb_json *typed(const nb_json *j, const char *src, const char *key, nb_json_type t) {
     const nb_json *v = nb_json_get(j, key);
@@ -52,8 +54,8 @@ static void table_rows(const nb_json *o, const char *src, const char *what, int6
 }
 
 static void load_dense(nb_ctr_schema *s, const nb_json *arr) {
-    NB_CHECK(arr->len <= NB_SCHEMA_NDENSE, "combine or drop dense columns: the model reads 13",
-             "%s: %zu dense columns, at most %d", s->src, arr->len, NB_SCHEMA_NDENSE);
+    NB_CHECK(arr->len <= NB_SCHEMA_MAX_DENSE, "combine or drop dense columns: the model reads at most 64",
+             "%s: %zu dense columns, at most %d", s->src, arr->len, NB_SCHEMA_MAX_DENSE);
     for (size_t i = 0; i < arr->len; i++) {
         const nb_json *e = &arr->items[i];
         char name[NB_SCHEMA_NAME];
@@ -73,8 +75,8 @@ static void load_dense(nb_ctr_schema *s, const nb_json *arr) {
 }
 
 static void load_cat(nb_ctr_schema *s, const nb_json *arr, int64_t cap) {
-    NB_CHECK(arr->len <= NB_SCHEMA_NCAT, "hash some columns together: the model has 26 categorical tables",
-             "%s: %zu categorical columns, at most %d", s->src, arr->len, NB_SCHEMA_NCAT);
+    NB_CHECK(arr->len <= NB_SCHEMA_MAX_CAT, "hash some columns together: the model has at most 64 categorical tables",
+             "%s: %zu categorical columns, at most %d", s->src, arr->len, NB_SCHEMA_MAX_CAT);
     for (size_t i = 0; i < arr->len; i++) {
         const nb_json *e = &arr->items[i];
         NB_CHECK(e->type == NB_JSON_OBJ, HINT, "%s:%d:%d: a categorical column is {\"name\": ..., \"cardinality\" or \"hash_size\": N}",
@@ -145,26 +147,53 @@ static void load_header_less(nb_ctr_schema *s, const nb_json *cols) {
     for (size_t i = 0; i < cols->len; i++) set_name(s->file_cols[i], &cols->items[i], s->src, "\"columns\" entry");
 }
 
-/* Kaggle Criteo: label, I1..I13, C1..C26; tab-separated, no header */
-static void builtin_criteo(nb_ctr_schema *s, int64_t cap) {
-    snprintf(s->src, sizeof s->src, "built-in schema criteo");
-    s->delim = '\t', s->header = 0, s->emb_dim = 0;
-    s->nfile = 1 + NB_SCHEMA_NDENSE + NB_SCHEMA_NCAT;
+/* Criteo's columns (and the synthetic generator's, which mimics them): label, I1..I13, C1..C26
+ * in file order, header-less. */
+static void criteo_columns(nb_ctr_schema *s, int log1p) {
+    s->header = 0;
+    s->nfile = 1 + CRITEO_NDENSE + CRITEO_NCAT;
     s->file_cols = nb_calloc((size_t)s->nfile, sizeof *s->file_cols, "schema columns");
     snprintf(s->file_cols[0], NB_SCHEMA_NAME, "label");
     add_col(s, "label", NB_COL_LABEL);
-    for (int i = 0; i < NB_SCHEMA_NDENSE; i++) {
+    for (int i = 0; i < CRITEO_NDENSE; i++) {
         snprintf(s->file_cols[1 + i], NB_SCHEMA_NAME, "I%d", i + 1);
         nb_schema_col *c = add_col(s, s->file_cols[1 + i], NB_COL_DENSE);
-        c->slot = s->ndense++, c->log1p = 1;
+        c->slot = s->ndense++, c->log1p = log1p;
     }
-    for (int j = 0; j < NB_SCHEMA_NCAT; j++) {
-        snprintf(s->file_cols[1 + NB_SCHEMA_NDENSE + j], NB_SCHEMA_NAME, "C%d", j + 1);
-        nb_schema_col *c = add_col(s, s->file_cols[1 + NB_SCHEMA_NDENSE + j], NB_COL_CAT);
-        c->slot = s->ncat++, c->rows = cap, c->hashed = 1, c->hex8 = 1;
+    for (int j = 0; j < CRITEO_NCAT; j++) {
+        snprintf(s->file_cols[1 + CRITEO_NDENSE + j], NB_SCHEMA_NAME, "C%d", j + 1);
+        nb_schema_col *c = add_col(s, s->file_cols[1 + CRITEO_NDENSE + j], NB_COL_CAT);
+        c->slot = s->ncat++;
     }
+}
+
+/* Kaggle Criteo: label, I1..I13, C1..C26; tab-separated, no header */
+static void builtin_criteo(nb_ctr_schema *s, int64_t cap) {
+    snprintf(s->src, sizeof s->src, "built-in schema criteo");
+    s->delim = '\t', s->emb_dim = 0;
+    criteo_columns(s, 1);
+    for (int i = 0; i < s->ncols; i++)
+        if (s->col[i].role == NB_COL_CAT) s->col[i].rows = cap, s->col[i].hashed = 1, s->col[i].hex8 = 1;
     s->nmissing = 1; /* only the empty field */
     s->missing[0][0] = 0;
+}
+
+void nb_ctr_schema_synth(nb_ctr_schema *s, const nb_synth *g, int64_t cap) {
+    _Static_assert(NB_SYNTH_NDENSE == CRITEO_NDENSE && NB_SYNTH_NCAT == CRITEO_NCAT, "the generator has Criteo's columns");
+    memset(s, 0, sizeof *s);
+    snprintf(s->src, sizeof s->src, "the synthetic generator's schema");
+    s->delim = '\t', s->hist_sep = ' ';
+    criteo_columns(s, 0); /* the generator writes log(1 + x) itself */
+    for (int i = 0; i < s->ncols; i++) {
+        nb_schema_col *c = &s->col[i];
+        if (c->role != NB_COL_CAT) continue;
+        c->card = g->card[c->slot], c->rows = cap_rows(c->card, cap);
+    }
+    add_col(s, "item", NB_COL_TARGET);
+    add_col(s, "history", NB_COL_HISTORY);
+    s->item_rows = cap_rows(g->o.items, cap);
+    for (int k = 1; k <= 2; k++) s->col[s->ncols - k].rows = s->item_rows, s->col[s->ncols - k].card = g->o.items;
+    s->has_seq = 1, s->max_len = g->o.max_len;
 }
 
 int nb_ctr_schema_builtin(const char *name) { return !strcmp(name, "criteo"); }

@@ -29,14 +29,19 @@
  *                                       target item attends over the encoded history)
  *     "embedding_dim": 16               the embedding width (--emb-dim, unless given)
  *   }
- * Limits of the model (model/seqctr.h): at most 13 dense and 26 categorical columns, one
- * sequence, one embedding width for every table. A schema with fewer fills the rest as
- * MovieLens does: dense slots read 0, categorical slots get a table of one row (a learned
- * constant). Columns the schema does not name are ignored.
+ * The model takes its shape from the schema (model/seqctr.h): as many dense inputs and
+ * categorical tables as the schema names (at most 64 of each: NB_SCHEMA_MAX_DENSE, _MAX_CAT;
+ * none reads as one slot that is always 0, a learned constant), one sequence, one embedding
+ * width for every table. Columns the schema does not name are ignored. A checkpoint keeps the
+ * shape; one written before it did (no "ndense" / "ncat" in state.json) has 13 and 26, and a
+ * schema with fewer columns fills the rest as MovieLens does: dense slots read 0, categorical
+ * slots get a table of one row.
  *
  * Built-in schemas (--schema NAME): "criteo" is Kaggle Criteo's TSV (no header, tab-separated:
  * label, I1..I13 as log1p dense, C1..C26 as 8 hex digits), so `csv:train.txt --schema criteo`
- * reads the same samples as `criteo:train.txt`.
+ * reads the same samples as `criteo:train.txt`. The synthetic generator (`--data synth`, data/
+ * synth.h) describes its own columns as a schema too (nb_ctr_schema_synth): every source's model
+ * shape comes from one description.
  *
  * Quoted fields ("a, b", "say ""hi""", a quoted field across lines) follow RFC 4180; a trailing
  * "\r" is dropped; .gz files are read as they are. A bad row ends the run naming the file, the
@@ -47,9 +52,10 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "data/synth.h"
 
-#define NB_SCHEMA_NDENSE 13
-#define NB_SCHEMA_NCAT 26
+#define NB_SCHEMA_MAX_DENSE 64 /* = model/seqctr.h's NB_SC_MAX_DENSE */
+#define NB_SCHEMA_MAX_CAT 64   /* = NB_SC_MAX_CAT */
 #define NB_SCHEMA_MAX_COLS 1024
 #define NB_SCHEMA_NAME 64
 #define NB_SCHEMA_MAX_MISSING 8
@@ -59,7 +65,7 @@ typedef enum { NB_COL_LABEL, NB_COL_ID, NB_COL_DENSE, NB_COL_CAT, NB_COL_TARGET,
 typedef struct {
     char name[NB_SCHEMA_NAME];
     nb_col_role role;
-    int slot;       /* dense: 0..12, categorical: 0..25 */
+    int slot;       /* dense: 0..ndense-1, categorical: 0..ncat-1 */
     int log1p;      /* dense: log(1 + max(x, 0)) */
     int64_t rows;   /* categorical / items: the table's rows (capped by --table-cap: ids mod rows) */
     int64_t card;   /* cardinality: values must be below it */
@@ -72,7 +78,7 @@ typedef struct {
     char delim;
     int header;
     int ncols;              /* named columns */
-    nb_schema_col col[NB_SCHEMA_NDENSE + NB_SCHEMA_NCAT + 4];
+    nb_schema_col col[NB_SCHEMA_MAX_DENSE + NB_SCHEMA_MAX_CAT + 4];
     int nfile;              /* header-less: the file's columns ("columns") */
     char (*file_cols)[NB_SCHEMA_NAME];
     int ndense, ncat, has_seq, max_len, emb_dim;
@@ -87,11 +93,16 @@ typedef struct {
 void nb_ctr_schema_load(nb_ctr_schema *s, const char *path_or_name, int64_t table_cap);
 void nb_ctr_schema_free(nb_ctr_schema *s);
 int nb_ctr_schema_builtin(const char *name);
+/* The synthetic generator's columns (data/synth.h) as a schema: I1..I13 dense (already the
+ * model's values: transform none), C1..C26 categorical of the generator's cardinalities, and the
+ * sequence "item" / "history" over its items, max_len the generator's; table rows capped by
+ * table_cap. It describes; nb_synth_fill fills the columns in this order. */
+void nb_ctr_schema_synth(nb_ctr_schema *s, const nb_synth *g, int64_t table_cap);
 
 /* One row as the model reads it. */
 typedef struct {
-    float dense[NB_SCHEMA_NDENSE];
-    uint32_t cat[NB_SCHEMA_NCAT];
+    float dense[NB_SCHEMA_MAX_DENSE]; /* [ndense]; the rest 0 */
+    uint32_t cat[NB_SCHEMA_MAX_CAT];  /* [ncat]; the rest 0 */
     uint32_t target;
     uint32_t *hist; /* [len], oldest first; the reader's buffer */
     int len;

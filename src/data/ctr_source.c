@@ -20,9 +20,9 @@ static void ctr_set_push(nb_ctr_set *s, const float *dense, const uint32_t *cat,
                      int len, float label) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 1024;
-        s->dense = realloc(s->dense, (size_t)s->cap * NB_SC_NDENSE * sizeof(float));
+        s->dense = realloc(s->dense, (size_t)s->cap * (size_t)s->nd * sizeof(float));
         s->label = realloc(s->label, (size_t)s->cap * sizeof(float));
-        s->cat = realloc(s->cat, (size_t)s->cap * NB_SC_NCAT * sizeof(uint32_t));
+        s->cat = realloc(s->cat, (size_t)s->cap * (size_t)s->nc * sizeof(uint32_t));
         s->target = realloc(s->target, (size_t)s->cap * sizeof(uint32_t));
         s->hoff = realloc(s->hoff, (size_t)(s->cap + 1) * sizeof(long));
         NB_CHECK(s->dense && s->label && s->cat && s->target && s->hoff, "use a smaller data set",
@@ -34,8 +34,8 @@ static void ctr_set_push(nb_ctr_set *s, const float *dense, const uint32_t *cat,
         s->hids = realloc(s->hids, (size_t)s->hcap * sizeof(uint32_t));
         NB_CHECK(s->hids != NULL, "lower --max-len", "out of memory holding histories");
     }
-    memcpy(s->dense + s->n * NB_SC_NDENSE, dense, NB_SC_NDENSE * sizeof(float));
-    memcpy(s->cat + s->n * NB_SC_NCAT, cat, NB_SC_NCAT * sizeof(uint32_t));
+    memcpy(s->dense + s->n * s->nd, dense, (size_t)s->nd * sizeof(float));
+    memcpy(s->cat + s->n * s->nc, cat, (size_t)s->nc * sizeof(uint32_t));
     s->target[s->n] = target;
     s->label[s->n] = label;
     if (len) memcpy(s->hids + s->nh, hist, (size_t)len * sizeof(uint32_t));
@@ -59,14 +59,18 @@ static void ctr_set_free(nb_ctr_set *s) {
         for (long i = 0; i < s->n; i++) free(s->id[i]);
     free(s->line), free(s->id);
     free(s->dense), free(s->label), free(s->cat), free(s->target), free(s->hoff), free(s->hids);
+    int nd = s->nd, nc = s->nc;
     memset(s, 0, sizeof *s);
+    s->nd = nd, s->nc = nc;
 }
 
 
-void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L) {
-    t->dense = nb_calloc((size_t)B * NB_SC_NDENSE, sizeof(float), "batch");
+void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc) {
+    NB_ASSERT(nd >= 1 && nc >= 1);
+    t->nd = nd, t->nc = nc;
+    t->dense = nb_calloc((size_t)B * (size_t)nd, sizeof(float), "batch");
     t->label = nb_calloc((size_t)B, sizeof(float), "batch");
-    t->cat = nb_calloc((size_t)B * NB_SC_NCAT, sizeof(uint32_t), "batch");
+    t->cat = nb_calloc((size_t)B * (size_t)nc, sizeof(uint32_t), "batch");
     t->target = nb_calloc((size_t)B, sizeof(uint32_t), "batch");
     t->hist = nb_calloc((size_t)B * (L ? L : 1), sizeof(uint32_t), "batch");
     t->len = nb_calloc((size_t)B, sizeof(int32_t), "batch");
@@ -81,18 +85,18 @@ void nb_ctr_batch_free(nb_ctr_batch *t) {
 /* ---- key-centric clustering (--cluster-keys) ---- */
 
 /* The key of lookup f of sample i of w: its global row (table offset + id mod rows), as the model
- * looks it up; f < NB_SC_NCAT: a categorical table, f = NB_SC_NCAT: the target item, f > NB_SC_NCAT:
- * history item f - NB_SC_NCAT - 1. */
+ * looks it up; f < ncat: a categorical table, f = ncat: the target item, f > ncat: history item
+ * f - ncat - 1. */
 static uint64_t key_of(const nb_ctr_batch *w, const nb_sc_model *m, int i, int f) {
-    int t = f < NB_SC_NCAT ? f : NB_SC_ITEM_TABLE;
-    uint64_t id = f < NB_SC_NCAT ? w->cat[(size_t)i * NB_SC_NCAT + f]
-                  : f == NB_SC_NCAT ? w->target[i]
-                                    : w->hist[(size_t)i * w->b.hist_stride + (size_t)(f - NB_SC_NCAT - 1)];
+    int nc = m->cfg.ncat, t = f < nc ? f : nb_sc_item_table(&m->cfg);
+    uint64_t id = f < nc ? w->cat[(size_t)i * (size_t)nc + (size_t)f]
+                  : f == nc ? w->target[i]
+                            : w->hist[(size_t)i * w->b.hist_stride + (size_t)(f - nc - 1)];
     uint64_t rows = (uint64_t)(m->emb_off[t + 1] - m->emb_off[t]);
     return (uint64_t)m->emb_off[t] + id % rows;
 }
 
-static int lookups_of(const nb_ctr_batch *w, int i) { return NB_SC_NCAT + 1 + w->len[i]; }
+static int lookups_of(const nb_ctr_batch *w, int i) { return w->nc + 1 + w->len[i]; }
 
 typedef struct {
     uint64_t key;
@@ -107,10 +111,10 @@ static int cmp_sample_key(const void *a, const void *b) {
     return (x->i > y->i) - (x->i < y->i);
 }
 
-void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len) {
+void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len, int nd, int nc) {
     memset(c, 0, sizeof *c);
     c->cap_B = B, c->cap_L = max_len;
-    c->cap_n = (size_t)B * (size_t)(NB_SC_NCAT + 1 + max_len);
+    c->cap_n = (size_t)B * (size_t)(nc + 1 + max_len);
     c->keys = nb_malloc(c->cap_n * sizeof(int64_t), "key clustering");
     c->uniq = nb_malloc(c->cap_n * sizeof(int64_t), "key clustering");
     c->order = nb_malloc(c->cap_n * sizeof(int32_t), "key clustering");
@@ -119,7 +123,7 @@ void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len) {
     c->first = nb_malloc(((size_t)B + 1) * sizeof(int32_t), "key clustering");
     c->sort = nb_malloc(2 * c->cap_n * sizeof(uint64_t), "key clustering");
     c->samples = nb_malloc((size_t)B * sizeof(sample_key), "key clustering");
-    nb_ctr_batch_alloc(&c->tmp, B, max_len);
+    nb_ctr_batch_alloc(&c->tmp, B, max_len, nd, nc);
 }
 
 void nb_ctr_cluster_free(nb_ctr_cluster *c) {
@@ -133,7 +137,7 @@ void nb_ctr_cluster_free(nb_ctr_cluster *c) {
 void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ctr_cluster *c) {
     int B = w->b.B, per_part = B / parts;
     if (parts <= 1 || B <= 1) return;
-    NB_CHECK(B <= c->cap_B && w->b.hist_stride <= c->cap_L, "this is a bug in nobubble; please report it",
+    NB_CHECK(B <= c->cap_B && w->b.hist_stride <= c->cap_L && w->nc == m->cfg.ncat && w->nc == c->tmp.nc, "this is a bug in nobubble; please report it",
              "key clustering of %d samples (history %d) with scratch for %d (%d)", B, w->b.hist_stride, c->cap_B,
              c->cap_L);
     c->first[0] = 0;
@@ -167,48 +171,50 @@ void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ct
 
 /* Moves sample `from` of src into row `to` of dst. */
 void nb_ctr_batch_copy(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int from) {
-    size_t L = (size_t)src->b.hist_stride;
-    memcpy(dst->dense + (size_t)to * NB_SC_NDENSE, src->dense + (size_t)from * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
-    memcpy(dst->cat + (size_t)to * NB_SC_NCAT, src->cat + (size_t)from * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
+    size_t L = (size_t)src->b.hist_stride, nd = (size_t)src->nd, nc = (size_t)src->nc;
+    NB_ASSERT(dst->nd == src->nd && dst->nc == src->nc);
+    memcpy(dst->dense + (size_t)to * nd, src->dense + (size_t)from * nd, nd * sizeof(float));
+    memcpy(dst->cat + (size_t)to * nc, src->cat + (size_t)from * nc, nc * sizeof(uint32_t));
     memcpy(dst->hist + (size_t)to * L, src->hist + (size_t)from * L, (size_t)src->len[from] * sizeof(uint32_t));
     dst->target[to] = src->target[from], dst->len[to] = src->len[from], dst->label[to] = src->label[from];
 }
 
 /* the words of a packed sample before its history: index, length, label, target, dense, cat */
-#define PACK_HEAD (4 + NB_SC_NDENSE + NB_SC_NCAT)
+static size_t pack_head(const nb_ctr_batch *t) { return 4 + (size_t)t->nd + (size_t)t->nc; }
 
-size_t nb_ctr_packed_words(int32_t len) { return PACK_HEAD + (size_t)len; }
+size_t nb_ctr_packed_words(const nb_ctr_batch *t, int32_t len) { return pack_head(t) + (size_t)len; }
 
 size_t nb_ctr_pack(const nb_ctr_batch *t, int i, uint32_t index, uint32_t *out) {
-    size_t L = (size_t)t->b.hist_stride;
+    size_t L = (size_t)t->b.hist_stride, nd = (size_t)t->nd, nc = (size_t)t->nc;
     out[0] = index, out[3] = t->target[i];
     memcpy(out + 1, &t->len[i], 4), memcpy(out + 2, &t->label[i], 4);
-    memcpy(out + 4, t->dense + (size_t)i * NB_SC_NDENSE, NB_SC_NDENSE * 4);
-    memcpy(out + 4 + NB_SC_NDENSE, t->cat + (size_t)i * NB_SC_NCAT, NB_SC_NCAT * 4);
-    memcpy(out + PACK_HEAD, t->hist + (size_t)i * L, (size_t)t->len[i] * 4);
-    return nb_ctr_packed_words(t->len[i]);
+    memcpy(out + 4, t->dense + (size_t)i * nd, nd * 4);
+    memcpy(out + 4 + nd, t->cat + (size_t)i * nc, nc * 4);
+    memcpy(out + pack_head(t), t->hist + (size_t)i * L, (size_t)t->len[i] * 4);
+    return nb_ctr_packed_words(t, t->len[i]);
 }
 
 size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, uint32_t *index) {
-    size_t L = (size_t)t->b.hist_stride;
+    size_t L = (size_t)t->b.hist_stride, nd = (size_t)t->nd, nc = (size_t)t->nc, head = pack_head(t);
     int32_t len;
-    NB_CHECK(words >= PACK_HEAD, "this is a bug in nobubble; please report it", "a packed sample of %zu words", words);
+    NB_CHECK(words >= head, "this is a bug in nobubble; please report it", "a packed sample of %zu words", words);
     memcpy(&len, in + 1, 4);
-    NB_CHECK(len >= 0 && (size_t)len <= L && PACK_HEAD + (size_t)len <= words, "this is a bug in nobubble; please report it",
+    NB_CHECK(len >= 0 && (size_t)len <= L && head + (size_t)len <= words, "this is a bug in nobubble; please report it",
              "a packed sample with a history of %d items (%zu words left, max_len %zu)", len, words, L);
     *index = in[0], t->target[j] = in[3], t->len[j] = len;
     memcpy(&t->label[j], in + 2, 4);
-    memcpy(t->dense + (size_t)j * NB_SC_NDENSE, in + 4, NB_SC_NDENSE * 4);
-    memcpy(t->cat + (size_t)j * NB_SC_NCAT, in + 4 + NB_SC_NDENSE, NB_SC_NCAT * 4);
-    memcpy(t->hist + (size_t)j * L, in + PACK_HEAD, (size_t)len * 4);
-    return PACK_HEAD + (size_t)len;
+    memcpy(t->dense + (size_t)j * nd, in + 4, nd * 4);
+    memcpy(t->cat + (size_t)j * nc, in + 4 + nd, nc * 4);
+    memcpy(t->hist + (size_t)j * L, in + head, (size_t)len * 4);
+    return head + (size_t)len;
 }
 
 
 /* Sample i of a set into batch row r (the most recent max_len history items). */
 static void ctr_set_get(const nb_ctr_set *s, long i, nb_ctr_batch *t, int r, int max_len) {
-    memcpy(t->dense + (size_t)r * NB_SC_NDENSE, s->dense + i * NB_SC_NDENSE, NB_SC_NDENSE * sizeof(float));
-    memcpy(t->cat + (size_t)r * NB_SC_NCAT, s->cat + i * NB_SC_NCAT, NB_SC_NCAT * sizeof(uint32_t));
+    NB_ASSERT(t->nd == s->nd && t->nc == s->nc);
+    memcpy(t->dense + (size_t)r * (size_t)t->nd, s->dense + i * s->nd, (size_t)s->nd * sizeof(float));
+    memcpy(t->cat + (size_t)r * (size_t)t->nc, s->cat + i * s->nc, (size_t)s->nc * sizeof(uint32_t));
     t->target[r] = s->target[i];
     t->label[r] = s->label[i];
     long a = s->hoff[i], len = s->hoff[i + 1] - a;
@@ -256,6 +262,7 @@ void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) { nb_ctr_fill_t
 void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B) {
     NB_ASSERT(first >= 0 && B >= 1 && first + B <= Bg);
     t->b.B = B;
+    NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) { /* any sample by its index: only the slice is made */
         nb_synth_fill(s->g, s->next + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
         s->next += (uint64_t)Bg;
@@ -266,8 +273,8 @@ void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int firs
                      "no training samples after the %ld held-out ones", s->skip);
             int r = i - first;
             if (r < 0 || r >= B) continue;
-            memcpy(t->dense + (size_t)r * NB_SC_NDENSE, x.dense, sizeof x.dense);
-            memcpy(t->cat + (size_t)r * NB_SC_NCAT, x.cat, sizeof x.cat);
+            memcpy(t->dense + (size_t)r * (size_t)t->nd, x.dense, sizeof x.dense); /* nd, nc: Criteo's (open) */
+            memcpy(t->cat + (size_t)r * (size_t)t->nc, x.cat, sizeof x.cat);
             t->target[r] = 0;
             t->len[r] = 0;
             t->label[r] = (float)x.label;
@@ -284,6 +291,7 @@ void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int firs
 /* Evaluation samples first .. first + B - 1. */
 void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B) {
     t->b.B = B;
+    NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) {
         nb_synth_fill(s->g, NB_CTR_EVAL_BASE + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label,
                       NULL);
@@ -354,11 +362,11 @@ static void ml_read(const char *path, nb_ctr_set *set, uint32_t maxid[6]) {
             nh++;
             if (*p == ' ') p++;
         }
-        uint32_t cat[NB_SC_NCAT] = {0};
+        uint32_t cat[NB_SC_STD_NCAT] = {0};
         cat[0] = v[1], cat[1] = v[2], cat[2] = v[3], cat[3] = v[4], cat[4] = v[5], cat[5] = v[6];
         for (int k = 0; k < 6; k++)
             if (cat[k] > maxid[k]) maxid[k] = cat[k];
-        static const float zero_dense[NB_SC_NDENSE];
+        static const float zero_dense[NB_SC_STD_NDENSE];
         ctr_set_push(set, zero_dense, cat, v[2], hist, (int)nh, (float)v[0]);
     }
     NB_CHECK(!ferror(f), ML_HINT, "cannot read %s", path);
@@ -439,10 +447,10 @@ static const char *val_path(const char *val, const char *prefix) {
     return val;
 }
 
-static void open_criteo(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc, const char *val) {
+static void open_criteo(nb_ctr_source *s, const nb_ctr_source_opts *o, const char *val) {
     const char *d = o->data + 7;
     if (val) criteo_set(val_path(val, "criteo:"), o->strict, &s->eval);
-    if (val && o->eval_only) goto rows; /* nothing trains: the training files are not read */
+    if (val && o->eval_only) return; /* nothing trains: the training files are not read */
     s->cr = nb_criteo_open(d, NB_CRITEO_KAGGLE, o->strict);
     if (!val) {
         nb_ctr_sample x;
@@ -451,12 +459,9 @@ static void open_criteo(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
                  "%s has only %ld good samples; %d are held out for evaluation", d, s->eval.n, o->eval_samples);
         s->skip = s->eval.n;
     }
-rows:
-    for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = o->table_cap;
-    mc->item_rows = 1;
 }
 
-static void open_table(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc, const char *val) {
+static void open_table(nb_ctr_source *s, const nb_ctr_source_opts *o, const char *val) {
     const nb_ctr_schema *sc = s->schema;
     if (val) table_sets(val_path(val, "csv:"), sc, !o->unlabeled, &s->eval, 0, NULL);
     if (!val || !o->eval_only) {
@@ -466,10 +471,33 @@ static void open_table(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_conf
         s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "the training order");
         shuffle(s);
     }
-    for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = 1;
+}
+
+/* The model's shape from the data's columns: the dense and categorical counts as the schema
+ * has them (at least 1 each: no column reads as one slot of 0) when mc has none yet (a new
+ * model), else a checkpoint's model's, which the data must match (pad: or fit, the rest reading
+ * 0: a csv checkpoint from before the shape was kept has 13 and 26); every table's rows. */
+static void shape_from_schema(const nb_ctr_schema *sc, nb_sc_config *mc, int pad) {
+    int nd = sc->ndense ? sc->ndense : 1, nc = sc->ncat ? sc->ncat : 1;
+    if (!mc->ndense) mc->ndense = nd;
+    if (!mc->ncat) mc->ncat = nc;
+    NB_CHECK(pad ? nd <= mc->ndense && nc <= mc->ncat : nd == mc->ndense && nc == mc->ncat,
+             "evaluate or resume with the data (and --schema) the checkpoint was trained on",
+             "%s has %d dense and %d categorical columns; the checkpoint's model reads %d and %d", sc->src, sc->ndense,
+             sc->ncat, mc->ndense, mc->ncat);
+    NB_CHECK(mc->ndense <= NB_SC_MAX_DENSE && mc->ncat <= NB_SC_MAX_CAT, "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "a model of %d dense and %d categorical columns (at most %d and %d)", mc->ndense, mc->ncat, NB_SC_MAX_DENSE,
+             NB_SC_MAX_CAT);
+    for (int f = 0; f < mc->ncat; f++) mc->cat_rows[f] = 1;
     for (int i = 0; i < sc->ncols; i++)
         if (sc->col[i].role == NB_COL_CAT) mc->cat_rows[sc->col[i].slot] = sc->col[i].rows;
     mc->item_rows = sc->has_seq ? sc->item_rows : 1;
+}
+
+/* The samples' shape: the model's, in the source, its sets and batches. */
+static void set_shape(nb_ctr_source *s, const nb_sc_config *mc) {
+    s->ndense = s->train.nd = s->eval.nd = mc->ndense;
+    s->ncat = s->train.nc = s->eval.nc = mc->ncat;
 }
 
 /* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
@@ -491,27 +519,41 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
         s->g = nb_malloc(sizeof *s->g, "synthetic generator");
         nb_synth_open(s->g, spec);
         mc->max_len = s->g->o.max_len;
-        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = cap_rows(s->g->card[f], o->table_cap);
-        mc->item_rows = cap_rows(s->g->o.items, o->table_cap);
+        s->schema = nb_malloc(sizeof *s->schema, "the schema");
+        nb_ctr_schema_synth(s->schema, s->g, o->table_cap); /* the columns nb_synth_fill fills */
+        shape_from_schema(s->schema, mc, 0);
+        set_shape(s, mc);
     } else if (!strncmp(d, "criteo:", 7)) {
         s->kind = NB_CTR_CRITEO;
-        open_criteo(s, o, mc, val);
+        s->schema = nb_malloc(sizeof *s->schema, "the schema");
+        nb_ctr_schema_load(s->schema, "criteo", o->table_cap); /* Criteo's columns, its tables' rows */
+        shape_from_schema(s->schema, mc, 0);
+        set_shape(s, mc);
+        open_criteo(s, o, val);
     } else if (!strncmp(d, "csv:", 4)) {
         s->kind = NB_CTR_TABLE;
         s->schema = nb_malloc(sizeof *s->schema, "the schema");
         nb_ctr_schema_load(s->schema, o->schema ? o->schema : "", o->table_cap);
-        open_table(s, o, mc, val);
+        shape_from_schema(s->schema, mc, 1);
+        set_shape(s, mc);
+        open_table(s, o, val);
     } else if (!strcmp(d, "movielens") || !strncmp(d, "movielens:", 10)) {
         NB_CHECK(!val, "drop --val-data: MovieLens evaluates on clicks_test.tsv", "--val-data with --data movielens");
         s->kind = NB_CTR_MOVIELENS;
         uint32_t maxid[6] = {0};
         char dir[NB_PATH_MAX], path[NB_PATH_MAX + 32];
+        NB_CHECK((!mc->ndense || mc->ndense == NB_SC_STD_NDENSE) && (!mc->ncat || mc->ncat == NB_SC_STD_NCAT),
+                 "evaluate or resume with the data the checkpoint was trained on",
+                 "MovieLens has the model's standard %d dense and %d categorical slots; the checkpoint's model reads %d and %d",
+                 NB_SC_STD_NDENSE, NB_SC_STD_NCAT, mc->ndense, mc->ncat);
+        mc->ndense = NB_SC_STD_NDENSE, mc->ncat = NB_SC_STD_NCAT; /* the 26-table shape, 6 tables used */
+        set_shape(s, mc);
         ml_dir(d, dir, sizeof dir);
         snprintf(path, sizeof path, "%s/clicks_train.tsv", dir);
         ml_read(path, &s->train, maxid);
         snprintf(path, sizeof path, "%s/clicks_test.tsv", dir);
         ml_read(path, &s->eval, maxid);
-        for (int f = 0; f < NB_SC_NCAT; f++) mc->cat_rows[f] = f < 6 ? cap_rows((int64_t)maxid[f] + 1, o->table_cap) : 1;
+        for (int f = 0; f < mc->ncat; f++) mc->cat_rows[f] = f < 6 ? cap_rows((int64_t)maxid[f] + 1, o->table_cap) : 1;
         mc->item_rows = mc->cat_rows[1];
         s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "MovieLens order");
         shuffle(s);

@@ -9,9 +9,9 @@
  *                    item table has one row and pooled = 0); table rows = --table-cap.
  *   csv:PATH         your own CSV / TSV (plain or .gz) described by --schema (data/ctr_schema.h),
  *                    held in memory; training reshuffles it every epoch by a fixed seed (as
- *                    MovieLens); the FIRST eval_samples rows are held out. Table rows, max_len
- *                    and the embedding width come from the schema, so another file of the same
- *                    schema fits the same model.
+ *                    MovieLens); the FIRST eval_samples rows are held out. The dense and
+ *                    categorical column counts, table rows, max_len and the embedding width come
+ *                    from the schema, so another file of the same schema fits the same model.
  *   movielens[:DIR]  DIR/clicks_train.tsv (training, reshuffled every epoch by a fixed seed) and
  *                    DIR/clicks_test.tsv (evaluation, all of it); header checked verbatim. DIR
  *                    defaults to data/movielens from the working directory, else $NB_DATA_DIR/
@@ -42,6 +42,7 @@
 
 /* in-memory sample sets (MovieLens, Criteo's held-out head) */
 typedef struct {
+    int nd, nc; /* dense and categorical values per sample (the model's shape) */
     long n, cap;
     uint64_t *line; /* files' rows: each sample's line in its file (predict writes it) */
     char **id;      /* csv with an "id" column: each sample's id (else NULL) */
@@ -54,6 +55,7 @@ typedef struct {
 
 /* The batch the model reads: host buffers of the largest batch. */
 typedef struct {
+    int nd, nc; /* dense [B, nd], cat [B, nc]: the model's shape */
     float *dense, *label;
     uint32_t *cat, *target, *hist;
     int32_t *len;
@@ -64,8 +66,9 @@ enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS, NB_CTR_TABLE };
 
 typedef struct {
     int kind, max_len, eval_samples, eval_only;
+    int ndense, ncat; /* the samples' shape: the model's (nb_ctr_source_open) */
     nb_synth *g;
-    nb_ctr_schema *schema; /* csv */
+    nb_ctr_schema *schema; /* the columns: csv's file, criteo's and synth's built-in ones */
     uint64_t next;
     nb_criteo_reader *cr;
     long skip;         /* criteo: held-out samples at the head of every pass */
@@ -85,10 +88,14 @@ typedef struct {
     int unlabeled; /* csv: the evaluation file may lack the label column (predict) */
 } nb_ctr_source_opts;
 
-/* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
+/* Opens --data and sets the model config's shape from the data's schema: its dense and
+ * categorical columns, the table sizes (and for synth the history cap). mc->ndense / mc->ncat:
+ * 0 takes the data's (at least 1 each); otherwise they are a checkpoint's model's, which the data
+ * must fit (a schema with fewer columns reads 0 / id 0 in the rest; more is refused). */
 void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_config *mc);
 void nb_ctr_source_close(nb_ctr_source *s);
-void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L);
+/* Batches of up to B samples with histories of up to L items, nd dense and nc categorical. */
+void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc);
 void nb_ctr_batch_free(nb_ctr_batch *t);
 /* The next B training samples; held-out samples first .. first + B - 1. */
 void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
@@ -100,7 +107,7 @@ void nb_ctr_batch_copy(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int f
 /* Samples as flat words for moving them between ranks: its global-batch index, then every field
  * and its history (nb_ctr_packed_words long). unpack checks the length against dst's max_len and
  * `words` (what is left of the buffer) and returns the words it read. */
-size_t nb_ctr_packed_words(int32_t len);
+size_t nb_ctr_packed_words(const nb_ctr_batch *t, int32_t len);
 size_t nb_ctr_pack(const nb_ctr_batch *t, int i, uint32_t index, uint32_t *out);
 size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, uint32_t *index);
 void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B);
@@ -119,7 +126,7 @@ typedef struct {
     void *samples; /* [cap_B] the samples' chosen keys */
     nb_ctr_batch tmp;
 } nb_ctr_cluster;
-void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len);
+void nb_ctr_cluster_init(nb_ctr_cluster *c, int B, int max_len, int nd, int nc);
 void nb_ctr_cluster_free(nb_ctr_cluster *c);
 void nb_ctr_cluster_keys(nb_ctr_batch *w, const nb_sc_model *m, int parts, nb_ctr_cluster *c);
 long nb_ctr_eval_count(const nb_ctr_source *s);

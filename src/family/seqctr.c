@@ -183,7 +183,7 @@ static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_trait
 static int sc_wants_comm(const nb_train_opts *o, const nb_sched_traits *t) { return uses_exchange(o, nb_comm_size(), t); }
 
 /* --balance and --emulate-ranks: the shares, the window and the parts (micro-batches). */
-static void plan_placement(nb_run *r, sc_train *t, int max_len) {
+static void plan_placement(nb_run *r, sc_train *t, int max_len, int ncat) {
     const nb_train_opts *o = &r->o;
     nb_balance bal;
     nb_balance_parse(&bal, o->balance);
@@ -200,12 +200,13 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len) {
     /* the largest batch a part or the window holds, checked before anything is sized by it (a
      * --batch near INT_MAX would overflow the part arithmetic below) */
     int most = nb_balance_cap(&bal, o->batch, shares);
-    nb_sc_check_batch_size(o->batch / r->world > most ? o->batch / r->world : most, max_len);
+    nb_sc_check_batch_size(o->batch / r->world > most ? o->batch / r->world : most, max_len, ncat);
     NB_CHECK(o->batch % shares == 0, "pass a --batch divisible by the ranks (emulated ones too)",
              "--batch %d does not split over %d ranks", o->batch, shares);
     NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
              "both decide where the samples go");
-    nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len);
+    nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len,
+                           t->src.ndense, ncat);
     t->M = nb_train_parts(o);
     int wcap = nb_balance_placer_window_cap(&t->place);
     if (bal.kind == NB_BALANCE_NONE && !t->emulate)
@@ -225,7 +226,7 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len) {
 }
 
 /* This rank's slice of the global batch, and whether the tables are sharded. */
-static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
+static void plan_ranks(nb_run *r, sc_train *t, int max_len, int ncat) {
     const nb_train_opts *o = &r->o;
     t->pipelined = !r->eval_only && r->traits.prefetches;
     t->ids_ahead = r->traits.ids_ahead;
@@ -248,7 +249,7 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len) {
              "--batch %d does not split evenly over %d ranks", o->batch, r->world);
     t->Bl = o->batch / r->world;
     t->first = r->rank * t->Bl;
-    plan_placement(r, t, max_len);
+    plan_placement(r, t, max_len, ncat);
     if (t->sharded && r->rank == 0)
         nb_log(1, "tables      row-wise sharded over %d rank%s (row g on rank g %% %d), --emb-place %s; %d samples per rank\n",
                r->world, r->world == 1 ? "" : "s", r->world,
@@ -284,8 +285,9 @@ static void sc_init(nb_run *r) {
                              .eval_samples = o->eval_samples, .strict = o->strict, .eval_only = r->eval_only,
                              .unlabeled = o->unlabeled};
     nb_ctr_source_open(&t->src, &so, &mc);
+    r->o.ctr.ndense = mc.ndense, r->o.ctr.ncat = mc.ncat; /* the shape state.json keeps */
     int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
-    plan_ranks(r, t, mc.max_len);
+    plan_ranks(r, t, mc.max_len, mc.ncat);
     nb_emb_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb = {.opt = emb_opt, .shard = t->sharded ? shard : (nb_emb_shard){0, 0}, .pipelined = t->pipelined,
                                   .host = !r->eval_only && o->emb_place == NB_PLACE_HOST, .parts = t->M,
@@ -299,10 +301,10 @@ static void sc_init(nb_run *r) {
     nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
-    nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len);
+    nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len, mc.ndense, mc.ncat);
     int wcap = nb_balance_placer_window_cap(&t->place);
-    nb_ctr_batch_alloc(&t->window, wcap, mc.max_len);
-    if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len);
+    nb_ctr_batch_alloc(&t->window, wcap, mc.max_len, mc.ndense, mc.ncat);
+    if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len, mc.ndense, mc.ncat);
     t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
     t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
     t->part_s = nb_calloc(4 * (size_t)t->M, sizeof(double), "part times");
@@ -325,10 +327,10 @@ static void sc_init(nb_run *r) {
                              .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
     t->step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
     build_items(r, t);
-    size_t rows = (size_t)t->m.emb_off[NB_SC_NTABLES];
+    size_t rows = (size_t)nb_sc_total_rows(&t->m);
     if (nb_verbosity > 0)
-        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
-                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, t->m.nparams_used / 1e6,
+        fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %d dense and %d categorical inputs; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
+                mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, mc.ndense, mc.ncat, t->m.nparams_used / 1e6,
                 (double)rows / 1e6, r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
 }
 
@@ -471,10 +473,14 @@ static const char *const sc_defaults[] = {
     "min-lr-frac=1", "beta2=0.999", "seed=1", NULL,
 };
 
+/* The preset's shape; the columns stay (not a flag: the data's schema sets them, a resumed
+ * checkpoint keeps its own; 0 on fresh options: nb_ctr_source_open takes the data's). */
 static void sc_default_shape(nb_train_opts *o) {
+    int nd = o->ctr.ndense, nc = o->ctr.ncat;
     nb_sc_config_default(&o->ctr);
     o->ctr.E = 32;
     o->ctr.max_len = 32;
+    o->ctr.ndense = nd, o->ctr.ncat = nc;
 }
 
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of

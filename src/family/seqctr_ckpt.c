@@ -8,8 +8,8 @@
 #include "family/seqctr.h"
 #include "family/seqctr_family.h"
 
-static void table_name(char *buf, size_t cap, int t, const char *suffix) {
-    if (t == NB_SC_ITEM_TABLE)
+static void table_name(const nb_sc_config *c, char *buf, size_t cap, int t, const char *suffix) {
+    if (t == nb_sc_item_table(c))
         snprintf(buf, cap, "emb.item%s", suffix);
     else
         snprintf(buf, cap, "emb.cat.%d%s", t, suffix);
@@ -47,20 +47,20 @@ void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
     }
     /* the tables of a sharded run: each rank's shard (sc_shard_tensors; assemble_shards reads them all) */
     if (T(r)->sharded || ckpt_in_shards(r)) return;
-    for (int t = 0; t < NB_SC_NTABLES; t++) {
+    for (int t = 0; t < nb_sc_ntables(&m->cfg); t++) {
         int64_t rows = m->emb_off[t + 1] - m->emb_off[t], sh[2] = {rows, E};
         size_t at = (size_t)m->emb_off[t] * (size_t)E;
-        table_name(name, sizeof name, t, "");
+        table_name(&m->cfg, name, sizeof name, t, "");
         nb_ckpt_list_add(model, name, 2, sh, m->emb.table + at);
         if (!optim) continue;
         if (m->emb.acc) {
-            table_name(name, sizeof name, t, ".adagrad_sum");
+            table_name(&m->cfg, name, sizeof name, t, ".adagrad_sum");
             nb_ckpt_list_add(optim, name, 1, sh, m->emb.acc + m->emb_off[t]);
         }
         if (m->emb.avg) {
-            table_name(name, sizeof name, t, ".exp_avg");
+            table_name(&m->cfg, name, sizeof name, t, ".exp_avg");
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg + at);
-            table_name(name, sizeof name, t, ".exp_avg_sq");
+            table_name(&m->cfg, name, sizeof name, t, ".exp_avg_sq");
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
         }
     }
@@ -88,7 +88,7 @@ int nb_seqctr_shard_tensors(nb_run *r, nb_ckpt_list *shard) {
 static void assemble_shards(nb_run *r, const char *dir) {
     nb_sc_model *m = &T(r)->m;
     int N = r->ckpt_world;
-    int64_t total = m->emb_off[NB_SC_NTABLES], E = m->cfg.E;
+    int64_t total = nb_sc_total_rows(m), E = m->cfg.E;
     char path[NB_PATH_MAX + 96];
     for (int k = 0; k < N; k++) {
         int64_t rows = (total - k + N - 1) / N, sh[2] = {rows, E};
@@ -135,7 +135,7 @@ int nb_sc_export(nb_run *r, const char *path) {
     sc_train *t = T(r);
     nb_sc_to_host(&t->m);
     nb_sc_save(&t->m, path);
-    return t->m.ntensors + NB_SC_NTABLES;
+    return t->m.ntensors + nb_sc_ntables(&t->m.cfg);
 }
 
 void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
@@ -150,6 +150,8 @@ void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_kint(w, "cross_rank", c->cross_rank);
     nb_json_kint(w, "block_hidden", c->block_hidden);
     nb_json_kint(w, "max_len", c->max_len);
+    nb_json_kint(w, "ndense", c->ndense);
+    nb_json_kint(w, "ncat", c->ncat);
     nb_json_end_obj(w);
 }
 
@@ -173,4 +175,11 @@ void nb_seqctr_read_config(const nb_json *j, nb_train_opts *o) {
     c->cross_rank = req_int(j, "cross_rank", "cross-rank");
     c->block_hidden = req_int(j, "block_hidden", "block-hidden");
     c->max_len = req_int(j, "max_len", "max-len");
+    /* the data's shape; checkpoints from before it was kept are the standard one */
+    int64_t nd = nb_json_get_int(j, "ndense", NB_SC_STD_NDENSE), nc = nb_json_get_int(j, "ncat", NB_SC_STD_NCAT);
+    NB_CHECK(nd >= 0 && nd <= NB_SC_MAX_DENSE && nc >= 0 && nc <= NB_SC_MAX_CAT,
+             "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: the model reads %lld dense and %lld categorical columns (at most %d and %d)", (long long)nd,
+             (long long)nc, NB_SC_MAX_DENSE, NB_SC_MAX_CAT);
+    c->ndense = (int)nd, c->ncat = (int)nc;
 }

@@ -20,7 +20,7 @@ static nb_sc_batch part_of(const sc_train *t, int k) {
     nb_sc_batch b = t->window.b;
     size_t at = (size_t)t->part_at[k];
     b.B = t->part_at[k + 1] - t->part_at[k];
-    b.dense += at * NB_SC_NDENSE, b.cat += at * NB_SC_NCAT, b.target += at, b.hist += at * b.hist_stride;
+    b.dense += at * (size_t)t->window.nd, b.cat += at * (size_t)t->window.nc, b.target += at, b.hist += at * b.hist_stride;
     b.hist_len += at, b.label += at;
     return b;
 }

@@ -63,10 +63,10 @@ static void bottom_fwd(nb_sc_model *m, nb_ctx c, int B) {
     int E = m->cfg.E;
     const void *dense = m->stage->d_dense;
     if (a->dense) {
-        be->cast_params(c, a->dense, m->stage->d_dense, (size_t)B * NB_SC_NDENSE);
+        be->cast_params(c, a->dense, m->stage->d_dense, (size_t)B * m->cfg.ndense);
         dense = a->dense;
     }
-    be->matmul_fwd(c, a->a1, dense, w->weight[0], w->bias[0], B, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    be->matmul_fwd(c, a->a1, dense, w->weight[0], w->bias[0], B, m->cfg.ndense, NB_SC_BOTTOM1);
     m->co->relu_fwd(c, a->a1, a->a1, (size_t)B * NB_SC_BOTTOM1);
     be->matmul_fwd(c, a->a2, a->a1, w->weight[1], w->bias[1], B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
     m->co->relu_fwd(c, a->a2, a->a2, (size_t)B * NB_SC_BOTTOM2);
@@ -89,13 +89,13 @@ static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
                    NB_SC_BOTTOM2);
     be->zero(c, a->da1p, (size_t)B * NB_SC_BOTTOM1 * es);
     m->co->relu_bwd(c, a->da1p, a->a1, a->da1, (size_t)B * NB_SC_BOTTOM1);
-    be->matmul_bwd(c, NULL, dw->weight[0], dw->bias[0], a->da1p, dense, w->weight[0], B, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    be->matmul_bwd(c, NULL, dw->weight[0], dw->bias[0], a->da1p, dense, w->weight[0], B, m->cfg.ndense, NB_SC_BOTTOM1);
 }
 
 /* Whether head i contributes to the loss. */
 static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 1 || m->cfg.aux_weight > 0; }
 
-/* x0 = [bottom | 26 categorical | target | (pooled, later)] and the target embedding. */
+/* x0 = [bottom | ncat categorical | target | (pooled, later)] and the target embedding. */
 static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
@@ -107,8 +107,8 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     m->be->zero(c, a->dsrc, ((size_t)m->max_batch * (D0 + E) + (size_t)s->nh * E) * act_es(m));
     bottom_fwd(m, c, B);
     co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
-    co->emb_gather(c, a->x0, s->d_dst, nb_emb_lookup_table(&m->emb), s->d_rows, B * NB_SC_NTABLES, E);
-    co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + NB_SC_NCAT) * E), D0, B, E);
+    co->emb_gather(c, a->x0, s->d_dst, nb_emb_lookup_table(&m->emb), s->d_rows, B * nb_sc_ntables(&m->cfg), E);
+    co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + m->cfg.ncat) * E), D0, B, E);
 }
 
 /* The history encoder and target attention: pooled into x0. */
@@ -120,7 +120,7 @@ static void history_fwd(nb_sc_model *m, nb_ctx c) {
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, D0 = m->D0, nh = s->nh;
     if (nh > 0) {
-        size_t first = (size_t)B * NLK_PER_SAMPLE;
+        size_t first = (size_t)B * NLK_PER_SAMPLE(cf);
         co->emb_gather(c, a->h[0], s->d_dst + first, nb_emb_lookup_table(&m->emb), s->d_rows + first, nh, E);
         for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, c, l, nh);
         be->matmul_fwd(c, a->q, a->temb, m->w.target.wq, NULL, B, E, E);
@@ -130,7 +130,7 @@ static void history_fwd(nb_sc_model *m, nb_ctx c) {
     } else {
         be->zero(c, a->pooled, (size_t)B * E * act_es(m));
     }
-    co->copy_cols(c, AT(m, a->x0, (size_t)28 * E), D0, a->pooled, E, B, E);
+    co->copy_cols(c, AT(m, a->x0, (size_t)(cf->ncat + 2) * E), D0, a->pooled, E, B, E);
 }
 
 /* Blocks seg_first[k] .. seg_first[k+1]-1, their heads and losses. */
@@ -237,7 +237,7 @@ static void join_bwd(nb_sc_model *m, nb_ctx c) {
     int B = m->stage->B, E = m->cfg.E, D0 = m->D0;
     for (int k = 1; k < m->nseg; k++) m->be->add_inplace(c, a->dx0, a->seg[k].dx0, (size_t)B * D0);
     m->co->copy_cols(c, a->dbot, E, a->dx0, D0, B, E);
-    m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)28 * E), D0, B, E);
+    m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)(m->cfg.ncat + 2) * E), D0, B, E);
 }
 
 static void history_bwd(nb_sc_model *m, nb_ctx c) {
@@ -355,7 +355,7 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
 double nb_sc_flops(const nb_sc_model *m, int B, long nh) {
     const nb_sc_config *c = &m->cfg;
     double E = c->E, D0 = m->D0, r = c->cross_rank, H = c->block_hidden;
-    double bottom = (double)B * (NB_SC_NDENSE * NB_SC_BOTTOM1 + NB_SC_BOTTOM1 * NB_SC_BOTTOM2 + NB_SC_BOTTOM2 * E);
+    double bottom = (double)B * ((double)c->ndense * NB_SC_BOTTOM1 + NB_SC_BOTTOM1 * NB_SC_BOTTOM2 + NB_SC_BOTTOM2 * E);
     double enc = (double)nh * c->hist_layers * (3 * E * E + E * E + 8 * E * E) + (double)nh * 2 * E * E + (double)B * E * E;
     double blocks = (double)B * c->blocks * (2 * D0 * r + 2 * D0 * H + D0);
     return 6.0 * (bottom + enc + blocks); /* 2 FLOPs per MAC, forward + 2x backward */

@@ -1,16 +1,18 @@
 /* seqctr: the CTR / sequence-recommendation model of issue 4, forward and backward on any backend
  * (CPU fp32; CUDA bf16 or fp32). Histories are packed (no padding) inside the model.
  *
- * Per sample: 13 dense features (already log(1 + max(x, 0)), 0 when missing), 26 categorical
- * ids, a target item id, a history of 0..max_len item ids (most recent last), a 0/1 label.
- *   bottom  = MLP 13 -> 512 -> 256 -> E (ReLU between, none after)
+ * Per sample: ndense dense features (already log(1 + max(x, 0)), 0 when missing), ncat
+ * categorical ids, a target item id, a history of 0..max_len item ids (most recent last), a 0/1
+ * label. ndense and ncat are the data's (its schema, data/ctr_schema.h); Criteo and the synthetic
+ * generator have 13 and 26 (NB_SC_STD_NDENSE, NB_SC_STD_NCAT): 26 tables, D0 = 29 E.
+ *   bottom  = MLP ndense -> 512 -> 256 -> E (ReLU between, none after)
  *   cat_f   = table f [id mod rows_f]          (missing ids are passed as 0 -> row 0)
  *   t       = item table [target mod item_rows]; h_j = item table [hist_j mod item_rows]
  *   history encoder: hist_layers pre-norm layers over h (padding-masked, `heads` heads):
  *     h += proj(seqattn(qkv(LN1(h))));  h += fc2(relu(fc1(LN2(h))))     (fc1: E -> 4E)
  *   target attention: q = Wq t, k_j = Wk h_j, v_j = Wv h_j, pooled = softmax-weighted sum of v
  *     over the valid j (zero for an empty history); no biases.
- *   x0 = [bottom | cat_0 .. cat_25 | t | pooled]   width D0 = 29 E
+ *   x0 = [bottom | cat_0 .. cat_{ncat-1} | t | pooled]   width D0 = (ncat + 3) E
  *   block i = 0..blocks-1 (x_{-1} := x0, written x_prev):
  *     c = x0 * (U_i (V_i^T x_prev) + b_i) + x_prev;  x_i = c + W2_i relu(W1_i c + b1_i) + b2_i
  *     logit_i = w_i . x_i + beta_i
@@ -29,7 +31,7 @@
  *   block.{i}.head.w [1, D0], block.{i}.head.b [1]
  * The step reads the dense tensors through typed views (nb_sc_view: m->w, m->dw), never by name.
  * Embedding tables (sparse, separately, held by the embedding module emb/emb.h: m->emb.table
- * [total_rows, E], or this rank's shard of it); table t (0..25 categorical, 26 = items) starts at
+ * [total_rows, E], or this rank's shard of it); table t (0..ncat-1 categorical, ncat = items) starts at
  * row emb_off[t], so (table, row) is global row emb_off[t] + row. Checkpoint names: emb.cat.{f}
  * [rows_f, E], emb.item [item_rows, E].
  *
@@ -46,17 +48,22 @@
 #include "optim/optim.h"
 #include "tensor.h"
 
-#define NB_SC_NDENSE 13
-#define NB_SC_NCAT 26
-#define NB_SC_NTABLES 27 /* 26 categorical + the item table */
-#define NB_SC_ITEM_TABLE 26
+/* The standard shape (Criteo, the synthetic generator, MovieLens, and checkpoints written before
+ * the shape was stored): 13 dense, 26 categorical columns. */
+#define NB_SC_STD_NDENSE 13
+#define NB_SC_STD_NCAT 26
+/* The most columns a model reads (the categorical tables' rows live in fixed arrays; a batch's
+ * lookup lists hold ncat + 1 fields, ops/ops_ctr.h's NB_CTR_LISTS_MAX_FIELDS). */
+#define NB_SC_MAX_DENSE 64
+#define NB_SC_MAX_CAT 64
 #define NB_SC_BOTTOM1 512
 #define NB_SC_BOTTOM2 256
 #define NB_SC_MAX_BLOCKS 64
 
 typedef struct {
     int E, hist_layers, heads, blocks, cross_rank, block_hidden, max_len;
-    int64_t cat_rows[NB_SC_NCAT]; /* rows of each categorical table (>= 1) */
+    int ndense, ncat;                 /* columns: 1..NB_SC_MAX_DENSE, 1..NB_SC_MAX_CAT */
+    int64_t cat_rows[NB_SC_MAX_CAT]; /* rows of each categorical table (>= 1), [0, ncat) */
     int64_t item_rows;
     float aux_weight;
     uint64_t detach; /* bit i: block i reads a detached (stop-gradient) x_{i-1}; bit 0 must be 0 */
@@ -64,8 +71,12 @@ typedef struct {
 } nb_sc_config;
 
 /* Defaults of the issue: E 64, 1 history layer, 4 heads, 6 blocks, rank 256, hidden 512,
- * max_len 256, tables of 1 row (the caller sets the rows), aux_weight 0. */
+ * max_len 256, the standard 13 dense and 26 categorical columns, tables of 1 row (the caller sets
+ * the rows), aux_weight 0. */
 void nb_sc_config_default(nb_sc_config *c);
+/* The tables: ncat categorical ones, then the item table (its index: nb_sc_item_table). */
+static inline int nb_sc_ntables(const nb_sc_config *c) { return c->ncat + 1; }
+static inline int nb_sc_item_table(const nb_sc_config *c) { return c->ncat; }
 
 typedef struct {
     char name[48];
@@ -100,8 +111,8 @@ typedef struct {
 /* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. */
 typedef struct {
     int B, hist_stride;
-    const float *dense;     /* [B, 13] */
-    const uint32_t *cat;    /* [B, 26] ids (0 = missing) */
+    const float *dense;     /* [B, ndense] */
+    const uint32_t *cat;    /* [B, ncat] ids (0 = missing) */
     const uint32_t *target; /* [B] */
     const uint32_t *hist;   /* [B, hist_stride] */
     const int32_t *hist_len; /* [B] in 0..max_len */
@@ -156,7 +167,7 @@ typedef struct {
     size_t nparams;       /* slab length: every tensor starts 64-element aligned (padding is 0) */
     size_t nparams_used;  /* parameters without the padding */
     float *params, *grads; /* [nparams] host */
-    int64_t emb_off[NB_SC_NTABLES + 1]; /* emb_off[27] = total rows */
+    int64_t emb_off[NB_SC_MAX_CAT + 2]; /* [nb_sc_ntables + 1]: emb_off[ncat + 1] = total rows */
     /* the tables (global row g = emb_off[table] + row), whole or this rank's shard, their
      * optimizer state and placement, the exchange of a sharded batch's rows, the ring of batches
      * in flight (emb/emb.h) */
@@ -197,9 +208,12 @@ typedef struct {
     nb_task_ctx own_ctx;            /* the default lane context (own_backend's) */
 } nb_sc_model;
 
-/* Fails (nb_fail) unless batches of max_batch samples with histories of up to max_len items fit
- * the model's 32-bit lookup indices: callers check it before sizing anything by the batch. */
-void nb_sc_check_batch_size(int max_batch, int max_len);
+/* Rows of every table together (global rows 0 .. nb_sc_total_rows - 1). */
+static inline int64_t nb_sc_total_rows(const nb_sc_model *m) { return m->emb_off[nb_sc_ntables(&m->cfg)]; }
+
+/* Fails (nb_fail) unless batches of max_batch samples with ncat categorical columns and histories
+ * of up to max_len items fit the model's 32-bit lookup indices: callers check it before sizing anything by the batch. */
+void nb_sc_check_batch_size(int max_batch, int max_len, int ncat);
 /* The memory plan for batches of up to max_batch samples on backend be: the tensor table, and
  * the bytes of every view in the arenas (device: parameters, gradients, optimizer state,
  * activations, the batch's index lists; pinned: their host staging; host: the weights' and the
@@ -318,7 +332,7 @@ void nb_sc_to_device(nb_sc_model *m);
 /* Checkpoint: every dense tensor under its name (1-D tensors as [n]) and the tables emb.cat.{f}
  * [rows_f, E], emb.item [item_rows, E], all F32; metadata "seqctr.config" holds the shape
  * ("E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
- * aux_weight=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
+ * aux_weight=.. ndense=.. ncat=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
 void nb_sc_save(const nb_sc_model *m, const char *path);
 /* Load weights into a model of the same shape (every tensor must exist with its shape), and
  * push them to the backend. */

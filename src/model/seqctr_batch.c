@@ -8,10 +8,11 @@
  * backend then only gathers, computes and scatters by those lists, so the result does not depend
  * on who built them or on the backend's threads.
  *
- * Lookup list of a batch of B samples with nh history items (global rows, one table set):
- *   [0, 27B)          sample i's 26 categorical rows and its target row, into x0[i, E..28E)
- *   [27B, 28B)        the target row again: the gradient that reaches it through target.wq
- *   [28B, 28B + nh)   the history items, packed in (sample, position) order, into h0
+ * Lookup list of a batch of B samples with nh history items (global rows, one table set; n =
+ * ncat + 1 fields: the categorical tables and the target):
+ *   [0, nB)             sample i's ncat categorical rows and its target row, into x0[i, E..(n+1)E)
+ *   [nB, (n+1)B)        the target row again: the gradient that reaches it through target.wq
+ *   [(n+1)B, + nh)      the history items, packed in (sample, position) order, into h0
  * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh].
  *
  * Sharded tables: the lookups index the batch's work buffer (its unique rows in owner-major
@@ -113,15 +114,15 @@ void nb_sc_end_aside(nb_sc_model *m, int latest) { nb_emb_end_aside(&m->emb, lat
 
 /* The lists' shape for a batch of B samples with nh_real history rows, nh with the padding. */
 static nb_ctr_lists_shape lists_shape(const nb_sc_model *m, int B, int nh_real, int nh) {
-    nb_ctr_lists_shape sh = {.B = B, .ncat = NB_SC_NCAT, .nh = nh_real, .nh_pad = nh, .D0 = m->D0, .E = m->cfg.E,
+    nb_ctr_lists_shape sh = {.B = B, .ncat = m->cfg.ncat, .nh = nh_real, .nh_pad = nh, .D0 = m->D0, .E = m->cfg.E,
                              .MB = m->max_batch};
     /* padding rows: gathered and encoded like history rows, in no sample, left out of the
      * deduplication: their gradient is 0 and reaches no table row (sharded: the batch's first
      * unique row; whole tables: the item table's row 0) */
-    sh.pad_row = sharded(m) ? 0 : m->emb_off[NB_SC_ITEM_TABLE];
-    for (int f = 0; f < NB_SC_NTABLES; f++) {
+    sh.pad_row = sharded(m) ? 0 : m->emb_off[nb_sc_item_table(&m->cfg)];
+    for (int f = 0; f < nb_sc_ntables(&m->cfg); f++) {
         sh.off[f] = m->emb_off[f];
-        sh.rows[f] = f < NB_SC_NCAT ? m->cfg.cat_rows[f] : m->cfg.item_rows;
+        sh.rows[f] = f < m->cfg.ncat ? m->cfg.cat_rows[f] : m->cfg.item_rows;
     }
     return sh;
 }
@@ -135,7 +136,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
     int B = b->B;
     s->B = B;
     s->has_label = b->label != NULL;
-    memcpy(s->h_dense, b->dense, (size_t)B * NB_SC_NDENSE * sizeof(float));
+    memcpy(s->h_dense, b->dense, (size_t)B * (size_t)m->cfg.ndense * sizeof(float));
     if (b->label) memcpy(s->h_label, b->label, (size_t)B * sizeof(float));
     s->h_off[0] = 0;
     for (int i = 0; i < B; i++) s->h_off[i + 1] = s->h_off[i] + b->hist_len[i];
@@ -144,10 +145,10 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
         memcpy(s->h_hist + s->h_off[i], b->hist + (size_t)i * b->hist_stride, (size_t)b->hist_len[i] * sizeof(uint32_t));
     s->nh_real = s->h_off[B];
     s->nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
-    s->nlk_real = B * NLK_PER_SAMPLE + s->nh_real;
-    s->nlk = B * NLK_PER_SAMPLE + s->nh;
+    s->nlk_real = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh_real;
+    s->nlk = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh;
     if (m->dev_lists) { /* the device builds the lists from these in the upload phase */
-        memcpy(s->h_cat, b->cat, (size_t)B * NB_SC_NCAT * sizeof(uint32_t));
+        memcpy(s->h_cat, b->cat, (size_t)B * (size_t)m->cfg.ncat * sizeof(uint32_t));
         memcpy(s->h_target, b->target, (size_t)B * sizeof(uint32_t));
         s->nuniq = -1;
         return;
@@ -165,16 +166,16 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
 static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     const nb_backend_i *be = m->be;
     size_t B = (size_t)s->B;
-    be->to_backend(c, s->d_dense, s->h_dense, B * NB_SC_NDENSE * sizeof(float));
+    be->to_backend(c, s->d_dense, s->h_dense, B * (size_t)m->cfg.ndense * sizeof(float));
     if (s->has_label) be->to_backend(c, s->d_label, s->h_label, B * sizeof(float));
-    be->to_backend(c, s->d_cat, s->h_cat, B * NB_SC_NCAT * sizeof(uint32_t));
+    be->to_backend(c, s->d_cat, s->h_cat, B * (size_t)m->cfg.ncat * sizeof(uint32_t));
     be->to_backend(c, s->d_target, s->h_target, B * sizeof(uint32_t));
     be->to_backend(c, s->d_hist, s->h_hist, (size_t)s->nh_real * sizeof(uint32_t));
     be->to_backend(c, s->d_off, s->h_off, (B + 1) * sizeof(int32_t));
     nb_ctr_lists_shape sh = stage_shape(m, s);
     m->co->lists(c, &sh, s->d_cat, s->d_target, s->d_hist, s->d_off, s->d_rows, s->d_dst, s->d_src);
     m->co->unique_groups(c, s->d_uniq, s->d_order, s->d_seg, s->d_count, s->d_rows, s->nlk_real,
-                         m->emb_off[NB_SC_NTABLES] - 1);
+                         nb_sc_total_rows(m) - 1);
 }
 
 void nb_sc_upload_slot(nb_sc_model *m, nb_ctx c, int slot) {
@@ -186,7 +187,7 @@ void nb_sc_upload_slot(nb_sc_model *m, nb_ctx c, int slot) {
     }
     const nb_backend_i *be = m->be;
     size_t n = (size_t)s->nlk, U = (size_t)s->nuniq;
-    be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * NB_SC_NDENSE * sizeof(float));
+    be->to_backend(c, s->d_dense, s->h_dense, (size_t)s->B * (size_t)m->cfg.ndense * sizeof(float));
     if (s->has_label) be->to_backend(c, s->d_label, s->h_label, (size_t)s->B * sizeof(float));
     be->to_backend(c, s->d_rows, s->h_rows, n * sizeof(int64_t));
     be->to_backend(c, s->d_dst, s->h_dst, n * sizeof(int64_t));

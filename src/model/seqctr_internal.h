@@ -12,7 +12,8 @@
 #include "ops/backend.h"
 
 #define LN_EPS 1e-5f
-#define NLK_PER_SAMPLE (NB_SC_NTABLES + 1) /* 26 categorical + target, + target via wq */
+/* lookups per sample besides its history: ncat categorical + target, + target via wq */
+#define NLK_PER_SAMPLE(c) ((size_t)(c)->ncat + 2)
 
 typedef struct {
     void *ln1, *qkv, *att, *x1, *ln2, *f1;
@@ -73,7 +74,7 @@ static inline void *AT(const nb_sc_model *m, void *p, size_t i) { return (char *
 /* lookups of a batch of max_batch samples with the longest histories */
 static inline size_t max_lookups(const nb_sc_model *m) {
     size_t MB = (size_t)m->max_batch;
-    return MB * NLK_PER_SAMPLE + MB * (size_t)m->cfg.max_len;
+    return MB * NLK_PER_SAMPLE(&m->cfg) + MB * (size_t)m->cfg.max_len;
 }
 
 /* seqctr_batch.c */

@@ -25,7 +25,9 @@ void nb_sc_config_default(nb_sc_config *c) {
     c->cross_rank = 256;
     c->block_hidden = 512;
     c->max_len = 256;
-    for (int f = 0; f < NB_SC_NCAT; f++) c->cat_rows[f] = 1;
+    c->ndense = NB_SC_STD_NDENSE;
+    c->ncat = NB_SC_STD_NCAT;
+    for (int f = 0; f < NB_SC_MAX_CAT; f++) c->cat_rows[f] = 1;
     c->item_rows = 1;
     c->aux_weight = 0;
     c->seed = 1;
@@ -74,7 +76,7 @@ static void walk_tensors(tensor_walk *k) {
     const nb_sc_config *c = &k->m->cfg;
     nb_sc_view *v = k->v;
     int E = c->E, D0 = k->m->D0, r = c->cross_rank, H = c->block_hidden;
-    const int bdims[4] = {NB_SC_NDENSE, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
+    const int bdims[4] = {c->ndense, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
     for (int i = 0; i < 3; i++) {
         tensor(k, &v->bottom.weight[i], INIT_FANIN, bdims[i + 1], bdims[i], "bottom.%d.weight", i);
         tensor(k, &v->bottom.bias[i], INIT_ZERO, bdims[i + 1], 1, "bottom.%d.bias", i);
@@ -205,7 +207,7 @@ static void layout_acts(nb_sc_model *m) {
     size_t MB = (size_t)m->max_batch, E = (size_t)c->E, D0 = (size_t)m->D0;
     size_t NH = MB * (size_t)c->max_len, H = (size_t)c->block_hidden, r = (size_t)c->cross_rank;
     /* fp32 backends read the fp32 inputs directly; others get a converted copy */
-    a->dense = m->be->act_dtype == NB_F32 ? NULL : A(m, MB * NB_SC_NDENSE);
+    a->dense = m->be->act_dtype == NB_F32 ? NULL : A(m, MB * (size_t)c->ndense);
     a->a1 = A(m, MB * NB_SC_BOTTOM1);
     a->a2 = A(m, MB * NB_SC_BOTTOM2);
     a->bot = A(m, MB * E);
@@ -264,7 +266,7 @@ static void layout_acts(nb_sc_model *m) {
  * ordered on the model's lane); on the CPU each "backend copy" is the host array itself. */
 static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev) {
     size_t MB = (size_t)m->max_batch, NLK = max_lookups(m);
-    s->h_dense = take(m, AR_PIN, MB * NB_SC_NDENSE * sizeof(float));
+    s->h_dense = take(m, AR_PIN, MB * (size_t)m->cfg.ndense * sizeof(float));
     s->h_label = take(m, AR_PIN, MB * sizeof(float));
     s->h_rows = take(m, AR_PIN, NLK * sizeof(int64_t));
     s->h_dst = take(m, AR_PIN, NLK * sizeof(int64_t));
@@ -277,9 +279,9 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
     s->h_keys = take(m, AR_HOST, 2 * NLK * sizeof(uint64_t));
     s->h_hist = take(m, AR_PIN, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
     if (m->dev_lists) {
-        s->h_cat = take(m, AR_PIN, MB * NB_SC_NCAT * sizeof(uint32_t));
+        s->h_cat = take(m, AR_PIN, MB * (size_t)m->cfg.ncat * sizeof(uint32_t));
         s->h_target = take(m, AR_PIN, MB * sizeof(uint32_t));
-        s->d_cat = dev ? dev->d_cat : take(m, AR_DEV, MB * NB_SC_NCAT * sizeof(uint32_t));
+        s->d_cat = dev ? dev->d_cat : take(m, AR_DEV, MB * (size_t)m->cfg.ncat * sizeof(uint32_t));
         s->d_target = dev ? dev->d_target : take(m, AR_DEV, MB * sizeof(uint32_t));
         s->d_hist = dev ? dev->d_hist : take(m, AR_DEV, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
         s->d_count = dev ? dev->d_count : take(m, AR_DEV, sizeof(int32_t));
@@ -293,7 +295,7 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
         s->d_src = dev->d_src, s->d_order = dev->d_order, s->d_seg = dev->d_seg, s->d_off = dev->d_off;
         s->d_uniq = dev->d_uniq;
     } else {
-        s->d_dense = F32(m, MB * NB_SC_NDENSE);
+        s->d_dense = F32(m, MB * (size_t)m->cfg.ndense);
         s->d_label = F32(m, MB);
         s->d_rows = take(m, AR_DEV, NLK * sizeof(int64_t));
         s->d_dst = take(m, AR_DEV, NLK * sizeof(int64_t));
@@ -343,9 +345,9 @@ static void layout(nb_sc_model *m) {
     layout_acts(m);
 }
 
-void nb_sc_check_batch_size(int max_batch, int max_len) {
+void nb_sc_check_batch_size(int max_batch, int max_len, int ncat) {
     NB_CHECK(max_batch >= 1, "pass --batch >= 1", "batch %d", max_batch);
-    NB_CHECK((double)max_batch * (NLK_PER_SAMPLE + max_len) < 2147483647.0, "lower --batch or --max-len",
+    NB_CHECK((double)max_batch * (ncat + 2 + max_len) < 2147483647.0, "lower --batch or --max-len",
              "a batch of %d samples with histories of up to %d items has too many lookups for 32-bit indices",
              max_batch, max_len);
 }
@@ -357,7 +359,10 @@ static void check_config(const nb_sc_config *c, int max_batch) {
     NB_CHECK(c->hist_layers >= 0 && c->blocks >= 1 && c->cross_rank >= 1 && c->block_hidden >= 1, hint,
              "need hist_layers >= 0, blocks >= 1, cross_rank >= 1, block_hidden >= 1");
     NB_CHECK(c->max_len >= 0 && c->max_len <= 65536, hint, "max_len %d out of 0..65536", c->max_len);
-    nb_sc_check_batch_size(max_batch, c->max_len);
+    NB_CHECK(c->ndense >= 1 && c->ndense <= NB_SC_MAX_DENSE && c->ncat >= 1 && c->ncat <= NB_SC_MAX_CAT,
+             "describe at most 64 dense and 64 categorical columns", "the model reads %d dense and %d categorical columns "
+             "(1..%d and 1..%d)", c->ndense, c->ncat, NB_SC_MAX_DENSE, NB_SC_MAX_CAT);
+    nb_sc_check_batch_size(max_batch, c->max_len, c->ncat);
     NB_CHECK(c->aux_weight >= 0 && isfinite(c->aux_weight), "pass --aux-weight >= 0", "aux weight %g",
              (double)c->aux_weight);
     NB_CHECK(c->blocks <= NB_SC_MAX_BLOCKS, hint, "at most %d blocks", NB_SC_MAX_BLOCKS);
@@ -372,7 +377,7 @@ static void check_config(const nb_sc_config *c, int max_batch) {
 /* Device lists need a device, whole tables (a sharded batch's owner plans are host work) and
  * rows that fit the device sort's 32-bit keys. */
 static int choose_lists(const nb_sc_model *m, int want) {
-    int can = !on_cpu(m) && !sharded(m) && m->emb_off[NB_SC_NTABLES] <= ((int64_t)1 << 32);
+    int can = !on_cpu(m) && !sharded(m) && nb_sc_total_rows(m) <= ((int64_t)1 << 32);
     NB_CHECK(want != NB_SC_LISTS_DEVICE || can, "use --index-lists host (or auto)",
              "--index-lists device needs a CUDA device, tables that are not sharded over ranks and at most 2^32 rows "
              "(%s)", on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : "more rows");
@@ -391,7 +396,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     m->co = nb_ctr_ops_for(be);
     m->max_batch = max_batch;
     m->pad_rows = be->device != NB_DEV_CPU;
-    m->D0 = 29 * c->E;
+    m->D0 = (c->ncat + 3) * c->E; /* bottom, the categorical tables, target, pooled */
     m->nseg = 0;
     for (int i = 0; i < c->blocks; i++)
         if (i == 0 || (c->detach >> i & 1)) m->seg_first[m->nseg++] = i;
@@ -402,12 +407,12 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     m->dw.block = nb_calloc((size_t)c->blocks, sizeof(nb_sc_block_view), "seqctr views");
     build_tensors(m);
     m->emb_off[0] = 0;
-    for (int t = 0; t < NB_SC_NTABLES; t++) {
-        int64_t rows = t < NB_SC_NCAT ? c->cat_rows[t] : c->item_rows;
+    for (int t = 0; t < nb_sc_ntables(c); t++) {
+        int64_t rows = t < c->ncat ? c->cat_rows[t] : c->item_rows;
         NB_CHECK(rows >= 1, "every table needs at least one row", "table %d has %lld rows", t, (long long)rows);
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
-    nb_emb_plan(&m->emb, &po->emb, m->emb_off[NB_SC_NTABLES], c->E, max_lookups(m), be, dev, pinned, host);
+    nb_emb_plan(&m->emb, &po->emb, nb_sc_total_rows(m), c->E, max_lookups(m), be, dev, pinned, host);
     m->dev_lists = choose_lists(m, po->lists);
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
@@ -524,8 +529,8 @@ static void tensor_shape(const nb_sc_tensor *t, int *ndim, int64_t shape[2]) {
     shape[1] = t->cols;
 }
 
-static void table_name(char *buf, size_t cap, int t) {
-    if (t == NB_SC_ITEM_TABLE)
+static void table_name(const nb_sc_config *c, char *buf, size_t cap, int t) {
+    if (t == nb_sc_item_table(c))
         snprintf(buf, cap, "emb.item");
     else
         snprintf(buf, cap, "emb.cat.%d", t);
@@ -535,9 +540,11 @@ void nb_sc_save(const nb_sc_model *m, const char *path) {
     NB_CHECK(!sharded(m), "this is a bug in nobubble; please report it", "nb_sc_save on a sharded model (its rows are on several ranks)");
     const nb_sc_config *c = &m->cfg;
     nb_st_writer *w = nb_st_begin(path);
-    char meta[256], names[NB_SC_NTABLES][32];
-    snprintf(meta, sizeof meta, "E=%d hist_layers=%d heads=%d blocks=%d cross_rank=%d block_hidden=%d max_len=%d aux_weight=%g",
-             c->E, c->hist_layers, c->heads, c->blocks, c->cross_rank, c->block_hidden, c->max_len, (double)c->aux_weight);
+    char meta[256], names[NB_SC_MAX_CAT + 1][32];
+    snprintf(meta, sizeof meta,
+             "E=%d hist_layers=%d heads=%d blocks=%d cross_rank=%d block_hidden=%d max_len=%d aux_weight=%g ndense=%d ncat=%d",
+             c->E, c->hist_layers, c->heads, c->blocks, c->cross_rank, c->block_hidden, c->max_len, (double)c->aux_weight,
+             c->ndense, c->ncat);
     nb_st_meta(w, "seqctr.config", meta);
     for (int i = 0; i < m->ntensors; i++) {
         int nd;
@@ -545,8 +552,8 @@ void nb_sc_save(const nb_sc_model *m, const char *path) {
         tensor_shape(&m->t[i], &nd, sh);
         nb_st_add(w, m->t[i].name, NB_F32, nd, sh, m->params + m->t[i].off);
     }
-    for (int t = 0; t < NB_SC_NTABLES; t++) {
-        table_name(names[t], sizeof names[t], t);
+    for (int t = 0; t < nb_sc_ntables(c); t++) {
+        table_name(c, names[t], sizeof names[t], t);
         int64_t sh[2] = {m->emb_off[t + 1] - m->emb_off[t], c->E};
         nb_st_add(w, names[t], NB_F32, 2, sh, m->emb.table + (size_t)m->emb_off[t] * c->E);
     }
@@ -562,9 +569,9 @@ void nb_sc_load(nb_sc_model *m, const char *path) {
         tensor_shape(&m->t[i], &nd, sh);
         nb_st_read_shaped(f, m->t[i].name, NB_F32, nd, sh, m->params + m->t[i].off);
     }
-    for (int t = 0; t < NB_SC_NTABLES; t++) {
+    for (int t = 0; t < nb_sc_ntables(&m->cfg); t++) {
         char name[32];
-        table_name(name, sizeof name, t);
+        table_name(&m->cfg, name, sizeof name, t);
         int64_t sh[2] = {m->emb_off[t + 1] - m->emb_off[t], m->cfg.E};
         nb_st_read_shaped(f, name, NB_F32, 2, sh, m->emb.table + (size_t)m->emb_off[t] * m->cfg.E);
     }

@@ -63,7 +63,7 @@ void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32
  *                          off[ncat] + hist[r] mod rows[ncat], dst r E, src MB (D0 + E) + r E
  *   [.., + nh_pad - nh)    padding rows r = nh .. nh_pad - 1: row pad_row, dst r E, src 0
  * hist is packed ([nh]); hoff[B] = nh. */
-#define NB_CTR_LISTS_MAX_FIELDS 32
+#define NB_CTR_LISTS_MAX_FIELDS 65 /* seqctr's NB_SC_MAX_CAT tables + the item table; passed by value to a kernel */
 typedef struct {
     int B, ncat, nh, nh_pad;
     int64_t D0, E, MB, pad_row;

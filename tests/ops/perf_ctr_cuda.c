@@ -184,23 +184,23 @@ static void bn_batch(void) {
     nb_sc_config *c = &BT.cfg;
     nb_sc_config_default(c);
     c->max_len = g->o.max_len;
-    for (int f = 0; f < NB_SC_NCAT; f++) c->cat_rows[f] = g->card[f] < BT.table_cap ? g->card[f] : BT.table_cap;
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c->cat_rows[f] = g->card[f] < BT.table_cap ? g->card[f] : BT.table_cap;
     c->item_rows = g->o.items < BT.table_cap ? g->o.items : BT.table_cap;
     int B = BT.B, L = c->max_len, E = c->E;
     BT.E = E, BT.H = c->heads, BT.L = L, BT.D0 = 29 * E, BT.R = c->cross_rank, BT.HID = c->block_hidden;
     BT.NBLK = c->blocks;
     NB_CHECK(c->hist_layers == 1 && L > 0, "the bench times one history layer over non-empty histories",
              "hist_layers %d, max_len %d", c->hist_layers, L);
-    BT.dense = nb_malloc((size_t)B * NB_SC_NDENSE * 4, "bench batch");
+    BT.dense = nb_malloc((size_t)B * NB_SC_STD_NDENSE * 4, "bench batch");
     BT.label = nb_malloc((size_t)B * 4, "bench batch");
-    BT.cat = nb_malloc((size_t)B * NB_SC_NCAT * 4, "bench batch");
+    BT.cat = nb_malloc((size_t)B * NB_SC_STD_NCAT * 4, "bench batch");
     BT.target = nb_malloc((size_t)B * 4, "bench batch");
     BT.hist = nb_malloc((size_t)B * L * 4, "bench batch");
     BT.hist_len = nb_malloc((size_t)B * 4, "bench batch");
     nb_synth_fill(g, 0, B, BT.dense, BT.cat, BT.target, BT.hist, BT.hist_len, BT.label, NULL);
-    int64_t off[NB_SC_NTABLES + 1] = {0};
-    for (int t = 0; t < NB_SC_NTABLES; t++) off[t + 1] = off[t] + (t < NB_SC_NCAT ? c->cat_rows[t] : c->item_rows);
-    BT.emb_rows = off[NB_SC_NTABLES];
+    int64_t off[(NB_SC_STD_NCAT + 1) + 1] = {0};
+    for (int t = 0; t < (NB_SC_STD_NCAT + 1); t++) off[t + 1] = off[t] + (t < NB_SC_STD_NCAT ? c->cat_rows[t] : c->item_rows);
+    BT.emb_rows = off[NB_SC_STD_NCAT + 1];
     long nh = 0;
     for (int i = 0; i < B; i++) {
         int len = BT.hist_len[i];
@@ -209,7 +209,7 @@ static void bn_batch(void) {
         if (len > BT.max_len_seen) BT.max_len_seen = len;
     }
     BT.nh = (int)nh;
-    BT.nlk = B * (NB_SC_NTABLES + 1) + BT.nh;
+    BT.nlk = B * ((NB_SC_STD_NCAT + 1) + 1) + BT.nh;
     NB_CHECK(BT.nh > 0, "pick a generator with histories", "the batch has no history rows");
     size_t n = (size_t)BT.nlk, D0 = (size_t)BT.D0;
     BT.rows = nb_malloc(n * 8, "bench lookups"), BT.dst = nb_malloc(n * 8, "bench lookups");
@@ -217,27 +217,27 @@ static void bn_batch(void) {
     BT.order = nb_malloc(n * 4, "bench lookups"), BT.inverse = nb_malloc(n * 4, "bench lookups");
     BT.seg = nb_malloc((n + 1) * 4, "bench lookups"), BT.off = nb_malloc(((size_t)B + 1) * 4, "bench lookups");
     for (int i = 0; i < B; i++) {
-        for (int f = 0; f < NB_SC_NTABLES; f++) {
-            size_t k = (size_t)i * NB_SC_NTABLES + f;
-            uint64_t id = f < NB_SC_NCAT ? BT.cat[(size_t)i * NB_SC_NCAT + f] : BT.target[i];
+        for (int f = 0; f < (NB_SC_STD_NCAT + 1); f++) {
+            size_t k = (size_t)i * (NB_SC_STD_NCAT + 1) + f;
+            uint64_t id = f < NB_SC_STD_NCAT ? BT.cat[(size_t)i * NB_SC_STD_NCAT + f] : BT.target[i];
             BT.rows[k] = off[f] + (int64_t)(id % (uint64_t)(off[f + 1] - off[f]));
             BT.dst[k] = BT.src[k] = (int64_t)i * (int64_t)D0 + (int64_t)(1 + f) * E;
         }
-        size_t k = (size_t)B * NB_SC_NTABLES + i;
-        BT.rows[k] = BT.rows[(size_t)i * NB_SC_NTABLES + NB_SC_NCAT];
+        size_t k = (size_t)B * (NB_SC_STD_NCAT + 1) + i;
+        BT.rows[k] = BT.rows[(size_t)i * (NB_SC_STD_NCAT + 1) + NB_SC_STD_NCAT];
         BT.dst[k] = -1;
         BT.src[k] = (int64_t)(B * D0) + (int64_t)i * E;
     }
-    size_t k = (size_t)B * (NB_SC_NTABLES + 1);
+    size_t k = (size_t)B * ((NB_SC_STD_NCAT + 1) + 1);
     BT.off[0] = 0;
     for (int i = 0; i < B; i++) {
         for (int j = 0; j < BT.hist_len[i]; j++, k++) {
-            int64_t row = (int64_t)(k - (size_t)B * (NB_SC_NTABLES + 1));
-            BT.rows[k] = off[NB_SC_ITEM_TABLE] + (int64_t)(BT.hist[(size_t)i * L + j] % (uint64_t)c->item_rows);
+            int64_t row = (int64_t)(k - (size_t)B * ((NB_SC_STD_NCAT + 1) + 1));
+            BT.rows[k] = off[NB_SC_STD_NCAT] + (int64_t)(BT.hist[(size_t)i * L + j] % (uint64_t)c->item_rows);
             BT.dst[k] = row * E;
             BT.src[k] = (int64_t)(B * D0 + (size_t)B * E) + row * E;
         }
-        BT.off[i + 1] = (int32_t)(k - (size_t)B * (NB_SC_NTABLES + 1));
+        BT.off[i + 1] = (int32_t)(k - (size_t)B * ((NB_SC_STD_NCAT + 1) + 1));
     }
     BT.U = nb_embag_unique_groups(BT.uniq, BT.order, BT.seg, BT.inverse, BT.rows, BT.nlk, NULL);
     for (int u = 0; u < BT.U; u++) {
@@ -254,18 +254,18 @@ static void bn_batch(void) {
 #define nB BT.B
 #define nE BT.E
 #define nH ((size_t)BT.nh)
-#define FIRST ((size_t)BT.B * (NB_SC_NTABLES + 1))
+#define FIRST ((size_t)BT.B * ((NB_SC_STD_NCAT + 1) + 1))
 static const void *dense_in(void) { return BD.dense_c ? BD.dense_c : (const void *)BD.dense; }
 
 /* embedding fwd (nb_sc_zero_grads is in the trainer's span of this phase) */
 static void op_zero_grads(void) { BE->zero(CX, BD.grads, BNPARAMS * sizeof(float)); }
 static double upload_bytes(void) {
-    return (double)nB * (NB_SC_NDENSE + 1) * 4 + (double)BT.nlk * (3 * 8 + 4) + ((double)BT.U + 1) * 4 +
+    return (double)nB * (NB_SC_STD_NDENSE + 1) * 4 + (double)BT.nlk * (3 * 8 + 4) + ((double)BT.U + 1) * 4 +
            (double)BT.U * 8 + ((double)nB + 1) * 4;
 }
 static void op_upload(void) {
     size_t n = (size_t)BT.nlk, U = (size_t)BT.U;
-    BE->to_backend(CX, BD.dense, BD.hp_dense, (size_t)nB * NB_SC_NDENSE * sizeof(float));
+    BE->to_backend(CX, BD.dense, BD.hp_dense, (size_t)nB * NB_SC_STD_NDENSE * sizeof(float));
     BE->to_backend(CX, BD.label, BD.hp_label, (size_t)nB * sizeof(float));
     BE->to_backend(CX, BD.rows, BD.hp_rows, n * 8);
     BE->to_backend(CX, BD.dst, BD.hp_dst, n * 8);
@@ -277,9 +277,9 @@ static void op_upload(void) {
 }
 static void op_zero_loss(void) { BE->zero(CX, BD.loss, sizeof(double)); }
 static void op_zero_dsrc(void) { BE->zero(CX, BD.dsrc, BT.nsrc * ES); }
-static void op_cast_dense(void) { BE->cast_params(CX, BD.dense_c, BD.dense, (size_t)nB * NB_SC_NDENSE); }
+static void op_cast_dense(void) { BE->cast_params(CX, BD.dense_c, BD.dense, (size_t)nB * NB_SC_STD_NDENSE); }
 static void op_bot0(void) {
-    BE->matmul_fwd(CX, BD.a1, dense_in(), TW.bw[0].w, TW.bb[0].w, nB, NB_SC_NDENSE, NB_SC_BOTTOM1);
+    BE->matmul_fwd(CX, BD.a1, dense_in(), TW.bw[0].w, TW.bb[0].w, nB, NB_SC_STD_NDENSE, NB_SC_BOTTOM1);
 }
 static void op_bot_relu0(void) { CO->relu_fwd(CX, BD.a1, BD.a1, (size_t)nB * NB_SC_BOTTOM1); }
 static void op_bot1(void) {
@@ -288,9 +288,9 @@ static void op_bot1(void) {
 static void op_bot_relu1(void) { CO->relu_fwd(CX, BD.a2, BD.a2, (size_t)nB * NB_SC_BOTTOM2); }
 static void op_bot2(void) { BE->matmul_fwd(CX, BD.bot, BD.a2, TW.bw[2].w, TW.bb[2].w, nB, NB_SC_BOTTOM2, nE); }
 static void op_copy_bot(void) { CO->copy_cols(CX, BD.x0, BT.D0, BD.bot, nE, nB, nE); }
-static void op_gather_x0(void) { CO->emb_gather(CX, BD.x0, BD.dst, BD.emb, BD.rows, nB * NB_SC_NTABLES, nE); }
+static void op_gather_x0(void) { CO->emb_gather(CX, BD.x0, BD.dst, BD.emb, BD.rows, nB * (NB_SC_STD_NCAT + 1), nE); }
 static void op_copy_temb(void) {
-    CO->copy_cols(CX, BD.temb, nE, ACT(BD.x0, (size_t)(1 + NB_SC_NCAT) * nE), BT.D0, nB, nE);
+    CO->copy_cols(CX, BD.temb, nE, ACT(BD.x0, (size_t)(1 + NB_SC_STD_NCAT) * nE), BT.D0, nB, nE);
 }
 
 /* history fwd */
@@ -403,7 +403,7 @@ static void op_bot1_b(void) {
 static void op_zero_da1p(void) { BE->zero(CX, BD.da1p, (size_t)nB * NB_SC_BOTTOM1 * ES); }
 static void op_relu_a1_b(void) { CO->relu_bwd(CX, BD.da1p, BD.a1, BD.da1, (size_t)nB * NB_SC_BOTTOM1); }
 static void op_bot0_b(void) {
-    BE->matmul_bwd(CX, NULL, TW.bw[0].g, TW.bb[0].g, BD.da1p, dense_in(), TW.bw[0].w, nB, NB_SC_NDENSE,
+    BE->matmul_bwd(CX, NULL, TW.bw[0].g, TW.bb[0].g, BD.da1p, dense_in(), TW.bw[0].w, nB, NB_SC_STD_NDENSE,
                    NB_SC_BOTTOM1);
 }
 static void op_grad_unique(void) {
@@ -466,7 +466,7 @@ static double f_mm(double N, double C, double OC) { return 2 * N * C * OC; }
 static void build_ops(void) {
     BK = 0;
     double B = nB, E = nE, nh = (double)BT.nh, D0 = BT.D0, R = BT.R, HID = BT.HID, n = BT.nlk, U = BT.U;
-    double es = (double)ES, b1 = NB_SC_BOTTOM1, b2 = NB_SC_BOTTOM2, nd = NB_SC_NDENSE, S2 = BT.sum_len2;
+    double es = (double)ES, b1 = NB_SC_BOTTOM1, b2 = NB_SC_BOTTOM2, nd = NB_SC_STD_NDENSE, S2 = BT.sum_len2;
     int nb = BT.NBLK, ph;
     int iB = nB, iE = nE, inh = BT.nh, iD0 = BT.D0;
 
@@ -475,10 +475,10 @@ static void build_ops(void) {
     add_op(ph, 1, "upload batch", 0, upload_bytes(), op_upload, "9 H2D copies, n=%d U=%d", BT.nlk, BT.U);
     add_op(ph, 1, "zero loss", 0, 8, op_zero_loss, "8 bytes");
     add_op(ph, 1, "zero grad region", 0, es * BT.nsrc, op_zero_dsrc, "[dx0|dtemb|dh] %zu", BT.nsrc);
-    add_op(ph, 1, "cast dense", 0, B * nd * (4 + es), op_cast_dense, "%dx%d f32->bf16", iB, NB_SC_NDENSE);
+    add_op(ph, 1, "cast dense", 0, B * nd * (4 + es), op_cast_dense, "%dx%d f32->bf16", iB, NB_SC_STD_NDENSE);
     BOPS[BK - 1].absent[PI] = BD.dense_c == NULL; /* the fp32 model reads the dense inputs as they are */
     add_op(ph, 1, "matmul_fwd bottom0", f_mm(B, nd, b1), b_mm_f(B, nd, b1, 1), op_bot0, "N=%d C=%d OC=%d", iB,
-           NB_SC_NDENSE, NB_SC_BOTTOM1);
+           NB_SC_STD_NDENSE, NB_SC_BOTTOM1);
     add_op(ph, 1, "relu_fwd", 0, 2 * es * B * b1, op_bot_relu0, "%dx%d", iB, NB_SC_BOTTOM1);
     add_op(ph, 1, "matmul_fwd bottom1", f_mm(B, b1, b2), b_mm_f(B, b1, b2, 1), op_bot1, "N=%d C=%d OC=%d", iB,
            NB_SC_BOTTOM1, NB_SC_BOTTOM2);
@@ -487,7 +487,7 @@ static void build_ops(void) {
            NB_SC_BOTTOM2, iE);
     add_op(ph, 1, "copy_cols bot->x0", 0, 2 * es * B * E, op_copy_bot, "%dx%d ld %d<-%d", iB, iE, iD0, iE);
     add_op(ph, 1, "emb_gather x0", 0, B * 27 * (E * 4 + 16) + es * B * 27 * E, op_gather_x0,
-           "n=%d E=%d into x0 [%d,%d]", iB * NB_SC_NTABLES, iE, iB, iD0);
+           "n=%d E=%d into x0 [%d,%d]", iB * (NB_SC_STD_NCAT + 1), iE, iB, iD0);
     add_op(ph, 1, "copy_cols temb", 0, 2 * es * B * E, op_copy_temb, "%dx%d ld %d<-%d", iB, iE, iE, iD0);
 
     ph = NB_SC_FWD_HIST;
@@ -590,7 +590,7 @@ static void build_ops(void) {
     add_op(ph, 1, "zero da1p", 0, es * B * b1, op_zero_da1p, "%dx%d", iB, NB_SC_BOTTOM1);
     add_op(ph, 1, "relu_bwd", 0, 4 * es * B * b1, op_relu_a1_b, "%dx%d", iB, NB_SC_BOTTOM1);
     add_op(ph, 1, "matmul_bwd bottom0", f_mm(B, nd, b1), b_mm_b(0, B, nd, b1, 1), op_bot0_b,
-           "N=%d C=%d OC=%d, dinp NULL", iB, NB_SC_NDENSE, NB_SC_BOTTOM1);
+           "N=%d C=%d OC=%d, dinp NULL", iB, NB_SC_STD_NDENSE, NB_SC_BOTTOM1);
     ph = NB_SC_BWD_EMB;
     add_op(ph, 1, "emb_grad_unique", 0, es * n * E + 12 * n + 4 * (U + 1) + 4 * U * E, op_grad_unique,
            "n=%d U=%d (max group %d)", BT.nlk, BT.U, BT.max_group);
@@ -617,14 +617,14 @@ static void bn_alloc(void) {
     size_t n = (size_t)BT.nlk, U = (size_t)BT.U;
     memset(&BD, 0, sizeof BD);
     /* the batch: pinned host copies (what the embedding forward uploads) and device lists */
-    float *hd = nb_malloc(B * NB_SC_NDENSE * sizeof(float), "bench dense");
-    for (size_t i = 0; i < B * NB_SC_NDENSE; i++) hd[i] = bn_rand(1.0f, 0);
-    BD.hp_dense = bn_pinned(hd, B * NB_SC_NDENSE * 4), BD.hp_label = bn_pinned(BT.label, B * 4);
+    float *hd = nb_malloc(B * NB_SC_STD_NDENSE * sizeof(float), "bench dense");
+    for (size_t i = 0; i < B * NB_SC_STD_NDENSE; i++) hd[i] = bn_rand(1.0f, 0);
+    BD.hp_dense = bn_pinned(hd, B * NB_SC_STD_NDENSE * 4), BD.hp_label = bn_pinned(BT.label, B * 4);
     free(hd);
     BD.hp_rows = bn_pinned(BT.rows, n * 8), BD.hp_dst = bn_pinned(BT.dst, n * 8), BD.hp_src = bn_pinned(BT.src, n * 8);
     BD.hp_order = bn_pinned(BT.order, n * 4), BD.hp_seg = bn_pinned(BT.seg, (U + 1) * 4);
     BD.hp_uniq = bn_pinned(BT.uniq, U * 8), BD.hp_off = bn_pinned(BT.off, (B + 1) * 4);
-    BD.dense = bn_up(BD.hp_dense, B * NB_SC_NDENSE * 4), BD.label = bn_up(BT.label, B * 4);
+    BD.dense = bn_up(BD.hp_dense, B * NB_SC_STD_NDENSE * 4), BD.label = bn_up(BT.label, B * 4);
     BD.rows = bn_up(BT.rows, n * 8), BD.dst = bn_up(BT.dst, n * 8), BD.src = bn_up(BT.src, n * 8);
     BD.order = bn_up(BT.order, n * 4), BD.seg = bn_up(BT.seg, (U + 1) * 4), BD.uniq = bn_up(BT.uniq, U * 8);
     BD.off = bn_up(BT.off, (B + 1) * 4);
@@ -648,7 +648,7 @@ static void bn_alloc(void) {
     BD.hk = bn_pinned(hk, sizeof hk);
     BD.k = bn_up(hk, sizeof hk);
     /* activations and gradients (act dtype unless fp32 by contract) */
-    BD.dense_c = LOWP ? bn_act(B * NB_SC_NDENSE, 1.0f) : NULL; /* as the model: fp32 reads the inputs */
+    BD.dense_c = LOWP ? bn_act(B * NB_SC_STD_NDENSE, 1.0f) : NULL; /* as the model: fp32 reads the inputs */
     BD.a1 = bn_act(B * NB_SC_BOTTOM1, 1), BD.a2 = bn_act(B * NB_SC_BOTTOM2, 1), BD.bot = bn_act(B * E, 1);
     BD.x0 = bn_act(B * D0, 0.5f), BD.temb = bn_act(B * E, 0.5f);
     BD.h0 = bn_act(nh * E, 0.5f), BD.h1 = bn_act(nh * E, 1), BD.ln1 = bn_act(nh * E, 1), BD.qkv = bn_act(nh * 3 * E, 1);

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The model's shape comes from the data's schema (issue 36, 4): a CSV with 3 dense and 5
+# categorical columns (cardinality and hashed ones, a missing dense value) and a history column
+#  - trains a model of exactly that shape: bottom.0.weight [512, 3], 5 categorical tables,
+#    x0 of (5 + 3) E; state.json and the export keep ndense 3 / ncat 5;
+#  - evaluates a separate --val-data file whole; 'eval --ckpt' gives the run's last evaluation;
+#  - 'predict' scores every row, and the mean BCE of its scores is eval's loss;
+#  - the same train command after --stop-after resumes it bitwise (weights, optimizer state,
+#    losses);
+#  - a schema without dense columns trains (one dense slot that reads 0);
+#  - a schema above the model's maximum (65 dense or 65 categorical columns) is refused with one
+#    error line, and so is data with more columns than the checkpoint's model reads.
+source "$(dirname "$0")/lib.sh"
+D=$TMP/data
+mkdir -p "$D"
+
+# rows N SEED: a deterministic CSV (an LCG in awk); clicks depend on the user and the item
+rows() {
+    awk -v n="$1" -v seed="$2" 'function r(m) { seed = (seed * 1103515245 + 12345) % 2147483648; return int(seed / 65536) % m }
+    BEGIN {
+        print "y,a,b,c,u,v,w,x,z,item,hist"
+        for (i = 0; i < n; i++) {
+            u = r(50); it = r(100); h = ""; k = r(7)
+            for (j = 0; j < k; j++) h = h (j ? " " : "") r(100)
+            y = r(100) < (20 + 40 * (u % 3 == 0) + 20 * (it % 5 == 0)) ? 1 : 0
+            printf "%d,%d,%d.%d,%s,%d,s%d,%d,%d,t%d,%d,%s\n", y, r(100), r(10), r(10), (r(8) ? r(30) - 5 : ""), u, r(40), r(7),
+                r(11), r(90), it, h
+        }
+    }'
+}
+rows 800 3 > "$D/train.csv"
+rows 200 4 > "$D/test.csv"
+cat > "$D/schema.json" <<'EOF'
+{
+  "label": "y",
+  "dense": ["a", {"name": "b", "transform": "none"}, "c"],
+  "categorical": [{"name": "u", "cardinality": 50}, {"name": "v", "hash_size": 30}, {"name": "w", "cardinality": 7},
+                  {"name": "x", "cardinality": 11}, {"name": "z", "hash_size": 64}],
+  "sequence": {"target": "item", "history": "hist", "cardinality": 100, "max_len": 6},
+  "embedding_dim": 8
+}
+EOF
+SMALL="--model seqctr --batch 32 --blocks 2 --heads 2 --block-hidden 32 --cross-rank 8 --hist-layers 1 --threads 2"
+A="--data csv:$D/train.csv --schema $D/schema.json --val-data $D/test.csv"
+$NB train $SMALL $A --steps 20 --eval-every 10 --out "$TMP/run" > "$TMP/train.out" 2> "$TMP/train.err" \
+    || { fail "train on the 3 + 5 column CSV"; tail -5 "$TMP/train.err"; finish; }
+grep -q "max_len 6; 3 dense and 5 categorical inputs" "$TMP/train.err" && pass "the schema's 3 dense and 5 categorical columns shape the model" \
+    || fail "shape line: $(grep '^seqctr ' "$TMP/train.err")"
+
+# tensor NAME FILE: the tensor's header entry in a safetensors file
+tensor() {
+    local n=$(od -An -tu8 -N8 "$2" | tr -d ' ')
+    tail -c +9 "$2" | head -c "$n" | grep -o "\"$1\":{[^}]*}"
+}
+M=$TMP/run/ckpt/model.safetensors
+[ "$(tensor bottom.0.weight "$M" | grep -o 'shape":\[[0-9,]*\]')" = 'shape":[512,3]' ] \
+    && [ "$(tensor block.0.U "$M" | grep -o 'shape":\[[0-9,]*\]')" = 'shape":[64,8]' ] \
+    && [ "$(tensor emb.cat.4 "$M" | grep -o 'shape":\[[0-9,]*\]')" = 'shape":[64,8]' ] && [ -z "$(tensor emb.cat.5 "$M")" ] \
+    && pass "checkpoint: bottom.0.weight [512, 3], x0 of 8 E = 64, tables emb.cat.0..4 only" \
+    || fail "checkpoint tensors: $(tensor bottom.0.weight "$M") $(tensor block.0.U "$M") $(tensor emb.cat.5 "$M")"
+grep -q '"ndense": 3' "$TMP/run/ckpt/state.json" && grep -q '"ncat": 5' "$TMP/run/ckpt/state.json" \
+    && pass "state.json keeps the shape" || fail "state.json: $(grep -A12 '"model"' "$TMP/run/ckpt/state.json")"
+
+last=$(grep "^eval step=20 " "$TMP/train.out")
+echo "$last" | grep -q " n=200 " && pass "train: the separate --val-data file is evaluated whole ($last)" || fail "train: '$last'"
+get() { echo "$2" | grep -o " $1=[0-9.]*" | cut -d= -f2; }
+ev=$(cd / && $NB eval --ckpt "$TMP/run" 2>/dev/null | grep "^eval ")
+[ -n "$(get loss "$ev")" ] && [ "$(get loss "$ev")" = "$(get loss "$last")" ] && [ "$(get auc "$ev")" = "$(get auc "$last")" ] \
+    && pass "eval --ckpt: loss $(get loss "$ev") / AUC $(get auc "$ev") as the run's" || fail "eval: '$ev' vs the run's '$last'"
+
+$NB predict --ckpt "$TMP/run" --data "$D/test.csv" --out "$TMP/scores.tsv" 2>"$TMP/pred.err" || { fail "predict"; tail -3 "$TMP/pred.err"; }
+[ "$(wc -l < "$TMP/scores.tsv")" -eq 201 ] && pass "predict: a score per row" || fail "predict wrote $(wc -l < "$TMP/scores.tsv") lines"
+bce=$(paste -d, <(tail -n +2 "$TMP/scores.tsv" | cut -f2) <(tail -n +2 "$D/test.csv" | cut -d, -f1) \
+    | awk -F, '{p = $1; y = $2; s -= y ? log(p) : log(1 - p); n++} END {printf "%.5f", s / n}')
+awk -v a="$bce" -v b="$(get loss "$last")" 'BEGIN {d = a - b; exit !(d < 2e-5 && d > -2e-5)}' \
+    && pass "predict: the mean BCE of its scores is eval's loss ($bce)" || fail "predict's BCE $bce vs eval's $(get loss "$last")"
+
+$NB export --ckpt "$TMP/run" --out "$TMP/model.safetensors" > /dev/null 2>&1 \
+    && tail -c +9 "$TMP/model.safetensors" | head -c 4096 | grep -q 'ndense=3 ncat=5' \
+    && pass "export: seqctr.config holds ndense=3 ncat=5" || fail "export's config"
+
+B="$A --steps 30 --eval-every 0"
+$NB train $SMALL $B --out "$TMP/straight" > /dev/null 2>&1 && $NB train $SMALL $B --stop-after 12 --out "$TMP/again" > /dev/null 2>&1 \
+    && $NB train $SMALL $B --out "$TMP/again" > /dev/null 2>&1 || fail "the straight / stopped / rerun trainings"
+same_state "the rerun resumes the 3 + 5 column model" "$TMP/straight" "$TMP/again"
+
+sed 's/"dense": \[[^]]*\],//' "$D/schema.json" > "$D/nodense.json"
+$NB train $SMALL --data csv:"$D/train.csv" --schema "$D/nodense.json" --steps 3 --eval-samples 100 --no-ckpt > /dev/null 2> "$TMP/nd.err" \
+    && grep -q "1 dense and 5 categorical inputs" "$TMP/nd.err" && pass "a schema without dense columns: one dense slot that reads 0" \
+    || { fail "no dense columns"; tail -3 "$TMP/nd.err"; }
+
+# more columns than the checkpoint's model reads: rerunning the training with a wider schema (a
+# sixth categorical column) is refused
+sed 's/{"name": "z", "hash_size": 64}/{"name": "z", "hash_size": 64}, {"name": "x2", "cardinality": 11}/' "$D/schema.json" > "$D/wider.json"
+awk -F, 'NR == 1 {print $0 ",x2"; next} {print $0 "," $8}' "$D/train.csv" > "$D/wide.csv"
+expect_error "data wider than the checkpoint's model" "has 3 dense and 6 categorical columns; the checkpoint's model reads 3 and 5" \
+    $NB train $SMALL --data csv:"$D/wide.csv" --schema "$D/wider.json" --steps 25 --eval-samples 100 --out "$TMP/run"
+
+big() { # big KIND N: a schema of N columns of KIND
+    awk -v kind="$1" -v n="$2" 'BEGIN { printf "{\"label\": \"y\", \"%s\": [", kind
+        for (i = 0; i < n; i++) printf "%s%s", i ? ", " : "", kind == "dense" ? "\"d" i "\"" : "{\"name\": \"c" i "\", \"hash_size\": 8}"
+        print "]}" }'
+}
+big dense 65 > "$D/big_dense.json"
+big categorical 65 > "$D/big_cat.json"
+big categorical 64 > "$D/max_cat.json"
+awk 'BEGIN { s = 5; printf "y"; for (j = 0; j < 64; j++) printf ",c%d", j; print ""
+             for (i = 0; i < 300; i++) { s = (s * 69069 + 1) % 4294967296; printf "%d", int(s / 65536) % 4 == 0
+                 for (j = 0; j < 64; j++) { s = (s * 69069 + 1) % 4294967296; printf ",%d", int(s / 65536) % 9 }; print "" } }' > "$D/max.csv"
+$NB train $SMALL --data csv:"$D/max.csv" --schema "$D/max_cat.json" --steps 3 --eval-samples 100 --no-ckpt > "$TMP/max.out" 2> "$TMP/max.err" \
+    && grep -q "1 dense and 64 categorical inputs" "$TMP/max.err" && grep -q "^eval step=3 n=100 " "$TMP/max.out" \
+    && pass "64 categorical columns (the maximum) train and evaluate" || { fail "64 categorical columns"; tail -3 "$TMP/max.err"; }
+expect_error "65 dense columns" "65 dense columns, at most 64" \
+    $NB train $SMALL --data csv:"$D/train.csv" --schema "$D/big_dense.json" --steps 1 --no-ckpt
+expect_error "65 categorical columns" "65 categorical columns, at most 64" \
+    $NB train $SMALL --data csv:"$D/train.csv" --schema "$D/big_cat.json" --steps 1 --no-ckpt
+finish
