@@ -2,7 +2,7 @@
 # ERASE on the transformers (CPU lanes as threads; the GPU half is in tests/gpu_train_test.sh):
 #  - the detached model (--detach) under --schedule plain and --schedule erase (blocking and async
 #    dispatch, 1 and 2 side lanes, with and without --graphs) gives bitwise-identical losses,
-#    weights and AdamW state after 20 steps, for gpt2-tiny (4 layers, 3 segments) and llama-tiny;
+#    weights and AdamW state after 8 steps, for gpt2-tiny (4 layers, 3 segments) and llama-tiny;
 #  - erase without --detach is plain; detaching changes the training (it is a different model);
 #  - erase records side-lane work overlapping the main lane (overlap_pct), timeline.svg and the
 #    p90 line are written;
@@ -11,7 +11,7 @@
 #  - bad --detach / --erase-dispatch combinations end in one clear error line.
 source "$(dirname "$0")/lib.sh"
 need_sotu
-C=(--batch 2 --steps 20 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --seed 7)
+C=(--batch 2 --steps 8 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --seed 7)
 same() { # same NAME DIR_A DIR_B
     [ -n "$(losses "$2")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] \
         && cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" \

@@ -14,7 +14,7 @@ source "$(dirname "$0")/lib.sh"
 need_sotu
 command -v mpirun >/dev/null || { echo "skip: no mpirun (install openmpi-bin: scripts/setup.sh)"; exit 77; }
 MPI=(mpirun --oversubscribe --allow-run-as-root)
-T=(--batch 8 --steps 12 --data "$TRAIN" --val-data none --no-progress --quiet --seed 5 --threads 1)
+T=(--batch 8 --steps 6 --data "$TRAIN" --val-data none --no-progress --quiet --seed 5 --threads 1)
 for v in "gpt2-tiny|" "llama-tiny|" "gpt2-tiny|--layers 4 --detach 1,3 --schedule erase" "gpt2-tiny|--graphs"; do
     IFS='|' read -r model extra <<< "$v"
     for n in 2 4; do
@@ -33,7 +33,7 @@ same_state "mpirun -np 2 twice" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-again"
 worst=$(worst_loss_diff "$TMP/dp-acc" "$TMP/dp-gpt2-tiny-4-")
 awk -v w="$worst" 'BEGIN {exit !(w < 1e-5)}' && pass "-np 2 x --grad-accum 2 follows -np 4 (worst loss rel diff $worst)" \
     || fail "-np 2 x --grad-accum 2 vs -np 4: $worst"
-[ "$(wc -l < "$TMP/dp-gpt2-tiny-4-/metrics.jsonl")" -eq 12 ] && pass "rank 0 alone writes metrics.jsonl (12 lines from 4 ranks)" \
+[ "$(wc -l < "$TMP/dp-gpt2-tiny-4-/metrics.jsonl")" -eq 6 ] && pass "rank 0 alone writes metrics.jsonl (6 lines from 4 ranks)" \
     || fail "metrics.jsonl has $(wc -l < "$TMP/dp-gpt2-tiny-4-/metrics.jsonl") lines"
 
 # a communicator of one (--comm mpi without mpirun) runs the path of many: its reductions are copies
@@ -42,9 +42,9 @@ $NB train "${T[@]}" --model gpt2-tiny --out "$TMP/one" >/dev/null 2>&1 || fail "
 same_state "one rank with --comm mpi vs no communicator" "$TMP/one" "$TMP/one-mpi"
 
 # resume: the same world size, bitwise; another one, refused
-"${MPI[@]}" -np 2 $NB train "${T[@]}" --model gpt2-tiny --stop-after 6 --out "$TMP/dp-split" >/dev/null 2>&1 || fail "split: first half"
+"${MPI[@]}" -np 2 $NB train "${T[@]}" --model gpt2-tiny --stop-after 3 --out "$TMP/dp-split" >/dev/null 2>&1 || fail "split: first half"
 "${MPI[@]}" -np 2 $NB train --resume "$TMP/dp-split" --quiet >/dev/null 2>&1 || fail "split: resume"
-same_state "mpirun -np 2: stop at 6, resume to 12" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-split"
+same_state "mpirun -np 2: stop at 3, resume to 6" "$TMP/dp-gpt2-tiny-2-" "$TMP/dp-split"
 expect_error "resume with another world size" "written by 2 ranks; this run has 1" $NB train --resume "$TMP/dp-split" --steps 14
 
 # the overlap: all-reduce spans on the comm lane while backward spans run on compute

@@ -5,8 +5,8 @@
 #
 # Two tests at a time (NB_TEST_JOBS, default: 2 where there are 2 cores or more): most tests run
 # one rank on one thread, or wait on mpirun, and leave a core idle. Tests that build or fetch into
-# shared folders (the ASan build, the tokenizer files) run first, one at a time, with nothing
-# beside them.
+# shared folders (the ASan build, the tokenizer files) run first, beside each other but before any
+# test that reads what they make.
 set -u
 BUILD=${1:-build}
 JOBS=${NB_TEST_JOBS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
@@ -45,12 +45,18 @@ list() {
 list > "$BUILD/logs/tests.txt"
 is_alone() { case " $ALONE " in *" $1 "*) return 0;; esac; return 1; }
 
+# the two first-phase tests share nothing with each other: they run side by side
 while read -r name cmd; do
-    is_alone "$name" && run_one "$name" $cmd
-done < "$BUILD/logs/tests.txt"
-while read -r name cmd; do
-    is_alone "$name" || echo "$name $cmd"
+    is_alone "$name" && echo "$name $cmd"
 done < "$BUILD/logs/tests.txt" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$@"' _
+# the longest first (times of a 2-core CI run), so that no long test starts last and runs alone
+LONG="erase_test ranks_test readme_test fuzz_test schedules_test stream_test pipe_test run_dir_test"
+{
+    for l in $LONG; do grep "^$l " "$BUILD/logs/tests.txt"; done
+    while read -r name cmd; do
+        is_alone "$name" || case " $LONG " in *" $name "*) ;; *) echo "$name $cmd" ;; esac
+    done < "$BUILD/logs/tests.txt"
+} | xargs -P "$JOBS" -L 1 bash -c 'run_one "$@"' _
 
 pass=0 fail=0 skip=0 failed=()
 while read -r name cmd; do
