@@ -16,7 +16,7 @@ mkdir -p "$D"
 
 # rows N SEED: a deterministic CSV (an LCG in awk); clicks depend on the user and the item
 rows() {
-    awk -v n="$1" -v seed="$2" 'function r(m) { seed = (seed * 1103515245 + 12345) % 2147483648; return int(seed / 65536) % m }
+    lcg_awk "$1" "$2" '
     BEGIN {
         print "y,a,b,c,u,v,w,x,z,item,hist"
         for (i = 0; i < n; i++) {

@@ -91,3 +91,9 @@ else:
 open(out + ".mask", "wb").write(struct.pack("<256i", 20261205, 1, n, *([0] * 253)) + bytes(m))
 PYEOF
 }
+
+# lcg_awk N SEED PROGRAM: awk PROGRAM with n = N and r(m), a deterministic draw in 0..m-1 (an LCG
+# from SEED), for tests that write the same pseudo-random rows on every machine
+lcg_awk() {
+    awk -v n="$1" -v seed="$2" 'function r(m) { seed = (seed * 1103515245 + 12345) % 2147483648; return int(seed / 65536) % m }'"$3"
+}
