@@ -181,29 +181,33 @@ cat > "$WORK/chat.jsonl" <<'JSONL'
 
 {"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "What is the Union?"}, {"from": "gpt", "value": "The United States."}, {"from": "human", "value": "And its state?"}, {"from": "gpt", "value": "  Strong.  "}]}
 {"messages": [{"role": "user", "content": "Hi\n\nthere, 1,000 times"}, {"role": "assistant", "content": "Hello! \ud83d\ude00 \u65e5\u672c\u8a9e\n\n- one\n- two"}]}
+{"messages": [{"role": "user", "content": "Is 7 prime?"}, {"role": "assistant", "content": "<think>\nCheck 2, 3.\n</think>\n\nYes."}, {"role": "user", "content": "And 9?"}, {"role": "assistant", "content": "<think>3 x 3</think>No."}]}
 JSONL
 read_ids() { node -e '
 const b = require("fs").readFileSync(process.argv[1]), w = b.readInt32LE(0) === 20240801 ? 4 : 2, g = [];
 for (let i = 0; i < b.readInt32LE(8); i++) g.push(w === 4 ? b.readUInt32LE(1024 + 4 * i) : b.readUInt16LE(1024 + 2 * i));
 console.log(g.join(" "));' "$1"; }
-chat_check() { # MODEL TEMPLATE EOT
-    "$NOBUBBLE" tokenize --tokenizer "$HF/$1" --chat --out "$WORK/chat.$1.bin" "$WORK/chat.jsonl" > "$WORK/chat.$1.out" ||
+chat_check() { # MODEL TEMPLATE EOT [--template]: the template picked from tokenizer_config.json, or named
+    "$NOBUBBLE" tokenize --tokenizer "$HF/$1" --chat ${4:+--template $2} --out "$WORK/chat.$1.bin" "$WORK/chat.jsonl" > "$WORK/chat.$1.out" ||
         { echo "tokenize --chat with $1 failed"; return 1; }
     grep -q "template $2, train on response" "$WORK/chat.$1.out" || { echo "template $2 not picked from tokenizer_config.json"; return 1; }
     node tests/hf/ref_chat.js "$JS" "$HF/$1" "$2" "$WORK/chat.jsonl" "$3" "$WORK/chat.$1.bin"
 }
 pids=()
-for x in "llama3 llama3 <|end_of_text|>" "qwen3 chatml <|im_end|>" "llama2 llama2 </s>"; do
+for x in "llama3 llama3 <|end_of_text|>" "qwen3 qwen3 <|im_end|>" "llama2 llama2 </s>"; do
     read -r m tpl eot <<<"$x"
     chat_check "$m" "$tpl" "$eot" > "$WORK/chat.$m.check" 2>&1 &
     pids+=($!)
 done
-for x in "llama3 llama3" "qwen3 chatml" "llama2 llama2"; do
+for x in "llama3 llama3" "qwen3 qwen3" "llama2 llama2"; do
     read -r m tpl <<<"$x"
     wait "${pids[0]}" || { cat "$WORK/chat.$m.check"; fail "$m --chat ($tpl)"; }
     pids=("${pids[@]:1}")
-    echo "ok  $m --chat ($tpl): 4 examples (alpaca, sharegpt, messages) give $(tail -n 1 "$WORK/chat.$m.check")"
+    echo "ok  $m --chat ($tpl): 5 examples (alpaca, sharegpt, messages) give $(tail -n 1 "$WORK/chat.$m.check")"
 done
+# Qwen2/2.5's ChatML (no thinking blocks), with the Qwen3 tokenizer's vocabulary
+chat_check qwen3 chatml "<|im_end|>" --template > "$WORK/chat.chatml.check" 2>&1 || { cat "$WORK/chat.chatml.check"; fail "qwen3 --chat --template chatml"; }
+echo "ok  qwen3 --chat --template chatml: $(tail -n 1 "$WORK/chat.chatml.check")"
 # Llama 2's examples end with </s>, so no separator: prompt and response targets add up to all
 read -r resp total < <(sed -n 's/.* \([0-9]*\) of \([0-9]*\) tokens are targets.*/\1 \2/p' "$WORK/chat.llama2.out")
 "$NOBUBBLE" tokenize --tokenizer "$HF/llama2" --chat --train-on all --out "$WORK/all.bin" "$WORK/chat.jsonl" |

@@ -39,7 +39,8 @@ static const char *usage_text =
     "                    value}]} or OpenAI {messages: [{role, content}]}; each is rendered with\n"
     "                    the chat template and followed by the end-of-text token (eos_token or\n"
     "                    --eot); also writes SHARD.mask (see --train-on)\n"
-    "  --template T      llama3, chatml (Qwen), llama2 ([INST]) or plain; default: the one\n"
+    "  --template T      llama3, chatml (Qwen2/2.5), qwen3 (chatml with Qwen3's thinking\n"
+    "                    blocks), llama2 ([INST]) or plain; default: the one\n"
     "                    tokenizer_config.json's chat_template is (templates put bos_token where\n"
     "                    the family does; --bos is for text files and --jsonl)\n"
     "  --train-on WHAT   response (default), prompt or all: the tokens SHARD.mask marks as\n"
@@ -331,7 +332,7 @@ int nb_cmd_tokenize(int argc, char **argv) {
     op.train_on = !strcmp(train_on, "response") ? 0 : !strcmp(train_on, "prompt") ? 1 : !strcmp(train_on, "all") ? 2 : -1;
     if (op.train_on < 0) return usage_error(files, "--train-on '%s': use response, prompt or all", train_on);
     op.tpl = tpl_name ? nb_chat_template_parse(tpl_name) : -1;
-    if (tpl_name && op.tpl < 0) return usage_error(files, "--template '%s': use llama3, chatml, llama2 or plain", tpl_name);
+    if (tpl_name && op.tpl < 0) return usage_error(files, "--template '%s': use llama3, chatml, qwen3, llama2 or plain", tpl_name);
     if (op.split_long && !op.max_tokens) return usage_error(files, "%s", "--split-long goes with --max-tokens N");
     if (op.chat) eot = 1; /* examples are packed with the end-of-text token between them */
 
@@ -342,7 +343,7 @@ int nb_cmd_tokenize(int argc, char **argv) {
              "--chat and --jsonl need a Hugging Face tokenizer (tokenizer.json); '%s' is GPT-2's", dir);
     if (op.chat && op.tpl < 0) {
         op.tpl = nb_hf_tokenizer_chat_template(tok.hf);
-        NB_CHECK(op.tpl >= 0, "pick one with --template llama3|chatml|llama2|plain",
+        NB_CHECK(op.tpl >= 0, "pick one with --template llama3|chatml|qwen3|llama2|plain",
                  "%s/tokenizer_config.json has a chat_template nobubble does not recognize", dir);
     }
     int vocab = tok.hf ? nb_hf_tokenizer_vocab_size(tok.hf) : nb_tokenizer_vocab_size(tok.gpt2);

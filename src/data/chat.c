@@ -7,7 +7,7 @@
 
 #include "core.h"
 
-static const char *names[NB_CHAT_COUNT] = {"plain", "llama3", "chatml", "llama2"};
+static const char *names[NB_CHAT_COUNT] = {"plain", "llama3", "chatml", "llama2", "qwen3"};
 
 int nb_chat_template_parse(const char *name) {
     for (int i = 0; i < NB_CHAT_COUNT; i++)
@@ -128,7 +128,72 @@ static void trim(const char **s, size_t *n) {
     while (*n && ascii_space((*s)[*n - 1])) (*n)--;
 }
 
+/* The first occurrence of needle in s[0..n), or NULL; last: the last one. */
+static const char *find(const char *s, size_t n, const char *needle, int last) {
+    size_t k = strlen(needle);
+    const char *hit = NULL;
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) {
+            hit = s + i;
+            if (!last) break;
+        }
+    return hit;
+}
+
+static void strip_newlines(const char **s, size_t *n, int front, int back) {
+    while (front && *n && (*s)[0] == '\n') (*s)++, (*n)--;
+    while (back && *n && (*s)[*n - 1] == '\n') (*n)--;
+}
+
+/* An assistant turn of Qwen3's template: a content holding </think> splits into reasoning (after
+ * the last <think> before the first </think>) and the answer (after the last </think>); turns
+ * after the last user turn keep a thinking block (the last turn always, empty or not). */
+static void qwen3_assistant(const msg *m, int i, int n, int last_query, nb_chat_out *o) {
+    const char *c = m[i].text, *r = "";
+    size_t cl = m[i].len, rl = 0;
+    const char *close = find(c, cl, "</think>", 0);
+    if (close) {
+        const char *after = find(c, cl, "</think>", 1) + 8;
+        r = c, rl = (size_t)(close - c);
+        strip_newlines(&r, &rl, 0, 1);
+        const char *open = find(r, rl, "<think>", 1);
+        if (open) rl -= (size_t)(open + 7 - r), r = open + 7;
+        strip_newlines(&r, &rl, 1, 0);
+        cl -= (size_t)(after - c), c = after;
+        strip_newlines(&c, &cl, 1, 0);
+    }
+    add(o, 0, S("<|im_start|>assistant\n"), "", 0, "", 0);
+    if (i > last_query && (i == n - 1 || rl)) {
+        strip_newlines(&r, &rl, 1, 1);
+        strip_newlines(&c, &cl, 1, 0);
+        add(o, 1, S("<think>\n"), r, rl, S("\n</think>\n\n"));
+    }
+    add(o, 1, c, cl, S("<|im_end|>"), "", 0);
+    add(o, 0, S("\n"), "", 0, "", 0);
+}
+
+static void render_qwen3(const msg *m, int n, nb_chat_out *o) {
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--)
+        if (m[i].r == ROLE_USER) {
+            last_query = i;
+            break;
+        }
+    for (int i = 0; i < n; i++) {
+        if (m[i].r == ROLE_ASSISTANT) {
+            qwen3_assistant(m, i, n, last_query, o);
+            continue;
+        }
+        add(o, 0, S("<|im_start|>"), S(role_names[m[i].r]), S("\n"));
+        add(o, 0, m[i].text, m[i].len, S("<|im_end|>\n"), "", 0);
+    }
+}
+
 static void render(nb_chat_template tpl, const msg *m, int n, const char *bos, const char *eos, nb_chat_out *o) {
+    if (tpl == NB_CHAT_QWEN3) {
+        render_qwen3(m, n, o);
+        return;
+    }
     int first_user = 1;
     for (int i = 0; i < n; i++) {
         const char *t = m[i].text;

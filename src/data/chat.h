@@ -8,7 +8,11 @@
  * Templates (the texts transformers' chat templates of these families make for a conversation,
  * without a generation prompt):
  *   llama3  bos <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT(trimmed)<|eot_id|> ...
- *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ...   (Qwen2/2.5; Qwen3 without thinking)
+ *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ...   (Qwen2/2.5)
+ *   qwen3   chatml, and the assistant turns after the last user turn as Qwen3's template writes
+ *           them: the last one always with its thinking block, empty or not
+ *           (<think>\nREASONING\n</think>\n\nCONTENT), the others with one only when their content
+ *           holds one (<think>...</think> in the content; before the last user turn it is dropped)
  *   llama2  <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s><s>[INST] ...
  *   plain   CONTENT\n\n for system and user turns, CONTENT eos for the assistant's
  * A response segment is an assistant's content and the token that ends its turn (<|eot_id|>,
@@ -20,9 +24,9 @@
 
 #include "io/json.h"
 
-typedef enum { NB_CHAT_PLAIN, NB_CHAT_LLAMA3, NB_CHAT_CHATML, NB_CHAT_LLAMA2, NB_CHAT_COUNT } nb_chat_template;
+typedef enum { NB_CHAT_PLAIN, NB_CHAT_LLAMA3, NB_CHAT_CHATML, NB_CHAT_LLAMA2, NB_CHAT_QWEN3, NB_CHAT_COUNT } nb_chat_template;
 
-/* "plain", "llama3", "chatml", "llama2" -> template; -1 for anything else. */
+/* "plain", "llama3", "chatml", "llama2", "qwen3" -> template; -1 for anything else. */
 int nb_chat_template_parse(const char *name);
 const char *nb_chat_template_name(nb_chat_template t);
 

@@ -537,7 +537,7 @@ static int config_chat(const nb_json *cfg) {
         return !strncmp(cls, "LlamaTokenizer", 14) ? NB_CHAT_LLAMA2 : NB_CHAT_PLAIN;
     }
     if (strstr(v->str, "<|start_header_id|>")) return NB_CHAT_LLAMA3;
-    if (strstr(v->str, "<|im_start|>")) return NB_CHAT_CHATML;
+    if (strstr(v->str, "<|im_start|>")) return strstr(v->str, "<think>") ? NB_CHAT_QWEN3 : NB_CHAT_CHATML;
     if (strstr(v->str, "[INST]")) return NB_CHAT_LLAMA2;
     return -1;
 }

@@ -5,7 +5,7 @@
 // 'nobubble tokenize --chat') must hold those ids, and the tokens SHARD.mask marks as targets,
 // decoded by the reference, must be the response texts (SentencePiece: less the one space its
 // decoder strips at the start).
-//   node ref_chat.js NODE_MODULES TOKENIZER_DIR llama3|chatml|llama2 EXAMPLES.jsonl EOT_TEXT SHARD
+//   node ref_chat.js NODE_MODULES TOKENIZER_DIR llama3|chatml|qwen3|llama2 EXAMPLES.jsonl EOT_TEXT SHARD
 const path = require('path');
 const fs = require('fs');
 const [modules, dir, tpl, file, eotText, shard] = process.argv.slice(2);
@@ -34,6 +34,26 @@ function render(ms) { // [text, response text]
         const j = tok.apply_chat_template(ms, { tokenize: false });
         const gen = '<|start_header_id|>assistant<|end_header_id|>\n\n';
         if (j !== text + gen) { console.error('llama3 template differs:\n' + JSON.stringify(j) + '\n' + JSON.stringify(text + gen)); process.exit(1); }
+    } else if (tpl === 'qwen3') {
+        // Qwen3's template: the assistant turns after the last user turn keep a thinking block
+        let last = ms.length - 1;
+        for (let i = ms.length - 1; i >= 0; i--) if (ms[i].role === 'user') { last = i; break; }
+        ms.forEach((m, i) => {
+            if (m.role !== 'assistant') { text += '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n'; return; }
+            let c = m.content, r = '';
+            if (c.includes('</think>')) {
+                r = c.split('</think>')[0].replace(/\n+$/, '').split('<think>').pop().replace(/^\n+/, '');
+                c = c.split('</think>').pop().replace(/^\n+/, '');
+            }
+            const body = i > last && (i === ms.length - 1 || r)
+                ? '<think>\n' + r.replace(/^\n+|\n+$/g, '') + '\n</think>\n\n' + c.replace(/^\n+/, '') : c;
+            text += '<|im_start|>assistant\n' + body + '<|im_end|>\n';
+            resp += body + '<|im_end|>';
+        });
+        let j = null;
+        try { j = tok.apply_chat_template(ms, { tokenize: false }); } catch (e) { j = null; }
+        if (j !== null && j !== text) { console.error('qwen3 template differs:\n' + JSON.stringify(j) + '\n' + JSON.stringify(text)); process.exit(1); }
+        if (j === null) console.error('note: the reference\'s Jinja could not render Qwen3\'s template; checked against the transcription only');
     } else if (tpl === 'chatml') {
         for (const m of ms) {
             text += '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n';

@@ -128,7 +128,7 @@ def check_model(a, i, name, cfg, cls, report):
     model = model.to(torch.bfloat16)
     d = os.path.join(a.work, f"hf{i}")
     model.save_pretrained(d, safe_serialization=True)
-    model = model.float().cuda().train()
+    model = model.float().cuda().eval()  # eval(): no dropout (GPT-2's configs default to 0.1); gradients as in train()
     vocab = cfg.vocab_size
     g = torch.Generator().manual_seed(300 + i)
     ids = torch.randint(0, vocab, (STEPS * B * T + 1,), generator=g)
@@ -214,6 +214,10 @@ CONVERSATIONS = [
      {"role": "assistant", "content": "こんにちは 👋"},
      {"role": "user", "content": "  And twice?\n"},
      {"role": "assistant", "content": "こんにちは、こんにちは"}],
+    [{"role": "user", "content": "Is 7 prime?"},
+     {"role": "assistant", "content": "<think>\nCheck 2, 3.\n</think>\n\nYes."},
+     {"role": "user", "content": "And 9?"},
+     {"role": "assistant", "content": "<think>3 x 3</think>No."}],
 ]
 
 
@@ -239,8 +243,17 @@ def check_chat(a, report):
         got = read_shard(out)
         tok = transformers.AutoTokenizer.from_pretrained(d)
         want, eot = [], tok.eos_token_id
+        # the first Llama 3 template appends the generation prompt after every conversation, a
+        # finished one too (it has no add_generation_prompt switch); nobubble renders training
+        # examples without it, so it is left out of the comparison and named
+        gen = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        always_gen = "add_generation_prompt" not in tok.chat_template and tok.chat_template.endswith("{{ '" + gen + "' }}")
+        if always_gen:
+            print(f"note chat {name}: its template appends {gen!r} unconditionally; compared without it")
         for c in CONVERSATIONS:
             text = tok.apply_chat_template(c, tokenize=False)
+            if always_gen and text.endswith(gen):
+                text = text[: -len(gen)]
             ids = tok(text, add_special_tokens=False)["input_ids"]
             want += ids + ([eot] if not ids or ids[-1] != eot else [])
         first = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y), None)
