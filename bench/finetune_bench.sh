@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Fine-tuning a Hugging Face model bigger than the GPU, on one GPU machine, in one call (issue 32):
+# nobubble `train --init-from HF_DIR --schedule stream` on chat data against PyTorch FSDP2 with CPU
+# offload (bench/fsdp_offload.py: fp32 master weights, gradients and AdamW state in host memory,
+# the CPU optimizer; --adamw fused, its fastest setting) on the same shape, batch and sequence.
+#   bash bench/finetune_bench.sh [--shape llama3.1-8b] [--batch 8] [--seq 2048] [--steps 10]
+#        [--anchor-steps 3] [--anchor-layers N] [--no-build] [--budget S]
+# Steps:
+#  1. bench/hf_random_model.py writes the checkpoint as the hub ships it (bf16 shards, config.json)
+#     with random weights to $HF_DIR (default /tmp/nb-hf-SHAPE; kept when it exists);
+#  2. bench/sft_from_corpus.py makes chat examples from data/sotu/raw, `nobubble tokenize --chat`
+#     renders them with the family's template (Llama 3: data/hf_tokenizers/llama3, Qwen:
+#     data/hf_tokenizers/qwen3) into packed uint32 shards and a loss mask (the responses);
+#  3. nobubble trains --steps steps (the first --warmup-steps are left out of its p90/median);
+#  4. FSDP2 runs --anchor-steps timed steps after 2 warm-up steps on the same shape. Where its
+#     host-memory estimate says the full model does not fit the machine, it reports "oom" without
+#     starting, and with --anchor-layers N both sides run again on the same shape cut to N layers
+#     (a checkpoint of N layers, imported the same way) so there is a ratio on a model both fit.
+# tokens/s: nobubble's median (and p90) from its summary line; FSDP2's median over its timed
+# steps. Output: $OUT (default bench/out/finetune): logs and table.md (printed at the end).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+shape=llama3.1-8b batch=8 seq=2048 steps=10 asteps=3 alayers=0 build=1 budget=570
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --shape) shape=$2; shift ;;
+        --batch) batch=$2; shift ;;
+        --seq) seq=$2; shift ;;
+        --steps) steps=$2; shift ;;
+        --anchor-steps) asteps=$2; shift ;;
+        --anchor-layers) alayers=$2; shift ;;
+        --no-build) build=0 ;;
+        --budget) budget=$2; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) echo "finetune_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+for v in "$batch" "$seq" "$steps" "$asteps" "$alayers" "$budget"; do
+    case "$v" in ''|*[!0-9]*) echo "finetune_bench.sh: numbers must be whole and >= 0, got '$v'" >&2; exit 2 ;; esac
+done
+case "$shape" in
+    llama*) TOK=data/hf_tokenizers/llama3 ;;
+    qwen*) TOK=data/hf_tokenizers/qwen3 ;;
+    *) echo "finetune_bench.sh: --shape llama3.1-8b, llama3.2-3b or qwen2.5-7b" >&2; exit 2 ;;
+esac
+OUT=${OUT:-bench/out/finetune}
+NB_BUILD=${NB_BUILD:-build}
+NB=$NB_BUILD/nobubble
+PY=${PYTHON:-python3}
+HF_DIR=${HF_DIR:-/tmp/nb-hf-$shape}
+WARM=3
+start=$(date +%s)
+left() { echo $(( start + budget - $(date +%s) )); }
+stamp() { echo "[$(( $(date +%s) - start )) s]"; }
+mkdir -p "$OUT" || exit 1
+rm -f "$OUT/fsdp.jsonl" "$OUT/table.md"
+DATA=$OUT/sft
+status=0
+
+echo "== device $(stamp)"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+grep -E 'MemTotal' /proc/meminfo
+if [ $build = 1 ]; then
+    echo "== build $(stamp)"
+    source scripts/device_deps.sh use || status=1
+    make -j"$(nproc)" BUILD="$NB_BUILD" ${NB_MAKE_FLAGS:-} "$NB" > "$OUT/build.log" 2>&1 || { tail -15 "$OUT/build.log"; exit 1; }
+fi
+[ -x "$NB" ] || { echo "no $NB"; exit 1; }
+
+echo "== data $(stamp)"
+"$PY" bench/sft_from_corpus.py --out-dir "$DATA" || exit 1
+for s in train val; do
+    "$NB" tokenize --tokenizer "$TOK" --chat --out "$DATA/$s.bin" "$DATA/$s.jsonl" > "$DATA/$s.log" 2>&1 || { cat "$DATA/$s.log"; exit 1; }
+    tail -n 2 "$DATA/$s.log"
+done
+
+# shape_of DIR: fsdp_offload.py's shape flags from a config.json
+shape_of() {
+    "$PY" -c 'import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+print(f"--layers {c[\"num_hidden_layers\"]} --dim {c[\"hidden_size\"]} --heads {c[\"num_attention_heads\"]} "
+      f"--kv-heads {c[\"num_key_value_heads\"]} --ffn {c[\"intermediate_size\"]} --vocab {c[\"vocab_size\"]}")' "$1"
+}
+printf '| model | B x T | nobubble stream median tokens/s (p90) | FSDP2 CPU offload (fused AdamW) median tokens/s | nobubble / FSDP2 |\n|---|---|---|---|---|\n' > "$OUT/table.md"
+
+# row LABEL LAYERS: checkpoint, nobubble, FSDP2, one table row; prints whether FSDP2 ran
+row() {
+    local label=$1 layers=$2 dir=$HF_DIR tag=full
+    [ "$layers" -gt 0 ] && dir=$HF_DIR-L$layers tag=L$layers
+    echo "== checkpoint $label $(stamp)"
+    "$PY" bench/hf_random_model.py --shape "$shape" --out "$dir" ${layers:+--layers $layers} || return 1
+    echo "== nobubble $label: stream $(stamp)"
+    local log=$OUT/nb-$tag.log med="" p90="" fsdp=""
+    timeout "$(left)" "$NB" train --init-from "$dir" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
+        --steps "$steps" --warmup 0 --data "$DATA/train.bin" --val-data "$DATA/val.bin" --eval-every 0 --eval-batches 2 \
+        --no-ckpt --out "$OUT/run-$tag" --fresh --no-progress > "$log" 2>&1 || { echo "nobubble failed:"; tail -5 "$log"; status=1; }
+    grep -E '^(memory|stream|data|throughput|done)' "$log"
+    local line; line=$(grep '^throughput' "$log")
+    p90=$(echo "$line" | awk '{print $3}'); med=$(echo "$line" | awk '{for (i=1;i<=NF;i++) if ($i=="median") print $(i+1)}')
+    "$PY" -c 'import json, sys
+l = [json.loads(x)["loss"] for x in open(sys.argv[1]) if "\"loss\"" in x]
+print(f"nobubble masked loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}")' "$OUT/run-$tag/metrics.jsonl" 2>/dev/null
+    echo "== FSDP2 CPU offload $label $(stamp)"
+    timeout "$(left)" "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" \
+        --steps "$asteps" --warmup 2 --adamw fused --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) > "$OUT/fsdp-$tag.log" 2>&1
+    local rec; rec=$(tail -n 1 "$OUT/fsdp.jsonl" 2>/dev/null)
+    fsdp=$(echo "$rec" | "$PY" -c 'import json, sys
+try:
+    r = json.loads(sys.stdin.read())
+except Exception:
+    print("failed"); sys.exit()
+print(r["tokens_per_s"] if r.get("status") == "ok" else r.get("status", "failed") + ": " + str(r.get("error", ""))[:120])')
+    echo "FSDP2: $fsdp"
+    local ratio
+    ratio=$(awk -v a="$med" -v b="$fsdp" 'BEGIN { if (a > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }')
+    echo "| $label | $batch x $seq | ${med:-failed} (${p90:-}) | $fsdp | $ratio |" >> "$OUT/table.md"
+    [ "$ratio" != "-" ]
+}
+
+row "$shape" 0
+anchored=$?
+if [ $anchored -ne 0 ] && [ "$alayers" -gt 0 ]; then
+    row "$shape, first $alayers layers" "$alayers"
+fi
+echo "== table $(stamp)"
+cat "$OUT/table.md"
+echo "done in $(( $(date +%s) - start )) s ($(date -u +%Y-%m-%d), $(git log --oneline -1 2>/dev/null | cut -c1-7))"
+exit $status
