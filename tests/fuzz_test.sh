@@ -33,7 +33,7 @@
 # listed with the reason in tests/fuzz/known_failures.txt: they are reported, not counted,
 # and one that passes again is reported too (remove it from the list). Prints a summary.
 # Bounded: two cases at a time in a seeded shuffled order; a case not started within
-# NB_FUZZ_BUDGET seconds (100) is skipped and counted (the summary says how many), so a slow
+# NB_FUZZ_BUDGET seconds (70: CI has 20 minutes for every test) is skipped and counted (the summary says how many), so a slow
 # machine checks fewer cases, never the wrong ones.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -296,7 +296,7 @@ run_case() {
 export -f run_case
 mkdir -p "$TMP/res" "$TMP/work"
 t0=$(date +%s)
-export DEADLINE=$((t0 + ${NB_FUZZ_BUDGET:-100}))
+export DEADLINE=$((t0 + ${NB_FUZZ_BUDGET:-70}))
 # in a seeded shuffled order, so that a budget cut spreads over every kind of input
 awk -v seed=$SEED 'BEGIN { srand(seed) } { printf "%.9f %s %s %s\n", rand(), $1, $2, $3 }' "$TMP/list" | sort -k1,1 \
     | cut -d' ' -f2- | xargs -P 2 -n 3 bash -c 'run_case "$@"' _
@@ -333,7 +333,7 @@ for p in "${plan[@]}"; do
     printf '%-12s %6d %6d %6d %6d %6d %6d\n' $1 ${total[$1]:-0} ${good_run[$1]:-0} ${good_err[$1]:-0} ${known[$1]:-0} ${bad[$1]:-0} ${skipped[$1]:-0}
     nskip=$((nskip + ${skipped[$1]:-0}))
 done
-echo "$(wc -l < "$TMP/list") cases in $dt s (seed $SEED; budget ${NB_FUZZ_BUDGET:-100} s: $nskip not started)"
+echo "$(wc -l < "$TMP/list") cases in $dt s (seed $SEED; budget ${NB_FUZZ_BUDGET:-70} s: $nskip not started)"
 [ -n "${NB_FUZZ_KEEP:-}" ] && { cp -r "$TMP/res" "$TMP/work" "$TMP/cases" "$TMP/list" "$NB_FUZZ_KEEP/"; }
 [ $fails -eq 0 ] && pass "every case ended in a valid run or one clean error line"
 finish
