@@ -4,7 +4,7 @@
 # offload (bench/fsdp_offload.py: fp32 master weights, gradients and AdamW state in host memory,
 # the CPU optimizer; --adamw fused, its fastest setting) on the same shape, batch and sequence.
 #   bash bench/finetune_bench.sh [--shape llama3.1-8b] [--batch 8] [--seq 2048] [--steps 10]
-#        [--anchor-steps 3] [--anchor-layers N] [--no-build] [--budget S]
+#        [--anchor-steps 3] [--layers 0,20] [--no-build] [--budget S]
 # Steps:
 #  1. bench/hf_random_model.py writes the checkpoint as the hub ships it (bf16 shards, config.json)
 #     with random weights to $HF_DIR (default /tmp/nb-hf-SHAPE; kept when it exists);
@@ -13,14 +13,16 @@
 #     data/hf_tokenizers/qwen3) into packed uint32 shards and a loss mask (the responses);
 #  3. nobubble trains --steps steps (the first --warmup-steps are left out of its p90/median);
 #  4. FSDP2 runs --anchor-steps timed steps after 2 warm-up steps on the same shape. Where its
-#     host-memory estimate says the full model does not fit the machine, it reports "oom" without
-#     starting, and with --anchor-layers N both sides run again on the same shape cut to N layers
-#     (a checkpoint of N layers, imported the same way) so there is a ratio on a model both fit.
+#     host-memory estimate says the model does not fit the machine, it reports "oom" without
+#     starting.
+# --layers: one row per entry, in that order: 0 is the published model, N the same shape cut to
+#   its first N layers (a checkpoint of N layers, imported the same way), so that there is a
+#   ratio on a model both sides fit when FSDP2 cannot hold the whole one (e.g. --layers 20,0).
 # tokens/s: nobubble's median (and p90) from its summary line; FSDP2's median over its timed
 # steps. Output: $OUT (default bench/out/finetune): logs and table.md (printed at the end).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-shape=llama3.1-8b batch=8 seq=2048 steps=10 asteps=3 alayers=0 build=1 budget=570
+shape=llama3.1-8b batch=8 seq=2048 steps=10 asteps=3 rows=0 build=1 budget=570
 while [ $# -gt 0 ]; do
     case "$1" in
         --shape) shape=$2; shift ;;
@@ -28,15 +30,15 @@ while [ $# -gt 0 ]; do
         --seq) seq=$2; shift ;;
         --steps) steps=$2; shift ;;
         --anchor-steps) asteps=$2; shift ;;
-        --anchor-layers) alayers=$2; shift ;;
+        --layers) rows=$2; shift ;;
         --no-build) build=0 ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "finetune_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-for v in "$batch" "$seq" "$steps" "$asteps" "$alayers" "$budget"; do
+for v in "$batch" "$seq" "$steps" "$asteps" ${rows//,/ } "$budget"; do
     case "$v" in ''|*[!0-9]*) echo "finetune_bench.sh: numbers must be whole and >= 0, got '$v'" >&2; exit 2 ;; esac
 done
 case "$shape" in
@@ -84,12 +86,13 @@ print(f"--layers {c[\"num_hidden_layers\"]} --dim {c[\"hidden_size\"]} --heads {
 }
 printf '| model | B x T | nobubble stream median tokens/s (p90) | FSDP2 CPU offload (fused AdamW) median tokens/s | nobubble / FSDP2 |\n|---|---|---|---|---|\n' > "$OUT/table.md"
 
-# row LABEL LAYERS: checkpoint, nobubble, FSDP2, one table row; prints whether FSDP2 ran
+# row LAYERS: checkpoint, nobubble, FSDP2, one table row
 row() {
-    local label=$1 layers=$2 dir=$HF_DIR tag=full
-    [ "$layers" -gt 0 ] && dir=$HF_DIR-L$layers tag=L$layers
+    local layers=$1 dir=$HF_DIR tag=full label=$shape
+    [ "$layers" -gt 0 ] && dir=$HF_DIR-L$layers tag=L$layers label="$shape, first $layers layers"
+    [ "$(left)" -gt 60 ] || { echo "| $label | $batch x $seq | skipped (time budget) | | |" >> "$OUT/table.md"; return 1; }
     echo "== checkpoint $label $(stamp)"
-    "$PY" bench/hf_random_model.py --shape "$shape" --out "$dir" ${layers:+--layers $layers} || return 1
+    "$PY" bench/hf_random_model.py --shape "$shape" --out "$dir" --layers "$layers" || return 1
     echo "== nobubble $label: stream $(stamp)"
     local log=$OUT/nb-$tag.log med="" p90="" fsdp=""
     timeout "$(left)" "$NB" train --init-from "$dir" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
@@ -115,14 +118,9 @@ print(r["tokens_per_s"] if r.get("status") == "ok" else r.get("status", "failed"
     local ratio
     ratio=$(awk -v a="$med" -v b="$fsdp" 'BEGIN { if (a > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }')
     echo "| $label | $batch x $seq | ${med:-failed} (${p90:-}) | $fsdp | $ratio |" >> "$OUT/table.md"
-    [ "$ratio" != "-" ]
 }
 
-row "$shape" 0
-anchored=$?
-if [ $anchored -ne 0 ] && [ "$alayers" -gt 0 ]; then
-    row "$shape, first $alayers layers" "$alayers"
-fi
+for layers in ${rows//,/ }; do row "$layers"; done
 echo "== table $(stamp)"
 cat "$OUT/table.md"
 echo "done in $(( $(date +%s) - start )) s ($(date -u +%Y-%m-%d), $(git log --oneline -1 2>/dev/null | cut -c1-7))"
