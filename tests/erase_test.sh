@@ -11,6 +11,10 @@
 #  - bad --detach / --erase-dispatch combinations end in one clear error line.
 source "$(dirname "$0")/lib.sh"
 need_sotu
+# the ThreadSanitizer build of nobubble (below) compiles while the plain runs train
+TS=${NB_BUILD}-tsan
+make -s -C "$ROOT" -j"$(nproc)" NB_CUDA=0 BUILD="$TS" OPT="-O1 -g" SANITIZE=-fsanitize=thread "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1 &
+tsan_build=$!
 C=(--batch 2 --steps 8 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --seed 7)
 same() { # same NAME DIR_A DIR_B
     [ -n "$(losses "$2")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] \
@@ -54,8 +58,7 @@ expect_error "graphs with async" "blocking with --graphs" $NB train "${C[@]}" --
     --schedule erase --erase-dispatch async --graphs
 
 # ThreadSanitizer: the lanes, the schedules and the work items, with real ops
-TS=${NB_BUILD}-tsan
-if make -s NB_CUDA=0 BUILD="$TS" OPT="-O1 -g" SANITIZE=-fsanitize=thread "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1; then
+if wait $tsan_build; then
     export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66"
     T=(--batch 2 --steps 3 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet)
     "$TS/nobubble" train "${T[@]}" "${G[@]}" --schedule erase --erase-dispatch async --side-lanes 2 --out "$TMP/ts1" \
