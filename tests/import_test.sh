@@ -6,6 +6,9 @@
 # independent writer (python3, struct only) load: BF16 and F16 (the values rounded as the copy
 # rounds them), two shards with an index, GPT-2 without the "transformer." prefix plus the
 # mask buffers HF's gpt2 repository holds, Mistral, rms_norm_eps 1e-6 (kept, not refused).
+# Qwen2 (q/k/v biases) and Qwen3 (q/k norm, head_dim 24 != hidden / heads) checkpoints written by
+# the same python writer with random values: imported, exported with the same tensors, trained 2
+# steps and round-tripped, the Qwen3 import resumed bitwise.
 # Every refusal: exit code 2, one error line naming the field or tensor.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not found: skipping the import checks"; exit 77; }
@@ -90,6 +93,42 @@ elif cmd == "rows":  # A B NAME ROWS: B's tensor NAME is the first ROWS rows of 
     print("%s %s of %s" % (a[2], dy[1], dx[1])); sys.exit(0 if ok else 1)
 elif cmd == "field":  # FILE KEY: a config.json field
     print(json.load(open(a[0]))[a[1]])
+elif cmd == "qwen":  # DIR qwen2|qwen3: a tiny random checkpoint of that class (tied head, Qwen's rope_theta)
+    q3, V, C, L, H, KV, F = a[1] == "qwen3", 500, 64, 2, 4, 2, 96
+    hd, seed = 24 if q3 else C // H, [7 if q3 else 3]
+    def rnd(n, mean, scale):  # uniform in mean +- scale, a 64-bit LCG
+        out = []
+        for _ in range(n):
+            seed[0] = (seed[0] * 6364136223846793005 + 1442695040888963407) % 2**64
+            out.append(mean + scale * ((seed[0] >> 11) / 2.0**52 - 1))
+        return ("F32", [n], struct.pack("<%df" % n, *out))
+    def mat(r, c, scale): dt, _, d = rnd(r * c, 0.0, scale); return (dt, [r, c], d)
+    t = {"model.embed_tokens.weight": mat(V, C, 0.5)}
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t[p + "input_layernorm.weight"] = rnd(C, 1.0, 0.2)
+        for nm, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            t[p + "self_attn.%s_proj.weight" % nm] = mat(rows, C, 0.15)
+            if not q3: t[p + "self_attn.%s_proj.bias" % nm] = rnd(rows, 0.0, 0.3)
+        if q3: t[p + "self_attn.q_norm.weight"], t[p + "self_attn.k_norm.weight"] = rnd(hd, 1.0, 0.3), rnd(hd, 1.0, 0.3)
+        t[p + "self_attn.o_proj.weight"] = mat(C, H * hd, 0.1)
+        t[p + "post_attention_layernorm.weight"] = rnd(C, 1.0, 0.2)
+        t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"] = mat(F, C, 0.15), mat(F, C, 0.15)
+        t[p + "mlp.down_proj.weight"] = mat(C, F, 0.1)
+    t["model.norm.weight"] = rnd(C, 1.0, 0.2)
+    os.makedirs(a[0], exist_ok=True)
+    write(os.path.join(a[0], "model.safetensors"), t, {"format": "pt"})
+    c = {"architectures": ["Qwen3ForCausalLM" if q3 else "Qwen2ForCausalLM"], "model_type": a[1], "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H,
+         "num_key_value_heads": KV, "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+         "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": 4096,
+         "max_window_layers": 21, "attention_dropout": 0.0, "torch_dtype": "float32", "use_cache": True}
+    if q3: c.update({"head_dim": hd, "attention_bias": False, "sliding_window": None})
+    json.dump(c, open(os.path.join(a[0], "config.json"), "w"), indent=2)
+elif cmd == "same":  # A B: the same tensor names, dtypes, shapes and bytes
+    _, x = read(a[0]); _, y = read(a[1])
+    bad = sorted(k for k in set(x) | set(y) if k not in x or k not in y or x[k] != y[k])
+    print("%d tensors the same%s" % (len(x), "; differ: " + ", ".join(bad) if bad else "")); sys.exit(1 if bad else 0)
 EOF
 ST() { python3 "$TMP/st.py" "$@"; }
 
@@ -184,8 +223,8 @@ bad() { # NAME SRC CONFIG-EDIT: a copy of SRC's directory with config.json field
 T=(train --steps 1 "${RUN[@]}")
 bad arch hf_llama '{"architectures": ["BertForMaskedLM"], "model_type": "bert"}'
 refused "unknown architecture" "architectures': BertForMaskedLM is not supported" $NB "${T[@]}" --init-from "$TMP/arch"
-bad mtype hf_llama '{"architectures": null, "model_type": "qwen2"}'
-refused "unknown model_type" "model_type': 'qwen2' is not supported" $NB "${T[@]}" --init-from "$TMP/mtype"
+bad mtype hf_llama '{"architectures": null, "model_type": "gemma"}'
+refused "unknown model_type" "model_type': 'gemma' is not supported" $NB "${T[@]}" --init-from "$TMP/mtype"
 bad rope3 hf_llama '{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}'
 refused "llama3 rope_scaling" "llama3 rope_scaling is not supported yet" $NB "${T[@]}" --init-from "$TMP/rope3"
 bad ropel hf_llama '{"rope_scaling": {"type": "linear", "factor": 2.0}}'
@@ -195,7 +234,7 @@ refused "mixture of experts" "num_local_experts' is set: mixture-of-experts" $NB
 bad abias hf_llama '{"attention_bias": true}'
 refused "attention_bias true" "attention_bias' is true" $NB "${T[@]}" --init-from "$TMP/abias"
 bad hdim hf_llama '{"head_dim": 32}'
-refused "head_dim != hidden / heads" "head_dim' is 32, but hidden_size / num_attention_heads is 16" $NB "${T[@]}" --init-from "$TMP/hdim"
+refused "head_dim 32 (!= hidden / heads: q_proj has heads * head_dim rows)" "q_proj.weight' has shape \[64, 64\], config.json makes it \[128, 64\]" $NB "${T[@]}" --init-from "$TMP/hdim"
 bad window hf_llama '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 32}'
 refused "sliding_window < seq" "sliding_window 32 is shorter than the sequence length 64" $NB "${T[@]}" --init-from "$TMP/window"
 bad ffn hf_llama '{"intermediate_size": 160}'
@@ -209,7 +248,7 @@ refused "missing field" "num_hidden_layers' is missing" $NB "${T[@]}" --init-fro
 bad missing hf_llama '{}' && ST drop "$TMP/hf_llama/model.safetensors" "$TMP/missing/model.safetensors" model.layers.1.mlp.up_proj.weight
 refused "missing tensor" "tensor 'model.layers.1.mlp.up_proj.weight' is missing" $NB "${T[@]}" --init-from "$TMP/missing"
 bad qbias hf_llama '{}' && ST add "$TMP/hf_llama/model.safetensors" "$TMP/qbias/model.safetensors" model.layers.0.self_attn.q_proj.bias F32 64
-refused "Llama bias tensor" "q_proj.bias': attention/MLP biases are not supported" $NB "${T[@]}" --init-from "$TMP/qbias"
+refused "Llama bias tensor" "q_proj.bias': a LlamaForCausalLM has no such bias" $NB "${T[@]}" --init-from "$TMP/qbias"
 bad extra hf_llama '{}' && ST add "$TMP/hf_llama/model.safetensors" "$TMP/extra/model.safetensors" model.layers.2.input_layernorm.weight F32 64
 refused "tensor beyond the config" "layers.2.input_layernorm.weight' is not part of a LlamaForCausalLM" $NB "${T[@]}" --init-from "$TMP/extra"
 bad i32 hf_llama '{}' && ST retype "$TMP/hf_llama/model.safetensors" "$TMP/i32/model.safetensors" model.norm.weight I32
@@ -229,4 +268,46 @@ refused "shard outside the directory" "not a file name in the directory" $NB "${
 refused "--model with --init-from" "\-\-model with --init-from" $NB "${T[@]}" --model llama-tiny --init-from "$TMP/hf_llama"
 refused "--steps 0 without --init-from" "\-\-steps is 0" $NB train --model gpt2-tiny --steps 0 "${RUN[@]}"
 $NB train --help | grep -q -- "--init-from HF_DIR" && pass "--help lists --init-from" || fail "--help"
+
+# Qwen2 and Qwen3
+for q in qwen2 qwen3; do
+    ST qwen "$TMP/$q" $q || { fail "$q: write the checkpoint"; continue; }
+    import "$TMP/$q" im_$q && r=$(ST same "$TMP/$q/model.safetensors" "$TMP/im_${q}_hf/model.safetensors") \
+        && pass "$q: import, export: $r" || fail "$q: import, export: $r"
+    cls=$(ST field "$TMP/im_${q}_hf/config.json" architectures) hd=$(ST field "$TMP/im_${q}_hf/config.json" head_dim)
+    theta=$(ST field "$TMP/im_${q}_hf/config.json" rope_theta) tied=$(ST field "$TMP/im_${q}_hf/config.json" tie_word_embeddings)
+    [ "$cls $hd $theta $tied" = "['${q^}ForCausalLM'] $([ $q = qwen3 ] && echo 24 || echo 16) 1000000.0 True" ] \
+        && pass "$q: exported config.json: $cls, head_dim $hd, rope_theta $theta, tied $tied" || fail "$q: config.json: $cls $hd $theta $tied"
+    import "$TMP/im_${q}_hf" im2_$q && same_export "$q: export, import, export" im_${q}_hf im2_${q}_hf
+    grep -q "\"preset\": \"hf-$q\"" "$TMP/im_$q/ckpt/state.json" && pass "$q: preset hf-$q" || fail "$q: preset"
+    $NB train --init-from "$TMP/$q" --steps 2 "${RUN[@]}" --out "$TMP/tr_$q" 2>"$TMP/err" \
+        && $NB export --ckpt "$TMP/tr_$q" --hf "$TMP/tr_${q}_hf" 2>/dev/null && import "$TMP/tr_${q}_hf" im_tr_$q \
+        && same_export "$q: train 2 steps, export, --init-from --steps 0" "tr_${q}_hf" "im_tr_${q}_hf" \
+        || fail "$q: train 2 steps: $(tail -2 "$TMP/err")"
+done
+grep -q '"head_dim": 24' "$TMP/im_qwen3/ckpt/state.json" && grep -q '"qk_norm": true' "$TMP/im_qwen3/ckpt/state.json" \
+    && grep -q '"qkv_bias": true' "$TMP/im_qwen2/ckpt/state.json" && pass "state.json keeps head_dim, qk_norm and qkv_bias" \
+    || fail "state.json: the Qwen fields"
+$NB train --resume "$TMP/im_qwen3" --steps 3 --data "$TMP/tokens.bin" --no-progress --quiet 2>/dev/null \
+    && $NB train --init-from "$TMP/qwen3" --steps 3 "${RUN[@]}" --out "$TMP/straight3" \
+    && st_same "$TMP/im_qwen3/ckpt/model.safetensors" "$TMP/straight3/ckpt/model.safetensors" \
+    && st_same "$TMP/im_qwen3/ckpt/optim.safetensors" "$TMP/straight3/ckpt/optim.safetensors" \
+    && pass "qwen3: resume of the step-0 checkpoint bitwise a straight --init-from run (3 steps)" || fail "qwen3: resume differs"
+bad q2win qwen2 '{"use_sliding_window": true, "sliding_window": 64}'
+$NB "${T[@]}" --init-from "$TMP/q2win" --out "$TMP/q2win_run" 2>/dev/null && pass "qwen2: use_sliding_window with a window of --seq" \
+    || fail "qwen2: sliding window 64 refused"
+bad q2short qwen2 '{"use_sliding_window": true, "sliding_window": 32}'
+refused "qwen2: sliding window < seq" "use_sliding_window is true and sliding_window 32 is shorter than the sequence length 64" \
+    $NB "${T[@]}" --init-from "$TMP/q2short"
+bad q3bias qwen3 '{"attention_bias": true}'
+refused "qwen3: attention_bias true" "attention_bias' is true" $NB "${T[@]}" --init-from "$TMP/q3bias"
+bad q3hd qwen3 '{"head_dim": null}'
+refused "qwen3: no head_dim (Qwen3Config's 128)" "q_proj.weight' has shape \[96, 64\], config.json makes it \[512, 64\]" \
+    $NB "${T[@]}" --init-from "$TMP/q3hd"
+bad q3norm qwen3 '{}' && ST drop "$TMP/qwen3/model.safetensors" "$TMP/q3norm/model.safetensors" model.layers.1.self_attn.q_norm.weight
+refused "qwen3: missing q_norm" "tensor 'model.layers.1.self_attn.q_norm.weight' is missing" $NB "${T[@]}" --init-from "$TMP/q3norm"
+bad q3b qwen3 '{}' && ST add "$TMP/qwen3/model.safetensors" "$TMP/q3b/model.safetensors" model.layers.0.self_attn.k_proj.bias F32 48
+refused "qwen3: a bias tensor" "k_proj.bias': a Qwen3ForCausalLM has no such bias" $NB "${T[@]}" --init-from "$TMP/q3b"
+bad q2nob qwen2 '{}' && ST drop "$TMP/qwen2/model.safetensors" "$TMP/q2nob/model.safetensors" model.layers.0.self_attn.v_proj.bias
+refused "qwen2: missing v_proj.bias" "tensor 'model.layers.0.self_attn.v_proj.bias' is missing" $NB "${T[@]}" --init-from "$TMP/q2nob"
 finish
