@@ -125,6 +125,64 @@ elif cmd == "qwen":  # DIR qwen2|qwen3: a tiny random checkpoint of that class (
          "max_window_layers": 21, "attention_dropout": 0.0, "torch_dtype": "float32", "use_cache": True}
     if q3: c.update({"head_dim": hd, "attention_bias": False, "sliding_window": None})
     json.dump(c, open(os.path.join(a[0], "config.json"), "w"), indent=2)
+elif cmd == "ref":  # DIR SHARD T: transformers' Qwen2/Qwen3 forward written out in plain Python (float64):
+    # the mean cross-entropy of the shard's first T + 1 tokens
+    d, shard, T = a[0], a[1], int(a[2])
+    _, st = read(d + "/model.safetensors"); W = {}
+    for k, (dt, sh, data) in st.items():
+        vals = floats(data)
+        W[k] = [list(vals[i * sh[1]:(i + 1) * sh[1]]) for i in range(sh[0])] if len(sh) == 2 else list(vals)
+    c = json.load(open(d + "/config.json"))
+    C, H, KV, L = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["num_hidden_layers"]
+    hd = c.get("head_dim", C // H); eps = c["rms_norm_eps"]; theta = c["rope_theta"]
+    raw = open(shard, "rb").read()
+    ids = struct.unpack("<%dH" % (T + 1), raw[1024:1024 + 2 * (T + 1)])
+    x_ids, y_ids = ids[:-1], ids[1:]
+    def rms(v, w):
+        s = 1.0 / math.sqrt(sum(a * a for a in v) / len(v) + eps)
+        return [wi * a * s for a, wi in zip(v, w)]
+    def lin(v, M, bias=None):
+        out = [sum(a * b for a, b in zip(row, v)) for row in M]
+        return [o + bb for o, bb in zip(out, bias)] if bias else out
+    def rope(v, t):
+        h = hd // 2; out = list(v)
+        for i in range(h):
+            f = 1.0 / (theta ** (2 * i / hd)); ang = t * f; co, si = math.cos(ang), math.sin(ang)
+            out[i] = v[i] * co - v[i + h] * si; out[i + h] = v[i + h] * co + v[i] * si
+        return out
+    x = [list(W["model.embed_tokens.weight"][i]) for i in x_ids]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        qs, ks, vs = [], [], []
+        for t in range(T):
+            h = rms(x[t], W[p + "input_layernorm.weight"])
+            q = lin(h, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias"))
+            k = lin(h, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias"))
+            v = lin(h, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias"))
+            qh = [q[j * hd:(j + 1) * hd] for j in range(H)]; kh = [k[j * hd:(j + 1) * hd] for j in range(KV)]
+            if p + "self_attn.q_norm.weight" in W:
+                qh = [rms(a, W[p + "self_attn.q_norm.weight"]) for a in qh]; kh = [rms(a, W[p + "self_attn.k_norm.weight"]) for a in kh]
+            qs.append([rope(a, t) for a in qh]); ks.append([rope(a, t) for a in kh]); vs.append([v[j * hd:(j + 1) * hd] for j in range(KV)])
+        for t in range(T):
+            y = []
+            for j in range(H):
+                g = j // (H // KV)
+                sc = [sum(a * b for a, b in zip(qs[t][j], ks[u][g])) / math.sqrt(hd) for u in range(t + 1)]
+                m = max(sc); e = [math.exp(s - m) for s in sc]; z = sum(e)
+                y += [sum(e[u] / z * vs[u][g][i] for u in range(t + 1)) for i in range(hd)]
+            o = lin(y, W[p + "self_attn.o_proj.weight"])
+            x[t] = [a + b for a, b in zip(x[t], o)]
+        for t in range(T):
+            h = rms(x[t], W[p + "post_attention_layernorm.weight"])
+            gt = lin(h, W[p + "mlp.gate_proj.weight"]); up = lin(h, W[p + "mlp.up_proj.weight"])
+            a = [gg / (1 + math.exp(-gg)) * u for gg, u in zip(gt, up)]
+            x[t] = [xx + dd for xx, dd in zip(x[t], lin(a, W[p + "mlp.down_proj.weight"]))]
+    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
+    tot = 0.0
+    for t in range(T):
+        h = rms(x[t], W["model.norm.weight"]); lg = lin(h, head); m = max(lg)
+        tot += m + math.log(sum(math.exp(v - m) for v in lg)) - lg[y_ids[t]]
+    print("%.5f" % (tot / T))
 elif cmd == "same":  # A B: the same tensor names, dtypes, shapes and bytes
     _, x = read(a[0]); _, y = read(a[1])
     bad = sorted(k for k in set(x) | set(y) if k not in x or k not in y or x[k] != y[k])
@@ -280,6 +338,10 @@ for q in qwen2 qwen3; do
         && pass "$q: exported config.json: $cls, head_dim $hd, rope_theta $theta, tied $tied" || fail "$q: config.json: $cls $hd $theta $tied"
     import "$TMP/im_${q}_hf" im2_$q && same_export "$q: export, import, export" im_${q}_hf im2_${q}_hf
     grep -q "\"preset\": \"hf-$q\"" "$TMP/im_$q/ckpt/state.json" && pass "$q: preset hf-$q" || fail "$q: preset"
+    ours=$($NB eval --ckpt "$TMP/im_$q" --data "$TMP/tokens.bin" --batch 1 --batches 1 2>&1 | grep -o "loss [0-9.]* nats")
+    ref=$(ST ref "$TMP/$q" "$TMP/tokens.bin" 64)
+    python3 -c "import sys; sys.exit(abs(float('${ours//[^0-9.]/}' or 'nan') - $ref) > 2e-4)" 2>/dev/null \
+        && pass "$q: eval $ours, transformers' math in plain Python $ref" || fail "$q: eval '$ours' vs plain Python $ref"
     $NB train --init-from "$TMP/$q" --steps 2 "${RUN[@]}" --out "$TMP/tr_$q" 2>"$TMP/err" \
         && $NB export --ckpt "$TMP/tr_$q" --hf "$TMP/tr_${q}_hf" 2>/dev/null && import "$TMP/tr_${q}_hf" im_tr_$q \
         && same_export "$q: train 2 steps, export, --init-from --steps 0" "tr_${q}_hf" "im_tr_${q}_hf" \
