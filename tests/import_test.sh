@@ -8,7 +8,8 @@
 # mask buffers HF's gpt2 repository holds, Mistral, rms_norm_eps 1e-6 (kept, not refused).
 # Qwen2 (q/k/v biases) and Qwen3 (q/k norm, head_dim 24 != hidden / heads) checkpoints written by
 # the same python writer with random values: imported, exported with the same tensors, trained 2
-# steps and round-tripped, the Qwen3 import resumed bitwise.
+# steps and round-tripped, the Qwen3 import resumed bitwise and trained by the stream schedule
+# bitwise like the plain one; eval's loss against transformers' formulas written out in Python.
 # Every refusal: exit code 2, one error line naming the field or tensor.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not found: skipping the import checks"; exit 77; }
@@ -355,6 +356,9 @@ $NB train --resume "$TMP/im_qwen3" --steps 3 --data "$TMP/tokens.bin" --no-progr
     && st_same "$TMP/im_qwen3/ckpt/model.safetensors" "$TMP/straight3/ckpt/model.safetensors" \
     && st_same "$TMP/im_qwen3/ckpt/optim.safetensors" "$TMP/straight3/ckpt/optim.safetensors" \
     && pass "qwen3: resume of the step-0 checkpoint bitwise a straight --init-from run (3 steps)" || fail "qwen3: resume differs"
+$NB train --init-from "$TMP/qwen3" --steps 2 --schedule stream --ckpt-interval 1 "${RUN[@]}" --out "$TMP/stream3" 2>/dev/null \
+    && st_same "$TMP/tr_qwen3/ckpt/model.safetensors" "$TMP/stream3/ckpt/model.safetensors" \
+    && pass "qwen3: --schedule stream --ckpt-interval 1 (q/k norm recomputed) bitwise the plain run" || fail "qwen3: stream differs"
 bad q2win qwen2 '{"use_sliding_window": true, "sliding_window": 64}'
 $NB "${T[@]}" --init-from "$TMP/q2win" --out "$TMP/q2win_run" 2>/dev/null && pass "qwen2: use_sliding_window with a window of --seq" \
     || fail "qwen2: sliding window 64 refused"
