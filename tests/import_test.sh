@@ -92,8 +92,8 @@ elif cmd == "rows":  # A B NAME ROWS: B's tensor NAME is the first ROWS rows of 
     _, x = read(a[0]); _, y = read(a[1]); dx, dy = x[a[2]], y[a[2]]
     ok = dy[1][0] == int(a[3]) and dy[1][1:] == dx[1][1:] and dy[2] == dx[2][:len(dy[2])]
     print("%s %s of %s" % (a[2], dy[1], dx[1])); sys.exit(0 if ok else 1)
-elif cmd == "field":  # FILE KEY: a config.json field
-    print(json.load(open(a[0]))[a[1]])
+elif cmd == "field":  # FILE KEY...: config.json fields, one line
+    c = json.load(open(a[0])); print(" ".join(str(c[k]) for k in a[1:]))
 elif cmd == "qwen":  # DIR qwen2|qwen3: a tiny random checkpoint of that class (tied head, Qwen's rope_theta)
     q3, V, C, L, H, KV, F = a[1] == "qwen3", 500, 64, 2, 4, 2, 96
     hd, seed = 24 if q3 else C // H, [7 if q3 else 3]
@@ -333,15 +333,13 @@ for q in qwen2 qwen3; do
     ST qwen "$TMP/$q" $q || { fail "$q: write the checkpoint"; continue; }
     import "$TMP/$q" im_$q && r=$(ST same "$TMP/$q/model.safetensors" "$TMP/im_${q}_hf/model.safetensors") \
         && pass "$q: import, export: $r" || fail "$q: import, export: $r"
-    cls=$(ST field "$TMP/im_${q}_hf/config.json" architectures) hd=$(ST field "$TMP/im_${q}_hf/config.json" head_dim)
-    theta=$(ST field "$TMP/im_${q}_hf/config.json" rope_theta) tied=$(ST field "$TMP/im_${q}_hf/config.json" tie_word_embeddings)
-    [ "$cls $hd $theta $tied" = "['${q^}ForCausalLM'] $([ $q = qwen3 ] && echo 24 || echo 16) 1000000.0 True" ] \
-        && pass "$q: exported config.json: $cls, head_dim $hd, rope_theta $theta, tied $tied" || fail "$q: config.json: $cls $hd $theta $tied"
-    import "$TMP/im_${q}_hf" im2_$q && same_export "$q: export, import, export" im_${q}_hf im2_${q}_hf
+    f=$(ST field "$TMP/im_${q}_hf/config.json" architectures head_dim rope_theta tie_word_embeddings)
+    [ "$f" = "['${q^}ForCausalLM'] $([ $q = qwen3 ] && echo 24 || echo 16) 1000000.0 True" ] \
+        && pass "$q: exported config.json (class, head_dim, rope_theta, tied): $f" || fail "$q: config.json: $f"
     grep -q "\"preset\": \"hf-$q\"" "$TMP/im_$q/ckpt/state.json" && pass "$q: preset hf-$q" || fail "$q: preset"
     ours=$($NB eval --ckpt "$TMP/im_$q" --data "$TMP/tokens.bin" --batch 1 --batches 1 2>&1 | grep -o "loss [0-9.]* nats")
     ref=$(ST ref "$TMP/$q" "$TMP/tokens.bin" 64)
-    python3 -c "import sys; sys.exit(abs(float('${ours//[^0-9.]/}' or 'nan') - $ref) > 2e-4)" 2>/dev/null \
+    awk -v a="${ours//[^0-9.]/}" -v b="$ref" 'BEGIN { exit !(a != "" && a - b < 2e-4 && b - a < 2e-4) }' \
         && pass "$q: eval $ours, transformers' math in plain Python $ref" || fail "$q: eval '$ours' vs plain Python $ref"
     $NB train --init-from "$TMP/$q" --steps 2 "${RUN[@]}" --out "$TMP/tr_$q" 2>"$TMP/err" \
         && $NB export --ckpt "$TMP/tr_$q" --hf "$TMP/tr_${q}_hf" 2>/dev/null && import "$TMP/tr_${q}_hf" im_tr_$q \
@@ -374,6 +372,4 @@ bad q3norm qwen3 '{}' && ST drop "$TMP/qwen3/model.safetensors" "$TMP/q3norm/mod
 refused "qwen3: missing q_norm" "tensor 'model.layers.1.self_attn.q_norm.weight' is missing" $NB "${T[@]}" --init-from "$TMP/q3norm"
 bad q3b qwen3 '{}' && ST add "$TMP/qwen3/model.safetensors" "$TMP/q3b/model.safetensors" model.layers.0.self_attn.k_proj.bias F32 48
 refused "qwen3: a bias tensor" "k_proj.bias': a Qwen3ForCausalLM has no such bias" $NB "${T[@]}" --init-from "$TMP/q3b"
-bad q2nob qwen2 '{}' && ST drop "$TMP/qwen2/model.safetensors" "$TMP/q2nob/model.safetensors" model.layers.0.self_attn.v_proj.bias
-refused "qwen2: missing v_proj.bias" "tensor 'model.layers.0.self_attn.v_proj.bias' is missing" $NB "${T[@]}" --init-from "$TMP/q2nob"
 finish
