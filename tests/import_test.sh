@@ -6,6 +6,10 @@
 # independent writer (python3, struct only) load: BF16 and F16 (the values rounded as the copy
 # rounds them), two shards with an index, GPT-2 without the "transformer." prefix plus the
 # mask buffers HF's gpt2 repository holds, Mistral, rms_norm_eps 1e-6 (kept, not refused).
+# Qwen2 (q/k/v biases) and Qwen3 (q/k norm, head_dim 24 != hidden / heads) checkpoints written by
+# the same python writer with random values: imported, exported with the same tensors, trained 2
+# steps and round-tripped, the Qwen3 import resumed bitwise and trained by the stream schedule
+# bitwise like the plain one; eval's loss against transformers' formulas written out in Python.
 # Every refusal: exit code 2, one error line naming the field or tensor.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not found: skipping the import checks"; exit 77; }
@@ -88,8 +92,102 @@ elif cmd == "rows":  # A B NAME ROWS: B's tensor NAME is the first ROWS rows of 
     _, x = read(a[0]); _, y = read(a[1]); dx, dy = x[a[2]], y[a[2]]
     ok = dy[1][0] == int(a[3]) and dy[1][1:] == dx[1][1:] and dy[2] == dx[2][:len(dy[2])]
     print("%s %s of %s" % (a[2], dy[1], dx[1])); sys.exit(0 if ok else 1)
-elif cmd == "field":  # FILE KEY: a config.json field
-    print(json.load(open(a[0]))[a[1]])
+elif cmd == "field":  # FILE KEY...: config.json fields, one line
+    c = json.load(open(a[0])); print(" ".join(str(c[k]) for k in a[1:]))
+elif cmd == "qwen":  # DIR qwen2|qwen3: a tiny random checkpoint of that class (tied head, Qwen's rope_theta)
+    q3, V, C, L, H, KV, F = a[1] == "qwen3", 500, 64, 2, 4, 2, 96
+    hd, seed = 24 if q3 else C // H, [7 if q3 else 3]
+    def rnd(n, mean, scale):  # uniform in mean +- scale, a 64-bit LCG
+        out = []
+        for _ in range(n):
+            seed[0] = (seed[0] * 6364136223846793005 + 1442695040888963407) % 2**64
+            out.append(mean + scale * ((seed[0] >> 11) / 2.0**52 - 1))
+        return ("F32", [n], struct.pack("<%df" % n, *out))
+    def mat(r, c, scale): dt, _, d = rnd(r * c, 0.0, scale); return (dt, [r, c], d)
+    t = {"model.embed_tokens.weight": mat(V, C, 0.5)}
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t[p + "input_layernorm.weight"] = rnd(C, 1.0, 0.2)
+        for nm, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            t[p + "self_attn.%s_proj.weight" % nm] = mat(rows, C, 0.15)
+            if not q3: t[p + "self_attn.%s_proj.bias" % nm] = rnd(rows, 0.0, 0.3)
+        if q3: t[p + "self_attn.q_norm.weight"], t[p + "self_attn.k_norm.weight"] = rnd(hd, 1.0, 0.3), rnd(hd, 1.0, 0.3)
+        t[p + "self_attn.o_proj.weight"] = mat(C, H * hd, 0.1)
+        t[p + "post_attention_layernorm.weight"] = rnd(C, 1.0, 0.2)
+        t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"] = mat(F, C, 0.15), mat(F, C, 0.15)
+        t[p + "mlp.down_proj.weight"] = mat(C, F, 0.1)
+    t["model.norm.weight"] = rnd(C, 1.0, 0.2)
+    os.makedirs(a[0], exist_ok=True)
+    write(os.path.join(a[0], "model.safetensors"), t, {"format": "pt"})
+    c = {"architectures": ["Qwen3ForCausalLM" if q3 else "Qwen2ForCausalLM"], "model_type": a[1], "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H,
+         "num_key_value_heads": KV, "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+         "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": 4096,
+         "max_window_layers": 21, "attention_dropout": 0.0, "torch_dtype": "float32", "use_cache": True}
+    if q3: c.update({"head_dim": hd, "attention_bias": False, "sliding_window": None})
+    json.dump(c, open(os.path.join(a[0], "config.json"), "w"), indent=2)
+elif cmd == "ref":  # DIR SHARD T: transformers' Qwen2/Qwen3 forward written out in plain Python (float64):
+    # the mean cross-entropy of the shard's first T + 1 tokens
+    d, shard, T = a[0], a[1], int(a[2])
+    _, st = read(d + "/model.safetensors"); W = {}
+    for k, (dt, sh, data) in st.items():
+        vals = floats(data)
+        W[k] = [list(vals[i * sh[1]:(i + 1) * sh[1]]) for i in range(sh[0])] if len(sh) == 2 else list(vals)
+    c = json.load(open(d + "/config.json"))
+    C, H, KV, L = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["num_hidden_layers"]
+    hd = c.get("head_dim", C // H); eps = c["rms_norm_eps"]; theta = c["rope_theta"]
+    raw = open(shard, "rb").read()
+    ids = struct.unpack("<%dH" % (T + 1), raw[1024:1024 + 2 * (T + 1)])
+    x_ids, y_ids = ids[:-1], ids[1:]
+    def rms(v, w):
+        s = 1.0 / math.sqrt(sum(a * a for a in v) / len(v) + eps)
+        return [wi * a * s for a, wi in zip(v, w)]
+    def lin(v, M, bias=None):
+        out = [sum(a * b for a, b in zip(row, v)) for row in M]
+        return [o + bb for o, bb in zip(out, bias)] if bias else out
+    def rope(v, t):
+        h = hd // 2; out = list(v)
+        for i in range(h):
+            f = 1.0 / (theta ** (2 * i / hd)); ang = t * f; co, si = math.cos(ang), math.sin(ang)
+            out[i] = v[i] * co - v[i + h] * si; out[i + h] = v[i + h] * co + v[i] * si
+        return out
+    x = [list(W["model.embed_tokens.weight"][i]) for i in x_ids]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        qs, ks, vs = [], [], []
+        for t in range(T):
+            h = rms(x[t], W[p + "input_layernorm.weight"])
+            q = lin(h, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias"))
+            k = lin(h, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias"))
+            v = lin(h, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias"))
+            qh = [q[j * hd:(j + 1) * hd] for j in range(H)]; kh = [k[j * hd:(j + 1) * hd] for j in range(KV)]
+            if p + "self_attn.q_norm.weight" in W:
+                qh = [rms(a, W[p + "self_attn.q_norm.weight"]) for a in qh]; kh = [rms(a, W[p + "self_attn.k_norm.weight"]) for a in kh]
+            qs.append([rope(a, t) for a in qh]); ks.append([rope(a, t) for a in kh]); vs.append([v[j * hd:(j + 1) * hd] for j in range(KV)])
+        for t in range(T):
+            y = []
+            for j in range(H):
+                g = j // (H // KV)
+                sc = [sum(a * b for a, b in zip(qs[t][j], ks[u][g])) / math.sqrt(hd) for u in range(t + 1)]
+                m = max(sc); e = [math.exp(s - m) for s in sc]; z = sum(e)
+                y += [sum(e[u] / z * vs[u][g][i] for u in range(t + 1)) for i in range(hd)]
+            o = lin(y, W[p + "self_attn.o_proj.weight"])
+            x[t] = [a + b for a, b in zip(x[t], o)]
+        for t in range(T):
+            h = rms(x[t], W[p + "post_attention_layernorm.weight"])
+            gt = lin(h, W[p + "mlp.gate_proj.weight"]); up = lin(h, W[p + "mlp.up_proj.weight"])
+            a = [gg / (1 + math.exp(-gg)) * u for gg, u in zip(gt, up)]
+            x[t] = [xx + dd for xx, dd in zip(x[t], lin(a, W[p + "mlp.down_proj.weight"]))]
+    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
+    tot = 0.0
+    for t in range(T):
+        h = rms(x[t], W["model.norm.weight"]); lg = lin(h, head); m = max(lg)
+        tot += m + math.log(sum(math.exp(v - m) for v in lg)) - lg[y_ids[t]]
+    print("%.5f" % (tot / T))
+elif cmd == "same":  # A B: the same tensor names, dtypes, shapes and bytes
+    _, x = read(a[0]); _, y = read(a[1])
+    bad = sorted(k for k in set(x) | set(y) if k not in x or k not in y or x[k] != y[k])
+    print("%d tensors the same%s" % (len(x), "; differ: " + ", ".join(bad) if bad else "")); sys.exit(1 if bad else 0)
 EOF
 ST() { python3 "$TMP/st.py" "$@"; }
 
@@ -184,8 +282,8 @@ bad() { # NAME SRC CONFIG-EDIT: a copy of SRC's directory with config.json field
 T=(train --steps 1 "${RUN[@]}")
 bad arch hf_llama '{"architectures": ["BertForMaskedLM"], "model_type": "bert"}'
 refused "unknown architecture" "architectures': BertForMaskedLM is not supported" $NB "${T[@]}" --init-from "$TMP/arch"
-bad mtype hf_llama '{"architectures": null, "model_type": "qwen2"}'
-refused "unknown model_type" "model_type': 'qwen2' is not supported" $NB "${T[@]}" --init-from "$TMP/mtype"
+bad mtype hf_llama '{"architectures": null, "model_type": "gemma"}'
+refused "unknown model_type" "model_type': 'gemma' is not supported" $NB "${T[@]}" --init-from "$TMP/mtype"
 bad rope3 hf_llama '{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}'
 refused "llama3 rope_scaling" "llama3 rope_scaling is not supported yet" $NB "${T[@]}" --init-from "$TMP/rope3"
 bad ropel hf_llama '{"rope_scaling": {"type": "linear", "factor": 2.0}}'
@@ -195,7 +293,7 @@ refused "mixture of experts" "num_local_experts' is set: mixture-of-experts" $NB
 bad abias hf_llama '{"attention_bias": true}'
 refused "attention_bias true" "attention_bias' is true" $NB "${T[@]}" --init-from "$TMP/abias"
 bad hdim hf_llama '{"head_dim": 32}'
-refused "head_dim != hidden / heads" "head_dim' is 32, but hidden_size / num_attention_heads is 16" $NB "${T[@]}" --init-from "$TMP/hdim"
+refused "head_dim 32 (!= hidden / heads: q_proj has heads * head_dim rows)" "q_proj.weight' has shape \[64, 64\], config.json makes it \[128, 64\]" $NB "${T[@]}" --init-from "$TMP/hdim"
 bad window hf_llama '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 32}'
 refused "sliding_window < seq" "sliding_window 32 is shorter than the sequence length 64" $NB "${T[@]}" --init-from "$TMP/window"
 bad ffn hf_llama '{"intermediate_size": 160}'
@@ -209,7 +307,7 @@ refused "missing field" "num_hidden_layers' is missing" $NB "${T[@]}" --init-fro
 bad missing hf_llama '{}' && ST drop "$TMP/hf_llama/model.safetensors" "$TMP/missing/model.safetensors" model.layers.1.mlp.up_proj.weight
 refused "missing tensor" "tensor 'model.layers.1.mlp.up_proj.weight' is missing" $NB "${T[@]}" --init-from "$TMP/missing"
 bad qbias hf_llama '{}' && ST add "$TMP/hf_llama/model.safetensors" "$TMP/qbias/model.safetensors" model.layers.0.self_attn.q_proj.bias F32 64
-refused "Llama bias tensor" "q_proj.bias': attention/MLP biases are not supported" $NB "${T[@]}" --init-from "$TMP/qbias"
+refused "Llama bias tensor" "q_proj.bias': a LlamaForCausalLM has no such bias" $NB "${T[@]}" --init-from "$TMP/qbias"
 bad extra hf_llama '{}' && ST add "$TMP/hf_llama/model.safetensors" "$TMP/extra/model.safetensors" model.layers.2.input_layernorm.weight F32 64
 refused "tensor beyond the config" "layers.2.input_layernorm.weight' is not part of a LlamaForCausalLM" $NB "${T[@]}" --init-from "$TMP/extra"
 bad i32 hf_llama '{}' && ST retype "$TMP/hf_llama/model.safetensors" "$TMP/i32/model.safetensors" model.norm.weight I32
@@ -229,4 +327,49 @@ refused "shard outside the directory" "not a file name in the directory" $NB "${
 refused "--model with --init-from" "\-\-model with --init-from" $NB "${T[@]}" --model llama-tiny --init-from "$TMP/hf_llama"
 refused "--steps 0 without --init-from" "\-\-steps is 0" $NB train --model gpt2-tiny --steps 0 "${RUN[@]}"
 $NB train --help | grep -q -- "--init-from HF_DIR" && pass "--help lists --init-from" || fail "--help"
+
+# Qwen2 and Qwen3
+for q in qwen2 qwen3; do
+    ST qwen "$TMP/$q" $q || { fail "$q: write the checkpoint"; continue; }
+    import "$TMP/$q" im_$q && r=$(ST same "$TMP/$q/model.safetensors" "$TMP/im_${q}_hf/model.safetensors") \
+        && pass "$q: import, export: $r" || fail "$q: import, export: $r"
+    f=$(ST field "$TMP/im_${q}_hf/config.json" architectures head_dim rope_theta tie_word_embeddings)
+    [ "$f" = "['${q^}ForCausalLM'] $([ $q = qwen3 ] && echo 24 || echo 16) 1000000.0 True" ] \
+        && pass "$q: exported config.json (class, head_dim, rope_theta, tied): $f" || fail "$q: config.json: $f"
+    grep -q "\"preset\": \"hf-$q\"" "$TMP/im_$q/ckpt/state.json" && pass "$q: preset hf-$q" || fail "$q: preset"
+    ours=$($NB eval --ckpt "$TMP/im_$q" --data "$TMP/tokens.bin" --batch 1 --batches 1 2>&1 | grep -o "loss [0-9.]* nats")
+    ref=$(ST ref "$TMP/$q" "$TMP/tokens.bin" 64)
+    awk -v a="${ours//[^0-9.]/}" -v b="$ref" 'BEGIN { exit !(a != "" && a - b < 2e-4 && b - a < 2e-4) }' \
+        && pass "$q: eval $ours, transformers' math in plain Python $ref" || fail "$q: eval '$ours' vs plain Python $ref"
+    $NB train --init-from "$TMP/$q" --steps 2 "${RUN[@]}" --out "$TMP/tr_$q" 2>"$TMP/err" \
+        && $NB export --ckpt "$TMP/tr_$q" --hf "$TMP/tr_${q}_hf" 2>/dev/null && import "$TMP/tr_${q}_hf" im_tr_$q \
+        && same_export "$q: train 2 steps, export, --init-from --steps 0" "tr_${q}_hf" "im_tr_${q}_hf" \
+        || fail "$q: train 2 steps: $(tail -2 "$TMP/err")"
+done
+grep -q '"head_dim": 24' "$TMP/im_qwen3/ckpt/state.json" && grep -q '"qk_norm": true' "$TMP/im_qwen3/ckpt/state.json" \
+    && grep -q '"qkv_bias": true' "$TMP/im_qwen2/ckpt/state.json" && pass "state.json keeps head_dim, qk_norm and qkv_bias" \
+    || fail "state.json: the Qwen fields"
+$NB train --resume "$TMP/im_qwen3" --steps 3 --data "$TMP/tokens.bin" --no-progress --quiet 2>/dev/null \
+    && $NB train --init-from "$TMP/qwen3" --steps 3 "${RUN[@]}" --out "$TMP/straight3" \
+    && st_same "$TMP/im_qwen3/ckpt/model.safetensors" "$TMP/straight3/ckpt/model.safetensors" \
+    && st_same "$TMP/im_qwen3/ckpt/optim.safetensors" "$TMP/straight3/ckpt/optim.safetensors" \
+    && pass "qwen3: resume of the step-0 checkpoint bitwise a straight --init-from run (3 steps)" || fail "qwen3: resume differs"
+$NB train --init-from "$TMP/qwen3" --steps 2 --schedule stream --ckpt-interval 1 "${RUN[@]}" --out "$TMP/stream3" 2>/dev/null \
+    && st_same "$TMP/tr_qwen3/ckpt/model.safetensors" "$TMP/stream3/ckpt/model.safetensors" \
+    && pass "qwen3: --schedule stream --ckpt-interval 1 (q/k norm recomputed) bitwise the plain run" || fail "qwen3: stream differs"
+bad q2win qwen2 '{"use_sliding_window": true, "sliding_window": 64}'
+$NB "${T[@]}" --init-from "$TMP/q2win" --out "$TMP/q2win_run" 2>/dev/null && pass "qwen2: use_sliding_window with a window of --seq" \
+    || fail "qwen2: sliding window 64 refused"
+bad q2short qwen2 '{"use_sliding_window": true, "sliding_window": 32}'
+refused "qwen2: sliding window < seq" "use_sliding_window is true and sliding_window 32 is shorter than the sequence length 64" \
+    $NB "${T[@]}" --init-from "$TMP/q2short"
+bad q3bias qwen3 '{"attention_bias": true}'
+refused "qwen3: attention_bias true" "attention_bias' is true" $NB "${T[@]}" --init-from "$TMP/q3bias"
+bad q3hd qwen3 '{"head_dim": null}'
+refused "qwen3: no head_dim (Qwen3Config's 128)" "q_proj.weight' has shape \[96, 64\], config.json makes it \[512, 64\]" \
+    $NB "${T[@]}" --init-from "$TMP/q3hd"
+bad q3norm qwen3 '{}' && ST drop "$TMP/qwen3/model.safetensors" "$TMP/q3norm/model.safetensors" model.layers.1.self_attn.q_norm.weight
+refused "qwen3: missing q_norm" "tensor 'model.layers.1.self_attn.q_norm.weight' is missing" $NB "${T[@]}" --init-from "$TMP/q3norm"
+bad q3b qwen3 '{}' && ST add "$TMP/qwen3/model.safetensors" "$TMP/q3b/model.safetensors" model.layers.0.self_attn.k_proj.bias F32 48
+refused "qwen3: a bias tensor" "k_proj.bias': a Qwen3ForCausalLM has no such bias" $NB "${T[@]}" --init-from "$TMP/q3b"
 finish

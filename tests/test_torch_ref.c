@@ -1,5 +1,6 @@
 /* Whole model against PyTorch. For each reference file written by tests/torch/ref_check.py gen
- * (committed: tests/torch/ref/gpt2_tiny.safetensors and llama_tiny.safetensors), build the model
+ * (committed: tests/torch/ref/gpt2_tiny.safetensors and llama_tiny.safetensors; qwen2_tiny and qwen3_tiny
+ * when generated, read when present), build the model
  * from the file's metadata, load its weights and batch, and through the model API (embed, layer
  * forward, head with backward, layer backward, embed backward: the trainer's work items) compare
  * with the float64 PyTorch reference:
@@ -154,6 +155,10 @@ static void read_config(const nb_st_file *f, nb_tf_config *c) {
     c->tied = meta_int(f, "tied", 0, 1);
     c->norm_eps = (float)meta_num(f, "norm_eps", 0, 1);
     c->rope_theta = (float)meta_num(f, "rope_theta", 1, 1e9);
+    /* the Qwen variants of the Llama layout; absent in older references */
+    c->head_dim = nb_st_meta_get(f, "head_dim") ? meta_int(f, "head_dim", 0, 1 << 16) : 0;
+    c->qkv_bias = nb_st_meta_get(f, "qkv_bias") ? meta_int(f, "qkv_bias", 0, 1) : 0;
+    c->qk_norm = nb_st_meta_get(f, "qk_norm") ? meta_int(f, "qk_norm", 0, 1) : 0;
     nb_tf_config_finalize(c);
     NB_CHECK(c->vocab_padded == meta_int(f, "vocab_padded", 2, 65536), REGEN_HINT,
              "%s: vocab_padded %d, this build pads to %d", nb_st_path(f), meta_int(f, "vocab_padded", 2, 65536),
@@ -487,7 +492,8 @@ static int file_exists(const char *p) {
 /* Default references: tests/torch/ref/ from the working directory, else next to the source
  * tree this binary was built in (build/tests/test_torch_ref -> ../../tests/torch/ref). */
 static int default_refs(char paths[][PATH_MAX], int cap) {
-    static const char *names[] = {"gpt2_tiny.safetensors", "llama_tiny.safetensors"};
+    static const char *names[] = {"gpt2_tiny.safetensors", "llama_tiny.safetensors", "qwen2_tiny.safetensors",
+                                  "qwen3_tiny.safetensors"};
     char dirs[2][PATH_MAX] = {"tests/torch/ref", ""};
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -496,7 +502,7 @@ static int default_refs(char paths[][PATH_MAX], int cap) {
         snprintf(dirs[1], sizeof dirs[1], "%.3900s/../../tests/torch/ref", dirname(exe));
     }
     int k = 0;
-    for (int i = 0; i < 2 && k < cap; i++) {
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]) && k < cap; i++) {
         for (int d = 0; d < 2; d++) {
             snprintf(paths[k], PATH_MAX, "%.3900s/%s", dirs[d], names[i]);
             if (dirs[d][0] && file_exists(paths[k])) {

@@ -64,8 +64,13 @@ int nb_tf_preset(const char *name, nb_tf_config *cfg) {
 void nb_tf_config_finalize(nb_tf_config *c) {
     NB_CHECK(c->layers >= 1 && c->layers <= 4096, "--layers takes 1..4096", "bad layer count %d", c->layers);
     NB_CHECK(c->dim >= 1, "--dim takes a positive width", "bad width %d", c->dim);
-    NB_CHECK(c->heads >= 1 && c->dim % c->heads == 0, "--dim must be a multiple of --heads",
+    NB_CHECK(c->head_dim >= 0 && c->head_dim <= 65536, "the checkpoint's head_dim must be positive",
+             "bad head size %d", c->head_dim);
+    NB_CHECK(c->heads >= 1 && (c->head_dim || c->dim % c->heads == 0), "--dim must be a multiple of --heads",
              "width %d does not split into %d heads", c->dim, c->heads);
+    NB_CHECK(c->arch == NB_ARCH_LLAMA || !(c->head_dim || c->qkv_bias || c->qk_norm),
+             "head_dim, qkv_bias and qk_norm are Llama-layout variants (Qwen2, Qwen3)",
+             "a GPT-2 layout with an explicit head size, a qkv bias switch or a q/k norm");
     NB_CHECK(c->kv_heads >= 1 && c->heads % c->kv_heads == 0, "--heads must be a multiple of --kv-heads",
              "%d query heads do not group into %d kv heads", c->heads, c->kv_heads);
     NB_CHECK(c->arch == NB_ARCH_LLAMA || c->kv_heads == c->heads, "GPT-2 layouts have kv-heads == heads",
@@ -74,16 +79,17 @@ void nb_tf_config_finalize(nb_tf_config *c) {
     NB_CHECK(c->vocab >= 2 && c->vocab <= 65536, "--vocab takes 2..65536 (tokens are stored as uint16)",
              "bad vocabulary size %d", c->vocab);
     NB_CHECK(c->seq >= 1, "--seq takes a positive length", "bad sequence length %d", c->seq);
-    c->head_size = c->dim / c->heads;
+    c->head_size = c->head_dim ? c->head_dim : c->dim / c->heads;
     NB_CHECK(c->arch != NB_ARCH_LLAMA || c->head_size % 2 == 0, "RoPE needs an even head size",
              "head size %d is odd", c->head_size);
     c->vocab_padded = (c->vocab + 63) / 64 * 64;
 }
 
 void nb_tf_config_print(const nb_tf_config *c, FILE *f) {
-    fprintf(f, "model       %s (%s): layers %d, dim %d, heads %d, kv-heads %d, head size %d, ffn %d, vocab %d (padded %d), seq %d%s\n",
+    fprintf(f, "model       %s (%s): layers %d, dim %d, heads %d, kv-heads %d, head size %d, ffn %d, vocab %d (padded %d), seq %d%s%s%s\n",
             c->preset, c->arch == NB_ARCH_GPT2 ? "gpt2 layout" : "llama layout", c->layers, c->dim, c->heads,
-            c->kv_heads, c->head_size, c->ffn, c->vocab, c->vocab_padded, c->seq, c->tied ? ", tied head" : "");
+            c->kv_heads, c->head_size, c->ffn, c->vocab, c->vocab_padded, c->seq, c->tied ? ", tied head" : "",
+            c->qkv_bias ? ", qkv bias" : "", c->qk_norm ? ", q/k norm" : "");
 }
 
 /* ---------------------------------------------------------------- parameter table */
@@ -142,7 +148,11 @@ void nb_tf_model_init(nb_tf_model *m, const nb_tf_config *cfg) {
         P(NB_TF_LN1_W, "ln1.weight", 1, C, 1, 0);
         if (gpt2) P(NB_TF_LN1_B, "ln1.bias", 1, C, 1, 0);
         P(NB_TF_QKV_W, "attn.qkv.weight", 2, qkv_width(c), C, 1);
-        if (gpt2) P(NB_TF_QKV_B, "attn.qkv.bias", 1, qkv_width(c), 1, 0);
+        if (gpt2 || c->qkv_bias) P(NB_TF_QKV_B, "attn.qkv.bias", 1, qkv_width(c), 1, 0);
+        if (c->qk_norm) {
+            P(NB_TF_QNORM_W, "attn.q_norm.weight", 1, c->head_size, 1, 0);
+            P(NB_TF_KNORM_W, "attn.k_norm.weight", 1, c->head_size, 1, 0);
+        }
         P(NB_TF_PROJ_W, "attn.proj.weight", 2, C, att_width(c), 1);
         if (gpt2) P(NB_TF_PROJ_B, "attn.proj.bias", 1, C, 1, 0);
         P(NB_TF_LN2_W, "ln2.weight", 1, C, 1, 0);
@@ -183,7 +193,7 @@ void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed) {
         float *w = slab + p->offset;
         if (p->ndim == 1) {
             /* norm weights start at 1, biases at 0 */
-            if (strstr(p->name, "ln") && strstr(p->name, ".weight"))
+            if ((strstr(p->name, "ln") || strstr(p->name, "_norm")) && strstr(p->name, ".weight"))
                 for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
             continue;
         }
@@ -257,6 +267,11 @@ static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver
     la->ln2_mean = carve(cv, N * sizeof(float));
     la->ln2_rstd = carve(cv, N * sizeof(float));
     la->lse = carve(cv, (size_t)B * c->heads * T * sizeof(float));
+    la->qk_in = la->qk_rstd = NULL;
+    if (!c->qk_norm) return;
+    size_t heads = N * (size_t)(c->heads + c->kv_heads);
+    la->qk_in = carve(cv, heads * (size_t)c->head_size * es);
+    la->qk_rstd = carve(cv, heads * sizeof(float));
 }
 
 static size_t acts_layout(const nb_tf_model *m, nb_tf_acts *a, void *buf, int B, int T, size_t es) {
@@ -388,6 +403,30 @@ static void norm_bwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, v
         be->rmsnorm_bwd(ctx, dx, dw, dout, x, w, rstd, N, m->cfg.dim);
 }
 
+/* Qwen3's q_norm and k_norm: every q head, then every k head, of each qkv row normalized over the
+ * head size with its own weight, in place (RoPE then rotates the normalized heads); qk_in keeps
+ * the heads as they were, q heads first, for the backward. */
+static void qk_norm_fwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                        nb_tf_layer_acts *s, int N) {
+    const nb_tf_config *c = &m->cfg;
+    int H = c->heads, hs = c->head_size, QKV = qkv_width(c);
+    size_t es = act_es(be), nq = (size_t)N * H;
+    be->headnorm_fwd(ctx, s->qkv, s->qk_in, s->qk_rstd, w->t[NB_TF_QNORM_W], N, H, hs, QKV, c->norm_eps);
+    be->headnorm_fwd(ctx, at(s->qkv, (size_t)H * hs, es), at(s->qk_in, nq * hs, es), s->qk_rstd + nq,
+                     w->t[NB_TF_KNORM_W], N, c->kv_heads, hs, QKV, c->norm_eps);
+}
+
+/* dqkv's q and k heads: d(normalized) in, d(projection) out, after RoPE's backward. */
+static void qk_norm_bwd(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                        const nb_tf_layer_view *dw, const nb_tf_layer_acts *s, void *dqkv, int N) {
+    const nb_tf_config *c = &m->cfg;
+    int H = c->heads, hs = c->head_size, QKV = qkv_width(c);
+    size_t es = act_es(be), nq = (size_t)N * H;
+    be->headnorm_bwd(ctx, dqkv, dw->t[NB_TF_QNORM_W], s->qk_in, w->t[NB_TF_QNORM_W], s->qk_rstd, N, H, hs, QKV);
+    be->headnorm_bwd(ctx, at(dqkv, (size_t)H * hs, es), dw->t[NB_TF_KNORM_W], at(s->qk_in, nq * hs, es),
+                     w->t[NB_TF_KNORM_W], s->qk_rstd + nq, N, c->kv_heads, hs, QKV);
+}
+
 /* out = resid + inp @ w^T + bias: one fused op where the backend has it (issue 18), else the
  * projection and the residual add. */
 static void proj_residual(const nb_backend_i *be, nb_ctx ctx, void *out, const void *inp, const void *w,
@@ -410,6 +449,7 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
 
     norm_fwd(m, be, ctx, s->ln1, s->ln1_mean, s->ln1_rstd, x, w->t[NB_TF_LN1_W], w->t[NB_TF_LN1_B], N);
     be->matmul_fwd(ctx, s->qkv, s->ln1, w->t[NB_TF_QKV_W], w->t[NB_TF_QKV_B], N, C, QKV);
+    if (c->qk_norm) qk_norm_fwd(m, be, ctx, w, s, N);
     if (c->arch == NB_ARCH_LLAMA) {
         /* q and k are rotated in place: attention and its backward both see the rotated values.
          * The k heads follow the q heads in each row, so one call over heads + kv_heads rotates
@@ -481,6 +521,7 @@ static void layer_backward_set(const nb_tf_model *m, const nb_backend_i *be, nb_
     if (c->arch == NB_ARCH_LLAMA) {
         be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
     }
+    if (c->qk_norm) qk_norm_bwd(m, be, ctx, w, dw, s, a->dqkv, N);
     be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C,
                        QKV);
     norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN1_W], dw->t[NB_TF_LN1_B], a->dln, x, w->t[NB_TF_LN1_W], s->ln1_mean,
@@ -522,6 +563,7 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
     if (c->arch == NB_ARCH_LLAMA) {
         be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
     }
+    if (c->qk_norm) qk_norm_bwd(m, be, ctx, w, dw, s, a->dqkv, N);
     be->zero(ctx, a->dln, (size_t)N * C * es);
     be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C, QKV);
     norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN1_W], dw->t[NB_TF_LN1_B], a->dln, x, w->t[NB_TF_LN1_W], s->ln1_mean,

@@ -1,5 +1,7 @@
 /* Decoder-only transformers: GPT-2 layout (learned positions, LayerNorm, GELU, tied head, biases)
- * and Llama layout (RoPE, RMSNorm, SwiGLU, grouped-query attention, untied head, no biases).
+ * and Llama layout (RoPE, RMSNorm, SwiGLU, grouped-query attention, untied head, no biases), with
+ * the two Qwen variants of the Llama layout: q/k/v biases (Qwen2, qkv_bias) and a per-head RMSNorm
+ * of q and k before RoPE with a head size of its own (Qwen3, qk_norm and head_dim).
  *
  * A model is a parameter table plus stateless blocks. All parameters live in one slab (llm.c's
  * "malloc and point"), laid out in groups: group 0 = embeddings, group 1+l = layer l, group L+1 =
@@ -30,21 +32,28 @@ typedef struct nb_tf_config {
     int seq;          /* context length (rows of the learned position table) */
     float norm_eps, rope_theta;
     int tied; /* head shares the token embedding */
+    /* Llama-layout variants (0 in GPT-2 layouts and older checkpoints) */
+    int head_dim; /* head size when not dim / heads (Qwen3); 0: dim / heads */
+    int qkv_bias; /* the fused qkv projection has a bias (Qwen2) */
+    int qk_norm;  /* per-head RMSNorm of q and k (weights [head_size]) before RoPE (Qwen3) */
 } nb_tf_config;
 
 /* Fill cfg from a preset name; returns 0 if the name is unknown. */
 int nb_tf_preset(const char *name, nb_tf_config *cfg);
 /* Comma-separated preset names, for --help and errors. */
 const char *nb_tf_preset_names(void);
-/* Recompute derived fields (head_size, vocab_padded) and validate; fails with a hint. */
+/* Recompute derived fields (head_size: head_dim or dim / heads; vocab_padded) and validate; fails
+ * with a hint. */
 void nb_tf_config_finalize(nb_tf_config *cfg);
 void nb_tf_config_print(const nb_tf_config *cfg, FILE *f);
 
-/* Per-layer tensors. Llama leaves the biases absent (param index -1). For Llama FC is the fused
- * gate/up projection [2F, C] (gate rows first) and FCPROJ the down projection [C, F]. */
+/* Per-layer tensors. Llama leaves the biases absent (param index -1), but for QKV_B with qkv_bias.
+ * For Llama FC is the fused gate/up projection [2F, C] (gate rows first) and FCPROJ the down
+ * projection [C, F]. QNORM_W / KNORM_W [head_size] exist with qk_norm only. */
 enum {
     NB_TF_LN1_W, NB_TF_LN1_B, NB_TF_QKV_W, NB_TF_QKV_B, NB_TF_PROJ_W, NB_TF_PROJ_B,
     NB_TF_LN2_W, NB_TF_LN2_B, NB_TF_FC_W, NB_TF_FC_B, NB_TF_FCPROJ_W, NB_TF_FCPROJ_B,
+    NB_TF_QNORM_W, NB_TF_KNORM_W,
     NB_TF_LAYER_TENSORS
 };
 /* Global tensors. */
@@ -89,6 +98,8 @@ void *nb_tf_global_ptr(const nb_tf_model *m, int which, void *slab, size_t elem_
 typedef struct {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fca; /* fca: gelu(fch) or swiglu(fch) */
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+    void *qk_in;     /* qk_norm: q and k heads before their norm, [N * (heads + kv_heads), head_size] */
+    float *qk_rstd;  /* qk_norm: [N * (heads + kv_heads)] */
 } nb_tf_layer_acts;
 
 /* Activations and scratch for a batch shape, in one slab. */

@@ -78,6 +78,11 @@ static void llama_table(table *tb) {
         add(tb, ix[NB_TF_QKV_W], 0, q, 0, "model.layers.%d.self_attn.q_proj.weight", l);
         add(tb, ix[NB_TF_QKV_W], q, kv, 0, "model.layers.%d.self_attn.k_proj.weight", l);
         add(tb, ix[NB_TF_QKV_W], q + kv, kv, 0, "model.layers.%d.self_attn.v_proj.weight", l);
+        add(tb, ix[NB_TF_QKV_B], 0, q, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+        add(tb, ix[NB_TF_QKV_B], q, kv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+        add(tb, ix[NB_TF_QKV_B], q + kv, kv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+        add(tb, ix[NB_TF_QNORM_W], 0, -1, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+        add(tb, ix[NB_TF_KNORM_W], 0, -1, 0, "model.layers.%d.self_attn.k_norm.weight", l);
         add(tb, ix[NB_TF_PROJ_W], 0, -1, 0, "model.layers.%d.self_attn.o_proj.weight", l);
         add(tb, ix[NB_TF_LN2_W], 0, -1, 0, "model.layers.%d.post_attention_layernorm.weight", l);
         add(tb, ix[NB_TF_FC_W], 0, F, 0, "model.layers.%d.mlp.gate_proj.weight", l);
@@ -100,8 +105,14 @@ int nb_hf_tensors(const nb_tf_model *m, nb_hf_tensor **out) {
     return tb.n;
 }
 
+/* The Llama layout's variants name their class: q/k norm is Qwen3's, a qkv bias Qwen2's. */
+static const char *qwen_class(const nb_tf_config *c) {
+    return c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : NULL;
+}
+
 const char *nb_hf_class_name(const nb_tf_model *m) {
-    return m->cfg.arch == NB_ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+    if (m->cfg.arch == NB_ARCH_GPT2) return "GPT2LMHeadModel";
+    return qwen_class(&m->cfg) ? qwen_class(&m->cfg) : "LlamaForCausalLM";
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -214,10 +225,45 @@ static void llama_config(cfg_out *o, const nb_tf_config *c) {
     kv_bool(o, "tie_word_embeddings", c->tied);
 }
 
+/* Qwen2Config / Qwen3Config: Llama's fields, the sliding window off, Qwen3's head_dim, and no
+ * attention_bias for Qwen2 (its q/k/v biases are not a switch there). */
+static void qwen_config(cfg_out *o, const nb_tf_config *c) {
+    char theta[48], rope[160], cls[48];
+    int qwen3 = c->qk_norm;
+    fmt_float(theta, sizeof theta, c->rope_theta);
+    snprintf(cls, sizeof cls, "[\"%s\"]", qwen_class(c));
+    kv(o, "architectures", cls);
+    kv_str(o, "model_type", qwen3 ? "qwen3" : "qwen2");
+    kv_int(o, "vocab_size", c->vocab);
+    kv_int(o, "hidden_size", c->dim);
+    kv_int(o, "intermediate_size", c->ffn);
+    kv_int(o, "num_hidden_layers", c->layers);
+    kv_int(o, "num_attention_heads", c->heads);
+    kv_int(o, "num_key_value_heads", c->kv_heads);
+    kv_int(o, "head_dim", c->head_size);
+    kv_str(o, "hidden_act", "silu");
+    kv_int(o, "max_position_embeddings", c->seq);
+    kv_float(o, "rms_norm_eps", c->norm_eps);
+    kv(o, "rope_theta", theta);
+    snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
+    kv(o, "rope_parameters", rope);
+    if (qwen3) kv_bool(o, "attention_bias", 0);
+    kv_float(o, "attention_dropout", 0.0f);
+    kv_bool(o, "use_sliding_window", 0);
+    kv(o, "sliding_window", "null");
+    kv_int(o, "max_window_layers", c->layers);
+    kv_float(o, "initializer_range", 0.02f);
+    kv_bool(o, "use_cache", 1);
+    token_ids(o, c);
+    kv_bool(o, "tie_word_embeddings", c->tied);
+}
+
 char *nb_hf_config_json(const nb_tf_model *m) {
     cfg_out o = {{0}, 0};
     if (m->cfg.arch == NB_ARCH_GPT2)
         gpt2_config(&o, &m->cfg);
+    else if (qwen_class(&m->cfg))
+        qwen_config(&o, &m->cfg);
     else
         llama_config(&o, &m->cfg);
     kv_str(&o, "dtype", "float32");

@@ -11,6 +11,9 @@
  * gate_up into gate_proj (first F rows) and up_proj (last F rows). Our RoPE is HF's rotate_half
  * on heads laid out as q_proj's rows are, so no permutation is needed (llama's original
  * checkpoints interleave pairs and need one; HF checkpoints and ours do not).
+ * Llama layouts with a qkv bias map to Qwen2ForCausalLM (the bias splits into q/k/v_proj.bias as the
+ * weight does), those with a q/k norm to Qwen3ForCausalLM (self_attn.q_norm / k_norm.weight
+ * [head_dim]); head_dim is the model's head size, which need not be hidden_size / heads.
  * Embedding and head rows >= vocab (our padding to a multiple of 64) are dropped: HF's tables
  * have exactly vocab_size rows.
  * Values are written straight from the parameter slab (transposed chunk by chunk), so exporting
@@ -39,7 +42,7 @@ typedef struct {
 
 /* The export table of a model, in file order. Returns the count; *out is malloc'd (free it). */
 int nb_hf_tensors(const nb_tf_model *m, nb_hf_tensor **out);
-/* "GPT2LMHeadModel" or "LlamaForCausalLM". */
+/* "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM". */
 const char *nb_hf_class_name(const nb_tf_model *m);
 /* config.json text for the model, NUL-terminated, malloc'd (free it). Floats are always
  * written with a decimal point or an exponent: transformers 5's strict configs reject an
@@ -53,8 +56,9 @@ int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params)
  * HF_DIR holds config.json and model.safetensors, or model.safetensors.index.json and the
  * shards its weight_map names; tensors in F32, BF16 or F16 become fp32 master weights.
  * Accepted: GPT2LMHeadModel (tanh GELU), LlamaForCausalLM and MistralForCausalLM (Llama's math:
- * no biases, silu, plain RoPE, head_dim = hidden / heads, a sliding window no shorter than the
- * sequence). Anything else, a missing, misshaped or unexpected tensor, an unknown dtype or a
+ * no biases, silu, plain RoPE, a sliding window no shorter than the sequence), Qwen2ForCausalLM
+ * (and q/k/v biases) and Qwen3ForCausalLM (a per-head q/k RMSNorm); head_dim may differ from
+ * hidden / heads. Anything else, a missing, misshaped or unexpected tensor, an unknown dtype or a
  * damaged file is refused with one line and exit status 2 before training starts. */
 /* The shape from HF_DIR/config.json: vocab (any, up to 65536; padded to 64 as always), eps,
  * rope theta, tied head; seq: the training length (0: n_positions / max_position_embeddings;

@@ -14,7 +14,9 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 
-#define CFG_HINT "nobubble imports GPT2LMHeadModel, LlamaForCausalLM and MistralForCausalLM (Llama's math) checkpoints"
+#define CFG_HINT                                                                                                       \
+    "nobubble imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (Llama's math), Qwen2ForCausalLM and "        \
+    "Qwen3ForCausalLM checkpoints"
 #define FILE_HINT "the checkpoint is damaged or not a transformers save_pretrained directory: fetch or save it again"
 
 /* ---------------------------------------------------------------- config.json */
@@ -145,11 +147,12 @@ static void llama_config(const cfg_in *c, int seq, int mistral, nb_tf_config *m)
     m->layers = int_field(c, "num_hidden_layers", 1, 0);
     m->heads = int_field(c, "num_attention_heads", 1, 0);
     m->kv_heads = int_field(c, "num_key_value_heads", 1, m->heads);
-    NB_CHECK(m->dim % m->heads == 0, CFG_HINT, "%s: hidden_size %d is not a multiple of num_attention_heads %d", c->path,
-             m->dim, m->heads);
-    int head_dim = int_field(c, "head_dim", 1, m->dim / m->heads);
-    NB_CHECK(head_dim == m->dim / m->heads, "only head_dim == hidden_size / num_attention_heads is supported",
-             "%s: field 'head_dim' is %d, but hidden_size / num_attention_heads is %d", c->path, head_dim, m->dim / m->heads);
+    /* transformers takes the head size from head_dim where the config sets it (q_proj then has
+     * heads * head_dim rows and o_proj as many columns, whatever hidden_size is), else
+     * hidden_size / heads, which must then divide */
+    int split = m->dim % m->heads == 0 ? m->dim / m->heads : 0;
+    int head_dim = int_field(c, "head_dim", 1, split);
+    m->head_dim = head_dim == split ? 0 : head_dim;
     m->norm_eps = num_field(c, "rms_norm_eps", 1e-6);
     m->rope_theta = rope_theta_of(c);
     m->tied = bool_field(c, "tie_word_embeddings", 0);
@@ -167,10 +170,31 @@ static void llama_config(const cfg_in *c, int seq, int mistral, nb_tf_config *m)
              c->path, window, m->seq);
 }
 
+/* Qwen2 is Llama's math with q/k/v biases; Qwen3 has no biases, a per-head RMSNorm of q and of k
+ * before RoPE (eps rms_norm_eps) and head_dim 128 where config.json does not set it (Qwen3Config's
+ * default). Their sliding window is off unless use_sliding_window (max_window_layers only says
+ * which layers use it then), and equals full causal attention while it covers the sequence. */
+static void qwen_config(const cfg_in *c, int qwen3, nb_tf_config *m) {
+    if (qwen3) {
+        int head_dim = int_field(c, "head_dim", 1, 128);
+        m->head_dim = m->dim % m->heads == 0 && head_dim == m->dim / m->heads ? 0 : head_dim;
+        m->qk_norm = 1;
+    } else {
+        m->qkv_bias = 1;
+    }
+    if (!bool_field(c, "use_sliding_window", 0)) return;
+    int window = int_field(c, "sliding_window", 1, 0);
+    NB_CHECK(window >= m->seq, "pass --seq at most sliding_window (nobubble's attention is full causal)",
+             "%s: use_sliding_window is true and sliding_window %d is shorter than the sequence length %d: "
+             "sliding-window attention is not supported",
+             c->path, window, m->seq);
+}
+
 /* The class config.json names (architectures[0], else model_type). */
 static int arch_of(const cfg_in *c) {
-    static const char *const classes[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"};
-    static const char *const types[] = {"gpt2", "llama", "mistral"};
+    static const char *const classes[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
+                                          "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    static const char *const types[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3"};
     const nb_json *a = member(c, "architectures");
     const char *cls = NULL, *type = str_field(c, "model_type", NULL);
     if (a) {
@@ -179,7 +203,7 @@ static int arch_of(const cfg_in *c) {
         cls = a->items[0].str;
     }
     NB_CHECK(cls || type, CFG_HINT, "%s: neither 'architectures' nor 'model_type' says what model this is", c->path);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (int)(sizeof types / sizeof types[0]); k++) {
         if (cls ? strcmp(cls, classes[k]) : strcmp(type, types[k])) continue;
         NB_CHECK(!type || !strcmp(type, types[k]), CFG_HINT, "%s: field 'model_type' is '%s' but architectures names %s",
                  c->path, type, classes[k]);
@@ -206,12 +230,14 @@ static void read_config(const char *dir, int seq, nb_tf_config *cfg) {
         gpt2_config(&c, seq, cfg);
     else
         llama_config(&c, seq, kind == 2, cfg);
+    if (kind >= 3) qwen_config(&c, kind == 4, cfg);
     cfg->vocab = int_field(&c, "vocab_size", 2, 0);
     NB_CHECK(cfg->vocab <= 65536, "nobubble stores tokens as uint16: vocabularies up to 65536",
              "%s: field 'vocab_size' is %d, more than 65536", path, cfg->vocab);
     NB_CHECK(cfg->arch == NB_ARCH_GPT2 || cfg->rope_theta > 0, CFG_HINT, "%s: no rope_theta", path);
     if (cfg->arch == NB_ARCH_GPT2) cfg->rope_theta = 10000.0f; /* unused by GPT-2; kept like a preset's */
-    snprintf(cfg->preset, sizeof cfg->preset, "hf-%s", kind == 0 ? "gpt2" : kind == 1 ? "llama" : "mistral");
+    static const char *const names[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3"};
+    snprintf(cfg->preset, sizeof cfg->preset, "hf-%s", names[kind]);
     nb_json_free(j);
     nb_tf_config_finalize(cfg);
 }
@@ -348,7 +374,7 @@ static void check_unclaimed(const hf_src *s, const nb_tf_model *m, const nb_hf_t
         for (int k = 0; k < n && !claimed; k++) claimed = same_name(m, t[k].name, name);
         if (claimed) continue;
         NB_CHECK(m->cfg.arch == NB_ARCH_GPT2 || !ends_with(name, ".bias"), CFG_HINT,
-                 "%s: tensor '%s': attention/MLP biases are not supported in Llama layouts", s->dir, name);
+                 "%s: tensor '%s': a %s has no such bias", s->dir, name, nb_hf_class_name(m));
         nb_fail(CFG_HINT, "%s: tensor '%s' is not part of a %s with this config.json", s->dir, name, nb_hf_class_name(m));
     }
 }

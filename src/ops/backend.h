@@ -47,6 +47,11 @@ typedef struct nb_backend_i {
     void (*add_inplace)(nb_ctx, void *dst, const void *src, size_t n);
     /* dst += src on fp32 buffers whatever act_dtype is (gradient partials) */
     void (*add_f32)(nb_ctx, float *dst, const float *src, size_t n);
+    /* per-head RMSNorm in place on a strided view (Qwen3's q/k norm): see nb_headnorm_forward */
+    void (*headnorm_fwd)(nb_ctx, void *x, void *x_in, float *rstd, const void *w, int N, int nh, int HS, int stride,
+                         float eps);
+    void (*headnorm_bwd)(nb_ctx, void *dx, void *dw, const void *x_in, const void *w, const float *rstd, int N, int nh,
+                         int HS, int stride);
     void (*rope_fwd)(nb_ctx, void *x, int B, int T, int nheads, int HS, int row_stride, float theta);
     void (*rope_bwd)(nb_ctx, void *dx, int B, int T, int nheads, int HS, int row_stride, float theta);
     void (*attention_fwd)(nb_ctx, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS);

@@ -34,6 +34,14 @@ static void rmsnorm_bwd(nb_ctx c, void *dinp, void *dw, const void *dout, const 
                         const float *rstd, int N, int C) {
     nb_rmsnorm_backward(F(dinp), F(dw), CF(dout), CF(inp), CF(w), rstd, N, C);
 }
+static void headnorm_fwd(nb_ctx c, void *x, void *x_in, float *rstd, const void *w, int N, int nh, int HS, int stride,
+                         float eps) {
+    nb_headnorm_forward(F(x), F(x_in), rstd, CF(w), N, nh, HS, stride, eps);
+}
+static void headnorm_bwd(nb_ctx c, void *dx, void *dw, const void *x_in, const void *w, const float *rstd, int N,
+                         int nh, int HS, int stride) {
+    nb_headnorm_backward(F(dx), F(dw), CF(x_in), CF(w), rstd, N, nh, HS, stride);
+}
 static void gelu_fwd(nb_ctx c, void *out, const void *inp, size_t n) { nb_gelu_forward(F(out), CF(inp), n); }
 static void matmul_gelu_fwd(nb_ctx c, void *out, void *pre, const void *inp, const void *w, const void *bias, int N,
                             int C, int OC) {
@@ -176,6 +184,7 @@ const nb_backend_i nb_backend_cpu = {
     .matmul_fwd = matmul_fwd, .matmul_bwd = matmul_bwd,
     .layernorm_fwd = layernorm_fwd, .layernorm_bwd = layernorm_bwd,
     .rmsnorm_fwd = rmsnorm_fwd, .rmsnorm_bwd = rmsnorm_bwd,
+    .headnorm_fwd = headnorm_fwd, .headnorm_bwd = headnorm_bwd,
     .matmul_gelu_fwd = matmul_gelu_fwd, .gelu_fwd = gelu_fwd, .gelu_bwd = gelu_bwd,
     .swiglu_fwd = swiglu_fwd, .swiglu_bwd = swiglu_bwd,
     .residual_fwd = residual_fwd, .add_inplace = add_inplace, .add_f32 = add_f32,

@@ -70,6 +70,15 @@
     static void add_inplace_##SUF(nb_ctx c, void *dst, const void *src, size_t n) {                          \
         nb_cuda_add_inplace_##SUF((T *)dst, (const T *)src, n, S(c));                                        \
     }                                                                                                        \
+    static void headnorm_fwd_##SUF(nb_ctx c, void *x, void *x_in, float *rstd, const void *w, int N, int nh,  \
+                                   int HS, int stride, float eps) {                                          \
+        nb_cuda_headnorm_forward_##SUF((T *)x, (T *)x_in, rstd, (const T *)w, N, nh, HS, stride, eps, S(c));  \
+    }                                                                                                        \
+    static void headnorm_bwd_##SUF(nb_ctx c, void *dx, void *dw, const void *x_in, const void *w,            \
+                                   const float *rstd, int N, int nh, int HS, int stride) {                   \
+        nb_cuda_headnorm_backward_##SUF((T *)dx, (float *)dw, (const T *)x_in, (const T *)w, rstd, N, nh, HS, \
+                                        stride, S(c));                                                       \
+    }                                                                                                        \
     static void rope_fwd_##SUF(nb_ctx c, void *x, int B, int Tt, int nh, int HS, int stride, float theta) {  \
         nb_cuda_rope_forward_##SUF((T *)x, B, Tt, nh, HS, stride, theta, S(c));                              \
     }                                                                                                        \
@@ -229,6 +238,7 @@ static size_t dev_available(void) {
         .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
         .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .rope_fwd = rope_fwd_##SUF,                  \
         .rope_bwd = rope_bwd_##SUF,                                                                        \
+        .headnorm_fwd = headnorm_fwd_##SUF, .headnorm_bwd = headnorm_bwd_##SUF,                            \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
         .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,            \

@@ -614,15 +614,20 @@ static __global__ void rms_dinp_kernel(T *dinp, const T *dout, const T *inp, con
         nb_st(dx + i, nb_ld(dx + i) + r * (nb_ld(w + i) * nb_ld(dy + i)) - nb_ld(x + i) * k);
 }
 
+/* Partial column sums of dout * x * rstd over blocks of NB_COL_ROWS rows. inp's rows are contiguous;
+ * dout's row r lies at (r / nh) * stride + (r % nh) * C (nh = 1, stride = C: a plain [N, C]
+ * tensor; the per-head norm's strided q or k heads otherwise). */
 template <typename T>
-static __global__ void rms_dw_kernel(float *part, const T *dout, const T *inp, const float *rstd, int N, int C) {
+static __global__ void rms_dw_kernel(float *part, const T *dout, const T *inp, const float *rstd, int N, int C, int nh,
+                                     int stride) {
     __shared__ float sw[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * NB_COL_ROWS, r1 = min(N, r0 + NB_COL_ROWS);
     float aw = 0.0f;
     if (c < C)
         for (int r = r0 + threadIdx.y; r < r1; r += 8)
-            aw += nb_ld(dout + (size_t)r * C + c) * (nb_ld(inp + (size_t)r * C + c) * rstd[r]);
+            aw += nb_ld(dout + (size_t)(r / nh) * stride + (size_t)(r % nh) * C + c) *
+                  (nb_ld(inp + (size_t)r * C + c) * rstd[r]);
     sw[threadIdx.y][threadIdx.x] = aw;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -661,10 +666,81 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     int nparts = nb_col_parts(N);
     NB_CUDA_SHAPE(nparts <= 65535, name);
     float *part = (float *)nb_cuda_scratch((size_t)nparts * C * sizeof(float), stream);
-    rms_dw_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, dout, inp, rstd, N, C);
+    rms_dw_kernel<<<dim3((C + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, dout, inp, rstd, N, C, 1, C);
     CUDA_CHECK_LAUNCH("rmsnorm backward (dw first pass)");
     nb_col_finish(dw, part, nparts, C, stream);
     nb_cuda_scratch_free(part, stream);
+}
+
+/* ---- per-head RMSNorm on a strided view (Qwen3's q/k norm), in place ----
+ * Head r = n * nh + h of the view lies at x + n * stride + h * HS; one warp per head, the math of
+ * rms_fwd_kernel / rms_dinp_kernel. Each lane rewrites only the elements it read itself, so the
+ * in-place update needs no barrier. dw: rms_dw_kernel's fixed-order partials, then
+ * nb_col_finish, before the output gradient is overwritten (same stream). */
+
+static __device__ __forceinline__ size_t head_at(int r, int nh, int HS, int stride) {
+    return (size_t)(r / nh) * stride + (size_t)(r % nh) * HS;
+}
+
+template <typename T>
+static __global__ void head_fwd_kernel(T *x, T *x_in, float *rstd, const T *w, int R, int nh, int HS, int stride,
+                                       float eps) {
+    int r = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= R) return;
+    T *y = x + head_at(r, nh, HS, stride), *keep = x_in + (size_t)r * HS;
+    float ss = 0.0f;
+    for (int i = lane; i < HS; i += 32) {
+        float v = nb_ld(y + i);
+        ss += v * v;
+        keep[i] = y[i];
+    }
+    float s = 1.0f / sqrtf(nb_warp_sum(ss) / HS + eps);
+    for (int i = lane; i < HS; i += 32) nb_st(y + i, nb_ld(w + i) * (nb_ld(keep + i) * s));
+    if (lane == 0) rstd[r] = s;
+}
+
+/* d = r * g - x * r^3 * mean(g * x), g = w * dout, written over dout */
+template <typename T>
+static __global__ void head_dinp_kernel(T *dx, const T *x_in, const T *w, const float *rstd, int R, int nh, int HS,
+                                        int stride) {
+    int r = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= R) return;
+    T *d = dx + head_at(r, nh, HS, stride);
+    const T *x = x_in + (size_t)r * HS;
+    float s = rstd[r], sgx = 0.0f;
+    for (int i = lane; i < HS; i += 32) sgx += (nb_ld(w + i) * nb_ld(d + i)) * nb_ld(x + i);
+    float k = nb_warp_sum(sgx) / HS * s * s * s;
+    for (int i = lane; i < HS; i += 32) nb_st(d + i, s * (nb_ld(w + i) * nb_ld(d + i)) - nb_ld(x + i) * k);
+}
+
+template <typename T>
+static void headnorm_forward(T *x, T *x_in, float *rstd, const T *w, int N, int nh, int HS, int stride, float eps,
+                             cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(N >= 0 && nh >= 0 && HS > 0 && stride >= nh * HS && x && x_in && rstd && w, name);
+    int R = N * nh;
+    if (R == 0) return;
+    head_fwd_kernel<<<row_blocks(R), 32 * ROWS_PER_BLOCK, 0, stream>>>(x, x_in, rstd, w, R, nh, HS, stride, eps);
+    CUDA_CHECK_LAUNCH("per-head rmsnorm forward");
+}
+
+template <typename T>
+static void headnorm_backward(T *dx, float *dw, const T *x_in, const T *w, const float *rstd, int N, int nh, int HS,
+                              int stride, cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(N >= 0 && nh >= 0 && HS > 0 && stride >= nh * HS && dx && x_in && w && rstd, name);
+    int R = N * nh;
+    if (R == 0) return;
+    if (dw) {
+        int nparts = nb_col_parts(R);
+        NB_CUDA_SHAPE(nparts <= 65535, name);
+        float *part = (float *)nb_cuda_scratch((size_t)nparts * HS * sizeof(float), stream);
+        rms_dw_kernel<<<dim3((HS + 31) / 32, nparts), dim3(32, 8), 0, stream>>>(part, dx, x_in, rstd, R, HS, nh,
+                                                                               stride);
+        CUDA_CHECK_LAUNCH("per-head rmsnorm backward (dw first pass)");
+        nb_col_finish(dw, part, nparts, HS, stream);
+        nb_cuda_scratch_free(part, stream);
+    }
+    head_dinp_kernel<<<row_blocks(R), 32 * ROWS_PER_BLOCK, 0, stream>>>(dx, x_in, w, rstd, R, nh, HS, stride);
+    CUDA_CHECK_LAUNCH("per-head rmsnorm backward (dx)");
 }
 
 /* ---- the extern "C" launchers (ops_cuda.h): fp32 rows in float4 vectors, bf16 in 8s ---- */
@@ -706,4 +782,21 @@ extern "C" void nb_cuda_rmsnorm_backward_bf16(nb_bf16 *dinp, float *dw, const nb
                                               const nb_bf16 *w, const float *rstd, int N, int C, nb_stream_t stream) {
     rmsnorm_backward<nb_bf16_t, uint4>(nb_kt(dinp), dw, nb_kt(dout), nb_kt(inp), nb_kt(w), rstd, N, C, stream,
                                        __func__);
+}
+extern "C" void nb_cuda_headnorm_forward_f32(float *x, float *x_in, float *rstd, const float *w, int N, int nh, int HS,
+                                             int stride, float eps, nb_stream_t stream) {
+    headnorm_forward<float>(x, x_in, rstd, w, N, nh, HS, stride, eps, stream, __func__);
+}
+extern "C" void nb_cuda_headnorm_forward_bf16(nb_bf16 *x, nb_bf16 *x_in, float *rstd, const nb_bf16 *w, int N, int nh,
+                                              int HS, int stride, float eps, nb_stream_t stream) {
+    headnorm_forward<nb_bf16_t>(nb_kt(x), nb_kt(x_in), rstd, nb_kt(w), N, nh, HS, stride, eps, stream, __func__);
+}
+extern "C" void nb_cuda_headnorm_backward_f32(float *dx, float *dw, const float *x_in, const float *w, const float *rstd,
+                                              int N, int nh, int HS, int stride, nb_stream_t stream) {
+    headnorm_backward<float>(dx, dw, x_in, w, rstd, N, nh, HS, stride, stream, __func__);
+}
+extern "C" void nb_cuda_headnorm_backward_bf16(nb_bf16 *dx, float *dw, const nb_bf16 *x_in, const nb_bf16 *w,
+                                               const float *rstd, int N, int nh, int HS, int stride,
+                                               nb_stream_t stream) {
+    headnorm_backward<nb_bf16_t>(nb_kt(dx), dw, nb_kt(x_in), nb_kt(w), rstd, N, nh, HS, stride, stream, __func__);
 }

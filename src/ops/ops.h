@@ -42,6 +42,16 @@ void nb_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 void nb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void nb_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C);
+/* Per-head RMSNorm (Qwen3's q_norm / k_norm) on a strided view: row n holds nh heads of HS values
+ * at x + n*stride + h*HS, each normalized as nb_rmsnorm_forward normalizes a row, with the one
+ * weight w[HS]. The forward works in place and keeps the heads' input in x_in [N*nh, HS]
+ * (contiguous, head h of row n at row n*nh + h) and rstd [N*nh] for the backward. The backward is
+ * in place too: dx holds d(output) on entry and d(input) on return (written, not accumulated: the
+ * output's gradient is consumed); dw accumulates (+=, NULL skips), reduced over the rows in order. */
+void nb_headnorm_forward(float *x, float *x_in, float *rstd, const float *w, int N, int nh, int HS, int stride,
+                         float eps);
+void nb_headnorm_backward(float *dx, float *dw, const float *x_in, const float *w, const float *rstd, int N, int nh,
+                          int HS, int stride);
 
 /* ---- act.c ---- */
 /* GELU, tanh approximation (GPT-2's "gelu_new"). */

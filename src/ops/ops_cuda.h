@@ -114,6 +114,15 @@ void nb_cuda_rmsnorm_backward_f32(float *dinp, float *dw, const float *dout, con
                                   const float *w, const float *rstd, int N, int C, nb_stream_t stream);
 void nb_cuda_rmsnorm_backward_bf16(nb_bf16 *dinp, float *dw, const nb_bf16 *dout, const nb_bf16 *inp,
                                    const nb_bf16 *w, const float *rstd, int N, int C, nb_stream_t stream);
+/* per-head RMSNorm on a strided view, in place (norm.cu), as nb_headnorm_forward / nb_headnorm_backward */
+void nb_cuda_headnorm_forward_f32(float *x, float *x_in, float *rstd, const float *w, int N, int nh, int HS,
+                                  int stride, float eps, nb_stream_t stream);
+void nb_cuda_headnorm_forward_bf16(nb_bf16 *x, nb_bf16 *x_in, float *rstd, const nb_bf16 *w, int N, int nh, int HS,
+                                   int stride, float eps, nb_stream_t stream);
+void nb_cuda_headnorm_backward_f32(float *dx, float *dw, const float *x_in, const float *w, const float *rstd, int N,
+                                   int nh, int HS, int stride, nb_stream_t stream);
+void nb_cuda_headnorm_backward_bf16(nb_bf16 *dx, float *dw, const nb_bf16 *x_in, const nb_bf16 *w, const float *rstd,
+                                    int N, int nh, int HS, int stride, nb_stream_t stream);
 
 /* ---- act.cu ---- */
 void nb_cuda_gelu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream);

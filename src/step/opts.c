@@ -106,7 +106,7 @@ static const nb_opt table[] = {
     {"no-progress", NB_OPT_BOOL, F(no_progress), NB_OPTG_COMMON, NULL, NULL, "no live progress line", .flag = 1},
     {"quiet", NB_OPT_BOOL, F(quiet), NB_OPTG_COMMON, NULL, NULL, "print only errors and the summary", .flag = 1},
     {"index-lists", NB_OPT_ENUM, F(index_lists), NB_OPTG_SC, "auto", "WHO", "auto, host or device: who builds each batch's embedding lookup lists and their deduplication (auto: the GPU when the tables are not sharded; the same lists either way)", .names = lists_names, .flag = 1},
-    {"init-from", NB_OPT_STR, F(init_from), NB_OPTG_TF, NULL, "HF_DIR", "start from a Hugging Face model directory (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM): its config.json sets the shape (no --model), its model.safetensors or sharded index the weights (F32, BF16 or F16)", .flag = 1},
+    {"init-from", NB_OPT_STR, F(init_from), NB_OPTG_TF, NULL, "HF_DIR", "start from a Hugging Face model directory (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM): its config.json sets the shape (no --model), its model.safetensors or sharded index the weights (F32, BF16 or F16)", .flag = 1},
     /* the model's shape: on top of the preset, or the checkpoint's (state.json keeps it in "model";
  * seqctr's read_config checks it against these rows' ranges) */
     {"layers", NB_OPT_INT, F(model.layers), NB_OPTG_TF, NULL, "N", "override: transformer layers", 1, BIG, "at least 1", .flag = 1},

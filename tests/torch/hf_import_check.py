@@ -8,6 +8,7 @@ BF16 or F16; one file or shards through max_shard_size), then
   3. nobubble eval of the step-0 checkpoint must give transformers' float32 loss on the same
      batches (its own math: eps, rope theta, GQA, the tied head), to 2e-4 nats (eval prints 4
      decimals).
+Classes: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
 Prints one line per check and ends with "IMPORT OK" or "IMPORT FAIL" (exit 0 / 1). Needs torch
 and transformers (the device machine has them; see tests/torch/README.md for building there):
     python3 tests/torch/hf_import_check.py --nb build-dev/nobubble --work /tmp/nbimport
@@ -49,6 +50,20 @@ def cases():
     yield "mistral bf16 (sliding_window null)", L.MistralConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=T, sliding_window=None), L.MistralForCausalLM, torch.bfloat16, None
+    # Qwen2: q/k/v biases (the 1-D perturbation below makes them non-zero), Qwen's theta, tied
+    yield "qwen2 f32 tied, qkv biases, theta 1e6, GQA", L.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=T, rope_theta=1000000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, use_sliding_window=False), L.Qwen2ForCausalLM, torch.float32, None
+    # Qwen3 (transformers >= 4.51): q/k norm, head_dim 24 != hidden / heads (o_proj [64, 96])
+    if hasattr(L, "Qwen3Config"):
+        yield "qwen3 bf16 tied, q/k norm, head_dim 24", L.Qwen3Config(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=24, max_position_embeddings=T, rope_theta=1000000.0, rms_norm_eps=1e-6,
+            tie_word_embeddings=True, attention_bias=False, use_sliding_window=False), L.Qwen3ForCausalLM, \
+            torch.bfloat16, None
+    else:
+        print(f"SKIP qwen3: transformers {L.__version__} has no Qwen3ForCausalLM (4.51 or later)")
 
 
 def hf_loss(model, ids, nbatches):

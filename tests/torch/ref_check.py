@@ -38,7 +38,8 @@ FORMAT = "nobubble-torch-ref"
 VERSION = 1
 
 # nobubble's presets (src/model/transformer.c): arch, layers, dim, heads, kv_heads, ffn (0: 4*dim),
-# vocab, seq. Keep in sync.
+# vocab, seq. Keep in sync. qwen2-tiny / qwen3-tiny are llama-tiny with the Qwen variants (no
+# nobubble preset: --init-from makes them): q/k/v biases; q/k norm with head_dim 24 != dim / heads.
 PRESETS = {
     "gpt2-tiny": ("gpt2", 2, 64, 4, 4, 0, 50257, 64),
     "gpt2-mini": ("gpt2", 4, 128, 4, 4, 0, 50257, 128),
@@ -47,6 +48,8 @@ PRESETS = {
     "gpt2-medium": ("gpt2", 24, 1024, 16, 16, 0, 50257, 1024),
     "llama-tiny": ("llama", 2, 64, 4, 2, 172, 50304, 64),
     "llama-1b": ("llama", 16, 2048, 32, 8, 8192, 50304, 2048),
+    "qwen2-tiny": ("llama", 2, 64, 4, 2, 172, 50304, 64, dict(qkv_bias=1)),
+    "qwen3-tiny": ("llama", 2, 64, 4, 2, 172, 50304, 64, dict(qk_norm=1, head_dim=24)),
 }
 # The committed references use a small vocabulary so the files stay a few MB.
 TINY_VOCAB = 512
@@ -66,12 +69,14 @@ class Config:
     def __init__(self, preset, vocab=None, seq=None):
         if preset not in PRESETS:
             raise SystemExit(f"ref_check: unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-        arch, L, C, H, KV, ffn, V, T = PRESETS[preset]
+        arch, L, C, H, KV, ffn, V, T, *var = PRESETS[preset]
+        var = var[0] if var else {}
         self.preset, self.arch, self.layers, self.dim, self.heads, self.kv_heads = preset, arch, L, C, H, KV
         self.ffn = ffn or 4 * C
         self.vocab = vocab or V
         self.seq = seq or T
-        self.head_size = C // H
+        self.head_dim, self.qkv_bias, self.qk_norm = (var.get(k, 0) for k in ("head_dim", "qkv_bias", "qk_norm"))
+        self.head_size = self.head_dim or C // H
         self.vocab_padded = (self.vocab + 63) // 64 * 64
         self.tied = arch == "gpt2"
         self.gpt2 = arch == "gpt2"
@@ -81,8 +86,14 @@ class Config:
         c = Config(meta["preset"], int(meta["vocab"]), int(meta["seq"]))
         c.arch, c.gpt2 = meta["arch"], meta["arch"] == "gpt2"
         c.layers, c.dim, c.heads, c.kv_heads, c.ffn = (int(meta[k]) for k in ("layers", "dim", "heads", "kv_heads", "ffn"))
-        c.head_size, c.tied = c.dim // c.heads, meta["tied"] == "1"
+        c.head_dim, c.qkv_bias, c.qk_norm = (int(meta.get(k, 0)) for k in ("head_dim", "qkv_bias", "qk_norm"))
+        c.head_size, c.tied = c.head_dim or c.dim // c.heads, meta["tied"] == "1"
         return c
+
+    def hf_class(self):
+        if self.gpt2:
+            return "GPT2LMHeadModel"
+        return "Qwen3ForCausalLM" if self.qk_norm else "Qwen2ForCausalLM" if self.qkv_bias else "LlamaForCausalLM"
 
     def meta(self):
         return {
@@ -90,6 +101,8 @@ class Config:
             "heads": self.heads, "kv_heads": self.kv_heads, "ffn": self.ffn, "vocab": self.vocab,
             "vocab_padded": self.vocab_padded, "seq": self.seq, "tied": int(self.tied),
             "norm_eps": NORM_EPS, "rope_theta": ROPE_THETA,
+            **({"head_dim": self.head_dim, "qkv_bias": self.qkv_bias, "qk_norm": self.qk_norm}
+               if self.qkv_bias or self.qk_norm or self.head_dim else {}),
         }
 
 
@@ -108,8 +121,10 @@ def param_table(c):
         if c.gpt2:
             t.append((p + "ln1.bias", (C,)))
         t.append((p + "attn.qkv.weight", (qkv, C)))
-        if c.gpt2:
+        if c.gpt2 or c.qkv_bias:
             t.append((p + "attn.qkv.bias", (qkv,)))
+        if c.qk_norm:
+            t += [(p + "attn.q_norm.weight", (hs,)), (p + "attn.k_norm.weight", (hs,))]
         t.append((p + "attn.proj.weight", (C, att)))
         if c.gpt2:
             t.append((p + "attn.proj.bias", (C,)))
@@ -184,6 +199,11 @@ def hf_map(c):
                   (h + "self_attn.q_proj.weight", o + "attn.qkv.weight", 0, q, False),
                   (h + "self_attn.k_proj.weight", o + "attn.qkv.weight", q, kv, False),
                   (h + "self_attn.v_proj.weight", o + "attn.qkv.weight", q + kv, kv, False),
+                  *([(h + "self_attn.q_proj.bias", o + "attn.qkv.bias", 0, q, False),
+                     (h + "self_attn.k_proj.bias", o + "attn.qkv.bias", q, kv, False),
+                     (h + "self_attn.v_proj.bias", o + "attn.qkv.bias", q + kv, kv, False)] if c.qkv_bias else []),
+                  *([(h + "self_attn.q_norm.weight", o + "attn.q_norm.weight", 0, None, False),
+                     (h + "self_attn.k_norm.weight", o + "attn.k_norm.weight", 0, None, False)] if c.qk_norm else []),
                   (h + "self_attn.o_proj.weight", o + "attn.proj.weight", 0, None, False),
                   (h + "post_attention_layernorm.weight", o + "ln2.weight", 0, None, False),
                   (h + "mlp.gate_proj.weight", o + "mlp.gate_up.weight", 0, F_, False),
@@ -232,6 +252,7 @@ def rope(x, cos, sin):
 
 
 def norm(c, x, w, b):
+    """LayerNorm (GPT-2) or RMSNorm over the last dim: the width, or a head's values (Qwen3's q/k norm)."""
     if c.gpt2:
         return F.layer_norm(x, (c.dim,), w, b, NORM_EPS)
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w
@@ -261,6 +282,8 @@ def plain_logits(c, W, tokens):
         q = q.view(B, T, H, hs).transpose(1, 2)
         k = k.view(B, T, KV, hs).transpose(1, 2)
         v = v.view(B, T, KV, hs).transpose(1, 2)
+        if c.qk_norm:  # Qwen3: each head normalized over its hs values, before RoPE
+            q, k = norm(c, q, W[p + "attn.q_norm.weight"], None), norm(c, k, W[p + "attn.k_norm.weight"], None)
         if not c.gpt2:
             q, k = rope(q, cos, sin), rope(k, cos, sin)
         if KV != H:
@@ -306,6 +329,17 @@ def hf_model(c, device):
                                        n_head=c.heads, n_inner=c.ffn, activation_function="gelu_new",
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                        layer_norm_epsilon=NORM_EPS, tie_word_embeddings=True, **ids)
+    elif c.qkv_bias or c.qk_norm:
+        rope_kw = ({"rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA}} if major >= 5
+                   else {"rope_theta": ROPE_THETA})
+        kw = dict(vocab_size=c.vocab, hidden_size=c.dim, intermediate_size=c.ffn, num_hidden_layers=c.layers,
+                  num_attention_heads=c.heads, num_key_value_heads=c.kv_heads, hidden_act="silu",
+                  max_position_embeddings=c.seq, rms_norm_eps=NORM_EPS, tie_word_embeddings=False,
+                  use_sliding_window=False, attention_dropout=0.0, **rope_kw, **ids)
+        if c.qk_norm:
+            conf = transformers.Qwen3Config(head_dim=c.head_size, attention_bias=False, **kw)
+        else:
+            conf = transformers.Qwen2Config(**kw)
     else:
         rope_kw = ({"rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA}} if major >= 5
                    else {"rope_theta": ROPE_THETA})
@@ -317,7 +351,7 @@ def hf_model(c, device):
                                         **rope_kw, **ids)
     # eager attention: the plain softmax(QK^T)V, no fused kernel with its own numerics
     model = transformers.AutoModelForCausalLM.from_config(conf, attn_implementation="eager")
-    want = "GPT2LMHeadModel" if c.gpt2 else "LlamaForCausalLM"
+    want = c.hf_class()
     if type(model).__name__ != want:
         raise SystemExit(f"ref_check: transformers built {type(model).__name__}, expected {want}")
     impl = getattr(model.config, "_attn_implementation", None)
@@ -523,7 +557,7 @@ def cmd_gen(a):
         t0 = time.time()
         f32 = run_hf(c, W, tokens, targets, a.steps, dev)
         impl = "hf-float32"
-        print(f"Hugging Face {('GPT2LMHeadModel' if c.gpt2 else 'LlamaForCausalLM')} float32 (TF32 off), "
+        print(f"Hugging Face {c.hf_class()} float32 (TF32 off), "
               f"eager attention, same weights through the export mapping  [{time.time() - t0:.1f} s]")
     else:
         print("WARNING: transformers not installed: the Hugging Face cross-check did not run; the float32 "
@@ -570,7 +604,7 @@ def cmd_check_export(a):
     if meta.get("format") != FORMAT:
         raise SystemExit(f"ref_check: {a.ref} is not a reference file written by 'ref_check.py gen'")
     c = Config.from_meta(meta)
-    want = "GPT2LMHeadModel" if c.gpt2 else "LlamaForCausalLM"
+    want = c.hf_class()
     print(f"ref_check check-export: {a.hf} against {a.ref} ({c.preset}, vocab {c.vocab})")
     rep = Report()
     W = {n: R["w." + n] for n, _ in param_table(c)}
@@ -583,7 +617,8 @@ def cmd_check_export(a):
         fields = dict(model_type="gpt2", vocab_size=c.vocab, n_embd=c.dim, n_layer=c.layers, n_head=c.heads,
                       n_positions=c.seq, n_inner=c.ffn, activation_function="gelu_new", tie_word_embeddings=True)
     else:
-        fields = dict(model_type="llama", vocab_size=c.vocab, hidden_size=c.dim, intermediate_size=c.ffn,
+        fields = dict(model_type={"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}.get(want, "llama"),
+                      vocab_size=c.vocab, hidden_size=c.dim, intermediate_size=c.ffn,
                       num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.kv_heads,
                       head_dim=c.head_size, max_position_embeddings=c.seq, hidden_act="silu", tie_word_embeddings=False)
     bad = {k: (conf.get(k), v) for k, v in fields.items() if conf.get(k) != v}
