@@ -38,10 +38,10 @@ step kprof 60 "$B/tests/test_kprof"
 # the four programs it replaces had 240 + 240 + 300 + 240)
 step ops_cuda 900 "$B/tests/test_ops" --backend cuda
 mkdir -p tests/torch/ref
-step ref_gen 240 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors && python3 tests/torch/ref_check.py gen --preset llama-tiny --out tests/torch/ref/llama_tiny.safetensors"
+step ref_gen 240 bash -c "for p in gpt2 llama qwen2 qwen3; do python3 tests/torch/ref_check.py gen --preset \$p-tiny --out tests/torch/ref/\${p}_tiny.safetensors || exit 1; done"
 cp tests/torch/ref/*.safetensors "$OUT/" 2>/dev/null
 step torch_ref 240 "$B/tests/test_torch_ref" --save-ckpt /tmp/nbref
-step hf_export 240 bash -c "$NB export --ckpt /tmp/nbref/gpt2_tiny --hf /tmp/hf_g && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_g --ref tests/torch/ref/gpt2_tiny.safetensors && $NB export --ckpt /tmp/nbref/llama_tiny --hf /tmp/hf_l && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_l --ref tests/torch/ref/llama_tiny.safetensors"
+step hf_export 240 bash -c "for m in gpt2_tiny llama_tiny qwen2_tiny qwen3_tiny; do $NB export --ckpt /tmp/nbref/\$m --hf /tmp/hf_\$m && python3 tests/torch/ref_check.py check-export --hf /tmp/hf_\$m --ref tests/torch/ref/\$m.safetensors || exit 1; done"
 step seqctr_ref 120 "$B/tests/test_seqctr_ref" --verbose
 # predict's scores against the export loaded in PyTorch and its ONNX model under onnxruntime (1e-5)
 step predict_onnx 240 env NB_BUILD="$B" python3 tests/predict_onnx_check.py
