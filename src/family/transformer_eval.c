@@ -162,6 +162,7 @@ void nb_tf_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_knum(w, "norm_eps", c->norm_eps);
     nb_json_knum(w, "rope_theta", c->rope_theta);
     nb_json_kbool(w, "tied", c->tied);
+    nb_hf_origin_write(w, &o->hf);
     nb_json_end_obj(w);
 }
 
@@ -183,6 +184,7 @@ void nb_tf_read_config(const nb_json *j, nb_train_opts *o) {
     c->norm_eps = (float)nb_json_req_num(j, "norm_eps");
     c->rope_theta = (float)nb_json_req_num(j, "rope_theta");
     c->tied = nb_json_get_bool(j, "tied", c->arch == NB_ARCH_GPT2);
+    nb_hf_origin_read(j, &o->hf);
     NB_CHECK(isfinite(c->norm_eps) && c->norm_eps > 0 && isfinite(c->rope_theta) && c->rope_theta > 0,
              "the checkpoint is damaged: resume from an earlier copy of the run directory",
              "state.json: model norm_eps %g / rope_theta %g must be positive numbers", (double)c->norm_eps,
