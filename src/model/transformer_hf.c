@@ -125,14 +125,20 @@ static void fmt_float(char *buf, size_t cap, float v) {
 }
 
 /* A flat JSON object, one "key": value per line; values arrive already spelled. A key is
- * written once: the first value given for it stays (an imported model's own fields come first
- * where they win over ours, see origin_first). */
+ * written once: the first value given for it stays. Where an imported model's config.json has
+ * a key of ORIGIN_WINS, its value is written instead of ours, in our place (an export of an
+ * import of an export is the same file). */
 #define CFG_MAX_KEYS 512
 typedef struct {
     nb_sbuf b;
     int n;
     char *keys[CFG_MAX_KEYS];
+    const nb_json *origin; /* the imported config.json, or NULL */
 } cfg_out;
+
+/* The imported config.json's value of a key where it is the truth and ours a default or a
+ * stand-in (defined with the origin's fields below), or NULL. */
+static const nb_json *origin_wins(const cfg_out *o, const char *key);
 
 static int has_key(const cfg_out *o, const char *key) {
     for (int i = 0; i < o->n; i++)
@@ -140,7 +146,7 @@ static int has_key(const cfg_out *o, const char *key) {
     return 0;
 }
 
-static void kv(cfg_out *o, const char *key, const char *raw) {
+static void kv_raw(cfg_out *o, const char *key, const char *raw) {
     if (has_key(o, key)) return;
     NB_CHECK(o->n < CFG_MAX_KEYS, "remove fields transformers does not need from the imported config.json",
              "config.json: more than %d fields", CFG_MAX_KEYS);
@@ -148,6 +154,22 @@ static void kv(cfg_out *o, const char *key, const char *raw) {
     NB_CHECK(o->keys[o->n], "free some host memory", "out of memory writing config.json");
     nb_sbuf_printf(&o->b, "%s\n  \"%s\": %s", o->n++ ? "," : "{", key, raw);
 }
+
+static void kv_spelled(cfg_out *o, const char *key, const nb_json *v) {
+    nb_sbuf b = {0};
+    nb_json_spell(&b, v);
+    kv_raw(o, key, b.data);
+    nb_sbuf_free(&b);
+}
+
+static void kv(cfg_out *o, const char *key, const char *raw) {
+    const nb_json *theirs = origin_wins(o, key);
+    if (theirs)
+        kv_spelled(o, key, theirs);
+    else
+        kv_raw(o, key, raw);
+}
+
 static void kv_int(cfg_out *o, const char *key, int64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", (long long)v);
@@ -244,28 +266,15 @@ static nb_json *origin_config(const nb_hf_export_opts *x) {
     return nb_json_parse_or_fail(x->origin->config, strlen(x->origin->config), "state.json model.hf.config");
 }
 
-static void kv_spelled(cfg_out *o, const char *key, const nb_json *v) {
-    nb_sbuf b = {0};
-    nb_json_spell(&b, v);
-    kv(o, key, b.data);
-    nb_sbuf_free(&b);
-}
-
-/* Before our fields: the imported model's class and type, and the fields where its value is the
- * truth and ours a default or a stand-in (the context RoPE models were trained for, not --seq;
- * the tokenizer's ids; torch_dtype, which follows --dtype). */
-static void origin_first(cfg_out *o, const nb_json *j, const nb_hf_export_opts *x) {
-    static const char *const keep[] = {"max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
-                                       "initializer_range", "use_cache", NULL};
-    char cls[96];
-    snprintf(cls, sizeof cls, "[\"%s\"]", x->origin->cls);
-    kv(o, "architectures", cls);
-    kv_str(o, "model_type", x->origin->model_type);
-    for (const char *const *k = keep; *k; k++) {
-        const nb_json *v = nb_json_get(j, *k);
-        if (v) kv_spelled(o, *k, v);
-    }
-    if (nb_json_get(j, "torch_dtype")) kv_str(o, "torch_dtype", torch_dtype(x->dtype));
+static const nb_json *origin_wins(const cfg_out *o, const char *key) {
+    /* its class and type; the context RoPE models were trained for (not --seq); the tokenizer's
+     * ids; settings of its own that our defaults stand in for */
+    static const char *const keys[] = {"architectures", "model_type", "max_position_embeddings", "bos_token_id",
+                                       "eos_token_id", "pad_token_id", "initializer_range", "use_cache", NULL};
+    if (!o->origin) return NULL;
+    for (const char *const *k = keys; *k; k++)
+        if (!strcmp(key, *k)) return nb_json_get(o->origin, key);
+    return NULL;
 }
 
 /* After our fields: every other field of the imported config.json, unchanged (sliding_window,
@@ -275,13 +284,20 @@ static void origin_rest(cfg_out *o, const nb_json *j) {
 }
 
 char *nb_hf_config_json(const nb_tf_model *m, const nb_hf_export_opts *x) {
-    cfg_out o = {{0}, 0, {0}};
+    cfg_out o = {{0}, 0, {0}, NULL};
     nb_json *origin = origin_config(x);
-    if (origin) origin_first(&o, origin, x);
+    o.origin = origin;
+    if (origin && !nb_json_get(origin, "architectures")) { /* a config.json that names only its model_type */
+        char cls[96];
+        snprintf(cls, sizeof cls, "[\"%s\"]", x->origin->cls);
+        kv_raw(&o, "architectures", cls);
+    }
     if (m->cfg.arch == NB_ARCH_GPT2)
         gpt2_config(&o, &m->cfg);
     else
         llama_config(&o, &m->cfg);
+    /* transformers 4 reads torch_dtype, 5 dtype: the export's, whichever the import had */
+    if (origin && nb_json_get(origin, "torch_dtype")) kv_str(&o, "torch_dtype", torch_dtype(x->dtype));
     kv_str(&o, "dtype", torch_dtype(x ? x->dtype : NB_F32));
     if (origin) origin_rest(&o, origin);
     nb_json_free(origin);
