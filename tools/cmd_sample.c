@@ -107,6 +107,8 @@ static void open_tok(sample_tok *t, const char *flag, const nb_train_opts *o, in
     const char *dir = flag[0] ? flag : o->tokenizer[0] ? o->tokenizer : "data/gpt2";
     memset(t, 0, sizeof *t);
     t->stop[0] = t->stop[1] = -1;
+    NB_CHECK(flag[0] || !o->tokenizer[0] || nb_hf_tokenizer_present(dir), "pass the folder where it is now with --tokenizer DIR",
+             "the run's tokenizer folder %s holds no tokenizer.json (moved or deleted?)", dir);
     if (!nb_hf_tokenizer_present(dir)) {
         NB_CHECK(!chat, "pass a Hugging Face tokenizer folder with --tokenizer (or sample a run that has one)",
                  "--chat needs a Hugging Face tokenizer (tokenizer.json); '%s' is GPT-2's", dir);

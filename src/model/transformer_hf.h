@@ -1,5 +1,6 @@
-/* Hugging Face export: a model directory (config.json + model.safetensors, F32) that
- * transformers loads with GPT2LMHeadModel / LlamaForCausalLM.from_pretrained.
+/* Hugging Face export: a model directory (config.json + model.safetensors in F32, BF16 or F16)
+ * that transformers loads with GPT2LMHeadModel / LlamaForCausalLM.from_pretrained, or, for a
+ * model imported with --init-from, with the class it came from (nb_hf_origin below).
  *
  * GPT-2 layouts map to GPT2LMHeadModel. Its linear layers are Conv1D modules whose weight is
  * [in, out] (y = x @ W + b), so our [out, in] weights are written transposed: c_attn [C, 3C],
@@ -13,8 +14,8 @@
  * checkpoints interleave pairs and need one; HF checkpoints and ours do not).
  * Embedding and head rows >= vocab (our padding to a multiple of 64) are dropped: HF's tables
  * have exactly vocab_size rows.
- * Values are written straight from the parameter slab (transposed chunk by chunk), so exporting
- * needs no second copy of the model in memory. Both files are written crash-safely. */
+ * Values are written straight from the parameter slab (transposed and rounded chunk by chunk),
+ * so exporting needs no second copy of the model in memory. Both files are written crash-safely. */
 #ifndef NB_MODEL_TRANSFORMER_HF_H
 #define NB_MODEL_TRANSFORMER_HF_H
 
