@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # nobubble train --init-from HF_DIR (model/transformer_hf.h), the reverse of nobubble export.
 # Round trips: a 2-step gpt2-shaped and llama-shaped run is exported, imported with --steps 0
-# (the step-0 checkpoint), exported again: both files byte-identical. Then the imported run
+# (the step-0 checkpoint), exported again: both files byte-identical; BF16 / F16 checkpoints export
+# to the same bytes; a Mistral checkpoint exports as MistralForCausalLM with its fields; tokenizer
+# files are copied; sample --chat's prompt ids are tokenize --chat's. Then the imported run
 # resumes bitwise like a straight --init-from run, and copies of the export made by an
 # independent writer (python3, struct only) load: BF16 and F16 (the values rounded as the copy
 # rounds them), two shards with an index, GPT-2 without the "transformer." prefix plus the
@@ -188,6 +190,24 @@ elif cmd == "same":  # A B: the same tensor names, dtypes, shapes and bytes
     _, x = read(a[0]); _, y = read(a[1])
     bad = sorted(k for k in set(x) | set(y) if k not in x or k not in y or x[k] != y[k])
     print("%d tensors the same%s" % (len(x), "; differ: " + ", ".join(bad) if bad else "")); sys.exit(1 if bad else 0)
+elif cmd == "fields":  # A B KEYS...: the fields KEYS of config.json A are in B with the same values
+    x = json.load(open(a[0])); y = json.load(open(a[1])); bad = [k for k in a[2:] if k not in y or x.get(k) != y[k]]
+    print("differ: %s" % bad if bad else "%s kept" % ", ".join(a[2:])); sys.exit(1 if bad else 0)
+elif cmd == "eos_model":  # SRC DST EOS: a Llama whose every next token is EOS (layers add nothing, the
+    # residual's first feature is 10, the head reads only it, only EOS's row has it)
+    meta, t = read(a[0]); eos = int(a[2]); out = {}
+    for k, (dt, s, d) in t.items():
+        d = bytearray(d)
+        if k.endswith("o_proj.weight") or k.endswith("down_proj.weight"): d = bytearray(len(d))
+        if k in ("model.embed_tokens.weight", "lm_head.weight"):
+            for r in range(s[0]):
+                d[4 * r * s[1]:4 * r * s[1] + 4] = struct.pack("<f", 10.0 if k.startswith("model") else 1.0 if r == eos else 0.0)
+        out[k] = (dt, s, bytes(d))
+    write(a[1], out, {"format": "pt"})
+elif cmd == "prompt_ids":  # SHARD: the ids of a tokenize --chat shard before the first target (SHARD.mask)
+    b = open(a[0], "rb").read(); magic, _, n = struct.unpack("<3i", b[:12]); w = 4 if magic == 20240801 else 2
+    ids = struct.unpack("<%d%s" % (n, "I" if w == 4 else "H"), b[1024:1024 + w * n]); m = open(a[0] + ".mask", "rb").read()[-n:]
+    print(" ".join(map(str, ids[:m.index(1)])))
 EOF
 ST() { python3 "$TMP/st.py" "$@"; }
 
@@ -243,13 +263,24 @@ $NB train --init-from "$TMP/hf_llama" --steps 3 "${RUN[@]}" --out "$TMP/straight
     && grep -q "init-from .* is not read again" "$TMP/err" && pass "the same command again resumes, --init-from not read again" \
     || fail "rerun with --init-from: $(cat "$TMP/err")"
 
-# BF16 and F16 copies: the fp32 master weights are the rounded values, exactly
+# BF16 and F16 copies: the fp32 master weights are the rounded values, exactly; exported in the
+# checkpoint's dtype (the default) they are the same bytes again; and an fp32 model exported
+# in bf16 / f16 is rounded to nearest even (the copy's rounding: torch's, struct's 'e')
 for dt in BF16 F16; do
+    lc=$(echo $dt | tr A-Z a-z)
     mkdir -p "$TMP/$dt" && cp "$TMP/hf_llama/config.json" "$TMP/$dt/" \
         && ST lower "$TMP/hf_llama/model.safetensors" "$TMP/$dt/model.safetensors" $dt && import "$TMP/$dt" "im_$dt" \
-        && r=$(ST check_lower "$TMP/hf_llama/model.safetensors" "$TMP/im_${dt}_hf/model.safetensors" $dt) \
+        && r=$(ST same "$TMP/$dt/model.safetensors" "$TMP/im_${dt}_hf/model.safetensors") \
+        && pass "$dt import -> export (default --dtype $lc): $r byte-identical" || fail "$dt import -> export: $r"
+    $NB export --ckpt "$TMP/im_$dt" --hf "$TMP/im_${dt}_f32" --dtype f32 2>/dev/null \
+        && r=$(ST check_lower "$TMP/hf_llama/model.safetensors" "$TMP/im_${dt}_f32/model.safetensors" $dt) \
         && pass "$dt copy: $r" || fail "$dt copy: $r"
+    $NB export --ckpt "$TMP/llama" --hf "$TMP/llama_$lc" --dtype $lc 2>/dev/null \
+        && r=$(ST same "$TMP/$dt/model.safetensors" "$TMP/llama_$lc/model.safetensors") \
+        && [ "$(ST field "$TMP/llama_$lc/config.json" dtype)" = "$([ $dt = BF16 ] && echo bfloat16 || echo float16)" ] \
+        && pass "export --dtype $lc of an fp32 model: round to nearest even ($r)" || fail "export --dtype $lc: $r"
 done
+expect_error "export --dtype f8" "unknown --dtype 'f8'" $NB export --ckpt "$TMP/llama" --hf "$TMP/f8" --dtype f8
 
 # two shards and an index
 mkdir -p "$TMP/sharded" && cp "$TMP/hf_gpt2/config.json" "$TMP/sharded/" && ST shard "$TMP/hf_gpt2/model.safetensors" "$TMP/sharded" \
@@ -260,13 +291,26 @@ mkdir -p "$TMP/hfgpt2" && cp "$TMP/hf_gpt2/config.json" "$TMP/hfgpt2/" && ST hf_
     && import "$TMP/hfgpt2" im_hfgpt2 && same_export "GPT-2 without prefix, with attn.bias buffers and lm_head" hf_gpt2 im_hfgpt2_hf \
     || fail "gpt2 repository layout"
 
-# Mistral (Llama's math, sliding window null), rms_norm_eps 1e-6 kept through import and export
+# Mistral (Llama's math, sliding window 4096, trained at --seq 64): the export is a
+# MistralForCausalLM again, with the fields nobubble does not model as they were, also after a
+# resumed step; rms_norm_eps 1e-6 kept through import and export
 mkdir -p "$TMP/mistral" && cp "$TMP/hf_llama/model.safetensors" "$TMP/mistral/" \
     && ST config "$TMP/hf_llama/config.json" "$TMP/mistral/config.json" \
-        '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096, "rms_norm_eps": 1e-6}' \
-    && import "$TMP/mistral" im_mistral && cmp -s "$TMP/hf_llama/model.safetensors" "$TMP/im_mistral_hf/model.safetensors" \
+        '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096, "rms_norm_eps": 1e-6,
+          "max_position_embeddings": 32768, "bos_token_id": 1, "eos_token_id": 2, "rope_theta": 1000000.0,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "transformers_version": "4.44.2",
+          "torch_dtype": "float32", "dtype": null, "head_dim": null}' \
+    && import "$TMP/mistral" im_mistral --seq 64 && cmp -s "$TMP/hf_llama/model.safetensors" "$TMP/im_mistral_hf/model.safetensors" \
     && [ "$(ST field "$TMP/im_mistral_hf/config.json" rms_norm_eps)" = "1e-06" ] \
-    && pass "MistralForCausalLM (sliding_window 4096 >= seq), rms_norm_eps 1e-6 kept" || fail "mistral"
+    && r=$(ST fields "$TMP/mistral/config.json" "$TMP/im_mistral_hf/config.json" architectures model_type sliding_window \
+        max_position_embeddings bos_token_id eos_token_id rope_theta rope_parameters transformers_version torch_dtype tie_word_embeddings) \
+    && pass "MistralForCausalLM exports as itself: $r" || fail "mistral: $r"
+import "$TMP/im_mistral_hf" im_mistral2 --seq 64 && same_export "Mistral: export, import, export" im_mistral_hf im_mistral2_hf
+$NB train --resume "$TMP/im_mistral" --steps 1 --data "$TMP/tokens.bin" --no-progress --quiet 2>/dev/null \
+    && $NB export --ckpt "$TMP/im_mistral" --hf "$TMP/im_mistral_1" 2>/dev/null \
+    && r=$(ST fields "$TMP/mistral/config.json" "$TMP/im_mistral_1/config.json" architectures sliding_window max_position_embeddings) \
+    && pass "Mistral after a resumed step: $r" || fail "Mistral after a resumed step: $r"
+
 $NB train --init-from "$TMP/hf_llama" --seq 32 --steps 0 "${RUN[@]}" --out "$TMP/short" 2>/dev/null \
     && grep -q '"seq": 32' "$TMP/short/ckpt/state.json" && pass "--seq 32 with --init-from" || fail "--seq with --init-from"
 
@@ -324,6 +368,58 @@ refused "no config.json" "config.json: no such file" $NB "${T[@]}" --init-from "
 bad shardesc hf_gpt2 '{}' && rm "$TMP/shardesc/model.safetensors" && ST shard "$TMP/hf_gpt2/model.safetensors" "$TMP/shardesc" \
     && sed -i 's/"model-00002-of-00002.safetensors"/"..\/model-00002-of-00002.safetensors"/' "$TMP/shardesc/model.safetensors.index.json"
 refused "shard outside the directory" "not a file name in the directory" $NB "${T[@]}" --init-from "$TMP/shardesc"
+# Tokenizer files and sample with the run's Hugging Face tokenizer (the files of
+# scripts/fetch_data.sh tokenizers)
+HFT=$ROOT/data/hf_tokenizers
+Q="What is the capital of France?"
+if [ -f "$HFT/llama2/tokenizer.json" ] && [ -f "$HFT/llama3/tokenizer.json" ]; then
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        echo '{"messages": [{"role": "user", "content": "'"$Q"'"}, {"role": "assistant", "content": "Paris."}]}'
+    done > "$TMP/chat.jsonl"
+    CHAT=(--batch 2 --val-data none --no-progress --quiet --steps 1 --model llama-tiny)
+    # sample_ids RUN [FLAGS]: the prompt ids sample --chat prints
+    sample_ids() { local run=$1; shift; $NB sample --ckpt "$run" --chat "$Q" --print-tokens --tokens 4 --threads 2 "$@" 2>&1 >/dev/null \
+        | sed -n 's/^prompt tokens ([0-9]*): //p'; }
+    $NB tokenize --chat --tokenizer "$HFT/llama2" --out "$TMP/chat2.bin" "$TMP/chat.jsonl" >/dev/null \
+        && $NB train "${CHAT[@]}" --vocab 32000 --tokenizer "$HFT/llama2" --data "$TMP/chat2.bin" --out "$TMP/l2" \
+        && $NB export --ckpt "$TMP/l2" --hf "$TMP/l2_hf" 2>/dev/null \
+        && cmp -s "$HFT/llama2/tokenizer.json" "$TMP/l2_hf/tokenizer.json" && cmp -s "$HFT/llama2/tokenizer_config.json" "$TMP/l2_hf/tokenizer_config.json" \
+        && pass "export copies the run's --tokenizer files" || fail "tokenizer files of --tokenizer"
+    # --init-from a folder with tokenizer files: the run's tokenizer (absolute in state.json), copied on export
+    echo '{"bos_token_id": 1, "eos_token_id": 2}' > "$TMP/l2_hf/generation_config.json"
+    import "$TMP/l2_hf" im_l2 && grep -q "\"tokenizer\": \"$(cd "$TMP" && pwd -P)/l2_hf\"" "$TMP/im_l2/ckpt/state.json" \
+        && for f in tokenizer.json tokenizer_config.json generation_config.json; do cmp -s "$TMP/l2_hf/$f" "$TMP/im_l2_hf/$f" || false; done \
+        && [ ! -e "$TMP/im_l2_hf/special_tokens_map.json" ] && same_export "--init-from with tokenizer files" l2_hf im_l2_hf \
+        && pass "--init-from: tokenizer.json, tokenizer_config.json and generation_config.json copied" || fail "tokenizer files of --init-from"
+    # sample --chat: the prompt is what tokenize --chat makes of the same conversation before the answer
+    want=$(ST prompt_ids "$TMP/chat2.bin") && got=$(sample_ids "$TMP/im_l2")
+    [ -n "$want" ] && [ "$got" = "$want" ] && pass "sample --chat with the run's Llama 2 tokenizer: prompt ids = tokenize --chat's ($got)" \
+        || fail "sample --chat llama2: '$got' vs '$want'"
+    p=$($NB sample --ckpt "$TMP/im_l2" --prompt "Paris" --print-tokens --tokens 2 --threads 2 2>&1 >/dev/null | sed -n 's/^prompt tokens ([0-9]*): //p')
+    [ "${p%% *}" = 1 ] && pass "sample --prompt with the run's tokenizer starts with its bos ($p)" || fail "sample --prompt: '$p'"
+    # the answer ends at the end of the assistant's turn (Llama 2: eos), a --prompt's continuation does not
+    mkdir -p "$TMP/eos" && cp "$TMP/l2_hf/"*.json "$TMP/eos/" && ST eos_model "$TMP/l2_hf/model.safetensors" "$TMP/eos/model.safetensors" 2 \
+        && $NB train --init-from "$TMP/eos" --steps 0 "${RUN[@]}" --out "$TMP/im_eos" 2>/dev/null \
+        && a=$($NB sample --ckpt "$TMP/im_eos" --chat "$Q" --top-k 1 --print-tokens --threads 2 2>&1 >/dev/null | grep "^answer") \
+        && b=$($NB sample --ckpt "$TMP/im_eos" --prompt Paris --top-k 1 --tokens 3 --print-tokens --threads 2 2>&1 >/dev/null | grep "^answer") \
+        && [ "$a" = "answer tokens (0):" ] && [ "$b" = "answer tokens (3): 2 2 2" ] \
+        && pass "sample --chat stops at the end of the turn ('$a'; --prompt: '$b')" || fail "sample --chat stop: '$a', '$b'"
+    $NB tokenize --chat --tokenizer "$HFT/llama3" --out "$TMP/chat3.bin" "$TMP/chat.jsonl" >/dev/null && want=$(ST prompt_ids "$TMP/chat3.bin")
+    if $NB train "${CHAT[@]}" --vocab 128256 --tokenizer "$HFT/llama3" --data "$TMP/chat3.bin" --out "$TMP/l3" 2>"$TMP/err"; then
+        got=$(sample_ids "$TMP/l3") && [ -n "$want" ] && [ "$got" = "$want" ] \
+            && pass "sample --chat with Llama 3's tokenizer: prompt ids = tokenize --chat's ($got)" || fail "sample --chat llama3: '$got' vs '$want'"
+    else
+        grep -q "vocab" "$TMP/err" || { fail "train with Llama 3's vocabulary"; tail -2 "$TMP/err"; }
+        echo "note: this build's models take vocabularies up to 65536: Llama 3's prompt ids are checked, not its run"
+        got=$(sample_ids "$TMP/l2" --tokenizer "$HFT/llama3")
+        [ -n "$want" ] && [ "$got" = "$want" ] && pass "sample --chat --tokenizer llama3: prompt ids = tokenize --chat's ($got)" \
+            || fail "sample --chat llama3: '$got' vs '$want'"
+    fi
+    expect_error "sample --chat with GPT-2's tokenizer" "needs a Hugging Face tokenizer" $NB sample --ckpt "$TMP/llama" --chat hi --tokenizer "$ROOT/data/gpt2"
+else
+    echo "note: no tokenizer files in $HFT (scripts/fetch_data.sh tokenizers): tokenizer copies and sample --chat are not tried"
+fi
+
 refused "--model with --init-from" "\-\-model with --init-from" $NB "${T[@]}" --model llama-tiny --init-from "$TMP/hf_llama"
 refused "--steps 0 without --init-from" "\-\-steps is 0" $NB train --model gpt2-tiny --steps 0 "${RUN[@]}"
 $NB train --help | grep -q -- "--init-from HF_DIR" && pass "--help lists --init-from" || fail "--help"

@@ -32,6 +32,8 @@ why_skip() {
     *--device\ cuda* | *cuda:*) echo "needs a GPU" ;;
     *criteo:train.txt* | *--in\ train.txt* | *day_1.gz* | *runs/criteo*) echo "needs Criteo's files (not fetchable here)" ;;
     *fineweb* | *data/a.bin*) echo "needs your own shards" ;;
+    *models/*) echo "needs a Hugging Face checkpoint you download (tests/import_test.sh runs this path on tiny models)" ;;
+    *sft.bin* | *runs/sft*) echo "reads what a skipped command makes" ;;
     *csv:train.csv* | *runs/mine*) echo "needs your own CSV and schema (tests/ctr_schema_test.sh trains such files)" ;;
     *movielens*) [ -d data/movielens ] || echo "needs data/movielens (scripts/fetch_data.sh movielens)" ;;
     *--batches\ 0* | *max_len=1024*)

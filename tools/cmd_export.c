@@ -7,6 +7,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core.h"
+#include "io/atomic.h"
 #include "family/family.h"
 #include "family/transformer.h"
 #include "model/transformer_hf.h"
@@ -16,11 +17,45 @@
 
 static const char *EXPORT_SUMMARY =
     "Transformers: write a checkpoint as a Hugging Face model directory (--hf OUT): OUT/config.json and\n"
-    "OUT/model.safetensors (fp32 master weights). GPT-2 presets load with transformers'\n"
-    "GPT2LMHeadModel.from_pretrained(OUT), Llama presets with LlamaForCausalLM.from_pretrained(OUT).\n"
-    "Existing files of those two names in OUT are replaced; each is written under a temporary name and\n"
-    "swapped in. seqctr: write the model's tensors (dense weights and every embedding table, fp32, the\n"
-    "names of the README's seqctr section) to one safetensors file (--out FILE), crash-safely.";
+    "OUT/model.safetensors (the master weights in --dtype). GPT-2 presets load with transformers'\n"
+    "GPT2LMHeadModel.from_pretrained(OUT), Llama presets with LlamaForCausalLM.from_pretrained(OUT); a\n"
+    "run started with --init-from HF_DIR exports as the class it came from (MistralForCausalLM, ...),\n"
+    "with the fields of its config.json nobubble does not model written back unchanged, and the\n"
+    "tokenizer files of its --tokenizer folder (tokenizer.json, tokenizer_config.json,\n"
+    "special_tokens_map.json, generation_config.json: those present) copied, so AutoTokenizer and\n"
+    "AutoModelForCausalLM load OUT. Existing files of those names in OUT are replaced; each is written\n"
+    "under a temporary name and swapped in. seqctr: write the model's tensors (dense weights and every\n"
+    "embedding table, fp32, the names of the README's seqctr section) to one safetensors file\n"
+    "(--out FILE), crash-safely.";
+
+/* The files AutoTokenizer (and generate's defaults) read beside the model. */
+static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                              "generation_config.json", NULL};
+
+/* Each tokenizer file from the run's tokenizer folder, else from the imported model's folder
+ * (generation_config.json lives there). Returns the number copied. */
+static int copy_tokenizer(const nb_train_opts *o, const char *out) {
+    const char *from[] = {o->tokenizer, o->init_source};
+    int copied = 0;
+    for (int k = 0; k < 2; k++)
+        if (from[k][0] && !nb_file_exists(from[k]))
+            fprintf(stderr, "warning: the run's %s folder %s is gone: its files are not copied\n", k ? "--init-from" : "--tokenizer",
+                    from[k]);
+    for (const char *const *f = TOKENIZER_FILES; *f; f++)
+        for (int k = 0; k < 2; k++) {
+            char src[2 * NB_PATH_MAX], dst[2 * NB_PATH_MAX];
+            snprintf(src, sizeof src, "%s/%s", from[k], *f);
+            if (!from[k][0] || !nb_file_exists(src)) continue;
+            size_t len;
+            char *text = nb_read_file(src, (size_t)1 << 30, &len, "check the tokenizer folder the run names");
+            snprintf(dst, sizeof dst, "%s/%s", out, *f);
+            nb_write_file_atomic(dst, text, len);
+            free(text);
+            copied++;
+            break;
+        }
+    return copied;
+}
 
 /* Two paths name the same existing directory. */
 static int same_dir(const char *a, const char *b) {
@@ -63,11 +98,14 @@ static int export_seqctr(const char *ckpt, const char *file) {
 }
 
 int nb_cmd_export(int argc, char **argv) {
-    char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "", file[NB_PATH_MAX] = "";
+    char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "", file[NB_PATH_MAX] = "", dtype_name[8] = "";
     nb_arg args[] = {
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to export", 0, 0, 0},
         {"hf", ARG_STR, out, sizeof out, "OUT", "transformers: output directory (created if missing)", 0, 0, 0},
         {"out", ARG_STR, file, sizeof file, "FILE", "seqctr: the safetensors file to write", 0, 0, 0},
+        {"dtype", ARG_STR, dtype_name, sizeof dtype_name, "T",
+         "transformers: f32, bf16 or f16, rounded to nearest even (default: the dtype of the --init-from checkpoint, else f32)",
+         0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("export", EXPORT_SUMMARY, args, nargs, argc, argv)) return 0;
@@ -81,6 +119,7 @@ int nb_cmd_export(int argc, char **argv) {
     if (nb_family_find(o.family) != &nb_family_transformer) { /* seqctr: its tensors */
         if (out[0]) nb_usage_error("export", "--hf writes Hugging Face transformers: use --out FILE for seqctr");
         if (!file[0]) nb_usage_error("export", "--out FILE is required for a seqctr checkpoint");
+        if (dtype_name[0]) nb_usage_error("export", "--dtype is for transformers: seqctr's tensors are written in fp32");
         return export_seqctr(ckpt, file);
     }
     if (file[0]) nb_usage_error("export", "--out FILE is seqctr's: use --hf OUT for a transformer");
@@ -90,6 +129,10 @@ int nb_cmd_export(int argc, char **argv) {
     struct stat sb;
     NB_CHECK(stat(out, &sb) != 0 || S_ISDIR(sb.st_mode), "choose another --hf directory",
              "--hf %s exists and is not a directory", out);
+    nb_hf_export_opts x = {NB_F32, &o.hf};
+    const char *dt = dtype_name[0] ? dtype_name : o.hf.cls[0] ? o.hf.dtype : "f32";
+    NB_CHECK(nb_hf_dtype_parse(dt) >= 0, "pass --dtype f32, bf16 or f16", "unknown --dtype '%s'", dt);
+    x.dtype = (nb_dtype)nb_hf_dtype_parse(dt);
     nb_tf_model m;
     nb_tf_model_init(&m, &o.model);
     float *slab = nb_aligned_alloc(m.total * sizeof(float), "model weights");
@@ -101,10 +144,12 @@ int nb_cmd_export(int argc, char **argv) {
     check_padding(&m, slab, dir);
 
     double t0 = nb_now();
-    int n = nb_hf_export(out, &m, slab);
-    fprintf(stderr, "exported %s (%s layout, step %d, %.2f M parameters, %d tensors) to %s in %.1f s\n", m.cfg.preset,
-            m.cfg.arch == NB_ARCH_GPT2 ? "gpt2" : "llama", st.step, m.n_real / 1e6, n, out, nb_now() - t0);
-    fprintf(stderr, "load it with: transformers.%s.from_pretrained(\"%s\")\n", nb_hf_class_name(&m), out);
+    int n = nb_hf_export(out, &m, slab, &x);
+    int files = copy_tokenizer(&o, out);
+    fprintf(stderr, "exported %s (%s layout, step %d, %.2f M parameters, %d tensors in %s, %d tokenizer files) to %s in %.1f s\n",
+            m.cfg.preset, m.cfg.arch == NB_ARCH_GPT2 ? "gpt2" : "llama", st.step, m.n_real / 1e6, n, dt, files, out,
+            nb_now() - t0);
+    fprintf(stderr, "load it with: transformers.%s.from_pretrained(\"%s\")\n", nb_hf_export_class(&m, &x), out);
     free(slab);
     nb_tf_model_free(&m);
     return 0;

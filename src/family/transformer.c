@@ -11,6 +11,8 @@
  * checkpoint tensors and the config are in transformer_eval.c. */
 #include "family/transformer.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #include "comm/comm.h"
 #include "core.h"
+#include "data/hf_tokenizer.h"
 #include "data/shardset.h"
 #include "host.h"
 #include "model/transformer_hf.h"
@@ -755,6 +758,14 @@ static void tf_preset(nb_train_opts *o) {
     NB_CHECK(nb_tf_preset(name, &o->model), "pass one of the presets nobubble train --help lists", "unknown --model '%s'", name);
 }
 
+/* A folder as state.json keeps it: absolute, so sample and export find it from anywhere. */
+static void absolute_dir(const char *dir, char *out, size_t cap, const char *flag) {
+    char real[PATH_MAX];
+    NB_CHECK(realpath(dir, real), "pass an existing folder", "%s %s: %s", flag, dir, strerror(errno));
+    NB_CHECK(strlen(real) < cap, "move the folder to a shorter path", "%s %s: path too long", flag, real);
+    snprintf(out, cap, "%s", real);
+}
+
 /* --init-from HF_DIR: the shape is its config.json's (flags that set one are refused) and its
  * tensors are checked now, before anything is planned; tf_start loads them. */
 static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx) {
@@ -768,7 +779,11 @@ static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char 
     nb_tf_model m;
     nb_tf_model_init(&m, &o->model);
     nb_hf_import_check(o->init_from, &m);
+    nb_hf_origin_import(o->init_from, &m, &o->hf);
     nb_tf_model_free(&m);
+    absolute_dir(o->init_from, o->init_source, sizeof o->init_source, "--init-from");
+    /* the checkpoint's own tokenizer, unless --tokenizer names another */
+    if (!seen(ctx, "tokenizer") && nb_hf_tokenizer_present(o->init_from)) snprintf(o->tokenizer, sizeof o->tokenizer, "%s", o->init_source);
 }
 
 static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
@@ -778,6 +793,11 @@ static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const cha
         nb_log(1, "note: resuming the checkpoint: --init-from %s is not read again\n", o->init_from);
     else if (o->init_from[0])
         import_shape(o, seen, ctx);
+    if (seen(ctx, "tokenizer")) {
+        NB_CHECK(nb_hf_tokenizer_present(o->tokenizer), "pass a folder with tokenizer.json (and tokenizer_config.json)",
+                 "--tokenizer %s holds no tokenizer.json", o->tokenizer);
+        absolute_dir(o->tokenizer, o->tokenizer, sizeof o->tokenizer, "--tokenizer");
+    }
     /* GPT-2 layouts have as many kv heads as heads: follow --heads unless told otherwise */
     if (o->model.arch == NB_ARCH_GPT2 && !seen(ctx, "kv-heads")) o->model.kv_heads = o->model.heads;
     nb_tf_config_finalize(&o->model);

@@ -165,6 +165,7 @@ void nb_tf_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_kint(w, "head_dim", c->head_dim);
     nb_json_kbool(w, "qkv_bias", c->qkv_bias);
     nb_json_kbool(w, "qk_norm", c->qk_norm);
+    nb_hf_origin_write(w, &o->hf);
     nb_json_end_obj(w);
 }
 
@@ -190,6 +191,7 @@ void nb_tf_read_config(const nb_json *j, nb_train_opts *o) {
     c->head_dim = (int)nb_json_get_int(j, "head_dim", 0);
     c->qkv_bias = nb_json_get_bool(j, "qkv_bias", 0);
     c->qk_norm = nb_json_get_bool(j, "qk_norm", 0);
+    nb_hf_origin_read(j, &o->hf);
     NB_CHECK(isfinite(c->norm_eps) && c->norm_eps > 0 && isfinite(c->rope_theta) && c->rope_theta > 0,
              "the checkpoint is damaged: resume from an earlier copy of the run directory",
              "state.json: model norm_eps %g / rope_theta %g must be positive numbers", (double)c->norm_eps,

@@ -776,3 +776,52 @@ const nb_json *nb_json_req(const nb_json *obj, const char *key, nb_json_type typ
     if (v->type != type) wrong_type(v, key, nb_json_type_name(type));
     return v;
 }
+
+/* ---- a parsed value written again ---- */
+
+/* The shortest text that reads back as the same double; a float stays a float. */
+static void spell_number(nb_sbuf *b, const nb_json *v) {
+    char buf[40];
+    if (isnan(v->num) || isinf(v->num)) {
+        nb_sbuf_puts(b, isnan(v->num) ? "NaN" : v->num < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    if (v->int_literal) {
+        nb_sbuf_printf(b, "%" PRId64, v->i64);
+        return;
+    }
+    if (v->num == floor(v->num) && fabs(v->num) < 1e15) { /* 10000.0, as Python writes it */
+        nb_sbuf_printf(b, "%.1f", v->num);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v->num);
+        if (strtod(buf, NULL) == v->num) break; /* 17 digits always round-trip */
+    }
+    nb_sbuf_puts(b, buf);
+    if (!strpbrk(buf, ".eE")) nb_sbuf_puts(b, ".0");
+}
+
+void nb_json_spell(nb_sbuf *b, const nb_json *v) {
+    switch (v->type) {
+    case NB_JSON_NULL: nb_sbuf_puts(b, "null"); break;
+    case NB_JSON_BOOL: nb_sbuf_puts(b, v->boolean ? "true" : "false"); break;
+    case NB_JSON_NUM: spell_number(b, v); break;
+    case NB_JSON_STR: put_escaped(b, v->str, v->len); break;
+    case NB_JSON_ARR:
+    case NB_JSON_OBJ:
+        nb_sbuf_puts(b, v->type == NB_JSON_OBJ ? "{" : "[");
+        for (size_t i = 0; i < v->len; i++) {
+            if (i) nb_sbuf_puts(b, ", ");
+            if (v->type == NB_JSON_OBJ) put_escaped(b, v->keys[i], strlen(v->keys[i])), nb_sbuf_puts(b, ": ");
+            nb_json_spell(b, &v->items[i]);
+        }
+        nb_sbuf_puts(b, v->type == NB_JSON_OBJ ? "}" : "]");
+        break;
+    }
+}
+
+void nb_json_raw(nb_json_writer *w, const char *text) {
+    before_item(w, 0);
+    nb_sbuf_puts(&w->out, text);
+}

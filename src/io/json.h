@@ -137,6 +137,14 @@ double nb_json_req_num(const nb_json *obj, const char *key);
 const char *nb_json_req_str(const nb_json *obj, const char *key);
 const nb_json *nb_json_req(const nb_json *obj, const char *key, nb_json_type type);
 
+/* A parsed value spelled again, compact (", " and ": " between items): strings escaped as the
+ * writer escapes them, integer literals as they were, other numbers as the shortest text that
+ * reads back the same double and always with a '.' or an exponent (a float stays a float, which
+ * transformers' strict configs check), NaN and infinities as Python's json spells them. */
+void nb_json_spell(nb_sbuf *b, const nb_json *v);
+/* A value already spelled (nb_json_spell's text), written as it is. */
+void nb_json_raw(nb_json_writer *w, const char *text);
+
 #ifdef __cplusplus
 }
 #endif

@@ -115,6 +115,10 @@ const char *nb_hf_class_name(const nb_tf_model *m) {
     return qwen_class(&m->cfg) ? qwen_class(&m->cfg) : "LlamaForCausalLM";
 }
 
+const char *nb_hf_export_class(const nb_tf_model *m, const nb_hf_export_opts *x) {
+    return x && x->origin && x->origin->cls[0] ? x->origin->cls : nb_hf_class_name(m);
+}
+
 /* ---------------------------------------------------------------- config.json */
 
 /* The shortest decimal that reads back as the same float, always spelled as a float (Python's
@@ -131,15 +135,52 @@ static void fmt_float(char *buf, size_t cap, float v) {
     if (!strpbrk(buf, ".eE")) snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
 }
 
-/* A flat JSON object, one "key": value per line; values arrive already spelled. */
+/* A flat JSON object, one "key": value per line; values arrive already spelled. A key is
+ * written once: the first value given for it stays. Where an imported model's config.json has
+ * a key of ORIGIN_WINS, its value is written instead of ours, in our place (an export of an
+ * import of an export is the same file). */
+#define CFG_MAX_KEYS 512
 typedef struct {
     nb_sbuf b;
     int n;
+    char *keys[CFG_MAX_KEYS];
+    const nb_json *origin; /* the imported config.json, or NULL */
 } cfg_out;
 
-static void kv(cfg_out *o, const char *key, const char *raw) {
+/* The imported config.json's value of a key where it is the truth and ours a default or a
+ * stand-in (defined with the origin's fields below), or NULL. */
+static const nb_json *origin_wins(const cfg_out *o, const char *key);
+
+static int has_key(const cfg_out *o, const char *key) {
+    for (int i = 0; i < o->n; i++)
+        if (!strcmp(o->keys[i], key)) return 1;
+    return 0;
+}
+
+static void kv_raw(cfg_out *o, const char *key, const char *raw) {
+    if (has_key(o, key)) return;
+    NB_CHECK(o->n < CFG_MAX_KEYS, "remove fields transformers does not need from the imported config.json",
+             "config.json: more than %d fields", CFG_MAX_KEYS);
+    o->keys[o->n] = strdup(key);
+    NB_CHECK(o->keys[o->n], "free some host memory", "out of memory writing config.json");
     nb_sbuf_printf(&o->b, "%s\n  \"%s\": %s", o->n++ ? "," : "{", key, raw);
 }
+
+static void kv_spelled(cfg_out *o, const char *key, const nb_json *v) {
+    nb_sbuf b = {0};
+    nb_json_spell(&b, v);
+    kv_raw(o, key, b.data);
+    nb_sbuf_free(&b);
+}
+
+static void kv(cfg_out *o, const char *key, const char *raw) {
+    const nb_json *theirs = origin_wins(o, key);
+    if (theirs)
+        kv_spelled(o, key, theirs);
+    else
+        kv_raw(o, key, raw);
+}
+
 static void kv_int(cfg_out *o, const char *key, int64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", (long long)v);
@@ -258,70 +299,159 @@ static void qwen_config(cfg_out *o, const nb_tf_config *c) {
     kv_bool(o, "tie_word_embeddings", c->tied);
 }
 
-char *nb_hf_config_json(const nb_tf_model *m) {
-    cfg_out o = {{0}, 0};
+/* ---------------------------------------------------------------- an imported model's fields */
+
+/* torch's name of the export's dtype, as config.json spells it */
+static const char *torch_dtype(nb_dtype d) { return d == NB_BF16 ? "bfloat16" : d == NB_F16 ? "float16" : "float32"; }
+
+/* The imported config.json, parsed (NULL for a model trained here). */
+static nb_json *origin_config(const nb_hf_export_opts *x) {
+    if (!x || !x->origin || !x->origin->cls[0]) return NULL;
+    return nb_json_parse_or_fail(x->origin->config, strlen(x->origin->config), "state.json model.hf.config");
+}
+
+static const nb_json *origin_wins(const cfg_out *o, const char *key) {
+    /* its class and type; the context RoPE models were trained for (not --seq); the tokenizer's
+     * ids; settings of its own that our defaults stand in for */
+    static const char *const keys[] = {"architectures", "model_type", "max_position_embeddings", "bos_token_id",
+                                       "eos_token_id", "pad_token_id", "initializer_range", "use_cache", NULL};
+    if (!o->origin) return NULL;
+    for (const char *const *k = keys; *k; k++)
+        if (!strcmp(key, *k)) return nb_json_get(o->origin, key);
+    return NULL;
+}
+
+/* After our fields: every other field of the imported config.json, unchanged (sliding_window,
+ * rope_scaling: null, transformers_version, ...); ours stay where both have one. */
+static void origin_rest(cfg_out *o, const nb_json *j) {
+    for (size_t i = 0; i < j->len; i++) kv_spelled(o, j->keys[i], &j->items[i]);
+}
+
+char *nb_hf_config_json(const nb_tf_model *m, const nb_hf_export_opts *x) {
+    cfg_out o = {{0}, 0, {0}, NULL};
+    nb_json *origin = origin_config(x);
+    o.origin = origin;
+    if (origin && !nb_json_get(origin, "architectures")) { /* a config.json that names only its model_type */
+        char cls[96];
+        snprintf(cls, sizeof cls, "[\"%s\"]", x->origin->cls);
+        kv_raw(&o, "architectures", cls);
+    }
     if (m->cfg.arch == NB_ARCH_GPT2)
         gpt2_config(&o, &m->cfg);
     else if (qwen_class(&m->cfg))
         qwen_config(&o, &m->cfg);
     else
         llama_config(&o, &m->cfg);
-    kv_str(&o, "dtype", "float32");
+    /* transformers 4 reads torch_dtype, 5 dtype: the export's, whichever the import had */
+    if (origin && nb_json_get(origin, "torch_dtype")) kv_str(&o, "torch_dtype", torch_dtype(x->dtype));
+    kv_str(&o, "dtype", torch_dtype(x ? x->dtype : NB_F32));
+    if (origin) origin_rest(&o, origin);
+    nb_json_free(origin);
+    for (int i = 0; i < o.n; i++) free(o.keys[i]);
     nb_sbuf_puts(&o.b, "\n}\n");
     return o.b.data;
 }
 
 /* ---------------------------------------------------------------- writing */
 
+/* float -> bfloat16, rounded to nearest even (what torch's .to(torch.bfloat16) does) */
+static uint16_t bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays a quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* float -> IEEE half, rounded to nearest even; beyond 65504 (past the halfway point to 65536) the
+ * value is infinite, below 2^-14 subnormal */
+static uint16_t f16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;
+    if (a >= 0x477ff000u) return sign | 0x7c00;
+    if (a >= 0x38800000u) { /* normal */
+        uint32_t h = ((a >> 23) - 112) << 10 | (a & 0x7fffff) >> 13, rem = a & 0x1fff;
+        return sign | (uint16_t)(h + (rem > 0x1000 || (rem == 0x1000 && (h & 1))));
+    }
+    if (a <= 0x33000000u) return sign; /* at most half the smallest subnormal: zero (even) */
+    uint32_t mant = (a & 0x7fffff) | 0x800000, shift = 126 - (a >> 23), h = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return sign | (uint16_t)(h + (rem > half || (rem == half && (h & 1))));
+}
+
 typedef struct {
     const float *src; /* first source row */
     int64_t rows, cols;
-} transposed_src;
+    int transpose;
+    nb_dtype dtype;
+} export_src;
 
-/* HF element k of a [cols, rows] tensor is source element (k % rows, k / rows). Chunks come
- * from the safetensors writer's staging buffer, so only a bounded piece is ever materialized. */
-static void fill_transposed(void *ctx, void *dst, size_t offset, size_t bytes) {
-    const transposed_src *s = ctx;
-    NB_ASSERT(offset % sizeof(float) == 0 && bytes % sizeof(float) == 0);
-    float *out = dst;
-    size_t k0 = offset / sizeof(float), n = bytes / sizeof(float), R = (size_t)s->rows, C = (size_t)s->cols;
+/* A chunk of the HF tensor in its dtype. Element k is source element k, or (k % rows, k / rows)
+ * of a transposed one ([cols, rows]). Chunks come from the safetensors writer's staging buffer,
+ * so only a bounded piece is ever materialized. */
+static void fill(void *ctx, void *dst, size_t offset, size_t bytes) {
+    const export_src *s = ctx;
+    size_t es = s->dtype == NB_F32 ? 4 : 2;
+    NB_ASSERT(offset % es == 0 && bytes % es == 0);
+    size_t k0 = offset / es, n = bytes / es, R = (size_t)s->rows, C = (size_t)s->cols;
     for (size_t k = 0; k < n; k++) {
-        size_t i = (k0 + k) / R, j = (k0 + k) % R;
-        out[k] = s->src[j * C + i];
+        size_t e = k0 + k;
+        float v = s->transpose ? s->src[(e % R) * C + e / R] : s->src[e];
+        if (s->dtype == NB_F32) {
+            memcpy((char *)dst + 4 * k, &v, 4);
+        } else {
+            uint16_t h = s->dtype == NB_BF16 ? bf16_bits(v) : f16_bits(v);
+            memcpy((char *)dst + 2 * k, &h, 2);
+        }
     }
 }
 
-int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params) {
+/* Values a half cannot hold (they become infinite), to say so once. */
+static size_t f16_overflows(const export_src *s) {
+    size_t n = (size_t)s->rows * (size_t)s->cols, bad = 0;
+    for (size_t k = 0; k < n; k++) bad += (f16_bits(s->src[k]) & 0x7c00) == 0x7c00;
+    return bad;
+}
+
+int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x) {
+    nb_dtype dtype = x ? x->dtype : NB_F32;
+    NB_ASSERT(dtype == NB_F32 || dtype == NB_BF16 || dtype == NB_F16);
     nb_hf_tensor *t;
     int n = nb_hf_tensors(m, &t);
     char path[4096];
     NB_CHECK(strlen(out_dir) < sizeof path - 32, "choose a shorter output path", "output path too long: %s", out_dir);
     nb_mkdir_p(out_dir);
 
-    transposed_src *ts = nb_calloc((size_t)n, sizeof *ts, "export sources");
+    export_src *es = nb_calloc((size_t)n, sizeof *es, "export sources");
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     nb_st_writer *w = nb_st_begin(path);
     /* from_pretrained refuses safetensors files whose metadata format is not "pt" */
     nb_st_meta(w, "format", "pt");
     nb_st_meta(w, "producer", "nobubble");
+    size_t overflows = 0;
     for (int i = 0; i < n; i++) {
         const nb_param *p = &m->params[t[i].param];
         int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
         const float *src = params + p->offset + (size_t)t[i].row0 * (size_t)cols;
-        if (t[i].transpose) {
-            ts[i] = (transposed_src){src, t[i].rows, cols};
-            nb_st_add_fn(w, t[i].name, NB_F32, t[i].ndim, t[i].shape, fill_transposed, &ts[i]);
-        } else {
+        es[i] = (export_src){src, t[i].rows, cols, t[i].transpose, dtype};
+        if (dtype == NB_F16) overflows += f16_overflows(&es[i]);
+        if (dtype == NB_F32 && !t[i].transpose)
             nb_st_add(w, t[i].name, NB_F32, t[i].ndim, t[i].shape, src);
-        }
+        else
+            nb_st_add_fn(w, t[i].name, dtype, t[i].ndim, t[i].shape, fill, &es[i]);
     }
+    if (overflows)
+        fprintf(stderr, "warning: %zu weights are beyond float16's range (65504) and are written as infinities: export "
+                        "with --dtype bf16 or f32\n", overflows);
     nb_st_end(w);
-    free(ts);
+    free(es);
     free(t);
 
     /* config.json last: the weights are the write likely to fail (size), and when it fails the
      * previous export in out_dir stays whole (both files are replaced atomically) */
-    char *cfg = nb_hf_config_json(m);
+    char *cfg = nb_hf_config_json(m, x);
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     nb_write_file_atomic(path, cfg, strlen(cfg));
     free(cfg);

@@ -1,5 +1,6 @@
-/* Hugging Face export: a model directory (config.json + model.safetensors, F32) that
- * transformers loads with GPT2LMHeadModel / LlamaForCausalLM.from_pretrained.
+/* Hugging Face export: a model directory (config.json + model.safetensors in F32, BF16 or F16)
+ * that transformers loads with GPT2LMHeadModel / LlamaForCausalLM.from_pretrained, or, for a
+ * model imported with --init-from, with the class it came from (nb_hf_origin below).
  *
  * GPT-2 layouts map to GPT2LMHeadModel. Its linear layers are Conv1D modules whose weight is
  * [in, out] (y = x @ W + b), so our [out, in] weights are written transposed: c_attn [C, 3C],
@@ -16,14 +17,16 @@
  * [head_dim]); head_dim is the model's head size, which need not be hidden_size / heads.
  * Embedding and head rows >= vocab (our padding to a multiple of 64) are dropped: HF's tables
  * have exactly vocab_size rows.
- * Values are written straight from the parameter slab (transposed chunk by chunk), so exporting
- * needs no second copy of the model in memory. Both files are written crash-safely. */
+ * Values are written straight from the parameter slab (transposed and rounded chunk by chunk),
+ * so exporting needs no second copy of the model in memory. Both files are written crash-safely. */
 #ifndef NB_MODEL_TRANSFORMER_HF_H
 #define NB_MODEL_TRANSFORMER_HF_H
 
 #include <stdint.h>
 
+#include "io/json.h"
 #include "model/transformer.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,17 +43,38 @@ typedef struct {
     int64_t shape[2]; /* HF shape */
 } nb_hf_tensor;
 
+/* Where an imported model came from (state.json's model.hf), so that its export is the
+ * architecture it was: its class, model_type and every config.json field nobubble does not model
+ * (bos/eos ids, sliding_window, max_position_embeddings, ...) go back unchanged. An empty cls:
+ * a model trained from scratch (and every checkpoint from before imports kept this). */
+#define NB_HF_CONFIG_MAX 16384
+typedef struct {
+    char cls[64];                  /* architectures[0], e.g. "MistralForCausalLM" */
+    char model_type[32];           /* e.g. "mistral" */
+    char dtype[8];                 /* the checkpoint's tensors: "f32", "bf16" or "f16" */
+    char config[NB_HF_CONFIG_MAX]; /* config.json's object as nb_json_spell writes it */
+} nb_hf_origin;
+
+/* What an export writes: the tensors' dtype (NB_F32, NB_BF16 or NB_F16, rounded to nearest
+ * even) and the model's origin (NULL or an empty one: trained here, config.json from the shape). */
+typedef struct {
+    nb_dtype dtype;
+    const nb_hf_origin *origin;
+} nb_hf_export_opts;
+
 /* The export table of a model, in file order. Returns the count; *out is malloc'd (free it). */
 int nb_hf_tensors(const nb_tf_model *m, nb_hf_tensor **out);
-/* "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM". */
+/* "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM": the class of our layout. */
 const char *nb_hf_class_name(const nb_tf_model *m);
+/* The class an export writes: the origin's, else our layout's. */
+const char *nb_hf_export_class(const nb_tf_model *m, const nb_hf_export_opts *x);
 /* config.json text for the model, NUL-terminated, malloc'd (free it). Floats are always
  * written with a decimal point or an exponent: transformers 5's strict configs reject an
  * integer where a float is declared. */
-char *nb_hf_config_json(const nb_tf_model *m);
+char *nb_hf_config_json(const nb_tf_model *m, const nb_hf_export_opts *x);
 /* Write out_dir/config.json and out_dir/model.safetensors from fp32 weights in the model's slab
  * layout; creates out_dir. Returns the number of tensors written. */
-int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params);
+int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x);
 
 /* Import (transformer_hf_import.c), the reverse through the same table: --init-from HF_DIR.
  * HF_DIR holds config.json and model.safetensors, or model.safetensors.index.json and the
@@ -70,6 +94,17 @@ void nb_hf_import_check(const char *dir, const nb_tf_model *m);
  * straight from the mapped files; everything the checkpoint does not set (vocab padding rows)
  * is zero. */
 void nb_hf_import(const char *dir, const nb_tf_model *m, float *params);
+/* The dtype most of the checkpoint's tensors have (F32, BF16 or F16). */
+nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m);
+
+/* The origin of HF_DIR's model (transformer_hf_origin.c): its config.json and tensors' dtype. */
+void nb_hf_origin_import(const char *dir, const nb_tf_model *m, nb_hf_origin *h);
+/* state.json's model.hf (nothing for an empty origin), and back (absent: an empty one). */
+void nb_hf_origin_write(nb_json_writer *w, const nb_hf_origin *h);
+void nb_hf_origin_read(const nb_json *model, nb_hf_origin *h);
+/* "f32" -> NB_F32, "bf16" -> NB_BF16, "f16" -> NB_F16, else -1; and back. */
+int nb_hf_dtype_parse(const char *name);
+const char *nb_hf_dtype_name(nb_dtype dtype);
 
 #ifdef __cplusplus
 }

@@ -476,3 +476,23 @@ void nb_hf_import(const char *dir, const nb_tf_model *m, float *params) {
     walk(dir, m, params);
     nb_fail_set_exit_code(was);
 }
+
+nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m) {
+    int was = nb_fail_set_exit_code(2);
+    hf_src s;
+    src_open(&s, dir);
+    nb_hf_tensor *t;
+    int n = nb_hf_tensors(m, &t), count[NB_DTYPE_COUNT] = {0};
+    for (int i = 0; i < n; i++) {
+        const nb_st_file *f = NULL;
+        const nb_st_tensor *st = lookup(&s, m, t[i].name, &f);
+        if (st) count[st->dtype]++;
+    }
+    nb_dtype most = NB_F32;
+    for (int d = 0; d < NB_DTYPE_COUNT; d++)
+        if (count[d] > count[most]) most = (nb_dtype)d;
+    free(t);
+    src_close(&s);
+    nb_fail_set_exit_code(was);
+    return most;
+}

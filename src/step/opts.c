@@ -89,6 +89,8 @@ static const nb_opt table[] = {
     {"micro-batches", NB_OPT_INT, F(micro_batches), NB_OPTG_SC, "1", "M", "Frozen-Window Pipelining (NestPipe's FWP): each rank's batch in M parts trained on one frozen embedding state, the tables updated once after the last", 1, 4096, "in 1..4096", .flag = 1, .state = OPT, .math = 1},
     /* the CPU's GEMMs sum in an order that depends on the thread count: a resume keeps it */
     {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores; a resume keeps the run's)", 0, BIG, ">= 0 (0: all cores)", .flag = 1, .state = OPT, .math = 1},
+    {"tokenizer", NB_OPT_STR, F(tokenizer), NB_OPTG_TF, NULL, "DIR", "the Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json) of the run's data: sample encodes and decodes with it, export copies its files (default: the --init-from folder when it holds tokenizer.json)", .flag = 1, .state = OPT},
+    {"init-source", NB_OPT_STR, F(init_source), NB_OPTG_TF, NULL, NULL, NULL, .state = OPT},
     /* flags only: where the run writes, how it reports, limits of this process */
     {"gpu-mem-limit", NB_OPT_U64, F(gpu_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "cap the GPU memory plan (0: what is free)", .flag = 1},
     {"host-mem-limit", NB_OPT_U64, F(host_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "host memory the plan may use (0: what the host reports)", .flag = 1},

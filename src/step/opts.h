@@ -17,6 +17,7 @@
 #include "io/json.h"
 #include "model/seqctr.h"
 #include "model/transformer.h"
+#include "model/transformer_hf.h"
 
 #define NB_MAX_SEGMENTS 64
 
@@ -36,6 +37,11 @@ typedef struct nb_train_opts {
     /* a Hugging Face model directory the run starts from (model/transformer_hf.h): its config
      * sets the shape, its weights the start; not kept in state.json (a resume has both) */
     char init_from[NB_PATH_MAX];
+    /* what an export needs of an imported model: its origin (state.json's model.hf), HF_DIR
+     * (absolute; generation_config.json is copied from it) and the Hugging Face tokenizer folder
+     * the run's data was made with (absolute; sample decodes with it, export copies its files) */
+    nb_hf_origin hf;
+    char init_source[NB_PATH_MAX], tokenizer[NB_PATH_MAX];
     char device[32], schedule[32];
     nb_opt_precision precision;
     nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */
