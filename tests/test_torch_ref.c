@@ -149,14 +149,14 @@ static void read_config(const nb_st_file *f, nb_tf_config *c) {
     c->heads = meta_int(f, "heads", 1, 1 << 16);
     c->kv_heads = meta_int(f, "kv_heads", 1, 1 << 16);
     c->ffn = meta_int(f, "ffn", 1, 1 << 24);
-    c->vocab = meta_int(f, "vocab", 2, 65536);
+    c->vocab = meta_int(f, "vocab", 2, NB_TF_MAX_VOCAB);
     c->seq = meta_int(f, "seq", 1, 1 << 20);
     c->tied = meta_int(f, "tied", 0, 1);
     c->norm_eps = (float)meta_num(f, "norm_eps", 0, 1);
     c->rope_theta = (float)meta_num(f, "rope_theta", 1, 1e9);
     nb_tf_config_finalize(c);
-    NB_CHECK(c->vocab_padded == meta_int(f, "vocab_padded", 2, 65536), REGEN_HINT,
-             "%s: vocab_padded %d, this build pads to %d", nb_st_path(f), meta_int(f, "vocab_padded", 2, 65536),
+    NB_CHECK(c->vocab_padded == meta_int(f, "vocab_padded", 2, NB_TF_MAX_VOCAB), REGEN_HINT,
+             "%s: vocab_padded %d, this build pads to %d", nb_st_path(f), meta_int(f, "vocab_padded", 2, NB_TF_MAX_VOCAB),
              c->vocab_padded);
 }
 
