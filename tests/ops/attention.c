@@ -128,7 +128,8 @@ TEST_CASE(test_rope_llama3) {
 
 /* Llama 3.1's own numbers (theta 5e5, HS 128, factor 8, 1, 4, 8192): inv_freq of pairs in each
  * band (28: kept, 29-34: interpolated, 35+: divided) against values computed in double in
- * Python from the formula of _compute_llama3_parameters; float32 rounding stays within 1e-6. */
+ * Python from the formula of _compute_llama3_parameters (float32 rounding stays within 1e-6),
+ * then bit for bit against the formula's float32 ops. */
 TEST_CASE(test_rope_llama31_freqs) {
     static const struct {
         int i;
@@ -148,6 +149,25 @@ TEST_CASE(test_rope_llama31_freqs) {
         CHECK(e < 1e-6, "pair %d: inv_freq %.9g, want %.9g", ref[k].i, got, ref[k].want);
         if (e > worst) worst = e;
     }
+    /* Bit for bit: the float32 ops of the formula (Python, each result rounded with struct, as
+     * torch rounds each tensor op) from the same unscaled inv_freq; pairs 28-36 cross both band
+     * edges. A pair whose unscaled value differs from Python's powf emulation is skipped. */
+    static const uint32_t plain_bits[] = {0x3b527720, 0x3b2b72dc, 0x3b0baa41, 0x3ae38c10, 0x3ab95d21,
+                                          0x3a970023, 0x3a7603ea, 0x3a486886, 0x3a23418d};
+    static const uint32_t want_bits[] = {0x3b527720, 0x3b0dfd06, 0x3ab3d11d, 0x3a60979e, 0x3a0995d2,
+                                         0x39a3f108, 0x393b2dd2, 0x38c86886, 0x38a3418d};
+    nb_rope plain = nb_rope_plain(500000.0f);
+    int same = 0;
+    for (int k = 0; k < 9; k++) {
+        float p = nb_rope_inv_freq(&plain, 28 + k, 128), got = nb_rope_inv_freq(&r, 28 + k, 128);
+        uint32_t pb, gb;
+        memcpy(&pb, &p, 4), memcpy(&gb, &got, 4);
+        if (pb != plain_bits[k]) continue;
+        same++;
+        CHECK(gb == want_bits[k], "pair %d: llama3 inv_freq bits %08x, want %08x", 28 + k, (unsigned)gb,
+              (unsigned)want_bits[k]);
+    }
+    CHECK(same >= 7, "only %d of 9 unscaled frequencies match Python's", same);
     if (ot_eval()) ot_err(worst, 1e-6);
 }
 
