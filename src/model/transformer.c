@@ -66,14 +66,14 @@ int nb_tf_preset(const char *name, nb_tf_config *cfg) {
 static void check_rope_scaling(nb_tf_config *c) {
     const char *hint = "rope scaling takes factor >= 1, and for llama3 0 < low_freq_factor < high_freq_factor and "
                        "original_max_position_embeddings >= 1";
-    NB_CHECK(c->rope_scaling == NB_ROPE_DEFAULT || c->rope_scaling == NB_ROPE_LINEAR || c->rope_scaling == NB_ROPE_LLAMA3,
-             hint, "unknown rope scaling %d", (int)c->rope_scaling);
+    NB_CHECK(nb_rope_type_name(c->rope_scaling), hint, "unknown rope scaling %d", (int)c->rope_scaling);
     if (c->rope_scaling == NB_ROPE_DEFAULT) {
         c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor = 0.0f;
         c->rope_original_ctx = 0;
         return;
     }
-    NB_CHECK(isfinite(c->rope_factor) && c->rope_factor >= 1.0f, hint, "rope scaling factor %g", (double)c->rope_factor);
+    NB_CHECK(isfinite(c->rope_factor) && c->rope_factor >= 1.0f, hint, "rope scaling factor %g",
+             (double)c->rope_factor);
     if (c->rope_scaling == NB_ROPE_LINEAR) {
         c->rope_low_freq_factor = c->rope_high_freq_factor = 0.0f;
         c->rope_original_ctx = 0;

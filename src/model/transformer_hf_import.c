@@ -133,7 +133,8 @@ static void read_rope(const cfg_in *c, nb_tf_config *m) {
     m->rope_theta = num_field(&(cfg_in){c->path, p}, "rope_theta", m->rope_theta);
     NB_CHECK(!s || (v4.rope_scaling == m->rope_scaling && v4.rope_factor == m->rope_factor &&
                     v4.rope_low_freq_factor == m->rope_low_freq_factor &&
-                    v4.rope_high_freq_factor == m->rope_high_freq_factor && v4.rope_original_ctx == m->rope_original_ctx),
+                    v4.rope_high_freq_factor == m->rope_high_freq_factor &&
+                    v4.rope_original_ctx == m->rope_original_ctx),
              CFG_HINT, "%s: fields 'rope_scaling' and 'rope_parameters' describe different RoPE scalings", c->path);
 }
 

@@ -127,8 +127,8 @@ extern "C" void nb_cuda_rope_forward_f32(float *x, int B, int T, int nheads, int
                                          nb_stream_t stream) {
     rope(x, B, T, nheads, HS, row_stride, r, 1.0f, stream, __func__);
 }
-extern "C" void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
-                                          nb_stream_t stream) {
+extern "C" void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride,
+                                          const nb_rope *r, nb_stream_t stream) {
     rope(nb_kt(x), B, T, nheads, HS, row_stride, r, 1.0f, stream, __func__);
 }
 /* The backward of a rotation is the rotation by -angle. */
@@ -137,8 +137,8 @@ extern "C" void nb_cuda_rope_backward_f32(float *dx, int B, int T, int nheads, i
     if (!dx) return;
     rope(dx, B, T, nheads, HS, row_stride, r, -1.0f, stream, __func__);
 }
-extern "C" void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
-                                           nb_stream_t stream) {
+extern "C" void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride,
+                                           const nb_rope *r, nb_stream_t stream) {
     if (!dx) return;
     rope(nb_kt(dx), B, T, nheads, HS, row_stride, r, -1.0f, stream, __func__);
 }
