@@ -12,6 +12,9 @@
 # the same python writer with random values: imported, exported with the same tensors, trained 2
 # steps and round-tripped, the Qwen3 import resumed bitwise and trained by the stream schedule
 # bitwise like the plain one; eval's loss against transformers' formulas written out in Python.
+# Llama 3.1 / 3.2 shapes: a llama-tiny with Llama 3's vocabulary (128,256) and Llama 3.1's
+# rope_scaling (llama3) imports, trains from a uint32 shard and round-trips byte-identically, tied
+# (3.2) too; linear and llama3 scaling change what is trained; a token >= vocab is refused.
 # Every refusal: exit code 2, one error line naming the field or tensor.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not found: skipping the import checks"; exit 77; }
@@ -208,6 +211,13 @@ elif cmd == "prompt_ids":  # SHARD: the ids of a tokenize --chat shard before th
     b = open(a[0], "rb").read(); magic, _, n = struct.unpack("<3i", b[:12]); w = 4 if magic == 20240801 else 2
     ids = struct.unpack("<%d%s" % (n, "I" if w == 4 else "H"), b[1024:1024 + w * n]); m = open(a[0] + ".mask", "rb").read()[-n:]
     print(" ".join(map(str, ids[:m.index(1)])))
+elif cmd == "grow":  # SRC DST N: the embedding and head tables grown to N rows of zeros
+    _, t = read(a[0]); n = int(a[2])
+    for k in ("model.embed_tokens.weight", "lm_head.weight"):
+        dt, s, d = t[k]; t[k] = (dt, [n, s[1]], d + b"\0" * ((n - s[0]) * s[1] * 4))
+    write(a[1], t, {"format": "pt"})
+elif cmd == "rope":  # FILE: its RoPE fields, compact
+    c = json.load(open(a[0])); print(json.dumps([c.get("rope_theta"), c.get("rope_scaling"), c.get("rope_parameters")], sort_keys=True))
 EOF
 ST() { python3 "$TMP/st.py" "$@"; }
 
@@ -314,24 +324,83 @@ $NB train --resume "$TMP/im_mistral" --steps 1 --data "$TMP/tokens.bin" --no-pro
 $NB train --init-from "$TMP/hf_llama" --seq 32 --steps 0 "${RUN[@]}" --out "$TMP/short" 2>/dev/null \
     && grep -q '"seq": 32' "$TMP/short/ckpt/state.json" && pass "--seq 32 with --init-from" || fail "--seq with --init-from"
 
+bad() { # NAME SRC CONFIG-EDIT: a copy of SRC's directory with config.json fields set, in $TMP/NAME
+    mkdir -p "$TMP/$1" && cp "$TMP/$2/model.safetensors" "$TMP/$1/" && ST config "$TMP/$2/config.json" "$TMP/$1/config.json" "$3"
+}
+
+# Llama 3.1 / 3.2 shapes. A uint32 shard (llm.c's 20240801 layout) of ids < 128256, half of them
+# over 65535; the small llama's export grown to Llama 3's vocabulary (zero rows: no run has to
+# initialize a 16M-parameter model to make it) with Llama 3.1's rope_scaling in transformers 4's
+# spelling trains from the shard (--no-ckpt). The round trips, whose checkpoints cost what the
+# tables weigh, take a 16-wide copy at 128256, and Llama 3.2's tied head (no lm_head.weight) the
+# small vocabulary.
+python3 - "$TMP/tokens32.bin" <<'EOF' || { echo "cannot write the uint32 shard"; exit 1; }
+import struct, sys
+n, s, ids = 3000, 777, []
+for i in range(n):
+    s = (s * 1103515245 + 12345) % 2147483648; ids.append(s % 128256)
+open(sys.argv[1], "wb").write(struct.pack("<3i", 20240801, 7, n) + b"\0" * 1012 + struct.pack("<%dI" % n, *ids))
+EOF
+R32=(--batch 2 --seq 32 --data "$TMP/tokens32.bin" --val-data none --no-progress)
+SCALING='"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}'
+L31="{\"rope_theta\": 500000.0, \"rope_parameters\": null, $SCALING}"
+L31V="${L31%\}}, \"vocab_size\": 128256, \"max_position_embeddings\": 32}"
+bad l31 hf_llama "$L31V" && ST grow "$TMP/hf_llama/model.safetensors" "$TMP/l31/model.safetensors" 128256
+$NB train --model llama-tiny --dim 16 --vocab 500 --steps 1 "${RUN[@]}" --out "$TMP/d16" && $NB export --ckpt "$TMP/d16" --hf "$TMP/hf_d16" >/dev/null 2>&1 \
+    && bad l31n hf_d16 "$L31V" && ST grow "$TMP/hf_d16/model.safetensors" "$TMP/l31n/model.safetensors" 128256 || fail "16-wide llama"
+bad l32 hf_llama "${L31%\}}, \"tie_word_embeddings\": true}" \
+    && ST drop "$TMP/hf_llama/model.safetensors" "$TMP/l32/model.safetensors" lm_head.weight
+$NB train --init-from "$TMP/l31" --steps 2 "${R32[@]}" --no-ckpt --out "$TMP/l31_run" 2>"$TMP/err" >/dev/null \
+    && grep -q "vocab 128256 (padded 128256), seq 32" "$TMP/err" \
+    && grep -q "theta 500000, llama3 scaling: factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192" "$TMP/err" \
+    && [ "$(grep -c '"loss":' "$TMP/l31_run/metrics.jsonl")" = 2 ] \
+    && pass "Llama 3.1 shape (vocab 128256, llama3 rope_scaling): --init-from, 2 steps on the uint32 shard; $(grep -o 'llama3 scaling.*' "$TMP/err")" \
+    || { fail "Llama 3.1 shape: train"; cat "$TMP/err"; }
+for v in l31n l32; do
+    import "$TMP/$v" "im_$v" && ST same "$TMP/$v/model.safetensors" "$TMP/im_${v}_hf/model.safetensors" \
+        && import "$TMP/im_${v}_hf" "im2_$v" && same_export "$v: import, export, import, export (weights as imported)" "im_${v}_hf" "im2_${v}_hf" \
+        || fail "$v: round trip"
+done
+echo "{\"rope_theta\": 500000.0, $SCALING, \"rope_parameters\": ${SCALING#*: }}" > "$TMP/want.json"
+sed -i 's/"rope_parameters": {/&"rope_theta": 500000.0, /' "$TMP/want.json"
+r=$(ST rope "$TMP/im_l31n_hf/config.json")
+[ "$r" = "$(ST rope "$TMP/want.json")" ] && [ "$(ST field "$TMP/im_l32_hf/config.json" tie_word_embeddings)" = True ] \
+    && pass "the export keeps the tied head and the llama3 scaling: $r" || fail "exported RoPE fields: $r"
+$NB train --model llama-tiny --dim 16 --vocab 100000 --steps 1 "${R32[@]}" --quiet --out "$TMP/v100k" >/dev/null 2>"$TMP/err"
+grep -q "token shard .*tokens32.bin': token 1 is 109615, outside the vocabulary 0..99999" "$TMP/err" \
+    && pass "a uint32 token >= the model's vocabulary is refused: $(grep -o "token 1 is.*99999" "$TMP/err")" \
+    || fail "token >= vocab: $(cat "$TMP/err")"
+# the scaling is what trains: one step from the same weights with and without it differs
+# (theta 1e4, head size 16: llama3's bounds leave pairs 0-5 alone and rescale pairs 6 and 7)
+bad lin hf_llama '{"rope_scaling": {"type": "linear", "factor": 2.0}, "rope_parameters": null}'
+bad l3s hf_llama "{\"rope_parameters\": null, $SCALING}"
+for v in lin l3s hf_llama; do $NB train --init-from "$TMP/$v" --steps 1 "${RUN[@]}" --out "$TMP/one_$v" 2>/dev/null || fail "$v: 1 step"; done
+! cmp -s "$TMP/one_lin/ckpt/model.safetensors" "$TMP/one_hf_llama/ckpt/model.safetensors" \
+    && ! cmp -s "$TMP/one_l3s/ckpt/model.safetensors" "$TMP/one_hf_llama/ckpt/model.safetensors" \
+    && import "$TMP/lin" im_lin && [ "$(ST field "$TMP/im_lin_hf/config.json" rope_scaling)" = "{'rope_type': 'linear', 'factor': 2.0}" ] \
+    && pass "linear (\"type\", factor 2) and llama3 scaling each change a step's weights; linear exports back" || fail "rope scaling"
+
 import "$TMP/hf_gpt2" im_gpt2_short --seq 32 && r=$(ST rows "$TMP/hf_gpt2/model.safetensors" "$TMP/im_gpt2_short_hf/model.safetensors" transformer.wpe.weight 32) \
     && [ "$(ST field "$TMP/im_gpt2_short_hf/config.json" n_positions)" = 32 ] && pass "GPT-2 --seq 32: the first rows of the position table, $r" \
     || fail "GPT-2 --seq 32: $r"
 refused "GPT-2 --seq > n_positions" "\-\-seq 65 exceeds n_positions 64" $NB train --steps 1 "${RUN[@]}" --init-from "$TMP/hf_gpt2" --seq 65
 
 # refusals
-bad() { # NAME SRC CONFIG-EDIT: a copy of SRC's directory with config.json fields set, in $TMP/NAME
-    mkdir -p "$TMP/$1" && cp "$TMP/$2/model.safetensors" "$TMP/$1/" && ST config "$TMP/$2/config.json" "$TMP/$1/config.json" "$3"
-}
 T=(train --steps 1 "${RUN[@]}")
 bad arch hf_llama '{"architectures": ["BertForMaskedLM"], "model_type": "bert"}'
 refused "unknown architecture" "architectures': BertForMaskedLM is not supported" $NB "${T[@]}" --init-from "$TMP/arch"
 bad mtype hf_llama '{"architectures": null, "model_type": "gemma"}'
 refused "unknown model_type" "model_type': 'gemma' is not supported" $NB "${T[@]}" --init-from "$TMP/mtype"
-bad rope3 hf_llama '{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}'
-refused "llama3 rope_scaling" "llama3 rope_scaling is not supported yet" $NB "${T[@]}" --init-from "$TMP/rope3"
-bad ropel hf_llama '{"rope_scaling": {"type": "linear", "factor": 2.0}}'
-refused "linear rope_scaling" "rope_scaling of type 'linear' is not supported" $NB "${T[@]}" --init-from "$TMP/ropel"
+bad rope3 hf_llama '{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "rope_parameters": null}'
+refused "llama3 rope_scaling without its fields" "rope_scaling' (llama3) has no 'low_freq_factor'" $NB "${T[@]}" --init-from "$TMP/rope3"
+bad yarn hf_llama '{"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}'
+refused "yarn rope_scaling" "rope_scaling' has rope_type 'yarn', which is not supported" $NB "${T[@]}" --init-from "$TMP/yarn"
+bad dyn hf_llama '{"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}'
+refused "dynamic rope_parameters" "rope_parameters' has rope_type 'dynamic', which is not supported" $NB "${T[@]}" --init-from "$TMP/dyn"
+bad ropeband hf_llama "${L31/\"high_freq_factor\": 4.0/\"high_freq_factor\": 1.0}"
+refused "llama3 high_freq_factor <= low_freq_factor" "rope_scaling' (llama3): high_freq_factor 1 must exceed low_freq_factor 1" $NB "${T[@]}" --init-from "$TMP/ropeband"
+bad ropetwo hf_llama '{"rope_scaling": {"type": "linear", "factor": 2.0}}'
+refused "rope_scaling and rope_parameters disagree" "describe different RoPE scalings" $NB "${T[@]}" --init-from "$TMP/ropetwo"
 bad moe hf_llama '{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "num_local_experts": 8}'
 refused "mixture of experts" "num_local_experts' is set: mixture-of-experts" $NB "${T[@]}" --init-from "$TMP/moe"
 bad abias hf_llama '{"attention_bias": true}'
@@ -342,8 +411,8 @@ bad window hf_llama '{"architectures": ["MistralForCausalLM"], "model_type": "mi
 refused "sliding_window < seq" "sliding_window 32 is shorter than the sequence length 64" $NB "${T[@]}" --init-from "$TMP/window"
 bad ffn hf_llama '{"intermediate_size": 160}'
 refused "misshaped tensor" "gate_proj.weight' has shape \[172, 64\], config.json makes it \[160, 64\]" $NB "${T[@]}" --init-from "$TMP/ffn"
-bad vocab hf_gpt2 '{"vocab_size": 70000}'
-refused "vocab_size > 65536" "vocab_size' is 70000" $NB "${T[@]}" --init-from "$TMP/vocab"
+bad vocab hf_gpt2 '{"vocab_size": 20000000}'
+refused "vocab_size > 2^24" "vocab_size' is 20000000, more than 16777216" $NB "${T[@]}" --init-from "$TMP/vocab"
 bad act hf_gpt2 '{"activation_function": "relu"}'
 refused "GPT-2 activation" "activation_function' is 'relu'" $NB "${T[@]}" --init-from "$TMP/act"
 bad nolayers hf_llama '{"num_hidden_layers": null}'

@@ -150,7 +150,7 @@ static void read_config(const nb_st_file *f, nb_tf_config *c) {
     c->heads = meta_int(f, "heads", 1, 1 << 16);
     c->kv_heads = meta_int(f, "kv_heads", 1, 1 << 16);
     c->ffn = meta_int(f, "ffn", 1, 1 << 24);
-    c->vocab = meta_int(f, "vocab", 2, 65536);
+    c->vocab = meta_int(f, "vocab", 2, NB_TF_MAX_VOCAB);
     c->seq = meta_int(f, "seq", 1, 1 << 20);
     c->tied = meta_int(f, "tied", 0, 1);
     c->norm_eps = (float)meta_num(f, "norm_eps", 0, 1);
@@ -160,8 +160,8 @@ static void read_config(const nb_st_file *f, nb_tf_config *c) {
     c->qkv_bias = nb_st_meta_get(f, "qkv_bias") ? meta_int(f, "qkv_bias", 0, 1) : 0;
     c->qk_norm = nb_st_meta_get(f, "qk_norm") ? meta_int(f, "qk_norm", 0, 1) : 0;
     nb_tf_config_finalize(c);
-    NB_CHECK(c->vocab_padded == meta_int(f, "vocab_padded", 2, 65536), REGEN_HINT,
-             "%s: vocab_padded %d, this build pads to %d", nb_st_path(f), meta_int(f, "vocab_padded", 2, 65536),
+    NB_CHECK(c->vocab_padded == meta_int(f, "vocab_padded", 2, NB_TF_MAX_VOCAB), REGEN_HINT,
+             "%s: vocab_padded %d, this build pads to %d", nb_st_path(f), meta_int(f, "vocab_padded", 2, NB_TF_MAX_VOCAB),
              c->vocab_padded);
 }
 

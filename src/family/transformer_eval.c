@@ -146,6 +146,44 @@ void nb_tf_load_tensors(nb_run *r, const char *dir) {
     nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim);
 }
 
+/* "rope_scaling": {...}, written only for a scaled RoPE: a plain model's state.json stays what
+ * it was, and a state.json without it (older runs) reads back as no scaling. */
+static void write_rope_scaling(const nb_tf_config *c, nb_json_writer *w) {
+    if (c->rope_scaling == NB_ROPE_DEFAULT) return;
+    nb_json_key(w, "rope_scaling");
+    nb_json_begin_obj(w);
+    nb_json_kstr(w, "type", nb_rope_type_name(c->rope_scaling));
+    nb_json_knum(w, "factor", c->rope_factor);
+    if (c->rope_scaling == NB_ROPE_LLAMA3) {
+        nb_json_knum(w, "low_freq_factor", c->rope_low_freq_factor);
+        nb_json_knum(w, "high_freq_factor", c->rope_high_freq_factor);
+        nb_json_kint(w, "original_max_position_embeddings", c->rope_original_ctx);
+    }
+    nb_json_end_obj(w);
+}
+
+static void read_rope_scaling(const nb_json *j, nb_tf_config *c) {
+    const nb_json *s = nb_json_get(j, "rope_scaling");
+    if (!s) return;
+    const char *hint = "the checkpoint is damaged or from a newer nobubble";
+    NB_CHECK(s->type == NB_JSON_OBJ, hint, "state.json: model.rope_scaling must be an object");
+    const char *type = nb_json_req_str(s, "type");
+    if (!strcmp(type, "linear"))
+        c->rope_scaling = NB_ROPE_LINEAR;
+    else if (!strcmp(type, "llama3"))
+        c->rope_scaling = NB_ROPE_LLAMA3;
+    else
+        nb_fail(hint, "state.json: unknown model.rope_scaling.type '%s'", type);
+    c->rope_factor = (float)nb_json_req_num(s, "factor");
+    if (c->rope_scaling != NB_ROPE_LLAMA3) return;
+    c->rope_low_freq_factor = (float)nb_json_req_num(s, "low_freq_factor");
+    c->rope_high_freq_factor = (float)nb_json_req_num(s, "high_freq_factor");
+    int64_t ctx = nb_json_req_int(s, "original_max_position_embeddings");
+    NB_CHECK(ctx >= 1 && ctx <= INT32_MAX, hint, "state.json: model.rope_scaling.original_max_position_embeddings %lld",
+             (long long)ctx);
+    c->rope_original_ctx = (int)ctx;
+}
+
 void nb_tf_write_config(const nb_train_opts *o, nb_json_writer *w) {
     const nb_tf_config *c = &o->model;
     nb_json_key(w, "model");
@@ -161,6 +199,7 @@ void nb_tf_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_kint(w, "seq", c->seq);
     nb_json_knum(w, "norm_eps", c->norm_eps);
     nb_json_knum(w, "rope_theta", c->rope_theta);
+    write_rope_scaling(c, w);
     nb_json_kbool(w, "tied", c->tied);
     nb_json_kint(w, "head_dim", c->head_dim);
     nb_json_kbool(w, "qkv_bias", c->qkv_bias);
@@ -192,6 +231,7 @@ void nb_tf_read_config(const nb_json *j, nb_train_opts *o) {
     c->qkv_bias = nb_json_get_bool(j, "qkv_bias", 0);
     c->qk_norm = nb_json_get_bool(j, "qk_norm", 0);
     nb_hf_origin_read(j, &o->hf);
+    read_rope_scaling(j, c);
     NB_CHECK(isfinite(c->norm_eps) && c->norm_eps > 0 && isfinite(c->rope_theta) && c->rope_theta > 0,
              "the checkpoint is damaged: resume from an earlier copy of the run directory",
              "state.json: model norm_eps %g / rope_theta %g must be positive numbers", (double)c->norm_eps,

@@ -61,6 +61,39 @@ int nb_tf_preset(const char *name, nb_tf_config *cfg) {
     return 0;
 }
 
+/* The scaling's numbers as transformers requires them (_validate_*_rope_parameters); a default
+ * RoPE's unused ones are zeroed, so two plain configs compare equal. */
+static void check_rope_scaling(nb_tf_config *c) {
+    const char *hint = "rope scaling takes factor >= 1, and for llama3 0 < low_freq_factor < high_freq_factor and "
+                       "original_max_position_embeddings >= 1";
+    NB_CHECK(nb_rope_type_name(c->rope_scaling), hint, "unknown rope scaling %d", (int)c->rope_scaling);
+    if (c->rope_scaling == NB_ROPE_DEFAULT) {
+        c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor = 0.0f;
+        c->rope_original_ctx = 0;
+        return;
+    }
+    NB_CHECK(isfinite(c->rope_factor) && c->rope_factor >= 1.0f, hint, "rope scaling factor %g",
+             (double)c->rope_factor);
+    if (c->rope_scaling == NB_ROPE_LINEAR) {
+        c->rope_low_freq_factor = c->rope_high_freq_factor = 0.0f;
+        c->rope_original_ctx = 0;
+        return;
+    }
+    NB_CHECK(isfinite(c->rope_low_freq_factor) && isfinite(c->rope_high_freq_factor) && c->rope_low_freq_factor > 0 &&
+                 c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_ctx >= 1,
+             hint, "llama3 rope scaling: low_freq_factor %g, high_freq_factor %g, original context %d",
+             (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor, c->rope_original_ctx);
+}
+
+nb_rope nb_tf_rope(const nb_tf_config *c) {
+    nb_rope r = nb_rope_plain(c->rope_theta);
+    r.type = c->rope_scaling;
+    if (r.type != NB_ROPE_DEFAULT) r.factor = c->rope_factor;
+    r.low_freq_factor = c->rope_low_freq_factor, r.high_freq_factor = c->rope_high_freq_factor;
+    r.original_ctx = c->rope_original_ctx;
+    return r;
+}
+
 void nb_tf_config_finalize(nb_tf_config *c) {
     NB_CHECK(c->layers >= 1 && c->layers <= 4096, "--layers takes 1..4096", "bad layer count %d", c->layers);
     NB_CHECK(c->dim >= 1, "--dim takes a positive width", "bad width %d", c->dim);
@@ -76,13 +109,14 @@ void nb_tf_config_finalize(nb_tf_config *c) {
     NB_CHECK(c->arch == NB_ARCH_LLAMA || c->kv_heads == c->heads, "GPT-2 layouts have kv-heads == heads",
              "--kv-heads %d differs from --heads %d for a GPT-2 model", c->kv_heads, c->heads);
     NB_CHECK(c->ffn >= 1, "--ffn takes a positive width", "bad ffn width %d", c->ffn);
-    NB_CHECK(c->vocab >= 2 && c->vocab <= 65536, "--vocab takes 2..65536 (tokens are stored as uint16)",
-             "bad vocabulary size %d", c->vocab);
+    NB_CHECK(c->vocab >= 2 && c->vocab <= NB_TF_MAX_VOCAB, "--vocab takes 2..16777216", "bad vocabulary size %d",
+             c->vocab);
     NB_CHECK(c->seq >= 1, "--seq takes a positive length", "bad sequence length %d", c->seq);
     c->head_size = c->head_dim ? c->head_dim : c->dim / c->heads;
     NB_CHECK(c->arch != NB_ARCH_LLAMA || c->head_size % 2 == 0, "RoPE needs an even head size",
              "head size %d is odd", c->head_size);
     c->vocab_padded = (c->vocab + 63) / 64 * 64;
+    check_rope_scaling(c);
 }
 
 void nb_tf_config_print(const nb_tf_config *c, FILE *f) {
@@ -90,6 +124,13 @@ void nb_tf_config_print(const nb_tf_config *c, FILE *f) {
             c->preset, c->arch == NB_ARCH_GPT2 ? "gpt2 layout" : "llama layout", c->layers, c->dim, c->heads,
             c->kv_heads, c->head_size, c->ffn, c->vocab, c->vocab_padded, c->seq, c->tied ? ", tied head" : "",
             c->qkv_bias ? ", qkv bias" : "", c->qk_norm ? ", q/k norm" : "");
+    if (c->rope_scaling == NB_ROPE_LINEAR)
+        fprintf(f, "rope        theta %g, linear scaling: factor %g\n", (double)c->rope_theta, (double)c->rope_factor);
+    else if (c->rope_scaling == NB_ROPE_LLAMA3)
+        fprintf(f, "rope        theta %g, llama3 scaling: factor %g, low_freq_factor %g, high_freq_factor %g, "
+                   "original context %d\n",
+                (double)c->rope_theta, (double)c->rope_factor, (double)c->rope_low_freq_factor,
+                (double)c->rope_high_freq_factor, c->rope_original_ctx);
 }
 
 /* ---------------------------------------------------------------- parameter table */
@@ -454,7 +495,8 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
         /* q and k are rotated in place: attention and its backward both see the rotated values.
          * The k heads follow the q heads in each row, so one call over heads + kv_heads rotates
          * both, each head by the same angles */
-        be->rope_fwd(ctx, s->qkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta);
+        nb_rope rope = nb_tf_rope(c);
+        be->rope_fwd(ctx, s->qkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, &rope);
     }
     be->attention_fwd(ctx, s->atty, s->lse, s->qkv, B, T, c->heads, c->kv_heads, c->head_size);
     proj_residual(be, ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], x, N, A, C);
@@ -519,7 +561,8 @@ static void layer_backward_set(const nb_tf_model *m, const nb_backend_i *be, nb_
     be->attention_bwd_set(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads,
                           c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
-        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
+        nb_rope rope = nb_tf_rope(c);
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, &rope); /* q and k */
     }
     if (c->qk_norm) qk_norm_bwd(m, be, ctx, w, dw, s, a->dqkv, N);
     be->matmul_bwd_set(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C,
@@ -561,7 +604,8 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
                    A, C);
     be->attention_bwd(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads, c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
-        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, c->rope_theta); /* q and k */
+        nb_rope rope = nb_tf_rope(c);
+        be->rope_bwd(ctx, a->dqkv, B, T, c->heads + c->kv_heads, c->head_size, QKV, &rope); /* q and k */
     }
     if (c->qk_norm) qk_norm_bwd(m, be, ctx, w, dw, s, a->dqkv, N);
     be->zero(ctx, a->dln, (size_t)N * C * es);

@@ -36,7 +36,16 @@ typedef struct nb_tf_config {
     int head_dim; /* head size when not dim / heads (Qwen3); 0: dim / heads */
     int qkv_bias; /* the fused qkv projection has a bias (Qwen2) */
     int qk_norm;  /* per-head RMSNorm of q and k (weights [head_size]) before RoPE (Qwen3) */
+    /* RoPE scaling (config.json's rope_scaling): NB_ROPE_DEFAULT (none; factor etc. unused),
+     * NB_ROPE_LINEAR (rope_factor), NB_ROPE_LLAMA3 (all four) */
+    nb_rope_type rope_scaling;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_ctx; /* original_max_position_embeddings */
 } nb_tf_config;
+
+/* The largest --vocab: ids travel as int32 and index size_t offsets, so the bound is not the
+ * kernels' (none has one below 2^31); it keeps a typo from asking for a terabyte table. */
+#define NB_TF_MAX_VOCAB (1 << 24)
 
 /* Fill cfg from a preset name; returns 0 if the name is unknown. */
 int nb_tf_preset(const char *name, nb_tf_config *cfg);
@@ -46,6 +55,8 @@ const char *nb_tf_preset_names(void);
  * with a hint. */
 void nb_tf_config_finalize(nb_tf_config *cfg);
 void nb_tf_config_print(const nb_tf_config *cfg, FILE *f);
+/* The model's RoPE frequencies for the ops (theta and scaling). */
+nb_rope nb_tf_rope(const nb_tf_config *cfg);
 
 /* Per-layer tensors. Llama leaves the biases absent (param index -1), but for QKV_B with qkv_bias.
  * For Llama FC is the fused gate/up projection [2F, C] (gate rows first) and FCPROJ the down

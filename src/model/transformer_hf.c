@@ -237,9 +237,34 @@ static void gpt2_config(cfg_out *o, const nb_tf_config *c) {
     kv_bool(o, "tie_word_embeddings", c->tied);
 }
 
-static void llama_config(cfg_out *o, const nb_tf_config *c) {
-    char theta[48], rope[160];
+/* RoPE: transformers 5 reads rope_parameters; 4.x reads rope_theta and rope_scaling (5 also
+ * accepts them). rope_scaling is written only for a scaled RoPE, so a plain model's config is
+ * what it was; the importer reads both spellings back (transformer_hf_import.c, read_rope). */
+static void rope_config(cfg_out *o, const nb_tf_config *c) {
+    char theta[48], f[4][48], scaling[320] = "", rope[400];
     fmt_float(theta, sizeof theta, c->rope_theta);
+    fmt_float(f[0], sizeof f[0], c->rope_factor);
+    fmt_float(f[1], sizeof f[1], c->rope_low_freq_factor);
+    fmt_float(f[2], sizeof f[2], c->rope_high_freq_factor);
+    if (c->rope_scaling == NB_ROPE_LINEAR)
+        snprintf(scaling, sizeof scaling, "\"rope_type\": \"linear\", \"factor\": %s", f[0]);
+    if (c->rope_scaling == NB_ROPE_LLAMA3)
+        snprintf(scaling, sizeof scaling,
+                 "\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
+                 "\"original_max_position_embeddings\": %d",
+                 f[0], f[1], f[2], c->rope_original_ctx);
+    kv(o, "rope_theta", theta);
+    if (scaling[0]) {
+        snprintf(rope, sizeof rope, "{%s}", scaling);
+        kv(o, "rope_scaling", rope);
+        snprintf(rope, sizeof rope, "{%s, \"rope_theta\": %s}", scaling, theta);
+    } else {
+        snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
+    }
+    kv(o, "rope_parameters", rope);
+}
+
+static void llama_config(cfg_out *o, const nb_tf_config *c) {
     kv(o, "architectures", "[\"LlamaForCausalLM\"]");
     kv_str(o, "model_type", "llama");
     kv_int(o, "vocab_size", c->vocab);
@@ -252,10 +277,7 @@ static void llama_config(cfg_out *o, const nb_tf_config *c) {
     kv_str(o, "hidden_act", "silu");
     kv_int(o, "max_position_embeddings", c->seq);
     kv_float(o, "rms_norm_eps", c->norm_eps);
-    /* transformers 5 reads rope_parameters; 4.x reads rope_theta (5 also accepts it) */
-    kv(o, "rope_theta", theta);
-    snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
-    kv(o, "rope_parameters", rope);
+    rope_config(o, c);
     kv_bool(o, "attention_bias", 0);
     kv_float(o, "attention_dropout", 0.0f);
     kv_bool(o, "mlp_bias", 0);

@@ -80,12 +80,14 @@ int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params,
  * HF_DIR holds config.json and model.safetensors, or model.safetensors.index.json and the
  * shards its weight_map names; tensors in F32, BF16 or F16 become fp32 master weights.
  * Accepted: GPT2LMHeadModel (tanh GELU), LlamaForCausalLM and MistralForCausalLM (Llama's math:
- * no biases, silu, plain RoPE, a sliding window no shorter than the sequence), Qwen2ForCausalLM
- * (and q/k/v biases) and Qwen3ForCausalLM (a per-head q/k RMSNorm); head_dim may differ from
- * hidden / heads. Anything else, a missing, misshaped or unexpected tensor, an unknown dtype or a
- * damaged file is refused with one line and exit status 2 before training starts. */
-/* The shape from HF_DIR/config.json: vocab (any, up to 65536; padded to 64 as always), eps,
- * rope theta, tied head; seq: the training length (0: n_positions / max_position_embeddings;
+ * no biases, silu, RoPE plain or scaled the linear or llama3 way, a sliding window no shorter
+ * than the sequence), Qwen2ForCausalLM (and q/k/v biases) and Qwen3ForCausalLM (a per-head q/k
+ * RMSNorm); head_dim may differ from hidden / heads. Anything else, a missing, misshaped or
+ * unexpected tensor, an unknown dtype or a damaged file is refused with one line and exit status
+ * 2 before training starts. */
+/* The shape from HF_DIR/config.json: vocab (any, up to 16777216; padded to 64 as always), eps,
+ * rope theta and scaling, tied head; seq: the training length (0: n_positions /
+ * max_position_embeddings;
  * GPT-2 keeps the first seq rows of its position table). The preset name is "hf-<type>". */
 void nb_hf_import_config(const char *dir, int seq, nb_tf_config *cfg);
 /* Every tensor present with its shape and a dtype we read, none left over; reads no values. */

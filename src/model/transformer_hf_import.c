@@ -92,30 +92,52 @@ static void refuse_moe(const cfg_in *c) {
     }
 }
 
-/* rope_scaling (transformers 4) and rope_parameters (5): only plain RoPE with one theta. */
-static float rope_theta_of(const cfg_in *c) {
-    const nb_json *s = member(c, "rope_scaling");
-    if (s) {
-        const char *type = "?";
-        if (s->type == NB_JSON_OBJ) {
-            const nb_json *t = nb_json_get(s, "rope_type");
-            if (!t || t->type != NB_JSON_STR) t = nb_json_get(s, "type");
-            if (t && t->type == NB_JSON_STR) type = t->str;
-        }
-        NB_CHECK(strcmp(type, "llama3") != 0, "only \"rope_scaling\": null is accepted for now",
-                 "%s: field 'rope_scaling': llama3 rope_scaling is not supported yet", c->path);
-        nb_fail("only \"rope_scaling\": null is accepted for now", "%s: field 'rope_scaling': rope_scaling of type '%s' is not supported",
-                c->path, type);
+/* One rope_scaling (transformers 4) or rope_parameters (5) object into m's scaling fields: its
+ * rope_type (4's older configs say "type") and the numbers that type reads. */
+#define ROPE_HINT "nobubble supports rope_type default, linear and llama3 (Llama 3.1 / 3.2)"
+static void rope_object(const cfg_in *c, const char *key, const nb_json *o, nb_tf_config *m) {
+    NB_CHECK(o->type == NB_JSON_OBJ, CFG_HINT, "%s: field '%s' must be an object or null", c->path, key);
+    cfg_in oc = {c->path, o};
+    const char *type = member(&oc, "rope_type") ? str_field(&oc, "rope_type", NULL) : str_field(&oc, "type", "default");
+    if (!strcmp(type, "default")) {
+        m->rope_scaling = NB_ROPE_DEFAULT;
+        return;
     }
-    float theta = num_field(c, "rope_theta", 10000.0);
-    const nb_json *p = member(c, "rope_parameters");
-    if (!p) return theta;
-    NB_CHECK(p->type == NB_JSON_OBJ, CFG_HINT, "%s: field 'rope_parameters' must be an object", c->path);
-    cfg_in pc = {c->path, p};
-    const char *type = str_field(&pc, "rope_type", "default");
-    NB_CHECK(!strcmp(type, "default"), "only plain RoPE (rope_type \"default\") is accepted for now",
-             "%s: field 'rope_parameters.rope_type' is '%s': %s rope scaling is not supported yet", c->path, type, type);
-    return num_field(&pc, "rope_theta", theta);
+    if (!strcmp(type, "linear"))
+        m->rope_scaling = NB_ROPE_LINEAR;
+    else if (!strcmp(type, "llama3"))
+        m->rope_scaling = NB_ROPE_LLAMA3;
+    else
+        nb_fail(ROPE_HINT, "%s: field '%s' has rope_type '%s', which is not supported", c->path, key, type);
+    NB_CHECK(member(&oc, "factor"), ROPE_HINT, "%s: field '%s' (%s) has no 'factor'", c->path, key, type);
+    m->rope_factor = num_field(&oc, "factor", 1.0);
+    if (m->rope_scaling != NB_ROPE_LLAMA3) return;
+    static const char *const need[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    for (int k = 0; k < 3; k++)
+        NB_CHECK(member(&oc, need[k]), ROPE_HINT, "%s: field '%s' (llama3) has no '%s'", c->path, key, need[k]);
+    m->rope_low_freq_factor = num_field(&oc, "low_freq_factor", 1.0);
+    m->rope_high_freq_factor = num_field(&oc, "high_freq_factor", 1.0);
+    m->rope_original_ctx = int_field(&oc, "original_max_position_embeddings", 1, 0);
+    NB_CHECK(m->rope_high_freq_factor > m->rope_low_freq_factor, ROPE_HINT,
+             "%s: field '%s' (llama3): high_freq_factor %g must exceed low_freq_factor %g", c->path, key,
+             (double)m->rope_high_freq_factor, (double)m->rope_low_freq_factor);
+}
+
+/* rope_theta and the scaling: transformers 4 keeps them in rope_theta and rope_scaling, 5 in
+ * rope_parameters (our export writes both); where both are there they must agree. */
+static void read_rope(const cfg_in *c, nb_tf_config *m) {
+    m->rope_theta = num_field(c, "rope_theta", 10000.0);
+    const nb_json *s = member(c, "rope_scaling"), *p = member(c, "rope_parameters");
+    if (s) rope_object(c, "rope_scaling", s, m);
+    if (!p) return;
+    nb_tf_config v4 = *m;
+    rope_object(c, "rope_parameters", p, m);
+    m->rope_theta = num_field(&(cfg_in){c->path, p}, "rope_theta", m->rope_theta);
+    NB_CHECK(!s || (v4.rope_scaling == m->rope_scaling && v4.rope_factor == m->rope_factor &&
+                    v4.rope_low_freq_factor == m->rope_low_freq_factor &&
+                    v4.rope_high_freq_factor == m->rope_high_freq_factor &&
+                    v4.rope_original_ctx == m->rope_original_ctx),
+             CFG_HINT, "%s: fields 'rope_scaling' and 'rope_parameters' describe different RoPE scalings", c->path);
 }
 
 static void gpt2_config(const cfg_in *c, int seq, nb_tf_config *m) {
@@ -154,7 +176,7 @@ static void llama_config(const cfg_in *c, int seq, int mistral, nb_tf_config *m)
     int head_dim = int_field(c, "head_dim", 1, split);
     m->head_dim = head_dim == split ? 0 : head_dim;
     m->norm_eps = num_field(c, "rms_norm_eps", 1e-6);
-    m->rope_theta = rope_theta_of(c);
+    read_rope(c, m);
     m->tied = bool_field(c, "tie_word_embeddings", 0);
     const char *act = str_field(c, "hidden_act", "silu");
     NB_CHECK(!strcmp(act, "silu"), CFG_HINT, "%s: field 'hidden_act' is '%s': only silu (SwiGLU) is supported", c->path, act);
@@ -232,8 +254,8 @@ static void read_config(const char *dir, int seq, nb_tf_config *cfg) {
         llama_config(&c, seq, kind == 2, cfg);
     if (kind >= 3) qwen_config(&c, kind == 4, cfg);
     cfg->vocab = int_field(&c, "vocab_size", 2, 0);
-    NB_CHECK(cfg->vocab <= 65536, "nobubble stores tokens as uint16: vocabularies up to 65536",
-             "%s: field 'vocab_size' is %d, more than 65536", path, cfg->vocab);
+    NB_CHECK(cfg->vocab <= NB_TF_MAX_VOCAB, "nobubble takes vocabularies up to 16777216",
+             "%s: field 'vocab_size' is %d, more than %d", path, cfg->vocab, NB_TF_MAX_VOCAB);
     NB_CHECK(cfg->arch == NB_ARCH_GPT2 || cfg->rope_theta > 0, CFG_HINT, "%s: no rope_theta", path);
     if (cfg->arch == NB_ARCH_GPT2) cfg->rope_theta = 10000.0f; /* unused by GPT-2; kept like a preset's */
     static const char *const names[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3"};

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "lanes/lanes.h"
+#include "ops/rope.h"
 #include "optim/optim.h"
 #include "tensor.h"
 
@@ -52,8 +53,8 @@ typedef struct nb_backend_i {
                          float eps);
     void (*headnorm_bwd)(nb_ctx, void *dx, void *dw, const void *x_in, const void *w, const float *rstd, int N, int nh,
                          int HS, int stride);
-    void (*rope_fwd)(nb_ctx, void *x, int B, int T, int nheads, int HS, int row_stride, float theta);
-    void (*rope_bwd)(nb_ctx, void *dx, int B, int T, int nheads, int HS, int row_stride, float theta);
+    void (*rope_fwd)(nb_ctx, void *x, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r);
+    void (*rope_bwd)(nb_ctx, void *dx, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r);
     void (*attention_fwd)(nb_ctx, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS);
     void (*attention_bwd)(nb_ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T, int NH, int NKV, int HS);

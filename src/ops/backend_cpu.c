@@ -60,11 +60,11 @@ static void residual_fwd(nb_ctx c, void *out, const void *a, const void *b, size
 }
 static void add_inplace(nb_ctx c, void *dst, const void *src, size_t n) { nb_add_inplace(F(dst), CF(src), n); }
 static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_add_inplace(dst, src, n); }
-static void rope_fwd(nb_ctx c, void *x, int B, int T, int nh, int HS, int stride, float theta) {
-    nb_rope_forward(F(x), B, T, nh, HS, stride, theta);
+static void rope_fwd(nb_ctx c, void *x, int B, int T, int nh, int HS, int stride, const nb_rope *r) {
+    nb_rope_forward(F(x), B, T, nh, HS, stride, r);
 }
-static void rope_bwd(nb_ctx c, void *dx, int B, int T, int nh, int HS, int stride, float theta) {
-    nb_rope_backward(F(dx), B, T, nh, HS, stride, theta);
+static void rope_bwd(nb_ctx c, void *dx, int B, int T, int nh, int HS, int stride, const nb_rope *r) {
+    nb_rope_backward(F(dx), B, T, nh, HS, stride, r);
 }
 static void attention_fwd(nb_ctx c, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HS) {
     nb_attention_forward(F(out), lse, CF(qkv), B, T, NH, NKV, HS);

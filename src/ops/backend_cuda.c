@@ -79,11 +79,13 @@
         nb_cuda_headnorm_backward_##SUF((T *)dx, (float *)dw, (const T *)x_in, (const T *)w, rstd, N, nh, HS, \
                                         stride, S(c));                                                       \
     }                                                                                                        \
-    static void rope_fwd_##SUF(nb_ctx c, void *x, int B, int Tt, int nh, int HS, int stride, float theta) {  \
-        nb_cuda_rope_forward_##SUF((T *)x, B, Tt, nh, HS, stride, theta, S(c));                              \
+    static void rope_fwd_##SUF(nb_ctx c, void *x, int B, int Tt, int nh, int HS,                             \
+                               int stride, const nb_rope *r) {                                               \
+        nb_cuda_rope_forward_##SUF((T *)x, B, Tt, nh, HS, stride, r, S(c));                                  \
     }                                                                                                        \
-    static void rope_bwd_##SUF(nb_ctx c, void *dx, int B, int Tt, int nh, int HS, int stride, float theta) { \
-        nb_cuda_rope_backward_##SUF((T *)dx, B, Tt, nh, HS, stride, theta, S(c));                            \
+    static void rope_bwd_##SUF(nb_ctx c, void *dx, int B, int Tt, int nh, int HS,                            \
+                               int stride, const nb_rope *r) {                                               \
+        nb_cuda_rope_backward_##SUF((T *)dx, B, Tt, nh, HS, stride, r, S(c));                                \
     }                                                                                                        \
     static void embed_fwd_##SUF(nb_ctx c, void *out, const int32_t *tok, const void *wte, const void *wpe,   \
                                 int B, int Tt, int C, int V) {                                               \

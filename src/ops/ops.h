@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/rope.h"
+
 /* A cross-entropy target that counts for nothing (a token the loss mask leaves out). */
 #define NB_XENT_IGNORE (-1)
 
@@ -68,11 +70,12 @@ void nb_add_inplace(float *dst, const float *src, size_t n);
 
 /* ---- rope.c ---- */
 /* Rotary position embedding, HF Llama's rotate_half convention: for head dims i < HS/2,
- * (x[i], x[i+HS/2]) is rotated by angle t * theta^(-2i/HS), t = position in [0, T).
+ * (x[i], x[i+HS/2]) is rotated by angle t * inv_freq[i], t = position in [0, T), inv_freq[i] =
+ * theta^(-2i/HS) scaled by r's rope type (nb_rope_inv_freq).
  * x is [B, T, row_stride] and the nheads heads of HS start at column 0 of each row (pass
  * qkv + NH*HS to reach the k heads). In place. Backward rotates dx in place by -angle. */
-void nb_rope_forward(float *x, int B, int T, int nheads, int HS, int row_stride, float theta);
-void nb_rope_backward(float *dx, int B, int T, int nheads, int HS, int row_stride, float theta);
+void nb_rope_forward(float *x, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r);
+void nb_rope_backward(float *dx, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r);
 
 /* ---- attention.c ---- */
 /* Causal multi-head attention with grouped-query heads, flash-style: never stores T x T.

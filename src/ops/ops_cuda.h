@@ -154,13 +154,13 @@ void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t n, nb_strea
 void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);
 
 /* ---- rope.cu ---- (in place, as nb_rope_forward / nb_rope_backward) */
-void nb_cuda_rope_forward_f32(float *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+void nb_cuda_rope_forward_f32(float *x, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
                               nb_stream_t stream);
-void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride, float theta,
+void nb_cuda_rope_forward_bf16(nb_bf16 *x, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
                                nb_stream_t stream);
-void nb_cuda_rope_backward_f32(float *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+void nb_cuda_rope_backward_f32(float *dx, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
                                nb_stream_t stream);
-void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride, float theta,
+void nb_cuda_rope_backward_bf16(nb_bf16 *dx, int B, int T, int nheads, int HS, int row_stride, const nb_rope *r,
                                 nb_stream_t stream);
 
 /* ---- attention.cu ---- (causal, GQA, tiled: never stores T x T; HS even and <= 256) */

@@ -17,9 +17,23 @@
 
 typedef struct {
     int B, T, nh, HS, W, off;
-    float theta;
+    nb_rope rope;
     const float *wout; /* [B, T, W] weights of the scalar loss sum(wout * y) */
 } rope_ctx;
+
+/* inv_freq in double, from the formulas as transformers' modeling_rope_utils.py states them
+ * (default, linear, llama3), not from rope.c's float expressions. */
+static double ref_inv_freq(const nb_rope *r, int i, int HS) {
+    double inv = pow((double)r->theta, -2.0 * i / HS);
+    if (r->type == NB_ROPE_LINEAR) return inv / r->factor;
+    if (r->type != NB_ROPE_LLAMA3) return inv;
+    double wavelen = 2 * M_PI / inv, low = r->original_ctx / (double)r->low_freq_factor;
+    double high = r->original_ctx / (double)r->high_freq_factor;
+    if (wavelen < high) return inv;
+    if (wavelen > low) return inv / r->factor;
+    double s = (r->original_ctx / wavelen - r->low_freq_factor) / ((double)r->high_freq_factor - r->low_freq_factor);
+    return (1 - s) * inv / r->factor + s * inv;
+}
 
 /* y = x with columns [off, off + nh*HS) of each row rotated (HF rotate_half), the rest passed
  * through: what nb_rope_forward does to a row of width W. */
@@ -31,7 +45,7 @@ static void rope_ref(double *y, const double *x, const rope_ctx *c) {
             for (int hd = 0; hd < c->nh; hd++) {
                 size_t base = ((size_t)b * c->T + t) * c->W + c->off + (size_t)hd * c->HS;
                 for (int i = 0; i < h; i++) {
-                    double ang = t * pow((double)c->theta, -2.0 * i / c->HS);
+                    double ang = t * ref_inv_freq(&c->rope, i, c->HS);
                     double a = x[base + i], bb = x[base + i + h];
                     y[base + i] = a * cos(ang) - bb * sin(ang);
                     y[base + i + h] = bb * cos(ang) + a * sin(ang);
@@ -50,9 +64,9 @@ static double rope_loss(const double *x, const void *vctx) {
     return L;
 }
 
-TEST_CASE(test_rope) {
+static void check_rope(nb_rope rope) {
     ur_reset();
-    rope_ctx c = {2, 7, 3, 12, 0, 5, 10000.0f, NULL};
+    rope_ctx c = {2, 7, 3, 12, 0, 5, rope, NULL};
     c.W = c.off + c.nh * c.HS + 4; /* pass-through columns on both sides of the heads */
     size_t n = (size_t)c.B * c.T * c.W;
     float *x = falloc(n), *y = falloc(n), *wout = falloc(n), *dx = falloc(n);
@@ -63,7 +77,7 @@ TEST_CASE(test_rope) {
     to_double(xd, x, n);
 
     memcpy(y, x, n * sizeof(float));
-    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, &c.rope);
     rope_ref(yd, xd, &c);
     double e = rel_err_d(y, yd, n);
     if (ot_eval()) ot_err(e, 1e-6);
@@ -74,7 +88,7 @@ TEST_CASE(test_rope) {
                 CHECK(y[(size_t)r * c.W + j] == x[(size_t)r * c.W + j], "column %d of row %d changed", j, r);
 
     memcpy(dx, wout, n * sizeof(float));
-    nb_rope_backward(dx + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    nb_rope_backward(dx + c.off, c.B, c.T, c.nh, c.HS, c.W, &c.rope);
     if (ot_grad()) {
         finite_diff(gd, xd, n, rope_loss, &c, 1e-5);
         e = rel_err_d(dx, gd, n);
@@ -84,11 +98,77 @@ TEST_CASE(test_rope) {
 
     /* forward then backward on the same buffer is the identity (a rotation's transpose) */
     memcpy(y, x, n * sizeof(float));
-    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
-    nb_rope_backward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, c.theta);
+    nb_rope_forward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, &c.rope);
+    nb_rope_backward(y + c.off, c.B, c.T, c.nh, c.HS, c.W, &c.rope);
     double back = rel_err(y, x, n);
     CHECK(back < 1e-6, "rope backward(forward(x)) != x, rel err %.3g", back);
     free(x), free(y), free(wout), free(dx), free(xd), free(yd), free(gd);
+}
+
+TEST_CASE(test_rope) { check_rope(nb_rope_plain(10000.0f)); }
+TEST_CASE(test_rope_linear) {
+    nb_rope r = nb_rope_plain(10000.0f);
+    r.type = NB_ROPE_LINEAR, r.factor = 4.0f;
+    check_rope(r);
+}
+/* At HS 12 and theta 1e4 the wavelengths are 6.3, 29, 135, 628, 2916 and 13539: with an
+ * original context of 1024 and low/high frequency factors 1 and 4 (bounds 1024 and 256) pairs
+ * 0-2 keep their frequency, pair 3 is interpolated and pairs 4-5 are divided by the factor. */
+TEST_CASE(test_rope_llama3) {
+    nb_rope r = {10000.0f, NB_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 1024};
+    check_rope(r);
+    nb_rope plain = nb_rope_plain(10000.0f);
+    for (int i = 0; i < 3; i++)
+        CHECK(nb_rope_inv_freq(&r, i, 12) == nb_rope_inv_freq(&plain, i, 12), "pair %d: high frequency changed", i);
+    for (int i = 4; i < 6; i++)
+        CHECK(nb_rope_inv_freq(&r, i, 12) == nb_rope_inv_freq(&plain, i, 12) / 8.0f, "pair %d: not divided by 8", i);
+    float mid = nb_rope_inv_freq(&r, 3, 12), p3 = nb_rope_inv_freq(&plain, 3, 12);
+    CHECK(mid < p3 && mid > p3 / 8.0f, "pair 3: %g is not between %g and %g", (double)mid, (double)p3 / 8, (double)p3);
+}
+
+/* Llama 3.1's own numbers (theta 5e5, HS 128, factor 8, 1, 4, 8192): inv_freq of pairs in each
+ * band (28: kept, 29-34: interpolated, 35+: divided) against values computed in double in
+ * Python from the formula of _compute_llama3_parameters (float32 rounding stays within 1e-6),
+ * then bit for bit against the formula's float32 ops. */
+TEST_CASE(test_rope_llama31_freqs) {
+    static const struct {
+        int i;
+        double want;
+    } ref[] = {{0, 1.0},
+               {20, 0.016560440080994446},
+               {28, 0.0032114459947525913},
+               {29, 0.002166570763503359},
+               {31, 0.0008567514129196321},
+               {34, 0.00017850781276799638},
+               {35, 9.556212353964683e-05},
+               {63, 3.068925988914511e-07}};
+    nb_rope r = {500000.0f, NB_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    double worst = 0;
+    for (size_t k = 0; k < sizeof ref / sizeof ref[0]; k++) {
+        double got = nb_rope_inv_freq(&r, ref[k].i, 128), e = fabs(got - ref[k].want) / ref[k].want;
+        CHECK(e < 1e-6, "pair %d: inv_freq %.9g, want %.9g", ref[k].i, got, ref[k].want);
+        if (e > worst) worst = e;
+    }
+    /* Bit for bit: the float32 ops of the formula (Python, each result rounded with struct, as
+     * torch rounds each tensor op) from the same unscaled inv_freq; pairs 28-36 cross both band
+     * edges. A pair whose unscaled value differs from Python's powf emulation is skipped. */
+    static const uint32_t plain_bits[] = {0x3b527720, 0x3b2b72dc, 0x3b0baa41, 0x3ae38c10, 0x3ab95d21,
+                                          0x3a970023, 0x3a7603ea, 0x3a486886, 0x3a23418d};
+    static const uint32_t want_bits[] = {0x3b527720, 0x3b0dfd06, 0x3ab3d11d, 0x3a60979e, 0x3a0995d2,
+                                         0x39a3f108, 0x393b2dd2, 0x38c86886, 0x38a3418d};
+    nb_rope plain = nb_rope_plain(500000.0f);
+    int same = 0;
+    for (int k = 0; k < 9; k++) {
+        float p = nb_rope_inv_freq(&plain, 28 + k, 128), got = nb_rope_inv_freq(&r, 28 + k, 128);
+        uint32_t pb, gb;
+        memcpy(&pb, &p, 4), memcpy(&gb, &got, 4);
+        if (pb != plain_bits[k]) continue;
+        same++;
+        CHECK(gb == want_bits[k], "pair %d: llama3 inv_freq bits %08x, want %08x", 28 + k, (unsigned)gb,
+              (unsigned)want_bits[k]);
+    }
+    CHECK(same >= 7, "only %d of 9 unscaled frequencies match Python's", same);
+    if (ot_eval()) ot_err(worst, 1e-6);
 }
 
 /* ---- attention ---- */
@@ -450,6 +530,9 @@ TEST_CASE(test_softmax_inplace) {
 static const ot_row rows[] = {
     {"xent_bad_target", "cpu", OT_NONE, "target 2 of V 2", 0, OT_EVAL, test_xent_bad_target, 0, OT_FORK},
     {"rope", "cpu", OT_F32, "2x7 3 heads HS12 W45", 1e-6, OT_EVAL | OT_GRAD, test_rope, 0, 0},
+    {"rope", "cpu", OT_F32, "linear x4, 2x7 3 heads HS12", 1e-6, OT_EVAL | OT_GRAD, test_rope_linear, 0, 0},
+    {"rope", "cpu", OT_F32, "llama3, 3 bands, 2x7 HS12", 1e-6, OT_EVAL | OT_GRAD, test_rope_llama3, 0, 0},
+    {"rope_freqs", "cpu", OT_F32, "Llama 3.1 inv_freq vs Python", 1e-6, OT_EVAL, test_rope_llama31_freqs, 0, 0},
     {"attention", "cpu", OT_F32, "GQA B2 T7 NH4 NKV2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_gqa, 0, 0},
     {"attention", "cpu", OT_F32, "MHA B2 T7 NH2 HS8", 1e-5, OT_EVAL | OT_GRAD, test_attention_mha, 0, 0},
     {"attention", "cpu", OT_F32, "MQA B1 T5 NH3 NKV1 HS12", 1e-5, OT_EVAL | OT_GRAD, test_attention_mqa_odd_hs, 0, 0},

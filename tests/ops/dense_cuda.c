@@ -471,27 +471,26 @@ TEST_CASE(test_residual_and_add) {
 
 /* ---- rope ---- */
 
-static void check_rope(int B, int T, int NH, int NKV, int HS) {
+static void check_rope_with(int B, int T, int NH, int NKV, int HS, const nb_rope *rope) {
     int R = (NH + 2 * NKV) * HS;
     size_t n = (size_t)B * T * R;
-    float theta = 10000.0f;
     FOR_DTYPE(bf) {
         float *x = randn(n, 0, 1);
         round_bf(x, n, bf);
         /* q heads and k heads, as the attention block applies it; v heads stay as they are */
         float *rf = copy_of(x, n), *rb = copy_of(x, n);
-        nb_rope_forward(rf, B, T, NH, HS, R, theta);
-        nb_rope_forward(rf + (size_t)NH * HS, B, T, NKV, HS, R, theta);
-        nb_rope_backward(rb, B, T, NH, HS, R, theta);
-        nb_rope_backward(rb + (size_t)NH * HS, B, T, NKV, HS, R, theta);
+        nb_rope_forward(rf, B, T, NH, HS, R, rope);
+        nb_rope_forward(rf + (size_t)NH * HS, B, T, NKV, HS, R, rope);
+        nb_rope_backward(rb, B, T, NH, HS, R, rope);
+        nb_rope_backward(rb + (size_t)NH * HS, B, T, NKV, HS, R, rope);
         float *gf[2], *gb[2];
         for (int run = 0; run < 2; run++) {
             void *df = dev_up(x, n, bf), *db = dev_up(x, n, bf);
             size_t koff = (size_t)NH * HS * (bf ? 2 : 4);
-            CALL(bf, nb_cuda_rope_forward, df, B, T, NH, HS, R, theta, st);
-            CALL(bf, nb_cuda_rope_forward, (void *)((char *)df + koff), B, T, NKV, HS, R, theta, st);
-            CALL(bf, nb_cuda_rope_backward, db, B, T, NH, HS, R, theta, st);
-            CALL(bf, nb_cuda_rope_backward, (void *)((char *)db + koff), B, T, NKV, HS, R, theta, st);
+            CALL(bf, nb_cuda_rope_forward, df, B, T, NH, HS, R, rope, st);
+            CALL(bf, nb_cuda_rope_forward, (void *)((char *)df + koff), B, T, NKV, HS, R, rope, st);
+            CALL(bf, nb_cuda_rope_backward, db, B, T, NH, HS, R, rope, st);
+            CALL(bf, nb_cuda_rope_backward, (void *)((char *)db + koff), B, T, NKV, HS, R, rope, st);
             gf[run] = zeros(n), gb[run] = zeros(n);
             dev_down(gf[run], df, n, bf), dev_down(gb[run], db, n, bf);
             dev_free(df), dev_free(db);
@@ -514,6 +513,24 @@ static void check_rope(int B, int T, int NH, int NKV, int HS) {
         free(x), free(rf), free(rb);
         for (int run = 0; run < 2; run++) free(gf[run]), free(gb[run]);
     }
+}
+
+static void check_rope(int B, int T, int NH, int NKV, int HS) {
+    nb_rope plain = nb_rope_plain(10000.0f);
+    check_rope_with(B, T, NH, NKV, HS, &plain);
+}
+
+/* Scaled RoPE: the kernel's llama3 and linear frequencies against rope.c's (the CPU row checks
+ * those against the formula): Llama 3.1's numbers at HS 64 and 128 (all three bands), and a
+ * small original context so that short heads cross the bands too. */
+TEST_CASE(test_rope_scaled) {
+    nb_rope l31 = {500000.0f, NB_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    nb_rope small = {10000.0f, NB_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 1024};
+    nb_rope lin = {10000.0f, NB_ROPE_LINEAR, 4.0f, 0.0f, 0.0f, 0};
+    check_rope_with(2, 1029, 4, 2, 128, &l31);
+    check_rope_with(4, 300, 8, 2, 64, &l31);
+    check_rope_with(3, 67, 6, 2, 24, &small);
+    check_rope_with(3, 67, 6, 2, 24, &lin);
 }
 
 TEST_CASE(test_rope) {
@@ -936,6 +953,8 @@ static const ot_row rows[] = {
     {"residual_add", "cuda", OT_BF16, "100003, add_inplace", 1e-2, OT_EVAL, FN(test_residual_and_add), 0, 0},
     {"rope", "cuda", OT_F32, "5 shapes, HS 24 .. 520", 1e-5, OT_EVAL, FN(test_rope), 0, 0},
     {"rope", "cuda", OT_BF16, "5 shapes, HS 24 .. 520", 1e-2, OT_EVAL, FN(test_rope), 0, 0},
+    {"rope", "cuda", OT_F32, "llama3 + linear, HS 24 .. 128", 1e-5, OT_EVAL, FN(test_rope_scaled), 0, 0},
+    {"rope", "cuda", OT_BF16, "llama3 + linear, HS 24 .. 128", 1e-2, OT_EVAL, FN(test_rope_scaled), 0, 0},
     {"attention", "cuda", OT_F32, "4 shapes, GQA, HS 24 .. 256", 1e-5, OT_EVAL, FN(test_attention), 0, 0},
     {"attention", "cuda", OT_BF16, "4 shapes, GQA, HS 24 .. 256", 1e-2, OT_EVAL, FN(test_attention), 0, 0},
     {"embed", "cuda", OT_F32, "3x37x77 V301, 4x256x300 V1000", 1e-5, OT_EVAL, FN(test_embed), 0, 0},

@@ -6,8 +6,11 @@ BF16 or F16; one file or shards through max_shard_size), then
   2. the export, loaded with from_pretrained, must hold exactly the saved weights (as float32:
      BF16 and F16 values are floats exactly);
   3. nobubble eval of the step-0 checkpoint must give transformers' float32 loss on the same
-     batches (its own math: eps, rope theta, GQA, the tied head), to 2e-4 nats (eval prints 4
-     decimals).
+     batches (its own math: eps, rope theta and scaling, GQA, the tied head), to 2e-4 nats (eval
+     prints 4 decimals).
+The Llama 3.1 / 3.2 cases have Llama 3's vocabulary (128,256; the uint16 shard's ids stay below
+500) and rope_scaling llama3 or linear, with an original context of 16 so that at T = 32 the
+scaling moves every band (kept, interpolated, divided) by far more than the tolerance.
 Classes: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
 Prints one line per check and ends with "IMPORT OK" or "IMPORT FAIL" (exit 0 / 1). Needs torch
 and transformers (the device machine has them; see tests/torch/README.md for building there):
@@ -36,8 +39,17 @@ def shard(path, n, seed):
     return ids
 
 
+def rope_kw(theta, scaling):
+    """RoPE arguments as the installed transformers takes them (5: rope_parameters)."""
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return {"rope_parameters": dict(scaling, rope_theta=theta)}
+    return {"rope_theta": theta, "rope_scaling": scaling}
+
+
 def cases():
     L = transformers
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 16}
     yield "gpt2 f32 tied", L.GPT2Config(vocab_size=VOCAB, n_positions=T, n_embd=64, n_layer=2, n_head=4,
                                         layer_norm_epsilon=1e-5), L.GPT2LMHeadModel, torch.float32, None
     yield "llama bf16 sharded, eps 1e-6, theta 5e5, GQA", L.LlamaConfig(
@@ -50,6 +62,18 @@ def cases():
     yield "mistral bf16 (sliding_window null)", L.MistralConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=T, sliding_window=None), L.MistralForCausalLM, torch.bfloat16, None
+    yield "llama 3.1 shape bf16: vocab 128256, rope_scaling llama3", L.LlamaConfig(
+        vocab_size=128256, hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=T, tie_word_embeddings=False, **rope_kw(10000.0, llama3)),\
+        L.LlamaForCausalLM, torch.bfloat16, None
+    yield "llama 3.2 shape f32 tied: vocab 128256, rope_scaling llama3, theta 5e5", L.LlamaConfig(
+        vocab_size=128256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=T, tie_word_embeddings=True, **rope_kw(500000.0, llama3)),\
+        L.LlamaForCausalLM, torch.float32, None
+    yield "llama f32: rope_scaling linear x4", L.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=T, tie_word_embeddings=False,
+        **rope_kw(10000.0, {"rope_type": "linear", "factor": 4.0})), L.LlamaForCausalLM, torch.float32, None
     # Qwen2: q/k/v biases (the 1-D perturbation below makes them non-zero), Qwen's theta, tied
     yield "qwen2 f32 tied, qkv biases, theta 1e6, GQA", L.Qwen2Config(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
