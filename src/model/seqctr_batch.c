@@ -33,6 +33,17 @@ void nb_sc_check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
         NB_CHECK(len >= 0 && len <= m->cfg.max_len && len <= b->hist_stride, "histories are capped at --max-len",
                  "sample %d has a history of %d items (max_len %d)", i, len, m->cfg.max_len);
     }
+    int nmv = nb_sc_nmv(&m->cfg);
+    if (!nmv) return;
+    NB_CHECK(b->mv && b->mv_len && b->mv_stride >= nb_sc_mv_width(&m->cfg), "this is a bug in nobubble; please report it",
+             "a batch without the model's multi-valued columns (stride %d of %d)", b->mv_stride, nb_sc_mv_width(&m->cfg));
+    for (int i = 0; i < b->B; i++)
+        for (int f = 0, j = 0; f < m->cfg.ncat; f++) {
+            if (m->cfg.pool[f] == NB_SC_POOL_NONE) continue;
+            int n = b->mv_len[(size_t)i * nmv + j++];
+            NB_CHECK(n >= 0 && n <= m->cfg.mv_max[f], "this is a bug in nobubble; please report it",
+                     "sample %d has %d values in multi-valued column %d (max_values %d)", i, n, f, m->cfg.mv_max[f]);
+        }
 }
 
 /* A device step has fixed kernel sizes once captured as a graph: histories are padded to a bucket
@@ -128,7 +139,56 @@ static nb_ctr_lists_shape lists_shape(const nb_sc_model *m, int B, int nh_real, 
 }
 
 static nb_ctr_lists_shape stage_shape(const nb_sc_model *m, const nb_sc_stage *s) {
-    return lists_shape(m, s->B, s->nh_real, s->nh);
+    nb_ctr_lists_shape sh = lists_shape(m, s->B, s->nh_real, s->nh);
+    sh.nmv = s->nmv;
+    return sh;
+}
+
+/* The multi-valued columns' values packed (sample, column, value) with their offsets. */
+static void pack_mv(const nb_sc_model *m, nb_sc_stage *s, const nb_sc_batch *b) {
+    const nb_sc_config *c = &m->cfg;
+    int nmv = nb_sc_nmv(c);
+    s->nmv = 0;
+    if (!nmv) return;
+    int32_t k = 0;
+    s->h_moff[0] = 0;
+    for (int i = 0; i < b->B; i++) {
+        const uint32_t *v = b->mv + (size_t)i * b->mv_stride;
+        for (int f = 0, j = 0; f < c->ncat; f++) {
+            if (c->pool[f] == NB_SC_POOL_NONE) continue;
+            int n = b->mv_len[(size_t)i * nmv + j];
+            memcpy(s->h_mv + k, v, (size_t)n * sizeof(uint32_t));
+            k += n;
+            v += c->mv_max[f];
+            s->h_moff[(size_t)i * nmv + ++j] = k;
+        }
+    }
+    s->nmv = k;
+}
+
+/* The lookups of the multi-valued columns (the top comment): their values' rows, and each such
+ * column's own lookup turned into the sample's target row with a zero gradient. */
+static void mv_lists(const nb_sc_model *m, const nb_sc_stage *s, const nb_ctr_lists_shape *sh) {
+    const nb_sc_config *c = &m->cfg;
+    const nb_sc_acts *a = m->acts;
+    int nmv = nb_sc_nmv(c), nf = c->ncat + 1, B = s->B;
+    if (!nmv) return;
+    const size_t first = (size_t)B * (nf + 1);
+    const int64_t E = c->E;
+    for (int i = 0; i < B; i++)
+        for (int f = 0, j = 0; f < c->ncat; f++) {
+            if (c->pool[f] == NB_SC_POOL_NONE) continue;
+            size_t slot = (size_t)i * nf + f;
+            s->h_rows[slot] = s->h_rows[(size_t)i * nf + c->ncat];
+            s->h_src[slot] = (int64_t)a->zero_src;
+            for (int32_t r = s->h_moff[(size_t)i * nmv + j]; r < s->h_moff[(size_t)i * nmv + j + 1]; r++) {
+                size_t k = first + (size_t)r;
+                s->h_rows[k] = sh->off[f] + (int64_t)(s->h_mv[r] % (uint64_t)sh->rows[f]);
+                s->h_dst[k] = r * E;
+                s->h_src[k] = (int64_t)a->mv_src + r * E;
+            }
+            j++;
+        }
 }
 
 void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
@@ -145,8 +205,9 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
         memcpy(s->h_hist + s->h_off[i], b->hist + (size_t)i * b->hist_stride, (size_t)b->hist_len[i] * sizeof(uint32_t));
     s->nh_real = s->h_off[B];
     s->nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
-    s->nlk_real = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh_real;
-    s->nlk = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh;
+    pack_mv(m, s, b);
+    s->nlk_real = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nmv + s->nh_real;
+    s->nlk = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nmv + s->nh;
     if (m->dev_lists) { /* the device builds the lists from these in the upload phase */
         memcpy(s->h_cat, b->cat, (size_t)B * (size_t)m->cfg.ncat * sizeof(uint32_t));
         memcpy(s->h_target, b->target, (size_t)B * sizeof(uint32_t));
@@ -155,6 +216,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
     }
     nb_ctr_lists_shape sh = stage_shape(m, s);
     nb_ctr_lists(&sh, b->cat, b->target, s->h_hist, s->h_off, s->h_rows, s->h_dst, s->h_src);
+    mv_lists(m, s, &sh);
     size_t k = (size_t)s->nlk_real;
     if (sharded(m)) nb_emb_owner_keys(&m->emb, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
@@ -196,6 +258,8 @@ void nb_sc_upload_slot(nb_sc_model *m, nb_ctx c, int slot) {
     be->to_backend(c, s->d_seg, s->h_seg, (U + 1) * sizeof(int32_t));
     be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
+    size_t nmvc = (size_t)nb_sc_nmv(&m->cfg);
+    if (nmvc) be->to_backend(c, s->d_moff, s->h_moff, ((size_t)s->B * nmvc + 1) * sizeof(int32_t));
     nb_emb_upload(&m->emb, c, slot); /* sharded: the exchange's lists */
 }
 

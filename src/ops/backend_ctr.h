@@ -85,6 +85,13 @@ typedef struct nb_ctr_ops_i {
     void (*copy_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
     /* dst[i * ld_dst + j] += src[i * ld_src + j] */
     void (*add_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
+    /* Multi-valued columns (ops_ctr.h's nb_mvpool_forward / _backward): out [B, ld_out] slot =
+     * sum (mean: times 1/n) of sample i's rows off[i * off_stride] .. of vals [*, E]; backward
+     * dvals += the slot's gradient (times 1/n) at each of those rows (act_dtype, off int32). */
+    void (*mvpool_fwd)(nb_ctx, void *out, int ld_out, const void *vals, const int32_t *off, int off_stride, int B,
+                       int E, int mean);
+    void (*mvpool_bwd)(nb_ctx, void *dvals, const void *dout, int ld_out, const int32_t *off, int off_stride, int B,
+                       int E, int mean);
 
     /* ---- attention over packed histories ---- */
     /* Self-attention of every sample's history over itself (not causal), H heads of E / H,
