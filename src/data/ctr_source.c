@@ -82,6 +82,7 @@ static void ctr_set_free(nb_ctr_set *s) {
 void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc) {
     NB_ASSERT(nd >= 1 && nc >= 1);
     t->nd = nd, t->nc = nc;
+    t->nmv = t->mw = 0, t->mv = NULL, t->mvlen = NULL; /* none unless nb_ctr_batch_alloc_mv */
     t->dense = nb_calloc((size_t)B * (size_t)nd, sizeof(float), "batch");
     t->label = nb_calloc((size_t)B, sizeof(float), "batch");
     t->cat = nb_calloc((size_t)B * (size_t)nc, sizeof(uint32_t), "batch");
