@@ -12,6 +12,9 @@
  *                    MovieLens); the FIRST eval_samples rows are held out. The dense and
  *                    categorical column counts, table rows, max_len and the embedding width come
  *                    from the schema, so another file of the same schema fits the same model.
+ *                    Multi-valued columns ("pooling": "sum" / "mean") are kept per sample as a
+ *                    padded [max_values] block of ids with a count (nb_sc_batch's mv / mv_len),
+ *                    set, batch and packed sample alike.
  *   movielens[:DIR]  DIR/clicks_train.tsv (training, reshuffled every epoch by a fixed seed) and
  *                    DIR/clicks_test.tsv (evaluation, all of it); header checked verbatim. DIR
  *                    defaults to data/movielens from the working directory, else $NB_DATA_DIR/
