@@ -12,8 +12,17 @@
  * ncat + 1 fields: the categorical tables and the target):
  *   [0, nB)             sample i's ncat categorical rows and its target row, into x0[i, E..(n+1)E)
  *   [nB, (n+1)B)        the target row again: the gradient that reaches it through target.wq
- *   [(n+1)B, + nh)      the history items, packed in (sample, position) order, into h0
- * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh].
+ *   [(n+1)B, + nmv)     multi-valued columns' values after each field's first, packed in
+ *                       (sample, column, value) order, into their rows of acts.mv. A field's
+ *                       first value is its slot's own lookup in the first range (as a
+ *                       single-valued column's id: a one-value field is exactly one), and the
+ *                       pooling op (mvpool) adds the others to the slot. A field without a value
+ *                       looks up the sample's target row with the gradient of a zero row (a row
+ *                       the batch touches anyway, so no optimizer sees an extra row) and the pool
+ *                       zeroes the slot.
+ *   [.. + nmv, + nh)    the history items, packed in (sample, position) order, into h0
+ * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh | dmv |
+ * a zero row].
  *
  * Sharded tables: the lookups index the batch's work buffer (its unique rows in owner-major
  * order, as the rows all-to-all leaves them), and the batch's exchange lists are the embedding
@@ -144,13 +153,14 @@ static nb_ctr_lists_shape stage_shape(const nb_sc_model *m, const nb_sc_stage *s
     return sh;
 }
 
-/* The multi-valued columns' values packed (sample, column, value) with their offsets. */
+/* The multi-valued columns' values packed (sample, column, value) with their offsets, and the
+ * lookups they need (every value but each field's first). */
 static void pack_mv(const nb_sc_model *m, nb_sc_stage *s, const nb_sc_batch *b) {
     const nb_sc_config *c = &m->cfg;
     int nmv = nb_sc_nmv(c);
-    s->nmv = 0;
+    s->nmv = s->nmv_vals = 0;
     if (!nmv) return;
-    int32_t k = 0;
+    int32_t k = 0, lookups = 0;
     s->h_moff[0] = 0;
     for (int i = 0; i < b->B; i++) {
         const uint32_t *v = b->mv + (size_t)i * b->mv_stride;
@@ -159,36 +169,43 @@ static void pack_mv(const nb_sc_model *m, nb_sc_stage *s, const nb_sc_batch *b) 
             int n = b->mv_len[(size_t)i * nmv + j];
             memcpy(s->h_mv + k, v, (size_t)n * sizeof(uint32_t));
             k += n;
+            lookups += n > 1 ? n - 1 : 0;
             v += c->mv_max[f];
             s->h_moff[(size_t)i * nmv + ++j] = k;
         }
     }
-    s->nmv = k;
+    s->nmv_vals = k;
+    s->nmv = lookups;
 }
 
-/* The lookups of the multi-valued columns (the top comment): their values' rows, and each such
- * column's own lookup turned into the sample's target row with a zero gradient. */
+/* The lookups of the multi-valued columns (the top comment): each field's slot takes its first
+ * value (or, without one, the target row with a zero gradient), the others their own rows. */
 static void mv_lists(const nb_sc_model *m, const nb_sc_stage *s, const nb_ctr_lists_shape *sh) {
     const nb_sc_config *c = &m->cfg;
     const nb_sc_acts *a = m->acts;
     int nmv = nb_sc_nmv(c), nf = c->ncat + 1, B = s->B;
     if (!nmv) return;
-    const size_t first = (size_t)B * (nf + 1);
+    size_t k = (size_t)B * (nf + 1);
     const int64_t E = c->E;
     for (int i = 0; i < B; i++)
         for (int f = 0, j = 0; f < c->ncat; f++) {
             if (c->pool[f] == NB_SC_POOL_NONE) continue;
             size_t slot = (size_t)i * nf + f;
-            s->h_rows[slot] = s->h_rows[(size_t)i * nf + c->ncat];
-            s->h_src[slot] = (int64_t)a->zero_src;
-            for (int32_t r = s->h_moff[(size_t)i * nmv + j]; r < s->h_moff[(size_t)i * nmv + j + 1]; r++) {
-                size_t k = first + (size_t)r;
+            int32_t r0 = s->h_moff[(size_t)i * nmv + j], r1 = s->h_moff[(size_t)i * nmv + j + 1];
+            j++;
+            if (r1 == r0) {
+                s->h_rows[slot] = s->h_rows[(size_t)i * nf + c->ncat];
+                s->h_src[slot] = (int64_t)a->zero_src;
+                continue;
+            }
+            s->h_rows[slot] = sh->off[f] + (int64_t)(s->h_mv[r0] % (uint64_t)sh->rows[f]);
+            for (int32_t r = r0 + 1; r < r1; r++, k++) {
                 s->h_rows[k] = sh->off[f] + (int64_t)(s->h_mv[r] % (uint64_t)sh->rows[f]);
                 s->h_dst[k] = r * E;
                 s->h_src[k] = (int64_t)a->mv_src + r * E;
             }
-            j++;
         }
+    NB_ASSERT(k == (size_t)B * (nf + 1) + (size_t)s->nmv);
 }
 
 void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {

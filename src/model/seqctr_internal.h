@@ -29,7 +29,8 @@ typedef struct {
 struct nb_sc_acts {
     void *dense, *a1, *a2, *bot, *x0;
     void *temb, *q, *kv, *pooled;
-    void *mv;  /* [MB * mv_width, E]: the multi-valued columns' rows, packed (before pooling) */
+    void *mv;  /* [MB * mv_width, E]: the multi-valued columns' values packed (a field's first value
+                * is gathered into its x0 slot instead: its row here is unused) */
     void *dmv; /* their gradient (in dsrc, after dh), then one zero row (zero_src) */
     size_t mv_src, zero_src; /* element offsets of dmv and of the zero row in dsrc */
     float *attn;
@@ -52,8 +53,9 @@ struct nb_sc_stage {
                             * device lists, not counted on the host yet) */
     int nh_real;           /* history rows before padding */
     int nlk_real;          /* lookups before the padding rows: the deduplicated ones */
-    int nmv;               /* multi-valued columns' values (lookups before the history's) */
-    uint32_t *h_mv;        /* their ids packed ([nmv]) */
+    int nmv;               /* multi-valued columns' lookups (values after each field's first) */
+    int nmv_vals;          /* their values, first ones too (rows of acts.mv) */
+    uint32_t *h_mv;        /* their ids packed ([nmv_vals]) */
     int32_t *h_moff, *d_moff; /* [B * ncols_mv + 1]: sample i's column j: values moff[i*ncols+j] .. */
     uint32_t *h_hist;      /* the history items packed ([nh_real]) */
     /* device lists: the batch's raw ids staged (pinned), their device copies, the device's count

@@ -111,9 +111,9 @@ static void mvpool_fwd(nb_ctx c, void *out, int ld_out, const void *vals, const 
     nb_mvpool_forward(F(out), ld_out, CF(vals), off, off_stride, B, E, mean);
 }
 
-static void mvpool_bwd(nb_ctx c, void *dvals, const void *dout, int ld_out, const int32_t *off, int off_stride, int B,
+static void mvpool_bwd(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off, int off_stride, int B,
                        int E, int mean) {
-    nb_mvpool_backward(F(dvals), CF(dout), ld_out, off, off_stride, B, E, mean);
+    nb_mvpool_backward(F(dvals), F(dout), ld_out, off, off_stride, B, E, mean);
 }
 
 static void copy_cols(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols) {

@@ -58,9 +58,9 @@
                                  int os, int B, int E, int mean) {                                          \
         nb_cuda_mvpool_forward_##SUF((T *)out, ld_out, (const T *)vals, off, os, B, E, mean, S(c));         \
     }                                                                                                       \
-    static void mvpool_bwd_##SUF(nb_ctx c, void *dvals, const void *dout, int ld_out, const int32_t *off,    \
+    static void mvpool_bwd_##SUF(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off,          \
                                  int os, int B, int E, int mean) {                                          \
-        nb_cuda_mvpool_backward_##SUF((T *)dvals, (const T *)dout, ld_out, off, os, B, E, mean, S(c));      \
+        nb_cuda_mvpool_backward_##SUF((T *)dvals, (T *)dout, ld_out, off, os, B, E, mean, S(c));            \
     }                                                                                                       \
     static void seqattn_fwd_##SUF(nb_ctx c, void *out, float *lse, const void *qkv, const int32_t *off, int B, \
                                   int max_len, int H, int E) {                                              \

@@ -77,14 +77,18 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
                   const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
 
 /* ---- mvpool.c (CUDA twin: mvpool.cu): multi-valued categorical columns ---- */
-/* Sample i's values are rows off[i * off_stride] .. off[i * off_stride + 1] - 1 of vals [*, E]
- * (off non-decreasing; off_stride lets one offset array serve several columns: column j of nmv
- * passes off + j and stride nmv). out[i * ld_out + e] = their sum, added in row order starting
- * from the first row (one value pools to itself bit for bit), times 1/n for mean (float 1.0f / n);
- * no value: zeros. Backward: dvals[r] += dout[i] (times 1/n for mean) for each of sample i's rows. */
+/* Sample i's values are rows off[i * off_stride] .. off[i * off_stride + 1] - 1 (r0 .. r1 - 1;
+ * off non-decreasing; off_stride lets one offset array serve several columns: column j of nmv
+ * passes off + j and stride nmv); row r0 is not read from vals: the caller gathered that first
+ * value into the slot out[i * ld_out ..] itself (as a single-valued column's one id), and rows
+ * r0 + 1 .. of vals [*, E] hold the others. The slot becomes the sum of its values, the first,
+ * then the others added in row order, times 1/n for mean (float 1.0f / n); no value: zeros. So a
+ * one-value field is its row bit for bit, and so is its gradient. Backward: dvals[r] += the slot's
+ * gradient dout[i] (times 1/n for mean) for r = r0 + 1 .. r1 - 1, then (mean) dout[i] *= 1/n in
+ * place: the slot's gradient becomes the first value's (dvals NULL: only that). */
 void nb_mvpool_forward(float *out, int ld_out, const float *vals, const int32_t *off, int off_stride, int B, int E,
                        int mean);
-void nb_mvpool_backward(float *dvals, const float *dout, int ld_out, const int32_t *off, int off_stride, int B, int E,
+void nb_mvpool_backward(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride, int B, int E,
                         int mean);
 
 /* ---- cross.c ---- */

@@ -100,9 +100,9 @@ void nb_cuda_mvpool_forward_f32(float *out, int ld_out, const float *vals, const
                                 int E, int mean, nb_stream_t stream);
 void nb_cuda_mvpool_forward_bf16(nb_bf16 *out, int ld_out, const nb_bf16 *vals, const int32_t *off, int off_stride,
                                  int B, int E, int mean, nb_stream_t stream);
-void nb_cuda_mvpool_backward_f32(float *dvals, const float *dout, int ld_out, const int32_t *off, int off_stride,
+void nb_cuda_mvpool_backward_f32(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride,
                                  int B, int E, int mean, nb_stream_t stream);
-void nb_cuda_mvpool_backward_bf16(nb_bf16 *dvals, const nb_bf16 *dout, int ld_out, const int32_t *off,
+void nb_cuda_mvpool_backward_bf16(nb_bf16 *dvals, nb_bf16 *dout, int ld_out, const int32_t *off,
                                   int off_stride, int B, int E, int mean, nb_stream_t stream);
 
 /* ---- attention over packed histories (seqattn.cu); E / H <= 64. bf16 self-attention runs on

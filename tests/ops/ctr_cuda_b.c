@@ -292,7 +292,8 @@ TEST_CASE(test_cols) {
 }
 
 /* ---- multi-valued pooling: 2 columns sharing one offset array (stride 2), bags of 3, 0, 1, 4,
- * 0, 3 values, forward into strided slots and backward into the value rows ---- */
+ * 0, 3 values, forward into strided slots (holding garbage: the op reads what the caller
+ * gathered there) and backward into the value rows and the slots (rescaled for mean) ---- */
 
 static void check_mvpool(int mean) {
     enum { B = 3, NV = 11, E = 70, LD = 2 * E + 1 };
@@ -302,12 +303,13 @@ static void check_mvpool(int mean) {
         float *vals = randn_bf((size_t)NV * E, 0, 1, bf), *out0 = randn_bf((size_t)B * LD, 0, 1, bf);
         float *dv0 = randn_bf((size_t)NV * E, 0, 1, bf), *dout = randn_bf((size_t)B * LD, 0, 1, bf);
         float *ref = copy_of(out0, (size_t)B * LD), *dref = copy_of(dv0, (size_t)NV * E);
+        float *doref = copy_of(dout, (size_t)B * LD);
         for (int j = 0; j < 2; j++) {
-            CPU->mvpool_fwd(&ot_cctx, (float *)ref + j * E, LD, vals, off + j, 2, B, E, mean);
-            CPU->mvpool_bwd(&ot_cctx, dref, (float *)dout + j * E, LD, off + j, 2, B, E, mean);
+            CPU->mvpool_fwd(&ot_cctx, ref + j * E, LD, vals, off + j, 2, B, E, mean);
+            CPU->mvpool_bwd(&ot_cctx, dref, doref + j * E, LD, off + j, 2, B, E, mean);
         }
-        round_bf(ref, (size_t)B * LD, bf), round_bf(dref, (size_t)NV * E, bf);
-        float *got[2], *dgot[2];
+        round_bf(ref, (size_t)B * LD, bf), round_bf(dref, (size_t)NV * E, bf), round_bf(doref, (size_t)B * LD, bf);
+        float *got[2], *dgot[2], *dogot[2];
         for (int run = 0; run < 2; run++) {
             void *dvals = dev_up(vals, (size_t)NV * E, bf), *dout_d = dev_up(out0, (size_t)B * LD, bf);
             void *ddv = dev_up(dv0, (size_t)NV * E, bf), *ddo = dev_up(dout, (size_t)B * LD, bf);
@@ -318,16 +320,20 @@ static void check_mvpool(int mean) {
             }
             got[run] = dev_get(dout_d, (size_t)B * LD, bf);
             dgot[run] = dev_get(ddv, (size_t)NV * E, bf);
+            dogot[run] = dev_get(ddo, (size_t)B * LD, bf);
             dev_free(dvals), dev_free(dout_d), dev_free(ddv), dev_free(ddo), dev_free(doff);
         }
         snprintf(what, sizeof what, "mvpool %s forward", mean ? "mean" : "sum");
         expect_close(what, bf, got[0], ref, (size_t)B * LD);
         expect_same(what, got[0], got[1], (size_t)B * LD);
-        snprintf(what, sizeof what, "mvpool %s backward", mean ? "mean" : "sum");
+        snprintf(what, sizeof what, "mvpool %s backward (values)", mean ? "mean" : "sum");
         expect_close(what, bf, dgot[0], dref, (size_t)NV * E);
         expect_same(what, dgot[0], dgot[1], (size_t)NV * E);
-        free(vals), free(out0), free(dv0), free(dout), free(ref), free(dref);
-        for (int run = 0; run < 2; run++) free(got[run]), free(dgot[run]);
+        snprintf(what, sizeof what, "mvpool %s backward (slots)", mean ? "mean" : "sum");
+        expect_close(what, bf, dogot[0], doref, (size_t)B * LD);
+        expect_same(what, dogot[0], dogot[1], (size_t)B * LD);
+        free(vals), free(out0), free(dv0), free(dout), free(ref), free(dref), free(doref);
+        for (int run = 0; run < 2; run++) free(got[run]), free(dgot[run]), free(dogot[run]);
     }
 }
 
