@@ -9,7 +9,12 @@
 #    losses);
 #  - a schema without dense columns trains (one dense slot that reads 0);
 #  - a schema above the model's maximum (65 dense or 65 categorical columns) is refused with one
-#    error line, and so is data with more columns than the checkpoint's model reads.
+#    error line, and so is data with more columns than the checkpoint's model reads;
+#  - multi-valued columns ("pooling": "sum" / "mean"): a column whose rows hold one value each
+#    trains bitwise as the single-valued column; hashed tags (mean) and integer genres (sum, "|")
+#    train, evaluate, predict, resume bitwise, and give the same bits with --emb-place host and
+#    sparse-dist; too many values, a bad value, bad pooling keys and a schema that changes the
+#    checkpoint's pooling are refused naming file:line:column or the key.
 source "$(dirname "$0")/lib.sh"
 D=$TMP/data
 mkdir -p "$D"
@@ -95,6 +100,73 @@ sed 's/{"name": "z", "hash_size": 64}/{"name": "z", "hash_size": 64}, {"name": "
 awk -F, 'NR == 1 {print $0 ",x2"; next} {print $0 "," $8}' "$D/train.csv" > "$D/wide.csv"
 expect_error "data wider than the checkpoint's model" "has 3 dense and 6 categorical columns; the checkpoint's model reads 3 and 5" \
     $NB train $SMALL --data csv:"$D/wide.csv" --schema "$D/wider.json" --steps 25 --eval-samples 100 --out "$TMP/run"
+
+# ---- multi-valued columns ----
+# u holds one value per row: "sum" (max_values 1) and "mean" (max_values 3) pool it to its row
+for p in 'sum", "max_values": 1' 'mean", "max_values": 3'; do
+    n=${p%%\"*}
+    sed "s/{\"name\": \"u\", \"cardinality\": 50}/{\"name\": \"u\", \"cardinality\": 50, \"pooling\": \"$p}/" "$D/schema.json" > "$D/u_$n.json"
+    $NB train $SMALL --data csv:"$D/train.csv" --schema "$D/u_$n.json" --val-data "$D/test.csv" --steps 30 --eval-every 0 \
+        --out "$TMP/u_$n" > /dev/null 2>&1 || fail "train with u as $n"
+    same_state "one value per row, \"pooling\": \"$n\" == the single-valued column" "$TMP/straight" "$TMP/u_$n"
+done
+grep -q '"multi_valued": "0:sum:1"' "$TMP/u_sum/ckpt/state.json" && pass "state.json keeps the multi-valued columns" \
+    || fail "state.json: $(grep multi_valued "$TMP/u_sum/ckpt/state.json")"
+
+# tags: 0..5 hashed words (max 4: rows with 5 are made only for the error below), genres: 0..3 ids joined by '|'
+mvcol() { # mvcol FILE SEED MAXTAGS: FILE with the columns tags and genres added
+    awk -v seed="$2" -v maxt="$3" 'function r(m) { seed = (seed * 1103515245 + 12345) % 2147483648; return int(seed / 65536) % m }
+        BEGIN { FS = OFS = "," } NR == 1 { print $0, "tags", "genres"; next }
+        { t = ""; k = r(maxt + 1); for (j = 0; j < k; j++) t = t (j ? " " : "") "t" r(30)
+          g = ""; k = r(4); for (j = 0; j < k; j++) g = g (j ? "|" : "") r(12); print $0, t, g }' "$1"
+}
+mvcol "$D/train.csv" 5 4 > "$D/mv_train.csv"
+mvcol "$D/test.csv" 6 4 > "$D/mv_test.csv"
+sed 's/{"name": "z", "hash_size": 64}/{"name": "z", "hash_size": 64}, {"name": "tags", "hash_size": 40, "pooling": "mean", "max_values": 4},\
+    {"name": "genres", "cardinality": 12, "pooling": "sum", "max_values": 3, "separator": "|"}/' "$D/schema.json" > "$D/mv.json"
+MVA="--data csv:$D/mv_train.csv --schema $D/mv.json --val-data $D/mv_test.csv"
+$NB train $SMALL $MVA --steps 20 --eval-every 10 --out "$TMP/mv" > "$TMP/mv.out" 2> "$TMP/mv.err" \
+    && grep -q "3 dense and 7 categorical inputs" "$TMP/mv.err" && pass "multi-valued tags (mean) and genres (sum) train" \
+    || { fail "train with multi-valued columns"; tail -3 "$TMP/mv.err"; }
+last=$(grep "^eval step=20 " "$TMP/mv.out")
+ev=$($NB eval --ckpt "$TMP/mv" 2>/dev/null | grep "^eval ")
+[ -n "$(get loss "$ev")" ] && [ "$(get loss "$ev")" = "$(get loss "$last")" ] && [ "$(get auc "$ev")" = "$(get auc "$last")" ] \
+    && pass "multi-valued: eval --ckpt gives the run's loss $(get loss "$ev")" || fail "multi-valued eval: '$ev' vs '$last'"
+$NB predict --ckpt "$TMP/mv" --data "$D/mv_test.csv" --out "$TMP/mv.tsv" 2>/dev/null || fail "multi-valued predict"
+bce=$(paste -d, <(tail -n +2 "$TMP/mv.tsv" | cut -f2) <(tail -n +2 "$D/mv_test.csv" | cut -d, -f1) \
+    | awk -F, '{p = $1; y = $2; s -= y ? log(p) : log(1 - p); n++} END {printf "%.5f", s / n}')
+[ "$(wc -l < "$TMP/mv.tsv")" -eq 201 ] && awk -v a="$bce" -v b="$(get loss "$last")" 'BEGIN {d = a - b; exit !(d < 2e-5 && d > -2e-5)}' \
+    && pass "multi-valued predict: a score per row, their BCE is eval's loss ($bce)" || fail "multi-valued predict: BCE $bce"
+$NB export --ckpt "$TMP/mv" --out "$TMP/mv.safetensors" > /dev/null 2>&1 \
+    && tail -c +9 "$TMP/mv.safetensors" | head -c 4096 | grep -q 'ncat=7 mv=5:mean:4,6:sum:3' \
+    && pass "export: seqctr.config says mv=5:mean:4,6:sum:3" || fail "multi-valued export's config"
+MB="$MVA --steps 16 --eval-every 0"
+$NB train $SMALL $MB --out "$TMP/mv_s" > /dev/null 2>&1 && $NB train $SMALL $MB --stop-after 7 --out "$TMP/mv_r" > /dev/null 2>&1 \
+    && $NB train $SMALL $MB --out "$TMP/mv_r" > /dev/null 2>&1 || fail "multi-valued straight / stopped / rerun trainings"
+same_state "multi-valued: the rerun resumes" "$TMP/mv_s" "$TMP/mv_r"
+for v in "--emb-place host" "--schedule sparse-dist"; do
+    $NB train $SMALL $MB $v --out "$TMP/mv_v" > /dev/null 2> "$TMP/mv_v.err" || { fail "multi-valued $v"; tail -2 "$TMP/mv_v.err"; }
+    same_state "multi-valued with $v" "$TMP/mv_s" "$TMP/mv_v"
+    rm -rf "$TMP/mv_v"
+done
+
+{ head -3 "$D/mv_test.csv"; echo "1,1,1.0,1,1,s1,1,1,t1,1,,t1 t2 t3 t4 t5,3"; } > "$D/mv_bad.csv"
+expect_error "more values than max_values" "mv_bad.csv:4: column 'tags' (column 12): more than 4 values" \
+    $NB eval --ckpt "$TMP/mv" --data "$D/mv_bad.csv"
+{ head -3 "$D/mv_test.csv"; echo "1,1,1.0,1,1,s1,1,1,t1,1,,t1,3|12"; } > "$D/mv_bad.csv"
+expect_error "a bad value in a multi-valued column" "mv_bad.csv:4: column 'genres' (column 13): '12' is not an integer in 0..11" \
+    $NB predict --ckpt "$TMP/mv" --data "$D/mv_bad.csv" --out "$TMP/x.tsv"
+sed 's/"pooling": "mean", "max_values": 4/"pooling": "max", "max_values": 4/' "$D/mv.json" > "$D/bad.json"
+expect_error "pooling max" "categorical 'tags': pooling 'max' (none, sum or mean" $NB train $SMALL --data csv:"$D/mv_train.csv" --schema "$D/bad.json" --steps 1 --no-ckpt
+sed 's/"pooling": "mean", "max_values": 4/"pooling": "mean"/' "$D/mv.json" > "$D/bad.json"
+expect_error "no max_values" "categorical 'tags': a multi-valued column needs \"max_values\"" $NB train $SMALL --data csv:"$D/mv_train.csv" --schema "$D/bad.json" --steps 1 --no-ckpt
+sed 's/"separator": "|"/"separator": ","/' "$D/mv.json" > "$D/bad.json"
+expect_error "the delimiter as separator" "categorical 'genres': the separator must be one character other than the delimiter" $NB train $SMALL --data csv:"$D/mv_train.csv" --schema "$D/bad.json" --steps 1 --no-ckpt
+sed 's/"pooling": "mean", "max_values": 4/"pooling": "sum", "max_values": 4/' "$D/mv.json" > "$D/other.json"
+expect_error "a schema that changes the checkpoint's pooling" "multi-valued columns (column:pooling:max_values) are '5:sum:4,6:sum:3'; the checkpoint's model has '5:mean:4,6:sum:3'" \
+    $NB train $SMALL --data csv:"$D/mv_train.csv" --schema "$D/other.json" --val-data "$D/mv_test.csv" --steps 30 --out "$TMP/mv"
+expect_error "--cluster-keys with multi-valued columns" "clusters by single-valued keys" \
+    $NB train $SMALL $MB --micro-batches 2 --cluster-keys --no-ckpt
 
 big() { # big KIND N: a schema of N columns of KIND
     awk -v kind="$1" -v n="$2" 'BEGIN { printf "{\"label\": \"y\", \"%s\": [", kind

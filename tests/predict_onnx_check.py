@@ -3,11 +3,12 @@
 
   NB_BUILD=build python3 tests/predict_onnx_check.py        (run by tests/gpu_all.sh)
 
-Writes a CSV with a header, quoted fields, missing values, integer and hashed categorical columns
-and a history; trains a tiny seqctr on it (--schema), scores a second file with `nobubble predict`,
+Writes a CSV with a header, quoted fields, missing values, integer and hashed categorical columns,
+two multi-valued ones (hashed tags averaged, integer genres summed) and a history; trains a tiny seqctr on it (--schema), scores a second file with `nobubble predict`,
 exports the checkpoint (`nobubble export --out`), loads the export with tools/seqctr_torch_load.py,
 turns the same rows into the model's inputs in Python (the schema's rules: log1p dense, ids, FNV-1a
-hashing, the most recent max_len history items) and checks that the PyTorch module's scores equal
+hashing, the multi-valued columns' ids padded with their counts, the most recent max_len history
+items) and checks that the PyTorch module's scores equal
 predict's within 1e-5; then torch.onnx.export's model under onnxruntime, within 1e-5 of predict's.
 Without torch (or with --numpy) the same rows go through the loader's forward on numpy arrays
 instead (the function the PyTorch module runs, on numpy): the layout and the math, not the module.
@@ -29,24 +30,31 @@ TOL = 1e-5
 SCHEMA = """{
   "label": "clicked", "id": "id",
   "dense": ["age", {"name": "price", "transform": "log1p"}, {"name": "score", "transform": "none"}],
-  "categorical": [{"name": "user", "cardinality": 300}, {"name": "city", "hash_size": 50}],
+  "categorical": [{"name": "user", "cardinality": 300}, {"name": "city", "hash_size": 50},
+                  {"name": "tags", "hash_size": 40, "pooling": "mean", "max_values": 4},
+                  {"name": "genres", "cardinality": 20, "pooling": "sum", "max_values": 3, "separator": "|"}],
   "sequence": {"target": "item", "history": "history", "cardinality": 400, "max_len": 6},
   "embedding_dim": 8
 }"""
 CITIES = ["paris", "new york, ny", "berlin", "", "tokyo", 'say "hi"']
+TAGS = ["sale", "new", "red", "big, small", "x"]
+MV = [(2, 4), (3, 3)]  # the multi-valued columns: (categorical column, max_values)
 
 
 def write_rows(path, n, seed):
     rng = random.Random(seed)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["id", "clicked", "age", "price", "score", "user", "city", "item", "history"])
+        w.writerow(["id", "clicked", "age", "price", "score", "user", "city", "tags", "genres", "item", "history"])
         for i in range(n):
             u, it = rng.randrange(300), rng.randrange(400)
             hist = " ".join(str(rng.randrange(400)) for _ in range(rng.randrange(10)))
             y = int(rng.random() < 0.2 + 0.5 * (u % 3 == 0) + 0.2 * (it % 5 == 0))
             age = "" if rng.random() < 0.1 else str(rng.randrange(18, 80))
-            w.writerow([f"r{i}", y, age, f"{rng.uniform(0, 100):.2f}", f"{rng.uniform(-1, 1):.3f}", u, rng.choice(CITIES), it, hist])
+            tags = " ".join(rng.choice(TAGS).replace(" ", "_") for _ in range(rng.randrange(5)))
+            genres = "|".join(str(rng.randrange(20)) for _ in range(rng.randrange(4)))
+            w.writerow([f"r{i}", y, age, f"{rng.uniform(0, 100):.2f}", f"{rng.uniform(-1, 1):.3f}", u, rng.choice(CITIES), tags,
+                        genres, it, hist])
 
 
 def inputs(path, max_len):
@@ -56,7 +64,9 @@ def inputs(path, max_len):
     rows = list(csv.DictReader(open(path, newline="")))
     B = len(rows)
     dense = np.zeros((B, 3), np.float32)  # the schema's 3 dense and 2 categorical columns: the model's shape
-    cat = np.zeros((B, 2), np.int64)
+    cat = np.zeros((B, 4), np.int64)  # and 2 multi-valued ones (their cat column unread)
+    mv = np.zeros((B, sum(k for _, k in MV)), np.int64)
+    mv_len = np.zeros((B, len(MV)), np.int64)
     target = np.zeros(B, np.int64)
     hists = []
     for b, r in enumerate(rows):
@@ -66,6 +76,11 @@ def inputs(path, max_len):
         dense[b, 2] = np.float32(float(r["score"]))
         cat[b, 0] = int(r["user"])
         cat[b, 1] = 0 if r["city"] == "" else L.fnv1a(r["city"]) % 50
+        tags = [L.fnv1a(t) % 40 for t in r["tags"].split(" ") if t]
+        genres = [int(g) for g in r["genres"].split("|") if g]
+        for j, (vals, at) in enumerate(((tags, 0), (genres, 4))):
+            mv[b, at:at + len(vals)] = vals
+            mv_len[b, j] = len(vals)
         target[b] = int(r["item"])
         hists.append([int(x) for x in r["history"].split()][-max_len:])
     Lmax = max(1, max(len(h) for h in hists))
@@ -73,7 +88,7 @@ def inputs(path, max_len):
     for b, h in enumerate(hists):
         hist[b, :len(h)] = h
     hl = np.array([len(h) for h in hists], np.int64)
-    return [r["id"] for r in rows], (dense, cat, target, hist, hl)
+    return [r["id"] for r in rows], (dense, cat, target, hist, hl, mv, mv_len)
 
 
 def main(argv):
@@ -124,7 +139,7 @@ def main(argv):
         import onnxruntime as ort
         L.export_onnx(m, f"{d}/model.onnx")
         sess = ort.InferenceSession(f"{d}/model.onnx", providers=["CPUExecutionProvider"])
-        names = ["dense", "cat", "target", "hist", "hist_len"]
+        names = L.input_names(m.cfg)
         ox = sess.run(["score"], dict(zip(names, x)))[0].astype(np.float64)
         oerr = float(np.abs(ox - want).max())
         print(f"onnxruntime vs predict: max |diff| {oerr:.2e} (tolerance {TOL})")

@@ -119,7 +119,7 @@ static void setup(const nb_backend_i *be) {
     hist = read_raw("batch.hist", NB_I32, (int64_t)B * L);
     hist_len = read_raw("batch.hist_len", NB_I32, B);
     label = read_raw("batch.label", NB_F32, B);
-    BT = (nb_sc_batch){B, L, dense, cat, target, hist, hist_len, label};
+    BT = (nb_sc_batch){B, L, dense, cat, target, hist, hist_len, label, NULL, NULL, 0};
 }
 
 static double rel1(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-30 ? fabs(b) : 1e-30); }

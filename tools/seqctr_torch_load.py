@@ -7,7 +7,7 @@ FILE` writes into a PyTorch module, score rows with it, or export it to ONNX.
 
 The export (one safetensors file, every tensor float32, little-endian; header metadata
 "seqctr.config" = "E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
-aux_weight=.. ndense=.. ncat=..", and a CRC32C of each tensor) holds, with nd = ndense dense inputs and
+aux_weight=.. ndense=.. ncat=..[ mv=f:sum:K,f:mean:K]", and a CRC32C of each tensor) holds, with nd = ndense dense inputs and
 nc = ncat categorical tables (the data's schema; 13 and 26 when the config does not say), D0 = (nc + 3) E,
 H = block_hidden, r = cross_rank:
   bottom.{0,1,2}.weight [out, in] (nd -> 512 -> 256 -> E, nn.Linear layout), bottom.{i}.bias [out]
@@ -27,12 +27,17 @@ recent last, at most max_len), and:
   each history layer: h += proj(attention(qkv(LN1 h))) over the valid items (scale 1/sqrt(E/heads),
     LayerNorm eps 1e-5), h += fc2(relu(fc1(LN2 h)));
   pooled = softmax_j((wq t) . (wk h_j) / sqrt(E)) weighted sum of wv h_j (0 for an empty history);
+  a multi-valued column f (mv= in the config: column f, pooling sum or mean, at most K values):
+    cat_f = the sum of emb.cat.f[id mod rows_f] over the row's ids (mean: divided by their count;
+    no id: zeros) instead of one row;
   x0 = [bottom | cat_0 .. cat_{nc-1} | t | pooled];  x = x0; per block:
     c = x0 * ((x V) U^T + b) + x;  x = c + w2 relu(w1 c + b1) + b2;
   score = sigmoid(head.w . x + head.b) of the last block.
 How a CSV row becomes those inputs is the schema's (src/data/ctr_schema.h): a categorical
 column of "cardinality" N holds the id itself; a "hash_size" column's id is FNV-1a 64 of the text
-mod the size. Wider dense / cat inputs are read up to nd / nc columns (the 13 / 26 layout of older
+mod the size. With multi-valued columns the module takes two more inputs: mv [B, W] int64, the
+columns' ids padded (column after column in column order, each a block of its K, the row's first
+mv_len of them valid), and mv_len [B, nmv] int64; their cat[:, f] is not read. Wider dense / cat inputs are read up to nd / nc columns (the 13 / 26 layout of older
 exports of smaller schemas, whose unused slots read 0).
 """
 import argparse
@@ -62,11 +67,23 @@ def read_safetensors(path):
     return meta, out
 
 
+def parse_mv(text):
+    """[(column, "sum" | "mean", K)] of a config's mv= (column:pooling:max_values, ...)."""
+    out = []
+    for part in text.split(","):
+        f, mode, k = part.split(":")
+        if mode not in ("sum", "mean"):
+            raise SystemExit(f"the export's mv= has pooling {mode!r} (sum or mean)")
+        out.append((int(f), mode, int(k)))
+    return out
+
+
 def parse_config(meta):
     cfg = {}
     for item in meta.get("seqctr.config", "").split():
         k, v = item.split("=")
-        cfg[k] = float(v) if k == "aux_weight" else int(v)
+        cfg[k] = float(v) if k == "aux_weight" else parse_mv(v) if k == "mv" else int(v)
+    cfg.setdefault("mv", [])
     for k in ("E", "hist_layers", "heads", "blocks"):
         if k not in cfg:
             raise SystemExit(f"the export's seqctr.config lacks {k}: is it a nobubble seqctr export?")
@@ -128,6 +145,9 @@ class NumpyOps:
     def sigmoid(self, x):
         return 1 / (1 + self.np.exp(-x))
 
+    def zeros_like(self, x):
+        return self.np.zeros_like(x)
+
 
 class TorchOps:
     """The same operations on torch tensors (traceable by torch.onnx.export)."""
@@ -169,11 +189,31 @@ class TorchOps:
     def sigmoid(self, x):
         return self.torch.sigmoid(x)
 
+    def zeros_like(self, x):
+        return self.torch.zeros_like(x)
 
-def forward(op, w, cfg, dense, cat, target, hist, hist_len):
+
+def pool_mv(op, w, cfg, cats, mv, mv_len):
+    """The multi-valued columns' slots: the sum (mean) of each row's valid ids' rows."""
+    at = 0
+    for j, (f, mode, K) in enumerate(cfg["mv"]):
+        rows = op.lookup(w(f"emb.cat.{f}"), mv[:, at:at + K])  # [B, K, E]
+        n = mv_len[:, j]
+        valid = op.as_float(op.arange(K, mv)[None, :] < n[:, None], rows)  # [B, K]
+        s = (rows * valid[:, :, None]).sum(1)
+        if mode == "mean":
+            nf = op.as_float(n, s)
+            s = s / (nf + op.as_float(n == 0, s))[:, None]  # no id: 0 / 1
+        cats[f] = s
+        at += K
+
+
+def forward(op, w, cfg, dense, cat, target, hist, hist_len, mv=None, mv_len=None):
     """The click probability [B] of rows (see the module's docstring); w(name) gives a tensor by
     nobubble's name. A masked score is -1e30, not -inf: an empty history gets uniform weights (no
     NaN), and its pooled vector is then zeroed."""
+    if cfg["mv"] and (mv is None or mv_len is None):
+        raise SystemExit("the export has multi-valued columns: pass mv [B, W] and mv_len [B, nmv]")
     E, heads = cfg["E"], cfg["heads"]
     B, L = hist.shape
     x = dense[:, :cfg["ndense"]]
@@ -183,6 +223,8 @@ def forward(op, w, cfg, dense, cat, target, hist, hist_len):
             x = op.relu(x)
     bottom = x
     cats = [op.lookup(w(f"emb.cat.{f}"), cat[:, f]) for f in range(cfg["ncat"])]
+    if cfg["mv"]:
+        pool_mv(op, w, cfg, cats, mv, mv_len)
     t = op.lookup(w("emb.item"), target)
     h = op.lookup(w("emb.item"), hist)
     valid = op.arange(L, hist)[None, :] < hist_len[:, None]  # [B, L]
@@ -211,9 +253,9 @@ def forward(op, w, cfg, dense, cat, target, hist, hist_len):
     return op.sigmoid(op.linear(x, w(p + "head.w"), w(p + "head.b"))[:, 0])
 
 
-def forward_numpy(cfg, tensors, dense, cat, target, hist, hist_len):
+def forward_numpy(cfg, tensors, dense, cat, target, hist, hist_len, mv=None, mv_len=None):
     """forward() on numpy arrays: no torch needed."""
-    return forward(NumpyOps(), lambda n: tensors[n], cfg, dense, cat, target, hist, hist_len)
+    return forward(NumpyOps(), lambda n: tensors[n], cfg, dense, cat, target, hist, hist_len, mv, mv_len)
 
 
 def _torch():
@@ -227,8 +269,8 @@ def build_module(cfg, tensors):
 
     class SeqCTR(nn.Module):
         """forward(dense [B, nd] float32, cat [B, nc] int64, target [B] int64, hist [B, L] int64,
-        hist_len [B] int64) -> click probability [B]. hist rows hold hist_len[b] ids first (L >= 1;
-        the rest is ignored)."""
+        hist_len [B] int64[, mv [B, W] int64, mv_len [B, nmv] int64 with multi-valued columns]) ->
+        click probability [B]. hist rows hold hist_len[b] ids first (L >= 1; the rest is ignored)."""
 
         def __init__(self):
             super().__init__()
@@ -238,8 +280,9 @@ def build_module(cfg, tensors):
             self.p = nn.ParameterDict({k.replace(".", "__"): nn.Parameter(torch.from_numpy(v), requires_grad=False)
                                        for k, v in tensors.items()})
 
-        def forward(self, dense, cat, target, hist, hist_len):
-            return forward(self.ops, lambda n: self.p[n.replace(".", "__")], self.cfg, dense, cat, target, hist, hist_len)
+        def forward(self, dense, cat, target, hist, hist_len, mv=None, mv_len=None):
+            return forward(self.ops, lambda n: self.p[n.replace(".", "__")], self.cfg, dense, cat, target, hist, hist_len,
+                           mv, mv_len)
 
     return SeqCTR().eval()
 
@@ -250,20 +293,30 @@ def load(path):
     return build_module(parse_config(meta), tensors)
 
 
+def input_names(cfg):
+    return ["dense", "cat", "target", "hist", "hist_len"] + (["mv", "mv_len"] if cfg["mv"] else [])
+
+
 def example_inputs(cfg, batch=4, length=3):
     torch = _torch()
-    return (torch.zeros(batch, cfg["ndense"]), torch.zeros(batch, cfg["ncat"], dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
-            torch.zeros(batch, length, dtype=torch.int64), torch.full((batch,), length, dtype=torch.int64))
+    x = (torch.zeros(batch, cfg["ndense"]), torch.zeros(batch, cfg["ncat"], dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
+         torch.zeros(batch, length, dtype=torch.int64), torch.full((batch,), length, dtype=torch.int64))
+    if cfg["mv"]:
+        W = sum(k for _, _, k in cfg["mv"])
+        x += (torch.zeros(batch, W, dtype=torch.int64), torch.ones(batch, len(cfg["mv"]), dtype=torch.int64))
+    return x
 
 
 def export_onnx(model, path, opset=17):
-    """ONNX with a dynamic batch and history length: inputs dense, cat, target, hist, hist_len;
-    output score."""
+    """ONNX with a dynamic batch and history length: inputs dense, cat, target, hist, hist_len
+    (and mv, mv_len with multi-valued columns); output score."""
     torch = _torch()
-    torch.onnx.export(model, example_inputs(model.cfg), path, input_names=["dense", "cat", "target", "hist", "hist_len"],
-                      output_names=["score"], opset_version=opset,
-                      dynamic_axes={"dense": {0: "B"}, "cat": {0: "B"}, "target": {0: "B"}, "hist": {0: "B", 1: "L"},
-                                    "hist_len": {0: "B"}, "score": {0: "B"}})
+    axes = {"dense": {0: "B"}, "cat": {0: "B"}, "target": {0: "B"}, "hist": {0: "B", 1: "L"}, "hist_len": {0: "B"},
+            "score": {0: "B"}}
+    if model.cfg["mv"]:
+        axes.update({"mv": {0: "B"}, "mv_len": {0: "B"}})
+    torch.onnx.export(model, example_inputs(model.cfg), path, input_names=input_names(model.cfg),
+                      output_names=["score"], opset_version=opset, dynamic_axes=axes)
 
 
 def main(argv):

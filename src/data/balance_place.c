@@ -9,7 +9,7 @@
 static int balanced(const nb_balance_placer *p) { return p->bal.kind != NB_BALANCE_NONE || p->per_rank > 1; }
 
 void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len,
-                            int nd, int nc) {
+                            const nb_sc_config *shape) {
     memset(p, 0, sizeof *p);
     NB_ASSERT(world >= 1 && per_rank >= 1 && (world == 1 || per_rank == 1) && Bg % world == 0);
     p->bal = *bal, p->Bg = Bg, p->world = world, p->rank = rank, p->per_rank = per_rank;
@@ -22,7 +22,8 @@ void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg,
     p->count = nb_malloc((size_t)p->shares * sizeof(int), "the balance plan");
     p->first = nb_malloc((size_t)(p->shares + 1) * sizeof(int), "the balance plan");
     p->scratch = nb_malloc(nb_balance_scratch_bytes(Bg, p->shares), "the balance plan");
-    nb_ctr_batch_alloc(&p->read, p->Bl, max_len, nd, nc);
+    nb_ctr_batch_alloc(&p->read, p->Bl, max_len, shape->ndense, shape->ncat);
+    nb_ctr_batch_alloc_mv(&p->read, p->Bl, shape); /* before the words of a packed sample are counted */
     if (world > 1) {
         size_t most = (size_t)(p->cap > p->Bl ? p->cap : p->Bl) * nb_ctr_packed_words(&p->read, max_len);
         p->send = nb_malloc(most * sizeof(uint32_t), "the samples' all-to-all");

@@ -29,7 +29,7 @@ typedef struct {
 } nb_balance_placer;
 
 void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg, int world, int rank, int per_rank, int max_len,
-                            int nd, int nc);
+                            const nb_sc_config *shape);
 void nb_balance_placer_free(nb_balance_placer *p);
 /* Samples this rank's window must hold. */
 int nb_balance_placer_window_cap(const nb_balance_placer *p);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "model/seqctr.h"
 
 #define HINT "fix the schema file (see the README's 'Your own CTR data' section)"
 #define CRITEO_NDENSE 13
@@ -74,6 +75,35 @@ static void load_dense(nb_ctr_schema *s, const nb_json *arr) {
     }
 }
 
+/* "pooling": "none" (one value), "sum" or "mean" (a multi-valued column: "max_values",
+ * "separator") */
+static void load_pooling(nb_ctr_schema *s, nb_schema_col *c, const nb_json *e) {
+    const char *pool = nb_json_get_str(e, "pooling", "none");
+    c->pool = !strcmp(pool, "sum") ? NB_SC_POOL_SUM : !strcmp(pool, "mean") ? NB_SC_POOL_MEAN : NB_SC_POOL_NONE;
+    NB_CHECK(c->pool != NB_SC_POOL_NONE || !strcmp(pool, "none"), HINT,
+             "%s:%d:%d: categorical '%s': pooling '%s' (none, sum or mean; the sequence's pooling is target_attention)",
+             s->src, e->line, e->col, c->name, pool);
+    const nb_json *k = nb_json_get(e, "max_values"), *sep = nb_json_get(e, "separator");
+    if (c->pool == NB_SC_POOL_NONE) {
+        NB_CHECK(!k && !sep, HINT, "%s:%d:%d: categorical '%s': \"max_values\" and \"separator\" go with \"pooling\": \"sum\" or \"mean\"",
+                 s->src, e->line, e->col, c->name);
+        return;
+    }
+    NB_CHECK(k && k->type == NB_JSON_NUM && k->is_int && k->i64 >= 1 && k->i64 <= NB_SC_MAX_MV, HINT,
+             "%s:%d:%d: categorical '%s': a multi-valued column needs \"max_values\": the most values a row holds, 1..%d",
+             s->src, k ? k->line : e->line, k ? k->col : e->col, c->name, NB_SC_MAX_MV);
+    NB_CHECK(!c->hex8, HINT, "%s: categorical '%s': hex8 is for single-valued columns", s->src, c->name);
+    const char *sp = nb_json_get_str(e, "separator", " ");
+    NB_CHECK(strlen(sp) == 1 && sp[0] != s->delim && sp[0] != '"', HINT,
+             "%s:%d:%d: categorical '%s': the separator must be one character other than the delimiter and '\"'", s->src,
+             e->line, e->col, c->name);
+    c->sep = sp[0];
+    c->max_values = (int)k->i64;
+    c->mv_index = s->nmv++;
+    c->mv_off = s->mv_width;
+    s->mv_width += c->max_values;
+}
+
 static void load_cat(nb_ctr_schema *s, const nb_json *arr, int64_t cap) {
     NB_CHECK(arr->len <= NB_SCHEMA_MAX_CAT, "hash some columns together: the model has at most 64 categorical tables",
              "%s: %zu categorical columns, at most %d", s->src, arr->len, NB_SCHEMA_MAX_CAT);
@@ -92,10 +122,7 @@ static void load_cat(nb_ctr_schema *s, const nb_json *arr, int64_t cap) {
         NB_CHECK(dim == 0 || dim == s->emb_dim, "give every table the schema's \"embedding_dim\"",
                  "%s: categorical '%s' asks for embedding_dim %lld; the model has one width for every table (%d)", s->src,
                  name, (long long)dim, s->emb_dim);
-        const char *pool = nb_json_get_str(e, "pooling", "none");
-        NB_CHECK(!strcmp(pool, "none"), "give each value its own column (one id per categorical column)",
-                 "%s: categorical '%s': pooling '%s' (multi-valued columns are not supported; the sequence's pooling is target_attention)",
-                 s->src, name, pool);
+        load_pooling(s, c, e);
     }
 }
 

@@ -19,7 +19,13 @@
  *                                       cardinality N: the values are integers 0..N-1;
  *                                       hash_size N: any text, hashed (FNV-1a) into N rows;
  *                                       "hex8": true with hash_size: 8 hex digits as one id (Criteo);
- *                                       missing -> row 0
+ *                                       missing -> row 0;
+ *                                       "pooling": "sum" or "mean" (default "none": one value) with
+ *                                       "max_values" K (1..256) and "separator" (default " "): a
+ *                                       multi-valued column (values split by the separator, each
+ *                                       hashed / checked as above; the model sums or averages their
+ *                                       rows; empty or missing: no value, a zero vector; a row with
+ *                                       more than K values is refused, naming file:line:column)
  *     "sequence": {"target": "item", "history": "recent_items", "separator": " ",
  *                  "cardinality": 100000 (or "hash_size"), "max_len": 32,
  *                  "pooling": "target_attention"},
@@ -71,6 +77,11 @@ typedef struct {
     int64_t card;   /* cardinality: values must be below it */
     int hashed;     /* 1: values hashed into rows; 0: integers 0..rows-1 */
     int hex8;       /* Criteo: 8 hex digits, the id as a uint32 (the model takes it mod rows) */
+    int pool;       /* categorical: NB_SC_POOL_NONE (one value), _SUM or _MEAN (multi-valued) */
+    int max_values; /* multi-valued: the most values a row may hold (K) */
+    int mv_index;   /* multi-valued: its index among them (0..nmv-1) and where its values start in a */
+    int mv_off;     /* row's [mv_width] (the earlier multi-valued columns' max_values summed) */
+    char sep;       /* multi-valued: the values' separator */
 } nb_schema_col;
 
 typedef struct {
@@ -82,6 +93,7 @@ typedef struct {
     int nfile;              /* header-less: the file's columns ("columns") */
     char (*file_cols)[NB_SCHEMA_NAME];
     int ndense, ncat, has_seq, max_len, emb_dim;
+    int nmv, mv_width; /* multi-valued categorical columns, their max_values summed */
     int64_t item_rows;
     char hist_sep;
     int nmissing;
@@ -105,6 +117,8 @@ typedef struct {
     uint32_t cat[NB_SCHEMA_MAX_CAT];  /* [ncat]; the rest 0 */
     uint32_t target;
     uint32_t *hist; /* [len], oldest first; the reader's buffer */
+    uint32_t *mv;   /* [mv_width]: multi-valued column j's values at its mv_off; the reader's buffer */
+    int32_t mv_len[NB_SCHEMA_MAX_CAT]; /* [nmv] */
     int len;
     float label;
     uint64_t line;  /* the row's first line in its file (1-based) */

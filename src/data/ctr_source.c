@@ -43,6 +43,19 @@ static void ctr_set_push(nb_ctr_set *s, const float *dense, const uint32_t *cat,
     s->hoff[++s->n] = s->nh;
 }
 
+/* The multi-valued columns of the sample just pushed (mv [mw], mvlen [nmv]). */
+static void ctr_set_push_mv(nb_ctr_set *s, const uint32_t *mv, const int32_t *mvlen) {
+    if (!s->nmv) return;
+    if (s->mvcap < s->cap) {
+        s->mvcap = s->cap;
+        s->mv = realloc(s->mv, (size_t)s->mvcap * (size_t)s->mw * sizeof *s->mv);
+        s->mvlen = realloc(s->mvlen, (size_t)s->mvcap * (size_t)s->nmv * sizeof *s->mvlen);
+        NB_CHECK(s->mv && s->mvlen, "use a smaller data set", "out of memory holding %ld samples", s->cap);
+    }
+    memcpy(s->mv + (size_t)(s->n - 1) * s->mw, mv, (size_t)s->mw * sizeof *mv);
+    memcpy(s->mvlen + (size_t)(s->n - 1) * s->nmv, mvlen, (size_t)s->nmv * sizeof *mvlen);
+}
+
 /* The source line (and id) of the sample just pushed. */
 static void ctr_set_mark(nb_ctr_set *s, uint64_t line, const char *id) {
     s->line = realloc(s->line, (size_t)s->cap * sizeof *s->line);
@@ -59,15 +72,17 @@ static void ctr_set_free(nb_ctr_set *s) {
         for (long i = 0; i < s->n; i++) free(s->id[i]);
     free(s->line), free(s->id);
     free(s->dense), free(s->label), free(s->cat), free(s->target), free(s->hoff), free(s->hids);
-    int nd = s->nd, nc = s->nc;
+    free(s->mv), free(s->mvlen);
+    int nd = s->nd, nc = s->nc, nmv = s->nmv, mw = s->mw;
     memset(s, 0, sizeof *s);
-    s->nd = nd, s->nc = nc;
+    s->nd = nd, s->nc = nc, s->nmv = nmv, s->mw = mw;
 }
 
 
 void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc) {
     NB_ASSERT(nd >= 1 && nc >= 1);
     t->nd = nd, t->nc = nc;
+    t->nmv = t->mw = 0, t->mv = NULL, t->mvlen = NULL; /* none unless nb_ctr_batch_alloc_mv */
     t->dense = nb_calloc((size_t)B * (size_t)nd, sizeof(float), "batch");
     t->label = nb_calloc((size_t)B, sizeof(float), "batch");
     t->cat = nb_calloc((size_t)B * (size_t)nc, sizeof(uint32_t), "batch");
@@ -80,6 +95,22 @@ void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc) {
 
 void nb_ctr_batch_free(nb_ctr_batch *t) {
     free(t->dense), free(t->label), free(t->cat), free(t->target), free(t->hist), free(t->len);
+    free(t->mv), free(t->mvlen);
+}
+
+void nb_ctr_batch_alloc_mv(nb_ctr_batch *t, int B, const nb_sc_config *c) {
+    t->nmv = nb_sc_nmv(c), t->mw = nb_sc_mv_width(c);
+    if (!t->nmv) return;
+    t->mv = nb_calloc((size_t)B * (size_t)t->mw, sizeof *t->mv, "batch");
+    t->mvlen = nb_calloc((size_t)B * (size_t)t->nmv, sizeof *t->mvlen, "batch");
+    t->b.mv = t->mv, t->b.mv_len = t->mvlen, t->b.mv_stride = t->mw;
+}
+
+/* Sample `from` of (mv, mvlen) rows into row `to` of t's. */
+static void mv_copy(nb_ctr_batch *t, int to, const uint32_t *mv, const int32_t *mvlen) {
+    if (!t->nmv) return;
+    memcpy(t->mv + (size_t)to * t->mw, mv, (size_t)t->mw * sizeof *mv);
+    memcpy(t->mvlen + (size_t)to * t->nmv, mvlen, (size_t)t->nmv * sizeof *mvlen);
 }
 
 /* ---- key-centric clustering (--cluster-keys) ---- */
@@ -177,10 +208,13 @@ void nb_ctr_batch_copy(nb_ctr_batch *dst, int to, const nb_ctr_batch *src, int f
     memcpy(dst->cat + (size_t)to * nc, src->cat + (size_t)from * nc, nc * sizeof(uint32_t));
     memcpy(dst->hist + (size_t)to * L, src->hist + (size_t)from * L, (size_t)src->len[from] * sizeof(uint32_t));
     dst->target[to] = src->target[from], dst->len[to] = src->len[from], dst->label[to] = src->label[from];
+    NB_ASSERT(dst->nmv == src->nmv && dst->mw == src->mw);
+    if (src->nmv) mv_copy(dst, to, src->mv + (size_t)from * src->mw, src->mvlen + (size_t)from * src->nmv);
 }
 
-/* the words of a packed sample before its history: index, length, label, target, dense, cat */
-static size_t pack_head(const nb_ctr_batch *t) { return 4 + (size_t)t->nd + (size_t)t->nc; }
+/* the words of a packed sample before its history: index, length, label, target, dense, cat,
+ * then the multi-valued columns' counts and values (padded) */
+static size_t pack_head(const nb_ctr_batch *t) { return 4 + (size_t)t->nd + (size_t)t->nc + (size_t)t->nmv + (size_t)t->mw; }
 
 size_t nb_ctr_packed_words(const nb_ctr_batch *t, int32_t len) { return pack_head(t) + (size_t)len; }
 
@@ -190,6 +224,10 @@ size_t nb_ctr_pack(const nb_ctr_batch *t, int i, uint32_t index, uint32_t *out) 
     memcpy(out + 1, &t->len[i], 4), memcpy(out + 2, &t->label[i], 4);
     memcpy(out + 4, t->dense + (size_t)i * nd, nd * 4);
     memcpy(out + 4 + nd, t->cat + (size_t)i * nc, nc * 4);
+    if (t->nmv) {
+        memcpy(out + 4 + nd + nc, t->mvlen + (size_t)i * t->nmv, (size_t)t->nmv * 4);
+        memcpy(out + 4 + nd + nc + t->nmv, t->mv + (size_t)i * t->mw, (size_t)t->mw * 4);
+    }
     memcpy(out + pack_head(t), t->hist + (size_t)i * L, (size_t)t->len[i] * 4);
     return nb_ctr_packed_words(t, t->len[i]);
 }
@@ -205,6 +243,7 @@ size_t nb_ctr_unpack(nb_ctr_batch *t, int j, const uint32_t *in, size_t words, u
     memcpy(&t->label[j], in + 2, 4);
     memcpy(t->dense + (size_t)j * nd, in + 4, nd * 4);
     memcpy(t->cat + (size_t)j * nc, in + 4 + nd, nc * 4);
+    mv_copy(t, j, in + 4 + nd + nc + t->nmv, (const int32_t *)(in + 4 + nd + nc));
     memcpy(t->hist + (size_t)j * L, in + head, (size_t)len * 4);
     return head + (size_t)len;
 }
@@ -217,6 +256,8 @@ static void ctr_set_get(const nb_ctr_set *s, long i, nb_ctr_batch *t, int r, int
     memcpy(t->cat + (size_t)r * (size_t)t->nc, s->cat + i * s->nc, (size_t)s->nc * sizeof(uint32_t));
     t->target[r] = s->target[i];
     t->label[r] = s->label[i];
+    NB_ASSERT(t->nmv == s->nmv && t->mw == s->mw);
+    if (s->nmv) mv_copy(t, r, s->mv + (size_t)i * s->mw, s->mvlen + (size_t)i * s->nmv);
     long a = s->hoff[i], len = s->hoff[i + 1] - a;
     if (len > max_len) a += len - max_len, len = max_len;
     t->len[r] = (int32_t)len;
@@ -429,6 +470,7 @@ static void table_sets(const char *path, const nb_ctr_schema *sc, int need_label
     while (nb_ctr_table_next(t, &row)) {
         nb_ctr_set *to = rest && head->n >= head_n ? rest : head;
         ctr_set_push(to, row.dense, row.cat, row.target, row.hist, row.len, row.label);
+        ctr_set_push_mv(to, row.mv, row.mv_len);
         ctr_set_mark(to, row.line, row.id);
     }
     nb_ctr_table_close(t);
@@ -473,11 +515,29 @@ static void open_table(nb_ctr_source *s, const nb_ctr_source_opts *o, const char
     }
 }
 
+/* The multi-valued columns: a new model takes the schema's, a checkpoint's model must have the
+ * same (its rows were trained as sums or means of those columns). */
+static void shape_pooling(const nb_ctr_schema *sc, nb_sc_config *mc, int fresh) {
+    nb_sc_config want = *mc;
+    for (int f = 0; f < NB_SC_MAX_CAT; f++) want.pool[f] = NB_SC_POOL_NONE, want.mv_max[f] = 0;
+    for (int i = 0; i < sc->ncols; i++)
+        if (sc->col[i].role == NB_COL_CAT && sc->col[i].pool != NB_SC_POOL_NONE)
+            want.pool[sc->col[i].slot] = (unsigned char)sc->col[i].pool, want.mv_max[sc->col[i].slot] = sc->col[i].max_values;
+    char a[16 * NB_SC_MAX_CAT], b[16 * NB_SC_MAX_CAT];
+    nb_sc_mv_string(&want, a, sizeof a);
+    nb_sc_mv_string(mc, b, sizeof b);
+    NB_CHECK(fresh || !strcmp(a, b), "evaluate or resume with the schema the checkpoint was trained on",
+             "%s's multi-valued columns (column:pooling:max_values) are '%s'; the checkpoint's model has '%s'", sc->src, a, b);
+    memcpy(mc->pool, want.pool, sizeof mc->pool);
+    memcpy(mc->mv_max, want.mv_max, sizeof mc->mv_max);
+}
+
 /* The model's shape from the data's columns: the dense and categorical counts as the schema
  * has them (at least 1 each: no column reads as one slot of 0) when mc has none yet (a new
  * model), else a checkpoint's model's, which the data must match (pad: or fit, the rest reading
  * 0: a csv checkpoint from before the shape was kept has 13 and 26); every table's rows. */
 static void shape_from_schema(const nb_ctr_schema *sc, nb_sc_config *mc, int pad) {
+    int fresh = !mc->ncat;
     int nd = sc->ndense ? sc->ndense : 1, nc = sc->ncat ? sc->ncat : 1;
     if (!mc->ndense) mc->ndense = nd;
     if (!mc->ncat) mc->ncat = nc;
@@ -492,12 +552,15 @@ static void shape_from_schema(const nb_ctr_schema *sc, nb_sc_config *mc, int pad
     for (int i = 0; i < sc->ncols; i++)
         if (sc->col[i].role == NB_COL_CAT) mc->cat_rows[sc->col[i].slot] = sc->col[i].rows;
     mc->item_rows = sc->has_seq ? sc->item_rows : 1;
+    shape_pooling(sc, mc, fresh);
 }
 
 /* The samples' shape: the model's, in the source, its sets and batches. */
 static void set_shape(nb_ctr_source *s, const nb_sc_config *mc) {
     s->ndense = s->train.nd = s->eval.nd = mc->ndense;
     s->ncat = s->train.nc = s->eval.nc = mc->ncat;
+    s->nmv = s->train.nmv = s->eval.nmv = nb_sc_nmv(mc);
+    s->mw = s->train.mw = s->eval.mw = nb_sc_mv_width(mc);
 }
 
 /* Opens --data and sets the table sizes (and for synth the history cap) of the model config. */
@@ -546,6 +609,8 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
                  "evaluate or resume with the data the checkpoint was trained on",
                  "MovieLens has the model's standard %d dense and %d categorical slots; the checkpoint's model reads %d and %d",
                  NB_SC_STD_NDENSE, NB_SC_STD_NCAT, mc->ndense, mc->ncat);
+        NB_CHECK(!nb_sc_nmv(mc), "evaluate or resume with the data the checkpoint was trained on",
+                 "MovieLens has no multi-valued columns; the checkpoint's model has some");
         mc->ndense = NB_SC_STD_NDENSE, mc->ncat = NB_SC_STD_NCAT; /* the 26-table shape, 6 tables used */
         set_shape(s, mc);
         ml_dir(d, dir, sizeof dir);

@@ -12,6 +12,9 @@
  *                    MovieLens); the FIRST eval_samples rows are held out. The dense and
  *                    categorical column counts, table rows, max_len and the embedding width come
  *                    from the schema, so another file of the same schema fits the same model.
+ *                    Multi-valued columns ("pooling": "sum" / "mean") are kept per sample as a
+ *                    padded [max_values] block of ids with a count (nb_sc_batch's mv / mv_len),
+ *                    set, batch and packed sample alike.
  *   movielens[:DIR]  DIR/clicks_train.tsv (training, reshuffled every epoch by a fixed seed) and
  *                    DIR/clicks_test.tsv (evaluation, all of it); header checked verbatim. DIR
  *                    defaults to data/movielens from the working directory, else $NB_DATA_DIR/
@@ -51,14 +54,19 @@ typedef struct {
     long *hoff; /* [n + 1] into hids */
     uint32_t *hids;
     long nh, hcap;
+    int nmv, mw;    /* multi-valued columns (the model's cfg.pool), their max_values summed */
+    uint32_t *mv;   /* [n, mw]: each sample's values (nb_sc_batch's layout) */
+    int32_t *mvlen; /* [n, nmv] */
+    long mvcap;
 } nb_ctr_set;
 
 /* The batch the model reads: host buffers of the largest batch. */
 typedef struct {
     int nd, nc; /* dense [B, nd], cat [B, nc]: the model's shape */
+    int nmv, mw; /* multi-valued columns: mv [B, mw] padded, mvlen [B, nmv] counts (nb_sc_batch) */
     float *dense, *label;
-    uint32_t *cat, *target, *hist;
-    int32_t *len;
+    uint32_t *cat, *target, *hist, *mv;
+    int32_t *len, *mvlen;
     nb_sc_batch b;
 } nb_ctr_batch;
 
@@ -67,6 +75,7 @@ enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS, NB_CTR_TABLE };
 typedef struct {
     int kind, max_len, eval_samples, eval_only;
     int ndense, ncat; /* the samples' shape: the model's (nb_ctr_source_open) */
+    int nmv, mw;      /* its multi-valued columns (csv only) */
     nb_synth *g;
     nb_ctr_schema *schema; /* the columns: csv's file, criteo's and synth's built-in ones */
     uint64_t next;
@@ -97,6 +106,9 @@ void nb_ctr_source_close(nb_ctr_source *s);
 /* Batches of up to B samples with histories of up to L items, nd dense and nc categorical. */
 void nb_ctr_batch_alloc(nb_ctr_batch *t, int B, int L, int nd, int nc);
 void nb_ctr_batch_free(nb_ctr_batch *t);
+/* The batch's multi-valued columns (after nb_ctr_batch_alloc; the model's cfg: nb_sc_nmv,
+ * nb_sc_mv_width). A batch without them carries none (fills of a source with some refuse it). */
+void nb_ctr_batch_alloc_mv(nb_ctr_batch *t, int B, const nb_sc_config *c);
 /* The next B training samples; held-out samples first .. first + B - 1. */
 void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B);
 /* Samples first .. first + B - 1 of the next Bg (a rank's slice of the global batch); the

@@ -30,6 +30,7 @@ struct nb_ctr_table {
     int need_label;
     uint32_t *hist;
     int hcap;
+    uint32_t *mv; /* [mv_width]: the row's multi-valued columns' values */
 };
 
 static int next_byte(nb_ctr_table *t) {
@@ -162,13 +163,14 @@ nb_ctr_table *nb_ctr_table_open(const char *path, const nb_ctr_schema *s, int ne
         memcpy(t->head, s->file_cols, (size_t)s->nfile * sizeof *t->head);
     }
     map_columns(t);
+    t->mv = nb_calloc((size_t)(s->mv_width ? s->mv_width : 1), sizeof *t->mv, "a CSV reader");
     return t;
 }
 
 void nb_ctr_table_close(nb_ctr_table *t) {
     if (!t) return;
     gzclose_r(t->gz); /* read-only: nothing to lose */
-    free(t->buf), free(t->rec), free(t->off), free(t->head), free(t->at), free(t->hist), free(t);
+    free(t->buf), free(t->rec), free(t->off), free(t->head), free(t->at), free(t->hist), free(t->mv), free(t);
 }
 
 /* ---- one row ---- */
@@ -248,6 +250,29 @@ static void history(nb_ctr_table *t, int i, const char *v, nb_ctr_row *row) {
     row->hist = t->hist;
 }
 
+/* A multi-valued column's values into its block of the row's mv; more than max_values refuses
+ * the row (never cut silently: the model would train on other data than the file holds). */
+static void values(nb_ctr_table *t, int i, const char *v, nb_ctr_row *row) {
+    const nb_schema_col *c = &t->s->col[i];
+    uint32_t *out = t->mv + c->mv_off;
+    int n = 0;
+    for (const char *p = v; *p;) {
+        const char *q = strchr(p, c->sep);
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len) {
+            if (n == c->max_values) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "more than %d values (the schema's \"max_values\": raise it or shorten the row) in '%%.40s'",
+                         c->max_values);
+                bad(t, i, msg, v);
+            }
+            out[n++] = id_of(t, i, p, len);
+        }
+        p += len + (q != NULL);
+    }
+    row->mv_len[c->mv_index] = n;
+}
+
 int nb_ctr_table_next(nb_ctr_table *t, nb_ctr_row *row) {
     if (!read_record(t)) return 0;
     const nb_ctr_schema *s = t->s;
@@ -255,6 +280,8 @@ int nb_ctr_table_next(nb_ctr_table *t, nb_ctr_row *row) {
              t->rec_line, t->nf, s->header ? "header" : "schema's \"columns\"", t->nhead);
     memset(row, 0, sizeof *row);
     row->line = t->rec_line;
+    row->mv = t->mv;
+    memset(t->mv, 0, (size_t)s->mv_width * sizeof *t->mv);
     for (int i = 0; i < s->ncols; i++) {
         const nb_schema_col *c = &s->col[i];
         if (t->at[i] < 0) continue; /* an absent label (predict) */
@@ -278,7 +305,13 @@ int nb_ctr_table_next(nb_ctr_table *t, nb_ctr_row *row) {
             row->dense[c->slot] = f;
             break;
         }
-        case NB_COL_CAT: row->cat[c->slot] = miss ? 0 : id_of(t, i, v, strlen(v)); break;
+        case NB_COL_CAT:
+            if (c->max_values) {
+                if (!miss) values(t, i, v, row); /* missing: no value (mv_len stays 0) */
+            } else {
+                row->cat[c->slot] = miss ? 0 : id_of(t, i, v, strlen(v));
+            }
+            break;
         case NB_COL_TARGET: row->target = miss ? 0 : id_of(t, i, v, strlen(v)); break;
         case NB_COL_HISTORY:
             if (miss) row->len = 0, row->hist = t->hist;

@@ -205,8 +205,11 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len, int ncat) {
              "--batch %d does not split over %d ranks", o->batch, shares);
     NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
              "both decide where the samples go");
-    nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len,
-                           t->src.ndense, ncat);
+    NB_CHECK(!o->graphs || !nb_sc_nmv(&o->ctr), "drop --graphs with multi-valued columns",
+             "a multi-valued column's values per batch vary, and a captured step has fixed sizes");
+    NB_CHECK(!o->cluster_keys || !nb_sc_nmv(&o->ctr), "drop --cluster-keys with multi-valued columns",
+             "--cluster-keys clusters by single-valued keys; the schema has multi-valued columns");
+    nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len, &o->ctr);
     t->M = nb_train_parts(o);
     int wcap = nb_balance_placer_window_cap(&t->place);
     if (bal.kind == NB_BALANCE_NONE && !t->emulate)
@@ -286,6 +289,8 @@ static void sc_init(nb_run *r) {
                              .unlabeled = o->unlabeled};
     nb_ctr_source_open(&t->src, &so, &mc);
     r->o.ctr.ndense = mc.ndense, r->o.ctr.ncat = mc.ncat; /* the shape state.json keeps */
+    memcpy(r->o.ctr.pool, mc.pool, sizeof mc.pool);
+    memcpy(r->o.ctr.mv_max, mc.mv_max, sizeof mc.mv_max);
     int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len, mc.ncat);
     nb_emb_shard shard = {r->world, r->rank};
@@ -302,8 +307,10 @@ static void sc_init(nb_run *r) {
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len, mc.ndense, mc.ncat);
+    nb_ctr_batch_alloc_mv(&t->batch, t->Bm, &mc);
     int wcap = nb_balance_placer_window_cap(&t->place);
     nb_ctr_batch_alloc(&t->window, wcap, mc.max_len, mc.ndense, mc.ncat);
+    nb_ctr_batch_alloc_mv(&t->window, wcap, &mc);
     if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len, mc.ndense, mc.ncat);
     t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
     t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
@@ -477,7 +484,10 @@ static const char *const sc_defaults[] = {
  * checkpoint keeps its own; 0 on fresh options: nb_ctr_source_open takes the data's). */
 static void sc_default_shape(nb_train_opts *o) {
     int nd = o->ctr.ndense, nc = o->ctr.ncat;
+    nb_sc_config keep = o->ctr; /* and the multi-valued columns */
     nb_sc_config_default(&o->ctr);
+    memcpy(o->ctr.pool, keep.pool, sizeof keep.pool);
+    memcpy(o->ctr.mv_max, keep.mv_max, sizeof keep.mv_max);
     o->ctr.E = 32;
     o->ctr.max_len = 32;
     o->ctr.ndense = nd, o->ctr.ncat = nc;

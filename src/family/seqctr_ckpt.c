@@ -152,6 +152,8 @@ void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_kint(w, "max_len", c->max_len);
     nb_json_kint(w, "ndense", c->ndense);
     nb_json_kint(w, "ncat", c->ncat);
+    char mv[16 * NB_SC_MAX_CAT];
+    if (nb_sc_mv_string(c, mv, sizeof mv)) nb_json_kstr(w, "multi_valued", mv); /* column:pooling:max_values */
     nb_json_end_obj(w);
 }
 
@@ -182,4 +184,7 @@ void nb_seqctr_read_config(const nb_json *j, nb_train_opts *o) {
              "state.json: the model reads %lld dense and %lld categorical columns (at most %d and %d)", (long long)nd,
              (long long)nc, NB_SC_MAX_DENSE, NB_SC_MAX_CAT);
     c->ndense = (int)nd, c->ncat = (int)nc;
+    const char *mv = nb_json_get_str(j, "multi_valued", "");
+    NB_CHECK(nb_sc_mv_parse(c, mv), "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: model field 'multi_valued' is '%.60s' (column:sum|mean:max_values, ...)", mv);
 }

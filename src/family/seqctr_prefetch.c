@@ -22,6 +22,7 @@ static nb_sc_batch part_of(const sc_train *t, int k) {
     b.B = t->part_at[k + 1] - t->part_at[k];
     b.dense += at * (size_t)t->window.nd, b.cat += at * (size_t)t->window.nc, b.target += at, b.hist += at * b.hist_stride;
     b.hist_len += at, b.label += at;
+    if (b.mv) b.mv += at * (size_t)t->window.mw, b.mv_len += at * (size_t)t->window.nmv;
     return b;
 }
 

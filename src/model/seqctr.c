@@ -95,6 +95,23 @@ static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
 /* Whether head i contributes to the loss. */
 static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 1 || m->cfg.aux_weight > 0; }
 
+/* Multi-valued columns: their values' rows (but the first, which the slot's own lookup put into
+ * x0), then each column's pool into its slot. Their gradient region is zeroed here too. */
+static void mv_fwd(nb_sc_model *m, nb_ctx c) {
+    nb_sc_acts *a = m->acts;
+    nb_sc_stage *s = m->stage;
+    const nb_sc_config *cf = &m->cfg;
+    int B = s->B, E = cf->E, nmv = nb_sc_nmv(cf);
+    size_t first = (size_t)B * NLK_PER_SAMPLE(cf);
+    if (s->nmv_vals > 0) m->be->zero(c, a->dmv, (size_t)s->nmv_vals * E * act_es(m));
+    m->be->zero(c, AT(m, a->dsrc, a->zero_src), (size_t)E * act_es(m));
+    if (s->nmv > 0) m->co->emb_gather(c, a->mv, s->d_dst + first, nb_emb_lookup_table(&m->emb), s->d_rows + first, s->nmv, E);
+    for (int f = 0, j = 0; f < cf->ncat; f++)
+        if (cf->pool[f] != NB_SC_POOL_NONE)
+            m->co->mvpool_fwd(c, AT(m, a->x0, (size_t)(1 + f) * E), m->D0, a->mv, s->d_moff + j++, nmv, B, E,
+                              cf->pool[f] == NB_SC_POOL_MEAN);
+}
+
 /* x0 = [bottom | ncat categorical | target | (pooled, later)] and the target embedding. */
 static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
@@ -108,6 +125,7 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     bottom_fwd(m, c, B);
     co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
     co->emb_gather(c, a->x0, s->d_dst, nb_emb_lookup_table(&m->emb), s->d_rows, B * nb_sc_ntables(&m->cfg), E);
+    if (a->mv) mv_fwd(m, c);
     co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + m->cfg.ncat) * E), D0, B, E);
 }
 
@@ -120,7 +138,7 @@ static void history_fwd(nb_sc_model *m, nb_ctx c) {
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, D0 = m->D0, nh = s->nh;
     if (nh > 0) {
-        size_t first = (size_t)B * NLK_PER_SAMPLE(cf);
+        size_t first = (size_t)B * NLK_PER_SAMPLE(cf) + (size_t)s->nmv;
         co->emb_gather(c, a->h[0], s->d_dst + first, nb_emb_lookup_table(&m->emb), s->d_rows + first, nh, E);
         for (int l = 0; l < cf->hist_layers; l++) encoder_fwd(m, c, l, nh);
         be->matmul_fwd(c, a->q, a->temb, m->w.target.wq, NULL, B, E, E);
@@ -238,6 +256,14 @@ static void join_bwd(nb_sc_model *m, nb_ctx c) {
     for (int k = 1; k < m->nseg; k++) m->be->add_inplace(c, a->dx0, a->seg[k].dx0, (size_t)B * D0);
     m->co->copy_cols(c, a->dbot, E, a->dx0, D0, B, E);
     m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)(m->cfg.ncat + 2) * E), D0, B, E);
+    /* multi-valued columns: each slot's gradient to its values' rows (dmv; the first value's stays
+     * in the slot, scaled for mean) */
+    const nb_sc_config *cf = &m->cfg;
+    int nmv = nb_sc_nmv(cf);
+    for (int f = 0, j = 0; f < cf->ncat && nmv; f++)
+        if (cf->pool[f] != NB_SC_POOL_NONE)
+            m->co->mvpool_bwd(c, a->dmv, AT(m, a->dx0, (size_t)(1 + f) * E), D0, m->stage->d_moff + j++, nmv, B, E,
+                              cf->pool[f] == NB_SC_POOL_MEAN);
 }
 
 static void history_bwd(nb_sc_model *m, nb_ctx c) {

@@ -7,6 +7,8 @@
  * generator have 13 and 26 (NB_SC_STD_NDENSE, NB_SC_STD_NCAT): 26 tables, D0 = 29 E.
  *   bottom  = MLP ndense -> 512 -> 256 -> E (ReLU between, none after)
  *   cat_f   = table f [id mod rows_f]          (missing ids are passed as 0 -> row 0)
+ *             a multi-valued column (cfg.pool): the sum (or mean) of table f [id mod rows_f] over
+ *             the sample's ids, added in order from the first; no id: a zero vector
  *   t       = item table [target mod item_rows]; h_j = item table [hist_j mod item_rows]
  *   history encoder: hist_layers pre-norm layers over h (padding-masked, `heads` heads):
  *     h += proj(seqattn(qkv(LN1(h))));  h += fc2(relu(fc1(LN2(h))))     (fc1: E -> 4E)
@@ -65,6 +67,10 @@ typedef struct {
     int ndense, ncat;                 /* columns: 1..NB_SC_MAX_DENSE, 1..NB_SC_MAX_CAT */
     int64_t cat_rows[NB_SC_MAX_CAT]; /* rows of each categorical table (>= 1), [0, ncat) */
     int64_t item_rows;
+    /* categorical column f: NB_SC_POOL_NONE (one id, the default) or a multi-valued column of up
+     * to mv_max[f] ids per sample whose rows are summed (NB_SC_POOL_SUM) or averaged (_MEAN) */
+    unsigned char pool[NB_SC_MAX_CAT];
+    int mv_max[NB_SC_MAX_CAT];
     float aux_weight;
     uint64_t detach; /* bit i: block i reads a detached (stop-gradient) x_{i-1}; bit 0 must be 0 */
     uint64_t seed;   /* weight init */
@@ -74,6 +80,19 @@ typedef struct {
  * max_len 256, the standard 13 dense and 26 categorical columns, tables of 1 row (the caller sets
  * the rows), aux_weight 0. */
 void nb_sc_config_default(nb_sc_config *c);
+enum { NB_SC_POOL_NONE = 0, NB_SC_POOL_SUM = 1, NB_SC_POOL_MEAN = 2 };
+#define NB_SC_MAX_MV 256 /* the most values a multi-valued column keeps per sample */
+/* Multi-valued columns: how many, and their values per sample together (a batch's mv_stride). */
+static inline int nb_sc_nmv(const nb_sc_config *c) {
+    int n = 0;
+    for (int f = 0; f < c->ncat; f++) n += c->pool[f] != NB_SC_POOL_NONE;
+    return n;
+}
+static inline int nb_sc_mv_width(const nb_sc_config *c) {
+    int n = 0;
+    for (int f = 0; f < c->ncat; f++) n += c->pool[f] != NB_SC_POOL_NONE ? c->mv_max[f] : 0;
+    return n;
+}
 /* The tables: ncat categorical ones, then the item table (its index: nb_sc_item_table). */
 static inline int nb_sc_ntables(const nb_sc_config *c) { return c->ncat + 1; }
 static inline int nb_sc_item_table(const nb_sc_config *c) { return c->ncat; }
@@ -108,7 +127,10 @@ typedef struct {
     nb_sc_block_view *block; /* [blocks] */
 } nb_sc_view;
 
-/* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. */
+/* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. Multi-valued columns
+ * (cfg.pool): sample i's values of the j-th such column (in column order) are mv[i * mv_stride +
+ * k_j ..], mv_len[i * nmv + j] of them, k_j the earlier columns' mv_max summed; their cat[i, f] is
+ * not read. */
 typedef struct {
     int B, hist_stride;
     const float *dense;     /* [B, ndense] */
@@ -117,6 +139,9 @@ typedef struct {
     const uint32_t *hist;   /* [B, hist_stride] */
     const int32_t *hist_len; /* [B] in 0..max_len */
     const float *label;     /* [B] in [0, 1] (may be NULL for forward-only) */
+    const uint32_t *mv;     /* [B, mv_stride] (NULL without multi-valued columns) */
+    const int32_t *mv_len;  /* [B, nmv] in 0..mv_max */
+    int mv_stride;
 } nb_sc_batch;
 
 typedef struct nb_sc_acts nb_sc_acts;
@@ -332,8 +357,13 @@ void nb_sc_to_device(nb_sc_model *m);
 /* Checkpoint: every dense tensor under its name (1-D tensors as [n]) and the tables emb.cat.{f}
  * [rows_f, E], emb.item [item_rows, E], all F32; metadata "seqctr.config" holds the shape
  * ("E=.. hist_layers=.. heads=.. blocks=.. cross_rank=.. block_hidden=.. max_len=..
- * aux_weight=.. ndense=.. ncat=.."). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
+ * aux_weight=.. ndense=.. ncat=..", then " mv=f:sum:K,.." with multi-valued columns). Written atomically from the host arrays (call nb_sc_to_host first on CUDA). */
 void nb_sc_save(const nb_sc_model *m, const char *path);
+/* The multi-valued columns as text, "f:sum:K,f:mean:K" (column, pooling, max values), for
+ * checkpoints ("mv=" in seqctr.config, "multi_valued" in state.json); returns 0 (and "") when
+ * there are none. nb_sc_mv_parse reads it back into c->pool / c->mv_max (0: malformed). */
+int nb_sc_mv_string(const nb_sc_config *c, char *buf, size_t cap);
+int nb_sc_mv_parse(nb_sc_config *c, const char *s);
 /* Load weights into a model of the same shape (every tensor must exist with its shape), and
  * push them to the backend. */
 void nb_sc_load(nb_sc_model *m, const char *path);

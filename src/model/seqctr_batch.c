@@ -12,8 +12,17 @@
  * ncat + 1 fields: the categorical tables and the target):
  *   [0, nB)             sample i's ncat categorical rows and its target row, into x0[i, E..(n+1)E)
  *   [nB, (n+1)B)        the target row again: the gradient that reaches it through target.wq
- *   [(n+1)B, + nh)      the history items, packed in (sample, position) order, into h0
- * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh].
+ *   [(n+1)B, + nmv)     multi-valued columns' values after each field's first, packed in
+ *                       (sample, column, value) order, into their rows of acts.mv. A field's
+ *                       first value is its slot's own lookup in the first range (as a
+ *                       single-valued column's id: a one-value field is exactly one), and the
+ *                       pooling op (mvpool) adds the others to the slot. A field without a value
+ *                       looks up the sample's target row with the gradient of a zero row (a row
+ *                       the batch touches anyway, so no optimizer sees an extra row) and the pool
+ *                       zeroes the slot.
+ *   [.. + nmv, + nh)    the history items, packed in (sample, position) order, into h0
+ * Backward sums each unique row's lookups from one gradient region [dx0 | dtemb | dh | dmv |
+ * a zero row].
  *
  * Sharded tables: the lookups index the batch's work buffer (its unique rows in owner-major
  * order, as the rows all-to-all leaves them), and the batch's exchange lists are the embedding
@@ -33,6 +42,17 @@ void nb_sc_check_batch(const nb_sc_model *m, const nb_sc_batch *b) {
         NB_CHECK(len >= 0 && len <= m->cfg.max_len && len <= b->hist_stride, "histories are capped at --max-len",
                  "sample %d has a history of %d items (max_len %d)", i, len, m->cfg.max_len);
     }
+    int nmv = nb_sc_nmv(&m->cfg);
+    if (!nmv) return;
+    NB_CHECK(b->mv && b->mv_len && b->mv_stride >= nb_sc_mv_width(&m->cfg), "this is a bug in nobubble; please report it",
+             "a batch without the model's multi-valued columns (stride %d of %d)", b->mv_stride, nb_sc_mv_width(&m->cfg));
+    for (int i = 0; i < b->B; i++)
+        for (int f = 0, j = 0; f < m->cfg.ncat; f++) {
+            if (m->cfg.pool[f] == NB_SC_POOL_NONE) continue;
+            int n = b->mv_len[(size_t)i * nmv + j++];
+            NB_CHECK(n >= 0 && n <= m->cfg.mv_max[f], "this is a bug in nobubble; please report it",
+                     "sample %d has %d values in multi-valued column %d (max_values %d)", i, n, f, m->cfg.mv_max[f]);
+        }
 }
 
 /* A device step has fixed kernel sizes once captured as a graph: histories are padded to a bucket
@@ -128,7 +148,64 @@ static nb_ctr_lists_shape lists_shape(const nb_sc_model *m, int B, int nh_real, 
 }
 
 static nb_ctr_lists_shape stage_shape(const nb_sc_model *m, const nb_sc_stage *s) {
-    return lists_shape(m, s->B, s->nh_real, s->nh);
+    nb_ctr_lists_shape sh = lists_shape(m, s->B, s->nh_real, s->nh);
+    sh.nmv = s->nmv;
+    return sh;
+}
+
+/* The multi-valued columns' values packed (sample, column, value) with their offsets, and the
+ * lookups they need (every value but each field's first). */
+static void pack_mv(const nb_sc_model *m, nb_sc_stage *s, const nb_sc_batch *b) {
+    const nb_sc_config *c = &m->cfg;
+    int nmv = nb_sc_nmv(c);
+    s->nmv = s->nmv_vals = 0;
+    if (!nmv) return;
+    int32_t k = 0, lookups = 0;
+    s->h_moff[0] = 0;
+    for (int i = 0; i < b->B; i++) {
+        const uint32_t *v = b->mv + (size_t)i * b->mv_stride;
+        for (int f = 0, j = 0; f < c->ncat; f++) {
+            if (c->pool[f] == NB_SC_POOL_NONE) continue;
+            int n = b->mv_len[(size_t)i * nmv + j];
+            memcpy(s->h_mv + k, v, (size_t)n * sizeof(uint32_t));
+            k += n;
+            lookups += n > 1 ? n - 1 : 0;
+            v += c->mv_max[f];
+            s->h_moff[(size_t)i * nmv + ++j] = k;
+        }
+    }
+    s->nmv_vals = k;
+    s->nmv = lookups;
+}
+
+/* The lookups of the multi-valued columns (the top comment): each field's slot takes its first
+ * value (or, without one, the target row with a zero gradient), the others their own rows. */
+static void mv_lists(const nb_sc_model *m, const nb_sc_stage *s, const nb_ctr_lists_shape *sh) {
+    const nb_sc_config *c = &m->cfg;
+    const nb_sc_acts *a = m->acts;
+    int nmv = nb_sc_nmv(c), nf = c->ncat + 1, B = s->B;
+    if (!nmv) return;
+    size_t k = (size_t)B * (nf + 1);
+    const int64_t E = c->E;
+    for (int i = 0; i < B; i++)
+        for (int f = 0, j = 0; f < c->ncat; f++) {
+            if (c->pool[f] == NB_SC_POOL_NONE) continue;
+            size_t slot = (size_t)i * nf + f;
+            int32_t r0 = s->h_moff[(size_t)i * nmv + j], r1 = s->h_moff[(size_t)i * nmv + j + 1];
+            j++;
+            if (r1 == r0) {
+                s->h_rows[slot] = s->h_rows[(size_t)i * nf + c->ncat];
+                s->h_src[slot] = (int64_t)a->zero_src;
+                continue;
+            }
+            s->h_rows[slot] = sh->off[f] + (int64_t)(s->h_mv[r0] % (uint64_t)sh->rows[f]);
+            for (int32_t r = r0 + 1; r < r1; r++, k++) {
+                s->h_rows[k] = sh->off[f] + (int64_t)(s->h_mv[r] % (uint64_t)sh->rows[f]);
+                s->h_dst[k] = r * E;
+                s->h_src[k] = (int64_t)a->mv_src + r * E;
+            }
+        }
+    NB_ASSERT(k == (size_t)B * (nf + 1) + (size_t)s->nmv);
 }
 
 void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
@@ -145,8 +222,9 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
         memcpy(s->h_hist + s->h_off[i], b->hist + (size_t)i * b->hist_stride, (size_t)b->hist_len[i] * sizeof(uint32_t));
     s->nh_real = s->h_off[B];
     s->nh = m->pad_rows ? bucket_rows(s->nh_real, m->max_batch * m->cfg.max_len) : s->nh_real;
-    s->nlk_real = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh_real;
-    s->nlk = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nh;
+    pack_mv(m, s, b);
+    s->nlk_real = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nmv + s->nh_real;
+    s->nlk = B * (int)NLK_PER_SAMPLE(&m->cfg) + s->nmv + s->nh;
     if (m->dev_lists) { /* the device builds the lists from these in the upload phase */
         memcpy(s->h_cat, b->cat, (size_t)B * (size_t)m->cfg.ncat * sizeof(uint32_t));
         memcpy(s->h_target, b->target, (size_t)B * sizeof(uint32_t));
@@ -155,6 +233,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
     }
     nb_ctr_lists_shape sh = stage_shape(m, s);
     nb_ctr_lists(&sh, b->cat, b->target, s->h_hist, s->h_off, s->h_rows, s->h_dst, s->h_src);
+    mv_lists(m, s, &sh);
     size_t k = (size_t)s->nlk_real;
     if (sharded(m)) nb_emb_owner_keys(&m->emb, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
@@ -196,6 +275,8 @@ void nb_sc_upload_slot(nb_sc_model *m, nb_ctx c, int slot) {
     be->to_backend(c, s->d_seg, s->h_seg, (U + 1) * sizeof(int32_t));
     be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
+    size_t nmvc = (size_t)nb_sc_nmv(&m->cfg);
+    if (nmvc) be->to_backend(c, s->d_moff, s->h_moff, ((size_t)s->B * nmvc + 1) * sizeof(int32_t));
     nb_emb_upload(&m->emb, c, slot); /* sharded: the exchange's lists */
 }
 

@@ -29,12 +29,17 @@ typedef struct {
 struct nb_sc_acts {
     void *dense, *a1, *a2, *bot, *x0;
     void *temb, *q, *kv, *pooled;
+    void *mv;  /* [MB * mv_width, E]: the multi-valued columns' values packed (a field's first value
+                * is gathered into its x0 slot instead: its row here is unused) */
+    void *dmv; /* their gradient (in dsrc, after dh), then one zero row (zero_src) */
+    size_t mv_src, zero_src; /* element offsets of dmv and of the zero row in dsrc */
     float *attn;
     void **h; /* [layers + 1] encoder inputs; h[layers] is the output */
     enc_acts *enc;
     void **xs, **c, **vx, **hid;
     float **logit, **dz;
-    /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)] */
+    /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)],
+     * with multi-valued columns then [dmv (MB*mv_width*E) | a zero row (E)] */
     void *dsrc, *dx0, *dtemb, *dh;
     seg_scratch *seg; /* [segments]: each segment's backward has its own, so segments can run at once */
     void *dbot, *da2, *da2p, *da1, *da1p;
@@ -48,6 +53,10 @@ struct nb_sc_stage {
                             * device lists, not counted on the host yet) */
     int nh_real;           /* history rows before padding */
     int nlk_real;          /* lookups before the padding rows: the deduplicated ones */
+    int nmv;               /* multi-valued columns' lookups (values after each field's first) */
+    int nmv_vals;          /* their values, first ones too (rows of acts.mv) */
+    uint32_t *h_mv;        /* their ids packed ([nmv_vals]) */
+    int32_t *h_moff, *d_moff; /* [B * ncols_mv + 1]: sample i's column j: values moff[i*ncols+j] .. */
     uint32_t *h_hist;      /* the history items packed ([nh_real]) */
     /* device lists: the batch's raw ids staged (pinned), their device copies, the device's count
      * of unique rows */
@@ -74,7 +83,7 @@ static inline void *AT(const nb_sc_model *m, void *p, size_t i) { return (char *
 /* lookups of a batch of max_batch samples with the longest histories */
 static inline size_t max_lookups(const nb_sc_model *m) {
     size_t MB = (size_t)m->max_batch;
-    return MB * NLK_PER_SAMPLE(&m->cfg) + MB * (size_t)m->cfg.max_len;
+    return MB * NLK_PER_SAMPLE(&m->cfg) + MB * (size_t)nb_sc_mv_width(&m->cfg) + MB * (size_t)m->cfg.max_len;
 }
 
 /* seqctr_batch.c */

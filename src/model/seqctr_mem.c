@@ -227,7 +227,9 @@ static void layout_acts(nb_sc_model *m) {
         a->logit[i] = F32(m, MB);
         a->dz[i] = F32(m, MB);
     }
-    a->dsrc = A(m, MB * D0 + MB * E + NH * E);
+    size_t MV = MB * (size_t)nb_sc_mv_width(c);
+    a->mv = MV ? A(m, MV * E) : NULL;
+    a->dsrc = A(m, MB * D0 + MB * E + NH * E + (MV ? MV * E + E : 0));
     for (int k = 0; k < m->nseg; k++) {
         seg_scratch *g = &a->seg[k];
         g->dcur = A(m, MB * D0);
@@ -256,6 +258,9 @@ static void layout_acts(nb_sc_model *m) {
     a->dx0 = a->dsrc;
     a->dtemb = AT(m, a->dsrc, MB * D0);
     a->dh = AT(m, a->dsrc, MB * D0 + MB * E);
+    a->mv_src = MB * D0 + MB * E + NH * E;
+    a->zero_src = a->mv_src + MV * E;
+    a->dmv = MV ? AT(m, a->dsrc, a->mv_src) : NULL;
     a->seg[0].dx0 = a->dx0;
 }
 
@@ -278,6 +283,12 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
     s->h_inverse = take(m, AR_HOST, NLK * sizeof(int32_t));
     s->h_keys = take(m, AR_HOST, 2 * NLK * sizeof(uint64_t));
     s->h_hist = take(m, AR_PIN, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
+    size_t nmvc = (size_t)nb_sc_nmv(&m->cfg);
+    if (nmvc) {
+        s->h_mv = take(m, AR_PIN, MB * (size_t)nb_sc_mv_width(&m->cfg) * sizeof(uint32_t));
+        s->h_moff = take(m, AR_PIN, (MB * nmvc + 1) * sizeof(int32_t));
+        s->d_moff = on_cpu(m) ? s->h_moff : dev ? dev->d_moff : take(m, AR_DEV, (MB * nmvc + 1) * sizeof(int32_t));
+    }
     if (m->dev_lists) {
         s->h_cat = take(m, AR_PIN, MB * (size_t)m->cfg.ncat * sizeof(uint32_t));
         s->h_target = take(m, AR_PIN, MB * sizeof(uint32_t));
@@ -362,7 +373,11 @@ static void check_config(const nb_sc_config *c, int max_batch) {
     NB_CHECK(c->ndense >= 1 && c->ndense <= NB_SC_MAX_DENSE && c->ncat >= 1 && c->ncat <= NB_SC_MAX_CAT,
              "describe at most 64 dense and 64 categorical columns", "the model reads %d dense and %d categorical columns "
              "(1..%d and 1..%d)", c->ndense, c->ncat, NB_SC_MAX_DENSE, NB_SC_MAX_CAT);
-    nb_sc_check_batch_size(max_batch, c->max_len, c->ncat);
+    for (int f = 0; f < c->ncat; f++)
+        NB_CHECK(c->pool[f] <= NB_SC_POOL_MEAN && (c->pool[f] == NB_SC_POOL_NONE || (c->mv_max[f] >= 1 && c->mv_max[f] <= NB_SC_MAX_MV)),
+                 "give a multi-valued column \"max_values\" in 1..256", "categorical column %d: pooling %d, max_values %d", f,
+                 c->pool[f], c->mv_max[f]);
+    nb_sc_check_batch_size(max_batch, c->max_len + nb_sc_mv_width(c), c->ncat);
     NB_CHECK(c->aux_weight >= 0 && isfinite(c->aux_weight), "pass --aux-weight >= 0", "aux weight %g",
              (double)c->aux_weight);
     NB_CHECK(c->blocks <= NB_SC_MAX_BLOCKS, hint, "at most %d blocks", NB_SC_MAX_BLOCKS);
@@ -377,10 +392,13 @@ static void check_config(const nb_sc_config *c, int max_batch) {
 /* Device lists need a device, whole tables (a sharded batch's owner plans are host work) and
  * rows that fit the device sort's 32-bit keys. */
 static int choose_lists(const nb_sc_model *m, int want) {
-    int can = !on_cpu(m) && !sharded(m) && nb_sc_total_rows(m) <= ((int64_t)1 << 32);
+    int mv = nb_sc_nmv(&m->cfg) > 0; /* the device builder has no multi-valued columns (yet) */
+    int can = !on_cpu(m) && !sharded(m) && !mv && nb_sc_total_rows(m) <= ((int64_t)1 << 32);
     NB_CHECK(want != NB_SC_LISTS_DEVICE || can, "use --index-lists host (or auto)",
-             "--index-lists device needs a CUDA device, tables that are not sharded over ranks and at most 2^32 rows "
-             "(%s)", on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : "more rows");
+             "--index-lists device needs a CUDA device, tables that are not sharded over ranks, no multi-valued "
+             "columns and at most 2^32 rows (%s)",
+             on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : mv ? "the schema has a "
+             "multi-valued column" : "more rows");
     return want == NB_SC_LISTS_HOST ? 0 : can;
 }
 
@@ -536,15 +554,48 @@ static void table_name(const nb_sc_config *c, char *buf, size_t cap, int t) {
         snprintf(buf, cap, "emb.cat.%d", t);
 }
 
+int nb_sc_mv_string(const nb_sc_config *c, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int f = 0; f < c->ncat && f < NB_SC_MAX_CAT; f++) {
+        if (c->pool[f] == NB_SC_POOL_NONE) continue;
+        int n = snprintf(buf + len, cap - len, "%s%d:%s:%d", len ? "," : "", f, c->pool[f] == NB_SC_POOL_MEAN ? "mean" : "sum",
+                         c->mv_max[f]);
+        NB_ASSERT(n > 0 && (size_t)n < cap - len);
+        len += (size_t)n;
+    }
+    return len > 0;
+}
+
+int nb_sc_mv_parse(nb_sc_config *c, const char *s) {
+    for (int f = 0; f < NB_SC_MAX_CAT; f++) c->pool[f] = NB_SC_POOL_NONE, c->mv_max[f] = 0;
+    while (s && *s) {
+        int f, k, n = 0;
+        char mode[8];
+        if (sscanf(s, "%d:%7[a-z]:%d%n", &f, mode, &k, &n) != 3 || f < 0 || f >= NB_SC_MAX_CAT || k < 1 || k > NB_SC_MAX_MV ||
+            (strcmp(mode, "sum") && strcmp(mode, "mean")))
+            return 0;
+        c->pool[f] = strcmp(mode, "mean") ? NB_SC_POOL_SUM : NB_SC_POOL_MEAN;
+        c->mv_max[f] = k;
+        s += n;
+        if (*s == ',') s++;
+        else if (*s) return 0;
+    }
+    return 1;
+}
+
 void nb_sc_save(const nb_sc_model *m, const char *path) {
     NB_CHECK(!sharded(m), "this is a bug in nobubble; please report it", "nb_sc_save on a sharded model (its rows are on several ranks)");
     const nb_sc_config *c = &m->cfg;
     nb_st_writer *w = nb_st_begin(path);
-    char meta[256], names[NB_SC_MAX_CAT + 1][32];
-    snprintf(meta, sizeof meta,
+    char meta[256 + 16 * NB_SC_MAX_CAT], names[NB_SC_MAX_CAT + 1][32];
+    int len = snprintf(meta, sizeof meta,
              "E=%d hist_layers=%d heads=%d blocks=%d cross_rank=%d block_hidden=%d max_len=%d aux_weight=%g ndense=%d ncat=%d",
              c->E, c->hist_layers, c->heads, c->blocks, c->cross_rank, c->block_hidden, c->max_len, (double)c->aux_weight,
              c->ndense, c->ncat);
+    /* multi-valued columns only when there are some: other checkpoints keep their bytes */
+    char mv[16 * NB_SC_MAX_CAT];
+    if (nb_sc_mv_string(c, mv, sizeof mv)) snprintf(meta + len, sizeof meta - (size_t)len, " mv=%s", mv);
     nb_st_meta(w, "seqctr.config", meta);
     for (int i = 0; i < m->ntensors; i++) {
         int nd;

@@ -85,6 +85,15 @@ typedef struct nb_ctr_ops_i {
     void (*copy_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
     /* dst[i * ld_dst + j] += src[i * ld_src + j] */
     void (*add_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
+    /* Multi-valued columns (ops_ctr.h's nb_mvpool_forward / _backward): the slot out [B, ld_out]
+     * holds each sample's first value; it becomes the sum (mean: times 1/n) of it and rows
+     * off[i * off_stride] + 1 .. of vals [*, E]; backward dvals += the slot's gradient (times 1/n)
+     * at those rows, then (mean) the slot's gradient dout is scaled by 1/n in place: the first
+     * value's (act_dtype, off int32). */
+    void (*mvpool_fwd)(nb_ctx, void *out, int ld_out, const void *vals, const int32_t *off, int off_stride, int B,
+                       int E, int mean);
+    void (*mvpool_bwd)(nb_ctx, void *dvals, void *dout, int ld_out, const int32_t *off, int off_stride, int B,
+                       int E, int mean);
 
     /* ---- attention over packed histories ---- */
     /* Self-attention of every sample's history over itself (not causal), H heads of E / H,

@@ -106,6 +106,16 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
     if (loss) *loss += l;
 }
 
+static void mvpool_fwd(nb_ctx c, void *out, int ld_out, const void *vals, const int32_t *off, int off_stride, int B,
+                       int E, int mean) {
+    nb_mvpool_forward(F(out), ld_out, CF(vals), off, off_stride, B, E, mean);
+}
+
+static void mvpool_bwd(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off, int off_stride, int B,
+                       int E, int mean) {
+    nb_mvpool_backward(F(dvals), F(dout), ld_out, off, off_stride, B, E, mean);
+}
+
 static void copy_cols(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols) {
     nb_copy_cols(F(dst), ld_dst, CF(src), ld_src, rows, cols);
 }
@@ -189,6 +199,8 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .bce = bce,
     .copy_cols = copy_cols,
     .add_cols = add_cols,
+    .mvpool_fwd = mvpool_fwd,
+    .mvpool_bwd = mvpool_bwd,
     .seqattn_fwd = seqattn_fwd,
     .seqattn_bwd = seqattn_bwd,
     .targetattn_fwd = targetattn_fwd,

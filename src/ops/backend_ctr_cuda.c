@@ -54,6 +54,14 @@
                                int cols) {                                                                  \
         nb_cuda_add_cols_##SUF((T *)dst, ld_dst, (const T *)src, ld_src, rows, cols, S(c));                 \
     }                                                                                                       \
+    static void mvpool_fwd_##SUF(nb_ctx c, void *out, int ld_out, const void *vals, const int32_t *off,      \
+                                 int os, int B, int E, int mean) {                                          \
+        nb_cuda_mvpool_forward_##SUF((T *)out, ld_out, (const T *)vals, off, os, B, E, mean, S(c));         \
+    }                                                                                                       \
+    static void mvpool_bwd_##SUF(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off,          \
+                                 int os, int B, int E, int mean) {                                          \
+        nb_cuda_mvpool_backward_##SUF((T *)dvals, (T *)dout, ld_out, off, os, B, E, mean, S(c));            \
+    }                                                                                                       \
     static void seqattn_fwd_##SUF(nb_ctx c, void *out, float *lse, const void *qkv, const int32_t *off, int B, \
                                   int max_len, int H, int E) {                                              \
         nb_cuda_seqattn_forward_##SUF((T *)out, lse, (const T *)qkv, off, B, max_len, H, E, S(c));          \
@@ -107,7 +115,8 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
         .unique_groups = unique_groups, .cross_fwd = cross_fwd_##SUF,                                      \
         .cross_bwd = cross_bwd_##SUF, .relu_fwd = relu_fwd_##SUF, .relu_bwd = relu_bwd_##SUF,              \
         .linear1_fwd = linear1_fwd_##SUF, .linear1_bwd = linear1_bwd_##SUF, .bce = bce,                    \
-        .copy_cols = copy_cols_##SUF, .add_cols = add_cols_##SUF, .seqattn_fwd = seqattn_fwd_##SUF,        \
+        .copy_cols = copy_cols_##SUF, .add_cols = add_cols_##SUF, .mvpool_fwd = mvpool_fwd_##SUF,           \
+        .mvpool_bwd = mvpool_bwd_##SUF, .seqattn_fwd = seqattn_fwd_##SUF,        \
         .seqattn_bwd = seqattn_bwd_##SUF, .targetattn_fwd = targetattn_fwd_##SUF,                          \
         .targetattn_bwd = targetattn_bwd_##SUF,                                                            \
     }

@@ -4,11 +4,11 @@
 #include "core.h"
 #include "ops/ops_ctr.h"
 
-long nb_ctr_lists_count(const nb_ctr_lists_shape *s) { return (long)(s->ncat + 2) * s->B + s->nh_pad; }
+long nb_ctr_lists_count(const nb_ctr_lists_shape *s) { return (long)(s->ncat + 2) * s->B + s->nmv + s->nh_pad; }
 
 void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
                   const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src) {
-    NB_ASSERT(s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 && s->nh_pad >= s->nh);
+    NB_ASSERT(s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 && s->nh_pad >= s->nh && s->nmv >= 0);
     const int B = s->B, nf = s->ncat + 1;
     const int64_t E = s->E, D0 = s->D0, MB = s->MB;
     /* independent per sample: threads fill them (at B = 4096 this is milliseconds of the host's
@@ -26,7 +26,7 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
         dst[k] = -1;
         src[k] = MB * D0 + (int64_t)i * E;
     }
-    const size_t first = (size_t)B * (nf + 1);
+    const size_t first = (size_t)B * (nf + 1) + (size_t)s->nmv;
     const int64_t item_off = s->off[s->ncat];
     const uint64_t item_rows = (uint64_t)s->rows[s->ncat];
 #pragma omp parallel for schedule(static) if (B >= 256)

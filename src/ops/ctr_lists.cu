@@ -52,7 +52,7 @@ static __global__ void lists_hist_kernel(nb_ctr_lists_shape s, const uint32_t *h
 
 extern "C" void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                                   const uint32_t *hist, int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream) {
-    NB_CUDA_SHAPE(s && s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 &&
+    NB_CUDA_SHAPE(s && s->nmv == 0 && s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 &&
                       s->nh_pad >= s->nh && (s->B == 0 || (cat && target)) && (s->nh == 0 || hist) &&
                       (nb_ctr_lists_count(s) == 0 || (rows && dst && src)),
                   "nb_cuda_ctr_lists");

@@ -59,20 +59,37 @@ void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32
  *                          f = ncat: target[i]), into x0: dst = src = i D0 + (1 + f) E
  *   [nf B, (nf + 1) B)     sample i's target row again (its gradient through target.wq):
  *                          dst -1 (not gathered), src MB D0 + i E
- *   [(nf + 1) B, + nh)     packed history row r (sample i's item j, r = hoff[i] + j): row
+ *   [(nf + 1) B, + nmv)    multi-valued columns' values: left to the caller (model/seqctr_batch.c;
+ *                          nmv = 0 without such columns, and always on CUDA)
+ *   [.. + nmv, + nh)       packed history row r (sample i's item j, r = hoff[i] + j): row
  *                          off[ncat] + hist[r] mod rows[ncat], dst r E, src MB (D0 + E) + r E
  *   [.., + nh_pad - nh)    padding rows r = nh .. nh_pad - 1: row pad_row, dst r E, src 0
  * hist is packed ([nh]); hoff[B] = nh. */
 #define NB_CTR_LISTS_MAX_FIELDS 65 /* seqctr's NB_SC_MAX_CAT tables + the item table; passed by value to a kernel */
 typedef struct {
-    int B, ncat, nh, nh_pad;
+    int B, ncat, nh, nh_pad, nmv;
     int64_t D0, E, MB, pad_row;
     int64_t off[NB_CTR_LISTS_MAX_FIELDS], rows[NB_CTR_LISTS_MAX_FIELDS]; /* per field; [ncat]: the item table */
 } nb_ctr_lists_shape;
-/* Lookups the lists hold: (ncat + 2) B + nh_pad. */
+/* Lookups the lists hold: (ncat + 2) B + nmv + nh_pad. */
 long nb_ctr_lists_count(const nb_ctr_lists_shape *s);
 void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
                   const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
+
+/* ---- mvpool.c (CUDA twin: mvpool.cu): multi-valued categorical columns ---- */
+/* Sample i's values are rows off[i * off_stride] .. off[i * off_stride + 1] - 1 (r0 .. r1 - 1;
+ * off non-decreasing; off_stride lets one offset array serve several columns: column j of nmv
+ * passes off + j and stride nmv); row r0 is not read from vals: the caller gathered that first
+ * value into the slot out[i * ld_out ..] itself (as a single-valued column's one id), and rows
+ * r0 + 1 .. of vals [*, E] hold the others. The slot becomes the sum of its values, the first,
+ * then the others added in row order, times 1/n for mean (float 1.0f / n); no value: zeros. So a
+ * one-value field is its row bit for bit, and so is its gradient. Backward: dvals[r] += the slot's
+ * gradient dout[i] (times 1/n for mean) for r = r0 + 1 .. r1 - 1, then (mean) dout[i] *= 1/n in
+ * place: the slot's gradient becomes the first value's (dvals NULL: only that). */
+void nb_mvpool_forward(float *out, int ld_out, const float *vals, const int32_t *off, int off_stride, int B, int E,
+                       int mean);
+void nb_mvpool_backward(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride, int B, int E,
+                        int mean);
 
 /* ---- cross.c ---- */
 /* Low-rank DCNv2 cross layer: c = x0 * (U (V^T x) + b) + x, per row.

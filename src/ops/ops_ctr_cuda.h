@@ -95,6 +95,16 @@ void nb_cuda_add_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, 
 void nb_cuda_add_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
                            nb_stream_t stream);
 
+/* ---- multi-valued pooling (mvpool.cu): nb_mvpool_forward / _backward ---- */
+void nb_cuda_mvpool_forward_f32(float *out, int ld_out, const float *vals, const int32_t *off, int off_stride, int B,
+                                int E, int mean, nb_stream_t stream);
+void nb_cuda_mvpool_forward_bf16(nb_bf16 *out, int ld_out, const nb_bf16 *vals, const int32_t *off, int off_stride,
+                                 int B, int E, int mean, nb_stream_t stream);
+void nb_cuda_mvpool_backward_f32(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride,
+                                 int B, int E, int mean, nb_stream_t stream);
+void nb_cuda_mvpool_backward_bf16(nb_bf16 *dvals, nb_bf16 *dout, int ld_out, const int32_t *off,
+                                  int off_stride, int B, int E, int mean, nb_stream_t stream);
+
 /* ---- attention over packed histories (seqattn.cu); E / H <= 64. bf16 self-attention runs on
  * seqattn_tc.cu's tensor cores where they take the shape (head sizes 16, 32, 64, rows 8-byte
  * aligned), the CUDA-core kernels otherwise and for fp32. ---- */

@@ -226,6 +226,88 @@ TEST_CASE(test_embag_bag) {
     check_bag(NB_EMBAG_MEAN);
 }
 
+/* ---- multi-valued columns (mvpool): 3 samples x 2 columns sharing one offset array (stride 2);
+ * bags of 3, 0, 1, 4, 0, 3 values over 11 rows of E = 70. As the model does, each bag's first
+ * value is gathered into its slot before the forward, and the slot's gradient after the backward
+ * is the first value's. ---- */
+enum { MV_B = 3, MV_ROWS = 11, MV_LD = 2 * EE + 1 };
+static const int32_t MV_OFF[2 * MV_B + 1] = {0, 3, 3, 4, 8, 8, 11};
+
+typedef struct {
+    int mean;
+    const float *R; /* [MV_B, MV_LD] */
+    double *xv;     /* the values in double */
+} mv_case;
+
+static double mv_ref(const double *v, int mean, int i, int j, int e) {
+    int r0 = MV_OFF[i * 2 + j], r1 = MV_OFF[i * 2 + j + 1];
+    double s = 0;
+    for (int r = r0; r < r1; r++) s += v[(size_t)r * EE + e];
+    return mean && r1 > r0 ? s / (r1 - r0) : s;
+}
+
+static double mv_loss(const void *p) {
+    const mv_case *c = p;
+    double L = 0;
+    for (int i = 0; i < MV_B; i++)
+        for (int j = 0; j < 2; j++)
+            for (int e = 0; e < EE; e++) L += mv_ref(c->xv, c->mean, i, j, e) * c->R[(size_t)i * MV_LD + j * EE + e];
+    return L;
+}
+
+/* dvals: the other values' gradients from the op, and each first value's (the slot's, rescaled) */
+static void mv_bwd(const void *p, float *const *g) {
+    const mv_case *c = p;
+    float *d = nb_malloc(sizeof(float) * MV_B * MV_LD, "slot gradients");
+    memcpy(d, c->R, sizeof(float) * MV_B * MV_LD);
+    for (int j = 0; j < 2; j++) nb_mvpool_backward(g[0], d + j * EE, MV_LD, MV_OFF + j, 2, MV_B, EE, c->mean);
+    for (int i = 0; i < MV_B && g[0]; i++)
+        for (int j = 0; j < 2; j++) {
+            int r0 = MV_OFF[i * 2 + j];
+            if (MV_OFF[i * 2 + j + 1] > r0)
+                for (int e = 0; e < EE; e++) g[0][(size_t)r0 * EE + e] += d[(size_t)i * MV_LD + j * EE + e];
+        }
+    free(d);
+}
+
+static void check_mvpool(int mean) {
+    float *vals = randn((size_t)MV_ROWS * EE, 31, 0.0f, 1.0f), *out = randn((size_t)MV_B * MV_LD, 32, 0.0f, 1.0f);
+    mv_case c = {mean, randn((size_t)MV_B * MV_LD, 33, 0.0f, 1.0f), to_double(vals, (size_t)MV_ROWS * EE)};
+    for (int i = 0; i < MV_B; i++) /* the slots' own lookups: the first values (garbage in an empty bag's) */
+        for (int j = 0; j < 2; j++)
+            if (MV_OFF[i * 2 + j + 1] > MV_OFF[i * 2 + j])
+                memcpy(out + (size_t)i * MV_LD + j * EE, vals + (size_t)MV_OFF[i * 2 + j] * EE, EE * sizeof(float));
+    float gap = out[EE * 2];
+    for (int j = 0; j < 2; j++) nb_mvpool_forward(out + j * EE, MV_LD, vals, MV_OFF + j, 2, MV_B, EE, mean);
+    double fe = 0;
+    for (int i = 0; i < MV_B; i++)
+        for (int j = 0; j < 2; j++)
+            for (int e = 0; e < EE; e++) {
+                double w = mv_ref(c.xv, mean, i, j, e), d = out[(size_t)i * MV_LD + j * EE + e] - w;
+                d = (d < 0 ? -d : d) / (1.0 + (w < 0 ? -w : w));
+                fe = d > fe ? d : fe;
+            }
+    CHECK(fe < FWD_TOL, "mvpool forward error %.3g", fe);
+    /* one value is its row bit for bit; no value gives zeros; the column past the slots is untouched */
+    CHECK(same_bits(out + MV_LD, vals + (size_t)3 * EE, EE), "a one-value bag is not its row");
+    int zero = 1;
+    for (int e = 0; e < EE; e++) zero &= out[EE + e] == 0.0f && out[(size_t)2 * MV_LD + e] == 0.0f;
+    CHECK(zero, "an empty bag must give a zero row");
+    CHECK(same_bits(out + EE * 2, &gap, 1), "the pool wrote past its slots");
+    grad_op op = {mean ? "mvpool mean" : "mvpool sum", 1, {(size_t)MV_ROWS * EE}, {"dvals"}, mv_bwd, &c};
+    float *ref[1];
+    check_grad_semantics(&op, ref);
+    double ge[1] = {fd_error(mv_loss, &c, c.xv, ref[0], (size_t)MV_ROWS * EE)};
+    CHECK(ge[0] < GRAD_TOL, "%s gradient error %.3g", op.name, ge[0]);
+    report(op.name, fe, ge, &op);
+    free(vals), free(out), free(ref[0]), free((void *)c.R), free(c.xv);
+}
+
+TEST_CASE(test_mvpool) {
+    check_mvpool(0);
+    check_mvpool(1);
+}
+
 /* Rows that need 3 radix passes (up to ~5M), many duplicates: against brute force. */
 TEST_CASE(test_embag_unique_large) {
     enum { N = 3000 };
@@ -672,6 +754,8 @@ static const ot_row rows[] = {
     {"embag_gather_unique", "cpu", OT_F32, "11 lookups of 9x70, 4 bags", 0, OT_EVAL, test_embag_gather_unique, 0, 0},
     {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", FWD_TOL, OT_EVAL, test_embag_bag, 0, 0},
     {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", GRAD_TOL, OT_GRAD, test_embag_bag, 0, 0},
+    {"mvpool", "cpu", OT_F32, "sum, mean: 3x2 bags {3,0,1,4,0,3} of 11x70", FWD_TOL, OT_EVAL, test_mvpool, 0, 0},
+    {"mvpool", "cpu", OT_F32, "sum, mean: 3x2 bags {3,0,1,4,0,3} of 11x70", GRAD_TOL, OT_GRAD, test_mvpool, 0, 0},
     {"embag_unique_large", "cpu", OT_NONE, "3000 rows to ~5M", 0, OT_EVAL, test_embag_unique_large, 0, 0},
     {"embag_unique_groups", "cpu", OT_NONE, "parallel, hot head, ascending", 0, OT_EVAL, test_embag_unique_groups_parallel, 0, 0},
     {"cross", "cpu", OT_F32, "N3 D13 r4", FWD_TOL, OT_EVAL, test_cross, 0, 0},

@@ -291,6 +291,57 @@ TEST_CASE(test_cols) {
     check_cols(5, 64, 29 * 64, 3 * 64);
 }
 
+/* ---- multi-valued pooling: 2 columns sharing one offset array (stride 2), bags of 3, 0, 1, 4,
+ * 0, 3 values, forward into strided slots (holding garbage: the op reads what the caller
+ * gathered there) and backward into the value rows and the slots (rescaled for mean) ---- */
+
+static void check_mvpool(int mean) {
+    enum { B = 3, NV = 11, E = 70, LD = 2 * E + 1 };
+    static const int32_t off[2 * B + 1] = {0, 3, 3, 4, 8, 8, 11};
+    char what[96];
+    FOR_DTYPE(bf) {
+        float *vals = randn_bf((size_t)NV * E, 0, 1, bf), *out0 = randn_bf((size_t)B * LD, 0, 1, bf);
+        float *dv0 = randn_bf((size_t)NV * E, 0, 1, bf), *dout = randn_bf((size_t)B * LD, 0, 1, bf);
+        float *ref = copy_of(out0, (size_t)B * LD), *dref = copy_of(dv0, (size_t)NV * E);
+        float *doref = copy_of(dout, (size_t)B * LD);
+        for (int j = 0; j < 2; j++) {
+            CPU->mvpool_fwd(&ot_cctx, ref + j * E, LD, vals, off + j, 2, B, E, mean);
+            CPU->mvpool_bwd(&ot_cctx, dref, doref + j * E, LD, off + j, 2, B, E, mean);
+        }
+        round_bf(ref, (size_t)B * LD, bf), round_bf(dref, (size_t)NV * E, bf), round_bf(doref, (size_t)B * LD, bf);
+        float *got[2], *dgot[2], *dogot[2];
+        for (int run = 0; run < 2; run++) {
+            void *dvals = dev_up(vals, (size_t)NV * E, bf), *dout_d = dev_up(out0, (size_t)B * LD, bf);
+            void *ddv = dev_up(dv0, (size_t)NV * E, bf), *ddo = dev_up(dout, (size_t)B * LD, bf);
+            int32_t *doff = dev_raw(off, sizeof off);
+            for (int j = 0; j < 2; j++) {
+                gpu(bf)->mvpool_fwd(&ot_gctx, dev_at(dout_d, (size_t)j * E, bf), LD, dvals, doff + j, 2, B, E, mean);
+                gpu(bf)->mvpool_bwd(&ot_gctx, ddv, dev_at(ddo, (size_t)j * E, bf), LD, doff + j, 2, B, E, mean);
+            }
+            got[run] = dev_get(dout_d, (size_t)B * LD, bf);
+            dgot[run] = dev_get(ddv, (size_t)NV * E, bf);
+            dogot[run] = dev_get(ddo, (size_t)B * LD, bf);
+            dev_free(dvals), dev_free(dout_d), dev_free(ddv), dev_free(ddo), dev_free(doff);
+        }
+        snprintf(what, sizeof what, "mvpool %s forward", mean ? "mean" : "sum");
+        expect_close(what, bf, got[0], ref, (size_t)B * LD);
+        expect_same(what, got[0], got[1], (size_t)B * LD);
+        snprintf(what, sizeof what, "mvpool %s backward (values)", mean ? "mean" : "sum");
+        expect_close(what, bf, dgot[0], dref, (size_t)NV * E);
+        expect_same(what, dgot[0], dgot[1], (size_t)NV * E);
+        snprintf(what, sizeof what, "mvpool %s backward (slots)", mean ? "mean" : "sum");
+        expect_close(what, bf, dogot[0], doref, (size_t)B * LD);
+        expect_same(what, dogot[0], dogot[1], (size_t)B * LD);
+        free(vals), free(out0), free(dv0), free(dout), free(ref), free(dref), free(doref);
+        for (int run = 0; run < 2; run++) free(got[run]), free(dgot[run]), free(dogot[run]);
+    }
+}
+
+TEST_CASE(test_mvpool) {
+    check_mvpool(0);
+    check_mvpool(1);
+}
+
 /* ---- self-attention over packed histories ---- */
 
 static void check_seqattn(int B, int max_len, int H, int E) {
@@ -505,6 +556,8 @@ static const ot_row rows[] = {
     {"bce", "cuda", OT_F32, "4099, 5", 1e-5, OT_EVAL, FN(test_bce), 0, 0},
     {"bce", "cuda", OT_BF16, "4099, 5", 1e-2, OT_EVAL, FN(test_bce), 0, 0},
     {"cols", "cuda", OT_F32, "77x12, 77x13, 5x64 strided", 1e-5, OT_EVAL, FN(test_cols), 0, 0},
+    {"mvpool", "cuda", OT_F32, "sum, mean: 3x2 bags of 11x70, strided", 1e-5, OT_EVAL, FN(test_mvpool), 0, 0},
+    {"mvpool", "cuda", OT_BF16, "sum, mean: 3x2 bags of 11x70, strided", 1e-2, OT_EVAL, FN(test_mvpool), 0, 0},
     {"cols", "cuda", OT_BF16, "77x12, 77x13, 5x64 strided", 1e-2, OT_EVAL, FN(test_cols), 0, 0},
     {"seqattn", "cuda", OT_F32, "4 shapes, HS 3 .. 64, max_len to 300", 1e-5, OT_EVAL, FN(test_seqattn), 0, 0},
     {"seqattn", "cuda", OT_BF16, "4 shapes, HS 3 .. 64, max_len to 300", 1e-2, OT_EVAL, FN(test_seqattn), 0, 0},

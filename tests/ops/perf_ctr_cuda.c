@@ -834,7 +834,7 @@ static void bn_model(void) {
     for (int i = 0; i < BNT; i++) BSPANS[i] = (nb_adamw_span){BTT[i].off, BTT[i].n, BTT[i].decay ? 0 : 1};
     {
         CUDA_CHECK(cudaDeviceSynchronize());
-        nb_sc_batch b = {BT.B, BT.L, BT.dense, BT.cat, BT.target, BT.hist, BT.hist_len, BT.label};
+        nb_sc_batch b = {BT.B, BT.L, BT.dense, BT.cat, BT.target, BT.hist, BT.hist_len, BT.label, NULL, NULL, 0};
         nb_sc_prepare(m, &b);
         NB_CHECK(m->stage_nh == BT.nh, NULL, "bench: the model packs %d history rows, the bench %d", m->stage_nh, BT.nh);
         nb_sc_begin_step(m);
