@@ -57,7 +57,8 @@ left() { echo $(( start + budget - $(date +%s) )); }
 stamp() { echo "[$(( $(date +%s) - start )) s]"; }
 mkdir -p "$OUT" || exit 1
 rm -f "$OUT/fsdp.jsonl" "$OUT/table.md"
-DATA=$OUT/sft
+DATA=$(mktemp -d) || exit 1   # the chat data (tens of MB): not kept with the results
+trap 'rm -rf "$DATA"' EXIT
 status=0
 
 echo "== device $(stamp)"
