@@ -118,10 +118,12 @@ static void open_tok(sample_tok *t, const char *flag, const nb_train_opts *o, in
     t->hf = nb_hf_tokenizer_load(dir);
     if (!chat) return;
     t->tpl = tpl_name[0] ? nb_chat_template_parse(tpl_name) : nb_hf_tokenizer_chat_template(t->hf);
-    NB_CHECK(!tpl_name[0] || t->tpl >= 0, "pass --template llama3, chatml, llama2 or plain", "unknown --template '%s'", tpl_name);
-    NB_CHECK(t->tpl >= 0, "pick one with --template llama3|chatml|llama2|plain",
+    NB_CHECK(!tpl_name[0] || t->tpl >= 0, "pass --template llama3, chatml, qwen3, llama2 or plain", "unknown --template '%s'",
+             tpl_name);
+    NB_CHECK(t->tpl >= 0, "pick one with --template llama3|chatml|qwen3|llama2|plain",
              "%s/tokenizer_config.json has a chat_template nobubble does not recognize", dir);
-    static const char *const end_of_turn[NB_CHAT_COUNT] = {[NB_CHAT_LLAMA3] = "<|eot_id|>", [NB_CHAT_CHATML] = "<|im_end|>"};
+    static const char *const end_of_turn[NB_CHAT_COUNT] = {
+        [NB_CHAT_LLAMA3] = "<|eot_id|>", [NB_CHAT_CHATML] = "<|im_end|>", [NB_CHAT_QWEN3] = "<|im_end|>"};
     t->stop[0] = end_of_turn[t->tpl] ? token_id(t->hf, end_of_turn[t->tpl]) : -1;
     t->stop[1] = nb_hf_tokenizer_eos(t->hf);
 }
@@ -174,7 +176,7 @@ int nb_cmd_sample(int argc, char **argv) {
          "a user's message: the answer the model gives as the assistant in the chat template, up to its end of turn "
          "(needs a Hugging Face tokenizer)", 0, 0, 0},
         {"template", ARG_STR, tpl_name, sizeof tpl_name, "T",
-         "--chat: llama3, chatml, llama2 or plain (default: the one tokenizer_config.json's chat_template is)", 0, 0, 0},
+         "--chat: llama3, chatml, qwen3, llama2 or plain (default: the one tokenizer_config.json's chat_template is)", 0, 0, 0},
         {"tokens", ARG_INT, &ntok, 0, "N", "tokens to generate (at most)", 1, 0, 0},
         {"temperature", ARG_FLOAT, &temperature, 0, "X", "softmax temperature (> 0)", 0, 0, 0},
         {"top-k", ARG_INT, &top_k, 0, "K", "sample among the K most likely tokens (0: all)", 0, 0, 0},
