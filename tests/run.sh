@@ -50,7 +50,7 @@ while read -r name cmd; do
     is_alone "$name" && echo "$name $cmd"
 done < "$BUILD/logs/tests.txt" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$@"' _
 # the longest first (times of a 2-core CI run), so that no long test starts last and runs alone
-LONG="erase_test ranks_test readme_test fuzz_test schedules_test stream_test pipe_test run_dir_test"
+LONG="erase_test readme_test ranks_test fuzz_test import_test stream_test run_dir_test schedules_test pipe_test defects31_test erase_seqctr_test"
 {
     for l in $LONG; do grep "^$l " "$BUILD/logs/tests.txt"; done
     while read -r name cmd; do
