@@ -82,8 +82,9 @@ done
 shape_of() {
     "$PY" -c 'import json, sys
 c = json.load(open(sys.argv[1] + "/config.json"))
-print(f"--layers {c[\"num_hidden_layers\"]} --dim {c[\"hidden_size\"]} --heads {c[\"num_attention_heads\"]} "
-      f"--kv-heads {c[\"num_key_value_heads\"]} --ffn {c[\"intermediate_size\"]} --vocab {c[\"vocab_size\"]}")' "$1"
+keys = [("layers", "num_hidden_layers"), ("dim", "hidden_size"), ("heads", "num_attention_heads"),
+        ("kv-heads", "num_key_value_heads"), ("ffn", "intermediate_size"), ("vocab", "vocab_size")]
+print(" ".join("--%s %d" % (flag, c[key]) for flag, key in keys))' "$1" || echo "--shape-unreadable"
 }
 printf '| model | B x T | nobubble stream median tokens/s (p90) | FSDP2 CPU offload (fused AdamW) median tokens/s | nobubble / FSDP2 |\n|---|---|---|---|---|\n' > "$OUT/table.md"
 
@@ -97,7 +98,7 @@ row() {
     echo "== nobubble $label: stream $(stamp)"
     local log=$OUT/nb-$tag.log med="" p90="" fsdp=""
     timeout "$(left)" "$NB" train --init-from "$dir" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
-        --steps "$steps" --warmup 0 --data "$DATA/train.bin" --val-data "$DATA/val.bin" --eval-every 0 --eval-batches 2 \
+        --steps "$steps" --warmup 0 --lr 1e-5 --data "$DATA/train.bin" --val-data "$DATA/val.bin" --eval-every 0 --eval-batches 2 \
         --no-ckpt --out "$OUT/run-$tag" --fresh --no-progress > "$log" 2>&1 || { echo "nobubble failed:"; tail -5 "$log"; status=1; }
     grep -E '^(memory|stream|data|throughput|done)' "$log"
     local line; line=$(grep '^throughput' "$log")
