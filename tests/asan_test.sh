@@ -17,7 +17,7 @@ echo 'int main(void) { return 0; }' > "$TMP/probe.c"
 ${CC:-gcc} -fsanitize=address,undefined -o "$TMP/probe" "$TMP/probe.c" 2>"$TMP/probe.err" && "$TMP/probe" \
     || { cat "$TMP/probe.err"; echo "no ASan/UBSan runtime here (libasan, libubsan)"; exit 77; }
 t0=$(date +%s)
-make -s asan -j"$(nproc)" > "$TMP/build.log" 2>&1 || { tail -30 "$TMP/build.log"; fail "make asan"; finish; }
+make -s asan -j"$(env -u OMP_NUM_THREADS nproc)" > "$TMP/build.log" 2>&1 || { tail -30 "$TMP/build.log"; fail "make asan"; finish; }
 pass "make asan ($(( $(date +%s) - t0 )) s)"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 SAN_RE='ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: UndefinedBehaviorSanitizer'

@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 need_sotu
 # the ThreadSanitizer build of nobubble (below) compiles while the plain runs train
 TS=${NB_BUILD}-tsan
-make -s -C "$ROOT" -j"$(nproc)" NB_CUDA=0 BUILD="$TS" OPT="-O1 -g" SANITIZE=-fsanitize=thread "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1 &
+make -s -C "$ROOT" -j"$(env -u OMP_NUM_THREADS nproc)" NB_CUDA=0 BUILD="$TS" OPT="-O1 -g" SANITIZE=-fsanitize=thread "$TS/nobubble" > "$TMP/tsan-build.log" 2>&1 &
 tsan_build=$!
 C=(--batch 2 --steps 8 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --quiet --seed 7)
 same() { # same NAME DIR_A DIR_B

@@ -43,7 +43,7 @@ ASAN=$ROOT/build-asan
 echo 'int main(void) { return 0; }' > "$TMP/probe.c"
 ${CC:-gcc} -fsanitize=address,undefined -o "$TMP/probe" "$TMP/probe.c" 2>/dev/null && "$TMP/probe" \
     || { echo "no ASan/UBSan runtime here (libasan, libubsan)"; exit 77; }
-make -s asan -j"$(nproc)" > "$TMP/build.log" 2>&1 || { tail -30 "$TMP/build.log"; fail "make asan"; finish; }
+make -s asan -j"$(env -u OMP_NUM_THREADS nproc)" > "$TMP/build.log" 2>&1 || { tail -30 "$TMP/build.log"; fail "make asan"; finish; }
 ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -o "$TMP/mutate" tests/fuzz/mutate.c || { fail "build the mutator"; finish; }
 export NBA=$ASAN/nobubble ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive TMP ROOT

@@ -9,8 +9,9 @@
 # test that reads what they make.
 set -u
 BUILD=${1:-build}
-JOBS=${NB_TEST_JOBS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
+JOBS=${NB_TEST_JOBS:-$(( $(env -u OMP_NUM_THREADS nproc) >= 2 ? 2 : 1 ))}
 ALONE="asan_test hf_tokenizer_test" # the ASan build (fuzz_test reuses it) and the tokenizer files
+
 mkdir -p "$BUILD/logs"
 rm -f "$BUILD"/logs/*.result
 
@@ -49,6 +50,10 @@ is_alone() { case " $ALONE " in *" $1 "*) return 0;; esac; return 1; }
 while read -r name cmd; do
     is_alone "$name" && echo "$name $cmd"
 done < "$BUILD/logs/tests.txt" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$@"' _
+# The rest side by side, on a core each: a run without --threads takes OMP_NUM_THREADS (README);
+# two tests with a thread per core each oversubscribe CI's 2 cores, and OpenMP barriers then wait
+# on descheduled threads.
+[ "$JOBS" -gt 1 ] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # the longest first (times of a 2-core CI run), so that no long test starts last and runs alone
 LONG="erase_test readme_test ranks_test fuzz_test import_test stream_test run_dir_test schedules_test pipe_test defects31_test erase_seqctr_test"
 {

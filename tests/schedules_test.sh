@@ -7,9 +7,9 @@
 # 'nobubble info' lists and no row covers, for either family).
 source "$(dirname "$0")/lib.sh"
 need_sotu
-TF=(--model gpt2-tiny --layers 4 --batch 2 --steps 12 --data "$TRAIN" --val-data none --no-progress --quiet --seed 7)
+TF=(--model gpt2-tiny --layers 4 --batch 2 --steps 6 --data "$TRAIN" --val-data none --no-progress --quiet --seed 7)
 SC=(--model seqctr --data "synth:cap=1000,items=2000,calib=16384,max_len=16" --emb-dim 16 --blocks 4 --cross-rank 16
-    --block-hidden 32 --batch 64 --steps 12 --eval-samples 256 --quiet)
+    --block-hidden 32 --batch 64 --steps 6 --eval-samples 256 --quiet)
 # family | schedule | flags both runs share | flags of the schedule's run only
 ROWS=(
     "transformer|erase|--detach 1,3|--erase-dispatch blocking --side-lanes 2"
