@@ -264,9 +264,8 @@ static void rope_config(cfg_out *o, const nb_tf_config *c) {
     kv(o, "rope_parameters", rope);
 }
 
-static void llama_config(cfg_out *o, const nb_tf_config *c) {
-    kv(o, "architectures", "[\"LlamaForCausalLM\"]");
-    kv_str(o, "model_type", "llama");
+/* The fields Llama's and Qwen's configs share, in their order: the shape, eps and RoPE. */
+static void decoder_shape(cfg_out *o, const nb_tf_config *c) {
     kv_int(o, "vocab_size", c->vocab);
     kv_int(o, "hidden_size", c->dim);
     kv_int(o, "intermediate_size", c->ffn);
@@ -278,6 +277,12 @@ static void llama_config(cfg_out *o, const nb_tf_config *c) {
     kv_int(o, "max_position_embeddings", c->seq);
     kv_float(o, "rms_norm_eps", c->norm_eps);
     rope_config(o, c);
+}
+
+static void llama_config(cfg_out *o, const nb_tf_config *c) {
+    kv(o, "architectures", "[\"LlamaForCausalLM\"]");
+    kv_str(o, "model_type", "llama");
+    decoder_shape(o, c);
     kv_bool(o, "attention_bias", 0);
     kv_float(o, "attention_dropout", 0.0f);
     kv_bool(o, "mlp_bias", 0);
@@ -291,25 +296,12 @@ static void llama_config(cfg_out *o, const nb_tf_config *c) {
 /* Qwen2Config / Qwen3Config: Llama's fields, the sliding window off, Qwen3's head_dim, and no
  * attention_bias for Qwen2 (its q/k/v biases are not a switch there). */
 static void qwen_config(cfg_out *o, const nb_tf_config *c) {
-    char theta[48], rope[160], cls[48];
+    char cls[48];
     int qwen3 = c->qk_norm;
-    fmt_float(theta, sizeof theta, c->rope_theta);
     snprintf(cls, sizeof cls, "[\"%s\"]", qwen_class(c));
     kv(o, "architectures", cls);
     kv_str(o, "model_type", qwen3 ? "qwen3" : "qwen2");
-    kv_int(o, "vocab_size", c->vocab);
-    kv_int(o, "hidden_size", c->dim);
-    kv_int(o, "intermediate_size", c->ffn);
-    kv_int(o, "num_hidden_layers", c->layers);
-    kv_int(o, "num_attention_heads", c->heads);
-    kv_int(o, "num_key_value_heads", c->kv_heads);
-    kv_int(o, "head_dim", c->head_size);
-    kv_str(o, "hidden_act", "silu");
-    kv_int(o, "max_position_embeddings", c->seq);
-    kv_float(o, "rms_norm_eps", c->norm_eps);
-    kv(o, "rope_theta", theta);
-    snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
-    kv(o, "rope_parameters", rope);
+    decoder_shape(o, c);
     if (qwen3) kv_bool(o, "attention_bias", 0);
     kv_float(o, "attention_dropout", 0.0f);
     kv_bool(o, "use_sliding_window", 0);
