@@ -334,13 +334,14 @@ static size_t work_bytes(const nb_tf_train *tr) { return acts_plan_bytes(tr, tr-
 #define NB_UNPLANNED SIZE_MAX
 static size_t plan_in(nb_arena *a, size_t bytes) { return nb_arena_plan_bytes(a, bytes); }
 
-/* the host master and moments (every plan has them: checkpoints read them) */
-static void reserve_state(nb_run *r) {
+/* the host master and moments (every plan has them: checkpoints read them; a schedule that keeps
+ * some moments on the device reserves fewer, moment_numel each) */
+static void reserve_state(nb_run *r, size_t moment_numel) {
     nb_tf_train *tr = r->fs;
-    size_t slab = tr->model.total * sizeof(float);
+    size_t slab = tr->model.total * sizeof(float), mom = moment_numel * sizeof(float);
     memset(&tr->plan, 0xff, sizeof tr->plan);
     tr->plan.resident = 0;
-    tr->plan.hp = plan_in(&r->host, slab), tr->plan.hm = plan_in(&r->host, slab), tr->plan.hv = plan_in(&r->host, slab);
+    tr->plan.hp = plan_in(&r->host, slab), tr->plan.hm = plan_in(&r->host, mom), tr->plan.hv = plan_in(&r->host, mom);
 }
 
 /* the activations (and the segments' scratch after them), tokens and step scalars */
@@ -371,7 +372,7 @@ static void tf_plan(nb_run *r) {
            devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
            nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
            nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
-    reserve_state(r);
+    reserve_state(r, m->total);
     p->resident = 1;
     if (!devb) {
         p->hg = plan_in(&r->host, slab), p->ha = plan_in(&r->host, acts);
@@ -465,6 +466,12 @@ static void layers_bind(nb_run *r, void *w, float *g, nb_layer_fetch_fn fetch, v
     tr->res_w = w, tr->res_g = g, tr->fetch = fetch, tr->fetch_self = self;
 }
 
+static void layers_bind_state(nb_run *r, const nb_state_map *map) {
+    nb_tf_train *tr = r->fs;
+    tr->state_map = *map;
+    tr->has_state_map = 1;
+}
+
 static void layers_forward(nb_run *r, nb_ctx ctx, int l, const void *w) {
     nb_tf_train *tr = r->fs;
     nb_tf_layer_view v;
@@ -488,6 +495,7 @@ static const nb_layers_i tf_layers = {
     .reserve_work = reserve_work,
     .place = place,
     .bind = layers_bind,
+    .bind_state = layers_bind_state,
     .forward = layers_forward,
     .backward = layers_backward,
 };
@@ -630,6 +638,7 @@ static void tf_free(nb_run *r) {
     nb_tf_model_free(&tr->model);
     if (tr->d_logits) tr->be->free(tr->d_logits);
     free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans), free(tr->buckets), free(tr->layer_offset);
+    free(tr->state_io);
     free(tr);
     r->fs = NULL;
 }

@@ -98,6 +98,11 @@ struct nb_tf_train {
     nb_layer_fetch_fn fetch;
     void *fetch_self;
     size_t *layer_offset; /* [layers]: each layer group's slab offset (the binding's slab) */
+    /* bound by a schedule that keeps some moments off the host slabs (nb_layers_i.bind_state);
+     * state_io: [2 * nparams] the checkpoint's handles on those (transformer_eval.c) */
+    nb_state_map state_map;
+    int has_state_map;
+    void *state_io;
 };
 
 extern const nb_family_i nb_family_transformer;

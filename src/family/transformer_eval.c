@@ -1,6 +1,8 @@
 /* The transformer family's forward-only passes (held-out loss, sampling logits), checkpoint
  * tensors and model config (state.json's "model"). */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,12 +132,52 @@ static void add_slab(nb_ckpt_list *l, const nb_tf_model *m, float *slab, const c
     }
 }
 
+/* A moment tensor the schedule keeps off the host slabs: which moment, its slab offset. */
+typedef struct {
+    const nb_state_map *map;
+    int which;
+    size_t o;
+} state_io;
+
+static void state_fill(void *io, void *dst, size_t offset, size_t bytes) {
+    const state_io *s = io;
+    s->map->fetch(s->map->self, s->which, s->o + offset / sizeof(float), dst, bytes / sizeof(float));
+}
+
+static void state_store(void *io, const void *src, size_t offset, size_t bytes) {
+    const state_io *s = io;
+    s->map->store(s->map->self, s->which, s->o + offset / sizeof(float), src, bytes / sizeof(float));
+}
+
+/* One moment's tensors: in the host slab at the map's place, or (not there) through the map. */
+static void add_moment(nb_tf_train *tr, nb_ckpt_list *l, float *slab, int which, const char *suffix) {
+    const nb_tf_model *m = &tr->model;
+    if (!tr->has_state_map) {
+        add_slab(l, m, slab, suffix);
+        return;
+    }
+    if (!tr->state_io) tr->state_io = nb_calloc(2 * (size_t)m->nparams, sizeof(state_io), "checkpoint handles");
+    for (int i = 0; i < m->nparams; i++) {
+        const nb_param *p = &m->params[i];
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", p->name, suffix);
+        size_t h = tr->state_map.host_off(tr->state_map.self, p->offset);
+        if (h != SIZE_MAX) {
+            nb_ckpt_list_add(l, name, p->ndim, p->shape, slab + h);
+            continue;
+        }
+        state_io *io = (state_io *)tr->state_io + (size_t)which * m->nparams + i;
+        *io = (state_io){&tr->state_map, which, p->offset};
+        nb_ckpt_list_add_io(l, name, p->ndim, p->shape, state_fill, state_store, io);
+    }
+}
+
 void nb_tf_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
     nb_tf_train *tr = r->fs;
     add_slab(model, &tr->model, tr->params, "");
     if (optim) {
-        add_slab(optim, &tr->model, tr->m, ".exp_avg");
-        add_slab(optim, &tr->model, tr->v, ".exp_avg_sq");
+        add_moment(tr, optim, tr->m, 0, ".exp_avg");
+        add_moment(tr, optim, tr->v, 1, ".exp_avg_sq");
     }
 }
 

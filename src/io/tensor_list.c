@@ -20,6 +20,35 @@ void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t
     t->ndim = ndim;
     t->shape[0] = shape[0], t->shape[1] = ndim > 1 ? shape[1] : 1;
     t->data = data;
+    t->fill = NULL, t->store = NULL, t->io = NULL;
+}
+
+void nb_ckpt_list_add_io(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, nb_ckpt_fill_fn fill,
+                         nb_ckpt_store_fn store, void *io) {
+    nb_ckpt_list_add(l, name, ndim, shape, NULL);
+    nb_ckpt_tensor *t = &l->v[l->n - 1];
+    t->fill = fill, t->store = store, t->io = io;
+}
+
+size_t nb_ckpt_tensor_numel(const nb_ckpt_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1); }
+
+const float *nb_ckpt_tensor_values(const nb_ckpt_tensor *t, float *buf) {
+    if (t->data) return t->data;
+    t->fill(t->io, buf, 0, nb_ckpt_tensor_numel(t) * sizeof(float));
+    return buf;
+}
+
+/* A tensor that lives elsewhere is read through one tensor-sized buffer, then stored. */
+static void read_tensor(nb_st_file *f, const nb_ckpt_tensor *t) {
+    if (t->data) {
+        nb_st_read_shaped(f, t->name, NB_F32, t->ndim, t->shape, t->data);
+        return;
+    }
+    size_t bytes = nb_ckpt_tensor_numel(t) * sizeof(float);
+    float *tmp = nb_malloc(bytes ? bytes : 1, "checkpoint tensor");
+    nb_st_read_shaped(f, t->name, NB_F32, t->ndim, t->shape, tmp);
+    t->store(t->io, tmp, 0, bytes);
+    free(tmp);
 }
 
 void nb_ckpt_list_free(nb_ckpt_list *l) {
@@ -96,7 +125,7 @@ void nb_ckpt_load_file(const char *path, nb_ckpt_list *l) {
     for (int i = 0; i < l->n; i++) {
         const nb_ckpt_tensor *t = &l->v[i];
         NB_CHECK(nb_st_find(f, t->name), shape_hint, "%s has no tensor '%s'%s%s", path, t->name, sep, why);
-        nb_st_read_shaped(f, t->name, NB_F32, t->ndim, t->shape, t->data);
+        read_tensor(f, t);
     }
     /* every listed name was found and names are unique: more tensors means some are not listed */
     if (!l->partial && nb_st_count(f) != l->n) {
@@ -132,7 +161,13 @@ void nb_ckpt_write_list(const char *path, const nb_ckpt_list *l, int with_format
     nb_st_meta(w, "producer", "nobubble");
     if (l->stamp[0]) nb_st_meta(w, STAMP_KEY, l->stamp);
     if (l->model_json) nb_st_meta(w, MODEL_KEY, l->model_json);
-    for (int i = 0; i < l->n; i++) nb_st_add(w, l->v[i].name, NB_F32, l->v[i].ndim, l->v[i].shape, l->v[i].data);
+    for (int i = 0; i < l->n; i++) {
+        const nb_ckpt_tensor *t = &l->v[i];
+        if (t->data)
+            nb_st_add(w, t->name, NB_F32, t->ndim, t->shape, t->data);
+        else
+            nb_st_add_fn(w, t->name, NB_F32, t->ndim, t->shape, t->fill, t->io);
+    }
     nb_st_end(w);
 }
 

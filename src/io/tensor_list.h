@@ -8,11 +8,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Bytes [offset, offset + bytes) of a tensor that is not in host memory (a schedule keeps it on
+ * the device): fill copies them out of their place into dst, store copies src into it. */
+typedef void (*nb_ckpt_fill_fn)(void *io, void *dst, size_t offset, size_t bytes);
+typedef void (*nb_ckpt_store_fn)(void *io, const void *src, size_t offset, size_t bytes);
 typedef struct {
     char name[96];
     int ndim;
     int64_t shape[2];
-    float *data;
+    float *data; /* NULL: elsewhere, reached through fill and store */
+    nb_ckpt_fill_fn fill;
+    nb_ckpt_store_fn store;
+    void *io;
 } nb_ckpt_tensor;
 typedef struct {
     nb_ckpt_tensor *v;
@@ -25,7 +32,13 @@ typedef struct {
     int partial; /* reading: the file may hold tensors beyond the list (a reader of one part of it) */
 } nb_ckpt_list;
 void nb_ckpt_list_add(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, float *data);
+/* A tensor that lives elsewhere (data NULL): written through fill, read back through store. */
+void nb_ckpt_list_add_io(nb_ckpt_list *l, const char *name, int ndim, const int64_t *shape, nb_ckpt_fill_fn fill,
+                         nb_ckpt_store_fn store, void *io);
 void nb_ckpt_list_free(nb_ckpt_list *l);
+/* Elements of t (shape[0] * shape[1]); its values into buf when it lives elsewhere, else its data. */
+size_t nb_ckpt_tensor_numel(const nb_ckpt_tensor *t);
+const float *nb_ckpt_tensor_values(const nb_ckpt_tensor *t, float *buf);
 
 /* What the files of the checkpoint in ckpt_dir must carry, from its state.json: its fingerprint
  * (a file of another run or another checkpoint of this run is refused) and its model shape (an

@@ -507,14 +507,18 @@ static int find_nonfinite_state(nb_run *r, char *what, size_t cap) {
     for (int k = 0; k < 3 && !found; k++)
         for (int i = 0; i < lists[k]->n && !found; i++) {
             const nb_ckpt_tensor *t = &lists[k]->v[i];
-            size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
+            size_t n = nb_ckpt_tensor_numel(t);
+            /* state a schedule keeps on the device comes down one tensor at a time */
+            float *buf = t->data ? NULL : nb_malloc(n ? n * sizeof(float) : 1, "finiteness check");
+            const float *d = nb_ckpt_tensor_values(t, buf);
             for (size_t e = 0; e < n; e++)
-                if (!isfinite(t->data[e])) {
+                if (!isfinite(d[e])) {
                     snprintf(what, cap, "%s %s (element %zu: %g)", k == 0 ? "the weight" : k == 1 ? "the optimizer state" : "the shard tensor", t->name, e,
-                             (double)t->data[e]);
+                             (double)d[e]);
                     found = 1;
                     break;
                 }
+            free(buf);
         }
     nb_ckpt_list_free(&model), nb_ckpt_list_free(&optim), nb_ckpt_list_free(&shard);
     return found;

@@ -7,10 +7,11 @@
  * options are in stream_plan.c.
  *
  * Where things live:
- *  - host: the fp32 master weights, AdamW moments and gradients of the whole model (the trainer's
- *    host slabs, in the model's slab layout, so the global gradient norm is summed exactly as
- *    plain sums it), and a bounded pool of pinned staging slabs (2 up, 2 down, one layer each,
- *    plus one for the embeddings/final norm/head);
+ *  - host: the fp32 master weights of the whole model, the AdamW moments and gradients of every
+ *    part but the device layers (the trainer's host slabs, in the model's slab layout less the
+ *    device layers: host_off; the global gradient norm is summed in plain's blocks and order),
+ *    and a bounded pool of pinned staging slabs (2 up, 2 down, one layer each, plus one for the
+ *    embeddings/final norm/head);
  *  - device: the embeddings, final norm and head stay resident (compute copy + fp32 gradient),
  *    the weight slots that layers stream through (--stream-slots, 2 by default, up to one per
  *    layer), two gradient slots, the activations; and with --gpu-layers N, N layers spread over
@@ -141,6 +142,29 @@ static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >
 /* where device layer l's state starts in the device buffers, in elements */
 static size_t goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
 
+/* The layer whose group starts at or before slab offset o (-1: o is in the input stage). */
+static int layer_at(const nb_stream *st, size_t o) {
+    int lo = 0, hi = st->sl.layers - 1;
+    if (hi < 0 || o < st->sl.layer_offset[0]) return -1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (st->sl.layer_offset[mid] <= o) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Slab offset o's place in the host moment and gradient slabs, which leave the device layers out
+ * (their moments and gradients live on the device only); SIZE_MAX inside a device layer. */
+static size_t host_off(const nb_stream *st, size_t o) {
+    int l = st->nglayer ? layer_at(st, o) : -1;
+    if (l < 0) return o;
+    int inside = o < st->sl.layer_offset[l] + st->layer_numel;
+    if (on_gpu(st, l) && inside) return SIZE_MAX;
+    size_t cut = (size_t)st->hcut[l] + (size_t)(on_gpu(st, l) && !inside);
+    return o - cut * st->layer_numel;
+}
+
 /* device layer l's compute weights (the master itself in fp32) and gradient */
 static void *gw_of(const nb_stream *st, int l) {
     return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(st)) : (void *)(st->d_gp + goff(st, l));
@@ -162,12 +186,20 @@ static int spread_on_device(int l, int R, int L) {
     return a > b;
 }
 
+static size_t gnorm_stride_of(size_t lw) {
+    return nb_align_up((lw / NB_SUMSQ_BLOCK + 2) * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
+}
+
 static void gpu_layers_init(nb_stream *st) {
     int R = st->nglayer, L = st->sl.layers;
     st->gopt_step = -1;
     if (R == 0) return;
     st->gidx = nb_malloc((size_t)L * sizeof(int), "device layers");
-    for (int l = 0, k = 0; l < L; l++) st->gidx[l] = spread_on_device(l, R, L) ? k++ : -1;
+    st->hcut = nb_malloc((size_t)L * sizeof(int), "device layers");
+    for (int l = 0, k = 0; l < L; l++) {
+        st->hcut[l] = k;
+        st->gidx[l] = spread_on_device(l, R, L) ? k++ : -1;
+    }
     size_t n = (size_t)R * st->layer_numel;
     st->d_gp = dev(st, n * sizeof(float), "device layers' weights");
     st->d_gm = dev(st, n * sizeof(float), "device layers' AdamW m");
@@ -178,7 +210,7 @@ static void gpu_layers_init(nb_stream *st) {
     st->h_opt = pinned(st, 2 * sizeof(gpu_opt), "device layers' AdamW scalars");
     st->gpart_stride = st->layer_numel / NB_SUMSQ_BLOCK + 2;
     st->d_gpart = dev(st, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
-    st->gnorm_stride = nb_align_up(st->gpart_stride * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
+    st->gnorm_stride = gnorm_stride_of(st->layer_numel);
     st->h_gnorm = pinned(st, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
     st->gpending = nb_calloc((size_t)L, 1, "device layers");
     st->gspans = nb_calloc((size_t)st->sl.nspans, sizeof(nb_adamw_span), "device layers");
@@ -199,7 +231,7 @@ static void gpu_layers_free(nb_stream *st) {
     be->free(st->d_gpart);
     if (st->d_gw) be->free(st->d_gw);
     be->host_free(st->h_opt), be->host_free(st->h_gnorm);
-    free(st->gpending), free(st->gspans), free(st->gidx);
+    free(st->gpending), free(st->gspans), free(st->gidx), free(st->hcut);
 }
 
 size_t nb_stream_wslot_bytes(const nb_layer_slab *s) { return s->layer_numel * s->elem; }
@@ -213,6 +245,23 @@ size_t nb_stream_glayer_bytes(const nb_layer_slab *s) {
 
 static int gradient_slots(int wslots) { return wslots < 2 ? wslots : 2; }
 
+
+size_t nb_stream_moment_numel(const nb_layer_slab *s, int glayers) { return s->total - (size_t)glayers * s->layer_numel; }
+
+void nb_stream_host_need(const nb_layer_slab *s, int glayers, nb_stream_host *h) {
+    size_t mom = nb_stream_moment_numel(s, glayers) * sizeof(float);
+    h->master = s->total * sizeof(float);
+    h->moments = 2 * mom;
+    h->grads = mom;
+    h->glayers_saved = (size_t)glayers * s->layer_numel * 3 * sizeof(float);
+}
+
+size_t nb_stream_pinned_need(const nb_layer_slab *s, int nslab, int glayers) {
+    size_t lw = s->layer_numel, gw = s->in_n + s->out_n;
+    size_t g = glayers ? 2 * sizeof(gpu_opt) + (size_t)glayers * gnorm_stride_of(lw) : 0;
+    return (size_t)nslab * lw * (s->elem + sizeof(float)) + gw * sizeof(float) + g;
+}
+
 size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers) {
     size_t lw = s->layer_numel, gw = s->in_n + s->out_n, e = s->elem;
     return gw * (e + 4) + (size_t)wslots * lw * e + (size_t)gradient_slots(wslots) * lw * sizeof(float) +
@@ -220,6 +269,7 @@ size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers) {
 }
 
 static const void *fetch_layer(void *self, nb_ctx ctx, int l);
+static void bind_state(nb_stream *st);
 
 void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     nb_run *r = st->r;
@@ -279,12 +329,16 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     for (int l = 0; l < L; l++) st->gitems[l] = (stream_item){st, l, -1, -1, -1};
     /* the family's items read and write the resident part here; evaluation fetches layers */
     st->li->bind(r, st->d_glob_w, st->d_glob_g, fetch_layer, st);
+    bind_state(st);
     char a[32], b[32], c[32], d[32];
-    double host_bytes = 16.0 * (double)st->sl.total;
-    nb_log(1, "stream      host: %s (16 bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
+    nb_stream_host h;
+    nb_stream_host_need(&st->sl, st->nglayer, &h);
+    double host_bytes = (double)(h.master + h.moments + h.grads);
+    nb_log(1, "stream      host: %s (%.2f bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "
               "of %s%s, %d gradient slots) + activations\n",
-           nb_fmt_bytes(a, 32, host_bytes), nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
+           nb_fmt_bytes(a, 32, host_bytes), host_bytes / (double)(st->sl.total ? st->sl.total : 1),
+           nb_fmt_bytes(b, 32, (double)st->pinned_bytes),
            nb_fmt_bytes(c, 32, (double)st->device_bytes), st->nslot, nb_fmt_bytes(d, 32, (double)(lw * es(st))),
            st->nslot >= L - st->nglayer && L - st->nglayer > 2 ? ": the forward's weights stay for the backward" : "",
            st->ngslot);
@@ -294,7 +348,8 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
         for (int l = 0; l < L && at + 8 < sizeof list; l++)
             if (on_gpu(st, l)) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? " " : "", l);
         nb_log(1, "stream      %d of %d layers (%s) keep weights, AdamW state and gradients on the device and update "
-                  "there (--gpu-layers): %s of device memory; the host keeps their copy for checkpoints\n",
+                  "there (--gpu-layers): %s of device memory; the host keeps only their fp32 weights (checkpoints fetch "
+                  "their moments)\n",
                st->nglayer, L, list, nb_fmt_bytes(a, 32, (double)st->nglayer * nb_stream_glayer_bytes(&st->sl)));
     }
 }
@@ -347,22 +402,69 @@ static void glob_pack_w(const nb_stream *st, void *packed) {
     glob_pack_part(st, packed, -2);
 }
 
-/* The device layers' master and moments between the host slabs and the device, on ctx: up at
- * start and resume (with their compute copy), down before checkpoints, evaluation and the end. */
+/* The device layers' master between the host slab and the device, on ctx: up at start and resume
+ * (with their compute copy), down before checkpoints, evaluation and the end. Their moments have
+ * no host copy: zeroed at setup, written by resume and read by checkpoints through the state map
+ * (state_fetch, state_store). */
 static void gpu_state_copy(nb_stream *st, nb_ctx ctx, int up) {
-    float *host[3] = {st->sl.params, st->sl.m, st->sl.v}, *devs[3] = {st->d_gp, st->d_gm, st->d_gv};
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
     for (int l = 0; l < st->sl.layers; l++) {
         if (!on_gpu(st, l)) continue;
         size_t o = st->sl.layer_offset[l], off = goff(st, l);
-        for (int j = 0; j < 3; j++) {
-            if (up)
-                st->r->be->to_backend(ctx, devs[j] + off, host[j] + o, bytes);
-            else
-                st->r->be->to_host(ctx, host[j] + o, devs[j] + off, bytes);
-        }
+        if (up)
+            st->r->be->to_backend(ctx, st->d_gp + off, st->sl.params + o, bytes);
+        else
+            st->r->be->to_host(ctx, st->sl.params + o, st->d_gp + off, bytes);
         if (up && st->d_gw) st->r->be->cast_params(ctx, gw_of(st, l), st->d_gp + off, lw);
     }
+}
+
+/* One copy of a device layer's moment (which 0: m, 1: v) at slab offset o, n elements. */
+typedef struct {
+    nb_stream *st;
+    int which, up;
+    size_t o, n;
+    float *h;
+} state_job;
+
+static void work_state_copy(void *arg, const nb_task_ctx *ctx) {
+    state_job *j = arg;
+    nb_stream *st = j->st;
+    int l = layer_at(st, j->o);
+    NB_ASSERT(l >= 0 && on_gpu(st, l));
+    float *d = (j->which ? st->d_gv : st->d_gm) + goff(st, l) + (j->o - st->sl.layer_offset[l]);
+    if (j->up)
+        st->r->be->to_backend(ctx, d, j->h, j->n * sizeof(float));
+    else
+        st->r->be->to_host(ctx, j->h, d, j->n * sizeof(float));
+}
+
+static void state_fetch(void *self, int which, size_t o, float *dst, size_t n) {
+    state_job j = {self, which, 0, o, n, dst};
+    nb_run_on_compute(j.st->r, "device moments down", work_state_copy, &j);
+}
+
+static void state_store(void *self, int which, size_t o, const float *src, size_t n) {
+    state_job j = {self, which, 1, o, n, (float *)src};
+    nb_run_on_compute(j.st->r, "device moments up", work_state_copy, &j);
+}
+
+static size_t state_host_off(void *self, size_t o) { return host_off(self, o); }
+
+static void work_zero_moments(void *arg, const nb_task_ctx *ctx) {
+    nb_stream *st = arg;
+    size_t bytes = (size_t)st->nglayer * st->layer_numel * sizeof(float);
+    st->r->be->zero(ctx, st->d_gm, bytes);
+    st->r->be->zero(ctx, st->d_gv, bytes);
+}
+
+/* The family reaches the device layers' moments through the map (checkpoints, resume); they start
+ * at zero, as the host's would. */
+static void bind_state(nb_stream *st) {
+    if (!st->nglayer) return;
+    nb_run_on_compute(st->r, "zero device moments", work_zero_moments, st);
+    st->map = (nb_state_map){st, state_host_off, state_fetch, state_store};
+    st->li->bind_state(st->r, &st->map);
 }
 
 /* The resident part and the device layers from the host master, on ctx (start, resume). */
@@ -428,7 +530,7 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
  * nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
 static void land(nb_stream *st, size_t o, const float *src, size_t n) {
     const size_t B = NB_SUMSQ_BLOCK;
-    float *dst = st->h_grads + o;
+    float *dst = st->h_grads + host_off(st, o);
     norm_geom g = geom_range(o, n);
     if (!g.nparts) {
         copy_par(st, dst, src, n * sizeof(float));
@@ -478,15 +580,48 @@ static void adamw_range(nb_stream *st, size_t off, size_t n, const nb_adamw_scal
         const nb_adamw_span *p = &s->spans[i];
         if (p->offset < off || p->offset >= off + n) continue;
         uint16_t *w16 = w16_out ? w16_out + (p->offset - off) : NULL;
-        nb_adamw_host_apply(s->params + p->offset, st->h_grads + p->offset, s->m + p->offset, s->v + p->offset, w16, p->numel,
-                            &k[p->scalars], clip, st->r->o.threads);
+        size_t h = host_off(st, p->offset);
+        nb_adamw_host_apply(s->params + p->offset, st->h_grads + h, s->m + h, s->v + h, w16, p->numel, &k[p->scalars], clip,
+                            st->r->o.threads);
     }
+}
+
+/* Gradient element i of the slab: the host slab's, or for a device layer one of the edges its
+ * norm task brought down (the blocks inside it are summed already). */
+static float grad_at(const nb_stream *st, size_t i) {
+    size_t h = host_off(st, i);
+    if (h != SIZE_MAX) return st->h_grads[h];
+    int l = layer_at(st, i);
+    norm_geom g = geom_of(st, l);
+    const float *edges = (const float *)(gnorm_of(st, l) + g.nparts * sizeof(double));
+    size_t rel = i - g.o;
+    NB_ASSERT(rel < g.head || rel >= g.n - g.tail);
+    return rel < g.head ? edges[rel] : edges[g.head + rel - (g.n - g.tail)];
+}
+
+/* nb_sumsq_finish over a slab whose device layers are not in host memory: the blocks nobody
+ * summed yet (those shared by neighbours) are gathered element by element, summed by the same
+ * nb_sumsq_block, and every block added in order: plain's bits. */
+static double sumsq_split(nb_stream *st) {
+    const size_t B = NB_SUMSQ_BLOCK, total = st->sl.total, nblk = (total + B - 1) / B;
+    float *blk = nb_malloc(B * sizeof(float), "norm block");
+    double sum = 0.0;
+    for (size_t b = 0; b < nblk; b++) {
+        if (!st->norm_have[b]) {
+            size_t start = b * B, n = total - start < B ? total - start : B;
+            for (size_t i = 0; i < n; i++) blk[i] = grad_at(st, start + i);
+            st->norm_part[b] = nb_sumsq_block(blk, n);
+        }
+        sum += st->norm_part[b];
+    }
+    free(blk);
+    return sum;
 }
 
 static void work_norm(void *arg, const nb_task_ctx *ctx) {
     nb_stream *st = ((nb_stream *)arg);
     nb_host_set_threads(st->r->o.threads);
-    st->sumsq = nb_sumsq_finish(st->h_grads, st->sl.total, st->norm_part, st->norm_have);
+    st->sumsq = st->nglayer ? sumsq_split(st) : nb_sumsq_finish(st->h_grads, st->sl.total, st->norm_part, st->norm_have);
     memset(st->norm_have, 0, (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
 }
 
@@ -531,18 +666,14 @@ static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     if (g.tail) st->r->be->to_host_async(ctx, edges + g.head, grad + g.n - g.tail, g.tail * sizeof(float));
 }
 
-/* ...then into the norm's partial sums, and the edges into the host gradient slab, where the norm
- * task sums the blocks the layer shares with its neighbours */
+/* ...then into the norm's partial sums; the edges stay in the pinned buffer, where the norm task
+ * reads them for the blocks the layer shares with its neighbours (grad_at) */
 static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = it->st;
     norm_geom g = geom_of(st, it->layer);
-    const char *h = gnorm_of(st, it->layer);
-    const float *edges = (const float *)(h + g.nparts * sizeof(double));
-    memcpy(st->norm_part + g.b0, h, g.nparts * sizeof(double));
+    memcpy(st->norm_part + g.b0, gnorm_of(st, it->layer), g.nparts * sizeof(double));
     memset(st->norm_have + g.b0, 1, g.nparts);
-    memcpy(st->h_grads + g.o, edges, g.head * sizeof(float));
-    memcpy(st->h_grads + g.o + g.n - g.tail, edges + g.head, g.tail * sizeof(float));
 }
 
 /* The update's scalars up, read in the lane's order (after the norm it waited for). */

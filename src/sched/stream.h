@@ -88,7 +88,8 @@ struct nb_stream {
      * master, moments and gradients on the device ([nglayer * layer_numel] each, gidx[l] the place
      * of layer l, -1 for a streamed one) and update there with the backend's AdamW; the host master
      * of those layers is brought up to date by quiesce */
-    int nglayer, *gidx;
+    int nglayer, *gidx, *hcut;     /* hcut[l]: device layers before layer l (the host slabs skip them) */
+    nb_state_map map;             /* the device layers' moments, for the family's checkpoints */
     float *d_gp, *d_gm, *d_gv, *d_gg;
     void *d_gw;                   /* their compute copy (bf16; NULL in fp32: the master is it) */
     nb_adamw_span *gspans;        /* one layer's tensors, offsets from the layer's start */
@@ -127,6 +128,15 @@ void nb_stream_report(const nb_stream *st);
  * with wslots weight slots and glayers layers on the device; nb_stream_wslot_bytes and
  * nb_stream_glayer_bytes: what one more weight slot, one more device layer takes. */
 size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers);
+/* Host bytes of the stream's state with glayers device layers: the fp32 master of every layer, the
+ * two moments and the gradient of all but the device layers (theirs live on the device only:
+ * glayers_saved is what that leaves out); and the pinned staging with nslab slabs each way. */
+typedef struct {
+    size_t master, moments, grads, glayers_saved;
+} nb_stream_host;
+void nb_stream_host_need(const nb_layer_slab *s, int glayers, nb_stream_host *h);
+size_t nb_stream_moment_numel(const nb_layer_slab *s, int glayers);
+size_t nb_stream_pinned_need(const nb_layer_slab *s, int nslab, int glayers);
 size_t nb_stream_wslot_bytes(const nb_layer_slab *s);
 size_t nb_stream_glayer_bytes(const nb_layer_slab *s);
 

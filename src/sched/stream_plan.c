@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "host.h"
 #include "sched/sched.h"
 #include "sched/stream.h"
 
@@ -118,34 +119,55 @@ static int resolve_glayers(const nb_stream *st) {
     return 0;
 }
 
-static void print_plan(const nb_stream *st, size_t slab, size_t acts) {
+/* What the recompute setting keeps of the activations, for the plan's line. */
+static void kept_text(const nb_stream *st, char *kept, size_t cap) {
     const nb_train_opts *o = &st->r->o;
     int K = o->ckpt_interval;
-    char kept[128], b[6][32];
     if (K > 0 && st->keep >= st->sl.layers)
-        snprintf(kept, sizeof kept, "all kept (--keep-layers %d)", st->keep);
+        snprintf(kept, cap, "all kept (--keep-layers %d)", st->keep);
     else if (K > 0 && st->keep > 0)
-        snprintf(kept, sizeof kept, "%s%d layer%s kept whole, below them inputs kept every %d layer%s, the rest recomputed",
+        snprintf(kept, cap, "%s%d layer%s kept whole, below them inputs kept every %d layer%s, the rest recomputed",
                  o->keep_layers < 0 ? "as many as fit: " : "", st->keep, st->keep == 1 ? "" : "s", K, K == 1 ? "" : "s");
     else if (K > 0)
-        snprintf(kept, sizeof kept, "layer inputs kept every %d layer%s, the rest recomputed", K, K == 1 ? "" : "s");
+        snprintf(kept, cap, "layer inputs kept every %d layer%s, the rest recomputed", K, K == 1 ? "" : "s");
     else
-        snprintf(kept, sizeof kept, "all kept");
-    nb_log(1, "memory      host: params %s + adamw %s + grads %s; %s: activations %s (B=%d, T=%d), %s\n",
-           nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, 2.0 * slab), nb_fmt_bytes(b[2], 32, (double)slab),
-           on_device(st) ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), o->batch, o->seq, kept);
-    if (4.0 * slab > 16e9)
-        nb_log(1, "setup       allocating %s of host state and initializing the weights (seconds to minutes)\n",
-               nb_fmt_bytes(b[4], 32, 4.0 * slab));
-    NB_CHECK(!o->host_mem_limit || 4.0 * slab <= (double)o->host_mem_limit, "pick a smaller --model, or raise --host-mem-limit",
-             "the host state needs %s but --host-mem-limit is %s", nb_fmt_bytes(b[4], 32, 4.0 * slab),
-             nb_fmt_bytes(b[5], 32, (double)o->host_mem_limit));
+        snprintf(kept, cap, "all kept");
 }
 
-/* Host: the fp32 master, moments and gradients (16 bytes per parameter); device (or host on the
- * CPU backend): activations, tokens, step scalars. The slots are the schedule's own (init). The
- * family reserves its part (its master and moments; its activations and per-step buffers) through
- * its layers capability, this schedule the host gradient slab between them. */
+static void print_plan(const nb_stream *st, const nb_stream_host *h, size_t acts) {
+    const nb_train_opts *o = &st->r->o;
+    char kept[128], b[6][32];
+    kept_text(st, kept, sizeof kept);
+    nb_log(1, "memory      host: params %s + adamw %s + grads %s (%.2f bytes/param%s%s); %s: activations %s (B=%d, T=%d), %s\n",
+           nb_fmt_bytes(b[0], 32, (double)h->master), nb_fmt_bytes(b[1], 32, (double)h->moments),
+           nb_fmt_bytes(b[2], 32, (double)h->grads),
+           (double)(h->master + h->moments + h->grads) / (double)(st->sl.total ? st->sl.total : 1),
+           h->glayers_saved ? "; --gpu-layers leaves out " : "", h->glayers_saved ? nb_fmt_bytes(b[5], 32, (double)h->glayers_saved) : "",
+           on_device(st) ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), o->batch, o->seq, kept);
+    double state = (double)(h->master + h->moments + h->grads);
+    if (state > 16e9)
+        nb_log(1, "setup       allocating %s of host state and initializing the weights (seconds to minutes)\n",
+               nb_fmt_bytes(b[4], 32, state));
+}
+
+/* Refused before anything is allocated: the host arena and the pinned staging against
+ * --host-mem-limit, or what the host reports available (never an OOM kill halfway). */
+static void check_host(const nb_stream *st, size_t pinned) {
+    const nb_run *r = st->r;
+    size_t need = r->host.planned + pinned, have = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
+    char a[32], b[32];
+    NB_CHECK(!have || need <= have,
+             "pass --gpu-layers N (their moments and gradients stay on the GPU), lower --batch or --seq, or pick a smaller "
+             "--model; `nobubble plan` shows what fits",
+             "--schedule stream needs %s of host memory but %s is available%s", nb_fmt_bytes(a, 32, (double)need),
+             nb_fmt_bytes(b, 32, (double)have), r->o.host_mem_limit ? " (--host-mem-limit)" : "");
+}
+
+/* Host: the fp32 master of every layer, the moments and gradients of all but the device layers
+ * (nb_stream_host_need); device (or host on the CPU backend): activations, tokens, step scalars.
+ * The slots are the schedule's own (init). The family reserves its part (its master and moments;
+ * its activations and per-step buffers) through its layers capability, this schedule the host
+ * gradient slab between them. */
 static void stream_plan(nb_run *r) {
     nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
     r->ss = st;
@@ -156,12 +178,15 @@ static void stream_plan(nb_run *r) {
     st->glayers = resolve_glayers(st);
     st->wslots = fit_wslots(st, st->glayers);
     int K = r->o.ckpt_interval;
-    size_t slab = st->sl.total * sizeof(float), acts = st->li->acts_bytes(r, K, st->keep);
-    print_plan(st, slab, acts);
-    st->li->reserve_state(r);
-    st->hg = nb_arena_plan_bytes(&r->host, slab);
+    size_t mom = nb_stream_moment_numel(&st->sl, st->glayers), acts = st->li->acts_bytes(r, K, st->keep);
+    nb_stream_host h;
+    nb_stream_host_need(&st->sl, st->glayers, &h);
+    print_plan(st, &h, acts);
+    st->li->reserve_state(r, mom);
+    st->hg = nb_arena_plan_bytes(&r->host, mom * sizeof(float));
     st->li->reserve_work(r, K, st->keep);
-    nb_run_alloc_arenas(r, "pick a smaller --model (the stream schedule keeps 16 bytes per parameter in host memory)");
+    check_host(st, nb_stream_pinned_need(&st->sl, r->o.pinned_slabs, st->glayers));
+    nb_run_alloc_arenas(r, "pass --gpu-layers N, or pick a smaller --model (`nobubble plan` shows what fits)");
     /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
     st->h_grads = (float *)(r->host.base + st->hg);
 }

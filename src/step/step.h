@@ -160,6 +160,17 @@ typedef struct {
  * (evaluation): the slot a schedule loaded them into. */
 typedef const void *(*nb_layer_fetch_fn)(void *self, nb_ctx ctx, int l);
 
+/* Where a schedule keeps the AdamW moments (which 0: m, 1: v) when not every layer's are in the
+ * host slabs (stream --gpu-layers: the device layers' stay on the GPU only): host_off gives slab
+ * offset o's place in the host moment slabs (SIZE_MAX: not there); fetch and store copy n
+ * elements from slab offset o out of and into their place elsewhere (checkpoints, resume). */
+typedef struct {
+    void *self;
+    size_t (*host_off)(void *self, size_t o);
+    void (*fetch)(void *self, int which, size_t o, float *dst, size_t n);
+    void (*store)(void *self, int which, size_t o, const float *src, size_t n);
+} nb_state_map;
+
 typedef struct nb_layers_i {
     void (*slab)(nb_run *r, nb_layer_slab *s);
     /* Memory when the schedule keeps the state: bytes of the activations with the given recompute
@@ -170,13 +181,18 @@ typedef struct nb_layers_i {
      * activations and per-step buffers), and their addresses once the arenas exist. */
     size_t (*acts_bytes)(const nb_run *r, int ckpt_interval, int keep);
     size_t (*io_bytes)(const nb_run *r);
-    void (*reserve_state)(nb_run *r);
+    /* the host master (every element) and moments (moment_numel elements each: the slab less what
+     * the schedule keeps elsewhere, see bind_state) */
+    void (*reserve_state)(nb_run *r, size_t moment_numel);
     void (*reserve_work)(nb_run *r, int ckpt_interval, int keep);
     void (*place)(nb_run *r);
     /* The input and output stages live at w (compute precision) and g (fp32 gradients), packed:
      * the input stage's elements, then the output stage's; a forward-only pass reads layer l's
      * weights through fetch. The family's own items then read and write there. */
     void (*bind)(nb_run *r, void *w, float *g, nb_layer_fetch_fn fetch, void *self);
+    /* The moments' places when the schedule reserved fewer than the slab (kept by the caller;
+     * checkpoints and resume go through it) */
+    void (*bind_state)(nb_run *r, const nb_state_map *map);
     /* Layer l's forward, and its backward into dw (fp32, the layer's group, accumulated), with its
      * weights at w: what the family's layer items compute over their own slabs. */
     void (*forward)(nb_run *r, nb_ctx ctx, int l, const void *w);
