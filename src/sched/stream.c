@@ -118,63 +118,16 @@ static void *pinned(nb_stream *st, size_t bytes, const char *what) {
 
 /* ---- device layers (--gpu-layers) ---- */
 
-/* Slab elements [o, o + n) against the norm's blocks: nparts whole blocks from block b0, the first
- * head and the last tail elements in blocks shared with the neighbours (a range inside one or two
- * blocks: all of it is head). */
-typedef struct {
-    size_t o, n, b0, nparts, head, tail;
-} norm_geom;
-
-static norm_geom geom_range(size_t o, size_t n) {
-    const size_t B = NB_SUMSQ_BLOCK;
-    norm_geom g = {o, n, 0, 0, n, 0};
-    size_t b0 = (o + B - 1) / B, b1 = (o + n) / B;
-    if (b1 > b0) g.b0 = b0, g.nparts = b1 - b0, g.head = b0 * B - o, g.tail = o + n - b1 * B;
-    return g;
-}
-
-static norm_geom geom_of(const nb_stream *st, int l) {
-    return geom_range(st->sl.layer_offset[l], st->layer_numel);
-}
-
-static int on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >= 0; }
-
-/* where device layer l's state starts in the device buffers, in elements */
-static size_t goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
-
-/* The layer whose group starts at or before slab offset o (-1: o is in the input stage). */
-static int layer_at(const nb_stream *st, size_t o) {
-    int lo = 0, hi = st->sl.layers - 1;
-    if (hi < 0 || o < st->sl.layer_offset[0]) return -1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (st->sl.layer_offset[mid] <= o) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
-/* Slab offset o's place in the host moment and gradient slabs, which leave the device layers out
- * (their moments and gradients live on the device only); SIZE_MAX inside a device layer. */
-static size_t host_off(const nb_stream *st, size_t o) {
-    int l = st->nglayer ? layer_at(st, o) : -1;
-    if (l < 0) return o;
-    int inside = o < st->sl.layer_offset[l] + st->layer_numel;
-    if (on_gpu(st, l) && inside) return SIZE_MAX;
-    size_t cut = (size_t)st->hcut[l] + (size_t)(on_gpu(st, l) && !inside);
-    return o - cut * st->layer_numel;
-}
-
 /* device layer l's compute weights (the master itself in fp32) and gradient */
 static void *gw_of(const nb_stream *st, int l) {
-    return st->d_gw ? (void *)((char *)st->d_gw + goff(st, l) * es(st)) : (void *)(st->d_gp + goff(st, l));
+    return st->d_gw ? (void *)((char *)st->d_gw + nb_stream_goff(st, l) * es(st)) : (void *)(st->d_gp + nb_stream_goff(st, l));
 }
 
-static float *gg_of(const nb_stream *st, int l) { return st->d_gg + goff(st, l); }
+static float *gg_of(const nb_stream *st, int l) { return st->d_gg + nb_stream_goff(st, l); }
 
 /* device layer l's norm blocks on the device, and its pinned buffer (blocks, then edges) */
 static double *gpart_of(const nb_stream *st, int l) { return st->d_gpart + (size_t)st->gidx[l] * st->gpart_stride; }
-static char *gnorm_of(const nb_stream *st, int l) { return st->h_gnorm + (size_t)st->gidx[l] * st->gnorm_stride; }
+
 
 /* R of L layers on the device, spread evenly and starting with layer 0: layer l is one when
  * ceil((l + 1) R / L) > ceil(l R / L). Spread, the forward alternates between device layers (the
@@ -184,10 +137,6 @@ static char *gnorm_of(const nb_stream *st, int l) { return st->h_gnorm + (size_t
 static int spread_on_device(int l, int R, int L) {
     long a = ((long)(l + 1) * R + L - 1) / L, b = ((long)l * R + L - 1) / L;
     return a > b;
-}
-
-static size_t gnorm_stride_of(size_t lw) {
-    return nb_align_up((lw / NB_SUMSQ_BLOCK + 2) * sizeof(double) + 2 * NB_SUMSQ_BLOCK * sizeof(float), NB_ALIGN);
 }
 
 static void gpu_layers_init(nb_stream *st) {
@@ -210,7 +159,7 @@ static void gpu_layers_init(nb_stream *st) {
     st->h_opt = pinned(st, 2 * sizeof(gpu_opt), "device layers' AdamW scalars");
     st->gpart_stride = st->layer_numel / NB_SUMSQ_BLOCK + 2;
     st->d_gpart = dev(st, (size_t)R * st->gpart_stride * sizeof(double), "device layers' norm blocks");
-    st->gnorm_stride = gnorm_stride_of(st->layer_numel);
+    st->gnorm_stride = nb_stream_gnorm_stride(st->layer_numel);
     st->h_gnorm = pinned(st, (size_t)R * st->gnorm_stride, "device layers' norm blocks");
     st->gpending = nb_calloc((size_t)L, 1, "device layers");
     st->gspans = nb_calloc((size_t)st->sl.nspans, sizeof(nb_adamw_span), "device layers");
@@ -234,42 +183,7 @@ static void gpu_layers_free(nb_stream *st) {
     free(st->gpending), free(st->gspans), free(st->gidx), free(st->hcut);
 }
 
-size_t nb_stream_wslot_bytes(const nb_layer_slab *s) { return s->layer_numel * s->elem; }
-
-/* a device layer: master, 2 moments, gradient (fp32), a compute copy unless that is the master,
- * and its norm blocks */
-size_t nb_stream_glayer_bytes(const nb_layer_slab *s) {
-    size_t lw = s->layer_numel, e = s->elem;
-    return lw * (4 * sizeof(float) + (e == sizeof(float) ? 0 : e)) + (lw / NB_SUMSQ_BLOCK + 2) * sizeof(double);
-}
-
-static int gradient_slots(int wslots) { return wslots < 2 ? wslots : 2; }
-
-
-size_t nb_stream_moment_numel(const nb_layer_slab *s, int glayers) { return s->total - (size_t)glayers * s->layer_numel; }
-
-void nb_stream_host_need(const nb_layer_slab *s, int glayers, nb_stream_host *h) {
-    size_t mom = nb_stream_moment_numel(s, glayers) * sizeof(float);
-    h->master = s->total * sizeof(float);
-    h->moments = 2 * mom;
-    h->grads = mom;
-    h->glayers_saved = (size_t)glayers * s->layer_numel * 3 * sizeof(float);
-}
-
-size_t nb_stream_pinned_need(const nb_layer_slab *s, int nslab, int glayers) {
-    size_t lw = s->layer_numel, gw = s->in_n + s->out_n;
-    size_t g = glayers ? 2 * sizeof(gpu_opt) + (size_t)glayers * gnorm_stride_of(lw) : 0;
-    return (size_t)nslab * lw * (s->elem + sizeof(float)) + gw * sizeof(float) + g;
-}
-
-size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers) {
-    size_t lw = s->layer_numel, gw = s->in_n + s->out_n, e = s->elem;
-    return gw * (e + 4) + (size_t)wslots * lw * e + (size_t)gradient_slots(wslots) * lw * sizeof(float) +
-           (size_t)glayers * nb_stream_glayer_bytes(s) + sizeof(gpu_opt);
-}
-
 static const void *fetch_layer(void *self, nb_ctx ctx, int l);
-static void bind_state(nb_stream *st);
 
 void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     nb_run *r = st->r;
@@ -280,7 +194,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
     st->nslot = st->wslots;
-    st->ngslot = gradient_slots(st->nslot);
+    st->ngslot = nb_stream_gradient_slots(st->nslot);
     st->nslab = st->r->o.pinned_slabs;
     st->nglayer = st->glayers;
     size_t need = nb_stream_device_need(&st->sl, st->nslot, st->nglayer);
@@ -319,8 +233,8 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     size_t nblk = (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
     st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
     st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
-    st->glob_part[0] = (opt_item){st, -1, -1, NULL};
-    st->glob_part[1] = (opt_item){st, -2, -1, NULL};
+    st->glob_part[0] = (opt_item){st, -1, -1, NULL, NULL};
+    st->glob_part[1] = (opt_item){st, -2, -1, NULL, NULL};
     st->fwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->bwd = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
     st->rec = nb_calloc((size_t)(L ? L : 1), sizeof(stream_item), "stream items");
@@ -329,10 +243,10 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     for (int l = 0; l < L; l++) st->gitems[l] = (stream_item){st, l, -1, -1, -1};
     /* the family's items read and write the resident part here; evaluation fetches layers */
     st->li->bind(r, st->d_glob_w, st->d_glob_g, fetch_layer, st);
-    bind_state(st);
+    nb_stream_bind_state(st);
     char a[32], b[32], c[32], d[32];
     nb_stream_host h;
-    nb_stream_host_need(&st->sl, st->nglayer, &h);
+    nb_stream_host_need(&st->sl, st->nglayer, st->noclip, &h);
     double host_bytes = (double)(h.master + h.moments + h.grads);
     nb_log(1, "stream      host: %s (%.2f bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "
@@ -346,7 +260,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
         char list[256] = "";
         size_t at = 0;
         for (int l = 0; l < L && at + 8 < sizeof list; l++)
-            if (on_gpu(st, l)) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? " " : "", l);
+            if (nb_stream_on_gpu(st, l)) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? " " : "", l);
         nb_log(1, "stream      %d of %d layers (%s) keep weights, AdamW state and gradients on the device and update "
                   "there (--gpu-layers): %s of device memory; the host keeps only their fp32 weights (checkpoints fetch "
                   "their moments)\n",
@@ -409,62 +323,14 @@ static void glob_pack_w(const nb_stream *st, void *packed) {
 static void gpu_state_copy(nb_stream *st, nb_ctx ctx, int up) {
     size_t lw = st->layer_numel, bytes = lw * sizeof(float);
     for (int l = 0; l < st->sl.layers; l++) {
-        if (!on_gpu(st, l)) continue;
-        size_t o = st->sl.layer_offset[l], off = goff(st, l);
+        if (!nb_stream_on_gpu(st, l)) continue;
+        size_t o = st->sl.layer_offset[l], off = nb_stream_goff(st, l);
         if (up)
             st->r->be->to_backend(ctx, st->d_gp + off, st->sl.params + o, bytes);
         else
             st->r->be->to_host(ctx, st->sl.params + o, st->d_gp + off, bytes);
         if (up && st->d_gw) st->r->be->cast_params(ctx, gw_of(st, l), st->d_gp + off, lw);
     }
-}
-
-/* One copy of a device layer's moment (which 0: m, 1: v) at slab offset o, n elements. */
-typedef struct {
-    nb_stream *st;
-    int which, up;
-    size_t o, n;
-    float *h;
-} state_job;
-
-static void work_state_copy(void *arg, const nb_task_ctx *ctx) {
-    state_job *j = arg;
-    nb_stream *st = j->st;
-    int l = layer_at(st, j->o);
-    NB_ASSERT(l >= 0 && on_gpu(st, l));
-    float *d = (j->which ? st->d_gv : st->d_gm) + goff(st, l) + (j->o - st->sl.layer_offset[l]);
-    if (j->up)
-        st->r->be->to_backend(ctx, d, j->h, j->n * sizeof(float));
-    else
-        st->r->be->to_host(ctx, j->h, d, j->n * sizeof(float));
-}
-
-static void state_fetch(void *self, int which, size_t o, float *dst, size_t n) {
-    state_job j = {self, which, 0, o, n, dst};
-    nb_run_on_compute(j.st->r, "device moments down", work_state_copy, &j);
-}
-
-static void state_store(void *self, int which, size_t o, const float *src, size_t n) {
-    state_job j = {self, which, 1, o, n, (float *)src};
-    nb_run_on_compute(j.st->r, "device moments up", work_state_copy, &j);
-}
-
-static size_t state_host_off(void *self, size_t o) { return host_off(self, o); }
-
-static void work_zero_moments(void *arg, const nb_task_ctx *ctx) {
-    nb_stream *st = arg;
-    size_t bytes = (size_t)st->nglayer * st->layer_numel * sizeof(float);
-    st->r->be->zero(ctx, st->d_gm, bytes);
-    st->r->be->zero(ctx, st->d_gv, bytes);
-}
-
-/* The family reaches the device layers' moments through the map (checkpoints, resume); they start
- * at zero, as the host's would. */
-static void bind_state(nb_stream *st) {
-    if (!st->nglayer) return;
-    nb_run_on_compute(st->r, "zero device moments", work_zero_moments, st);
-    st->map = (nb_state_map){st, state_host_off, state_fetch, state_store};
-    st->li->bind_state(st->r, &st->map);
 }
 
 /* The resident part and the device layers from the host master, on ctx (start, resume). */
@@ -513,7 +379,7 @@ static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     st->r->be->zero(ctx, item_g(st, it), st->layer_numel * sizeof(float));
     st->li->backward(st->r, ctx, it->layer, item_w(st, it), item_g(st, it));
     if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
-        norm_geom g = geom_of(st, it->layer);
+        nb_norm_geom g = nb_stream_geom_of(st, it->layer);
         if (g.nparts)
             st->r->be->sumsq_blocks(ctx, gpart_of(st, it->layer), item_g(st, it) + g.head, g.nparts * NB_SUMSQ_BLOCK);
     }
@@ -525,33 +391,45 @@ static void work_d2h(void *arg, const nb_task_ctx *ctx) {
     st->r->be->to_host_async(ctx, st->h_down[it->dslot], st->d_gslot[it->gslot], st->layer_numel * sizeof(float));
 }
 
-/* n gradients from a down slab into the host slab at offset o, summing the squares of every norm
- * block that lies inside [o, o + n) on the way (one read of the slab instead of two; the blocks are
- * nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest and adds in order). */
-static void land(nb_stream *st, size_t o, const float *src, size_t n) {
+/* n gradients from a down slab into dst (the host slab's place of slab offset o), summing the
+ * squares of every norm block that lies inside [o, o + n) on the way (one read of the slab instead
+ * of two; the blocks are nb_sumsq's, so the norm keeps plain's bits: the norm task sums the rest
+ * and adds in order). dst NULL: the sums only, the gradient stays in the down slab (no clipping). */
+static void land(nb_stream *st, size_t o, const float *src, size_t n, float *dst) {
     const size_t B = NB_SUMSQ_BLOCK;
-    float *dst = st->h_grads + host_off(st, o);
-    norm_geom g = geom_range(o, n);
+    nb_norm_geom g = nb_stream_geom_range(o, n);
     if (!g.nparts) {
-        copy_par(st, dst, src, n * sizeof(float));
+        if (dst) copy_par(st, dst, src, n * sizeof(float));
         return;
     }
-    memcpy(dst, src, g.head * sizeof(float));
-    memcpy(dst + (n - g.tail), src + (n - g.tail), g.tail * sizeof(float));
+    if (dst) memcpy(dst, src, g.head * sizeof(float));
+    if (dst) memcpy(dst + (n - g.tail), src + (n - g.tail), g.tail * sizeof(float));
     long nb = (long)g.nparts;
 #pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (nb > 64)
     for (long k = 0; k < nb; k++) {
         size_t at = g.head + (size_t)k * B;
-        nb_copy_stream(dst + at, src + at, B * sizeof(float));
+        if (dst) nb_copy_stream(dst + at, src + at, B * sizeof(float));
         st->norm_part[g.b0 + (size_t)k] = nb_sumsq_block(src + at, B); /* the copy's bits, read from cache */
         st->norm_have[g.b0 + (size_t)k] = 1;
     }
 }
 
+/* A layer's gradient: into the host slab; without clipping only its norm blocks and edges (the
+ * elements it shares blocks with its neighbours), its AdamW reading the down slab itself. */
 static void work_grad_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = it->st;
-    land(st, st->sl.layer_offset[it->layer], st->h_down[it->dslot], st->layer_numel);
+    size_t o = st->sl.layer_offset[it->layer], n = st->layer_numel;
+    const float *src = st->h_down[it->dslot];
+    if (!st->noclip) {
+        land(st, o, src, n, st->h_grads + nb_stream_host_off(st, o));
+        return;
+    }
+    land(st, o, src, n, NULL);
+    nb_norm_geom g = nb_stream_geom_range(o, n);
+    float *edges = nb_stream_edges_of(st, it->layer);
+    memcpy(edges, src, g.head * sizeof(float));
+    memcpy(edges + g.head, src + (n - g.tail), g.tail * sizeof(float));
 }
 
 static void work_glob_d2h(void *arg, const nb_task_ctx *ctx) {
@@ -567,61 +445,29 @@ static void work_glob_land(void *arg, const nb_task_ctx *ctx) {
     nb_stream *st = it->st;
     size_t off, n;
     glob_half(st, it->layer, &off, &n);
-    land(st, glob_slab_offset(st, it->layer), st->h_glob + off, n);
+    land(st, glob_slab_offset(st, it->layer), st->h_glob + off, n, nb_stream_grad_of(st, glob_slab_offset(st, it->layer)));
 }
 
 /* Host AdamW with the vectorized, multi-threaded nb_adamw_host_apply: the same bits as the CPU
  * backend's plain step (the norm over the same slab, the same per-element formula), so CPU runs of
  * stream and plain stay bitwise equal. w16_out: where the group's bf16 weights go (NULL: nowhere). */
-static void adamw_range(nb_stream *st, size_t off, size_t n, const nb_adamw_scalars *k, uint16_t *w16_out) {
+static void adamw_range(nb_stream *st, size_t off, size_t n, const nb_adamw_scalars *k, uint16_t *w16_out, const float *g) {
     const nb_layer_slab *s = &st->sl;
     float clip = nb_clip_factor(sqrt(st->sumsq), st->r->o.grad_clip);
     for (int i = 0; i < s->nspans; i++) {
         const nb_adamw_span *p = &s->spans[i];
         if (p->offset < off || p->offset >= off + n) continue;
         uint16_t *w16 = w16_out ? w16_out + (p->offset - off) : NULL;
-        size_t h = host_off(st, p->offset);
-        nb_adamw_host_apply(s->params + p->offset, st->h_grads + h, s->m + h, s->v + h, w16, p->numel, &k[p->scalars], clip,
-                            st->r->o.threads);
+        size_t h = nb_stream_host_off(st, p->offset);
+        nb_adamw_host_apply(s->params + p->offset, g + (p->offset - off), s->m + h, s->v + h, w16, p->numel, &k[p->scalars],
+                            clip, st->r->o.threads);
     }
-}
-
-/* Gradient element i of the slab: the host slab's, or for a device layer one of the edges its
- * norm task brought down (the blocks inside it are summed already). */
-static float grad_at(const nb_stream *st, size_t i) {
-    size_t h = host_off(st, i);
-    if (h != SIZE_MAX) return st->h_grads[h];
-    int l = layer_at(st, i);
-    norm_geom g = geom_of(st, l);
-    const float *edges = (const float *)(gnorm_of(st, l) + g.nparts * sizeof(double));
-    size_t rel = i - g.o;
-    NB_ASSERT(rel < g.head || rel >= g.n - g.tail);
-    return rel < g.head ? edges[rel] : edges[g.head + rel - (g.n - g.tail)];
-}
-
-/* nb_sumsq_finish over a slab whose device layers are not in host memory: the blocks nobody
- * summed yet (those shared by neighbours) are gathered element by element, summed by the same
- * nb_sumsq_block, and every block added in order: plain's bits. */
-static double sumsq_split(nb_stream *st) {
-    const size_t B = NB_SUMSQ_BLOCK, total = st->sl.total, nblk = (total + B - 1) / B;
-    float *blk = nb_malloc(B * sizeof(float), "norm block");
-    double sum = 0.0;
-    for (size_t b = 0; b < nblk; b++) {
-        if (!st->norm_have[b]) {
-            size_t start = b * B, n = total - start < B ? total - start : B;
-            for (size_t i = 0; i < n; i++) blk[i] = grad_at(st, start + i);
-            st->norm_part[b] = nb_sumsq_block(blk, n);
-        }
-        sum += st->norm_part[b];
-    }
-    free(blk);
-    return sum;
 }
 
 static void work_norm(void *arg, const nb_task_ctx *ctx) {
     nb_stream *st = ((nb_stream *)arg);
     nb_host_set_threads(st->r->o.threads);
-    st->sumsq = st->nglayer ? sumsq_split(st) : nb_sumsq_finish(st->h_grads, st->sl.total, st->norm_part, st->norm_have);
+    st->sumsq = st->nglayer || st->noclip ? nb_stream_sumsq_split(st) : nb_sumsq_finish(st->h_grads, st->sl.total, st->norm_part, st->norm_have);
     memset(st->norm_have, 0, (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK);
 }
 
@@ -631,7 +477,8 @@ static void work_adamw_resident(void *arg, const nb_task_ctx *ctx) {
     nb_stream *st = it->st;
     size_t off, n;
     glob_half(st, it->layer, &off, &n);
-    adamw_range(st, glob_slab_offset(st, it->layer), n, it->k, NULL);
+    size_t o = glob_slab_offset(st, it->layer);
+    adamw_range(st, o, n, it->k, NULL, nb_stream_grad_of(st, o));
     glob_pack_part(st, st->h_glob, it->layer);
 }
 
@@ -641,7 +488,8 @@ static void work_adamw_layer(void *arg, const nb_task_ctx *ctx) {
     opt_item *it = arg;
     nb_stream *st = it->st;
     void *up = it->uslot >= 0 ? st->h_up[it->uslot] : NULL;
-    adamw_range(st, st->sl.layer_offset[it->layer], st->layer_numel, it->k, lowp(st) ? up : NULL);
+    size_t o = st->sl.layer_offset[it->layer];
+    adamw_range(st, o, st->layer_numel, it->k, lowp(st) ? up : NULL, it->g ? it->g : nb_stream_grad_of(st, o));
     if (up && !lowp(st)) /* fp32: the master is the compute copy */
         copy_par(st, up, st->sl.params + st->sl.layer_offset[it->layer], st->layer_numel * sizeof(float));
 }
@@ -658,8 +506,8 @@ static void work_glob_h2d(void *arg, const nb_task_ctx *ctx) {
 static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = it->st;
-    norm_geom g = geom_of(st, it->layer);
-    char *h = gnorm_of(st, it->layer);
+    nb_norm_geom g = nb_stream_geom_of(st, it->layer);
+    char *h = nb_stream_gnorm_of(st, it->layer);
     float *edges = (float *)(h + g.nparts * sizeof(double)), *grad = gg_of(st, it->layer);
     if (g.nparts) st->r->be->to_host_async(ctx, h, gpart_of(st, it->layer), g.nparts * sizeof(double));
     if (g.head) st->r->be->to_host_async(ctx, edges, grad, g.head * sizeof(float));
@@ -671,8 +519,8 @@ static void work_gpu_norm_d2h(void *arg, const nb_task_ctx *ctx) {
 static void work_gpu_norm_land(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = it->st;
-    norm_geom g = geom_of(st, it->layer);
-    memcpy(st->norm_part + g.b0, gnorm_of(st, it->layer), g.nparts * sizeof(double));
+    nb_norm_geom g = nb_stream_geom_of(st, it->layer);
+    memcpy(st->norm_part + g.b0, nb_stream_gnorm_of(st, it->layer), g.nparts * sizeof(double));
     memset(st->norm_have + g.b0, 1, g.nparts);
 }
 
@@ -691,7 +539,7 @@ static void work_gpu_opt_up(void *arg, const nb_task_ctx *ctx) {
 static void work_gpu_adamw(void *arg, const nb_task_ctx *ctx) {
     const stream_item *it = arg; /* st->gitems[layer] */
     nb_stream *st = it->st;
-    size_t off = goff(st, it->layer);
+    size_t off = nb_stream_goff(st, it->layer);
     st->r->be->adamw_spans(ctx, st->d_gp + off, st->d_gg + off, st->d_gm + off, st->d_gv + off,
                         st->d_gw ? gw_of(st, it->layer) : NULL, st->gspans, st->ngspans, st->d_opt->k,
                         st->r->o.grad_clip > 0 ? &st->d_opt->sumsq : NULL, st->r->o.grad_clip);
@@ -795,7 +643,7 @@ static void gpu_update(nb_stream *st, int l, int ustep, int step) {
 /* Layer l's item for the forward or recompute: a device layer binds its own buffers (after its
  * pending update), a streamed one is loaded into a slot. */
 static stream_item forward_item(nb_stream *st, int l, int step) {
-    if (!on_gpu(st, l)) return (stream_item){st, l, load(st, l, step), 0, 0};
+    if (!nb_stream_on_gpu(st, l)) return (stream_item){st, l, load(st, l, step), 0, 0};
     if (st->gpending[l]) gpu_update(st, l, st->gpend_step, step);
     return (stream_item){st, l, -1, -1, -1};
 }
@@ -821,7 +669,7 @@ static void gpu_backward(nb_stream *st, int l, int step) {
 static void backward_layer(nb_stream *st, int l, int step) {
     nb_lane *c = st->r->compute;
     char name[40];
-    if (on_gpu(st, l)) {
+    if (nb_stream_on_gpu(st, l)) {
         gpu_backward(st, l, step);
         return;
     }
@@ -843,13 +691,14 @@ static void backward_layer(nb_stream *st, int l, int step) {
     snprintf(name, sizeof name, "grad L%d", l);
     nb_lane_run(st->host, name, NB_SPAN_OTHER, step, work_grad_land, it);
     st->down_free[d] = mark(st->host);
-    if (st->r->o.grad_clip <= 0) { /* no clipping: nothing waits for the norm, update the layer now */
+    if (st->noclip) { /* no clipping: nothing waits for the norm, update the layer now, from the down slab */
         opt_item *u = &st->opt_items[step & 1][l];
-        *u = (opt_item){st, l, -1, st->k[step & 1]};
+        *u = (opt_item){st, l, -1, st->k[step & 1], st->h_down[d]};
         nb_lane_wait(st->optim, st->down_free[d].m);
         snprintf(name, sizeof name, "adamw L%d", l);
         nb_lane_run(st->optim, name, NB_SPAN_OPTIM, step, work_adamw_layer, u);
         st->updated[l] = mark(st->optim);
+        st->down_free[d] = st->updated[l]; /* the slab is free once the update has read it */
     }
 }
 
@@ -912,8 +761,8 @@ nb_mark nb_stream_step(nb_stream *st, int step) {
     st->norm_done = mark(st->optim);
     int par = step & 1;
     opt_item *items = st->opt_items[par];
-    items[L] = (opt_item){st, -1, -1, st->k[par]};
-    items[L + 1] = (opt_item){st, -2, -1, st->k[par]};
+    items[L] = (opt_item){st, -1, -1, st->k[par], NULL};
+    items[L + 1] = (opt_item){st, -2, -1, st->k[par], NULL};
     nb_lane_run(st->optim, "adamw embeddings", NB_SPAN_OPTIM, step, work_adamw_resident, &items[L]);
     nb_lane_wait(st->h2d, nb_lane_mark(st->optim));
     nb_lane_run(st->h2d, "h2d embeddings", NB_SPAN_H2D, step, work_glob_h2d, &items[L]);
@@ -921,12 +770,12 @@ nb_mark nb_stream_step(nb_stream *st, int step) {
     /* the layers' updates run when the next forward loads them, each writing its compute copy
      * straight into its up slab; the head's after them (upload_head) */
     for (int l = 0; l < L && st->r->o.grad_clip > 0; l++) {
-        if (on_gpu(st, l)) { /* the device layers' on the device */
+        if (nb_stream_on_gpu(st, l)) { /* the device layers' on the device */
             st->gpending[l] = 1;
             st->gpend_step = step;
             continue;
         }
-        items[l] = (opt_item){st, l, -1, st->k[par]};
+        items[l] = (opt_item){st, l, -1, st->k[par], NULL};
         st->pending[l] = &items[l];
     }
     st->head_item = &items[L + 1];
@@ -972,7 +821,7 @@ void nb_stream_quiesce(nb_stream *st) {
 /* Forward-only use (evaluation): layer l's weights into slot 0, in order on ctx. */
 static const void *fetch_layer(void *self, nb_ctx ctx, int l) {
     nb_stream *st = self;
-    if (on_gpu(st, l)) return gw_of(st, l); /* up to date: quiesce ran the pending update */
+    if (nb_stream_on_gpu(st, l)) return gw_of(st, l); /* up to date: quiesce ran the pending update */
     stage_w(st, st->h_up[0], st->sl.layer_offset[l], st->layer_numel);
     st->r->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(st));
     /* every layer is staged through h_up[0]: the copy must have read it before the next call

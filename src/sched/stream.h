@@ -4,6 +4,9 @@
 #define NB_SCHED_STREAM_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "optim/optim.h"
 
 #include "step/step.h"
 
@@ -22,12 +25,14 @@ typedef struct {
     int layer, wslot, gslot, dslot;
 } stream_item;
 
-/* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, and
- * the up slab that receives the layer's compute-precision weights (-1: none) */
+/* one AdamW task: a layer (or -1, -2: the resident part's halves) with its step's scalars, the
+ * up slab that receives the layer's compute-precision weights (-1: none), and where its gradient
+ * is (NULL: the host gradient slab; without clipping a layer's down slab) */
 typedef struct opt_item {
     nb_stream *st;
     int layer, uslot;
     const nb_adamw_scalars *k;
+    const float *g;
 } opt_item;
 
 /* The update's scalars for the device layers (backend memory): the step's AdamW scalars and the
@@ -55,9 +60,13 @@ struct nb_stream {
     nb_layer_slab sl;      /* its slab (geometry at plan time; buffers once the family placed them) */
     /* the plan (stream_plan.c): layers whose activations are kept whole, device weight slots,
      * layers whose state lives on the device; the host gradient slab (arena offset, address) */
-    int keep, wslots, glayers;
-    size_t hg;
-    float *h_grads;
+    int keep, wslots, glayers, noclip;
+    size_t hg, he;
+    float *h_grads; /* with clipping: every part but the device layers (nb_stream_host_off); without
+                     * (noclip): the resident part only, packed, the layers' gradients are read from
+                     * their down slabs */
+    float *h_edges; /* noclip: [layers][2 * NB_SUMSQ_BLOCK], each layer's gradient elements in norm
+                     * blocks shared with a neighbour */
     size_t layer_numel;           /* elements of one layer group (all layers are alike) */
     size_t glob_numel;            /* embeddings + final group, packed */
     void *d_glob_w;               /* compute copy of the resident part */
@@ -110,6 +119,68 @@ struct nb_stream {
     size_t device_bytes, pinned_bytes;
 };
 
+/* ---- the layout helpers shared by stream.c and stream_state.c ---- */
+
+/* Slab elements [o, o + n) against the norm's blocks: nparts whole blocks from block b0, the first
+ * head and the last tail elements in blocks shared with the neighbours (a range inside one or two
+ * blocks: all of it is head). */
+typedef struct {
+    size_t o, n, b0, nparts, head, tail;
+} nb_norm_geom;
+
+static inline nb_norm_geom nb_stream_geom_range(size_t o, size_t n) {
+    const size_t B = NB_SUMSQ_BLOCK;
+    nb_norm_geom g = {o, n, 0, 0, n, 0};
+    size_t b0 = (o + B - 1) / B, b1 = (o + n) / B;
+    if (b1 > b0) g.b0 = b0, g.nparts = b1 - b0, g.head = b0 * B - o, g.tail = o + n - b1 * B;
+    return g;
+}
+
+static inline nb_norm_geom nb_stream_geom_of(const nb_stream *st, int l) {
+    return nb_stream_geom_range(st->sl.layer_offset[l], st->layer_numel);
+}
+
+static inline int nb_stream_on_gpu(const nb_stream *st, int l) { return st->gidx && st->gidx[l] >= 0; }
+
+/* where device layer l's state starts in the device buffers, in elements */
+static inline size_t nb_stream_goff(const nb_stream *st, int l) { return (size_t)st->gidx[l] * st->layer_numel; }
+
+/* The layer whose group starts at or before slab offset o (-1: o is in the input stage). */
+static inline int nb_stream_layer_at(const nb_stream *st, size_t o) {
+    int lo = 0, hi = st->sl.layers - 1;
+    if (hi < 0 || o < st->sl.layer_offset[0]) return -1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (st->sl.layer_offset[mid] <= o) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Slab offset o's place in the host moment and gradient slabs, which leave the device layers out
+ * (their moments and gradients live on the device only); SIZE_MAX inside a device layer. */
+static inline size_t nb_stream_host_off(const nb_stream *st, size_t o) {
+    int l = st->nglayer ? nb_stream_layer_at(st, o) : -1;
+    if (l < 0) return o;
+    int inside = o < st->sl.layer_offset[l] + st->layer_numel;
+    if (nb_stream_on_gpu(st, l) && inside) return SIZE_MAX;
+    size_t cut = (size_t)st->hcut[l] + (size_t)(nb_stream_on_gpu(st, l) && !inside);
+    return o - cut * st->layer_numel;
+}
+
+/* noclip: streamed layer l's gradient edges */
+static inline float *nb_stream_edges_of(const nb_stream *st, int l) { return st->h_edges + (size_t)l * 2 * NB_SUMSQ_BLOCK; }
+
+/* where the host keeps the gradient of slab offset o (the resident part's, or with clipping a
+ * streamed layer's) */
+static inline float *nb_stream_grad_of(const nb_stream *st, size_t o) {
+    if (!st->noclip) return st->h_grads + nb_stream_host_off(st, o);
+    return st->h_grads + (o >= st->sl.out_off ? st->sl.in_n + (o - st->sl.out_off) : o - st->sl.in_off);
+}
+
+/* device layer l's pinned norm buffer (its blocks' sums, then its edges) */
+static inline char *nb_stream_gnorm_of(const nb_stream *st, int l) { return st->h_gnorm + (size_t)st->gidx[l] * st->gnorm_stride; }
+
 /* Setup of the device slots, pinned slabs and lanes, once the family placed its buffers
  * (other_device_bytes: what the run's plan already holds on the device, checked against what was
  * free before it); binds the family's stages to the resident buffers. */
@@ -130,13 +201,25 @@ void nb_stream_report(const nb_stream *st);
 size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers);
 /* Host bytes of the stream's state with glayers device layers: the fp32 master of every layer, the
  * two moments and the gradient of all but the device layers (theirs live on the device only:
- * glayers_saved is what that leaves out); and the pinned staging with nslab slabs each way. */
+ * glayers_saved is what that leaves out); without clipping (noclip) the gradient of the resident
+ * part and the layers' edges only (noclip_saved: what that leaves out); and the pinned staging
+ * with nslab slabs each way. */
 typedef struct {
-    size_t master, moments, grads, glayers_saved;
+    size_t master, moments, grads, glayers_saved, noclip_saved;
 } nb_stream_host;
-void nb_stream_host_need(const nb_layer_slab *s, int glayers, nb_stream_host *h);
+void nb_stream_host_need(const nb_layer_slab *s, int glayers, int noclip, nb_stream_host *h);
 size_t nb_stream_moment_numel(const nb_layer_slab *s, int glayers);
+/* elements of the host gradient slab and of the noclip edge store */
+size_t nb_stream_grads_numel(const nb_layer_slab *s, int glayers, int noclip);
+size_t nb_stream_edges_numel(const nb_layer_slab *s, int noclip);
 size_t nb_stream_pinned_need(const nb_layer_slab *s, int nslab, int glayers);
+/* bytes of a device layer's pinned norm buffer; gradient slots beside wslots weight slots */
+size_t nb_stream_gnorm_stride(size_t layer_numel);
+int nb_stream_gradient_slots(int wslots);
+/* The device layers' moments through the family's state map (stream_state.c): zeroed, bound. */
+void nb_stream_bind_state(nb_stream *st);
+/* nb_sumsq_finish over a host gradient slab that lacks the device layers. */
+double nb_stream_sumsq_split(nb_stream *st);
 size_t nb_stream_wslot_bytes(const nb_layer_slab *s);
 size_t nb_stream_glayer_bytes(const nb_layer_slab *s);
 

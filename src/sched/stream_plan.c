@@ -138,11 +138,12 @@ static void print_plan(const nb_stream *st, const nb_stream_host *h, size_t acts
     const nb_train_opts *o = &st->r->o;
     char kept[128], b[6][32];
     kept_text(st, kept, sizeof kept);
-    nb_log(1, "memory      host: params %s + adamw %s + grads %s (%.2f bytes/param%s%s); %s: activations %s (B=%d, T=%d), %s\n",
+    nb_log(1, "memory      host: params %s + adamw %s + grads %s (%.2f bytes/param%s%s%s%s); %s: activations %s (B=%d, T=%d), %s\n",
            nb_fmt_bytes(b[0], 32, (double)h->master), nb_fmt_bytes(b[1], 32, (double)h->moments),
            nb_fmt_bytes(b[2], 32, (double)h->grads),
            (double)(h->master + h->moments + h->grads) / (double)(st->sl.total ? st->sl.total : 1),
            h->glayers_saved ? "; --gpu-layers leaves out " : "", h->glayers_saved ? nb_fmt_bytes(b[5], 32, (double)h->glayers_saved) : "",
+           h->noclip_saved ? "; --grad-clip 0 leaves out " : "", h->noclip_saved ? nb_fmt_bytes(b[4], 32, (double)h->noclip_saved) : "",
            on_device(st) ? "device" : "host", nb_fmt_bytes(b[3], 32, (double)acts), o->batch, o->seq, kept);
     double state = (double)(h->master + h->moments + h->grads);
     if (state > 16e9)
@@ -178,17 +179,21 @@ static void stream_plan(nb_run *r) {
     st->glayers = resolve_glayers(st);
     st->wslots = fit_wslots(st, st->glayers);
     int K = r->o.ckpt_interval;
+    st->noclip = r->o.grad_clip <= 0;
     size_t mom = nb_stream_moment_numel(&st->sl, st->glayers), acts = st->li->acts_bytes(r, K, st->keep);
     nb_stream_host h;
-    nb_stream_host_need(&st->sl, st->glayers, &h);
+    nb_stream_host_need(&st->sl, st->glayers, st->noclip, &h);
     print_plan(st, &h, acts);
     st->li->reserve_state(r, mom);
-    st->hg = nb_arena_plan_bytes(&r->host, mom * sizeof(float));
+    st->hg = nb_arena_plan_bytes(&r->host, nb_stream_grads_numel(&st->sl, st->glayers, st->noclip) * sizeof(float));
+    size_t edges = nb_stream_edges_numel(&st->sl, st->noclip) * sizeof(float);
+    st->he = edges ? nb_arena_plan_bytes(&r->host, edges) : 0;
     st->li->reserve_work(r, K, st->keep);
     check_host(st, nb_stream_pinned_need(&st->sl, r->o.pinned_slabs, st->glayers));
     nb_run_alloc_arenas(r, "pass --gpu-layers N, or pick a smaller --model (`nobubble plan` shows what fits)");
     /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
     st->h_grads = (float *)(r->host.base + st->hg);
+    st->h_edges = edges ? (float *)(r->host.base + st->he) : NULL;
 }
 
 static nb_stream *S(nb_run *r) { return r->ss; }
