@@ -194,6 +194,26 @@ static const nb_family_i *base_options(const char *model, const char *resume, co
 
 static const char *group_titles[NB_OPTG_COUNT + 1];
 
+/* Train's flags for another command (nobubble plan): the options of a fresh run of the family
+ * --model names, flags on top; 1 when --help was printed. */
+int nb_train_flags(const char *cmd, const char *summary, int argc, char **argv, nb_train_opts *o, const nb_family_i **famp) {
+    const char *model = prescan(argc, argv, "--model");
+    int step = 0;
+    const nb_family_i *fam = base_options(model, NULL, "", o, &step);
+    static nb_arg args[160];
+    static flag_ctx ctx[160];
+    int nargs = table_flags(o, fam->option_groups, args, ctx, 160);
+    for (int g = 0; g < NB_OPTG_COUNT; g++) group_titles[g] = nb_opt_groups[g].title;
+    nb_args_set_groups(group_titles, fam->option_groups);
+    nb_args_set_epilogue(help_epilogue());
+    if (nb_args_parse(cmd, summary, args, nargs, argc, argv)) return 1;
+    reject_foreign(args, nargs, fam->option_groups);
+    parsed_flags seen = {args, nargs};
+    if (fam->after_flags) fam->after_flags(o, flag_seen, &seen, 0);
+    *famp = fam;
+    return 0;
+}
+
 int nb_cmd_train(int argc, char **argv) {
     nb_train_opts o, was;
     const char *resume = prescan(argc, argv, "--resume"), *model = prescan(argc, argv, "--model");

@@ -11,4 +11,5 @@ int nb_cmd_predict(int argc, char **argv);  /* tools/cmd_predict.c */
 int nb_cmd_criteo_convert(int argc, char **argv); /* tools/cmd_criteo.c */
 int nb_cmd_synth_dump(int argc, char **argv);     /* tools/cmd_synth_dump.c */
 int nb_cmd_timeline(int argc, char **argv);       /* tools/cmd_timeline.c */
+int nb_cmd_plan(int argc, char **argv);           /* tools/cmd_plan.c */
 #endif

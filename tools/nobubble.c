@@ -134,6 +134,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "criteo-convert")) return nb_cmd_criteo_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth-dump")) return nb_cmd_synth_dump(argc - 1, argv + 1);
     if (!strcmp(cmd, "timeline")) return nb_cmd_timeline(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return nb_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return nb_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return nb_cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return nb_cmd_predict(argc - 1, argv + 1);

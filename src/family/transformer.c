@@ -357,6 +357,18 @@ static void reserve_work(nb_run *r, int ckpt_interval, int keep) {
     tr->plan.ds = plan_in(&r->dev, sizeof(nb_step_scalars));
 }
 
+/* The plan term by term (r->mem): the host master and moments for checkpoints, the rest where the
+ * step runs. */
+static void record_plan(nb_run *r, size_t slab, size_t wl, size_t acts, size_t other, size_t gsum) {
+    nb_tf_train *tr = r->fs;
+    nb_mem_plan *mp = &r->mem;
+    mp->host = (nb_mem_side){.weights = slab, .moments = 2 * slab};
+    nb_mem_side *w = nb_tf_on_device(tr) ? &mp->dev : &mp->host;
+    if (nb_tf_on_device(tr)) w->weights = slab + wl, w->moments = 2 * slab;
+    w->grads = slab + gsum, w->acts = acts, w->other = other;
+    mp->saved = "";
+}
+
 /* The whole model state resident where the step runs (plain, erase): on the CPU everything in
  * host memory; on a GPU the host keeps the master weights and moments for checkpoints. */
 static void tf_plan(nb_run *r) {
@@ -373,6 +385,7 @@ static void tf_plan(nb_run *r) {
            nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
            nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
     reserve_state(r, m->total);
+    record_plan(r, slab, wl, acts, toks + (devb ? sizeof(nb_step_scalars) : 0), gsum);
     p->resident = 1;
     if (!devb) {
         p->hg = plan_in(&r->host, slab), p->ha = plan_in(&r->host, acts);

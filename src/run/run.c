@@ -164,8 +164,8 @@ static void create_comm(nb_run *r) {
                r->o.comm_sm_free ? "; all-to-all and all-gather over copy engines (--comm-sm-free)" : "");
 }
 
-void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
-    double t_setup = nb_now();
+/* The run's options, family and schedule, checked (no backend yet). */
+static void run_begin(nb_run *r, const nb_train_opts *o, int eval_only) {
     memset(r, 0, sizeof *r);
     r->o = *o;
     r->eval_only = eval_only;
@@ -188,6 +188,67 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     r->fam->check(&r->o);
     check_schedule(r);
     r->traits = r->sched->traits;
+}
+
+/* The lanes, arenas and the family: what the memory plan needs. */
+static void run_lanes(nb_run *r) {
+    nb_host_set_threads(r->o.threads);
+    /* the instance's own device: an emulated GPU (nobubble plan) still runs on CPU lanes */
+    r->lanes = nb_lanes_create(r->backend->ops->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 400000 : 1 << 16);
+    nb_lanes_bind(r->lanes, r->backend);
+    nb_lanes_set_thread_start(r->lanes, thread_start, r);
+    r->compute = nb_lane_create(r->lanes, "compute", NB_LANE_DEVICE);
+    nb_run_on_compute(r, "set threads", work_set_threads, r);
+}
+
+/* the memory: the schedule's plan when it keeps the state, else the family's own */
+static void run_plan(nb_run *r) {
+    if (r->sched->plan)
+        r->sched->plan(r);
+    else if (r->fam->plan)
+        r->fam->plan(r);
+}
+
+void nb_run_plan_only(nb_run *r, const nb_train_opts *o, size_t gpu_mem) {
+    nb_train_opts po = *o;
+    snprintf(po.device, sizeof po.device, "cpu");
+    if (gpu_mem) po.gpu_mem_limit = gpu_mem;
+    po.precision = NB_PREC_DEFAULT; /* the CPU backend's checks; the emulated GPU takes o's below */
+    run_begin(r, &po, 0);
+    r->dry = 1;
+    r->backend = nb_backend_create("cpu", "");
+    r->be = r->backend->ops;
+    if (gpu_mem) { /* the CPU backend's table planning as the GPU would: its device and precision */
+        r->dry_be = *r->be;
+        r->dry_be.device = NB_DEV_CUDA;
+        r->dry_be.act_dtype = o->precision == NB_PREC_FP32 ? NB_F32 : NB_BF16;
+        r->be = &r->dry_be;
+        r->dev_free0 = gpu_mem;
+    }
+    run_lanes(r);
+    init_arenas(r);
+    r->fam->init(r);
+    run_plan(r);
+}
+
+size_t nb_run_host_bytes(const nb_run *r) {
+    size_t h = r->host.planned + r->pinned.planned + r->sched_pinned_bytes;
+    return r->be->device == NB_DEV_CPU ? h + r->dev.planned + r->sched_dev_bytes : h;
+}
+
+size_t nb_run_dev_bytes(const nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : r->dev.planned + r->sched_dev_bytes; }
+
+/* What the run allocated, in bytes (tests/plan_test.sh compares it with `nobubble plan`). */
+static void log_allocated(const nb_run *r) {
+    nb_log(1, "allocated   host %zu bytes, device %zu bytes (arenas: host %zu, pinned %zu, %s %zu; the schedule's own: "
+              "device %zu, pinned %zu)\n",
+           nb_run_host_bytes(r), nb_run_dev_bytes(r), r->host.planned, r->pinned.planned,
+           r->be->device == NB_DEV_CPU ? "backend" : "device", r->dev.planned, r->sched_dev_bytes, r->sched_pinned_bytes);
+}
+
+void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
+    double t_setup = nb_now();
+    run_begin(r, o, eval_only);
     agree_on_options(r);
     nb_ckpt_state st = {0};
     if (o->resume[0]) {
@@ -202,22 +263,14 @@ void nb_run_init(nb_run *r, const nb_train_opts *o, int eval_only) {
     r->be = r->backend->ops;
     nb_backend_set_attn(r->backend, r->o.attn);
     r->dev_free0 = r->be->device != NB_DEV_CPU ? r->be->mem_available() : 0;
-    nb_host_set_threads(r->o.threads);
-    r->lanes = nb_lanes_create(r->be->device != NB_DEV_CPU ? "cuda" : "cpu", r->o.trace[0] ? 400000 : 1 << 16);
-    nb_lanes_bind(r->lanes, r->backend);
-    nb_lanes_set_thread_start(r->lanes, thread_start, r);
-    r->compute = nb_lane_create(r->lanes, "compute", NB_LANE_DEVICE);
-    nb_run_on_compute(r, "set threads", work_set_threads, r);
+    run_lanes(r);
     create_comm(r);
     init_arenas(r);
     r->fam->init(r);
-    /* the memory: the schedule's plan when it keeps the state, else the family's own */
-    if (r->sched->plan)
-        r->sched->plan(r);
-    else if (r->fam->plan)
-        r->fam->plan(r);
+    run_plan(r);
     if (r->fam->bind) r->fam->bind(r);
     if (r->sched->init) r->sched->init(r);
+    log_allocated(r);
     r->fam->start(r, o->resume[0] ? o->resume : NULL);
     if (r->traits.keeps_state)
         r->sched->upload(r);

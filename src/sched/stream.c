@@ -247,6 +247,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     char a[32], b[32], c[32], d[32];
     nb_stream_host h;
     nb_stream_host_need(&st->sl, st->nglayer, st->noclip, &h);
+    r->sched_dev_bytes = st->device_bytes, r->sched_pinned_bytes = st->pinned_bytes; /* what was allocated */
     double host_bytes = (double)(h.master + h.moments + h.grads);
     nb_log(1, "stream      host: %s (%.2f bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "

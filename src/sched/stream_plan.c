@@ -164,6 +164,28 @@ static void check_host(const nb_stream *st, size_t pinned) {
              nb_fmt_bytes(b, 32, (double)have), r->o.host_mem_limit ? " (--host-mem-limit)" : "");
 }
 
+/* The plan term by term (r->mem) and what the schedule allocates itself at init (slots, staging). */
+static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t acts) {
+    nb_run *r = st->r;
+    const nb_layer_slab *s = &st->sl;
+    size_t lw = s->layer_numel, gw = s->in_n + s->out_n, e = s->elem, G = (size_t)st->glayers;
+    size_t dev_need = nb_stream_device_need(s, st->wslots, st->glayers);
+    nb_mem_plan *m = &r->mem;
+    m->glayers = st->glayers, m->wslots = st->wslots, m->keep = st->keep;
+    m->host = (nb_mem_side){.weights = h->master, .grads = h->grads, .moments = h->moments};
+    size_t slots = (size_t)st->wslots * lw * e + (size_t)nb_stream_gradient_slots(st->wslots) * lw * sizeof(float);
+    size_t dw = gw * e + G * lw * (sizeof(float) + (e == sizeof(float) ? 0 : e)), dm = G * lw * 2 * sizeof(float);
+    size_t dg = gw * sizeof(float) + G * lw * sizeof(float);
+    m->dev = (nb_mem_side){.weights = dw, .grads = dg, .moments = dm, .acts = acts, .slots = slots,
+                           .other = dev_need - slots - dw - dg - dm + st->li->io_bytes(r)};
+    m->host.slots = nb_stream_pinned_need(s, r->o.pinned_slabs, st->glayers);
+    snprintf(m->saved_buf, sizeof m->saved_buf, "%s%s%s", h->glayers_saved ? "--gpu-layers: device layers' moments and gradients" : "",
+             h->glayers_saved && h->noclip_saved ? "; " : "", h->noclip_saved ? "--grad-clip 0: the layers' fp32 gradient slab" : "");
+    m->saved = m->saved_buf;
+    r->sched_dev_bytes = dev_need;
+    r->sched_pinned_bytes = m->host.slots;
+}
+
 /* Host: the fp32 master of every layer, the moments and gradients of all but the device layers
  * (nb_stream_host_need); device (or host on the CPU backend): activations, tokens, step scalars.
  * The slots are the schedule's own (init). The family reserves its part (its master and moments;
@@ -189,7 +211,9 @@ static void stream_plan(nb_run *r) {
     size_t edges = nb_stream_edges_numel(&st->sl, st->noclip) * sizeof(float);
     st->he = edges ? nb_arena_plan_bytes(&r->host, edges) : 0;
     st->li->reserve_work(r, K, st->keep);
-    check_host(st, nb_stream_pinned_need(&st->sl, r->o.pinned_slabs, st->glayers));
+    record_plan(st, &h, acts);
+    if (r->dry) return;
+    check_host(st, r->sched_pinned_bytes);
     nb_run_alloc_arenas(r, "pass --gpu-layers N, or pick a smaller --model (`nobubble plan` shows what fits)");
     /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
     st->h_grads = (float *)(r->host.base + st->hg);

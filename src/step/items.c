@@ -113,6 +113,7 @@ static void work_zero_dev(void *arg, const nb_task_ctx *ctx) {
 
 void nb_run_alloc_arenas(nb_run *r, const char *hint) {
     char need[32], have[32];
+    if (r->dry) return; /* nobubble plan: the plan is what it wants */
     /* the device check comes first, before any allocation; --gpu-mem-limit emulates a smaller GPU */
     if (r->be->device != NB_DEV_CPU && r->dev.budget && r->dev.planned > r->dev.budget)
         nb_fail(hint, "the plan needs %s of GPU memory but %s is available%s", nb_fmt_bytes(need, 32, (double)r->dev.planned),

@@ -303,8 +303,29 @@ struct nb_comm;
 struct nb_sched_i;
 struct nb_loop; /* the loop's own bookkeeping (run/run.c) */
 
+/* The memory a run's plan holds, term by term, on each side: host (the arena, and for the stream
+ * schedule the fp32 master, moments and gradients it keeps there) and the device (on the CPU
+ * backend the same RAM); what `nobubble plan` prints, filled by the planner that reserves it. */
+typedef struct {
+    size_t weights, grads, moments, acts, slots, other;
+} nb_mem_side;
+typedef struct {
+    nb_mem_side host, dev;
+    int glayers, wslots, keep; /* the stream schedule's choices (-1 options resolved) */
+    const char *saved;         /* what the options left out of host memory, in words ("" none) */
+    char saved_buf[192];
+} nb_mem_plan;
+
 struct nb_run {
     nb_train_opts o;
+    /* plan only (nobubble plan): the plan is made, nothing allocated; dry_be: an emulated GPU's
+     * table (the CPU backend's, device and precision of the GPU) when planning for one */
+    int dry;
+    nb_backend_i dry_be;
+    nb_mem_plan mem;
+    /* bytes a schedule allocates outside the arenas (its slots and pinned staging): planned
+     * (dry) or allocated */
+    size_t sched_dev_bytes, sched_pinned_bytes;
     /* ranks: this one and how many; the communicator (NULL with one rank) */
     int rank, world;
     int ckpt_world; /* ranks that wrote the checkpoint read (o.resume; eval reads any), 0: none */
