@@ -7,7 +7,7 @@
 #    the last layers kept whole (--keep-layers 1, 2 and -1: no recompute for them), with
 #    one device slot and one pinned slab (--stream-slots 1 --pinned-slabs 1), three slots and
 #    one per layer (--stream-slots 3, -1: then each layer is uploaded once a step), with layers
-#    whose state stays on the device (--gpu-layers, also across a resume), and
+#    whose state stays on the device (--gpu-layers, also across a resume that changes how many), and
 #    without clipping (each layer's AdamW then runs during the backward);
 #  - a stream run resumed from its step-10 checkpoint equals 20 steps straight;
 #  - the trace and timeline.svg show the h2d, d2h and host lanes at work;
@@ -86,6 +86,13 @@ $NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --gpu-layers 
     || fail "stream --gpu-layers 5, first half"
 $NB train --resume "$TMP/g-all" --out "$TMP/g-all" --no-progress --quiet || fail "stream --gpu-layers 5, resumed"
 same "5 layers: stream with every layer on the device, resumed at step 10, vs plain" "$TMP/k-plain" "$TMP/g-all"
+# the device layers' moments live on the device only: a checkpoint fetches them, a resume with
+# other device layers (and slots) stores them where they now live
+$NB train "${C[@]}" --model gpt2-tiny --layers 5 --schedule stream --gpu-layers 2 --stop-after 10 --out "$TMP/g-mv" \
+    || fail "stream --gpu-layers 2, first half"
+$NB train --resume "$TMP/g-mv" --out "$TMP/g-mv" --gpu-layers 3 --stream-slots 1 --no-progress --quiet \
+    || fail "stream resumed with --gpu-layers 3 --stream-slots 1"
+same "5 layers: stream --gpu-layers 2, resumed at step 10 with --gpu-layers 3 --stream-slots 1, vs plain" "$TMP/k-plain" "$TMP/g-mv"
 out=$($NB train --batch 2 --steps 2 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --model gpt2-tiny --layers 8 \
     --schedule stream --gpu-layers 3 --out "$TMP/pcie-g" 2>&1)
 echo "$out" | grep -q "^\(pcie\|copies\) .* 8 layer uploads for 5 streamed layers" && echo "$out" | grep -q "3 of 8 layers (0 2 5) keep weights" \
@@ -100,6 +107,10 @@ same "--grad-clip 0: stream (AdamW during the backward) vs plain" "$TMP/nc-plain
 $NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --gpu-layers 2 --out "$TMP/nc-g2" \
     || fail "no-clip stream --gpu-layers 2"
 same "--grad-clip 0: stream with --gpu-layers 2 vs plain" "$TMP/nc-plain" "$TMP/nc-g2"
+$NB train "${C[@]}" --model gpt2-tiny --layers 4 --grad-clip 0 --schedule stream --gpu-layers 1 --stop-after 10 --out "$TMP/nc-r" \
+    || fail "no-clip stream --gpu-layers 1, first half"
+$NB train --resume "$TMP/nc-r" --out "$TMP/nc-r" --gpu-layers 0 --no-progress --quiet || fail "no-clip stream resumed, --gpu-layers 0"
+same "--grad-clip 0: stream --gpu-layers 1 resumed at step 10 with --gpu-layers 0, vs plain" "$TMP/nc-plain" "$TMP/nc-r"
 $NB train "${C[@]}" --model gpt2-tiny --schedule stream --stop-after 10 --out "$TMP/split" || fail "stream first half"
 $NB train --resume "$TMP/split" --out "$TMP/split" --no-progress --quiet || fail "stream resume"
 cmp -s "$TMP/gpt2-tiny-stream/ckpt/model.safetensors" "$TMP/split/ckpt/model.safetensors" \

@@ -397,7 +397,7 @@ static void tf_plan(nb_run *r) {
         if (wl) p->dw = plan_in(&r->dev, wl);
         p->dac = plan_in(&r->dev, acts), p->dt = plan_in(&r->dev, toks), p->ds = plan_in(&r->dev, sizeof(nb_step_scalars));
     }
-    nb_run_alloc_arenas(r, "lower --batch or --seq, or pick a smaller --model");
+    nb_run_alloc_arenas(r, "lower --batch or --seq, pick a smaller --model, or --schedule stream (host memory)");
 }
 
 static void *at(nb_arena *a, size_t off) { return off == NB_UNPLANNED ? NULL : (void *)(a->base + off); }

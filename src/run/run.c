@@ -231,13 +231,6 @@ void nb_run_plan_only(nb_run *r, const nb_train_opts *o, size_t gpu_mem) {
     run_plan(r);
 }
 
-size_t nb_run_host_bytes(const nb_run *r) {
-    size_t h = r->host.planned + r->pinned.planned + r->sched_pinned_bytes;
-    return r->be->device == NB_DEV_CPU ? h + r->dev.planned + r->sched_dev_bytes : h;
-}
-
-size_t nb_run_dev_bytes(const nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : r->dev.planned + r->sched_dev_bytes; }
-
 /* What the run allocated, in bytes (tests/plan_test.sh compares it with `nobubble plan`). */
 static void log_allocated(const nb_run *r) {
     nb_log(1, "allocated   host %zu bytes, device %zu bytes (arenas: host %zu, pinned %zu, %s %zu; the schedule's own: "

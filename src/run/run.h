@@ -24,10 +24,7 @@ void nb_run_free(nb_run *r);
  * nothing allocated, no budget enforced. gpu_mem > 0 plans for a GPU of that many bytes (an
  * emulated one on a machine without), 0 for the CPU backend. */
 void nb_run_plan_only(nb_run *r, const nb_train_opts *o, size_t gpu_mem);
-/* Host bytes a run's plan takes (arenas and a schedule's pinned staging; with the CPU backend
- * its "device" memory too) and device bytes (0 on the CPU backend). */
-size_t nb_run_host_bytes(const nb_run *r);
-size_t nb_run_dev_bytes(const nb_run *r);
+
 /* Train from r->step to o.steps (or o.stop_after, --time-limit); writes metrics, checkpoints. */
 void nb_run_train(nb_run *r);
 /* Evaluate now (waits for the schedule's work in flight first). */

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core.h"
-#include "host.h"
 #include "sched/sched.h"
 #include "sched/stream.h"
 
@@ -151,19 +150,6 @@ static void print_plan(const nb_stream *st, const nb_stream_host *h, size_t acts
                nb_fmt_bytes(b[4], 32, state));
 }
 
-/* Refused before anything is allocated: the host arena and the pinned staging against
- * --host-mem-limit, or what the host reports available (never an OOM kill halfway). */
-static void check_host(const nb_stream *st, size_t pinned) {
-    const nb_run *r = st->r;
-    size_t need = r->host.planned + pinned, have = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
-    char a[32], b[32];
-    NB_CHECK(!have || need <= have,
-             "pass --gpu-layers N (their moments and gradients stay on the GPU), lower --batch or --seq, or pick a smaller "
-             "--model; `nobubble plan` shows what fits",
-             "--schedule stream needs %s of host memory but %s is available%s", nb_fmt_bytes(a, 32, (double)need),
-             nb_fmt_bytes(b, 32, (double)have), r->o.host_mem_limit ? " (--host-mem-limit)" : "");
-}
-
 /* The plan term by term (r->mem) and what the schedule allocates itself at init (slots, staging). */
 static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t acts) {
     nb_run *r = st->r;
@@ -213,8 +199,8 @@ static void stream_plan(nb_run *r) {
     st->li->reserve_work(r, K, st->keep);
     record_plan(st, &h, acts);
     if (r->dry) return;
-    check_host(st, r->sched_pinned_bytes);
-    nb_run_alloc_arenas(r, "pass --gpu-layers N, or pick a smaller --model (`nobubble plan` shows what fits)");
+    nb_run_alloc_arenas(r, "pass --gpu-layers N (their moments and gradients stay on the GPU), --grad-clip 0 (no host "
+                           "gradient slab), lower --batch or --seq, or pick a smaller --model");
     /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
     st->h_grads = (float *)(r->host.base + st->hg);
     st->h_edges = edges ? (float *)(r->host.base + st->he) : NULL;

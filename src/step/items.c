@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "core.h"
+#include "host.h"
 
 void nb_items_add(nb_items *l, const char *name, nb_span_kind kind, nb_task_fn fn, void *arg) {
     nb_items_add_bucket(l, name, kind, fn, arg, -1);
@@ -111,9 +112,27 @@ static void work_zero_dev(void *arg, const nb_task_ctx *ctx) {
     r->be->zero(ctx, r->dev.base, r->dev.planned);
 }
 
+size_t nb_run_host_bytes(const nb_run *r) {
+    size_t h = r->host.planned + r->pinned.planned + r->sched_pinned_bytes;
+    return r->be->device == NB_DEV_CPU ? h + r->dev.planned + r->sched_dev_bytes : h;
+}
+
+size_t nb_run_dev_bytes(const nb_run *r) { return r->be->device == NB_DEV_CPU ? 0 : r->dev.planned + r->sched_dev_bytes; }
+
+/* The whole host plan against the host, before anything is allocated: never an OOM kill halfway. */
+static void check_host(const nb_run *r, const char *hint) {
+    size_t need = nb_run_host_bytes(r), have = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
+    char a[32], b[32], h[512];
+    snprintf(h, sizeof h, "%s; `nobubble plan` shows what fits", hint);
+    if (have && need > have)
+        nb_fail(h, "the plan needs %s of host memory but %s is available%s", nb_fmt_bytes(a, 32, (double)need),
+                nb_fmt_bytes(b, 32, (double)have), r->o.host_mem_limit ? " (--host-mem-limit)" : "");
+}
+
 void nb_run_alloc_arenas(nb_run *r, const char *hint) {
     char need[32], have[32];
     if (r->dry) return; /* nobubble plan: the plan is what it wants */
+    check_host(r, hint);
     /* the device check comes first, before any allocation; --gpu-mem-limit emulates a smaller GPU */
     if (r->be->device != NB_DEV_CPU && r->dev.budget && r->dev.planned > r->dev.budget)
         nb_fail(hint, "the plan needs %s of GPU memory but %s is available%s", nb_fmt_bytes(need, 32, (double)r->dev.planned),

@@ -383,5 +383,11 @@ int nb_run_nonfinite(nb_run *r, const float *p, size_t n);
 /* The run's arenas, allocated after the family and the schedule planned them: the device arena
  * is checked against --gpu-mem-limit (or the free memory) first, with hint naming what to lower. */
 void nb_run_alloc_arenas(nb_run *r, const char *hint);
+/* Host bytes a run's plan takes (arenas and a schedule's pinned staging; with the CPU backend
+ * its "device" memory too) and device bytes (0 on the CPU backend). nb_run_alloc_arenas refuses
+ * a plan whose host bytes exceed --host-mem-limit or what the host reports available, before
+ * allocating anything. */
+size_t nb_run_host_bytes(const nb_run *r);
+size_t nb_run_dev_bytes(const nb_run *r);
 
 #endif

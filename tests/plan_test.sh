@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# nobubble plan against what a run allocates, on the CPU backend:
+#  - plain and stream (with device layers and without clipping too): plan's host bytes equal the
+#    bytes the run logs it allocated ("allocated" line) within 1%;
+#  - the stream's host terms: --gpu-layers leaves the device layers' moments and gradients out,
+#    --grad-clip 0 the layers' gradient slab;
+#  - a plan over the host memory says "does not fit", and the run refuses it before allocating;
+#  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
+#    and from a Hugging Face config.json (Llama-3.1-8B's shape): plain does not fit, stream does.
+source "$(dirname "$0")/lib.sh"
+need_sotu
+C=(--batch 2 --seq 64 --steps 1 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --fresh)
+# allocated OUT: the host bytes of a run's "allocated" line; planned SCHED OUT: plan's
+allocated() { sed -n 's/^allocated   host \([0-9]*\) bytes.*/\1/p' "$1"; }
+planned() { sed -n "s/^bytes   $1 host \([0-9]*\) .*/\1/p" "$2"; }
+close() { # close NAME A B: within 1%
+    [ -n "$2" ] && [ -n "$3" ] && awk -v a="$2" -v b="$3" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d < 0.01) }' \
+        && pass "$1: plan $3 bytes, the run $2" || fail "$1: plan '$3' bytes vs the run's '$2'"
+}
+for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "stream|--gpu-layers 2 --grad-clip 0 --ckpt-interval 1"; do
+    sched=${case%%|*} extra=${case#*|}
+    $NB train "${C[@]}" --model llama-tiny --schedule $sched $extra --out "$TMP/run" 2>"$TMP/run.err" >/dev/null \
+        || { fail "$sched $extra: the run failed"; tail -3 "$TMP/run.err"; continue; }
+    $NB plan --model llama-tiny --batch 2 --seq 64 $extra --gpu-mem 0 --host-mem 64G >"$TMP/plan.out" 2>&1 \
+        || { fail "$sched $extra: plan failed"; tail -3 "$TMP/plan.out"; continue; }
+    close "llama-tiny $sched $extra: host bytes" "$(allocated "$TMP/run.err")" "$(planned $sched "$TMP/plan.out")"
+    cp "$TMP/plan.out" "$TMP/plan-${sched}-$(echo $extra | tr -d ' -')"
+done
+# each option's host term: the gradient slab of 4 layers of 4 (--grad-clip 0) or of 1 (--gpu-layers 1)
+base=$(planned stream "$TMP/plan-stream-") g1=$(planned stream "$TMP/plan-stream-gpulayers1") nc=$(planned stream "$TMP/plan-stream-gradclip0")
+[ -n "$base" ] && [ -n "$g1" ] && [ -n "$nc" ] && [ "$g1" -lt "$base" ] && [ "$nc" -lt "$base" ] \
+    && grep -q "left out of host memory: --gpu-layers" "$TMP/plan-stream-gpulayers1" \
+    && grep -q "left out of host memory: --grad-clip 0" "$TMP/plan-stream-gradclip0" \
+    && pass "stream host bytes: $base, --gpu-layers 1 $g1, --grad-clip 0 $nc (the plan names what each leaves out)" \
+    || fail "stream host terms: $base / $g1 / $nc"
+# over the host: plan says so, the run refuses before allocating
+$NB plan --model llama-tiny --batch 2 --seq 64 --gpu-mem 0 --host-mem 20M >"$TMP/small.out" 2>&1
+grep -q "^stream  does not fit" "$TMP/small.out" && pass "plan: stream does not fit 20 MiB of host memory" \
+    || fail "plan with --host-mem 20M: $(head -5 "$TMP/small.out")"
+expect_error "a stream run over --host-mem-limit" "needs .* of host memory but 20.00 MiB is available" \
+    $NB train "${C[@]}" --model llama-tiny --schedule stream --host-mem-limit 20971520 --out "$TMP/small"
+# llama-8b for an 80 GB GPU and a 128 GB host: the preset, and Llama-3.1-8B's config.json
+$NB plan --model llama-8b --batch 8 --seq 2048 --ckpt-interval 1 --gpu-mem 80G --host-mem 128G >"$TMP/8b.out" 2>&1
+grep -q "^plain   does not fit" "$TMP/8b.out" && grep -q "^stream  fits" "$TMP/8b.out" \
+    && grep -q "flags  --schedule stream --batch 8 --seq 2048 --gpu-layers [1-9]" "$TMP/8b.out" \
+    && pass "llama-8b, B x T = 8 x 2048, 80 GB GPU, 128 GB host: plain does not fit, stream does with device layers" \
+    || fail "llama-8b plan: $(cat "$TMP/8b.out")"
+mkdir -p "$TMP/l31"
+cat >"$TMP/l31/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+ "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "head_dim": 128, "torch_dtype": "bfloat16",
+ "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+EOF
+$NB plan --config "$TMP/l31/config.json" --batch 8 --seq 2048 --ckpt-interval 1 --gpu-mem 80G --host-mem 128G >"$TMP/l31.out" 2>&1
+grep -q "vocab 128256" "$TMP/l31.out" && grep -q "^stream  fits" "$TMP/l31.out" \
+    && pass "Llama-3.1-8B config.json: $(grep -m1 '^stream' "$TMP/l31.out")" || fail "Llama-3.1-8B plan: $(cat "$TMP/l31.out")"
+finish
