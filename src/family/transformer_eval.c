@@ -121,21 +121,25 @@ void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
-static void add_slab(nb_ckpt_list *l, const nb_tf_model *m, float *slab, const char *suffix) {
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
+static void add_slab(nb_ckpt_list *l, const nb_tf_train *tr, float *slab, const char *suffix) {
+    int n;
+    const nb_param *tp = nb_tf_trained(tr, &n, NULL);
+    for (int i = 0; i < n; i++) {
+        const nb_param *p = &tp[i];
         char name[96];
         snprintf(name, sizeof name, "%s%s", p->name, suffix);
         nb_ckpt_list_add(l, name, p->ndim, p->shape, slab + p->offset);
     }
 }
 
+/* With LoRA the adapters and their moments only: the base is state.json's reference to it (the
+ * init_source folder, or the seeded init) */
 void nb_tf_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
     nb_tf_train *tr = r->fs;
-    add_slab(model, &tr->model, tr->params, "");
+    add_slab(model, tr, tr->params, "");
     if (optim) {
-        add_slab(optim, &tr->model, tr->m, ".exp_avg");
-        add_slab(optim, &tr->model, tr->v, ".exp_avg_sq");
+        add_slab(optim, tr, tr->m, ".exp_avg");
+        add_slab(optim, tr, tr->v, ".exp_avg_sq");
     }
 }
 
