@@ -18,7 +18,7 @@ void nb_tf_lora_plan(nb_run *r) {
     tr->plan.hb = nb_arena_plan_bytes(&r->host, n * sizeof(float));
     if (nb_tf_on_device(tr)) tr->plan.db = nb_arena_plan_bytes(&r->dev, n * nb_tf_es(tr));
     char t[96], a[32], b[32];
-    nb_tf_lora_targets_str(lo->sites, t, sizeof t);
+    nb_tf_lora_targets_str(lo->sites, tr->model.cfg.arch, t, sizeof t);
     nb_log(1, "lora        rank %d, alpha %g (scale %g), targets %s: %s adapter parameters train, %s frozen (%s per parameter%s)\n",
            lo->r, (double)lo->alpha, (double)lo->scale, t, nb_fmt_count(a, sizeof a, lo->n_real),
            nb_fmt_count(b, sizeof b, tr->model.n_real), nb_tf_on_device(tr) && nb_tf_es(tr) == 2 ? "2 bytes" : "4 bytes",

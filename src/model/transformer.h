@@ -208,7 +208,7 @@ void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx,
  * fails with a hint on an unknown name or one the layout has no matrix for. */
 unsigned nb_tf_lora_parse_targets(const char *list, nb_arch arch);
 /* The targets of a mask as --lora-targets writes them, and as Hugging Face module names. */
-void nb_tf_lora_targets_str(unsigned sites, char *out, size_t cap);
+void nb_tf_lora_targets_str(unsigned sites, nb_arch arch, char *out, size_t cap);
 /* Site s's geometry in a config; 0 when the layout has no matrix for it (GPT-2's k, v, gate). */
 int nb_tf_lora_site(const nb_tf_config *c, int s, nb_lora_site *g);
 /* The Hugging Face module name of a site ("q_proj"; GPT-2: "c_attn", "c_proj", "c_fc", "c_proj")

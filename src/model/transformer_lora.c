@@ -70,9 +70,10 @@ unsigned nb_tf_lora_parse_targets(const char *list, nb_arch arch) {
     return sites & ~(1u << NB_LORA_K | 1u << NB_LORA_V); /* c_attn is site q */
 }
 
-void nb_tf_lora_targets_str(unsigned sites, char *out, size_t cap) {
+void nb_tf_lora_targets_str(unsigned sites, nb_arch arch, char *out, size_t cap) {
     size_t n = 0;
     out[0] = 0;
+    if (arch == NB_ARCH_GPT2 && sites & 1u << NB_LORA_Q) sites |= 1u << NB_LORA_K | 1u << NB_LORA_V; /* c_attn */
     for (int s = 0; s < NB_LORA_SITES; s++)
         if (sites & 1u << s) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "", site_names[s]);
 }
