@@ -3,6 +3,7 @@
  *  - the gradients of A and B (the base frozen: no gradient asked) against central finite
  *    differences of the mean loss;
  *  - merging scale * B A into the base weights gives the LoRA model's losses (export --merge). */
+#include <omp.h>
 #include <string.h>
 
 #include "check.h"
@@ -176,6 +177,7 @@ TEST_CASE(merge_gives_lora_losses) {
 }
 
 int main(void) {
+    omp_set_num_threads(1); /* shapes of a few hundred elements: threads only add their wake-ups */
     RUN(zero_b_gives_base_losses);
     RUN(adapter_grads_vs_finite_differences);
     RUN(merge_gives_lora_losses);
