@@ -23,12 +23,16 @@ typedef struct {
     nb_task_ctx ctx;
 } rig;
 
+/* variant 1 of the Llama layout: Qwen3's q/k norm with a head size of its own, and Qwen2's qkv bias */
+static int qwen_variant;
+
 static void rig_init(rig *r, nb_arch arch, unsigned sites) {
     memset(r, 0, sizeof *r);
     nb_tf_config c = {0};
     snprintf(c.preset, sizeof c.preset, "lora-test");
     c.arch = arch, c.layers = 2, c.dim = 16, c.heads = 4, c.kv_heads = arch == NB_ARCH_GPT2 ? 4 : 2;
     c.ffn = 24, c.vocab = 61, c.seq = 8, c.norm_eps = 1e-5f, c.rope_theta = 10000.0f, c.tied = arch == NB_ARCH_GPT2;
+    if (qwen_variant) c.qk_norm = 1, c.qkv_bias = 1, c.head_dim = 6;
     nb_tf_config_finalize(&c);
     nb_tf_model_init(&r->m, &c);
     nb_tf_lora_init(&r->lo, &c, 3, 6.0f, sites);
@@ -114,6 +118,9 @@ static void zero_b_is_base(nb_arch arch, unsigned sites, const char *what) {
 TEST_CASE(zero_b_gives_base_losses) {
     zero_b_is_base(NB_ARCH_LLAMA, ALL, "llama, every target");
     zero_b_is_base(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2, every target");
+    qwen_variant = 1;
+    zero_b_is_base(NB_ARCH_LLAMA, ALL, "llama with q/k norm and qkv bias (Qwen)");
+    qwen_variant = 0;
 }
 
 static void grads_vs_fd(nb_arch arch, unsigned sites, const char *what) {
@@ -154,6 +161,9 @@ static void grads_vs_fd(nb_arch arch, unsigned sites, const char *what) {
 TEST_CASE(adapter_grads_vs_finite_differences) {
     grads_vs_fd(NB_ARCH_LLAMA, ALL, "llama, every target");
     grads_vs_fd(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2, every target");
+    qwen_variant = 1;
+    grads_vs_fd(NB_ARCH_LLAMA, ALL, "llama with q/k norm, head_dim 6 and qkv bias (Qwen), every target");
+    qwen_variant = 0;
 }
 
 static void merge_matches(nb_arch arch, unsigned sites, const char *what) {
