@@ -7,7 +7,8 @@
 #  - a run stopped after 2 steps and started again resumes to the straight run's bits;
 #  - export --hf writes a PEFT adapter (names, shapes, adapter_config.json); export --merge loads
 #    back with --init-from and evaluates to the LoRA run's loss;
-#  - refusals: --schedule stream, --lora-dropout != 0, targets a layout has no matrix for.
+#  - refusals: --schedule stream, --lora-dropout != 0, targets a layout has no matrix for, a resume
+#    whose base (the --init-from folder) changed since.
 # The math itself (finite differences, zero B, merge) is tests/test_lora.c's.
 source "$(dirname "$0")/lib.sh"
 need_sotu
@@ -92,6 +93,14 @@ want=$(grep -o 'validation loss [0-9.]*' "$TMP/lora.log" | tail -n 1 | awk '{pri
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$want" ] \
     && pass "eval of the LoRA run ($a, training's last validation loss) = eval of export --merge imported again ($b)" \
     || fail "merged model's loss '$b' vs the LoRA run's '$a' (training's last: '$want')"
+
+# a resume re-reads the base from its folder: one whose weights changed since is refused
+cp -r "$TMP/hf" "$TMP/hf2"
+F2=("${F[@]}"); F2[1]=$TMP/hf2
+run moved "${F2[@]}" "${L[@]}" --stop-after 2
+cp "$TMP/merged/model.safetensors" "$TMP/hf2/model.safetensors"
+expect_error "resume on a base whose weights changed" "not the one it was trained on" $NB train "${F2[@]}" "${L[@]}" --out "$TMP/moved"
+expect_error "export on a base whose weights changed" "not the one it was trained on" $NB export --ckpt "$TMP/moved" --hf "$TMP/movedx"
 
 # GPT-2 layout from the seeded init: c_attn / c_proj / c_fc, the base written beside the adapter
 G=(--model gpt2-tiny --dim 32 --heads 2 --layers 2 --seq 32 --batch 4 --steps 2 --data "$TMP/train.bin" --val-data none

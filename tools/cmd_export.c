@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core.h"
 #include "io/atomic.h"
+#include "io/crc32c.h"
 #include "family/family.h"
 #include "family/transformer.h"
 #include "model/transformer_hf.h"
@@ -96,6 +97,10 @@ static void load_base(const nb_train_opts *o, const nb_tf_model *m, float *slab)
     } else {
         nb_tf_init_weights(m, slab, o->seed);
     }
+    uint64_t crc = 1 + (uint64_t)nb_crc32c(0, slab, m->total * sizeof(float));
+    NB_CHECK(!o->lora_base_crc || o->lora_base_crc == crc, "put back the base the run was trained on",
+             "the LoRA run's base (%s) is not the one it was trained on: its weights changed since",
+             o->init_source[0] ? o->init_source : "nobubble's seeded init");
 }
 
 /* Returns the adapters' slab (from the checkpoint) of lo. */

@@ -8,6 +8,7 @@
 #include "core.h"
 #include "family/transformer.h"
 #include "host.h"
+#include "io/crc32c.h"
 #include "model/transformer_hf.h"
 
 void nb_tf_lora_plan(nb_run *r) {
@@ -54,6 +55,12 @@ void nb_tf_lora_start(nb_run *r, const char *resume_dir) {
         nb_hf_import(o->init_source, &tr->model, tr->base);
     else
         nb_tf_init_weights(&tr->model, tr->base, o->seed);
+    uint64_t crc = 1 + (uint64_t)nb_crc32c(0, tr->base, tr->model.total * sizeof(float));
+    NB_CHECK(!resume_dir || !o->lora_base_crc || o->lora_base_crc == crc,
+             "put back the base the run started from, or start over with --fresh",
+             "the LoRA run's base (%s) is not the one it was trained on: its weights changed since",
+             o->init_source[0] ? o->init_source : "nobubble's seeded init");
+    r->o.lora_base_crc = tr->o.lora_base_crc = crc;
     if (resume_dir)
         nb_tf_load_tensors(r, resume_dir);
     else

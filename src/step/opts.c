@@ -97,6 +97,9 @@ static const nb_opt table[] = {
     {"lora-alpha", NB_OPT_FLOAT, F(lora_alpha), NB_OPTG_TF, "8", "A", "LoRA's alpha: the branch is scaled by A / R (PEFT's LoraConfig default, 8)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"lora-targets", NB_OPT_STR, F(lora_targets), NB_OPTG_TF, "q,k,v,o", "LIST", "LoRA's projections, a subset of q,k,v,o,gate,up,down (GPT-2: q,k,v = c_attn together, o = attn.c_proj, up = c_fc, down = mlp.c_proj)", .flag = 1, .state = OPT, .math = 1},
     {"lora-dropout", NB_OPT_FLOAT, F(lora_dropout), NB_OPTG_TF, "0", "P", "dropout on LoRA's input (only 0 is supported)", 0, 1, "0", .flag = 1, .state = OPT, .math = 1},
+    /* what the run's base was (crc32c of its fp32 weights, + 1; 0: not recorded): a resume from a
+     * base that changed since is refused, not silently continued */
+    {"lora-base-crc", NB_OPT_U64, F(lora_base_crc), NB_OPTG_TF, NULL, NULL, NULL, .state = OPT},
     /* flags only: where the run writes, how it reports, limits of this process */
     {"gpu-mem-limit", NB_OPT_U64, F(gpu_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "cap the GPU memory plan (0: what is free)", .flag = 1},
     {"host-mem-limit", NB_OPT_U64, F(host_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "host memory the plan may use (0: what the host reports)", .flag = 1},

@@ -46,6 +46,7 @@ typedef struct nb_train_opts {
     int lora_r;
     float lora_alpha, lora_dropout;
     char lora_targets[64];
+    uint64_t lora_base_crc;
     char device[32], schedule[32];
     nb_opt_precision precision;
     nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */
