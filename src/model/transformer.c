@@ -676,6 +676,8 @@ double nb_tf_flops_per_token(const nb_tf_model *m, int T) {
     double per_layer = C * qkv_width(c) + (double)att_width(c) * C + C * fc_width(c) + (double)c->ffn * C;
     double matmul_params = L * per_layer + (double)c->vocab * C;
     /* 6 per matmul weight per token (fwd 2, bwd 4) + attention scores and values (fwd 4*T*C per
-     * layer, x3 for training; counted without the causal halving, as in the PaLM paper) */
-    return 6.0 * matmul_params + 12.0 * L * (double)att_width(c) * T;
+     * layer, x3 for training; counted without the causal halving, as in the PaLM paper). LoRA: a
+     * frozen weight has no weight-gradient GEMM (fwd 2, bwd 2), its adapters the full 6 */
+    double per_weight = m->lora ? 4.0 : 6.0, adapters = m->lora ? (double)m->lora->n_real : 0.0;
+    return per_weight * matmul_params + 6.0 * adapters + 12.0 * L * (double)att_width(c) * T;
 }

@@ -233,7 +233,8 @@ void nb_tf_lora_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
 /* W += scale * B A for every adapted site, into an fp32 slab of the model (export --merge). */
 void nb_tf_lora_merge(const nb_tf_model *m, const nb_tf_lora *lo, float *model_slab, const float *lora_slab);
 
-/* Model FLOPs per token for training (6N + attention), for MFU and the benchmarks. */
+/* Model FLOPs per token for training (6N + attention; LoRA: 4N for the frozen weights + 6 per
+ * adapter parameter), for MFU and the benchmarks. */
 double nb_tf_flops_per_token(const nb_tf_model *m, int T);
 /* FLOPs per token that recomputation adds (--ckpt-interval K > 0, the last `keep` layers kept whole):
  * one more forward of every other layer but those of their last block of K, whose activations
