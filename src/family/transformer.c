@@ -841,7 +841,10 @@ static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char 
 static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
     /* a resume has its shape and weights in the checkpoint (a rerun of the first command
      * resumes the run it started) */
-    if (o->init_from[0] && resuming && seen(ctx, "init-from"))
+    if (o->init_from[0] && resuming && seen(ctx, "init-from") && o->lora_r > 0)
+        nb_log(1, "note: resuming a LoRA checkpoint: its base is read again from %s (the folder it started from)\n",
+               o->init_source[0] ? o->init_source : o->init_from);
+    else if (o->init_from[0] && resuming && seen(ctx, "init-from"))
         nb_log(1, "note: resuming the checkpoint: --init-from %s is not read again\n", o->init_from);
     else if (o->init_from[0])
         import_shape(o, seen, ctx);
