@@ -322,11 +322,12 @@ static void set_buckets(nb_run *r, nb_tf_train *tr) {
     const nb_tf_lora *lo = m->lora;
     int L = m->cfg.layers;
     tr->buckets = nb_calloc((size_t)L + 1, sizeof(nb_bucket), "gradient buckets");
-    if (lo) /* the adapters: layer groups only, bucket 0 (the frozen stages) empty */
+    if (lo) { /* the adapters' layer groups; bucket 0 (the frozen stages) stays empty */
         for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{lo->group_offset[1 + l], 0}, {lo->group_numel[1 + l], 0}, 1};
-    else
+    } else {
         tr->buckets[0] = (nb_bucket){{m->group_offset[0], m->group_offset[L + 1]}, {m->group_numel[0], m->group_numel[L + 1]}, 2};
-    for (int l = 0; l < L && !lo; l++) tr->buckets[1 + l] = (nb_bucket){{m->group_offset[1 + l], 0}, {m->group_numel[1 + l], 0}, 1};
+        for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{m->group_offset[1 + l], 0}, {m->group_numel[1 + l], 0}, 1};
+    }
     nb_run_set_buckets(r, tr->buckets, L + 1);
     r->grad_sum = tr->d_gsum;
     r->grad_micro = tr->d_grads;
