@@ -12,7 +12,7 @@ dropped one shows) with LoRA of rank R on every target (q, k, v, o, gate, up, do
      (g1 = m1 / (1 - beta1); g2 = (m2 - beta1 m1) / (1 - beta1)). PEFT + torch.optim.AdamW run the
      same 20 steps on the same batches (nobubble's loader walks the shard in order).
      - logits: the per-step losses nobubble logs (9 digits, a function of every logit) against
-       PEFT's: step 1 (B = 0: the base) within 1e-5 relative, every step within 1e-3;
+       PEFT's: step 1 (B = 0: the base) within 1e-4 relative, every step within 1e-3;
      - adapter gradients: step 1 (only B's are nonzero) and step 2 (A's and B's), each tensor's
        relative L2 error within 1e-3;
      - the adapters after 20 steps (nobubble's export vs PEFT's), relative L2 error within 1e-3.
@@ -180,9 +180,9 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
     r = [abs(x - y) / abs(y) for x, y in zip(nb_losses, ref)]
-    report(len(nb_losses) == STEPS and r[0] <= 1e-5 and max(r) <= 1e-3,
+    report(len(nb_losses) == STEPS and r[0] <= 1e-4 and max(r) <= 1e-3,
            f"logits via the loss: {STEPS} AdamW steps fp32, nobubble {nb_losses[0]:.6f} -> {nb_losses[-1]:.6f}, "
-           f"peft {ref[0]:.6f} -> {ref[-1]:.6f}; step 1 rel {r[0]:.1e} (<= 1e-5), worst {max(r):.1e} (<= 1e-3)")
+           f"peft {ref[0]:.6f} -> {ref[-1]:.6f}; step 1 rel {r[0]:.1e} (<= 1e-4), worst {max(r):.1e} (<= 1e-3)")
     for step in (1, 2):
         worst, which = 0.0, ""
         for n, gt in grads[step].items():
