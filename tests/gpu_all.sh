@@ -54,6 +54,9 @@ TAILN=20 step hf_import 300 python3 tests/torch/hf_import_check.py --nb "$NB" --
 # 20 AdamW steps of imported models of each architecture against PyTorch, their exports, the C
 # tokenizers against `tokenizers` and chat rendering against apply_chat_template (issue 32)
 TAILN=30 step hf_finetune 400 python3 tests/torch/hf_finetune_check.py --nb "$NB" --work /tmp/nbft
+# LoRA against peft: logits (losses), adapter gradients, 20 AdamW steps, the exported adapter in
+# peft and the merged export in transformers (issue 33; needs peft)
+TAILN=20 step lora_peft 300 python3 tests/torch/lora_peft_check.py --nb "$NB" --work /tmp/nblora
 if [ -z "${NB_SKIP_GPT2_REF:-}" ]; then
     step gpt2_ref 300 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2 --T 1024 --no-final-weights --tol-weights 2e-2 --out /tmp/gpt2_ref.safetensors && $B/tests/test_torch_ref --ref /tmp/gpt2_ref.safetensors --threads 16"
 fi

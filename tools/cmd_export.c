@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core.h"
 #include "io/atomic.h"
+#include "io/crc32c.h"
 #include "family/family.h"
 #include "family/transformer.h"
 #include "model/transformer_hf.h"
@@ -26,7 +27,10 @@ static const char *EXPORT_SUMMARY =
     "AutoModelForCausalLM load OUT. Existing files of those names in OUT are replaced; each is written\n"
     "under a temporary name and swapped in. seqctr: write the model's tensors (dense weights and every\n"
     "embedding table, fp32, the names of the README's seqctr section) to one safetensors file\n"
-    "(--out FILE), crash-safely.";
+    "(--out FILE), crash-safely. A LoRA run (--lora) exports as a PEFT adapter directory\n"
+    "(adapter_config.json, adapter_model.safetensors) whose base_model_name_or_path is the run's\n"
+    "--init-from folder (a run from nobubble's seeded init writes that base to OUT/base first), or\n"
+    "with --merge as the merged model (W + alpha / r * B A) in the Hugging Face layout above.";
 
 /* The files AutoTokenizer (and generate's defaults) read beside the model. */
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -84,6 +88,53 @@ void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *devi
                        size_t cap);
 
 /* seqctr: the model's tensors from a forward-only run of the checkpoint on the CPU */
+/* The base of a LoRA run: its reference (the --init-from folder), or nobubble's seeded init. */
+static void load_base(const nb_train_opts *o, const nb_tf_model *m, float *slab) {
+    if (o->init_source[0]) {
+        NB_CHECK(nb_file_exists(o->init_source), "put the base model back where the run found it (state.json's init_source)",
+                 "the LoRA run's base %s is gone", o->init_source);
+        nb_hf_import(o->init_source, m, slab);
+    } else {
+        nb_tf_init_weights(m, slab, o->seed);
+    }
+    uint64_t crc = 1 + (uint64_t)nb_crc32c(0, slab, m->total * sizeof(float));
+    NB_CHECK(!o->lora_base_crc || o->lora_base_crc == crc, "put back the base the run was trained on",
+             "the LoRA run's base (%s) is not the one it was trained on: its weights changed since",
+             o->init_source[0] ? o->init_source : "nobubble's seeded init");
+}
+
+/* Returns the adapters' slab (from the checkpoint) of lo. */
+static float *load_adapters(const char *dir, const nb_train_opts *o, nb_tf_lora *lo) {
+    nb_tf_lora_init(lo, &o->model, o->lora_r, o->lora_alpha, nb_tf_lora_parse_targets(o->lora_targets, o->model.arch));
+    float *ls = nb_aligned_alloc((lo->total ? lo->total : 1) * sizeof(float), "LoRA adapters");
+    nb_ckpt_list list = {0};
+    for (int i = 0; i < lo->nparams; i++)
+        nb_ckpt_list_add(&list, lo->params[i].name, lo->params[i].ndim, lo->params[i].shape, ls + lo->params[i].offset);
+    nb_ckpt_load_lists(dir, &list, NULL);
+    nb_ckpt_list_free(&list);
+    return ls;
+}
+
+/* PEFT's adapter directory; a base that is not on disk (the seeded init) goes to OUT/base */
+static int export_adapter(const char *out, const nb_train_opts *o, const nb_tf_model *m, const nb_tf_lora *lo,
+                          const float *ls, const float *base, const nb_hf_export_opts *x) {
+    char ref[2 * NB_PATH_MAX];
+    if (o->init_source[0]) {
+        snprintf(ref, sizeof ref, "%s", o->init_source);
+    } else {
+        char abs[NB_PATH_MAX];
+        nb_mkdir_p(out);
+        char real[PATH_MAX];
+        NB_CHECK(realpath(out, real) && strlen(real) < sizeof abs, "pass a writable --hf directory with a shorter path", "--hf %s: cannot resolve", out);
+        snprintf(abs, sizeof abs, "%s", real);
+        snprintf(ref, sizeof ref, "%s/base", abs);
+        nb_hf_export(ref, m, base, x);
+        copy_tokenizer(o, ref);
+        fprintf(stderr, "the base (nobubble's init, seed %llu) written to %s\n", (unsigned long long)o->seed, ref);
+    }
+    return nb_hf_export_lora(out, m, lo, ls, ref);
+}
+
 static int export_seqctr(const char *ckpt, const char *file) {
     nb_train_opts o;
     char dir[NB_PATH_MAX];
@@ -99,6 +150,7 @@ static int export_seqctr(const char *ckpt, const char *file) {
 
 int nb_cmd_export(int argc, char **argv) {
     char ckpt[NB_PATH_MAX] = "", out[NB_PATH_MAX] = "", file[NB_PATH_MAX] = "", dtype_name[8] = "";
+    int merge = 0;
     nb_arg args[] = {
         {"ckpt", ARG_STR, ckpt, sizeof ckpt, "DIR", "run directory (or its ckpt/) to export", 0, 0, 0},
         {"hf", ARG_STR, out, sizeof out, "OUT", "transformers: output directory (created if missing)", 0, 0, 0},
@@ -106,6 +158,7 @@ int nb_cmd_export(int argc, char **argv) {
         {"dtype", ARG_STR, dtype_name, sizeof dtype_name, "T",
          "transformers: f32, bf16 or f16, rounded to nearest even (default: the dtype of the --init-from checkpoint, else f32)",
          0, 0, 0},
+        {"merge", ARG_BOOL, &merge, 0, NULL, "LoRA runs: the merged model (base + alpha / r * B A) instead of a PEFT adapter", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("export", EXPORT_SUMMARY, args, nargs, argc, argv)) return 0;
@@ -123,6 +176,7 @@ int nb_cmd_export(int argc, char **argv) {
         return export_seqctr(ckpt, file);
     }
     if (file[0]) nb_usage_error("export", "--out FILE is seqctr's: use --hf OUT for a transformer");
+    if (merge && o.lora_r <= 0) nb_usage_error("export", "--merge is for LoRA runs (trained with --lora): this checkpoint has no adapters");
     if (!out[0]) nb_usage_error("export", "--hf OUT is required");
     /* OUT/model.safetensors would overwrite the checkpoint's own weights file */
     NB_CHECK(!same_dir(dir, out), "choose another --hf directory", "--hf %s is the checkpoint directory itself", out);
@@ -136,14 +190,34 @@ int nb_cmd_export(int argc, char **argv) {
     nb_tf_model m;
     nb_tf_model_init(&m, &o.model);
     float *slab = nb_aligned_alloc(m.total * sizeof(float), "model weights");
-    nb_ckpt_list list = {0};
-    for (int i = 0; i < m.nparams; i++)
-        nb_ckpt_list_add(&list, m.params[i].name, m.params[i].ndim, m.params[i].shape, slab + m.params[i].offset);
-    nb_ckpt_load_lists(dir, &list, NULL);
-    nb_ckpt_list_free(&list);
+    double t0 = nb_now();
+    if (o.lora_r > 0) {
+        nb_tf_lora lo;
+        load_base(&o, &m, slab);
+        float *ls = load_adapters(dir, &o, &lo);
+        if (!merge) {
+            int n = export_adapter(out, &o, &m, &lo, ls, slab, &x);
+            int files = copy_tokenizer(&o, out);
+            fprintf(stderr, "exported the LoRA adapters of %s (rank %d, step %d, %d tensors, %d tokenizer files) to %s in %.1f s\n",
+                    m.cfg.preset, lo.r, st.step, n, files, out, nb_now() - t0);
+            fprintf(stderr, "load it with: peft.PeftModel.from_pretrained(base_model, \"%s\")\n", out);
+            free(ls), free(slab);
+            nb_tf_lora_free(&lo);
+            nb_tf_model_free(&m);
+            return 0;
+        }
+        nb_tf_lora_merge(&m, &lo, slab, ls);
+        free(ls);
+        nb_tf_lora_free(&lo);
+    } else {
+        nb_ckpt_list list = {0};
+        for (int i = 0; i < m.nparams; i++)
+            nb_ckpt_list_add(&list, m.params[i].name, m.params[i].ndim, m.params[i].shape, slab + m.params[i].offset);
+        nb_ckpt_load_lists(dir, &list, NULL);
+        nb_ckpt_list_free(&list);
+    }
     check_padding(&m, slab, dir);
 
-    double t0 = nb_now();
     int n = nb_hf_export(out, &m, slab, &x);
     int files = copy_tokenizer(&o, out);
     fprintf(stderr, "exported %s (%s layout, step %d, %.2f M parameters, %d tensors in %s, %d tokenizer files) to %s in %.1f s\n",

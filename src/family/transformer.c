@@ -36,6 +36,19 @@ static size_t es_of(const nb_tf_train *tr) { return nb_tf_es(tr); }
 static int lowp_weights(const nb_tf_train *tr) { return tr->be->act_dtype != NB_F32; }
 int nb_tf_on_device(const nb_tf_train *tr) { return tr->be->device != NB_DEV_CPU; }
 int nb_tf_head_index(const nb_tf_train *tr) { return tr->model.cfg.tied ? NB_TF_WTE : NB_TF_LM_HEAD; }
+int nb_tf_lora_on(const nb_tf_train *tr) { return tr->model.lora != NULL; }
+
+const nb_param *nb_tf_trained(const nb_tf_train *tr, int *n, size_t *total) {
+    const nb_tf_lora *lo = tr->model.lora;
+    if (n) *n = lo ? lo->nparams : tr->model.nparams;
+    if (total) *total = lo ? lo->total : tr->model.total;
+    return lo ? lo->params : tr->model.params;
+}
+static size_t trained_total(const nb_tf_train *tr) {
+    size_t t;
+    nb_tf_trained(tr, NULL, &t);
+    return t;
+}
 
 /* ---------------------------------------------------------------- where the step's tensors are */
 
@@ -55,8 +68,13 @@ static void *stage_ptr(const nb_tf_model *m, int which, void *slab, void *packed
     return (char *)packed + packed_offset(m, m->params[i].offset) * elem;
 }
 
-void *nb_tf_wptr(nb_tf_train *tr, int which) { return stage_ptr(&tr->model, which, tr->d_weights, tr->res_w, es_of(tr)); }
-float *nb_tf_gptr(nb_tf_train *tr, int which) { return stage_ptr(&tr->model, which, tr->g_cur, tr->res_g, sizeof(float)); }
+/* LoRA: the stages are frozen (no gradient) and read from the base */
+void *nb_tf_wptr(nb_tf_train *tr, int which) {
+    return stage_ptr(&tr->model, which, nb_tf_lora_on(tr) ? tr->d_base : tr->d_weights, tr->res_w, es_of(tr));
+}
+float *nb_tf_gptr(nb_tf_train *tr, int which) {
+    return nb_tf_lora_on(tr) ? NULL : stage_ptr(&tr->model, which, tr->g_cur, tr->res_g, sizeof(float));
+}
 
 /* The gradients the step accumulates into, zeroed at its start: the whole slab, or (a schedule
  * binds the layers itself and zeroes each layer's gradient where it lives) the packed stages. */
@@ -65,12 +83,21 @@ static void zero_grads(nb_tf_train *tr, nb_ctx ctx) {
     if (tr->res_g)
         tr->be->zero(ctx, tr->res_g, (m->group_numel[0] + m->group_numel[m->cfg.layers + 1]) * sizeof(float));
     else
-        tr->be->zero(ctx, tr->g_cur, m->total * sizeof(float));
+        tr->be->zero(ctx, tr->g_cur, trained_total(tr) * sizeof(float));
 }
 
 static void layer_views(nb_tf_train *tr, int l, nb_tf_layer_view *w, nb_tf_layer_view *dw) {
     const nb_tf_model *m = &tr->model;
     size_t g0 = m->group_offset[1 + l];
+    if (m->lora) {
+        /* the base's weights and no gradient for them; the adapters and theirs */
+        nb_tf_bind_layer(m, l, (char *)tr->d_base + g0 * es_of(tr), es_of(tr), w);
+        nb_tf_lora_bind(m->lora, l, tr->d_weights, es_of(tr), w);
+        if (!dw) return;
+        nb_tf_bind_layer(m, l, NULL, sizeof(float), dw);
+        nb_tf_lora_bind(m->lora, l, tr->g_cur, sizeof(float), dw);
+        return;
+    }
     nb_tf_bind_layer(m, l, (char *)tr->d_weights + g0 * es_of(tr), es_of(tr), w);
     if (dw) nb_tf_bind_layer(m, l, (char *)tr->g_cur + g0 * sizeof(float), sizeof(float), dw);
 }
@@ -159,9 +186,11 @@ static void work_layer_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_layer_backward(&tr->model, tr->be, ctx, &w, &dw, wk->layer, &tr->seg_acts[tr->layer_seg[wk->layer]]);
 }
 
-/* where segment s's partial head gradients start, and each tensor's place in them */
+/* where segment s's partial head gradients start, and each tensor's place in them (LoRA: none,
+ * the head is frozen) */
 static float *head_part(nb_tf_train *tr, int s, int which) {
     const nb_tf_model *m = &tr->model;
+    if (m->lora) return NULL;
     float *p = tr->d_head_part + (size_t)s * tr->head_part_stride;
     int order[3] = {NB_TF_LNF_W, NB_TF_LNF_B, nb_tf_head_index(tr)};
     for (int k = 0; k < 3; k++) {
@@ -190,6 +219,7 @@ static void work_join(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     const nb_tf_model *m = &tr->model;
     int which[3] = {NB_TF_LNF_W, NB_TF_LNF_B, nb_tf_head_index(tr)};
+    if (m->lora) return;
     for (int s = 0; s + 1 < tr->nseg; s++)
         for (int k = 0; k < 3; k++)
             if (m->global_idx[which[k]] >= 0)
@@ -199,6 +229,7 @@ static void work_join(void *arg, const nb_task_ctx *ctx) {
 
 static void work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
+    if (nb_tf_lora_on(tr)) return; /* frozen */
     /* the embeddings' gradient is segment 0's input gradient */
     nb_tf_embed_backward(&tr->model, tr->be, ctx, nb_tf_gptr(tr, NB_TF_WTE), nb_tf_gptr(tr, NB_TF_WPE), tr->tok_in,
                          &tr->seg_acts[0]);
@@ -207,15 +238,17 @@ static void work_embed_bwd(void *arg, const nb_task_ctx *ctx) {
 static void work_optim(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     const nb_backend_i *be = tr->be;
-    const nb_tf_model *m = &tr->model;
     nb_step_scalars *d = tr->d_step;
+    int n;
+    size_t total;
+    nb_tf_trained(tr, &n, &total);
     /* alignment padding between tensors holds zeros, so the whole slab gives the global norm;
      * the clip factor is formed from it inside the AdamW pass: nothing here waits for the device */
-    be->sumsq_f64(ctx, &d->sumsq, tr->d_gsum, m->total);
+    be->sumsq_f64(ctx, &d->sumsq, tr->d_gsum, total);
     be->to_backend(ctx, d->k, tr->h_step->k, sizeof d->k);
     /* every tensor in one pass (one launch on CUDA, instead of one per tensor) */
     be->adamw_spans(ctx, tr->d_params, tr->d_gsum, tr->d_m, tr->d_v, lowp_weights(tr) ? tr->d_weights : NULL, tr->spans,
-                    m->nparams, d->k, &d->sumsq, tr->o.grad_clip);
+                    n, d->k, &d->sumsq, tr->o.grad_clip);
 }
 
 /* Reads the step's loss sum and gradient norm, in order on the lane (a schedule that keeps the
@@ -234,16 +267,17 @@ static void work_read_loss(void *arg, const nb_task_ctx *ctx) {
 static void work_upload_state(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
     const nb_backend_i *be = tr->be;
-    size_t bytes = tr->model.total * sizeof(float);
+    size_t n = trained_total(tr), bytes = n * sizeof(float);
+    if (nb_tf_lora_on(tr)) nb_tf_upload_base(tr, ctx);
     be->to_backend(ctx, tr->d_params, tr->params, bytes);
     be->to_backend(ctx, tr->d_m, tr->m, bytes);
     be->to_backend(ctx, tr->d_v, tr->v, bytes);
-    if (lowp_weights(tr)) be->cast_params(ctx, tr->d_weights, tr->d_params, tr->model.total);
+    if (lowp_weights(tr)) be->cast_params(ctx, tr->d_weights, tr->d_params, n);
 }
 
 static void work_download_state(void *arg, const nb_task_ctx *ctx) {
     nb_tf_train *tr = trainer_of(arg);
-    size_t bytes = tr->model.total * sizeof(float);
+    size_t bytes = trained_total(tr) * sizeof(float);
     tr->be->to_host(ctx, tr->params, tr->d_params, bytes);
     tr->be->to_host(ctx, tr->m, tr->d_m, bytes);
     tr->be->to_host(ctx, tr->v, tr->d_v, bytes);
@@ -285,10 +319,15 @@ static void build_items(nb_run *r, nb_tf_train *tr) {
 /* One bucket per layer group, one for the embeddings and the final group together. */
 static void set_buckets(nb_run *r, nb_tf_train *tr) {
     const nb_tf_model *m = &tr->model;
+    const nb_tf_lora *lo = m->lora;
     int L = m->cfg.layers;
     tr->buckets = nb_calloc((size_t)L + 1, sizeof(nb_bucket), "gradient buckets");
-    tr->buckets[0] = (nb_bucket){{m->group_offset[0], m->group_offset[L + 1]}, {m->group_numel[0], m->group_numel[L + 1]}, 2};
-    for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{m->group_offset[1 + l], 0}, {m->group_numel[1 + l], 0}, 1};
+    if (lo) { /* the adapters' layer groups; bucket 0 (the frozen stages) stays empty */
+        for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{lo->group_offset[1 + l], 0}, {lo->group_numel[1 + l], 0}, 1};
+    } else {
+        tr->buckets[0] = (nb_bucket){{m->group_offset[0], m->group_offset[L + 1]}, {m->group_numel[0], m->group_numel[L + 1]}, 2};
+        for (int l = 0; l < L; l++) tr->buckets[1 + l] = (nb_bucket){{m->group_offset[1 + l], 0}, {m->group_numel[1 + l], 0}, 1};
+    }
     nb_run_set_buckets(r, tr->buckets, L + 1);
     r->grad_sum = tr->d_gsum;
     r->grad_micro = tr->d_grads;
@@ -338,7 +377,7 @@ static size_t plan_in(nb_arena *a, size_t bytes) { return nb_arena_plan_bytes(a,
  * some moments on the device reserves fewer, moment_numel each) */
 static void reserve_state(nb_run *r, size_t moment_numel) {
     nb_tf_train *tr = r->fs;
-    size_t slab = tr->model.total * sizeof(float), mom = moment_numel * sizeof(float);
+    size_t slab = trained_total(tr) * sizeof(float), mom = moment_numel * sizeof(float);
     memset(&tr->plan, 0xff, sizeof tr->plan);
     tr->plan.resident = 0;
     tr->plan.hp = plan_in(&r->host, slab), tr->plan.hm = plan_in(&r->host, mom), tr->plan.hv = plan_in(&r->host, mom);
@@ -373,9 +412,8 @@ static void record_plan(nb_run *r, size_t slab, size_t wl, size_t acts, size_t o
  * host memory; on a GPU the host keeps the master weights and moments for checkpoints. */
 static void tf_plan(nb_run *r) {
     nb_tf_train *tr = r->fs;
-    const nb_tf_model *m = &tr->model;
     nb_tf_plan *p = &tr->plan;
-    size_t slab = m->total * sizeof(float), wl = lowp_weights(tr) ? m->total * es_of(tr) : 0;
+    size_t slab = trained_total(tr) * sizeof(float), wl = lowp_weights(tr) ? trained_total(tr) * es_of(tr) : 0;
     size_t acts = work_bytes(tr), toks = token_bytes(tr);
     size_t gsum = tr->o.grad_accum > 1 ? slab : 0; /* the step's sum beside a micro-batch's gradient */
     int devb = nb_tf_on_device(tr);
@@ -384,8 +422,9 @@ static void tf_plan(nb_run *r) {
            devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
            nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
            nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
-    reserve_state(r, m->total);
+    reserve_state(r, trained_total(tr));
     record_plan(r, slab, wl, acts, toks + (devb ? sizeof(nb_step_scalars) : 0), gsum);
+    nb_tf_lora_plan(r);
     p->resident = 1;
     if (!devb) {
         p->hg = plan_in(&r->host, slab), p->ha = plan_in(&r->host, acts);
@@ -408,6 +447,8 @@ static void place(nb_run *r) {
     const nb_tf_plan *p = &tr->plan;
     int devb = nb_tf_on_device(tr);
     tr->params = at(&r->host, p->hp), tr->m = at(&r->host, p->hm), tr->v = at(&r->host, p->hv);
+    tr->base = at(&r->host, p->hb);
+    tr->d_base = devb ? at(&r->dev, p->db) : (void *)tr->base;
     nb_arena *work = devb ? &r->dev : &r->host;
     tr->d_acts = at(work, devb ? p->dac : p->ha);
     tr->d_segs = tr->nseg > 1 ? (char *)tr->d_acts + (work_bytes(tr) - seg_bytes(tr)) : NULL;
@@ -525,6 +566,7 @@ static void tf_check(nb_train_opts *o) {
     NB_CHECK(o->batch % parts == 0, "pass a --batch that the ranks times --grad-accum divide",
              "--batch %d cannot be split into %d rank%s x %d micro-batch%s of equal size", o->batch, o->world,
              o->world == 1 ? "" : "s", o->grad_accum, o->grad_accum == 1 ? "" : "es");
+    nb_tf_lora_check(o);
     NB_CHECK(o->seq <= o->model.seq, "lower --seq", "--seq %d exceeds the model's context %d", o->seq, o->model.seq);
     NB_CHECK((double)o->batch * o->seq <= 2147483647.0, "lower --batch or --seq",
              "--batch %d x --seq %d = %.0f tokens per step: more than 2^31", o->batch, o->seq, (double)o->batch * o->seq);
@@ -545,6 +587,11 @@ static void tf_init(nb_run *r) {
     tr->lanes = r->lanes;
     tr->compute = r->compute;
     nb_tf_model_init(&tr->model, &tr->o.model);
+    if (tr->o.lora_r > 0) {
+        nb_tf_lora_init(&tr->lora, &tr->o.model, tr->o.lora_r, tr->o.lora_alpha,
+                        nb_tf_lora_parse_targets(tr->o.lora_targets, tr->o.model.arch));
+        tr->model.lora = &tr->lora;
+    }
     set_segments(tr);
     int L = tr->model.cfg.layers;
     tr->layer_offset = nb_malloc((size_t)(L ? L : 1) * sizeof(size_t), "layer offsets");
@@ -553,9 +600,11 @@ static void tf_init(nb_run *r) {
     for (int l = 0; l < L; l++) tr->work[l] = (nb_work){tr, l};
     tr->whole = (nb_work){tr, -1};
     /* AdamW's tensor table, built once (the step reads it; a captured graph keeps a copy) */
-    tr->spans = nb_malloc((size_t)tr->model.nparams * sizeof *tr->spans, "AdamW tensor table");
-    for (int i = 0; i < tr->model.nparams; i++) {
-        const nb_param *p = &tr->model.params[i];
+    int np;
+    const nb_param *tp = nb_tf_trained(tr, &np, NULL);
+    tr->spans = nb_malloc((size_t)(np ? np : 1) * sizeof *tr->spans, "AdamW tensor table");
+    for (int i = 0; i < np; i++) {
+        const nb_param *p = &tp[i];
         tr->spans[i] = (nb_adamw_span){p->offset, p->numel, p->decay ? 0 : 1};
     }
     build_items(r, tr);
@@ -598,7 +647,9 @@ static void start_masked(nb_tf_train *tr) {
 static void tf_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;
-    if (resume_dir)
+    if (nb_tf_lora_on(tr))
+        nb_tf_lora_start(r, resume_dir);
+    else if (resume_dir)
         nb_tf_load_tensors(r, resume_dir);
     else if (o->init_from[0])
         nb_hf_import(o->init_from, &tr->model, tr->params);
@@ -649,6 +700,7 @@ static void tf_free(nb_run *r) {
     if (tr->h_step && tr->h_step != &tr->cpu_step) tr->be->host_free(tr->h_step);
     nb_tf_acts_unbind(&tr->acts);
     nb_tf_model_free(&tr->model);
+    nb_tf_lora_free(&tr->lora);
     if (tr->d_logits) tr->be->free(tr->d_logits);
     free(tr->work), free(tr->layer_seg), free(tr->seg_acts), free(tr->spans), free(tr->buckets), free(tr->layer_offset);
     free(tr->state_io);
@@ -712,9 +764,10 @@ static void tf_end_step(nb_run *r, int step, nb_mark done) {
 static const char *tf_nonfinite_grad(nb_run *r) {
     static char what[128];
     nb_tf_train *tr = r->fs;
-    const nb_tf_model *m = &tr->model;
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
+    int n;
+    const nb_param *tp = nb_tf_trained(tr, &n, NULL);
+    for (int i = 0; i < n; i++) {
+        const nb_param *p = &tp[i];
         if (nb_run_nonfinite(r, tr->d_gsum + p->offset, p->numel)) {
             snprintf(what, sizeof what, "the gradient of %s", p->name);
             return what;
@@ -811,7 +864,10 @@ static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char 
 static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
     /* a resume has its shape and weights in the checkpoint (a rerun of the first command
      * resumes the run it started) */
-    if (o->init_from[0] && resuming && seen(ctx, "init-from"))
+    if (o->init_from[0] && resuming && seen(ctx, "init-from") && o->lora_r > 0)
+        nb_log(1, "note: resuming a LoRA checkpoint: its base is read again from %s (the folder it started from)\n",
+               o->init_source[0] ? o->init_source : o->init_from);
+    else if (o->init_from[0] && resuming && seen(ctx, "init-from"))
         nb_log(1, "note: resuming the checkpoint: --init-from %s is not read again\n", o->init_from);
     else if (o->init_from[0])
         import_shape(o, seen, ctx);

@@ -36,6 +36,7 @@ typedef struct nb_work {
 typedef struct {
     size_t hp, hm, hv, hg, ha, hs;              /* host: master, moments, gradients, activations, sum */
     size_t dp, dg, dm, dv, dw, dac, dt, ds, dsum; /* backend memory of a device */
+    size_t hb, db; /* LoRA: the frozen base, fp32 on the host and in compute precision on a device */
     int resident;                               /* the model state lives in the family's slabs */
 } nb_tf_plan;
 
@@ -46,6 +47,11 @@ struct nb_tf_train {
     const nb_backend_i *be;
     nb_lanes *lanes; /* the run's */
     nb_lane *compute, *data;
+    /* LoRA (--lora): the model's weights are frozen in base / d_base, and everything below that
+     * the optimizer touches (params, m, v, gradients, spans, buckets) is the adapters' slab */
+    nb_tf_lora lora;
+    float *base;  /* host fp32 base weights (the model's slab) */
+    void *d_base; /* the base in compute precision where the step reads it (CPU: base itself) */
     float *params, *m, *v; /* host fp32 master weights and AdamW moments (checkpoints) */
     /* backend memory (the same buffers as the host ones on the CPU): */
     float *d_params, *d_grads, *d_m, *d_v;
@@ -110,6 +116,9 @@ extern const nb_family_i nb_family_transformer;
 /* The family state of a run that trains a transformer. */
 nb_tf_train *nb_tf_of(nb_run *r);
 size_t nb_tf_es(const nb_tf_train *tr); /* bytes per compute-precision element */
+int nb_tf_lora_on(const nb_tf_train *tr);
+/* What the optimizer trains: the model's parameter table, or (LoRA) the adapters'. */
+const nb_param *nb_tf_trained(const nb_tf_train *tr, int *nparams, size_t *total);
 int nb_tf_on_device(const nb_tf_train *tr);
 /* A tensor of the input or output stage (NB_TF_WTE ..) in the weights / gradients the step uses. */
 void *nb_tf_wptr(nb_tf_train *tr, int which);
@@ -121,6 +130,12 @@ void nb_tf_batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const i
 void nb_tf_stage_batch(nb_tf_train *tr, nb_loader_slot *slot);
 /* Layer l's weights for a forward-only pass (evaluation, sampling), bound into w. */
 void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w);
+
+/* family/transformer_lora.c: LoRA's base and adapters */
+void nb_tf_lora_plan(nb_run *r);                     /* the base's buffers (no-op without LoRA) */
+void nb_tf_upload_base(nb_tf_train *tr, nb_ctx ctx); /* host fp32 base -> its compute copy */
+void nb_tf_lora_start(nb_run *r, const char *resume_dir);
+void nb_tf_lora_check(const nb_train_opts *o); /* refusals: stream, dropout, targets */
 
 /* family/transformer_eval.c: held-out loss, sampling, checkpoint tensors and config */
 /* Mean loss over the first n batches of a token stream (forward only; 0: all of it); covers

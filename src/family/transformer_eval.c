@@ -123,9 +123,11 @@ void nb_tf_logits(nb_run *r, const int32_t *tokens, int T, float *logits) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
-static void add_slab(nb_ckpt_list *l, const nb_tf_model *m, float *slab, const char *suffix) {
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
+static void add_slab(nb_ckpt_list *l, const nb_tf_train *tr, float *slab, const char *suffix) {
+    int n;
+    const nb_param *tp = nb_tf_trained(tr, &n, NULL);
+    for (int i = 0; i < n; i++) {
+        const nb_param *p = &tp[i];
         char name[96];
         snprintf(name, sizeof name, "%s%s", p->name, suffix);
         nb_ckpt_list_add(l, name, p->ndim, p->shape, slab + p->offset);
@@ -153,7 +155,7 @@ static void state_store(void *io, const void *src, size_t offset, size_t bytes) 
 static void add_moment(nb_tf_train *tr, nb_ckpt_list *l, float *slab, int which, const char *suffix) {
     const nb_tf_model *m = &tr->model;
     if (!tr->has_state_map) {
-        add_slab(l, m, slab, suffix);
+        add_slab(l, tr, slab, suffix);
         return;
     }
     if (!tr->state_io) tr->state_io = nb_calloc(2 * (size_t)m->nparams, sizeof(state_io), "checkpoint handles");
@@ -172,9 +174,11 @@ static void add_moment(nb_tf_train *tr, nb_ckpt_list *l, float *slab, int which,
     }
 }
 
+/* With LoRA the adapters and their moments only: the base is state.json's reference to it (the
+ * init_source folder, or the seeded init) */
 void nb_tf_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
     nb_tf_train *tr = r->fs;
-    add_slab(model, &tr->model, tr->params, "");
+    add_slab(model, tr, tr->params, "");
     if (optim) {
         add_moment(tr, optim, tr->m, 0, ".exp_avg");
         add_moment(tr, optim, tr->v, 1, ".exp_avg_sq");

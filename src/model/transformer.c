@@ -261,6 +261,7 @@ void nb_tf_bind_layer(const nb_tf_model *m, int layer, void *base, size_t es, nb
         int i = m->layer_idx[layer][k];
         v->t[k] = (i < 0 || !base) ? NULL : (char *)base + (m->params[i].offset - g0) * es;
     }
+    nb_tf_lora_bind(NULL, layer, NULL, es, v); /* the adapters are bound apart (nb_tf_lora_bind) */
 }
 
 /* ---------------------------------------------------------------- activations */
@@ -291,6 +292,10 @@ static void head_scratch_layout(const nb_tf_model *m, nb_tf_acts *o, carver *cv,
     o->datty = carve(cv, N * (size_t)att_width(c) * es);
     o->dfch = carve(cv, N * (size_t)fc_width(c) * es);
     o->dfca = carve(cv, N * (size_t)c->ffn * es);
+    o->lt = o->ldu = NULL;
+    if (!m->lora) return;
+    o->lt = carve(cv, N * (size_t)nb_tf_lora_max_out(m) * es);
+    o->ldu = carve(cv, N * (size_t)m->lora->r * es);
 }
 
 static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver *cv, int B, int T, size_t es) {
@@ -308,6 +313,8 @@ static void layer_acts_layout(const nb_tf_model *m, nb_tf_layer_acts *la, carver
     la->ln2_mean = carve(cv, N * sizeof(float));
     la->ln2_rstd = carve(cv, N * sizeof(float));
     la->lse = carve(cv, (size_t)B * c->heads * T * sizeof(float));
+    for (int s = 0; s < NB_LORA_SITES; s++)
+        la->lu[s] = m->lora && m->lora->idx[0][s][0] >= 0 ? carve(cv, N * (size_t)m->lora->r * es) : NULL;
     la->qk_in = la->qk_rstd = NULL;
     if (!c->qk_norm) return;
     size_t heads = N * (size_t)(c->heads + c->kv_heads);
@@ -490,6 +497,7 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
 
     norm_fwd(m, be, ctx, s->ln1, s->ln1_mean, s->ln1_rstd, x, w->t[NB_TF_LN1_W], w->t[NB_TF_LN1_B], N);
     be->matmul_fwd(ctx, s->qkv, s->ln1, w->t[NB_TF_QKV_W], w->t[NB_TF_QKV_B], N, C, QKV);
+    for (int k = NB_LORA_Q; k <= NB_LORA_V; k++) nb_tf_lora_forward(m, be, ctx, w, k, s, a, s->ln1, s->qkv);
     if (c->qk_norm) qk_norm_fwd(m, be, ctx, w, s, N);
     if (c->arch == NB_ARCH_LLAMA) {
         /* q and k are rotated in place: attention and its backward both see the rotated values.
@@ -500,15 +508,22 @@ void nb_tf_layer_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
     }
     be->attention_fwd(ctx, s->atty, s->lse, s->qkv, B, T, c->heads, c->kv_heads, c->head_size);
     proj_residual(be, ctx, s->res2, s->atty, w->t[NB_TF_PROJ_W], w->t[NB_TF_PROJ_B], x, N, A, C);
+    nb_tf_lora_forward(m, be, ctx, w, NB_LORA_O, s, a, s->atty, s->res2);
 
     norm_fwd(m, be, ctx, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, w->t[NB_TF_LN2_W], w->t[NB_TF_LN2_B], N);
-    if (c->arch == NB_ARCH_GPT2) {
+    if (c->arch == NB_ARCH_GPT2 && !w->la[NB_LORA_UP]) {
         be->matmul_gelu_fwd(ctx, s->fca, s->fch, s->ln2, w->t[NB_TF_FC_W], w->t[NB_TF_FC_B], N, C, c->ffn);
     } else {
-        be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], NULL, N, C, fc_width(c));
-        be->swiglu_fwd(ctx, s->fca, s->fch, N, c->ffn);
+        /* an adapted c_fc adds its branch before the GELU: the fused GEMM epilogue cannot */
+        be->matmul_fwd(ctx, s->fch, s->ln2, w->t[NB_TF_FC_W], w->t[NB_TF_FC_B], N, C, fc_width(c));
+        for (int k = NB_LORA_GATE; k <= NB_LORA_UP; k++) nb_tf_lora_forward(m, be, ctx, w, k, s, a, s->ln2, s->fch);
+        if (c->arch == NB_ARCH_GPT2)
+            be->gelu_fwd(ctx, s->fca, s->fch, (size_t)N * c->ffn);
+        else
+            be->swiglu_fwd(ctx, s->fca, s->fch, N, c->ffn);
     }
     proj_residual(be, ctx, out, s->fca, w->t[NB_TF_FCPROJ_W], w->t[NB_TF_FCPROJ_B], s->res2, N, c->ffn, C);
+    nb_tf_lora_forward(m, be, ctx, w, NB_LORA_DOWN, s, a, s->fca, out);
 }
 
 /* Zeroes the backward scratch from p (one of dres, dln) to the end of `last` (of `bytes`), in one
@@ -529,7 +544,8 @@ static void zero_from(const nb_backend_i *be, nb_ctx ctx, const nb_tf_acts *a, v
  * The same gradients as the accumulating path below (the same math; bf16 rounds once less where
  * the GELU derivative is fused). dres still accumulates (the skip connection's sum). */
 static int writes_grads(const nb_tf_model *m, const nb_backend_i *be) {
-    if (!be->matmul_bwd_set || !be->attention_bwd_set) return 0;
+    /* LoRA's branches add their input gradients to dfca, dln and datty: the accumulating path */
+    if (!be->matmul_bwd_set || !be->attention_bwd_set || m->lora) return 0;
     return m->cfg.arch == NB_ARCH_GPT2 ? be->matmul_dgelu_bwd != NULL : be->swiglu_bwd_set != NULL;
 }
 
@@ -591,17 +607,20 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
     /* MLP branch: dres is d(out) = d(res2 through the skip) + d(mlp output) */
     be->matmul_bwd(ctx, a->dfca, dw->t[NB_TF_FCPROJ_W], dw->t[NB_TF_FCPROJ_B], a->dres, s->fca, w->t[NB_TF_FCPROJ_W],
                    N, c->ffn, C);
+    nb_tf_lora_backward(m, be, ctx, w, dw, NB_LORA_DOWN, s, a, s->fca, a->dfca, a->dres);
     if (c->arch == NB_ARCH_GPT2)
         be->gelu_bwd(ctx, a->dfch, s->fch, a->dfca, (size_t)N * c->ffn);
     else
         be->swiglu_bwd(ctx, a->dfch, a->dfca, s->fch, N, c->ffn);
     be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_FC_W], dw->t[NB_TF_FC_B], a->dfch, s->ln2, w->t[NB_TF_FC_W], N, C, FC);
+    for (int k = NB_LORA_GATE; k <= NB_LORA_UP; k++) nb_tf_lora_backward(m, be, ctx, w, dw, k, s, a, s->ln2, a->dln, a->dfch);
     norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN2_W], dw->t[NB_TF_LN2_B], a->dln, s->res2, w->t[NB_TF_LN2_W],
              s->ln2_mean, s->ln2_rstd, N);
 
     /* attention branch: dres is now d(res2) */
     be->matmul_bwd(ctx, a->datty, dw->t[NB_TF_PROJ_W], dw->t[NB_TF_PROJ_B], a->dres, s->atty, w->t[NB_TF_PROJ_W], N,
                    A, C);
+    nb_tf_lora_backward(m, be, ctx, w, dw, NB_LORA_O, s, a, s->atty, a->datty, a->dres);
     be->attention_bwd(ctx, a->dqkv, a->datty, s->qkv, s->atty, s->lse, B, T, c->heads, c->kv_heads, c->head_size);
     if (c->arch == NB_ARCH_LLAMA) {
         nb_rope rope = nb_tf_rope(c);
@@ -610,6 +629,7 @@ void nb_tf_layer_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx c
     if (c->qk_norm) qk_norm_bwd(m, be, ctx, w, dw, s, a->dqkv, N);
     be->zero(ctx, a->dln, (size_t)N * C * es);
     be->matmul_bwd(ctx, a->dln, dw->t[NB_TF_QKV_W], dw->t[NB_TF_QKV_B], a->dqkv, s->ln1, w->t[NB_TF_QKV_W], N, C, QKV);
+    for (int k = NB_LORA_Q; k <= NB_LORA_V; k++) nb_tf_lora_backward(m, be, ctx, w, dw, k, s, a, s->ln1, a->dln, a->dqkv);
     norm_bwd(m, be, ctx, a->dres, dw->t[NB_TF_LN1_W], dw->t[NB_TF_LN1_B], a->dln, x, w->t[NB_TF_LN1_W], s->ln1_mean,
              s->ln1_rstd, N);
 }
@@ -656,6 +676,8 @@ double nb_tf_flops_per_token(const nb_tf_model *m, int T) {
     double per_layer = C * qkv_width(c) + (double)att_width(c) * C + C * fc_width(c) + (double)c->ffn * C;
     double matmul_params = L * per_layer + (double)c->vocab * C;
     /* 6 per matmul weight per token (fwd 2, bwd 4) + attention scores and values (fwd 4*T*C per
-     * layer, x3 for training; counted without the causal halving, as in the PaLM paper) */
-    return 6.0 * matmul_params + 12.0 * L * (double)att_width(c) * T;
+     * layer, x3 for training; counted without the causal halving, as in the PaLM paper). LoRA: a
+     * frozen weight has no weight-gradient GEMM (fwd 2, bwd 2), its adapters the full 6 */
+    double per_weight = m->lora ? 4.0 : 6.0, adapters = m->lora ? (double)m->lora->n_real : 0.0;
+    return per_weight * matmul_params + 6.0 * adapters + 12.0 * L * (double)att_width(c) * T;
 }

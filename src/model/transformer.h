@@ -80,8 +80,37 @@ typedef struct nb_param {
     int decay; /* AdamW weight decay applies (2-D weights) */
 } nb_param;
 
+/* LoRA (PEFT's semantics): a frozen projection y = x W^T gains (alpha / r) * (x A^T) B^T with
+ * A [r, in] and B [out, r] trained. The sites are the Llama layout's q, k, v, o, gate, up and down
+ * projections; in the GPT-2 layout q (standing for q, k and v together) is the fused c_attn, o
+ * the attention's c_proj, up the MLP's c_fc and down its c_proj (k, v and gate have no matrix of
+ * their own there). Where a site is a column slice of a fused matrix (Llama's q, k, v of qkv;
+ * gate, up of the gate/up projection), its branch adds into that slice only. */
+enum { NB_LORA_Q, NB_LORA_K, NB_LORA_V, NB_LORA_O, NB_LORA_GATE, NB_LORA_UP, NB_LORA_DOWN, NB_LORA_SITES };
+
+/* Where a site's branch reads and writes: input width K, output OC columns from `off` of a
+ * row of ld columns, of layer tensor `w` (NB_TF_QKV_W ..). */
+typedef struct {
+    int w, K, OC, off, ld;
+} nb_lora_site;
+
+/* The adapters of a model: their own fp32 slab, laid out as the model's (group 1+l: layer l's
+ * adapters; groups 0 and L+1 empty), so gradients, AdamW state and buckets follow the model's
+ * conventions. */
+typedef struct nb_tf_lora {
+    int r;
+    float alpha, scale; /* scale = alpha / r */
+    unsigned sites;     /* bit s: site s adapted */
+    int nparams;
+    struct nb_param *params;
+    int (*idx)[NB_LORA_SITES][2]; /* [layers][site][0: A, 1: B] -> param index or -1 */
+    int ngroups;
+    size_t *group_offset, *group_numel, total, n_real;
+} nb_tf_lora;
+
 typedef struct nb_tf_model {
     nb_tf_config cfg;
+    const nb_tf_lora *lora; /* adapters the layers run (NULL: none); the caller owns them */
     int nparams;
     nb_param *params;
     int (*layer_idx)[NB_TF_LAYER_TENSORS]; /* [layers][k] -> param index or -1 */
@@ -99,7 +128,10 @@ void nb_tf_model_free(nb_tf_model *m);
 void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed);
 
 /* A layer's tensors bound to a buffer that holds that layer's group (base = group start). */
-typedef struct { void *t[NB_TF_LAYER_TENSORS]; } nb_tf_layer_view;
+typedef struct {
+    void *t[NB_TF_LAYER_TENSORS];
+    void *la[NB_LORA_SITES], *lb[NB_LORA_SITES]; /* LoRA's A and B per site (NULL: none) */
+} nb_tf_layer_view;
 void nb_tf_bind_layer(const nb_tf_model *m, int layer, void *group_base, size_t elem_size, nb_tf_layer_view *v);
 /* Pointer to a parameter inside a slab holding the whole model. */
 void *nb_tf_param_ptr(const nb_tf_model *m, int param_index, void *slab, size_t elem_size);
@@ -111,6 +143,7 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
     void *qk_in;     /* qk_norm: q and k heads before their norm, [N * (heads + kv_heads), head_size] */
     float *qk_rstd;  /* qk_norm: [N * (heads + kv_heads)] */
+    void *lu[NB_LORA_SITES]; /* LoRA: x A^T of each adapted site [N, r] */
 } nb_tf_layer_acts;
 
 /* Activations and scratch for a batch shape, in one slab. */
@@ -125,6 +158,7 @@ typedef struct nb_tf_acts {
     float *losses;              /* [N] */
     /* backward scratch, reused by every layer */
     void *dres, *dln, *dqkv, *datty, *dfch, *dfca;
+    void *lt, *ldu; /* LoRA scratch: a branch's output (or its gradient) [N, widest site], d(x A^T) [N, r] */
 } nb_tf_acts;
 
 /* Bytes needed for activations of (B, T) in a given element size. */
@@ -169,7 +203,38 @@ void nb_tf_head(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const 
 void nb_tf_logits_last(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const void *lnf_w, const void *lnf_b,
                        const void *head, int layer_out, nb_tf_acts *a, void *logits);
 
-/* Model FLOPs per token for training (6N + attention), for MFU and the benchmarks. */
+/* model/transformer_lora.c */
+/* Parse --lora-targets ("q,k,v,o,gate,up,down", any subset) for an architecture into a site mask;
+ * fails with a hint on an unknown name or one the layout has no matrix for. */
+unsigned nb_tf_lora_parse_targets(const char *list, nb_arch arch);
+/* The targets of a mask as --lora-targets writes them, and as Hugging Face module names. */
+void nb_tf_lora_targets_str(unsigned sites, nb_arch arch, char *out, size_t cap);
+/* Site s's geometry in a config; 0 when the layout has no matrix for it (GPT-2's k, v, gate). */
+int nb_tf_lora_site(const nb_tf_config *c, int s, nb_lora_site *g);
+/* The Hugging Face module name of a site ("q_proj"; GPT-2: "c_attn", "c_proj", "c_fc", "c_proj")
+ * and its parent ("self_attn" / "mlp"; GPT-2 "attn" / "mlp"). */
+const char *nb_tf_lora_hf_module(nb_arch arch, int s, const char **parent);
+void nb_tf_lora_init(nb_tf_lora *lo, const nb_tf_config *c, int r, float alpha, unsigned sites);
+void nb_tf_lora_free(nb_tf_lora *lo);
+/* PEFT's init: A kaiming-uniform (a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))) from the run's seed,
+ * one Philox stream per tensor name; B zero. */
+void nb_tf_lora_init_weights(const nb_tf_lora *lo, float *slab, uint64_t seed);
+/* Layer l's adapters in a slab holding all of them (NULL slab: none) into v->la / v->lb. */
+void nb_tf_lora_bind(const nb_tf_lora *lo, int l, void *slab, size_t es, nb_tf_layer_view *v);
+/* The widest output of an adapted site (scratch sizing). */
+int nb_tf_lora_max_out(const nb_tf_model *m);
+/* y's slice += scale * (x A^T) B^T (x A^T kept in s->lu[site]); no-op when the view has no A. */
+void nb_tf_lora_forward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w, int site,
+                        nb_tf_layer_acts *s, nb_tf_acts *a, const void *x, void *y);
+/* The branch's backward: dy's slice in; dA, dB accumulate (dw->la, dw->lb), dx += its share. */
+void nb_tf_lora_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ctx, const nb_tf_layer_view *w,
+                         const nb_tf_layer_view *dw, int site, const nb_tf_layer_acts *s, nb_tf_acts *a, const void *x,
+                         void *dx, const void *dy);
+/* W += scale * B A for every adapted site, into an fp32 slab of the model (export --merge). */
+void nb_tf_lora_merge(const nb_tf_model *m, const nb_tf_lora *lo, float *model_slab, const float *lora_slab);
+
+/* Model FLOPs per token for training (6N + attention; LoRA: 4N for the frozen weights + 6 per
+ * adapter parameter), for MFU and the benchmarks. */
 double nb_tf_flops_per_token(const nb_tf_model *m, int T);
 /* FLOPs per token that recomputation adds (--ckpt-interval K > 0, the last `keep` layers kept whole):
  * one more forward of every other layer but those of their last block of K, whose activations

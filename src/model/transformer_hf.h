@@ -75,6 +75,13 @@ char *nb_hf_config_json(const nb_tf_model *m, const nb_hf_export_opts *x);
 /* Write out_dir/config.json and out_dir/model.safetensors from fp32 weights in the model's slab
  * layout; creates out_dir. Returns the number of tensors written. */
 int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x);
+/* transformer_hf_lora.c: a LoRA run's adapters as a PEFT adapter directory: adapter_config.json
+ * (r, lora_alpha, target_modules as HF module names, base_model_name_or_path = base_ref) and
+ * adapter_model.safetensors (fp32, peft's names: base_model.model.model.layers.N.self_attn.q_proj
+ * .lora_A.weight; GPT-2 base_model.model.transformer.h.N.attn.c_attn.lora_A.weight). Returns the
+ * tensor count. */
+int nb_hf_export_lora(const char *out_dir, const nb_tf_model *m, const nb_tf_lora *lo, const float *lora_slab,
+                      const char *base_ref);
 
 /* Import (transformer_hf_import.c), the reverse through the same table: --init-from HF_DIR.
  * HF_DIR holds config.json and model.safetensors, or model.safetensors.index.json and the

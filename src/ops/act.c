@@ -107,3 +107,15 @@ void nb_add_inplace(float *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
+
+/* ---- scaled column slices (LoRA: a low-rank branch into a slice of a fused projection) ---- */
+
+void nb_scale_cols(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols, float alpha, int acc) {
+    NB_ASSERT(dst && src && cols <= ld_dst && cols <= ld_src);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        float *d = dst + (size_t)i * ld_dst;
+        const float *x = src + (size_t)i * ld_src;
+        for (int j = 0; j < cols; j++) d[j] = acc ? d[j] + alpha * x[j] : alpha * x[j];
+    }
+}

@@ -129,6 +129,16 @@ template <typename T> static __global__ void residual_kernel(T *out, const T *a,
 template <typename T> static __global__ void add_inplace_kernel(T *dst, const T *src, size_t n) {
     NB_GRID_STRIDE(i, n) nb_st(dst + i, nb_ld(dst + i) + nb_ld(src + i));
 }
+template <typename T>
+static __global__ void scale_cols_kernel(T *dst, int ld_dst, const T *src, int ld_src, int cols, size_t n, float alpha,
+                                         int acc) {
+    NB_GRID_STRIDE(e, n) {
+        size_t i = e / (size_t)cols, j = e % (size_t)cols;
+        T *d = dst + i * ld_dst + j;
+        float v = alpha * nb_ld(src + i * ld_src + j);
+        nb_st(d, acc ? nb_ld(d) + v : v);
+    }
+}
 /* dst = src in dst's type (bf16: round to nearest even) */
 template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n) {
     NB_GRID_STRIDE(i, n) nb_st(dst + i, nb_ld(src + i));
@@ -206,6 +216,14 @@ static void add_inplace(T *dst, const T *src, size_t n, cudaStream_t stream, con
     launch_1d(add_inplace_kernel<T>, n, "add in place", stream, dst, src, n);
 }
 
+template <typename T>
+static void scale_cols(T *dst, int ld_dst, const T *src, int ld_src, int rows, int cols, float alpha, int acc,
+                       cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(dst && src && rows >= 0 && cols >= 1 && cols <= ld_dst && cols <= ld_src, name);
+    size_t n = (size_t)rows * cols;
+    if (n) launch_1d(scale_cols_kernel<T>, n, "scale cols", stream, dst, ld_dst, src, ld_src, cols, n, alpha, acc);
+}
+
 extern "C" void nb_cuda_gelu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream) {
     gelu_forward(out, inp, n, stream, __func__);
 }
@@ -271,4 +289,12 @@ extern "C" void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t 
 extern "C" void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream) {
     NB_CUDA_SHAPE(dst && src, __func__);
     launch_1d(cast_kernel<float, nb_bf16_t>, n, "cast bf16 -> f32", stream, dst, nb_kt(src), n);
+}
+extern "C" void nb_cuda_scale_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols,
+                                       float alpha, int acc, nb_stream_t stream) {
+    scale_cols(dst, ld_dst, src, ld_src, rows, cols, alpha, acc, stream, __func__);
+}
+extern "C" void nb_cuda_scale_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
+                                        float alpha, int acc, nb_stream_t stream) {
+    scale_cols(nb_kt(dst), ld_dst, nb_kt(src), ld_src, rows, cols, alpha, acc, stream, __func__);
 }

@@ -48,6 +48,10 @@ typedef struct nb_backend_i {
     void (*add_inplace)(nb_ctx, void *dst, const void *src, size_t n);
     /* dst += src on fp32 buffers whatever act_dtype is (gradient partials) */
     void (*add_f32)(nb_ctx, float *dst, const float *src, size_t n);
+    /* dst[i * ld_dst + j] = (acc: dst +) alpha * src[i * ld_src + j] (act_dtype, math in fp32):
+     * LoRA's scaled branch into a column slice of a fused projection, and its gradient back out */
+    void (*scale_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols, float alpha,
+                       int acc);
     /* per-head RMSNorm in place on a strided view (Qwen3's q/k norm): see nb_headnorm_forward */
     void (*headnorm_fwd)(nb_ctx, void *x, void *x_in, float *rstd, const void *w, int N, int nh, int HS, int stride,
                          float eps);

@@ -60,6 +60,10 @@ static void residual_fwd(nb_ctx c, void *out, const void *a, const void *b, size
 }
 static void add_inplace(nb_ctx c, void *dst, const void *src, size_t n) { nb_add_inplace(F(dst), CF(src), n); }
 static void add_f32(nb_ctx c, float *dst, const float *src, size_t n) { nb_add_inplace(dst, src, n); }
+static void scale_cols(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols, float alpha,
+                       int acc) {
+    nb_scale_cols(F(dst), ld_dst, CF(src), ld_src, rows, cols, alpha, acc);
+}
 static void rope_fwd(nb_ctx c, void *x, int B, int T, int nh, int HS, int stride, const nb_rope *r) {
     nb_rope_forward(F(x), B, T, nh, HS, stride, r);
 }
@@ -188,6 +192,7 @@ const nb_backend_i nb_backend_cpu = {
     .matmul_gelu_fwd = matmul_gelu_fwd, .gelu_fwd = gelu_fwd, .gelu_bwd = gelu_bwd,
     .swiglu_fwd = swiglu_fwd, .swiglu_bwd = swiglu_bwd,
     .residual_fwd = residual_fwd, .add_inplace = add_inplace, .add_f32 = add_f32,
+    .scale_cols = scale_cols,
     .rope_fwd = rope_fwd, .rope_bwd = rope_bwd,
     .attention_fwd = attention_fwd, .attention_bwd = attention_bwd,
     .embed_fwd = embed_fwd, .embed_bwd = embed_bwd,

@@ -70,6 +70,10 @@
     static void add_inplace_##SUF(nb_ctx c, void *dst, const void *src, size_t n) {                          \
         nb_cuda_add_inplace_##SUF((T *)dst, (const T *)src, n, S(c));                                        \
     }                                                                                                        \
+    static void scale_cols_##SUF(nb_ctx c, void *dst, int ld_dst, const void *src, int ld_src, int rows,     \
+                                 int cols, float alpha, int acc) {                                           \
+        nb_cuda_scale_cols_##SUF((T *)dst, ld_dst, (const T *)src, ld_src, rows, cols, alpha, acc, S(c));   \
+    }                                                                                                        \
     static void headnorm_fwd_##SUF(nb_ctx c, void *x, void *x_in, float *rstd, const void *w, int N, int nh,  \
                                    int HS, int stride, float eps) {                                          \
         nb_cuda_headnorm_forward_##SUF((T *)x, (T *)x_in, rstd, (const T *)w, N, nh, HS, stride, eps, S(c));  \
@@ -238,7 +242,7 @@ static size_t dev_available(void) {
         .rmsnorm_bwd = rmsnorm_bwd_##SUF, .matmul_gelu_fwd = matmul_gelu_fwd_##SUF,                        \
         .gelu_fwd = gelu_fwd_##SUF, .gelu_bwd = gelu_bwd_##SUF,                                            \
         .swiglu_fwd = swiglu_fwd_##SUF, .swiglu_bwd = swiglu_bwd_##SUF, .residual_fwd = residual_fwd_##SUF, \
-        .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .rope_fwd = rope_fwd_##SUF,                  \
+        .add_inplace = add_inplace_##SUF, .add_f32 = add_f32, .scale_cols = scale_cols_##SUF, .rope_fwd = rope_fwd_##SUF,                  \
         .rope_bwd = rope_bwd_##SUF,                                                                        \
         .headnorm_fwd = headnorm_fwd_##SUF, .headnorm_bwd = headnorm_bwd_##SUF,                            \
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \

@@ -67,6 +67,10 @@ void nb_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, i
 void nb_residual_forward(float *out, const float *a, const float *b, size_t n);
 /* dst += src: the backward of a residual add for each branch. */
 void nb_add_inplace(float *dst, const float *src, size_t n);
+/* dst[i * ld_dst + j] = (acc: dst[i * ld_dst + j] +) alpha * src[i * ld_src + j], i < rows, j < cols:
+ * LoRA's scaled low-rank branch added into (or its gradient read out of) a column slice of a
+ * fused projection's output (q, k, v of qkv; gate, up of the fused gate/up). */
+void nb_scale_cols(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols, float alpha, int acc);
 
 /* ---- rope.c ---- */
 /* Rotary position embedding, HF Llama's rotate_half convention: for head dims i < HS/2,

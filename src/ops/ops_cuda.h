@@ -149,6 +149,11 @@ void nb_cuda_residual_forward_bf16(nb_bf16 *out, const nb_bf16 *a, const nb_bf16
                                    nb_stream_t stream);
 void nb_cuda_add_inplace_f32(float *dst, const float *src, size_t n, nb_stream_t stream);
 void nb_cuda_add_inplace_bf16(nb_bf16 *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);
+/* nb_scale_cols (ops.h) on the device, the arithmetic in fp32. */
+void nb_cuda_scale_cols_f32(float *dst, int ld_dst, const float *src, int ld_src, int rows, int cols, float alpha,
+                            int acc, nb_stream_t stream);
+void nb_cuda_scale_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
+                             float alpha, int acc, nb_stream_t stream);
 /* dst = src converted (bf16: round to nearest even). */
 void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t n, nb_stream_t stream);
 void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);

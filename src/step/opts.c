@@ -91,6 +91,15 @@ static const nb_opt table[] = {
     {"threads", NB_OPT_INT, F(threads), NB_OPTG_COMMON, NULL, "N", "CPU threads (0: all cores; a resume keeps the run's)", 0, BIG, ">= 0 (0: all cores)", .flag = 1, .state = OPT, .math = 1},
     {"tokenizer", NB_OPT_STR, F(tokenizer), NB_OPTG_TF, NULL, "DIR", "the Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json) of the run's data: sample encodes and decodes with it, export copies its files (default: the --init-from folder when it holds tokenizer.json)", .flag = 1, .state = OPT},
     {"init-source", NB_OPT_STR, F(init_source), NB_OPTG_TF, NULL, NULL, NULL, .state = OPT},
+    /* LoRA (issue 33): the base frozen, adapters trained; state.json keeps them (a resume and an
+     * export need them) */
+    {"lora", NB_OPT_INT, F(lora_r), NB_OPTG_TF, NULL, "R", "LoRA of rank R: the model's weights frozen, adapters A [R, in] and B [out, R] of each --lora-targets projection trained (0: full fine-tuning)", 0, 65536, "in 0..65536", .flag = 1, .state = OPT, .math = 1},
+    {"lora-alpha", NB_OPT_FLOAT, F(lora_alpha), NB_OPTG_TF, "8", "A", "LoRA's alpha: the branch is scaled by A / R (PEFT's LoraConfig default, 8)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
+    {"lora-targets", NB_OPT_STR, F(lora_targets), NB_OPTG_TF, "q,k,v,o", "LIST", "LoRA's projections, a subset of q,k,v,o,gate,up,down (GPT-2: q,k,v = c_attn together, o = attn.c_proj, up = c_fc, down = mlp.c_proj)", .flag = 1, .state = OPT, .math = 1},
+    {"lora-dropout", NB_OPT_FLOAT, F(lora_dropout), NB_OPTG_TF, "0", "P", "dropout on LoRA's input (only 0 is supported)", 0, 1, "0", .flag = 1, .state = OPT, .math = 1},
+    /* what the run's base was (crc32c of its fp32 weights, + 1; 0: not recorded): a resume from a
+     * base that changed since is refused, not silently continued */
+    {"lora-base-crc", NB_OPT_U64, F(lora_base_crc), NB_OPTG_TF, NULL, NULL, NULL, .state = OPT},
     /* flags only: where the run writes, how it reports, limits of this process */
     {"gpu-mem-limit", NB_OPT_U64, F(gpu_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "cap the GPU memory plan (0: what is free)", .flag = 1},
     {"host-mem-limit", NB_OPT_U64, F(host_mem_limit), NB_OPTG_COMMON, NULL, "BYTES", "host memory the plan may use (0: what the host reports)", .flag = 1},

@@ -42,6 +42,11 @@ typedef struct nb_train_opts {
      * the run's data was made with (absolute; sample decodes with it, export copies its files) */
     nb_hf_origin hf;
     char init_source[NB_PATH_MAX], tokenizer[NB_PATH_MAX];
+    /* LoRA: rank (0: off), alpha (scale alpha / rank), targets ("q,k,v,o"), dropout (0 only) */
+    int lora_r;
+    float lora_alpha, lora_dropout;
+    char lora_targets[64];
+    uint64_t lora_base_crc;
     char device[32], schedule[32];
     nb_opt_precision precision;
     nb_attn_mode attn; /* which bf16 attention a CUDA run uses (not kept: a speed choice of this process) */

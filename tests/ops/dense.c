@@ -524,6 +524,35 @@ TEST_CASE(test_residual) {
     free(a), free(b), free(out), free(want), free(x);
 }
 
+/* ---- scaled column slices (LoRA's branch into a slice of a fused projection) ---- */
+
+TEST_CASE(test_scale_cols) {
+    int rows = 37, ld_dst = 29, ld_src = 17, cols = 13, off = 9;
+    float alpha = 0.5f; /* a power of two: alpha * x is exact, so each sum is one rounding */
+    float *dst = randn((size_t)rows * ld_dst, 71, 0.0f, 1.0f), *src = randn((size_t)rows * ld_src, 72, 0.0f, 1.0f);
+    float *acc = zeros((size_t)rows * ld_dst), *set = zeros((size_t)rows * ld_dst);
+    memcpy(acc, dst, (size_t)rows * ld_dst * sizeof(float));
+    memcpy(set, dst, (size_t)rows * ld_dst * sizeof(float));
+    nb_scale_cols(acc + off, ld_dst, src, ld_src, rows, cols, alpha, 1);
+    nb_scale_cols(set + off, ld_dst, src, ld_src, rows, cols, alpha, 0);
+    int ok_acc = 1, ok_set = 1, untouched = 1;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld_dst; j++) {
+            size_t e = (size_t)i * ld_dst + j;
+            if (j < off || j >= off + cols) {
+                untouched &= acc[e] == dst[e] && set[e] == dst[e];
+                continue;
+            }
+            float x = src[(size_t)i * ld_src + (j - off)];
+            ok_acc &= acc[e] == (float)((double)dst[e] + (double)alpha * x);
+            ok_set &= set[e] == alpha * x;
+        }
+    CHECK(ok_acc, "scale_cols (acc) is not dst + alpha * src on the slice");
+    CHECK(ok_set, "scale_cols (set) is not alpha * src on the slice");
+    CHECK(untouched, "scale_cols wrote outside its column slice");
+    free(dst), free(src), free(acc), free(set);
+}
+
 /* ---- embedding ---- */
 
 typedef struct {
@@ -630,6 +659,7 @@ static const ot_row rows[] = {
     DENSE("gelu", "91, 5003", test_gelu, 0),
     DENSE("swiglu", "7x13, 33x150", test_swiglu, 0),
     {"residual", "cpu", OT_F32, "1001 (aliased)", 0, OT_EVAL, test_residual, 0, 0},
+    {"scale_cols", "cpu", OT_F32, "37x13 of ld 29 from ld 17, acc and set", 0, OT_EVAL, test_scale_cols, 0, 0},
     DENSE("embed", "3x7x13 V5, 4x9x150 V17", test_embed, 0),
     {"embed_bad_token", "cpu", OT_NONE, "token -5", 0, OT_EVAL, test_embed_rejects_negative_token, 0, OT_FORK},
 };

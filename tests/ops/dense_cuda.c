@@ -437,6 +437,29 @@ TEST_CASE(test_swiglu) {
     check_swiglu(77, 344);      /* 43 bf16 vectors a row: rows of odd vector count */
 }
 
+/* LoRA's scaled branch into (and its gradient out of) a column slice: the CPU op's values, the
+ * columns outside the slice untouched (dst starts as data, not NaN, to see them) */
+TEST_CASE(test_scale_cols) {
+    int rows = 1003, ld_dst = 96, ld_src = 40, cols = 33, off = 31;
+    size_t nd = (size_t)rows * ld_dst, ns = (size_t)rows * ld_src;
+    FOR_DTYPE(bf) {
+        for (int acc = 0; acc < 2; acc++) {
+            float *d = randn(nd, 0, 1), *s = randn(ns, 0, 1);
+            round_bf(d, nd, bf), round_bf(s, ns, bf);
+            float *want = copy_of(d, nd), *got = zeros(nd);
+            nb_scale_cols(want + off, ld_dst, s, ld_src, rows, cols, 1.5f, acc);
+            round_bf(want, nd, bf);
+            void *dd = dev_up(d, nd, bf), *ds = dev_up(s, ns, bf);
+            size_t es = bf ? 2 : 4;
+            CALL(bf, nb_cuda_scale_cols, (void *)((char *)dd + off * es), ld_dst, ds, ld_src, rows, cols, 1.5f, acc, st);
+            dev_down(got, dd, nd, bf);
+            expect_close(acc ? "scale_cols (acc)" : "scale_cols (set)", bf, got, want, nd);
+            dev_free(dd), dev_free(ds);
+            free(d), free(s), free(want), free(got);
+        }
+    }
+}
+
 TEST_CASE(test_residual_and_add) {
     size_t n = 100003;
     FOR_DTYPE(bf) {
@@ -951,6 +974,8 @@ static const ot_row rows[] = {
     {"swiglu", "cuda", OT_BF16, "303x45, 303x256, 77x344", 1e-2, OT_EVAL, FN(test_swiglu), 0, 0},
     {"residual_add", "cuda", OT_F32, "100003, add_inplace", 1e-5, OT_EVAL, FN(test_residual_and_add), 0, 0},
     {"residual_add", "cuda", OT_BF16, "100003, add_inplace", 1e-2, OT_EVAL, FN(test_residual_and_add), 0, 0},
+    {"scale_cols", "cuda", OT_F32, "1003x33 of ld 96 from ld 40", 1e-5, OT_EVAL, FN(test_scale_cols), 0, 0},
+    {"scale_cols", "cuda", OT_BF16, "1003x33 of ld 96 from ld 40", 1e-2, OT_EVAL, FN(test_scale_cols), 0, 0},
     {"rope", "cuda", OT_F32, "5 shapes, HS 24 .. 520", 1e-5, OT_EVAL, FN(test_rope), 0, 0},
     {"rope", "cuda", OT_BF16, "5 shapes, HS 24 .. 520", 1e-2, OT_EVAL, FN(test_rope), 0, 0},
     {"rope", "cuda", OT_F32, "llama3 + linear, HS 24 .. 128", 1e-5, OT_EVAL, FN(test_rope_scaled), 0, 0},
