@@ -298,6 +298,19 @@ static void push_criteo(nb_ctr_set *set, const nb_ctr_sample *x) {
     ctr_set_push(set, x->dense, x->cat, 0, NULL, 0, (float)x->label);
 }
 
+/* Synthetic samples first .. first + B - 1 into t's first rows (multi-hot: no target, no history). */
+static void synth_fill(nb_ctr_source *s, nb_ctr_batch *t, uint64_t first, int B) {
+    if (!s->g->o.multi_hot) {
+        nb_synth_fill(s->g, first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        return;
+    }
+    NB_CHECK(t->mw == NB_SYNTH_MH_WIDTH && t->nmv == NB_SYNTH_NCAT, "this is a bug in nobubble; please report it",
+             "multi-hot synthetic samples into a batch of %d multi-valued columns (%d values)", t->nmv, t->mw);
+    nb_synth_fill_multi_hot(s->g, first, B, t->dense, t->cat, t->mv, t->mvlen, t->label);
+    memset(t->target, 0, (size_t)B * sizeof *t->target);
+    memset(t->len, 0, (size_t)B * sizeof *t->len);
+}
+
 void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) { nb_ctr_fill_train_slice(s, t, B, 0, B); }
 
 void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B) {
@@ -305,7 +318,7 @@ void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int firs
     t->b.B = B;
     NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) { /* any sample by its index: only the slice is made */
-        nb_synth_fill(s->g, s->next + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        synth_fill(s, t, s->next + (uint64_t)first, B);
         s->next += (uint64_t)Bg;
     } else if (s->kind == NB_CTR_CRITEO) { /* a stream: every rank reads through the whole batch */
         nb_ctr_sample x;
@@ -334,8 +347,7 @@ void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B) {
     t->b.B = B;
     NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) {
-        nb_synth_fill(s->g, NB_CTR_EVAL_BASE + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label,
-                      NULL);
+        synth_fill(s, t, NB_CTR_EVAL_BASE + (uint64_t)first, B);
     } else {
         for (int r = 0; r < B; r++) ctr_set_get(&s->eval, first + r, t, r, s->max_len);
     }
@@ -579,6 +591,12 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
             snprintf(spec, sizeof spec, "%s", d);
         else
             snprintf(spec, sizeof spec, "%s%smax_len=%d", d, strchr(d, ':') ? "," : ":", mc->max_len);
+        /* the DLRM form: MLPerf's multi-hot columns, and one item (no target to learn) */
+        if (nb_sc_dlrm(mc) && !strstr(d, "multi_hot=")) snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",multi_hot=1");
+        if (nb_sc_dlrm(mc) && !strstr(d, "items=")) snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",items=1");
+        if (nb_sc_dlrm(mc) && !strstr(d, "cap=")) /* --table-cap caps the ids too: MLPerf's rows by default */
+            snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",cap=%lld",
+                     (long long)(o->table_cap < 4294967295LL ? o->table_cap : 4294967295LL));
         s->g = nb_malloc(sizeof *s->g, "synthetic generator");
         nb_synth_open(s->g, spec);
         mc->max_len = s->g->o.max_len;

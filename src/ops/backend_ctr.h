@@ -61,6 +61,10 @@ typedef struct nb_ctr_ops_i {
                           int n, int64_t maxrow);
 
     /* ---- dense pieces ---- */
+    /* Dense Adagrad over a slab (ops_ctr.h's nb_adagrad_dense), the rate and eps from k in backend
+     * memory (neg_step, eps); params_lowp (NULL: none) gets the new weights in act_dtype. */
+    void (*adagrad_dense)(nb_ctx, float *params, const float *grads, float *acc, void *params_lowp, size_t n,
+                          const nb_adamw_scalars *k);
     /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,
      * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype).
      * Backward: dx0, dx (act_dtype, +=), dU, dV, db (fp32, +=); any may be NULL. */

@@ -88,6 +88,11 @@ static void cross_bwd(nb_ctx c, void *dx0, void *dx, float *dU, float *dV, float
     nb_cross_backward(F(dx0), F(dx), dU, dV, db, CF(dc), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), CF(vx), N, D, r);
 }
 
+static void adagrad_dense(nb_ctx c, float *p, const float *g, float *acc, void *lowp, size_t n, const nb_adamw_scalars *k) {
+    NB_ASSERT(lowp == NULL); /* the CPU computes in fp32: no compute copy */
+    nb_adagrad_dense(p, g, acc, n, k->neg_step, k->eps);
+}
+
 static void relu_fwd(nb_ctx c, void *out, const void *inp, size_t n) { nb_relu_forward(F(out), CF(inp), n); }
 static void relu_bwd(nb_ctx c, void *dinp, const void *inp, const void *dout, size_t n) {
     nb_relu_backward(F(dinp), CF(inp), CF(dout), n);
@@ -190,6 +195,7 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .sparse_adam = sparse_adam,
     .lists = lists,
     .unique_groups = unique_groups,
+    .adagrad_dense = adagrad_dense,
     .cross_fwd = cross_fwd,
     .cross_bwd = cross_bwd,
     .relu_fwd = relu_fwd,

@@ -104,6 +104,9 @@ static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg,
                           int n, int64_t maxrow) {
     nb_cuda_emb_unique_groups(uniq, order, seg, count, rows, n, maxrow, S(c));
 }
+static void adagrad_dense(nb_ctx c, float *p, const float *g, float *acc, void *lowp, size_t n, const nb_adamw_scalars *k) {
+    nb_cuda_adagrad_dense(p, g, acc, (nb_bf16 *)lowp, n, k, S(c));
+}
 static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *y, int N, float scale) {
     nb_cuda_bce_logits(dz, loss, z, y, N, scale, S(c));
 }
@@ -112,6 +115,7 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
     {                                                                                                      \
         .name = "cuda-" #SUF, .emb_gather = emb_gather_##SUF, .emb_grad_unique = emb_grad_unique_##SUF,    \
         .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .lists = lists,                    \
+        .adagrad_dense = adagrad_dense,                                                                    \
         .unique_groups = unique_groups, .cross_fwd = cross_fwd_##SUF,                                      \
         .cross_bwd = cross_bwd_##SUF, .relu_fwd = relu_fwd_##SUF, .relu_bwd = relu_bwd_##SUF,              \
         .linear1_fwd = linear1_fwd_##SUF, .linear1_bwd = linear1_bwd_##SUF, .bce = bce,                    \

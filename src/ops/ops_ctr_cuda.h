@@ -138,6 +138,11 @@ int nb_cuda_seqattn_tc_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const n
                                      const float *lse, const int32_t *off, int B, int max_len, int H, int E,
                                      nb_stream_t stream);
 
+/* ---- dense Adagrad (adagrad.cu): nb_adagrad_dense with neg_lr = k->neg_step, eps = k->eps read
+ * from device memory; lowp (NULL: none) gets the new weights in bf16 ---- */
+void nb_cuda_adagrad_dense(float *p, const float *g, float *acc, nb_bf16 *lowp, size_t n, const nb_adamw_scalars *k,
+                           nb_stream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
