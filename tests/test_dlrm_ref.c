@@ -1,7 +1,7 @@
 /* dlrm-dcnv2 (seqctr's DLRM form) against its PyTorch twin in MLPerf's reference layout: replays
  * tests/torch/ref/dlrm_tiny.safetensors (written by tests/torch/dlrm_twin_check.py gen, float64;
  * see that script for the twin) through nb_sc_forward/backward and nobubble's optimizers (dense
- * Adagrad, row-wise Adagrad on the touched rows), and compares:
+ * Adagrad, element-wise Adagrad on the touched rows: the preset's), and compares:
  *   logits (rel 1e-5), loss (rel 1e-5), every dense gradient (rel 1e-4 per tensor, norm-wise), the
  *   touched embedding rows (same rows) and their gradients (rel 1e-4), then 20 steps on the same
  *   batch: each step's loss (rel 1e-4).
@@ -36,7 +36,7 @@ static nb_sc_batch BT;
 static float *dense, *label;
 static uint32_t *cat, *target, *hist, *mv;
 static int32_t *hist_len, *mv_len;
-static float LR, EPS;
+static float LR, EPS, EMB_EPS;
 static int meta_int(const char *key) {
     const char *v = nb_st_meta_get(F, key);
     NB_CHECK(v != NULL, REGEN_HINT, "%s: metadata '%s' missing", ref_path, key);
@@ -86,9 +86,11 @@ static void setup(const nb_backend_i *be) {
     c.hist_layers = 0, c.heads = 1, c.max_len = 0, c.block_hidden = 1;
     c.blocks = meta_int("blocks");
     c.cross_rank = meta_int("cross_rank");
-    const char *top = nb_st_meta_get(F, "top"), *lr = nb_st_meta_get(F, "lr"), *eps = nb_st_meta_get(F, "eps");
-    NB_CHECK(top && lr && eps && nb_sc_top_parse(&c, top) && c.ntop >= 1, REGEN_HINT, "%s: metadata top/lr/eps", ref_path);
-    LR = (float)atof(lr), EPS = (float)atof(eps);
+    const char *top = nb_st_meta_get(F, "top"), *lr = nb_st_meta_get(F, "lr"), *eps = nb_st_meta_get(F, "eps"),
+               *emb_eps = nb_st_meta_get(F, "emb_eps");
+    NB_CHECK(top && lr && eps && emb_eps && nb_sc_top_parse(&c, top) && c.ntop >= 1, REGEN_HINT, "%s: metadata top/lr/eps/emb_eps",
+             ref_path);
+    LR = (float)atof(lr), EPS = (float)atof(eps), EMB_EPS = (float)atof(emb_eps);
     int64_t v[NB_SC_STD_NCAT];
     meta_list("cat_rows", v, NB_SC_STD_NCAT);
     for (int f = 0; f < NB_SC_STD_NCAT; f++) c.cat_rows[f] = v[f];
@@ -183,7 +185,7 @@ TEST_CASE(forward_backward_matches_torch) {
 
 TEST_CASE(twenty_steps_match_torch) {
     const float *ref = need("losses", NB_F32, NSTEPS)->data;
-    nb_sc_optim o = {.lr = LR, .eps = EPS, .emb_lr = LR, .emb_eps = EPS, .dense_adagrad = 1};
+    nb_sc_optim o = {.lr = LR, .eps = EPS, .emb_lr = LR, .emb_eps = EMB_EPS, .emb_exact = 1, .dense_adagrad = 1};
     int bad = 0;
     for (int step = 0; step < NSTEPS; step++) {
         nb_sc_zero_grads(&M);

@@ -261,14 +261,19 @@ TEST_CASE(grad_dlrm) {
     CHECK(bad == 0, "%d of %d sampled gradients disagree", bad, checked);
     /* one dense Adagrad step: acc = g^2, p -= lr g / (sqrt(acc) + eps), as torch.optim.Adagrad */
     float p0 = m.params[m.t[0].off], g0 = m.grads[m.t[0].off];
-    nb_sc_optim o = {.lr = 0.01f, .eps = 1e-10f, .emb_lr = 0.01f, .emb_eps = 1e-10f, .dense_adagrad = 1};
+    /* and the tables' element-wise Adagrad (FBGEMM's EXACT_ADAGRAD): the same formula per element */
+    nb_sc_optim o = {.lr = 0.01f, .eps = 1e-10f, .emb_lr = 0.01f, .emb_eps = 1e-8f, .emb_exact = 1, .dense_adagrad = 1};
     nb_sc_forward(&m, &t.b, NULL);
     memset(m.grads, 0, m.nparams * sizeof(float));
     nb_sc_backward(&m, &t.b);
     g0 = m.grads[m.t[0].off];
+    int64_t r0 = m.uniq_rows[0];
+    float w0 = m.emb.table[r0 * E + 1], ge = m.uniq_grads[1];
     nb_sc_optim_enqueue(&m, &o, 1);
     CHECK(m.am[m.t[0].off] == g0 * g0 && m.params[m.t[0].off] == p0 + -0.01f * g0 / (sqrtf(g0 * g0) + 1e-10f),
           "Adagrad step: p %.9g -> %.9g with g %.9g", p0, m.params[m.t[0].off], g0);
+    CHECK(ge != 0 && m.emb.avg_sq[r0 * E + 1] == ge * ge && m.emb.table[r0 * E + 1] == w0 - 0.01f * ge / (sqrtf(ge * ge) + 1e-8f),
+          "element-wise Adagrad: w %.9g -> %.9g with g %.9g", w0, m.emb.table[r0 * E + 1], ge);
     free(g), free(rows), free(gr), free(mv), free(mvlen);
     nb_sc_free(&m);
 }

@@ -266,7 +266,8 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len, int ncat) {
 static void print_memory(const nb_run *r, const sc_train *t) {
     if (r->rank != 0 || nb_verbosity < 1) return;
     const nb_sc_model *m = &t->m;
-    double per_row = (double)m->cfg.E * 4 * (m->emb.opt == NB_SC_ADAM ? 3 : 1) + (m->emb.opt == NB_SC_ADAM ? 0 : 4);
+    int opt = m->emb.opt;
+    double per_row = (double)m->cfg.E * 4 * (opt == NB_SC_ADAM ? 3 : opt == NB_SC_ADAGRAD_EXACT ? 2 : 1) + (opt == NB_SC_ADAGRAD ? 4 : 0);
     char a[32], b[32], c[32], d[32];
     if (r->be->device == NB_DEV_CPU) { /* one memory: the plan's three arenas are all host memory */
         fprintf(stderr, "memory      %s planned in host memory (the CPU backend); table rows and their optimizer state: %s\n",
@@ -293,7 +294,7 @@ static void sc_init(nb_run *r) {
     r->o.ctr.ndense = mc.ndense, r->o.ctr.ncat = mc.ncat; /* the shape state.json keeps */
     memcpy(r->o.ctr.pool, mc.pool, sizeof mc.pool);
     memcpy(r->o.ctr.mv_max, mc.mv_max, sizeof mc.mv_max);
-    int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
+    int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : o->emb_optim == NB_EMB_OPT_ADAGRAD_EXACT ? NB_SC_ADAGRAD_EXACT : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len, mc.ncat);
     nb_emb_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb = {.opt = emb_opt, .shard = t->sharded ? shard : (nb_emb_shard){0, 0}, .pipelined = t->pipelined,
@@ -333,7 +334,7 @@ static void sc_init(nb_run *r) {
     t->m.emb.skip_resync = t->pipelined && o->pipe_skip_resync;
     t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                              .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
-                             .emb_eps = nb_sc_dlrm(&mc) ? o->eps : 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM,
+                             .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM, .emb_exact = emb_opt == NB_SC_ADAGRAD_EXACT,
                              .dense_adagrad = o->dense_optim == NB_DENSE_OPT_ADAGRAD};
     t->step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
     build_items(r, t);
@@ -518,8 +519,10 @@ static void sc_default_shape(nb_train_opts *o) {
 /* MLPerf's DLRM-DCNv2 recipe (its reference's README run: --adagrad --learning_rate 0.005, no
  * warm-up and no decay (lr_warmup_steps, lr_decay_start, lr_decay_steps 0), Adagrad eps 1e-10,
  * initial accumulator 0, no weight decay): Adagrad on the dense part and the tables at one rate.
- * The tables' Adagrad is row-wise here (one accumulator per row); the reference's fused
- * EXACT_ADAGRAD keeps one per element (README: DLRM-DCNv2). Tables of MLPerf's rows (the
+ * The tables' Adagrad is element-wise (--emb-optim adagrad-exact): torch.optim.Adagrad applied in
+ * backward to the EmbeddingBagCollection becomes FBGEMM's fused EXACT_ADAGRAD, one accumulator per
+ * element; the reference hands the fused optimizer only the rate, so FBGEMM's default eps 1e-8
+ * applies there (the tables' eps here). --emb-optim adagrad (row-wise) halves the tables' memory. Tables of MLPerf's rows (the
  * reference's counts are capped at 40M already); --table-cap lowers the cap for small runs. */
 static void dlrm_recipe(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx) {
     if (!seen(ctx, "lr")) o->lr = 0.005f;
@@ -527,6 +530,7 @@ static void dlrm_recipe(nb_train_opts *o, int (*seen)(const void *, const char *
     if (!seen(ctx, "warmup")) o->warmup = 0;
     if (!seen(ctx, "min-lr-frac")) o->min_lr_frac = 1.0f;
     if (!seen(ctx, "dense-optim")) o->dense_optim = NB_DENSE_OPT_ADAGRAD;
+    if (!seen(ctx, "emb-optim")) o->emb_optim = NB_EMB_OPT_ADAGRAD_EXACT;
     if (!seen(ctx, "table-cap")) o->table_cap = 40000000;
     o->eps = 1e-10f;
 }

@@ -29,7 +29,7 @@ static int ckpt_in_shards(const nb_run *r) {
 
 /* seqctr.h's names: the dense tensors, emb.cat.{f} [rows_f, E] and emb.item [item_rows, E]; the
  * optimizer state "<name>.exp_avg" / ".exp_avg_sq" (AdamW; sparse Adam on the tables) or
- * "<table>.adagrad_sum" [rows] (row-wise Adagrad) */
+ * "<table>.adagrad_sum" [rows] (row-wise Adagrad) or "<table>.adagrad_sum_exact" [rows, E] (element-wise) */
 void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
     nb_sc_model *m = &T(r)->m;
     int E = m->cfg.E;
@@ -62,6 +62,9 @@ void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg + at);
             table_name(&m->cfg, name, sizeof name, t, ".exp_avg_sq");
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
+        } else if (m->emb.avg_sq) { /* element-wise Adagrad's sums */
+            table_name(&m->cfg, name, sizeof name, t, ".adagrad_sum_exact");
+            nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
         }
     }
 }
@@ -79,6 +82,8 @@ int nb_seqctr_shard_tensors(nb_run *r, nb_ckpt_list *shard) {
     if (m->emb.avg) {
         nb_ckpt_list_add(shard, "emb.shard.exp_avg", 2, sh, m->emb.avg);
         nb_ckpt_list_add(shard, "emb.shard.exp_avg_sq", 2, sh, m->emb.avg_sq);
+    } else if (m->emb.avg_sq) {
+        nb_ckpt_list_add(shard, "emb.shard.adagrad_sum_exact", 2, sh, m->emb.avg_sq);
     }
     return 1;
 }

@@ -328,7 +328,7 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 /* The rows the step touched (sharded: once per window, the owner's rows). */
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     const nb_sc_stage *s = m->stage;
-    nb_emb_optim eo = {o->emb_lr, o->beta1, o->beta2, o->emb_eps, o->emb_adam};
+    nb_emb_optim eo = {o->emb_lr, o->beta1, o->beta2, o->emb_eps, o->emb_adam, o->emb_exact};
     nb_emb_update(&m->emb, c, &eo, t, s->d_uniq, m->d_uniq_grads, dev_count(m, s), rows_bound(m, s));
 }
 

@@ -177,13 +177,14 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
     float emb_lr, emb_eps;
     int emb_adam;
+    int emb_exact; /* the tables' Adagrad element-wise (FBGEMM's EXACT_ADAGRAD) instead of row-wise */
     /* 1: Adagrad on the dense slab instead of AdamW (accumulators start at 0, in the first moment's
      * buffer; eps as torch.optim.Adagrad: lr * g / (sqrt(acc) + eps); grad_clip and weight_decay
      * unused), as MLPerf's DLRM-DCNv2 reference */
     int dense_adagrad;
 } nb_sc_optim;
 
-enum { NB_SC_ADAGRAD = NB_EMB_ADAGRAD, NB_SC_ADAM = NB_EMB_ADAM }; /* the tables' optimizer (nb_emb_opts.opt) */
+enum { NB_SC_ADAGRAD = NB_EMB_ADAGRAD, NB_SC_ADAM = NB_EMB_ADAM, NB_SC_ADAGRAD_EXACT = NB_EMB_ADAGRAD_EXACT }; /* the tables' optimizer (nb_emb_opts.opt) */
 
 /* How a model is laid out beyond its shape. */
 typedef struct {

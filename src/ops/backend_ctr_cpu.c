@@ -57,6 +57,12 @@ static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *r
     nb_rowwise_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
 }
 
+static void exact_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads,
+                          const int32_t *count, int U, int E, float lr, float eps) {
+    if (count) U = *count;
+    nb_exact_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
+}
+
 static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads,
                         const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t) {
     if (count) U = *count;
@@ -193,6 +199,7 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .emb_grad_unique = emb_grad_unique,
     .rowwise_adagrad = rowwise_adagrad,
     .sparse_adam = sparse_adam,
+    .exact_adagrad = exact_adagrad,
     .lists = lists,
     .unique_groups = unique_groups,
     .adagrad_dense = adagrad_dense,

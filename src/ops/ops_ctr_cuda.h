@@ -50,6 +50,8 @@ void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int3
  * rows; the CPU's float operations one by one (no FMA contraction), so results match it. ---- */
 void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
                              int U, int E, float lr, float eps, nb_stream_t stream);
+void nb_cuda_exact_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
+                           int U, int E, float lr, float eps, nb_stream_t stream);
 void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, const int32_t *count,
                          int U, int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
 

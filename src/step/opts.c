@@ -23,7 +23,7 @@ const nb_opt_group_info nb_opt_groups[NB_OPTG_COUNT] = {
 
 static const char *const precision_names[] = {"", "bf16", "fp32", NULL};
 static const char *const dispatch_names[] = {"blocking", "async", NULL};
-static const char *const emb_optim_names[] = {"adagrad", "adam", NULL};
+static const char *const emb_optim_names[] = {"adagrad", "adam", "adagrad-exact", NULL};
 static const char *const emb_shard_names[] = {"auto", "row", "none", NULL};
 static const char *const emb_place_names[] = {"gpu", "host", NULL};
 static const char *const dense_optim_names[] = {"adamw", "adagrad", NULL};
@@ -69,7 +69,7 @@ static const nb_opt table[] = {
     {"pinned-slabs", NB_OPT_INT, F(pinned_slabs), NB_OPTG_STREAM, "2", "N", "pinned staging slabs each way, one layer each (1-4)", 0, BIG, ">= 0", .flag = 1, .state = OPT},
     {"keep-layers", NB_OPT_INT, F(keep_layers), NB_OPTG_STREAM, NULL, "N", "with --ckpt-interval: the last N layers keep all activations, no recompute (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
     {"gpu-layers", NB_OPT_INT, F(gpu_layers), NB_OPTG_STREAM, NULL, "N", "N layers (spread evenly) keep weights, AdamW state and gradients on the GPU and update there (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
-    {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise) or adam (lazy sparse)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
+    {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise), adam (lazy sparse) or adagrad-exact (element-wise: dlrm-dcnv2's default, as MLPerf's reference)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
     {"dense-optim", NB_OPT_ENUM, F(dense_optim), NB_OPTG_SC, "adamw", "NAME", "the dense parameters' optimizer: adamw, or adagrad (torch.optim.Adagrad's; dlrm-dcnv2's default, as MLPerf)", .names = dense_optim_names, .flag = 1, .state = OPT, .math = 1},
     {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},

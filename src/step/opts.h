@@ -23,7 +23,7 @@
 
 typedef enum { NB_PREC_DEFAULT = 0, NB_PREC_BF16, NB_PREC_FP32 } nb_opt_precision;
 typedef enum { NB_ERASE_BLOCKING = 0, NB_ERASE_ASYNC } nb_opt_erase_dispatch;
-typedef enum { NB_EMB_OPT_ADAGRAD = 0, NB_EMB_OPT_ADAM } nb_opt_emb_optim;
+typedef enum { NB_EMB_OPT_ADAGRAD = 0, NB_EMB_OPT_ADAM, NB_EMB_OPT_ADAGRAD_EXACT } nb_opt_emb_optim;
 typedef enum { NB_DENSE_OPT_ADAMW = 0, NB_DENSE_OPT_ADAGRAD } nb_opt_dense_optim;
 typedef enum { NB_SHARD_AUTO = 0, NB_SHARD_ROW, NB_SHARD_NONE } nb_opt_emb_shard;
 typedef enum { NB_PLACE_GPU = 0, NB_PLACE_HOST } nb_opt_emb_place;
