@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "args.h"
@@ -105,6 +106,19 @@ static void put_u64(unsigned char *p, uint64_t v) {
 
 static uint64_t align8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
+/* The folders above prefix (DIR/day_N: DIR is the data set's folder), made when missing. */
+static void make_parents(const char *prefix) {
+    char d[NB_PATH_MAX];
+    snprintf(d, sizeof d, "%s", prefix);
+    for (char *p = d + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        NB_CHECK(mkdir(d, 0777) == 0 || errno == EEXIST, "check that --out's folder can be made", "cannot make %s: %s", d,
+                 strerror(errno));
+        *p = '/';
+    }
+}
+
 /* --format mlperf: the samples as MLPerf DLRM-DCNv2's day files (data/mlperf.h), in memory then
  * written whole: PREFIX_dense.npy f32 [n, 13], PREFIX_labels.npy i32 [n, 1],
  * PREFIX_sparse_multi_hot.npz (0.npy .. 25.npy: i32 [n, k_f]). */
@@ -116,6 +130,7 @@ static int dump_mlperf(const nb_synth *g, uint64_t first, uint64_t n, const char
     uint32_t *mv = nb_malloc((size_t)n * NB_SYNTH_MH_WIDTH * sizeof(uint32_t), "synth-dump");
     int32_t *mvlen = nb_malloc((size_t)n * NB_SYNTH_NCAT * sizeof(int32_t), "synth-dump");
     int32_t *ilabel = nb_malloc((size_t)n * sizeof(int32_t), "synth-dump"), *feat = nb_malloc((size_t)n * 100 * sizeof(int32_t), "synth-dump");
+    make_parents(prefix);
     nb_synth_fill_multi_hot(g, first, (int)n, dense, cat, mv, mvlen, label);
     for (uint64_t i = 0; i < n; i++) ilabel[i] = label[i] > 0.5f;
     char path[NB_PATH_MAX + 32];
