@@ -112,7 +112,7 @@ class Twin(torch.nn.Module):
         x = dense
         for lin in self.dense:
             x = torch.relu(lin(x))
-        pooled = [bag(torch.tensor(ids[f] % CAT_ROWS[f], dtype=torch.long)) for f, bag in enumerate(self.tables)]
+        pooled = [bag(torch.from_numpy((ids[f] % CAT_ROWS[f]).astype(np.int64))) for f, bag in enumerate(self.tables)]
         x0 = torch.cat([x.unsqueeze(1), torch.stack(pooled, 1)], 1).reshape(dense.shape[0], -1)
         xl = x0
         for W, V, b in zip(self.W, self.V, self.bias):
