@@ -3,7 +3,8 @@
 # (--table-cap) and a narrower dense part (--emb-dim, --cross-rank, --top-mlp) so it runs in seconds:
 #  - on multi-hot synthetic data the held-out loss falls and the AUC ends above 0.6 (0.5: chance);
 #  - a run stopped at step 10 and resumed == 20 straight steps, bitwise;
-#  - plain == sparse-dist == pipe == --emb-place host, bitwise (the one engine's schedules);
+#  - plain == sparse-dist == --emb-place host == sharded sync == pipe, and pipe == sync on 2 ranks
+#    (the one engine's schedules);
 #  - the MLPerf multi-hot binary reader: files written in the reference's layout train like the
 #    same samples from the generator (bitwise), and damaged files are refused with clear errors;
 #  - the preset's shape, recipe and parameter count (full size, no training) are the documented ones.
@@ -40,6 +41,19 @@ $NB train "${SMALL[@]}" "${R[@]}" --emb-shard row --out "$TMP/sync" >/dev/null &
 ok=1
 for f in "$TMP"/sync/ckpt/*.safetensors; do st_same "$f" "$TMP/pipe/ckpt/$(basename "$f")" || ok=0; done
 [ $ok = 1 ] && pass "pipe == sync (sharded): every checkpoint file, bitwise" || fail "pipe's checkpoint differs from sync's"
+
+# 2 ranks (the tables row-sharded): pipe == sync in the 20 losses and every checkpoint file
+if command -v mpirun >/dev/null; then
+    MPI=(mpirun --oversubscribe --allow-run-as-root -np 2)
+    "${MPI[@]}" $NB train "${SMALL[@]}" "${R[@]}" --out "$TMP/r2sync" >/dev/null 2>&1 && \
+        "${MPI[@]}" $NB train "${SMALL[@]}" "${R[@]}" --schedule pipe --out "$TMP/r2pipe" >/dev/null 2>&1 || fail "2-rank runs"
+    ok=1
+    for f in "$TMP"/r2sync/ckpt/*.safetensors; do st_same "$f" "$TMP/r2pipe/ckpt/$(basename "$f")" || ok=0; done
+    [ $ok = 1 ] && [ -n "$(lossauc "$TMP/r2sync")" ] && [ "$(lossauc "$TMP/r2sync")" = "$(lossauc "$TMP/r2pipe")" ] \
+        && pass "2 ranks: pipe == sync (20 losses, held-out AUCs, every checkpoint file)" || fail "2 ranks: pipe differs from sync"
+else
+    echo "skip the 2-rank part: no mpirun"
+fi
 
 mkdir -p "$TMP/mlperf"
 # the reference's layout (day_N_dense.npy, day_N_labels.npy, day_N_sparse_multi_hot.npz), written by
