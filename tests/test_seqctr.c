@@ -193,6 +193,91 @@ TEST_CASE(grad_embeddings) {
     nb_sc_free(&m);
 }
 
+/* The DLRM form (dlrm-dcnv2's): crosses on [bottom | tables], a top MLP, every column multi-hot
+ * and summed. Every dense tensor and every touched row against finite differences, and the item
+ * row (looked up, never read) with a zero gradient. */
+TEST_CASE(grad_dlrm) {
+    nb_sc_config c;
+    tiny_config(&c);
+    c.hist_layers = 0, c.max_len = 0, c.aux_weight = 0, c.blocks = 3, c.item_rows = 1;
+    c.ntop = 2, c.top[0] = 7, c.top[1] = 5;
+    int width = 0;
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c.pool[f] = NB_SC_POOL_SUM, c.mv_max[f] = 1 + f % 3, width += c.mv_max[f];
+    nb_sc_model m;
+    nb_sc_init(&m, &c, TB);
+    spread_embeddings(&m);
+    tiny_batch t;
+    tiny_fill(&t);
+    uint32_t *mv = nb_malloc((size_t)TB * width * sizeof(uint32_t), "test");
+    int32_t *mvlen = nb_malloc((size_t)TB * NB_SC_STD_NCAT * sizeof(int32_t), "test");
+    for (int i = 0; i < TB * width; i++) mv[i] = (uint32_t)(i * 2654435761u >> 9);
+    for (int i = 0; i < TB; i++)
+        for (int f = 0; f < NB_SC_STD_NCAT; f++) mvlen[i * NB_SC_STD_NCAT + f] = c.mv_max[f];
+    for (int i = 0; i < TB; i++) t.len[i] = 0;
+    t.b.hist_stride = 0, t.b.mv = mv, t.b.mv_len = mvlen, t.b.mv_stride = width;
+    memset(m.grads, 0, m.nparams * sizeof(float));
+    double loss = nb_sc_forward(&m, &t.b, NULL);
+    CHECK(isfinite(loss) && loss > 0, "loss %g", loss);
+    nb_sc_backward(&m, &t.b);
+    float *g = nb_malloc(m.nparams * sizeof(float), "test");
+    memcpy(g, m.grads, m.nparams * sizeof(float));
+    int checked = 0, bad = 0, nonzero = 0;
+    for (int k = 0; k < m.ntensors; k++) {
+        const nb_sc_tensor *tt = &m.t[k];
+        double gn = 0;
+        for (size_t i = 0; i < tt->n; i++) gn += fabs(g[tt->off + i]);
+        nonzero += gn > 0;
+        for (int q = 0; q < (tt->n < 6 ? (int)tt->n : 6); q++) {
+            size_t i = (size_t)q * 7919u % tt->n;
+            double num;
+            checked++;
+            if (!grad_ok(&m, &t.b, &m.params[tt->off + i], g[tt->off + i], &num)) {
+                bad++;
+                fprintf(stderr, "    %s[%zu]: analytic %.6g numeric %.6g\n", tt->name, i, g[tt->off + i], num);
+            }
+        }
+    }
+    CHECK(m.ntensors == 6 + 3 * c.blocks + 2 * 3, "%d tensors", m.ntensors);
+    CHECK(nonzero == m.ntensors, "%d of %d tensors got a gradient", nonzero, m.ntensors);
+    int U = m.nuniq, E = c.E;
+    int64_t *rows = nb_malloc((size_t)U * sizeof(int64_t), "test");
+    float *gr = nb_malloc((size_t)U * E * sizeof(float), "test");
+    memcpy(rows, m.uniq_rows, (size_t)U * sizeof(int64_t));
+    memcpy(gr, m.uniq_grads, (size_t)U * E * sizeof(float));
+    for (int u = 0; u < U; u++) {
+        if (rows[u] >= m.emb_off[NB_SC_STD_NCAT]) { /* the item row: looked up, never read */
+            for (int e = 0; e < E; e++) CHECK(gr[(size_t)u * E + e] == 0.0f, "the item row has a gradient");
+            continue;
+        }
+        for (int e = 0; e < E; e += 3) {
+            double num;
+            checked++;
+            if (!grad_ok(&m, &t.b, &m.emb.table[rows[u] * E + e], gr[(size_t)u * E + e], &num)) {
+                bad++;
+                fprintf(stderr, "    row %lld e %d: analytic %.6g numeric %.6g\n", (long long)rows[u], e, gr[(size_t)u * E + e], num);
+            }
+        }
+    }
+    CHECK(bad == 0, "%d of %d sampled gradients disagree", bad, checked);
+    /* one dense Adagrad step: acc = g^2, p -= lr g / (sqrt(acc) + eps), as torch.optim.Adagrad */
+    float p0 = m.params[m.t[0].off], g0 = m.grads[m.t[0].off];
+    /* and the tables' element-wise Adagrad (FBGEMM's EXACT_ADAGRAD): the same formula per element */
+    nb_sc_optim o = {.lr = 0.01f, .eps = 1e-10f, .emb_lr = 0.01f, .emb_eps = 1e-8f, .emb_exact = 1, .dense_adagrad = 1};
+    nb_sc_forward(&m, &t.b, NULL);
+    memset(m.grads, 0, m.nparams * sizeof(float));
+    nb_sc_backward(&m, &t.b);
+    g0 = m.grads[m.t[0].off];
+    int64_t r0 = m.uniq_rows[0];
+    float w0 = m.emb.table[r0 * E + 1], ge = m.uniq_grads[1];
+    nb_sc_optim_enqueue(&m, &o, 1);
+    CHECK(m.am[m.t[0].off] == g0 * g0 && m.params[m.t[0].off] == p0 + -0.01f * g0 / (sqrtf(g0 * g0) + 1e-10f),
+          "Adagrad step: p %.9g -> %.9g with g %.9g", p0, m.params[m.t[0].off], g0);
+    CHECK(ge != 0 && m.emb.avg_sq[r0 * E + 1] == ge * ge && m.emb.table[r0 * E + 1] == w0 - 0.01f * ge / (sqrtf(ge * ge) + 1e-8f),
+          "element-wise Adagrad: w %.9g -> %.9g with g %.9g", w0, m.emb.table[r0 * E + 1], ge);
+    free(g), free(rows), free(gr), free(mv), free(mvlen);
+    nb_sc_free(&m);
+}
+
 TEST_CASE(deterministic) {
     nb_sc_config c;
     tiny_config(&c);
@@ -310,6 +395,7 @@ int main(void) {
     RUN(grad_dense);
     RUN(grad_dense_plain);
     RUN(grad_embeddings);
+    RUN(grad_dlrm);
     RUN(deterministic);
     RUN(training_lowers_loss);
     RUN(auc_ne);

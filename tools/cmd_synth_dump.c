@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "args.h"
@@ -51,6 +52,7 @@
 #include "data/synth.h"
 #include "host.h"
 #include "io/atomic.h"
+#include "io/npy.h"
 #include "model/seqctr.h"
 #include "family/family.h" /* train's seqctr defaults: the same flags mean the same */
 
@@ -104,6 +106,72 @@ static void put_u64(unsigned char *p, uint64_t v) {
 
 static uint64_t align8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
+/* The folders above prefix (DIR/day_N: DIR is the data set's folder), made when missing. */
+static void make_parents(const char *prefix) {
+    char d[NB_PATH_MAX];
+    snprintf(d, sizeof d, "%s", prefix);
+    for (char *p = d + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        NB_CHECK(mkdir(d, 0777) == 0 || errno == EEXIST, "check that --out's folder can be made", "cannot make %s: %s", d,
+                 strerror(errno));
+        *p = '/';
+    }
+}
+
+/* --format mlperf: the samples as MLPerf DLRM-DCNv2's day files (data/mlperf.h), in memory then
+ * written whole: PREFIX_dense.npy f32 [n, 13], PREFIX_labels.npy i32 [n, 1],
+ * PREFIX_sparse_multi_hot.npz (0.npy .. 25.npy: i32 [n, k_f]). */
+static int dump_mlperf(const nb_synth *g, uint64_t first, uint64_t n, const char *prefix) {
+    if (!g->o.multi_hot) nb_usage_error("synth-dump", "--format mlperf writes multi-hot samples: add multi_hot=1 to --data");
+    if (n > (1u << 22)) nb_usage_error("synth-dump", "--format mlperf holds a file in memory: at most 4194304 samples per call");
+    float *dense = nb_malloc((size_t)n * NB_SYNTH_NDENSE * sizeof(float), "synth-dump"), *label = nb_malloc((size_t)n * sizeof(float), "synth-dump");
+    uint32_t *cat = nb_malloc((size_t)n * NB_SYNTH_NCAT * sizeof(uint32_t), "synth-dump");
+    uint32_t *mv = nb_malloc((size_t)n * NB_SYNTH_MH_WIDTH * sizeof(uint32_t), "synth-dump");
+    int32_t *mvlen = nb_malloc((size_t)n * NB_SYNTH_NCAT * sizeof(int32_t), "synth-dump");
+    int32_t *ilabel = nb_malloc((size_t)n * sizeof(int32_t), "synth-dump"), *feat = nb_malloc((size_t)n * 100 * sizeof(int32_t), "synth-dump");
+    make_parents(prefix);
+    nb_synth_fill_multi_hot(g, first, (int)n, dense, cat, mv, mvlen, label);
+    for (uint64_t i = 0; i < n; i++) ilabel[i] = label[i] > 0.5f;
+    char path[NB_PATH_MAX + 32];
+    unsigned char *bytes[NB_SYNTH_NCAT];
+    size_t lens[NB_SYNTH_NCAT];
+    const char *const which[2] = {"dense", "labels"};
+    for (int a = 0; a < 2; a++) { /* the two .npy files */
+        const char *descr = a ? "<i4" : "<f4";
+        int64_t k = a ? 1 : NB_SYNTH_NDENSE;
+        const void *src = a ? (const void *)ilabel : (const void *)dense;
+        size_t len = nb_npy_encode(NULL, descr, 2, (int64_t)n, k, src, 4);
+        unsigned char *buf = nb_malloc(len, "synth-dump");
+        nb_npy_encode(buf, descr, 2, (int64_t)n, k, src, 4);
+        snprintf(path, sizeof path, "%s_%s.npy", prefix, which[a]);
+        char tmp[4200];
+        FILE *f = nb_atomic_open(path, tmp, sizeof tmp);
+        nb_atomic_write(f, tmp, path, buf, len);
+        nb_atomic_commit(f, tmp, path);
+        free(buf);
+    }
+    char names[NB_SYNTH_NCAT][16];
+    const char *np[NB_SYNTH_NCAT];
+    for (int f = 0, at = 0; f < NB_SYNTH_NCAT; at += nb_synth_mlperf_hot[f++]) {
+        int k = nb_synth_mlperf_hot[f];
+        for (uint64_t i = 0; i < n; i++) memcpy(feat + i * (uint64_t)k, mv + i * NB_SYNTH_MH_WIDTH + at, (size_t)k * 4);
+        lens[f] = nb_npy_encode(NULL, "<i4", 2, (int64_t)n, k, feat, 4);
+        bytes[f] = nb_malloc(lens[f], "synth-dump");
+        nb_npy_encode(bytes[f], "<i4", 2, (int64_t)n, k, feat, 4);
+        snprintf(names[f], sizeof names[f], "%d.npy", f);
+        np[f] = names[f];
+    }
+    snprintf(path, sizeof path, "%s_sparse_multi_hot.npz", prefix);
+    nb_npz_write(path, NB_SYNTH_NCAT, np, (const unsigned char *const *)bytes, lens);
+    for (int f = 0; f < NB_SYNTH_NCAT; f++) free(bytes[f]);
+    printf("wrote %s_{dense,labels}.npy and %s: samples %llu..%llu of multi-hot synthetic data\n", prefix, path,
+           (unsigned long long)first, (unsigned long long)(first + n - 1));
+    free(dense), free(label), free(cat), free(mv), free(mvlen), free(ilabel), free(feat);
+    free((void *)g);
+    return 0;
+}
+
 int nb_cmd_synth_dump(int argc, char **argv) {
     /* train's defaults for the flags the two share, so a flag left out means the same in both */
     static nb_train_opts defaults;
@@ -111,6 +179,7 @@ int nb_cmd_synth_dump(int argc, char **argv) {
     char data[NB_PATH_MAX] = "synth", out[NB_PATH_MAX] = "";
     uint64_t samples = 0, first = 0;
     int max_len = defaults.ctr.max_len, table_cap = (int)defaults.table_cap, threads = 0, quiet = 0;
+    char format[16] = "nbsynth";
     nb_arg args[] = {
         {"data", ARG_STR, data, sizeof data, "SPEC", "synth[:k=v,...], as given to train", 0, 0, 0},
         {"samples", ARG_U64, &samples, 0, "N", "samples to write (required)", 0, 0, 0},
@@ -120,6 +189,8 @@ int nb_cmd_synth_dump(int argc, char **argv) {
         {"out", ARG_STR, out, sizeof out, "FILE", "file to write (crash-safely: temp file, then rename)", 0, 0, 0},
         {"threads", ARG_INT, &threads, 0, "N", "generator threads (0: all cores)", 0, 0, 0},
         {"quiet", ARG_BOOL, &quiet, 0, NULL, "no progress lines on stderr", 0, 0, 0},
+        {"format", ARG_STR, format, sizeof format, "F", "nbsynth (the file above), or mlperf: --out is a prefix (DIR/day_N) "
+         "of MLPerf DLRM-DCNv2's _dense.npy, _labels.npy and _sparse_multi_hot.npz (multi_hot=1 data)", 0, 0, 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     if (nb_args_parse("synth-dump", DUMP_SUMMARY, args, nargs, argc, argv)) return 0;
@@ -155,6 +226,8 @@ int nb_cmd_synth_dump(int argc, char **argv) {
         nb_usage_error("synth-dump", "--max-len %d disagrees with max_len=%d in --data (train uses the --data value)",
                        max_len, g->o.max_len);
     int L = g->o.max_len;
+    if (!strcmp(format, "mlperf")) return dump_mlperf(g, first, samples, out);
+    if (strcmp(format, "nbsynth")) nb_usage_error("synth-dump", "--format takes nbsynth or mlperf, got '%s'", format);
 
     /* Table rows as the trainer sizes them: the generator's schema (nb_ctr_source_open) */
     nb_ctr_schema sc;

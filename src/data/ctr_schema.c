@@ -215,6 +215,10 @@ void nb_ctr_schema_synth(nb_ctr_schema *s, const nb_synth *g, int64_t cap) {
         nb_schema_col *c = &s->col[i];
         if (c->role != NB_COL_CAT) continue;
         c->card = g->card[c->slot], c->rows = cap_rows(c->card, cap);
+        if (!g->o.multi_hot) continue;
+        c->pool = NB_SC_POOL_SUM, c->max_values = nb_synth_mlperf_hot[c->slot]; /* summed, as MLPerf */
+        c->mv_off = s->mv_width;
+        s->nmv++, s->mv_width += c->max_values;
     }
     add_col(s, "item", NB_COL_TARGET);
     add_col(s, "history", NB_COL_HISTORY);

@@ -298,6 +298,28 @@ static void push_criteo(nb_ctr_set *set, const nb_ctr_sample *x) {
     ctr_set_push(set, x->dense, x->cat, 0, NULL, 0, (float)x->label);
 }
 
+/* Sample i of an MLPerf set into row r of t (no target, no history). */
+static void mlperf_row(const nb_mlperf_set *m, int64_t i, nb_ctr_batch *t, int r) {
+    NB_ASSERT(t->mw == m->width && t->nmv == NB_MLPERF_NCAT);
+    nb_mlperf_get(m, i, t->dense + (size_t)r * NB_MLPERF_NDENSE, t->cat + (size_t)r * NB_MLPERF_NCAT, t->mv + (size_t)r * t->mw,
+                  t->mvlen + (size_t)r * t->nmv, t->label + r);
+    t->target[r] = 0;
+    t->len[r] = 0;
+}
+
+/* Synthetic samples first .. first + B - 1 into t's first rows (multi-hot: no target, no history). */
+static void synth_fill(nb_ctr_source *s, nb_ctr_batch *t, uint64_t first, int B) {
+    if (!s->g->o.multi_hot) {
+        nb_synth_fill(s->g, first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        return;
+    }
+    NB_CHECK(t->mw == NB_SYNTH_MH_WIDTH && t->nmv == NB_SYNTH_NCAT, "this is a bug in nobubble; please report it",
+             "multi-hot synthetic samples into a batch of %d multi-valued columns (%d values)", t->nmv, t->mw);
+    nb_synth_fill_multi_hot(s->g, first, B, t->dense, t->cat, t->mv, t->mvlen, t->label);
+    memset(t->target, 0, (size_t)B * sizeof *t->target);
+    memset(t->len, 0, (size_t)B * sizeof *t->len);
+}
+
 void nb_ctr_fill_train(nb_ctr_source *s, nb_ctr_batch *t, int B) { nb_ctr_fill_train_slice(s, t, B, 0, B); }
 
 void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int first, int B) {
@@ -305,7 +327,11 @@ void nb_ctr_fill_train_slice(nb_ctr_source *s, nb_ctr_batch *t, int Bg, int firs
     t->b.B = B;
     NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) { /* any sample by its index: only the slice is made */
-        nb_synth_fill(s->g, s->next + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label, NULL);
+        synth_fill(s, t, s->next + (uint64_t)first, B);
+        s->next += (uint64_t)Bg;
+    } else if (s->kind == NB_CTR_MLPERF) { /* by index, like synth: only the slice is read */
+        int64_t n = nb_mlperf_rows(&s->mp[0]);
+        for (int r = 0; r < B; r++) mlperf_row(&s->mp[0], (int64_t)((s->next + (uint64_t)first + (uint64_t)r) % (uint64_t)n), t, r);
         s->next += (uint64_t)Bg;
     } else if (s->kind == NB_CTR_CRITEO) { /* a stream: every rank reads through the whole batch */
         nb_ctr_sample x;
@@ -334,14 +360,19 @@ void nb_ctr_fill_eval(nb_ctr_source *s, nb_ctr_batch *t, long first, int B) {
     t->b.B = B;
     NB_ASSERT(t->nd == s->ndense && t->nc == s->ncat);
     if (s->kind == NB_CTR_SYNTH) {
-        nb_synth_fill(s->g, NB_CTR_EVAL_BASE + (uint64_t)first, B, t->dense, t->cat, t->target, t->hist, t->len, t->label,
-                      NULL);
+        synth_fill(s, t, NB_CTR_EVAL_BASE + (uint64_t)first, B);
+    } else if (s->kind == NB_CTR_MLPERF) {
+        for (int r = 0; r < B; r++) mlperf_row(&s->mp[1], first + r, t, r);
     } else {
         for (int r = 0; r < B; r++) ctr_set_get(&s->eval, first + r, t, r, s->max_len);
     }
 }
 
 long nb_ctr_eval_count(const nb_ctr_source *s) {
+    if (s->kind == NB_CTR_MLPERF) {
+        int64_t n = nb_mlperf_rows(&s->mp[1]);
+        return n < s->eval_samples ? (long)n : s->eval_samples;
+    }
     return s->kind == NB_CTR_SYNTH ? s->eval_samples : s->eval.n;
 }
 
@@ -555,6 +586,27 @@ static void shape_from_schema(const nb_ctr_schema *sc, nb_sc_config *mc, int pad
     shape_pooling(sc, mc, fresh);
 }
 
+/* MLPerf's days: 13 dense, 26 summed columns of the files' sizes, MLPerf's rows capped; a
+ * checkpoint's model must have read the same columns. */
+static void shape_mlperf(const nb_mlperf_set *m, nb_sc_config *mc, int64_t cap) {
+    int fresh = !mc->ncat;
+    nb_sc_config want = *mc;
+    for (int f = 0; f < NB_SC_MAX_CAT; f++) want.pool[f] = NB_SC_POOL_NONE, want.mv_max[f] = 0;
+    for (int f = 0; f < NB_MLPERF_NCAT; f++) want.pool[f] = NB_SC_POOL_SUM, want.mv_max[f] = m->hot[f];
+    char a[16 * NB_SC_MAX_CAT], b[16 * NB_SC_MAX_CAT];
+    nb_sc_mv_string(&want, a, sizeof a);
+    nb_sc_mv_string(mc, b, sizeof b);
+    NB_CHECK(fresh || (mc->ndense == NB_MLPERF_NDENSE && mc->ncat == NB_MLPERF_NCAT && !strcmp(a, b)),
+             "evaluate or resume with the data the checkpoint was trained on",
+             "the MLPerf days have 13 dense and 26 multi-hot columns (%s); the checkpoint's model reads %d and %d (%s)", a,
+             mc->ndense, mc->ncat, b);
+    mc->ndense = NB_MLPERF_NDENSE, mc->ncat = NB_MLPERF_NCAT;
+    memcpy(mc->pool, want.pool, sizeof mc->pool);
+    memcpy(mc->mv_max, want.mv_max, sizeof mc->mv_max);
+    for (int f = 0; f < NB_MLPERF_NCAT; f++) mc->cat_rows[f] = cap_rows(nb_synth_mlperf_rows[f], cap);
+    mc->item_rows = 1;
+}
+
 /* The samples' shape: the model's, in the source, its sets and batches. */
 static void set_shape(nb_ctr_source *s, const nb_sc_config *mc) {
     s->ndense = s->train.nd = s->eval.nd = mc->ndense;
@@ -579,12 +631,26 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
             snprintf(spec, sizeof spec, "%s", d);
         else
             snprintf(spec, sizeof spec, "%s%smax_len=%d", d, strchr(d, ':') ? "," : ":", mc->max_len);
+        /* the DLRM form: MLPerf's multi-hot columns, and one item (no target to learn) */
+        if (nb_sc_dlrm(mc) && !strstr(d, "multi_hot=")) snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",multi_hot=1");
+        if (nb_sc_dlrm(mc) && !strstr(d, "items=")) snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",items=1");
+        if (nb_sc_dlrm(mc) && !strstr(d, "cap=")) /* --table-cap caps the ids too: MLPerf's rows by default */
+            snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",cap=%lld",
+                     (long long)(o->table_cap < 4294967295LL ? o->table_cap : 4294967295LL));
         s->g = nb_malloc(sizeof *s->g, "synthetic generator");
         nb_synth_open(s->g, spec);
         mc->max_len = s->g->o.max_len;
         s->schema = nb_malloc(sizeof *s->schema, "the schema");
         nb_ctr_schema_synth(s->schema, s->g, o->table_cap); /* the columns nb_synth_fill fills */
         shape_from_schema(s->schema, mc, 0);
+        set_shape(s, mc);
+    } else if (!strncmp(d, "mlperf:", 7)) {
+        NB_CHECK(!val, "drop --val-data: MLPerf's data evaluate on day 23's first half", "--val-data with --data mlperf");
+        s->kind = NB_CTR_MLPERF;
+        s->mp = nb_calloc(2, sizeof *s->mp, "the MLPerf days");
+        if (!o->eval_only) nb_mlperf_open(&s->mp[0], d + 7, 0);
+        nb_mlperf_open(&s->mp[1], d + 7, 1);
+        shape_mlperf(&s->mp[1], mc, o->table_cap);
         set_shape(s, mc);
     } else if (!strncmp(d, "criteo:", 7)) {
         s->kind = NB_CTR_CRITEO;
@@ -623,13 +689,15 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
         s->perm = nb_malloc((size_t)s->train.n * sizeof(long), "MovieLens order");
         shuffle(s);
     } else {
-        nb_fail("pass --data synth[:k=v,...], criteo:PATH[,PATH...], csv:PATH (with --schema) or movielens[:DIR]",
+        nb_fail("pass --data synth[:k=v,...], criteo:PATH[,PATH...], csv:PATH (with --schema), movielens[:DIR] or mlperf:DIR",
                 "unknown --data '%s'", d);
     }
     s->max_len = mc->max_len;
 }
 
 void nb_ctr_source_close(nb_ctr_source *s) {
+    if (s->mp) nb_mlperf_close(&s->mp[0]), nb_mlperf_close(&s->mp[1]);
+    free(s->mp);
     if (s->cr) nb_criteo_close(s->cr);
     if (s->schema) nb_ctr_schema_free(s->schema);
     free(s->schema);
@@ -642,7 +710,8 @@ void nb_ctr_source_close(nb_ctr_source *s) {
 
 uint64_t nb_ctr_source_position(const nb_ctr_source *s) {
     switch (s->kind) {
-    case NB_CTR_SYNTH: return s->next;
+    case NB_CTR_SYNTH:
+    case NB_CTR_MLPERF: return s->next;
     case NB_CTR_CRITEO: return s->consumed;
     default: return (s->epoch - 1) * (uint64_t)s->train.n + (uint64_t)s->pos;
     }
@@ -650,7 +719,7 @@ uint64_t nb_ctr_source_position(const nb_ctr_source *s) {
 
 void nb_ctr_source_seek(nb_ctr_source *s, uint64_t pos) {
     if (s->eval_only && !s->cr && !s->train.n && s->kind != NB_CTR_SYNTH) return; /* no training data read */
-    if (s->kind == NB_CTR_SYNTH) {
+    if (s->kind == NB_CTR_SYNTH || s->kind == NB_CTR_MLPERF) {
         s->next = pos;
     } else if (s->kind == NB_CTR_CRITEO) {
         /* a text file has no index: read through to the position (rewinding as training does) */

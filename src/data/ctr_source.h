@@ -25,6 +25,10 @@
  *                    shape stays the 26-table one). No dense features: all 13 are 0 (the bottom
  *                    MLP gives a learned constant). target = movieId; history = the listed
  *                    movieIds (the most recent max_len).
+ *   mlperf:DIR       MLPerf DLRM-DCNv2's multi-hot days (data/mlperf.h): training reads days 0..22
+ *                    (those present) in order, wrapping round; evaluation reads day 23's first
+ *                    half (at most eval_samples). 13 dense, 26 multi-valued columns summed, k_f
+ *                    from the files; table rows: MLPerf's counts, capped by --table-cap.
  * --val-data FILE (criteo and csv): FILE (a list or glob for criteo) is the evaluation set, all of
  * it, and training reads the whole --data (nothing held out). An evaluation-only source (eval,
  * predict) with val_data reads no training data at all.
@@ -34,6 +38,7 @@
 #ifndef NB_CTR_SOURCE_H
 #define NB_CTR_SOURCE_H
 
+#include "data/mlperf.h"
 #include <stdint.h>
 
 #include "data/criteo.h"
@@ -70,13 +75,14 @@ typedef struct {
     nb_sc_batch b;
 } nb_ctr_batch;
 
-enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS, NB_CTR_TABLE };
+enum { NB_CTR_SYNTH, NB_CTR_CRITEO, NB_CTR_MOVIELENS, NB_CTR_TABLE, NB_CTR_MLPERF };
 
 typedef struct {
     int kind, max_len, eval_samples, eval_only;
     int ndense, ncat; /* the samples' shape: the model's (nb_ctr_source_open) */
     int nmv, mw;      /* its multi-valued columns (csv only) */
     nb_synth *g;
+    nb_mlperf_set *mp; /* mlperf: [2] the training days, the held-out half day */
     nb_ctr_schema *schema; /* the columns: csv's file, criteo's and synth's built-in ones */
     uint64_t next;
     nb_criteo_reader *cr;

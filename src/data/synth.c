@@ -14,6 +14,13 @@ const uint32_t nb_synth_criteo_card[NB_SYNTH_NCAT] = {
     1460, 583,  10131227, 2202608, 305, 24,      12517, 633, 3,  93145,  5683, 8351593, 3194,
     27,   14992, 5461306, 10,      5652, 2173,   4,     7046547, 18, 15, 286181, 105, 142572};
 
+/* MLPerf DLRM-DCNv2's tables (its reference's --num_embeddings_per_feature, capped at 40M there)
+ * and multi-hot sizes (--multi_hot_sizes). */
+const uint32_t nb_synth_mlperf_rows[NB_SYNTH_NCAT] = {
+    40000000, 39060, 17295, 7424, 20265, 3,        7122,     1543,     63,     40000000, 3067956, 405282, 10,
+    2209,     11938, 155,   4,    976,   14,       40000000, 40000000, 40000000, 590152, 12973,   108,    36};
+const int nb_synth_mlperf_hot[NB_SYNTH_NCAT] = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+
 /* Dense counts x = floor(exp(mu + sigma z)) and missing rates, shaped after Criteo's I1..I13
  * (small counts for most, a few wide ones like I5). Only the shape matters, not the exact
  * values: the model sees log(1 + x). */
@@ -37,7 +44,7 @@ static const int cross_pairs[4][2] = {{0, 1}, {4, 5}, {7, 8}, {13, 16}};
 
 /* Philox counter layout within one sample's stream: tag (what is drawn) in the top byte, the
  * slot (field, position) in the middle, the rejection attempt in the low byte. */
-enum { T_CAT = 1, T_CAT_RETRY, T_DENSE, T_USER, T_TARGET, T_HIST, T_HIST_RETRY };
+enum { T_CAT = 1, T_CAT_RETRY, T_DENSE, T_USER, T_TARGET, T_HIST, T_HIST_RETRY, T_MH, T_MH_RETRY };
 static inline uint64_t ctr(uint64_t tag, uint64_t slot, uint64_t attempt) {
     return (tag << 56) | (slot << 8) | attempt;
 }
@@ -180,7 +187,23 @@ typedef struct {
     uint32_t target;
     int32_t len;
     float label;
+    uint32_t mh[NB_SYNTH_MH_WIDTH]; /* multi_hot: every field's ids, field after field */
 } sample;
+
+/* multi_hot: field f's values after its first (which is cat[f]), one Philox block per four, and
+ * the teacher's field term (replacing the single id's). */
+static double multi_hot_field(const nb_synth *g, uint64_t key, uint64_t idx, int f, uint32_t *vals) {
+    int hot = nb_synth_mlperf_hot[f];
+    double w = hashed_weight(g->cat_tkey[f], vals[0]);
+    nb_u32x4 b = {{0, 0, 0, 0}};
+    for (int k = 1; k < hot; k++) {
+        if ((k - 1) % 4 == 0) b = nb_philox(key, idx, ctr(T_MH, ((uint64_t)f << 16) | (uint64_t)((k - 1) / 4), 0));
+        uint64_t r = zipf_draw(&g->cat_zipf[f], b.v[(k - 1) % 4], key, idx, T_MH_RETRY, ((uint64_t)f << 16) | (uint64_t)k);
+        vals[k] = scramble(r - 1, g->card[f], g->cat_mul[f], g->cat_add[f]);
+        w += hashed_weight(g->cat_tkey[f], vals[k]);
+    }
+    return CAT_W * w / sqrt((double)hot);
+}
 
 /* An item's rank: from cluster c with probability 1/2 (bit 31 of choice clear), else from all
  * items. clusters <= items, so every cluster holds at least one rank. */
@@ -206,8 +229,12 @@ static double gen_sample(const nb_synth *g, uint64_t key, uint64_t idx, sample *
             int f = 4 * q + r;
             uint64_t k = zipf_draw(&g->cat_zipf[f], b.v[r], key, idx, T_CAT_RETRY, (uint64_t)f);
             s->cat[f] = scramble(k - 1, g->card[f], g->cat_mul[f], g->cat_add[f]);
-            logit += CAT_W * hashed_weight(g->cat_tkey[f], s->cat[f]);
+            if (!o->multi_hot) logit += CAT_W * hashed_weight(g->cat_tkey[f], s->cat[f]);
         }
+    }
+    for (int f = 0, at = 0; o->multi_hot && f < NB_SYNTH_NCAT; at += nb_synth_mlperf_hot[f++]) {
+        s->mh[at] = s->cat[f];
+        logit += multi_hot_field(g, key, idx, f, s->mh + at);
     }
     for (int p = 0; p < 4; p++) {
         int a = cross_pairs[p][0], c = cross_pairs[p][1];
@@ -281,12 +308,14 @@ void nb_synth_opts_default(nb_synth_opts *o) {
     o->missing = -1.0;
     o->scramble = 1;
     o->calib = 262144;
+    o->multi_hot = 0;
 }
 
 #define SYNTH_KEYS_HINT                                                                            \
     "valid keys: seed (uint64), cap (1..4294967295), zipf (0..10, > 0), items (1..4294967295), "   \
     "max_len (0..65536), hist_alpha (0..100, > 0), hist_scale (0..1e6, > 0), base_rate (0..1, "   \
-    "exclusive), missing (criteo or 0..1), scramble (0 or 1), calib (1000..100000000); e.g. "      \
+    "exclusive), missing (criteo or 0..1), scramble (0 or 1), calib (1000..100000000), multi_hot "   \
+    "(0 or 1); e.g. "                                                                               \
     "--data synth:seed=7,cap=100000,max_len=64"
 
 typedef enum { K_U64, K_U32, K_INT, K_DBL, K_MISSING } key_type;
@@ -310,6 +339,7 @@ static const key_spec keys[] = {
     {"missing", K_MISSING, 0, 1, 0, 0, offsetof(nb_synth_opts, missing)},
     {"scramble", K_INT, 0, 1, 0, 0, offsetof(nb_synth_opts, scramble)},
     {"calib", K_INT, 1000, 100000000, 0, 0, offsetof(nb_synth_opts, calib)},
+    {"multi_hot", K_INT, 0, 1, 0, 0, offsetof(nb_synth_opts, multi_hot)},
 };
 #define NKEYS (int)(sizeof keys / sizeof keys[0])
 
@@ -428,7 +458,8 @@ void nb_synth_init(nb_synth *g, const nb_synth_opts *o) {
     for (int p = 0; p < 4; p++) g->pair_tkey[p] = table_key(g->teacher_key, 100 + (uint64_t)p);
     g->item_tkey = table_key(g->teacher_key, 200);
     for (int f = 0; f < NB_SYNTH_NCAT; f++) {
-        g->card[f] = nb_synth_criteo_card[f] < o->cap ? nb_synth_criteo_card[f] : o->cap;
+        uint32_t card = o->multi_hot ? nb_synth_mlperf_rows[f] : nb_synth_criteo_card[f];
+        g->card[f] = card < o->cap ? card : o->cap;
         zipf_init(&g->cat_zipf[f], g->card[f], o->zipf);
         scramble_init(g->card[f], mix64(o->seed + 1000 + (uint64_t)f), o->scramble, &g->cat_mul[f],
                       &g->cat_add[f]);
@@ -486,6 +517,21 @@ void nb_synth_fill(const nb_synth *g, uint64_t first_index, int n, float *dense,
     }
 }
 
+void nb_synth_fill_multi_hot(const nb_synth *g, uint64_t first_index, int n, float *dense, uint32_t *cat, uint32_t *mv,
+                             int32_t *mv_len, float *label) {
+    NB_CHECK(g->o.multi_hot, "this is a bug in nobubble; please report it", "multi-hot samples from a one-hot generator");
+#pragma omp parallel for schedule(static) if (n > 64)
+    for (int i = 0; i < n; i++) {
+        sample s;
+        gen_sample(g, g->o.seed, first_index + (uint64_t)i, &s, NULL);
+        memcpy(dense + (size_t)i * NB_SYNTH_NDENSE, s.dense, sizeof s.dense);
+        memcpy(cat + (size_t)i * NB_SYNTH_NCAT, s.cat, sizeof s.cat);
+        memcpy(mv + (size_t)i * NB_SYNTH_MH_WIDTH, s.mh, sizeof s.mh);
+        for (int f = 0; f < NB_SYNTH_NCAT; f++) mv_len[(size_t)i * NB_SYNTH_NCAT + f] = nb_synth_mlperf_hot[f];
+        if (label) label[i] = s.label;
+    }
+}
+
 void nb_synth_teacher_logit(const nb_synth *g, uint64_t first_index, int n, float *logit) {
 #pragma omp parallel for schedule(static) if (n > 64)
     for (int i = 0; i < n; i++) {
@@ -515,9 +561,9 @@ const char *nb_synth_describe(const nb_synth *g, char *buf, size_t cap) {
         snprintf(miss, sizeof miss, "%g", o->missing);
     snprintf(buf, cap,
              "synth seed=%llu cap=%u (%llu categorical rows) zipf=%g items=%u max_len=%d "
-             "hist_alpha=%g hist_scale=%g base_rate=%g missing=%s scramble=%d calib=%d bias=%.4f",
+             "hist_alpha=%g hist_scale=%g base_rate=%g missing=%s scramble=%d calib=%d%s bias=%.4f",
              (unsigned long long)o->seed, o->cap, (unsigned long long)rows, o->zipf, o->items,
              o->max_len, o->hist_alpha, o->hist_scale, o->base_rate, miss, o->scramble, o->calib,
-             g->bias);
+             o->multi_hot ? " multi_hot=1" : "", g->bias);
     return buf;
 }

@@ -34,7 +34,7 @@
  *
  * Options ("synth" alone takes every default):
  *   seed=1  cap=1000000  zipf=1.05  items=1000000  max_len=256  hist_alpha=1.2  hist_scale=8
- *   base_rate=0.25  missing=criteo|p  scramble=1  calib=262144 */
+ *   base_rate=0.25  missing=criteo|p  scramble=1  calib=262144  multi_hot=0 */
 #ifndef NB_SYNTH_H
 #define NB_SYNTH_H
 
@@ -61,7 +61,17 @@ typedef struct {
     double missing;    /* < 0: Criteo-like per-feature rates; else one rate for all 13 */
     int scramble;      /* 1: ranks map to ids by a bijection; 0: id = rank - 1 */
     int calib;         /* samples used to calibrate the bias */
+    int multi_hot;     /* 1: MLPerf DLRM-DCNv2's multi-hot shape (below); 0: one id per field */
 } nb_synth_opts;
+
+/* multi_hot=1 (--model dlrm-dcnv2 asks for it): field f has MLPerf's row count capped at `cap`
+ * (nb_synth_mlperf_rows) instead of Criteo Kaggle's cardinality, and nb_synth_mlperf_hot[f] ids per
+ * sample (214 in all), each drawn like the single id (Zipf over ranks, scrambled); the first is
+ * the field's cat id. The teacher's field term becomes CAT_W / sqrt(hot_f) times the sum of the
+ * values' weights (unit variance per field whatever its size); the pairs read the first ids. */
+#define NB_SYNTH_MH_WIDTH 214
+extern const uint32_t nb_synth_mlperf_rows[NB_SYNTH_NCAT];
+extern const int nb_synth_mlperf_hot[NB_SYNTH_NCAT];
 
 /* Zipf(s) over ranks 1..n: the first min(n, NB_ZIPF_HEAD) ranks from a table (inverse CDF with
  * a guide table, O(1) expected), the rest by rejection-inversion restricted to the tail. */
@@ -113,6 +123,11 @@ void nb_synth_open(nb_synth *g, const char *spec);
 void nb_synth_fill(const nb_synth *g, uint64_t first_index, int n, float *dense, uint32_t *cat,
                    uint32_t *target, uint32_t *hist, int32_t *hist_len, float *label,
                    uint16_t *dense_missing);
+/* multi_hot=1: samples first_index .. + n - 1 as nb_synth_fill, their ids as multi-valued columns:
+ * mv [n, NB_SYNTH_MH_WIDTH] (field f's nb_synth_mlperf_hot[f] values after the earlier fields'),
+ * mv_len [n, 26] (each field's size); cat [n, 26] the first ids. */
+void nb_synth_fill_multi_hot(const nb_synth *g, uint64_t first_index, int n, float *dense, uint32_t *cat, uint32_t *mv,
+                             int32_t *mv_len, float *label);
 /* The teacher's logit (bias included) of the same samples: sigmoid(logit) is P(label = 1).
  * For tests and for the best achievable AUC / NE of a model on this data. */
 void nb_synth_teacher_logit(const nb_synth *g, uint64_t first_index, int n, float *logit);

@@ -96,17 +96,19 @@ void nb_emb_layout_state(nb_emb *e) {
         }
     }
     nb_arena *w = ht ? e->pin : e->dev;
-    e->d_acc = e->opt != NB_EMB_ADAM ? take(w, rows * sizeof(float)) : NULL;
-    e->d_avg = e->opt != NB_EMB_ADAGRAD ? take(w, nemb * sizeof(float)) : NULL;
-    e->d_avg_sq = e->opt != NB_EMB_ADAGRAD ? take(w, nemb * sizeof(float)) : NULL;
+    int rowwise = e->opt == NB_EMB_ADAGRAD || e->opt < 0, adam = e->opt == NB_EMB_ADAM || e->opt < 0;
+    int per_elem = adam || e->opt == NB_EMB_ADAGRAD_EXACT; /* avg_sq: Adam's second moment, or exact Adagrad's sums */
+    e->d_acc = rowwise ? take(w, rows * sizeof(float)) : NULL;
+    e->d_avg = adam ? take(w, nemb * sizeof(float)) : NULL;
+    e->d_avg_sq = per_elem ? take(w, nemb * sizeof(float)) : NULL;
     if (e->on_cpu || ht) { /* one copy */
         e->table = e->d_table, e->acc = e->d_acc, e->avg = e->d_avg, e->avg_sq = e->d_avg_sq;
         return;
     }
     e->table = take(e->hostar, nemb * sizeof(float));
-    e->acc = e->opt != NB_EMB_ADAM ? take(e->hostar, rows * sizeof(float)) : NULL;
-    e->avg = e->opt != NB_EMB_ADAGRAD ? take(e->hostar, nemb * sizeof(float)) : NULL;
-    e->avg_sq = e->opt != NB_EMB_ADAGRAD ? take(e->hostar, nemb * sizeof(float)) : NULL;
+    e->acc = rowwise ? take(e->hostar, rows * sizeof(float)) : NULL;
+    e->avg = adam ? take(e->hostar, nemb * sizeof(float)) : NULL;
+    e->avg_sq = per_elem ? take(e->hostar, nemb * sizeof(float)) : NULL;
 }
 
 /* A slot's exchange lists. The slots share one set of device lists (the copies and every use are

@@ -40,14 +40,15 @@ struct nb_comm;
  * evaluation batch's, outside the ring. */
 #define NB_EMB_RING 3
 enum { NB_EMB_CURRENT = 0, NB_EMB_NEXT = 1, NB_EMB_LATEST = 2 }; /* which batch: nb_emb_exchange_of */
-enum { NB_EMB_ADAGRAD = 0, NB_EMB_ADAM = 1 };                    /* the tables' optimizer */
+/* the tables' optimizer: row-wise Adagrad, lazy sparse Adam, element-wise Adagrad (its sums in avg_sq) */
+enum { NB_EMB_ADAGRAD = 0, NB_EMB_ADAM = 1, NB_EMB_ADAGRAD_EXACT = 2 };
 
 typedef struct {
     int world, rank;
 } nb_emb_shard;
 
 typedef struct {
-    int opt;            /* NB_EMB_ADAGRAD, NB_EMB_ADAM, or -1: state for both */
+    int opt;            /* NB_EMB_ADAGRAD, NB_EMB_ADAM, NB_EMB_ADAGRAD_EXACT, or -1: state for every one */
     nb_emb_shard shard; /* world 0: the tables whole on this rank */
     /* sharded, for a schedule that fetches the next batch's rows while this one trains: every
      * batch of the ring keeps its own device lists and work buffer, and the rows a batch shares
@@ -167,6 +168,7 @@ typedef struct nb_emb {
 typedef struct {
     float lr, beta1, beta2, eps;
     int adam;
+    int exact; /* element-wise Adagrad (its sums in avg_sq) instead of row-wise */
 } nb_emb_optim;
 
 /* ---- emb.c ---- */

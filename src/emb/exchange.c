@@ -187,10 +187,13 @@ void nb_emb_update(nb_emb *e, nb_ctx c, const nb_emb_optim *o, int t, const int6
         if (!nb_emb_window_end(s)) return;
         uniq = s->win->d_own, grads = e->d_own_grads, dcount = NULL, n = s->win->nown;
     } else {
-        NB_CHECK(o->adam ? e->d_avg != NULL : e->d_acc != NULL, "this is a bug in nobubble; please report it",
-                 "%s without its planned state", o->adam ? "sparse Adam" : "Adagrad");
+        NB_CHECK(o->adam ? e->d_avg != NULL : o->exact ? e->d_avg_sq != NULL : e->d_acc != NULL,
+                 "this is a bug in nobubble; please report it", "%s without its planned state",
+                 o->adam ? "sparse Adam" : o->exact ? "element-wise Adagrad" : "Adagrad");
     }
-    if (o->adam)
+    if (o->exact)
+        co->exact_adagrad(c, e->d_table, e->d_avg_sq, uniq, grads, dcount, n, E, o->lr, o->eps);
+    else if (o->adam)
         co->sparse_adam(c, e->d_table, e->d_avg, e->d_avg_sq, uniq, grads, dcount, n, E, o->lr, o->beta1, o->beta2, o->eps, t);
     else
         co->rowwise_adagrad(c, e->d_table, e->d_acc, uniq, grads, dcount, n, E, o->lr, o->eps);

@@ -162,6 +162,8 @@ static void sc_check(nb_train_opts *o) {
     c->aux_weight = o->aux_weight;
     c->seed = o->seed;
     o->seq = 0;
+    NB_CHECK(o->dense_optim != NB_DENSE_OPT_ADAGRAD || o->grad_clip <= 0, "drop --grad-clip with --dense-optim adagrad",
+             "the dense Adagrad step has no global-norm clip (MLPerf's reference clips nothing)");
 }
 
 int nb_seqctr_shard_opts(const nb_train_opts *o, int world) {
@@ -264,7 +266,8 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len, int ncat) {
 static void print_memory(const nb_run *r, const sc_train *t) {
     if (r->rank != 0 || nb_verbosity < 1) return;
     const nb_sc_model *m = &t->m;
-    double per_row = (double)m->cfg.E * 4 * (m->emb.opt == NB_SC_ADAM ? 3 : 1) + (m->emb.opt == NB_SC_ADAM ? 0 : 4);
+    int opt = m->emb.opt;
+    double per_row = (double)m->cfg.E * 4 * (opt == NB_SC_ADAM ? 3 : opt == NB_SC_ADAGRAD_EXACT ? 2 : 1) + (opt == NB_SC_ADAGRAD ? 4 : 0);
     char a[32], b[32], c[32], d[32];
     if (r->be->device == NB_DEV_CPU) { /* one memory: the plan's three arenas are all host memory */
         fprintf(stderr, "memory      %s planned in host memory (the CPU backend); table rows and their optimizer state: %s\n",
@@ -291,7 +294,7 @@ static void sc_init(nb_run *r) {
     r->o.ctr.ndense = mc.ndense, r->o.ctr.ncat = mc.ncat; /* the shape state.json keeps */
     memcpy(r->o.ctr.pool, mc.pool, sizeof mc.pool);
     memcpy(r->o.ctr.mv_max, mc.mv_max, sizeof mc.mv_max);
-    int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : NB_SC_ADAGRAD;
+    int emb_opt = o->emb_optim == NB_EMB_OPT_ADAM ? NB_SC_ADAM : o->emb_optim == NB_EMB_OPT_ADAGRAD_EXACT ? NB_SC_ADAGRAD_EXACT : NB_SC_ADAGRAD;
     plan_ranks(r, t, mc.max_len, mc.ncat);
     nb_emb_shard shard = {r->world, r->rank};
     nb_sc_plan_opts po = {.emb = {.opt = emb_opt, .shard = t->sharded ? shard : (nb_emb_shard){0, 0}, .pipelined = t->pipelined,
@@ -331,11 +334,20 @@ static void sc_init(nb_run *r) {
     t->m.emb.skip_resync = t->pipelined && o->pipe_skip_resync;
     t->optim = (nb_sc_optim){.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                              .weight_decay = o->weight_decay, .grad_clip = o->grad_clip, .emb_lr = o->emb_lr,
-                             .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM};
+                             .emb_eps = 1e-8f, .emb_adam = emb_opt == NB_SC_ADAM, .emb_exact = emb_opt == NB_SC_ADAGRAD_EXACT,
+                             .dense_adagrad = o->dense_optim == NB_DENSE_OPT_ADAGRAD};
     t->step_secs = nb_malloc((size_t)o->steps * sizeof(double), "step times");
     build_items(r, t);
     size_t rows = (size_t)nb_sc_total_rows(&t->m);
-    if (nb_verbosity > 0)
+    if (nb_verbosity > 0 && nb_sc_dlrm(&mc)) {
+        char top[16 * NB_SC_MAX_TOP];
+        nb_sc_top_string(&mc, top, sizeof top);
+        fprintf(stderr, "dlrm-dcnv2  E %d, bottom %d-%d-%d-%d, %d crosses of rank %d on %d, top %s,1; %.2f M dense parameters, "
+                        "%.2f M embedding rows (%.1f GB fp32); %.1f MFLOP/sample; %s (%s)\n",
+                mc.E, mc.ndense, NB_SC_BOTTOM1, NB_SC_BOTTOM2, mc.E, mc.blocks, mc.cross_rank, (mc.ncat + 1) * mc.E, top,
+                t->m.nparams_used / 1e6, (double)rows / 1e6, (double)rows * mc.E * 4 / 1e9, nb_sc_flops(&t->m, 1, 0) / 1e6,
+                r->be->name, r->backend->desc);
+    } else if (nb_verbosity > 0)
         fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %d dense and %d categorical inputs; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
                 mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, mc.ndense, mc.ncat, t->m.nparams_used / 1e6,
                 (double)rows / 1e6, r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
@@ -462,13 +474,11 @@ static int sc_graph_key(nb_run *r) {
     return m->emb.pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
 }
 
-static const char *sc_model_name(const nb_train_opts *o) {
-    (void)o;
-    return "seqctr";
-}
+static const char *sc_model_name(const nb_train_opts *o) { return nb_sc_dlrm(&o->ctr) ? "dlrm-dcnv2" : "seqctr"; }
 
-static int sc_owns_model(const char *model) { return !strcmp(model, "seqctr"); }
-static const char *sc_model_names(void) { return "seqctr"; }
+static int sc_owns_model(const char *model) { return !strcmp(model, "seqctr") || !strcmp(model, "dlrm-dcnv2"); }
+static const char *sc_model_names(void) { return "seqctr, dlrm-dcnv2"; }
+static int is_dlrm_preset(const nb_train_opts *o) { return !strcmp(o->model_name, "dlrm-dcnv2"); }
 
 /* seqctr on synthetic clicks: a constant learning rate after 30 steps of warm-up, Adam's default
  * betas, no weight decay and no clipping; held-out AUC / NE every 50 steps. The warm-up: Adam's
@@ -479,6 +489,18 @@ static const char *const sc_defaults[] = {
     "data=synth", "side-lanes=4", "batch=256", "steps=300", "warmup=30", "eval-every=50", "log-every=50", "lr=1e-3",
     "min-lr-frac=1", "beta2=0.999", "seed=1", NULL,
 };
+
+/* MLPerf's DLRM-DCNv2 (recommendation_v2/torchrec_dlrm: --embedding_dim 128 --dense_arch_layer_sizes
+ * 512,256,128 --over_arch_layer_sizes 1024,1024,512,256,1 --interaction_type dcn --dcn_num_layers 3
+ * --dcn_low_rank_dim 512): seqctr's DLRM form (model/seqctr.h) without a history. heads 1 and
+ * block_hidden 1 are placeholders the form does not read. */
+static void dlrm_shape(nb_sc_config *c) {
+    static const int top[] = {1024, 1024, 512, 256};
+    c->E = 128, c->hist_layers = 0, c->heads = 1, c->max_len = 0;
+    c->blocks = 3, c->cross_rank = 512, c->block_hidden = 1;
+    c->ntop = 4;
+    memcpy(c->top, top, sizeof top);
+}
 
 /* The preset's shape; the columns stay (not a flag: the data's schema sets them, a resumed
  * checkpoint keeps its own; 0 on fresh options: nb_ctr_source_open takes the data's). */
@@ -491,19 +513,52 @@ static void sc_default_shape(nb_train_opts *o) {
     o->ctr.E = 32;
     o->ctr.max_len = 32;
     o->ctr.ndense = nd, o->ctr.ncat = nc;
+    if (is_dlrm_preset(o)) dlrm_shape(&o->ctr);
+}
+
+/* MLPerf's DLRM-DCNv2 recipe (its reference's README run: --adagrad --learning_rate 0.005, no
+ * warm-up and no decay (lr_warmup_steps, lr_decay_start, lr_decay_steps 0), Adagrad eps 1e-10,
+ * initial accumulator 0, no weight decay): Adagrad on the dense part and the tables at one rate.
+ * The tables' Adagrad is element-wise (--emb-optim adagrad-exact): torch.optim.Adagrad applied in
+ * backward to the EmbeddingBagCollection becomes FBGEMM's fused EXACT_ADAGRAD, one accumulator per
+ * element; the reference hands the fused optimizer only the rate, so FBGEMM's default eps 1e-8
+ * applies there (the tables' eps here). --emb-optim adagrad (row-wise) halves the tables' memory. Tables of MLPerf's rows (the
+ * reference's counts are capped at 40M already); --table-cap lowers the cap for small runs. */
+static void dlrm_recipe(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx) {
+    if (!seen(ctx, "lr")) o->lr = 0.005f;
+    if (!seen(ctx, "emb-lr")) o->emb_lr = o->lr;
+    if (!seen(ctx, "warmup")) o->warmup = 0;
+    if (!seen(ctx, "min-lr-frac")) o->min_lr_frac = 1.0f;
+    if (!seen(ctx, "dense-optim")) o->dense_optim = NB_DENSE_OPT_ADAGRAD;
+    if (!seen(ctx, "emb-optim")) o->emb_optim = NB_EMB_OPT_ADAGRAD_EXACT;
+    if (!seen(ctx, "table-cap")) o->table_cap = 40000000;
+    o->eps = 1e-10f;
 }
 
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
  * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
 static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
     nb_seqctr_schema_flags(o, seen, ctx); /* also on resume: --model seqctr resets the shape to the preset's */
+    if (o->top_mlp[0]) {
+        NB_CHECK(nb_sc_dlrm(&o->ctr), "drop --top-mlp (it is dlrm-dcnv2's)", "--top-mlp with --model seqctr");
+        NB_CHECK(nb_sc_top_parse(&o->ctr, o->top_mlp) && o->ctr.ntop >= 1, "pass --top-mlp as 1 to 8 widths like 1024,512",
+                 "--top-mlp '%s'", o->top_mlp);
+    }
     if (resuming) return;
+    if (is_dlrm_preset(o)) dlrm_recipe(o, seen, ctx);
     if (!seen(ctx, "emb-lr") && o->emb_optim == NB_EMB_OPT_ADAM) o->emb_lr = 1e-3f;
     if (o->detach[0] && !seen(ctx, "aux-weight")) o->aux_weight = 1.0f;
 }
 
 static void sc_print_model(const nb_train_opts *o, FILE *f) {
     const nb_sc_config *c = &o->ctr;
+    if (nb_sc_dlrm(c)) {
+        char top[16 * NB_SC_MAX_TOP];
+        nb_sc_top_string(c, top, sizeof top);
+        fprintf(f, "model       dlrm-dcnv2: E %d, bottom 512-256-%d, %d low-rank crosses (rank %d), top %s,1, tables of up to "
+                   "%lld rows\n", c->E, c->E, c->blocks, c->cross_rank, top, (long long)o->table_cap);
+        return;
+    }
     fprintf(f, "model       seqctr: E %d, %d history layer%s x %d heads, %d blocks (cross rank %d, hidden %d), max_len %d, "
                "tables of up to %lld rows\n",
             c->E, c->hist_layers, c->hist_layers == 1 ? "" : "s", c->heads, c->blocks, c->cross_rank, c->block_hidden,

@@ -29,7 +29,7 @@ static int ckpt_in_shards(const nb_run *r) {
 
 /* seqctr.h's names: the dense tensors, emb.cat.{f} [rows_f, E] and emb.item [item_rows, E]; the
  * optimizer state "<name>.exp_avg" / ".exp_avg_sq" (AdamW; sparse Adam on the tables) or
- * "<table>.adagrad_sum" [rows] (row-wise Adagrad) */
+ * "<table>.adagrad_sum" [rows] (row-wise Adagrad) or "<table>.adagrad_sum_exact" [rows, E] (element-wise) */
 void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim) {
     nb_sc_model *m = &T(r)->m;
     int E = m->cfg.E;
@@ -62,6 +62,9 @@ void nb_seqctr_ckpt_tensors(nb_run *r, nb_ckpt_list *model, nb_ckpt_list *optim)
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg + at);
             table_name(&m->cfg, name, sizeof name, t, ".exp_avg_sq");
             nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
+        } else if (m->emb.avg_sq) { /* element-wise Adagrad's sums */
+            table_name(&m->cfg, name, sizeof name, t, ".adagrad_sum_exact");
+            nb_ckpt_list_add(optim, name, 2, sh, m->emb.avg_sq + at);
         }
     }
 }
@@ -79,6 +82,8 @@ int nb_seqctr_shard_tensors(nb_run *r, nb_ckpt_list *shard) {
     if (m->emb.avg) {
         nb_ckpt_list_add(shard, "emb.shard.exp_avg", 2, sh, m->emb.avg);
         nb_ckpt_list_add(shard, "emb.shard.exp_avg_sq", 2, sh, m->emb.avg_sq);
+    } else if (m->emb.avg_sq) {
+        nb_ckpt_list_add(shard, "emb.shard.adagrad_sum_exact", 2, sh, m->emb.avg_sq);
     }
     return 1;
 }
@@ -142,7 +147,7 @@ void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
     const nb_sc_config *c = &o->ctr;
     nb_json_key(w, "model");
     nb_json_begin_obj(w);
-    nb_json_kstr(w, "preset", "seqctr");
+    nb_json_kstr(w, "preset", nb_sc_dlrm(c) ? "dlrm-dcnv2" : "seqctr");
     nb_json_kint(w, "E", c->E);
     nb_json_kint(w, "hist_layers", c->hist_layers);
     nb_json_kint(w, "heads", c->heads);
@@ -154,6 +159,11 @@ void nb_seqctr_write_config(const nb_train_opts *o, nb_json_writer *w) {
     nb_json_kint(w, "ncat", c->ncat);
     char mv[16 * NB_SC_MAX_CAT];
     if (nb_sc_mv_string(c, mv, sizeof mv)) nb_json_kstr(w, "multi_valued", mv); /* column:pooling:max_values */
+    if (nb_sc_dlrm(c)) { /* the DLRM form's top MLP widths */
+        char top[16 * NB_SC_MAX_TOP];
+        nb_sc_top_string(c, top, sizeof top);
+        nb_json_kstr(w, "top", top);
+    }
     nb_json_end_obj(w);
 }
 
@@ -187,4 +197,7 @@ void nb_seqctr_read_config(const nb_json *j, nb_train_opts *o) {
     const char *mv = nb_json_get_str(j, "multi_valued", "");
     NB_CHECK(nb_sc_mv_parse(c, mv), "the checkpoint is damaged: resume from an earlier copy of the run directory",
              "state.json: model field 'multi_valued' is '%.60s' (column:sum|mean:max_values, ...)", mv);
+    const char *top = nb_json_get_str(j, "top", "");
+    NB_CHECK(nb_sc_top_parse(c, top), "the checkpoint is damaged: resume from an earlier copy of the run directory",
+             "state.json: model field 'top' is '%.60s' (widths like 1024,1024,512,256)", top);
 }

@@ -71,6 +71,7 @@ static void bottom_fwd(nb_sc_model *m, nb_ctx c, int B) {
     be->matmul_fwd(c, a->a2, a->a1, w->weight[1], w->bias[1], B, NB_SC_BOTTOM1, NB_SC_BOTTOM2);
     m->co->relu_fwd(c, a->a2, a->a2, (size_t)B * NB_SC_BOTTOM2);
     be->matmul_fwd(c, a->bot, a->a2, w->weight[2], w->bias[2], B, NB_SC_BOTTOM2, E);
+    if (nb_sc_dlrm(&m->cfg)) m->co->relu_fwd(c, a->bot, a->bot, (size_t)B * E); /* torchrec's DenseArch */
 }
 
 static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
@@ -80,8 +81,14 @@ static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
     int E = m->cfg.E;
     size_t es = act_es(m);
     const void *dense = a->dense ? a->dense : (const void *)m->stage->d_dense;
+    const void *dbot = a->dbot;
+    if (nb_sc_dlrm(&m->cfg)) { /* through the output's ReLU */
+        be->zero(c, a->dbotp, (size_t)B * E * es);
+        m->co->relu_bwd(c, a->dbotp, a->bot, a->dbot, (size_t)B * E);
+        dbot = a->dbotp;
+    }
     be->zero(c, a->da2, (size_t)B * NB_SC_BOTTOM2 * es);
-    be->matmul_bwd(c, a->da2, dw->weight[2], dw->bias[2], a->dbot, a->a2, w->weight[2], B, NB_SC_BOTTOM2, E);
+    be->matmul_bwd(c, a->da2, dw->weight[2], dw->bias[2], dbot, a->a2, w->weight[2], B, NB_SC_BOTTOM2, E);
     be->zero(c, a->da2p, (size_t)B * NB_SC_BOTTOM2 * es);
     m->co->relu_bwd(c, a->da2p, a->a2, a->da2, (size_t)B * NB_SC_BOTTOM2);
     be->zero(c, a->da1, (size_t)B * NB_SC_BOTTOM1 * es);
@@ -160,6 +167,10 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, D0 = m->D0;
     int r = cf->cross_rank, H = cf->block_hidden, last = cf->blocks - 1;
+    if (nb_sc_dlrm(cf)) {
+        nb_sc_dlrm_fwd(m, c);
+        return;
+    }
     for (int i = m->seg_first[k]; i < m->seg_first[k + 1]; i++) {
         const nb_sc_block_view *w = &m->w.block[i];
         const void *xprev = i ? a->xs[i - 1] : a->x0;
@@ -220,6 +231,10 @@ static void segment_bwd(nb_sc_model *m, nb_ctx c, int k) {
     const nb_backend_i *be = m->be;
     const nb_ctr_ops_i *co = m->co;
     const nb_sc_config *cf = &m->cfg;
+    if (nb_sc_dlrm(cf)) {
+        nb_sc_dlrm_bwd(m, c);
+        return;
+    }
     NB_CHECK(m->stage->has_label, "pass labels to the forward before a backward", "seqctr backward without labels");
     int B = m->stage->B, D0 = m->D0, r = cf->cross_rank, H = cf->block_hidden;
     int first = m->seg_first[k], end = m->seg_first[k + 1];
@@ -313,12 +328,16 @@ void nb_sc_backward(nb_sc_model *m, const nb_sc_batch *b) {
 /* The rows the step touched (sharded: once per window, the owner's rows). */
 static void optim_emb(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o, int t) {
     const nb_sc_stage *s = m->stage;
-    nb_emb_optim eo = {o->emb_lr, o->beta1, o->beta2, o->emb_eps, o->emb_adam};
+    nb_emb_optim eo = {o->emb_lr, o->beta1, o->beta2, o->emb_eps, o->emb_adam, o->emb_exact};
     nb_emb_update(&m->emb, c, &eo, t, s->d_uniq, m->d_uniq_grads, dev_count(m, s), rows_bound(m, s));
 }
 
 void nb_sc_optim_prepare(nb_sc_model *m, const nb_sc_optim *o, int t) {
     nb_adamw_scalars *k = m->h_k;
+    if (o->dense_adagrad) { /* the kernel reads the rate and eps from here, like AdamW's scalars */
+        k[0] = k[1] = (nb_adamw_scalars){.neg_step = -o->lr, .eps = o->eps};
+        return;
+    }
     k[0] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, t);
     k[1] = nb_adamw_prepare((nb_adamw_cfg){o->lr, o->beta1, o->beta2, o->eps, 0.0f}, t);
 }
@@ -329,6 +348,11 @@ void nb_sc_optim_prepare(nb_sc_model *m, const nb_sc_optim *o, int t) {
 static void optim_dense(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o) {
     const nb_backend_i *be = m->be;
     if (m->d_k != m->h_k) be->to_backend(c, m->d_k, m->h_k, 2 * sizeof(nb_adamw_scalars));
+    if (o->dense_adagrad) { /* the accumulators live in the first moment's buffer */
+        m->co->adagrad_dense(c, m->d_params, m->d_grads, m->d_am, m->d_w != (void *)m->d_params ? m->d_w : NULL, m->nparams,
+                             m->d_k);
+        return;
+    }
     double *sumsq = o->grad_clip > 0 ? m->d_loss + 1 : NULL;
     if (sumsq) be->sumsq_f64(c, sumsq, m->d_grads, m->nparams);
     void *lowp = m->d_w != (void *)m->d_params ? m->d_w : NULL;
@@ -382,6 +406,15 @@ double nb_sc_flops(const nb_sc_model *m, int B, long nh) {
     const nb_sc_config *c = &m->cfg;
     double E = c->E, D0 = m->D0, r = c->cross_rank, H = c->block_hidden;
     double bottom = (double)B * ((double)c->ndense * NB_SC_BOTTOM1 + NB_SC_BOTTOM1 * NB_SC_BOTTOM2 + NB_SC_BOTTOM2 * E);
+    if (nb_sc_dlrm(c)) { /* the crosses' two rank-r products and the top MLP */
+        double Dx = dlrm_dx(m), top = 0, in = Dx;
+        for (int j = 0; j <= c->ntop; j++) {
+            double out = j < c->ntop ? c->top[j] : 1;
+            top += in * out;
+            in = out;
+        }
+        return 6.0 * (bottom + (double)B * (c->blocks * 2 * Dx * r + top));
+    }
     double enc = (double)nh * c->hist_layers * (3 * E * E + E * E + 8 * E * E) + (double)nh * 2 * E * E + (double)B * E * E;
     double blocks = (double)B * c->blocks * (2 * D0 * r + 2 * D0 * H + D0);
     return 6.0 * (bottom + enc + blocks); /* 2 FLOPs per MAC, forward + 2x backward */

@@ -61,6 +61,7 @@
 #define NB_SC_BOTTOM1 512
 #define NB_SC_BOTTOM2 256
 #define NB_SC_MAX_BLOCKS 64
+#define NB_SC_MAX_TOP 8 /* hidden layers of the DLRM form's top MLP at most */
 
 typedef struct {
     int E, hist_layers, heads, blocks, cross_rank, block_hidden, max_len;
@@ -74,7 +75,24 @@ typedef struct {
     float aux_weight;
     uint64_t detach; /* bit i: block i reads a detached (stop-gradient) x_{i-1}; bit 0 must be 0 */
     uint64_t seed;   /* weight init */
+    /* ntop >= 1: the DLRM-DCNv2 form (below), its top MLP's hidden widths top[0..ntop-1]; 0: seqctr */
+    int ntop;
+    int top[NB_SC_MAX_TOP];
 } nb_sc_config;
+
+/* The DLRM form (cfg.ntop >= 1; --model dlrm-dcnv2, MLPerf's DLRM-DCNv2 with ntop 4 and widths
+ * 1024, 1024, 512, 256; needs hist_layers 0 and max_len 0, no --detach, no aux heads):
+ *   bottom  = relu(MLP ndense -> 512 -> 256 -> E), a ReLU after every layer (torchrec's DenseArch)
+ *   xd      = [bottom | cat_0 .. cat_{ncat-1}]   width Dx = (ncat + 1) E (x0's first Dx columns:
+ *             the target and pooled slots stay in x0 but nothing reads them, so the one-row item
+ *             table gets a zero gradient and Adagrad leaves it as it is)
+ *   cross i = 0..blocks-1: x_i = xd * (U_i (V_i^T x_{i-1}) + b_i) + x_{i-1}, x_{-1} = xd
+ *             (torchrec's LowRankCrossNet: W = U, V^T = V_kernel; no MLP, no per-block head)
+ *   top     = relu(top.j(..)) for j < ntop, then logit = top.{ntop}(..) (one output, no ReLU)
+ *   loss    = mean BCE(logit)
+ * Tensors: bottom.* as above; block.{i}.U [Dx, r], block.{i}.V [Dx, r], block.{i}.b [Dx];
+ * top.{j}.weight [out, in], top.{j}.bias [out] for j = 0..ntop (the last one's out is 1). */
+static inline int nb_sc_dlrm(const nb_sc_config *c) { return c->ntop > 0; }
 
 /* Defaults of the issue: E 64, 1 history layer, 4 heads, 6 blocks, rank 256, hidden 512,
  * max_len 256, the standard 13 dense and 26 categorical columns, tables of 1 row (the caller sets
@@ -125,6 +143,7 @@ typedef struct {
     nb_sc_enc_view *hist; /* [hist_layers] */
     nb_sc_target_view target;
     nb_sc_block_view *block; /* [blocks] */
+    void *top_w[NB_SC_MAX_TOP + 1], *top_b[NB_SC_MAX_TOP + 1]; /* the DLRM form's top MLP */
 } nb_sc_view;
 
 /* One batch. hist is [B, hist_stride] with hist_len[b] valid items first. Multi-valued columns
@@ -158,9 +177,14 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
     float emb_lr, emb_eps;
     int emb_adam;
+    int emb_exact; /* the tables' Adagrad element-wise (FBGEMM's EXACT_ADAGRAD) instead of row-wise */
+    /* 1: Adagrad on the dense slab instead of AdamW (accumulators start at 0, in the first moment's
+     * buffer; eps as torch.optim.Adagrad: lr * g / (sqrt(acc) + eps); grad_clip and weight_decay
+     * unused), as MLPerf's DLRM-DCNv2 reference */
+    int dense_adagrad;
 } nb_sc_optim;
 
-enum { NB_SC_ADAGRAD = NB_EMB_ADAGRAD, NB_SC_ADAM = NB_EMB_ADAM }; /* the tables' optimizer (nb_emb_opts.opt) */
+enum { NB_SC_ADAGRAD = NB_EMB_ADAGRAD, NB_SC_ADAM = NB_EMB_ADAM, NB_SC_ADAGRAD_EXACT = NB_EMB_ADAGRAD_EXACT }; /* the tables' optimizer (nb_emb_opts.opt) */
 
 /* How a model is laid out beyond its shape. */
 typedef struct {
@@ -364,6 +388,10 @@ void nb_sc_save(const nb_sc_model *m, const char *path);
  * there are none. nb_sc_mv_parse reads it back into c->pool / c->mv_max (0: malformed). */
 int nb_sc_mv_string(const nb_sc_config *c, char *buf, size_t cap);
 int nb_sc_mv_parse(nb_sc_config *c, const char *s);
+/* The DLRM form's top MLP widths as text, "1024,1024,512,256" ("" for seqctr), and back (0:
+ * malformed; "" gives ntop 0). */
+void nb_sc_top_string(const nb_sc_config *c, char *buf, size_t cap);
+int nb_sc_top_parse(nb_sc_config *c, const char *s);
 /* Load weights into a model of the same shape (every tensor must exist with its shape), and
  * push them to the backend. */
 void nb_sc_load(nb_sc_model *m, const char *path);

@@ -44,6 +44,9 @@ struct nb_sc_acts {
     seg_scratch *seg; /* [segments]: each segment's backward has its own, so segments can run at once */
     void *dbot, *da2, *da2p, *da1, *da1p;
     void *dq, *dpooled, *dkv, *dx1, *datt, *dqkv, *dln, *df1, *df1p;
+    /* the DLRM form: the cross's input xd and its gradient [MB, Dx], the top MLP's hidden layers
+     * (after their ReLU), gradient scratch as wide as the widest of them, the bottom's ReLU'd grad */
+    void *xd, *dxd, *top[NB_SC_MAX_TOP], *dt, *dtp, *dbotp;
 };
 
 /* A batch's host index lists and their backend copies (the same memory on the CPU): one per slot
@@ -73,6 +76,9 @@ struct nb_sc_stage {
     int64_t *d_uniq;
 };
 
+/* The DLRM form's cross width: the bottom and the categorical slots of x0. */
+static inline int dlrm_dx(const nb_sc_model *m) { return (m->cfg.ncat + 1) * m->cfg.E; }
+
 static inline nb_ctx CTX(const nb_sc_model *m) { return m->ctx ? m->ctx : &m->own_ctx; }
 static inline int on_cpu(const nb_sc_model *m) { return m->be->device == NB_DEV_CPU; }
 static inline int sharded(const nb_sc_model *m) { return nb_emb_sharded(&m->emb); }
@@ -99,5 +105,8 @@ void nb_sc_check_batch(const nb_sc_model *m, const nb_sc_batch *b);
 /* seqctr.c */
 /* The forward phases of the current batch in order on one lane. */
 void nb_sc_forward_phases(nb_sc_model *m, nb_ctx c);
+/* seqctr_dlrm.c: the DLRM form's segment (its only one), forward and backward */
+void nb_sc_dlrm_fwd(nb_sc_model *m, nb_ctx c);
+void nb_sc_dlrm_bwd(nb_sc_model *m, nb_ctx c);
 
 #endif

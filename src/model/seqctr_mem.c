@@ -38,7 +38,10 @@ enum { INIT_ZERO, INIT_ONE, INIT_FANIN };
 
 /* The dense tensors of a config: walk_tensors' count (bottom 6, 12 per history layer, target 3,
  * 9 per block), so the table is sized to the model, not to a guess. */
-static int tensor_count(const nb_sc_config *c) { return 6 + 12 * c->hist_layers + 3 + 9 * c->blocks; }
+static int tensor_count(const nb_sc_config *c) {
+    if (nb_sc_dlrm(c)) return 6 + 3 * c->blocks + 2 * (c->ntop + 1); /* bottom, crosses, top MLP */
+    return 6 + 12 * c->hist_layers + 3 + 9 * c->blocks;
+}
 
 static void add_tensor(nb_sc_model *m, int kind, int rows, int cols, const char *fmt, int idx) {
     NB_ASSERT(m->ntensors < tensor_count(&m->cfg));
@@ -72,6 +75,25 @@ static void tensor(tensor_walk *k, void **field, int kind, int rows, int cols, c
     k->i++;
 }
 
+/* The DLRM form's tensors after the bottom MLP: the crosses on xd, then the top MLP. */
+static void walk_dlrm(tensor_walk *k) {
+    const nb_sc_config *c = &k->m->cfg;
+    nb_sc_view *v = k->v;
+    int Dx = (c->ncat + 1) * c->E, r = c->cross_rank;
+    for (int i = 0; i < c->blocks; i++) {
+        nb_sc_block_view *b = &v->block[i];
+        tensor(k, &b->U, INIT_FANIN, Dx, r, "block.%d.U", i);
+        tensor(k, &b->V, INIT_FANIN, Dx, r, "block.%d.V", i);
+        tensor(k, &b->b, INIT_ZERO, Dx, 1, "block.%d.b", i);
+    }
+    for (int j = 0, in = Dx; j <= c->ntop; j++) {
+        int out = j < c->ntop ? c->top[j] : 1;
+        tensor(k, &v->top_w[j], INIT_FANIN, out, in, "top.%d.weight", j);
+        tensor(k, &v->top_b[j], INIT_ZERO, out, 1, "top.%d.bias", j);
+        in = out;
+    }
+}
+
 static void walk_tensors(tensor_walk *k) {
     const nb_sc_config *c = &k->m->cfg;
     nb_sc_view *v = k->v;
@@ -80,6 +102,10 @@ static void walk_tensors(tensor_walk *k) {
     for (int i = 0; i < 3; i++) {
         tensor(k, &v->bottom.weight[i], INIT_FANIN, bdims[i + 1], bdims[i], "bottom.%d.weight", i);
         tensor(k, &v->bottom.bias[i], INIT_ZERO, bdims[i + 1], 1, "bottom.%d.bias", i);
+    }
+    if (nb_sc_dlrm(c)) {
+        walk_dlrm(k);
+        return;
     }
     for (int l = 0; l < c->hist_layers; l++) {
         nb_sc_enc_view *e = &v->hist[l];
@@ -199,6 +225,23 @@ static void layout_encoder(nb_sc_model *m, enc_acts *e, size_t NH, size_t E) {
     e->f1 = A(m, NH * 4 * E);
 }
 
+/* The DLRM form's own activations (the crosses' outputs are xs, their V^T x are vx). */
+static void layout_dlrm(nb_sc_model *m, size_t MB) {
+    const nb_sc_config *c = &m->cfg;
+    nb_sc_acts *a = m->acts;
+    size_t Dx = (size_t)dlrm_dx(m), widest = 1;
+    a->xd = A(m, MB * Dx);
+    a->dxd = A(m, MB * Dx);
+    for (int j = 0; j < c->ntop; j++) {
+        a->top[j] = A(m, MB * (size_t)c->top[j]);
+        widest = (size_t)c->top[j] > widest ? (size_t)c->top[j] : widest;
+    }
+    widest = Dx > widest ? Dx : widest; /* the last cross's gradient goes through them too */
+    a->dt = A(m, MB * widest);
+    a->dtp = A(m, MB * widest);
+    a->dbotp = A(m, MB * (size_t)c->E);
+}
+
 /* Activations and scratch for batches of max_batch samples and up to max_batch * max_len
  * history rows (the packed worst case). */
 static void layout_acts(nb_sc_model *m) {
@@ -219,11 +262,12 @@ static void layout_acts(nb_sc_model *m) {
     a->pooled = A(m, MB * E);
     for (int l = 0; l <= c->hist_layers; l++) a->h[l] = A(m, NH * E);
     for (int l = 0; l < c->hist_layers; l++) layout_encoder(m, &a->enc[l], NH, E);
+    int dlrm = nb_sc_dlrm(c); /* its blocks are crosses alone: no c, no hidden layer */
     for (int i = 0; i < c->blocks; i++) {
         a->xs[i] = A(m, MB * D0);
-        a->c[i] = A(m, MB * D0);
+        a->c[i] = dlrm ? NULL : A(m, MB * D0);
         a->vx[i] = A(m, MB * r);
-        a->hid[i] = A(m, MB * H);
+        a->hid[i] = dlrm ? NULL : A(m, MB * H);
         a->logit[i] = F32(m, MB);
         a->dz[i] = F32(m, MB);
     }
@@ -234,9 +278,9 @@ static void layout_acts(nb_sc_model *m) {
         seg_scratch *g = &a->seg[k];
         g->dcur = A(m, MB * D0);
         g->dprev = A(m, MB * D0);
-        g->dc = A(m, MB * D0);
-        g->dhid = A(m, MB * H);
-        g->dhidp = A(m, MB * H);
+        g->dc = dlrm ? NULL : A(m, MB * D0);
+        g->dhid = dlrm ? NULL : A(m, MB * H);
+        g->dhidp = dlrm ? NULL : A(m, MB * H);
         g->dx0 = k ? A(m, MB * D0) : NULL;
     }
     a->dbot = A(m, MB * E);
@@ -253,6 +297,7 @@ static void layout_acts(nb_sc_model *m) {
     a->dln = A(m, NH * E);
     a->df1 = A(m, NH * 4 * E);
     a->df1p = A(m, NH * 4 * E);
+    if (nb_sc_dlrm(c)) layout_dlrm(m, MB);
     if (!a->dsrc) return; /* the planning walk */
     /* the gradient region the embedding rows are summed from: [dx0 | dtemb | dh] */
     a->dx0 = a->dsrc;
@@ -387,6 +432,13 @@ static void check_config(const nb_sc_config *c, int max_batch) {
              "a detached block index is not below the %d blocks", c->blocks);
     NB_CHECK(!c->detach || c->aux_weight > 0, "pass --aux-weight > 0 with --detach",
              "detached blocks need their own loss: aux weight is 0");
+    NB_CHECK(c->ntop >= 0 && c->ntop <= NB_SC_MAX_TOP, "give the top MLP 1..8 hidden layers", "%d top layers", c->ntop);
+    for (int j = 0; j < c->ntop; j++)
+        NB_CHECK(c->top[j] >= 1 && c->top[j] <= (1 << 20), "give the top MLP widths in 1..1048576", "top layer %d: width %d",
+                 j, c->top[j]);
+    NB_CHECK(!nb_sc_dlrm(c) || (c->hist_layers == 0 && c->max_len == 0 && !c->detach && c->aux_weight == 0),
+             "drop the history and the per-block heads (--hist-layers 0, no --detach / --aux-weight) with --model dlrm-dcnv2",
+             "the DLRM form has no user history and one head (hist_layers %d, max_len %d)", c->hist_layers, c->max_len);
 }
 
 /* Device lists need a device, whole tables (a sharded batch's owner plans are host work) and
@@ -567,6 +619,30 @@ int nb_sc_mv_string(const nb_sc_config *c, char *buf, size_t cap) {
     return len > 0;
 }
 
+void nb_sc_top_string(const nb_sc_config *c, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int j = 0; j < c->ntop && j < NB_SC_MAX_TOP; j++) {
+        int n = snprintf(buf + len, cap - len, "%s%d", j ? "," : "", c->top[j]);
+        NB_ASSERT(n > 0 && (size_t)n < cap - len);
+        len += (size_t)n;
+    }
+}
+
+int nb_sc_top_parse(nb_sc_config *c, const char *s) {
+    c->ntop = 0;
+    while (s && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > (1 << 20) || c->ntop == NB_SC_MAX_TOP) return 0;
+        c->top[c->ntop++] = (int)v;
+        s = end;
+        if (*s == ',') s++;
+        else if (*s) return 0;
+    }
+    return 1;
+}
+
 int nb_sc_mv_parse(nb_sc_config *c, const char *s) {
     for (int f = 0; f < NB_SC_MAX_CAT; f++) c->pool[f] = NB_SC_POOL_NONE, c->mv_max[f] = 0;
     while (s && *s) {
@@ -595,7 +671,12 @@ void nb_sc_save(const nb_sc_model *m, const char *path) {
              c->ndense, c->ncat);
     /* multi-valued columns only when there are some: other checkpoints keep their bytes */
     char mv[16 * NB_SC_MAX_CAT];
-    if (nb_sc_mv_string(c, mv, sizeof mv)) snprintf(meta + len, sizeof meta - (size_t)len, " mv=%s", mv);
+    if (nb_sc_mv_string(c, mv, sizeof mv)) len += snprintf(meta + len, sizeof meta - (size_t)len, " mv=%s", mv);
+    if (nb_sc_dlrm(c)) { /* the DLRM form only: other checkpoints keep their bytes */
+        char top[16 * NB_SC_MAX_TOP];
+        nb_sc_top_string(c, top, sizeof top);
+        snprintf(meta + len, sizeof meta - (size_t)len, " top=%s", top);
+    }
     nb_st_meta(w, "seqctr.config", meta);
     for (int i = 0; i < m->ntensors; i++) {
         int nd;

@@ -52,6 +52,8 @@ typedef struct nb_ctr_ops_i {
                             const int32_t *count, int U, int E, float lr, float eps);
     void (*sparse_adam)(nb_ctx, float *table, float *m, float *v, const int64_t *rows, const float *grads,
                         const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t);
+    void (*exact_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads,
+                          const int32_t *count, int U, int E, float lr, float eps);
     /* ops_ctr.h's nb_ctr_lists from the batch's ids (backend memory) */
     void (*lists)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                   const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
@@ -61,6 +63,10 @@ typedef struct nb_ctr_ops_i {
                           int n, int64_t maxrow);
 
     /* ---- dense pieces ---- */
+    /* Dense Adagrad over a slab (ops_ctr.h's nb_adagrad_dense), the rate and eps from k in backend
+     * memory (neg_step, eps); params_lowp (NULL: none) gets the new weights in act_dtype. */
+    void (*adagrad_dense)(nb_ctx, float *params, const float *grads, float *acc, void *params_lowp, size_t n,
+                          const nb_adamw_scalars *k);
     /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,
      * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype).
      * Backward: dx0, dx (act_dtype, +=), dU, dV, db (fp32, +=); any may be NULL. */

@@ -57,6 +57,12 @@ static void rowwise_adagrad(nb_ctx c, float *table, float *acc, const int64_t *r
     nb_rowwise_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
 }
 
+static void exact_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, const float *grads,
+                          const int32_t *count, int U, int E, float lr, float eps) {
+    if (count) U = *count;
+    nb_exact_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
+}
+
 static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads,
                         const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t) {
     if (count) U = *count;
@@ -86,6 +92,11 @@ static void cross_bwd(nb_ctx c, void *dx0, void *dx, float *dU, float *dV, float
                       const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, int N, int D,
                       int r) {
     nb_cross_backward(F(dx0), F(dx), dU, dV, db, CF(dc), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), CF(vx), N, D, r);
+}
+
+static void adagrad_dense(nb_ctx c, float *p, const float *g, float *acc, void *lowp, size_t n, const nb_adamw_scalars *k) {
+    NB_ASSERT(lowp == NULL); /* the CPU computes in fp32: no compute copy */
+    nb_adagrad_dense(p, g, acc, n, k->neg_step, k->eps);
 }
 
 static void relu_fwd(nb_ctx c, void *out, const void *inp, size_t n) { nb_relu_forward(F(out), CF(inp), n); }
@@ -188,8 +199,10 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .emb_grad_unique = emb_grad_unique,
     .rowwise_adagrad = rowwise_adagrad,
     .sparse_adam = sparse_adam,
+    .exact_adagrad = exact_adagrad,
     .lists = lists,
     .unique_groups = unique_groups,
+    .adagrad_dense = adagrad_dense,
     .cross_fwd = cross_fwd,
     .cross_bwd = cross_bwd,
     .relu_fwd = relu_fwd,

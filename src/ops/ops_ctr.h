@@ -152,6 +152,11 @@ void nb_targetattn_backward(float *dq, float *dk, float *dv, const float *dpoole
                             const float *v, const float *attn, const int32_t *lengths, int B, int L, int E,
                             int ldkv);
 
+/* ---- adagrad.c ---- */
+/* Dense Adagrad (torch.optim.Adagrad with lr_decay 0, initial accumulator 0, no weight decay):
+ * acc[i] += g[i]^2; p[i] += neg_lr * g[i] / (sqrt(acc[i]) + eps), for i < n. */
+void nb_adagrad_dense(float *p, const float *g, float *acc, size_t n, float neg_lr, float eps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,8 @@ void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int3
  * rows; the CPU's float operations one by one (no FMA contraction), so results match it. ---- */
 void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
                              int U, int E, float lr, float eps, nb_stream_t stream);
+void nb_cuda_exact_adagrad(float *table, float *acc, const int64_t *rows, const float *grads, const int32_t *count,
+                           int U, int E, float lr, float eps, nb_stream_t stream);
 void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, const int32_t *count,
                          int U, int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
 
@@ -137,6 +139,11 @@ int nb_cuda_seqattn_tc_forward_bf16(nb_bf16 *out, float *lse, const nb_bf16 *qkv
 int nb_cuda_seqattn_tc_backward_bf16(nb_bf16 *dqkv, const nb_bf16 *dout, const nb_bf16 *qkv, const nb_bf16 *out,
                                      const float *lse, const int32_t *off, int B, int max_len, int H, int E,
                                      nb_stream_t stream);
+
+/* ---- dense Adagrad (adagrad.cu): nb_adagrad_dense with neg_lr = k->neg_step, eps = k->eps read
+ * from device memory; lowp (NULL: none) gets the new weights in bf16 ---- */
+void nb_cuda_adagrad_dense(float *p, const float *g, float *acc, nb_bf16 *lowp, size_t n, const nb_adamw_scalars *k,
+                           nb_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,28 @@ extern "C" void nb_cuda_rowwise_adagrad(float *table, float *acc, const int64_t 
     CUDA_CHECK_LAUNCH("row-wise adagrad");
 }
 
+/* One thread per element of the listed rows (element-wise Adagrad: sparse.c's operations in order). */
+static __global__ void exact_adagrad_kernel(float *table, float *acc, const int64_t *rows, const float *grads,
+                                            const int32_t *count, int U, int E, float lr, float eps) {
+    size_t n = (size_t)(count ? *count : U) * E;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t u = i / E, e = i % E, o = (size_t)rows[u] * E + e;
+        float g = grads[i];
+        float a = __fadd_rn(acc[o], __fmul_rn(g, g));
+        acc[o] = a;
+        table[o] = __fsub_rn(table[o], __fdiv_rn(__fmul_rn(lr, g), __fadd_rn(__fsqrt_rn(a), eps)));
+    }
+}
+
+extern "C" void nb_cuda_exact_adagrad(float *table, float *acc, const int64_t *rows, const float *grads,
+                                      const int32_t *count, int U, int E, float lr, float eps, nb_stream_t stream) {
+    NB_CUDA_SHAPE(U >= 0 && E > 0 && (U == 0 || (table && acc && rows && grads)), "nb_cuda_exact_adagrad");
+    if (U == 0) return;
+    size_t n = (size_t)U * E;
+    exact_adagrad_kernel<<<nb_grid_1d(n, THREADS), THREADS, 0, stream>>>(table, acc, rows, grads, count, U, E, lr, eps);
+    CUDA_CHECK_LAUNCH("exact adagrad");
+}
+
 extern "C" void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads,
                                     const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps,
                                     int t, nb_stream_t stream) {

@@ -27,6 +27,12 @@ typedef struct {
 void nb_rowwise_adagrad_update(float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
                                int64_t nrows, nb_rowwise_adagrad_cfg cfg);
 
+/* TorchRec's EXACT_ADAGRAD (FBGEMM's; what torch.optim.Adagrad on an EmbeddingBagCollection becomes,
+ * as MLPerf's DLRM-DCNv2 reference sets it up): one accumulator per element ([nrows, E]), for each
+ * listed row r with gradient g:  acc[r, e] += g_e^2;  table[r, e] -= lr * g_e / (sqrt(acc[r, e]) + eps). */
+void nb_exact_adagrad_update(float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
+                             int64_t nrows, nb_rowwise_adagrad_cfg cfg);
+
 typedef struct {
     float lr, beta1, beta2, eps;
 } nb_sparse_adam_cfg;

@@ -33,6 +33,24 @@ void nb_rowwise_adagrad_update(float *table, float *acc, const int64_t *rows, co
     }
 }
 
+void nb_exact_adagrad_update(float *table, float *acc, const int64_t *rows, const float *grads, int U, int E,
+                             int64_t nrows, nb_rowwise_adagrad_cfg cfg) {
+    NB_ASSERT(U >= 0 && E > 0);
+    if (U == 0) return;
+    NB_ASSERT(table && acc && rows && grads);
+    sparse_check_rows(rows, U, nrows);
+#pragma omp parallel for schedule(static)
+    for (int u = 0; u < U; u++) {
+        size_t off = (size_t)rows[u] * E;
+        const float *g = grads + (size_t)u * E;
+        for (int e = 0; e < E; e++) {
+            float a = acc[off + e] + g[e] * g[e];
+            acc[off + e] = a;
+            table[off + e] -= cfg.lr * g[e] / (sqrtf(a) + cfg.eps);
+        }
+    }
+}
+
 void nb_sparse_adam_update(float *table, float *m, float *v, const int64_t *rows, const float *grads, int U, int E,
                            int64_t nrows, nb_sparse_adam_cfg cfg, int t) {
     NB_ASSERT(U >= 0 && E > 0 && t >= 1);

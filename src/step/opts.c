@@ -23,9 +23,10 @@ const nb_opt_group_info nb_opt_groups[NB_OPTG_COUNT] = {
 
 static const char *const precision_names[] = {"", "bf16", "fp32", NULL};
 static const char *const dispatch_names[] = {"blocking", "async", NULL};
-static const char *const emb_optim_names[] = {"adagrad", "adam", NULL};
+static const char *const emb_optim_names[] = {"adagrad", "adam", "adagrad-exact", NULL};
 static const char *const emb_shard_names[] = {"auto", "row", "none", NULL};
 static const char *const emb_place_names[] = {"gpu", "host", NULL};
+static const char *const dense_optim_names[] = {"adamw", "adagrad", NULL};
 static const char *const lists_names[] = {"auto", "host", "device", NULL};
 static const char *const comm_names[] = {"auto", "mpi", "nccl", "host", NULL};
 
@@ -36,7 +37,7 @@ enum { REQ = 1, OPT = 2 }; /* state.json: required, or optional (older checkpoin
 /* Rows kept in state.json come first, in its order (the first 21 from its first version, the
  * rest added with ERASE, stream, seqctr, ranks and FreeScale). */
 static const nb_opt table[] = {
-    {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, or a transformer preset (see above)", .flag = 1},
+    {"model", NB_OPT_STR, F(model_name), NB_OPTG_COMMON, NULL, "NAME", "seqctr, dlrm-dcnv2, or a transformer preset (see above)", .flag = 1},
     {"data", NB_OPT_STR, F(data), NB_OPTG_COMMON, NULL, "SRC", "training data: token shards (a shard, a quoted glob or a comma-separated list; a shard's SHARD.mask from tokenize --chat limits the loss to the targets it marks); seqctr: synth[:k=v,...], criteo:PATH (a list, globs, .gz), csv:PATH (with --schema) or movielens[:DIR]", .flag = 1, .state = REQ, .math = 1},
     {"attn", NB_OPT_ENUM, F(attn), NB_OPTG_TF, "auto", "MODE", nb_attn_mode_help, .names = nb_attn_mode_names, .flag = 1},
     {"val-data", NB_OPT_STR, F(val_data), NB_OPTG_COMMON, NULL, "SRC", "held-out data: validation shards (a shard, a quoted glob or a list; 'none' to skip); seqctr: a file (criteo: list) of the --data kind, evaluated whole (default: the head of --data held out)", .flag = 1, .state = REQ},
@@ -68,7 +69,8 @@ static const nb_opt table[] = {
     {"pinned-slabs", NB_OPT_INT, F(pinned_slabs), NB_OPTG_STREAM, "2", "N", "pinned staging slabs each way, one layer each (1-4)", 0, BIG, ">= 0", .flag = 1, .state = OPT},
     {"keep-layers", NB_OPT_INT, F(keep_layers), NB_OPTG_STREAM, NULL, "N", "with --ckpt-interval: the last N layers keep all activations, no recompute (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
     {"gpu-layers", NB_OPT_INT, F(gpu_layers), NB_OPTG_STREAM, NULL, "N", "N layers (spread evenly) keep weights, AdamW state and gradients on the GPU and update there (-1: as many as fit)", -1, BIG, ">= 0, or -1", .flag = 1, .state = OPT},
-    {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise) or adam (lazy sparse)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
+    {"emb-optim", NB_OPT_ENUM, F(emb_optim), NB_OPTG_SC, "adagrad", "NAME", "adagrad (row-wise), adam (lazy sparse) or adagrad-exact (element-wise: dlrm-dcnv2's default, as MLPerf's reference)", .names = emb_optim_names, .flag = 1, .state = OPT, .math = 1},
+    {"dense-optim", NB_OPT_ENUM, F(dense_optim), NB_OPTG_SC, "adamw", "NAME", "the dense parameters' optimizer: adamw, or adagrad (torch.optim.Adagrad's; dlrm-dcnv2's default, as MLPerf)", .names = dense_optim_names, .flag = 1, .state = OPT, .math = 1},
     {"emb-lr", NB_OPT_FLOAT, F(emb_lr), NB_OPTG_SC, "0.05", "X", "embedding learning rate (default 0.05 adagrad, 0.001 adam)", 1e-30, 3.4e38, "a positive number", .flag = 1, .state = OPT, .math = 1},
     {"table-cap", NB_OPT_I64, F(table_cap), NB_OPTG_SC, "100000", "N", "rows per embedding table at most (ids mod rows)", 1, BIG, "at least 1", .flag = 1, .state = OPT},
     {"eval-samples", NB_OPT_INT, F(eval_samples), NB_OPTG_SC, "16384", "N", "held-out samples (synth, criteo: the head of the file; MovieLens holds out its test file)", 1, 1 << 24, "in 1..16777216", .flag = 1, .state = OPT},
@@ -132,6 +134,7 @@ static const nb_opt table[] = {
     {"blocks", NB_OPT_INT, F(ctr.blocks), NB_OPTG_SC, NULL, "N", "dense blocks (cross + MLP) in the chain", 1, NB_SC_MAX_BLOCKS, "in 1..64", .flag = 1},
     {"cross-rank", NB_OPT_INT, F(ctr.cross_rank), NB_OPTG_SC, NULL, "R", "rank of each low-rank cross", 1, 1 << 20, "in 1..1048576", .flag = 1},
     {"block-hidden", NB_OPT_INT, F(ctr.block_hidden), NB_OPTG_SC, NULL, "H", "hidden width of each block's MLP", 1, 1 << 20, "in 1..1048576", .flag = 1},
+    {"top-mlp", NB_OPT_STR, F(top_mlp), NB_OPTG_SC, NULL, "W,W,..", "dlrm-dcnv2: the top MLP's hidden widths (default 1024,1024,512,256; then one logit)", .flag = 1},
     {"hist-layers", NB_OPT_INT, F(ctr.hist_layers), NB_OPTG_SC, NULL, "N", "transformer layers over the history", 0, 1024, "in 0..1024", .flag = 1},
     {"max-len", NB_OPT_INT, F(ctr.max_len), NB_OPTG_SC, NULL, "L", "history cap (synth: unless max_len= is in the spec)", 0, 65536, "in 0..65536", .flag = 1},
 };

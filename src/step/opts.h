@@ -23,7 +23,8 @@
 
 typedef enum { NB_PREC_DEFAULT = 0, NB_PREC_BF16, NB_PREC_FP32 } nb_opt_precision;
 typedef enum { NB_ERASE_BLOCKING = 0, NB_ERASE_ASYNC } nb_opt_erase_dispatch;
-typedef enum { NB_EMB_OPT_ADAGRAD = 0, NB_EMB_OPT_ADAM } nb_opt_emb_optim;
+typedef enum { NB_EMB_OPT_ADAGRAD = 0, NB_EMB_OPT_ADAM, NB_EMB_OPT_ADAGRAD_EXACT } nb_opt_emb_optim;
+typedef enum { NB_DENSE_OPT_ADAMW = 0, NB_DENSE_OPT_ADAGRAD } nb_opt_dense_optim;
 typedef enum { NB_SHARD_AUTO = 0, NB_SHARD_ROW, NB_SHARD_NONE } nb_opt_emb_shard;
 typedef enum { NB_PLACE_GPU = 0, NB_PLACE_HOST } nb_opt_emb_place;
 typedef enum { NB_LISTS_AUTO = 0, NB_LISTS_HOST, NB_LISTS_DEVICE } nb_opt_index_lists;
@@ -89,6 +90,8 @@ typedef struct nb_train_opts {
     int world;          /* ranks the run was started with (state.json: a resume needs the same) */
     /* seqctr: the embedding tables' optimizer, their rows, the held-out set, Criteo parsing */
     nb_opt_emb_optim emb_optim; /* row-wise Adagrad or lazy sparse Adam */
+    nb_opt_dense_optim dense_optim; /* seqctr's dense slab: AdamW, or Adagrad (dlrm-dcnv2's) */
+    char top_mlp[64];               /* dlrm-dcnv2: the top MLP's hidden widths ("" = the preset's) */
     /* where the tables' rows live: row-wise sharded over the ranks (global row g on rank g % N),
      * none (every rank holds every row: one rank only), auto (row with several ranks) */
     nb_opt_emb_shard emb_shard;

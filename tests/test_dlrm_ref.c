@@ -1,0 +1,257 @@
+/* dlrm-dcnv2 (seqctr's DLRM form) against its PyTorch twin in MLPerf's reference layout: replays
+ * tests/torch/ref/dlrm_tiny.safetensors (written by tests/torch/dlrm_twin_check.py gen, float64;
+ * see that script for the twin) through nb_sc_forward/backward and nobubble's optimizers (dense
+ * Adagrad, element-wise Adagrad on the touched rows: the preset's), and compares:
+ *   logits (rel 1e-5), loss (rel 1e-5), every dense gradient (rel 1e-4 per tensor, norm-wise), the
+ *   touched embedding rows (same rows) and their gradients (rel 1e-4), then 20 steps on the same
+ *   batch: each step's loss (rel 1e-4).
+ * On the CPU backend always; with a GPU also on CUDA fp32 (the same tolerances) and CUDA bf16
+ * (logits and losses 3e-2, gradients 1e-1).
+ *   test_dlrm_ref [--ref FILE] [--verbose]
+ * Without the reference file (made where torch is: the GPU machine): exit 77. */
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core.h"
+#include "io/safetensors.h"
+#include "model/seqctr.h"
+#include "ops/backend.h"
+#include "optim/optim.h"
+
+#define REGEN_HINT "generate it with /usr/bin/python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors"
+#define NSTEPS 20
+static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
+
+static const char *ref_path;
+static int verbose;
+static nb_st_file *F;
+static nb_sc_model M;
+static nb_sc_batch BT;
+static float *dense, *label;
+static uint32_t *cat, *target, *hist, *mv;
+static int32_t *hist_len, *mv_len;
+static float LR, EPS, EMB_EPS;
+static int meta_int(const char *key) {
+    const char *v = nb_st_meta_get(F, key);
+    NB_CHECK(v != NULL, REGEN_HINT, "%s: metadata '%s' missing", ref_path, key);
+    return atoi(v);
+}
+
+static const nb_st_tensor *need(const char *name, nb_dtype dt, int64_t numel) {
+    const nb_st_tensor *t = nb_st_find(F, name);
+    NB_CHECK(t != NULL, REGEN_HINT, "%s: tensor '%s' missing", ref_path, name);
+    NB_CHECK(t->dtype == dt && t->numel == numel, REGEN_HINT, "%s: tensor '%s' has dtype %d and %lld elements, want %d and %lld",
+             ref_path, name, (int)t->dtype, (long long)t->numel, (int)dt, (long long)numel);
+    return t;
+}
+
+/* bf16 bit patterns to float32 (exact) */
+static void read_bf16(const char *name, float *dst, int64_t n) {
+    const uint16_t *s = need(name, NB_BF16, n)->data;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)s[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
+static void *read_raw(const char *name, nb_dtype dt, int64_t n) {
+    const nb_st_tensor *t = need(name, dt, n);
+    void *p = nb_malloc(t->nbytes ? t->nbytes : 1, "reference tensor");
+    memcpy(p, t->data, t->nbytes);
+    return p;
+}
+
+/* "a,b,c" into v[0..n-1] (nb_fail unless exactly n numbers) */
+static void meta_list(const char *key, int64_t *v, int n) {
+    const char *s = nb_st_meta_get(F, key);
+    NB_CHECK(s != NULL, REGEN_HINT, "%s: metadata '%s' missing", ref_path, key);
+    for (int k = 0; k < n; k++) {
+        char *end;
+        v[k] = strtoll(s, &end, 10);
+        NB_CHECK(end != s, REGEN_HINT, "%s: metadata '%s' has fewer than %d entries", ref_path, key, n);
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+static void setup(const nb_backend_i *be) {
+    nb_sc_config c;
+    nb_sc_config_default(&c);
+    c.E = meta_int("E");
+    c.hist_layers = 0, c.heads = 1, c.max_len = 0, c.block_hidden = 1;
+    c.blocks = meta_int("blocks");
+    c.cross_rank = meta_int("cross_rank");
+    const char *top = nb_st_meta_get(F, "top"), *lr = nb_st_meta_get(F, "lr"), *eps = nb_st_meta_get(F, "eps"),
+               *emb_eps = nb_st_meta_get(F, "emb_eps");
+    NB_CHECK(top && lr && eps && emb_eps && nb_sc_top_parse(&c, top) && c.ntop >= 1, REGEN_HINT, "%s: metadata top/lr/eps/emb_eps",
+             ref_path);
+    LR = (float)atof(lr), EPS = (float)atof(eps), EMB_EPS = (float)atof(emb_eps);
+    int64_t v[NB_SC_STD_NCAT];
+    meta_list("cat_rows", v, NB_SC_STD_NCAT);
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c.cat_rows[f] = v[f];
+    meta_list("hot", v, NB_SC_STD_NCAT);
+    int width = 0;
+    for (int f = 0; f < NB_SC_STD_NCAT; f++) c.pool[f] = NB_SC_POOL_SUM, c.mv_max[f] = (int)v[f], width += (int)v[f];
+    c.item_rows = 1;
+    int B = meta_int("B");
+    nb_sc_init_on(&M, &c, B, be);
+    for (int i = 0; i < M.ntensors; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "w.%s", M.t[i].name);
+        read_bf16(name, M.params + M.t[i].off, (int64_t)M.t[i].n);
+    }
+    for (int t = 0; t <= NB_SC_STD_NCAT; t++) {
+        char name[32];
+        if (t == NB_SC_STD_NCAT)
+            snprintf(name, sizeof name, "w.emb.item");
+        else
+            snprintf(name, sizeof name, "w.emb.cat.%d", t);
+        int64_t rows = M.emb_off[t + 1] - M.emb_off[t];
+        read_bf16(name, M.emb.table + (size_t)M.emb_off[t] * c.E, rows * c.E);
+    }
+    nb_sc_to_device(&M);
+    dense = read_raw("batch.dense", NB_F32, (int64_t)B * NB_SC_STD_NDENSE);
+    mv = read_raw("batch.mv", NB_I32, (int64_t)B * width);
+    label = read_raw("batch.label", NB_F32, B);
+    cat = nb_calloc((size_t)B * NB_SC_STD_NCAT, sizeof *cat, "batch"); /* multi-valued columns: not read */
+    target = nb_calloc((size_t)B, sizeof *target, "batch");
+    hist = nb_calloc(1, sizeof *hist, "batch");
+    hist_len = nb_calloc((size_t)B, sizeof *hist_len, "batch");
+    mv_len = nb_malloc((size_t)B * NB_SC_STD_NCAT * sizeof *mv_len, "batch");
+    for (int i = 0; i < B; i++)
+        for (int f = 0; f < NB_SC_STD_NCAT; f++) mv_len[i * NB_SC_STD_NCAT + f] = c.mv_max[f];
+    BT = (nb_sc_batch){B, 0, dense, cat, target, hist, hist_len, label, mv, mv_len, width};
+}
+static double rel1(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-30 ? fabs(b) : 1e-30); }
+
+/* one table row; failures are always printed, passes with --verbose */
+static int row(const char *what, double err, double tol) {
+    int bad = !(err <= tol);
+    if (bad || verbose) printf("  %-22s rel err %.3e  tol %.0e  %s\n", what, err, tol, bad ? "FAIL" : "ok");
+    return bad;
+}
+
+TEST_CASE(forward_backward_matches_torch) {
+    int B = BT.B, E = M.cfg.E;
+    float *logits = nb_malloc((size_t)B * sizeof(float), "logits");
+    nb_sc_zero_grads(&M);
+    double loss = nb_sc_forward(&M, &BT, logits);
+    nb_sc_backward(&M, &BT);
+    const float *ref_last = need("logits", NB_F32, B)->data;
+    const float *ref_loss = need("loss", NB_F32, 1)->data;
+    int bad = 0;
+    bad += row("logits", rel_err(logits, ref_last, (size_t)B), TOL_LOGITS);
+    bad += row("loss", rel1(loss, ref_loss[0]), TOL_LOSS);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < M.ntensors; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "g.%s", M.t[i].name);
+        const float *g = need(name, NB_F32, (int64_t)M.t[i].n)->data;
+        double e = rel_err(M.grads + M.t[i].off, g, M.t[i].n);
+        bad += row(name, e, TOL_GRAD);
+        if (e > worst) worst = e, worst_name = M.t[i].name;
+    }
+    const nb_st_tensor *rt = nb_st_find(F, "g.emb.rows");
+    NB_CHECK(rt && rt->dtype == NB_I32, REGEN_HINT, "%s: g.emb.rows missing", ref_path);
+    int U = (int)rt->numel;
+    const int32_t *rows = rt->data;
+    int same_rows = M.nuniq == U;
+    for (int u = 0; same_rows && u < U; u++) same_rows = M.uniq_rows[u] == rows[u];
+    if (!same_rows) printf("  touched rows: nobubble %d, torch %d, or different rows  FAIL\n", M.nuniq, U);
+    bad += !same_rows;
+    if (same_rows) {
+        const float *ge = need("g.emb", NB_F32, (int64_t)U * E)->data;
+        double ee = rel_err(M.uniq_grads, ge, (size_t)U * E);
+        bad += row("g.emb (touched rows)", ee, TOL_GRAD);
+        double wr = 0;
+        for (int u = 0; u < U; u++) {
+            double e = rel_err(M.uniq_grads + (size_t)u * E, ge + (size_t)u * E, (size_t)E);
+            wr = e > wr ? e : wr;
+        }
+        printf("  %d touched rows, worst single row rel err %.3e\n", U, wr);
+    }
+    printf("  loss %.9f (torch %.9f); worst dense gradient %s %.3e\n", loss, (double)ref_loss[0], worst_name, worst);
+    const char *n32 = nb_st_meta_get(F, "torch32_err");
+    if (n32) printf("  torch's float32 run vs float64 (noise floor): %s\n", n32);
+    CHECK(bad == 0, "%d comparison(s) out of tolerance (table above)", bad);
+    free(logits);
+}
+
+TEST_CASE(twenty_steps_match_torch) {
+    const float *ref = need("losses", NB_F32, NSTEPS)->data;
+    nb_sc_optim o = {.lr = LR, .eps = EPS, .emb_lr = LR, .emb_eps = EMB_EPS, .emb_exact = 1, .dense_adagrad = 1};
+    int bad = 0;
+    for (int step = 0; step < NSTEPS; step++) {
+        nb_sc_zero_grads(&M);
+        double loss = nb_sc_forward(&M, &BT, NULL);
+        nb_sc_backward_enqueue(&M);
+        nb_sc_optim_enqueue(&M, &o, step + 1);
+        double e = rel1(loss, ref[step]);
+        int b = !(e <= TOL_LOSSES);
+        bad += b;
+        if (b || verbose) printf("  step %d loss %.9f torch %.9f rel err %.3e %s\n", step, loss, (double)ref[step], e, b ? "FAIL" : "ok");
+    }
+    CHECK(bad == 0, "%d of %d step losses out of tolerance %.0e", bad, NSTEPS, TOL_LOSSES);
+}
+
+/* Both cases on one backend, from a fresh model. */
+static void run_on(const nb_backend_i *be, double tol_scale_logits, double tol_grad) {
+    printf("backend %s\n", be->name);
+    TOL_LOGITS = TOL_LOSS = tol_scale_logits;
+    TOL_GRAD = tol_grad;
+    TOL_LOSSES = tol_scale_logits > 1e-5 ? tol_scale_logits : 1e-4;
+    setup(be);
+    RUN(forward_backward_matches_torch);
+    RUN(twenty_steps_match_torch);
+    nb_sc_free(&M);
+    free(dense), free(cat), free(target), free(hist), free(hist_len), free(label), free(mv), free(mv_len);
+}
+
+static int exists(const char *p) { return access(p, R_OK) == 0; }
+
+int main(int argc, char **argv) {
+    static char path[PATH_MAX];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ref") && i + 1 < argc)
+            ref_path = argv[++i];
+        else if (!strcmp(argv[i], "--verbose"))
+            verbose = 1;
+        else
+            nb_fail("usage: test_dlrm_ref [--ref FILE] [--verbose]", "unknown argument '%s'", argv[i]);
+    }
+    if (!ref_path) {
+        /* tests/torch/ref/ from the working directory, else next to the source tree of this binary */
+        snprintf(path, sizeof path, "tests/torch/ref/dlrm_tiny.safetensors");
+        if (!exists(path)) {
+            char exe[PATH_MAX];
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            if (n > 0) {
+                exe[n] = 0;
+                snprintf(path, sizeof path, "%.3900s/../../tests/torch/ref/dlrm_tiny.safetensors", dirname(exe));
+            }
+        }
+        ref_path = path;
+    }
+    if (!exists(ref_path)) {
+        printf("skipped: reference file %s not found; %s\n", ref_path, REGEN_HINT);
+        return 77;
+    }
+    F = nb_st_open(ref_path);
+    run_on(&nb_backend_cpu, 1e-5, 1e-4);
+#ifdef NB_WITH_CUDA
+    if (nb_cuda_device_count(NULL, 0) > 0) {
+        run_on(nb_backend_for("cuda", "fp32"), 1e-5, 1e-4);
+        run_on(nb_backend_for("cuda", "bf16"), 3e-2, 1e-1);
+    } else {
+        printf("no GPU: the CUDA half of this test did not run\n");
+    }
+#endif
+    nb_st_close(F);
+    TEST_EXIT();
+}
