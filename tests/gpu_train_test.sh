@@ -82,6 +82,21 @@ cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-gpu/ckpt/model.safetensors"
     && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-gpu/ckpt/optim.safetensors" \
     && pass "GPU stream --gpu-layers 3 --stream-slots -1 vs plain, fp32: bitwise-identical weights and AdamW state" \
     || fail "GPU stream --gpu-layers 3 --stream-slots -1 vs plain, fp32: differ"
+# the device layers' moments live on the device only (the checkpoint fetches them): resumed at
+# step 10 with another count of device layers, and without clipping (no host gradient slab, each
+# layer's AdamW from its pinned slab): plain's bits
+$NB train "${S[@]}" --precision fp32 --schedule stream --gpu-layers 3 --stop-after 10 --out "$TMP/s-split" \
+    && $NB train --resume "$TMP/s-split" --gpu-layers 1 --stream-slots 1 --no-progress --quiet || fail "gpu fp32 stream resume across --gpu-layers"
+cmp -s "$TMP/s-plain/ckpt/model.safetensors" "$TMP/s-split/ckpt/model.safetensors" \
+    && cmp -s "$TMP/s-plain/ckpt/optim.safetensors" "$TMP/s-split/ckpt/optim.safetensors" \
+    && pass "GPU stream --gpu-layers 3, resumed at step 10 with --gpu-layers 1, fp32: plain's bits" \
+    || fail "GPU stream resumed across --gpu-layers, fp32: differs from plain"
+$NB train "${S[@]}" --precision fp32 --grad-clip 0 --out "$TMP/s-plain-nc" || fail "gpu fp32 plain --grad-clip 0"
+$NB train "${S[@]}" --precision fp32 --grad-clip 0 --schedule stream --gpu-layers 2 --out "$TMP/s-nc" || fail "gpu fp32 stream --grad-clip 0"
+cmp -s "$TMP/s-plain-nc/ckpt/model.safetensors" "$TMP/s-nc/ckpt/model.safetensors" \
+    && cmp -s "$TMP/s-plain-nc/ckpt/optim.safetensors" "$TMP/s-nc/ckpt/optim.safetensors" \
+    && pass "GPU stream --grad-clip 0 --gpu-layers 2 (no host gradient slab), fp32: plain's bits" \
+    || fail "GPU stream --grad-clip 0: differs from plain"
 $NB train "${S[@]}" --steps 12 --out "$TMP/s-bf16-plain" || fail "gpu bf16 plain"
 for v in "--ckpt-interval 1" "--gpu-layers 3 --stream-slots -1"; do
     $NB train "${S[@]}" --schedule stream $v --steps 12 --out "$TMP/s-bf16" || fail "gpu bf16 stream $v"

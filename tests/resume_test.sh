@@ -28,4 +28,14 @@ fi
 grep -q '"step": 20' "$TMP/split/ckpt/state.json" && pass "state.json at step 20" || fail "state.json step"
 ls "$TMP/split" | grep -q 'tmp\|old' && fail "leftover temp dirs: $(ls "$TMP/split")" || pass "no leftover temp files"
 [ -s "$TMP/split/loss.svg" ] && grep -q '</svg>' "$TMP/split/loss.svg" && pass "loss.svg written" || fail "loss.svg"
+
+# --ckpt-weights-only: the weights as the straight run's, no optimizer state; eval reads it,
+# --resume refuses with one line
+$NB train "${COMMON[@]}" --out "$TMP/wonly" --ckpt-weights-only || fail "run with --ckpt-weights-only"
+cmp -s "$TMP/straight/ckpt/model.safetensors" "$TMP/wonly/ckpt/model.safetensors" && [ ! -e "$TMP/wonly/ckpt/optim.safetensors" ] \
+    && pass "--ckpt-weights-only: the same weights, no optim.safetensors" || fail "--ckpt-weights-only checkpoint"
+$NB eval --ckpt "$TMP/wonly" --data "$VAL" --batches 2 > /dev/null 2>&1 && pass "eval reads a weights-only checkpoint" || fail "eval of a weights-only checkpoint"
+$NB train --resume "$TMP/wonly" --steps 21 --no-progress --quiet > /dev/null 2> "$TMP/wonly.err"; rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c 'error:' "$TMP/wonly.err")" = 1 ] && grep -q 'ckpt-weights-only' "$TMP/wonly.err" \
+    && pass "resume of a weights-only checkpoint refused in one line" || { fail "resume of a weights-only checkpoint (exit $rc)"; cat "$TMP/wonly.err"; }
 finish

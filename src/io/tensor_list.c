@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "io/json.h"
@@ -150,6 +151,9 @@ void nb_ckpt_load_lists(const char *dir, nb_ckpt_list *model, nb_ckpt_list *opti
     nb_ckpt_load_file(path, model);
     if (optim) {
         snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+        NB_CHECK(access(path, F_OK) == 0,
+                 "resume from a checkpoint written without --ckpt-weights-only (eval, sample and export read this one)",
+                 "%s has no optim.safetensors: the optimizer state was not saved", dir);
         nb_ckpt_expect(optim, dir);
         nb_ckpt_load_file(path, optim);
     }

@@ -126,9 +126,11 @@ static void write_contents(const char *dir, const nb_family_i *fam, const nb_tra
     nb_ckpt_list l = marked(model, k, 1);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     nb_ckpt_write_list(path, &l, 1);
-    l = marked(optim, k, 0);
-    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-    nb_ckpt_write_list(path, &l, 0);
+    if (!o->ckpt_weights_only) {
+        l = marked(optim, k, 0);
+        snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+        nb_ckpt_write_list(path, &l, 0);
+    }
 
     nb_json_writer j;
     nb_json_writer_init(&j, 2);

@@ -63,6 +63,7 @@ typedef struct nb_train_opts {
     int graph_cache;  /* --graphs: at most this many captured steps (one per step shape) */
     int kernel_table; /* cuda: print the N longest kernels per step (CUPTI) after the run; 0: off */
     int no_ckpt;      /* write no checkpoint (benchmarks) */
+    int ckpt_weights_only; /* checkpoints leave optim.safetensors out (eval, export; no resume) */
     float ckpt_minutes; /* a checkpoint at least every this many minutes of training (0: none) */
     float time_limit; /* seconds of training in this process, then stop with a checkpoint (0: none) */
     /* ERASE (detached segments): where new segments start, as given ("2,4": transformer layers
