@@ -4,7 +4,10 @@
 # fine-tuned with --schedule stream on chat data made from the project's corpora (masked loss:
 # the responses), then exported and evaluated by transformers on the same held-out shard.
 #   bash bench/finetune_full.sh [--shape llama3.1-8b|qwen2.5-7b] [--batch 1] [--seq 1024]
-#        [--steps 200] [--eval-batches 8] [--no-build] [--budget S]
+#        [--steps 200] [--eval-batches 8] [--no-build] [--budget S] [--reserve S]
+# Training stops at --steps or when the budget less --reserve seconds (export and the three
+# evaluations) is spent (--time-limit: with its checkpoint), whichever comes first; the summary
+# says how many steps ran.
 # Disk: the input checkpoint (2 B/param), the run's weights-only checkpoint (--ckpt-weights-only:
 # 4 B/param; a full one, 16 B/param, does not fit the machine's disk) and the bf16 export (2
 # B/param); the input is deleted once imported and trained. Prints nobubble's held-out loss
@@ -12,7 +15,7 @@
 # and the difference; $OUT/summary.json keeps them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-shape=llama3.1-8b batch=1 seq=1024 steps=200 evb=8 build=1 budget=580
+shape=llama3.1-8b batch=1 seq=1024 steps=200 evb=8 build=1 budget=580 reserve=240
 while [ $# -gt 0 ]; do
     case "$1" in
         --shape) shape=$2; shift ;;
@@ -22,6 +25,7 @@ while [ $# -gt 0 ]; do
         --eval-batches) evb=$2; shift ;;
         --no-build) build=0 ;;
         --budget) budget=$2; shift ;;
+        --reserve) reserve=$2; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "finetune_full.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -62,7 +66,9 @@ if [ ! -s "$RUN/ckpt/model.safetensors" ]; then
     echo "== checkpoint $shape $(stamp)"
     "$PY" bench/hf_random_model.py --shape "$shape" --out "$HF_DIR" || exit 1
     echo "== nobubble stream fine-tune, $steps steps of $batch x $seq $(stamp)"
-    timeout "$(left)" "$NB" train --init-from "$HF_DIR" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
+    tl=$(( $(left) - reserve ))
+    [ "$tl" -gt 30 ] || { echo "finetune_full.sh: $(left) s left, --reserve $reserve: no time to train"; exit 1; }
+    timeout "$(left)" "$NB" train --time-limit "$tl" --init-from "$HF_DIR" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
         --ckpt-interval 1 --gpu-layers -1 --stream-slots -1 --steps "$steps" --lr 1e-5 --warmup 10 \
         --data "$DATA/train.bin" --val-data "$DATA/val.bin" --eval-every $(( steps / 4 )) --eval-batches "$evb" \
         --ckpt-weights-only --ckpt-every 0 --ckpt-minutes 0 --out "$RUN" --fresh --no-progress > "$OUT/train.log" 2>&1 \
@@ -76,7 +82,13 @@ l = [r["loss"] for r in rows if "loss" in r]; v = [(r["step"], r["val_loss"]) fo
 print(f"masked training loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}; held-out: " + ", ".join(f"{s}: {x:.4f}" for s, x in v))' "$RUN/metrics.jsonl"
 echo "== export $(stamp)"
 [ -s "$EXP/config.json" ] || "$NB" export --ckpt "$RUN" --hf "$EXP" --dtype bf16 > "$OUT/export.log" 2>&1 || { tail -5 "$OUT/export.log"; exit 1; }
-nbval=$(grep -o '"val_loss":[^,}]*' "$RUN/metrics.jsonl" | tail -n 1 | cut -d: -f2)
+# nobubble's held-out loss of the exported weights: a run evaluates at its last step, also when
+# --time-limit stops it, and its checkpoint is that step's
+read -r steps nbval < <("$PY" -c 'import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1])]
+last = max(r["step"] for r in rows); v = [r["val_loss"] for r in rows if r["step"] == last and "val_loss" in r]
+print(last, repr(v[-1]) if v else "none")' "$RUN/metrics.jsonl")
+[ "$nbval" != none ] || { echo "finetune_full.sh: no held-out loss at the run's last step $steps"; exit 1; }
 echo "== transformers on the export $(stamp)"
 for dt in fp32 bf16; do
     "$PY" tests/torch/heldout_loss.py --model "$EXP" --data "$DATA/val.bin" --batch "$batch" --seq "$seq" --batches "$evb" --dtype $dt \

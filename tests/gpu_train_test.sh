@@ -3,7 +3,7 @@
 #  - fp32 mode (TF32 off) follows the CPU reference step by step (losses within 1e-4 relative);
 #  - bf16 mode learns; two GPU runs with one seed are bitwise identical; resume is bitwise;
 #  - --graphs replays equal eager steps bitwise; a plan over --gpu-mem-limit fails before training;
-#  - eval and sample run on the GPU;
+#  - eval and sample run on the GPU; eval allocates no gradients or moments;
 #  - ERASE (--detach, --schedule erase, both dispatch modes and --graphs) is bitwise plain and
 #    overlaps (overlap_pct > 0);
 #  - --schedule stream follows plain in fp32 (host AdamW vs device AdamW: bitwise, also with
@@ -114,6 +114,15 @@ python3 "$ROOT/tests/trace_overlap.py" "$TMP/stream.json" 5 > "$TMP/ov.txt" 2>&1
     && pass "GPU stream overlaps: $(cat "$TMP/ov.txt")" || fail "GPU stream: no overlap in the trace ($(cat "$TMP/ov.txt"))"
 expect_error "plan over --gpu-mem-limit" "GPU memory" $NB train --model gpt2 --device cuda --batch 8 --gpu-mem-limit 1000000000 --data "$TRAIN" --val-data none --steps 1
 out=$($NB eval --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --data "$VAL" --batches 2 2>&1) && pass "eval on cuda: $out" || fail "eval on cuda: $out"
+# eval plans the forward only: no gradients or moments on the device (an 8B checkpoint trained by
+# stream evaluates on an 80 GB GPU)
+devb() { sed -n 's/^allocated   host [0-9]* bytes, device \([0-9]*\) bytes.*/\1/p' "$1"; }
+$NB train --model gpt2-tiny --batch 4 --steps 2 --data "$TRAIN" --val-data none --no-progress --device cuda --out "$TMP/evplan" \
+    >/dev/null 2>"$TMP/evplan.err" || fail "gpt2-tiny cuda run for eval's plan"
+$NB eval --device cuda --ckpt "$TMP/evplan" --data "$VAL" --batches 2 >/dev/null 2>"$TMP/evplan-eval.err" || fail "eval's plan run"
+te=$(devb "$TMP/evplan.err") ee=$(devb "$TMP/evplan-eval.err")
+[ -n "$te" ] && [ -n "$ee" ] && [ $((ee * 2)) -lt "$te" ] && pass "eval allocates $ee device bytes, training $te" \
+    || fail "eval's device bytes '$ee' vs training's '$te'"
 s=$($NB sample --device cuda --ckpt "$TMP/bf16-gpt2-tiny" --prompt "The" --tokens 10 2>&1) && [ ${#s} -gt 5 ] \
     && pass "sample on cuda: $(echo "$s" | tr '\n' ' ' | head -c 100)" || fail "sample on cuda: $s"
 # --device cuda:N picks GPU N of the backend instance; one past the last is a clear error naming them

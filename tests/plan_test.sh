@@ -4,6 +4,7 @@
 #    bytes the run logs it allocated ("allocated" line) within 1%;
 #  - the stream's host terms: --gpu-layers leaves the device layers' moments and gradients out,
 #    --grad-clip 0 the layers' gradient slab;
+#  - eval allocates the weights and activations only (no gradients or moments);
 #  - a plan over the host memory says "does not fit", and the run refuses it before allocating;
 #  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
 #    and from a Hugging Face config.json (Llama-3.1-8B's shape): plain does not fit, stream does.
@@ -26,6 +27,13 @@ for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "s
     close "llama-tiny $sched $extra: host bytes" "$(allocated "$TMP/run.err")" "$(planned $sched "$TMP/plan.out")"
     cp "$TMP/plan.out" "$TMP/plan-${sched}-$(echo $extra | tr -d ' -')"
 done
+# eval plans the forward only (the weights and activations): no gradients or moments, so a model
+# trained with --schedule stream can be evaluated where its training state would not fit
+$NB eval --ckpt "$TMP/run" --data "$VAL" --batches 2 >/dev/null 2>"$TMP/eval.err" || { fail "eval of the stream run"; tail -3 "$TMP/eval.err"; }
+ev=$(allocated "$TMP/eval.err") tr=$(planned plain "$TMP/plan-plain-")
+[ -n "$ev" ] && [ -n "$tr" ] && [ $((ev * 3)) -lt "$tr" ] \
+    && pass "eval allocates $ev host bytes, plain training $tr (weights and activations only)" \
+    || fail "eval's host bytes '$ev' vs plain training's '$tr'"
 # each option's host term: the gradient slab of 4 layers of 4 (--grad-clip 0) or of 1 (--gpu-layers 1)
 base=$(planned stream "$TMP/plan-stream-") g1=$(planned stream "$TMP/plan-stream-gpulayers1") nc=$(planned stream "$TMP/plan-stream-gradclip0")
 [ -n "$base" ] && [ -n "$g1" ] && [ -n "$nc" ] && [ "$g1" -lt "$base" ] && [ "$nc" -lt "$base" ] \

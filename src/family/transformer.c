@@ -270,8 +270,10 @@ static void work_upload_state(void *arg, const nb_task_ctx *ctx) {
     size_t n = trained_total(tr), bytes = n * sizeof(float);
     if (nb_tf_lora_on(tr)) nb_tf_upload_base(tr, ctx);
     be->to_backend(ctx, tr->d_params, tr->params, bytes);
-    be->to_backend(ctx, tr->d_m, tr->m, bytes);
-    be->to_backend(ctx, tr->d_v, tr->v, bytes);
+    if (tr->m) { /* eval plans no moments */
+        be->to_backend(ctx, tr->d_m, tr->m, bytes);
+        be->to_backend(ctx, tr->d_v, tr->v, bytes);
+    }
     if (lowp_weights(tr)) be->cast_params(ctx, tr->d_weights, tr->d_params, n);
 }
 
@@ -380,7 +382,9 @@ static void reserve_state(nb_run *r, size_t moment_numel) {
     size_t slab = trained_total(tr) * sizeof(float), mom = moment_numel * sizeof(float);
     memset(&tr->plan, 0xff, sizeof tr->plan);
     tr->plan.resident = 0;
-    tr->plan.hp = plan_in(&r->host, slab), tr->plan.hm = plan_in(&r->host, mom), tr->plan.hv = plan_in(&r->host, mom);
+    tr->plan.hp = plan_in(&r->host, slab);
+    if (r->eval_only) return; /* eval reads no optimizer state */
+    tr->plan.hm = plan_in(&r->host, mom), tr->plan.hv = plan_in(&r->host, mom);
 }
 
 /* the activations (and the segments' scratch after them), tokens and step scalars */
@@ -401,10 +405,11 @@ static void reserve_work(nb_run *r, int ckpt_interval, int keep) {
 static void record_plan(nb_run *r, size_t slab, size_t wl, size_t acts, size_t other, size_t gsum) {
     nb_tf_train *tr = r->fs;
     nb_mem_plan *mp = &r->mem;
-    mp->host = (nb_mem_side){.weights = slab, .moments = 2 * slab};
+    size_t train = r->eval_only ? 0 : slab; /* the gradient and each moment */
+    mp->host = (nb_mem_side){.weights = slab, .moments = 2 * train};
     nb_mem_side *w = nb_tf_on_device(tr) ? &mp->dev : &mp->host;
-    if (nb_tf_on_device(tr)) w->weights = slab + wl, w->moments = 2 * slab;
-    w->grads = slab + gsum, w->acts = acts, w->other = other;
+    if (nb_tf_on_device(tr)) w->weights = slab + wl, w->moments = 2 * train;
+    w->grads = train + gsum, w->acts = acts, w->other = other;
     mp->saved = "";
 }
 
@@ -415,24 +420,26 @@ static void tf_plan(nb_run *r) {
     nb_tf_plan *p = &tr->plan;
     size_t slab = trained_total(tr) * sizeof(float), wl = lowp_weights(tr) ? trained_total(tr) * es_of(tr) : 0;
     size_t acts = work_bytes(tr), toks = token_bytes(tr);
-    size_t gsum = tr->o.grad_accum > 1 ? slab : 0; /* the step's sum beside a micro-batch's gradient */
+    /* the step's sum beside a micro-batch's gradient; eval: no gradients or moments at all */
+    size_t gsum = tr->o.grad_accum > 1 && !r->eval_only ? slab : 0, train = r->eval_only ? 0 : slab;
     int devb = nb_tf_on_device(tr);
     char b[6][32];
     nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
-           devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
-           nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
-           nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
+           devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)train),
+           nb_fmt_bytes(b[2], 32, 2.0 * train), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
+           nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, slab + 3.0 * train + wl + acts + toks));
     reserve_state(r, trained_total(tr));
     record_plan(r, slab, wl, acts, toks + (devb ? sizeof(nb_step_scalars) : 0), gsum);
     nb_tf_lora_plan(r);
     p->resident = 1;
     if (!devb) {
-        p->hg = plan_in(&r->host, slab), p->ha = plan_in(&r->host, acts);
+        if (train) p->hg = plan_in(&r->host, train);
+        p->ha = plan_in(&r->host, acts);
         if (gsum) p->hs = plan_in(&r->host, gsum);
     } else {
         if (gsum) p->dsum = plan_in(&r->dev, gsum);
-        p->dp = plan_in(&r->dev, slab), p->dg = plan_in(&r->dev, slab), p->dm = plan_in(&r->dev, slab);
-        p->dv = plan_in(&r->dev, slab);
+        p->dp = plan_in(&r->dev, slab);
+        if (train) p->dg = plan_in(&r->dev, train), p->dm = plan_in(&r->dev, train), p->dv = plan_in(&r->dev, train);
         if (wl) p->dw = plan_in(&r->dev, wl);
         p->dac = plan_in(&r->dev, acts), p->dt = plan_in(&r->dev, toks), p->ds = plan_in(&r->dev, sizeof(nb_step_scalars));
     }
