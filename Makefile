@@ -71,8 +71,9 @@ NCCL_LIB ?= $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCCL_HOME)/l
 NB_NCCL ?= $(if $(and $(wildcard $(NCCL_HOME)/include/nccl.h),$(NCCL_LIB)),1,0)
 ifeq ($(NB_CUDA),1)
   CFLAGS  += -DNB_WITH_CUDA -I$(CUDA_HOME)/include
-  # -ldl: cuDNN is dlopen'ed at run time (src/ops/attention_cudnn.c), never linked
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl
+  # -ldl: cuDNN (src/ops/attention_cudnn.c) and cuBLASLt (src/core/cublaslt_load.c) are dlopen'ed
+  # when a GPU backend first needs them, never linked: loading cuBLASLt costs ~0.35 s a process
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
   ifeq ($(NB_NCCL),1)
     NCCL_DIR := $(dir $(NCCL_LIB))
     CFLAGS += -DNB_WITH_NCCL -I$(NCCL_HOME)/include

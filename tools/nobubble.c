@@ -107,10 +107,21 @@ static int cmd_options(void) {
     return 0;
 }
 
+/* The commands that run OpenMP and BLAS work (the others, --help among them, skip the restart:
+ * loading the CUDA libraries twice costs about 0.35 s). */
+static int computes(char **argv) {
+    static const char *const cmds[] = {"train", "eval", "sample", "predict"};
+    int known = 0;
+    for (size_t i = 0; argv[1] && i < sizeof cmds / sizeof cmds[0]; i++) known |= !strcmp(argv[1], cmds[i]);
+    for (int i = 2; known && argv[i]; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 0;
+    return known;
+}
+
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) {
-    prepare_environment(argv);
+    if (computes(argv)) prepare_environment(argv);
     /* the launcher's ranks (mpirun, srun): before any thread starts; one process never calls MPI */
     nb_comm_init(&argc, &argv);
     int rc = run_command(argc, argv);

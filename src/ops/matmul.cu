@@ -223,7 +223,7 @@ int nb_lt_run(const nb_lt_gemm *g, nb_blas_t blas, cudaStream_t stream, int may_
                 "cuBLASLt has no algorithm for a %dx%dx%d GEMM (transa %d, transb %d, epilogue %d, "
                 "alignments %u/%u/%u): %s",
                 g->m, g->n, g->k, g->transa, g->transb, (int)g->epi, al_a, al_b, al_d,
-                cublasGetStatusString(st));
+                cublasLtGetStatusString(st));
     if (found) {
         float alpha = 1.0f, beta = g->beta;
         void *kept = heur.workspaceSize ? cached_workspace(lt, stream) : NULL;
