@@ -41,7 +41,7 @@
             nb_fail_at(__FILE__, __LINE__,                                                         \
                        "an unsupported shape, dtype or alignment for cuBLASLt, or GPU memory "    \
                        "exhausted; rerun with CUBLASLT_LOG_LEVEL=2 for cuBLASLt's own reason",    \
-                       "%s failed: %s (status %d)", #call, cublasLtGetStatusString(nb_st_),         \
+                       "%s failed: %s (status %d)", #call, cublasLtGetStatusString(nb_st_),       \
                        (int)nb_st_);                                                               \
     } while (0)
 
