@@ -6,7 +6,9 @@
 #  - no host source file (src/, tools/) over 1,000 lines;
 #  - no __global__ kernel inside a backslash macro;
 #  - getenv only for the variables README's "Environment variables" table documents;
-#  - `train --help` lists every schedule of the registry (src/sched/sched.c).
+#  - `train --help` lists every schedule of the registry (src/sched/sched.c);
+#  - the binary does not link cuBLAS(Lt): it is opened at the first GPU backend (src/core/
+#    cublaslt_load.c), since loading it cost every command ~0.35 s.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -43,4 +45,8 @@ help=$($NB train --help 2>&1)
 missing=""
 for n in $names; do grep -qE "^  $n " <<< "$help" || missing="$missing $n"; done
 [ -z "$missing" ] && pass "train --help lists every schedule: $(echo $names)" || fail "train --help misses schedules:$missing"
+
+linked=$(ldd "$NB" 2>/dev/null | grep -o 'libcublas[A-Za-z]*\.so[.0-9]*' | sort -u | tr '\n' ' ')
+[ -z "$linked" ] && pass "nobubble links no cuBLAS library (opened when a GPU backend needs it)" \
+    || fail "nobubble links $linked: every command pays its load time"
 finish
