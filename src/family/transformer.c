@@ -424,10 +424,16 @@ static void tf_plan(nb_run *r) {
     size_t gsum = tr->o.grad_accum > 1 && !r->eval_only ? slab : 0, train = r->eval_only ? 0 : slab;
     int devb = nb_tf_on_device(tr);
     char b[6][32];
-    nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
-           devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)train),
-           nb_fmt_bytes(b[2], 32, 2.0 * train), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
-           nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, slab + 3.0 * train + wl + acts + toks));
+    if (r->eval_only)
+        nb_log(1, "memory      %s: params %s%s%s + activations %s (B=%d, T=%d) = %s (evaluation: no gradients or optimizer state)\n",
+               devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), wl ? " + bf16 weights " : "",
+               wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "", nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq,
+               nb_fmt_bytes(b[5], 32, slab + wl + acts + toks));
+    else
+        nb_log(1, "memory      %s: params %s + grads %s + adamw %s%s%s + activations %s (B=%d, T=%d) = %s\n",
+               devb ? "device" : "host", nb_fmt_bytes(b[0], 32, (double)slab), nb_fmt_bytes(b[1], 32, (double)slab),
+               nb_fmt_bytes(b[2], 32, 2.0 * slab), wl ? " + bf16 weights " : "", wl ? nb_fmt_bytes(b[3], 32, (double)wl) : "",
+               nb_fmt_bytes(b[4], 32, (double)acts), tr->o.batch, tr->o.seq, nb_fmt_bytes(b[5], 32, 4.0 * slab + wl + acts + toks));
     reserve_state(r, trained_total(tr));
     record_plan(r, slab, wl, acts, toks + (devb ? sizeof(nb_step_scalars) : 0), gsum);
     nb_tf_lora_plan(r);
