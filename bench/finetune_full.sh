@@ -5,9 +5,9 @@
 # the responses), then exported and evaluated by transformers on the same held-out shard.
 #   bash bench/finetune_full.sh [--shape llama3.1-8b|qwen2.5-7b] [--batch 1] [--seq 1024]
 #        [--steps 200] [--eval-batches 8] [--no-build] [--budget S] [--reserve S]
-# Training stops at --steps or when the budget less --reserve seconds (export and the three
-# evaluations) is spent (--time-limit: with its checkpoint), whichever comes first; the summary
-# says how many steps ran.
+# Training stops at --steps or when the budget less --reserve seconds (the import, the final
+# checkpoint, the export and transformers' two evaluations) is spent (--time-limit), whichever comes
+# first; the summary says how many steps ran (H100: --reserve 150 was enough for 7-8B models).
 # Disk: the input checkpoint (2 B/param), the run's weights-only checkpoint (--ckpt-weights-only:
 # 4 B/param; a full one, 16 B/param, does not fit the machine's disk) and the bf16 export (2
 # B/param); the input is deleted once imported and trained. Prints nobubble's held-out loss
