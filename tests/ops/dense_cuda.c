@@ -159,6 +159,18 @@ TEST_CASE(test_matmul_backward) {
     check_matmul_backward(3 * 101, 64, 264); /* two blocks of 32 column vectors */
 }
 
+/* The tiny odd shapes of the DLRM twin's top MLP (test_dlrm_ref: B 6, widths 216 -> 7 -> 5 -> 1):
+ * cuBLASLt takes other kernels for GEMMs this small, and in bf16 7 -> 5 is where its gradients
+ * went wrong. */
+TEST_CASE(test_matmul_backward_tiny) {
+    check_matmul_backward(6, 7, 5);
+    check_matmul_backward(6, 5, 7);
+    check_matmul_backward(6, 216, 7);
+    check_matmul_backward(6, 7, 8);
+    check_matmul_backward(6, 8, 5);
+    check_matmul_backward(1, 3, 3);
+}
+
 /* ---- layernorm / rmsnorm ---- */
 
 static void check_layernorm(int N, int C) {
@@ -964,6 +976,8 @@ static const ot_row rows[] = {
     {"matmul_gelu_fwd", "cuda", OT_BF16, "32768x768x3072 candidates -1, 0", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward_large), 0, 0},
     {"matmul_bwd", "cuda", OT_F32, "303x77x53, 303x64x264", 1e-5, OT_EVAL, FN(test_matmul_backward), 0, 0},
     {"matmul_bwd", "cuda", OT_BF16, "303x77x53, 303x64x264", 1e-2, OT_EVAL, FN(test_matmul_backward), 0, 0},
+    {"matmul_bwd", "cuda", OT_F32, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3", 1e-5, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
+    {"matmul_bwd", "cuda", OT_BF16, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3", 1e-2, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
     {"layernorm", "cuda", OT_F32, "6 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_layernorm), 0, 0},
     {"layernorm", "cuda", OT_BF16, "6 shapes: 303x77 .. 40x6400", 1e-2, OT_EVAL, FN(test_layernorm), 0, 0},
     {"rmsnorm", "cuda", OT_F32, "5 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_rmsnorm), 0, 0},
