@@ -343,10 +343,10 @@ static void sc_init(nb_run *r) {
         char top[16 * NB_SC_MAX_TOP];
         nb_sc_top_string(&mc, top, sizeof top);
         fprintf(stderr, "dlrm-dcnv2  E %d, bottom %d-%d-%d-%d, %d crosses of rank %d on %d, top %s,1; %.2f M dense parameters, "
-                        "%.2f M embedding rows (%.1f GB fp32); %.1f MFLOP/sample; %s (%s)\n",
+                        "%.2f M embedding rows (%.1f GB fp32); %.1f MFLOP/sample; %s (%s); index lists on the %s\n",
                 mc.E, mc.ndense, NB_SC_BOTTOM1, NB_SC_BOTTOM2, mc.E, mc.blocks, mc.cross_rank, (mc.ncat + 1) * mc.E, top,
                 t->m.nparams_used / 1e6, (double)rows / 1e6, (double)rows * mc.E * 4 / 1e9, nb_sc_flops(&t->m, 1, 0) / 1e6,
-                r->be->name, r->backend->desc);
+                r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
     } else if (nb_verbosity > 0)
         fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %d dense and %d categorical inputs; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
                 mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, mc.ndense, mc.ncat, t->m.nparams_used / 1e6,
