@@ -5,7 +5,8 @@
 #  - bf16 learns on synthetic data (held-out NE < 1, AUC > 0.6) and two runs are bitwise identical;
 #  - sparse Adam, MovieLens (beats item popularity) and the shared Criteo sample run on the GPU;
 #  - index lists built on the device = on the host, bitwise, also with multi-valued columns
-#    (dlrm-dcnv2's multi-hot columns in fp32 / bf16 / --emb-place host, a schema's empty fields).
+#    (dlrm-dcnv2's multi-hot columns in fp32 / bf16 / --emb-place host / --graphs, a schema's
+#    empty fields), and dlrm-dcnv2 with --graphs bitwise its eager steps.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
 SMALL="--emb-dim 16 --blocks 2 --cross-rank 32 --block-hidden 64 --quiet"
@@ -86,12 +87,19 @@ same_lists() { # same_lists WHAT HOSTDIR DEVDIR
 }
 DL=(--model dlrm-dcnv2 --data synth:calib=16384 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --batch 256
     --steps 20 --eval-every 10 --eval-samples 1024 --device cuda)
-for v in "fp32" "bf16" "bf16 --emb-place host" "fp32 --emb-optim adagrad"; do
+for v in "fp32" "bf16" "bf16 --emb-place host" "fp32 --emb-optim adagrad" "bf16 --graphs"; do
     set -- $v; tag=$(echo "$v" | tr -dc 'a-z0-9')
     $NB train "${DL[@]}" --quiet --precision "$@" --index-lists host --out "$TMP/d-host-$tag" >/dev/null 2>"$TMP/d.err" || { fail "dlrm host lists $v"; tail -3 "$TMP/d.err"; }
     $NB train "${DL[@]}" --quiet --precision "$@" --out "$TMP/d-dev-$tag" >"$TMP/d-dev-$tag.out" 2>&1 || { fail "dlrm device lists $v"; tail -3 "$TMP/d-dev-$tag.out"; }
     same_lists "dlrm-dcnv2 ($v)" "$TMP/d-host-$tag" "$TMP/d-dev-$tag"
 done
+# --graphs with multi-hot columns (every field full, so every batch has the captured sizes)
+reps=$(grep -o '[0-9]* of [0-9]* steps replayed' "$TMP/d-dev-bf16graphs.out")
+same_dl() { cmp -s "$1/ckpt/model.safetensors" "$2/ckpt/model.safetensors" && cmp -s "$1/ckpt/optim.safetensors" "$2/ckpt/optim.safetensors" \
+    && [ "$(losses "$1")" = "$(losses "$2")" ]; }
+same_dl "$TMP/d-dev-bf16" "$TMP/d-dev-bf16graphs" && [ "${reps%% *}" -ge 10 ] 2>/dev/null \
+    && pass "GPU dlrm-dcnv2 --graphs ($reps) is bitwise equal to eager steps (device lists)" \
+    || fail "GPU dlrm-dcnv2 --graphs differs from eager ($reps)"
 $NB train "${DL[@]}" --steps 1 --no-ckpt 2>&1 | grep -q "^dlrm-dcnv2 .*index lists on the device" \
     && pass "dlrm-dcnv2 on a GPU builds its index lists on the device by default" \
     || fail "dlrm-dcnv2 on a GPU: the index lists are not the device's by default"

@@ -77,6 +77,12 @@ void nb_sc_prepare_part(nb_sc_model *m, const nb_sc_batch *b, int part, int npar
              "seqctr: part %d of %d (the model was planned for windows of %d parts)", part, nparts, m->emb.nparts);
     int slot = nb_emb_push(&m->emb, part, nparts);
     nb_sc_prepare_into(m, b, slot);
+    /* --graphs: a captured step replays the value counts it was captured with (DLRM's multi-hot
+     * data always fills every field) */
+    NB_CHECK(!m->full_mv || m->stages[slot]->nmv_vals == b->B * nb_sc_mv_width(&m->cfg),
+             "drop --graphs, or give every multi-valued field max_values values (a captured step has fixed sizes)",
+             "--graphs: a batch of %d samples holds %d multi-valued values, not %d (every field full)", b->B,
+             m->stages[slot]->nmv_vals, b->B * nb_sc_mv_width(&m->cfg));
     m->stage_nh = m->stages[slot]->nh_real;
 }
 

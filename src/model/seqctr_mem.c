@@ -483,6 +483,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     }
     nb_emb_plan(&m->emb, &po->emb, nb_sc_total_rows(m), c->E, max_lookups(m), be, dev, pinned, host);
     m->dev_lists = choose_lists(m, po->lists);
+    m->full_mv = po->full_mv;
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");
