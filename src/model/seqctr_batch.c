@@ -4,7 +4,8 @@
  * the packed history offsets, and the deduplicated rows with their lookups grouped for a
  * fixed-order gradient sum. The host builds them (the CPU backend, sharded tables: the owners'
  * plans need them on the host), or with device lists the host stages the raw ids and the
- * device builds the same lists in the batch's upload phase (ctr ops lists / unique_groups). The
+ * device builds the same lists in the batch's upload phase (ctr ops lists / lists_mv /
+ * unique_groups; multi-valued columns' values go up packed, as the host packs them). The
  * backend then only gathers, computes and scatters by those lists, so the result does not depend
  * on who built them or on the backend's threads.
  *
