@@ -165,6 +165,8 @@ expect_error "the delimiter as separator" "categorical 'genres': the separator m
 sed 's/"pooling": "mean", "max_values": 4/"pooling": "sum", "max_values": 4/' "$D/mv.json" > "$D/other.json"
 expect_error "a schema that changes the checkpoint's pooling" "multi-valued columns (column:pooling:max_values) are '5:sum:4,6:sum:3'; the checkpoint's model has '5:mean:4,6:sum:3'" \
     $NB train $SMALL --data csv:"$D/mv_train.csv" --schema "$D/other.json" --val-data "$D/mv_test.csv" --steps 30 --out "$TMP/mv"
+expect_error "--graphs with multi-valued fields that are not full" "--graphs: a batch of 16 samples holds" \
+    $NB train $SMALL $MVA --batch 16 --steps 3 --graphs --no-ckpt
 expect_error "--cluster-keys with multi-valued columns" "clusters by single-valued keys" \
     $NB train $SMALL $MB --micro-batches 2 --cluster-keys --no-ckpt
 

@@ -45,7 +45,8 @@ step hf_export 240 bash -c "for m in gpt2_tiny llama_tiny qwen2_tiny qwen3_tiny;
 step seqctr_ref 120 "$B/tests/test_seqctr_ref" --verbose
 # predict's scores against the export loaded in PyTorch and its ONNX model under onnxruntime (1e-5)
 step predict_onnx 240 env NB_BUILD="$B" python3 tests/predict_onnx_check.py
-TAILN=30 step gpu_seqctr 400 env NB_BUILD="$B" bash tests/gpu_seqctr_test.sh
+# (600 s: the device index lists with multi-valued columns, dlrm-dcnv2 and a schema, added ~13 short runs)
+TAILN=30 step gpu_seqctr 600 env NB_BUILD="$B" bash tests/gpu_seqctr_test.sh
 TAILN=30 step gpu_train 400 env NB_BUILD="$B" bash tests/gpu_train_test.sh
 TAILN=20 step gpu_ranks 300 env NB_BUILD="$B" bash tests/gpu_ranks_test.sh
 TAILN=20 step gpu_mask 300 env NB_BUILD="$B" bash tests/gpu_mask_test.sh

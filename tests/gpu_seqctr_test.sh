@@ -3,7 +3,10 @@
 #  - CUDA fp32 (TF32 off) follows the CPU reference (first 4 step losses within 1e-5 relative;
 #    the exact PyTorch check is test_seqctr_ref, which runs the CUDA backends too);
 #  - bf16 learns on synthetic data (held-out NE < 1, AUC > 0.6) and two runs are bitwise identical;
-#  - sparse Adam, MovieLens (beats item popularity) and the shared Criteo sample run on the GPU.
+#  - sparse Adam, MovieLens (beats item popularity) and the shared Criteo sample run on the GPU;
+#  - index lists built on the device = on the host, bitwise, also with multi-valued columns
+#    (dlrm-dcnv2's multi-hot columns in fp32 / bf16 / --emb-place host / --graphs, a schema's
+#    empty fields), and dlrm-dcnv2 with --graphs bitwise its eager steps.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
 SMALL="--emb-dim 16 --blocks 2 --cross-rank 32 --block-hidden 64 --quiet"
@@ -71,6 +74,57 @@ for v in "eager" "--graphs" "--emb-optim adam"; do
         && [ "$(losses "$TMP/l-dev-$tag")" = "$(losses "$TMP/h-$tag")" ] \
         && pass "GPU --emb-place host, whole tables ($v): bitwise the tables in device memory" \
         || fail "GPU --emb-place host, whole tables ($v) differs from device memory"
+done
+# multi-valued columns (issue 34): DLRM-DCNv2's 26 multi-hot columns (fixed sizes) and a schema's
+# columns with empty, one-value and longer fields: the device's lists (the default) are the host's,
+# bit for bit: weights, optimizer state, every loss and the unique rows per step
+same_lists() { # same_lists WHAT HOSTDIR DEVDIR
+    cmp -s "$2/ckpt/model.safetensors" "$3/ckpt/model.safetensors" && cmp -s "$2/ckpt/optim.safetensors" "$3/ckpt/optim.safetensors" \
+        && [ -n "$(losses "$3")" ] && [ "$(losses "$2")" = "$(losses "$3")" ] \
+        && [ -n "$(rows "$3")" ] && [ "$(rows "$2")" = "$(rows "$3")" ] \
+        && pass "GPU $1: device index lists = host index lists (weights, optimizer state, losses, unique rows)" \
+        || fail "GPU $1: device index lists differ from the host's"
+}
+DL=(--model dlrm-dcnv2 --data synth:calib=16384 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --batch 256
+    --steps 20 --eval-every 10 --eval-samples 1024 --device cuda)
+for v in "fp32" "bf16" "bf16 --emb-place host" "fp32 --emb-optim adagrad" "bf16 --graphs"; do
+    set -- $v; tag=$(echo "$v" | tr -dc 'a-z0-9')
+    $NB train "${DL[@]}" --quiet --precision "$@" --index-lists host --out "$TMP/d-host-$tag" >/dev/null 2>"$TMP/d.err" || { fail "dlrm host lists $v"; tail -3 "$TMP/d.err"; }
+    $NB train "${DL[@]}" --quiet --precision "$@" --out "$TMP/d-dev-$tag" >"$TMP/d-dev-$tag.out" 2>&1 || { fail "dlrm device lists $v"; tail -3 "$TMP/d-dev-$tag.out"; }
+    same_lists "dlrm-dcnv2 ($v)" "$TMP/d-host-$tag" "$TMP/d-dev-$tag"
+done
+# --graphs with multi-hot columns (every field full, so every batch has the captured sizes)
+reps=$(grep -o '[0-9]* of [0-9]* steps replayed' "$TMP/d-dev-bf16graphs.out")
+same_dl() { cmp -s "$1/ckpt/model.safetensors" "$2/ckpt/model.safetensors" && cmp -s "$1/ckpt/optim.safetensors" "$2/ckpt/optim.safetensors" \
+    && [ "$(losses "$1")" = "$(losses "$2")" ]; }
+same_dl "$TMP/d-dev-bf16" "$TMP/d-dev-bf16graphs" && [ "${reps%% *}" -ge 10 ] 2>/dev/null \
+    && pass "GPU dlrm-dcnv2 --graphs ($reps) is bitwise equal to eager steps (device lists)" \
+    || fail "GPU dlrm-dcnv2 --graphs differs from eager ($reps)"
+$NB train "${DL[@]}" --steps 1 --no-ckpt 2>&1 | grep -q "^dlrm-dcnv2 .*index lists on the device" \
+    && pass "dlrm-dcnv2 on a GPU builds its index lists on the device by default" \
+    || fail "dlrm-dcnv2 on a GPU: the index lists are not the device's by default"
+MVD=$TMP/mvdata; mkdir -p "$MVD"
+mvcsv() { # mvcsv SEED ROWS: label, 2 dense, a categorical, tags (0..4 words, mean), genres (0..3 ids, sum)
+    awk -v seed="$1" -v n="$2" 'function r(m) { seed = (seed * 1103515245 + 12345) % 2147483648; return int(seed / 65536) % m }
+        BEGIN { print "y,a,b,c,tags,genres"
+            for (i = 0; i < n; i++) { t = ""; k = r(5); for (j = 0; j < k; j++) t = t (j ? " " : "") "w" r(30)
+                g = ""; k = r(4); for (j = 0; j < k; j++) g = g (j ? "|" : "") r(12)
+                c = r(50); y = (c % 3 == 0 || k > 2) ? 1 : r(2); printf "%d,%d,%.2f,%d,\"%s\",%s\n", y, r(100), r(1000) / 10, c, t, g } }'
+}
+mvcsv 7 3000 > "$MVD/train.csv"; mvcsv 8 500 > "$MVD/test.csv"
+cat > "$MVD/schema.json" <<'JSON'
+{"label": "y", "dense": ["a", "b"],
+ "categorical": [{"name": "c", "cardinality": 50}, {"name": "tags", "hash_size": 40, "pooling": "mean", "max_values": 4},
+                 {"name": "genres", "cardinality": 12, "pooling": "sum", "max_values": 3, "separator": "|"}],
+ "embedding_dim": 8}
+JSON
+MV=(--model seqctr --data "csv:$MVD/train.csv" --schema "$MVD/schema.json" --val-data "$MVD/test.csv" --batch 128 --steps 20
+    --eval-every 10 --emb-dim 16 --blocks 2 --cross-rank 32 --block-hidden 64 --quiet --device cuda)
+for v in "fp32" "bf16 --emb-place host"; do
+    set -- $v; tag=$(echo "$v" | tr -dc 'a-z0-9')
+    $NB train "${MV[@]}" --precision "$@" --index-lists host --out "$TMP/m-host-$tag" >/dev/null 2>"$TMP/m.err" || { fail "schema host lists $v"; tail -3 "$TMP/m.err"; }
+    $NB train "${MV[@]}" --precision "$@" --index-lists device --out "$TMP/m-dev-$tag" >/dev/null 2>"$TMP/m.err" || { fail "schema device lists $v"; tail -3 "$TMP/m.err"; }
+    same_lists "schema with empty and multi-valued fields ($v)" "$TMP/m-host-$tag" "$TMP/m-dev-$tag"
 done
 $NB train "${G[@]}" --index-lists device --emb-shard row --out "$TMP/l-bad" >"$TMP/l-bad.out" 2>&1 \
     && fail "--index-lists device with sharded tables was accepted" \

@@ -207,8 +207,6 @@ static void plan_placement(nb_run *r, sc_train *t, int max_len, int ncat) {
              "--batch %d does not split over %d ranks", o->batch, shares);
     NB_CHECK(!o->cluster_keys || (bal.kind == NB_BALANCE_NONE && !t->emulate), "drop --cluster-keys with --balance / --emulate-ranks",
              "both decide where the samples go");
-    NB_CHECK(!o->graphs || !nb_sc_nmv(&o->ctr), "drop --graphs with multi-valued columns",
-             "a multi-valued column's values per batch vary, and a captured step has fixed sizes");
     NB_CHECK(!o->cluster_keys || !nb_sc_nmv(&o->ctr), "drop --cluster-keys with multi-valued columns",
              "--cluster-keys clusters by single-valued keys; the schema has multi-valued columns");
     nb_balance_placer_init(&t->place, &bal, o->batch, r->world, r->rank, t->emulate ? t->emulate : 1, max_len, &o->ctr);
@@ -302,7 +300,8 @@ static void sc_init(nb_run *r) {
                                   .priority = o->emb_priority},
                           .lists = o->index_lists == NB_LISTS_HOST     ? NB_SC_LISTS_HOST
                                    : o->index_lists == NB_LISTS_DEVICE ? NB_SC_LISTS_DEVICE
-                                                                        : NB_SC_LISTS_AUTO};
+                                                                        : NB_SC_LISTS_AUTO,
+                          .full_mv = o->graphs};
     nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     print_memory(r, t);
@@ -343,10 +342,10 @@ static void sc_init(nb_run *r) {
         char top[16 * NB_SC_MAX_TOP];
         nb_sc_top_string(&mc, top, sizeof top);
         fprintf(stderr, "dlrm-dcnv2  E %d, bottom %d-%d-%d-%d, %d crosses of rank %d on %d, top %s,1; %.2f M dense parameters, "
-                        "%.2f M embedding rows (%.1f GB fp32); %.1f MFLOP/sample; %s (%s)\n",
+                        "%.2f M embedding rows (%.1f GB fp32); %.1f MFLOP/sample; %s (%s); index lists on the %s\n",
                 mc.E, mc.ndense, NB_SC_BOTTOM1, NB_SC_BOTTOM2, mc.E, mc.blocks, mc.cross_rank, (mc.ncat + 1) * mc.E, top,
                 t->m.nparams_used / 1e6, (double)rows / 1e6, (double)rows * mc.E * 4 / 1e9, nb_sc_flops(&t->m, 1, 0) / 1e6,
-                r->be->name, r->backend->desc);
+                r->be->name, r->backend->desc, t->m.dev_lists ? "device" : "host");
     } else if (nb_verbosity > 0)
         fprintf(stderr, "seqctr      E %d, %d hist layers, %d blocks, rank %d, hidden %d, max_len %d; %d dense and %d categorical inputs; %.2f M dense, %.2f M embedding rows; %s (%s); index lists on the %s\n",
                 mc.E, mc.hist_layers, mc.blocks, mc.cross_rank, mc.block_hidden, mc.max_len, mc.ndense, mc.ncat, t->m.nparams_used / 1e6,

@@ -196,6 +196,9 @@ typedef struct {
      * when the backend has one and the tables are whole; else the host), _HOST, _DEVICE. The
      * lists are the same bits either way; on the device the host only stages the raw ids. */
     int lists;
+    /* every training batch's multi-valued fields hold their max_values values (checked: --graphs
+     * needs it, a captured step has the value counts of the batch it was captured with) */
+    int full_mv;
 } nb_sc_plan_opts;
 
 enum { NB_SC_LISTS_AUTO = 0, NB_SC_LISTS_HOST = 1, NB_SC_LISTS_DEVICE = 2 };
@@ -246,6 +249,7 @@ typedef struct {
     int stage_nh;  /* history rows of the prepared batch (before padding) */
     int pad_rows; /* device backends: histories padded to a bucket (seqctr_batch.c: bucket_rows) */
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
+    int full_mv;   /* nb_sc_plan_opts.full_mv */
     nb_sc_acts *acts;
     int max_batch;
     unsigned char *init_kind; /* [ntensors] */

@@ -63,7 +63,7 @@ struct nb_sc_stage {
     uint32_t *h_hist;      /* the history items packed ([nh_real]) */
     /* device lists: the batch's raw ids staged (pinned), their device copies, the device's count
      * of unique rows */
-    uint32_t *h_cat, *h_target, *d_cat, *d_target, *d_hist;
+    uint32_t *h_cat, *h_target, *d_cat, *d_target, *d_hist, *d_mv;
     int32_t *d_count;
     int has_label;
     float *h_dense, *h_label;

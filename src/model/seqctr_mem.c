@@ -341,6 +341,7 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
         s->d_target = dev ? dev->d_target : take(m, AR_DEV, MB * sizeof(uint32_t));
         s->d_hist = dev ? dev->d_hist : take(m, AR_DEV, MB * (size_t)m->cfg.max_len * sizeof(uint32_t));
         s->d_count = dev ? dev->d_count : take(m, AR_DEV, sizeof(int32_t));
+        if (nmvc) s->d_mv = dev ? dev->d_mv : take(m, AR_DEV, MB * (size_t)nb_sc_mv_width(&m->cfg) * sizeof(uint32_t));
     }
     if (on_cpu(m)) {
         s->d_dense = s->h_dense, s->d_label = s->h_label, s->d_rows = s->h_rows, s->d_dst = s->h_dst;
@@ -444,13 +445,11 @@ static void check_config(const nb_sc_config *c, int max_batch) {
 /* Device lists need a device, whole tables (a sharded batch's owner plans are host work) and
  * rows that fit the device sort's 32-bit keys. */
 static int choose_lists(const nb_sc_model *m, int want) {
-    int mv = nb_sc_nmv(&m->cfg) > 0; /* the device builder has no multi-valued columns (yet) */
-    int can = !on_cpu(m) && !sharded(m) && !mv && nb_sc_total_rows(m) <= ((int64_t)1 << 32);
+    int can = !on_cpu(m) && !sharded(m) && nb_sc_total_rows(m) <= ((int64_t)1 << 32);
     NB_CHECK(want != NB_SC_LISTS_DEVICE || can, "use --index-lists host (or auto)",
-             "--index-lists device needs a CUDA device, tables that are not sharded over ranks, no multi-valued "
-             "columns and at most 2^32 rows (%s)",
-             on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : mv ? "the schema has a "
-             "multi-valued column" : "more rows");
+             "--index-lists device needs a CUDA device, tables that are not sharded over ranks and at most 2^32 "
+             "rows (%s)",
+             on_cpu(m) ? "this run is on the CPU" : sharded(m) ? "the tables are sharded" : "more rows");
     return want == NB_SC_LISTS_HOST ? 0 : can;
 }
 
@@ -484,6 +483,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
     }
     nb_emb_plan(&m->emb, &po->emb, nb_sc_total_rows(m), c->E, max_lookups(m), be, dev, pinned, host);
     m->dev_lists = choose_lists(m, po->lists);
+    m->full_mv = po->full_mv;
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
     for (int i = 0; i < m->ntensors; i++) m->spans[i] = (nb_adamw_span){m->t[i].off, m->t[i].n, m->t[i].decay ? 0 : 1};
     m->acts = nb_calloc(1, sizeof *m->acts, "seqctr activations");

@@ -57,6 +57,9 @@ typedef struct nb_ctr_ops_i {
     /* ops_ctr.h's nb_ctr_lists from the batch's ids (backend memory) */
     void (*lists)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                   const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
+    /* ops_ctr.h's nb_ctr_lists_mv (after lists): the multi-valued columns' values mv and offsets moff */
+    void (*lists_mv)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                     int64_t *dst, int64_t *src);
     /* nb_embag_unique_groups of rows[n] (every row <= maxrow < 2^32) into uniq, order, seg and the
      * count of unique rows into *count, all in backend memory */
     void (*unique_groups)(nb_ctx, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,

@@ -75,6 +75,11 @@ static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, co
     nb_ctr_lists(s, cat, target, hist, hoff, rows, dst, src);
 }
 
+static void lists_mv(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                     int64_t *dst, int64_t *src) {
+    nb_ctr_lists_mv(s, mv, moff, rows, dst, src);
+}
+
 static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                           int n, int64_t maxrow) {
     (void)maxrow;
@@ -201,6 +206,7 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .sparse_adam = sparse_adam,
     .exact_adagrad = exact_adagrad,
     .lists = lists,
+    .lists_mv = lists_mv,
     .unique_groups = unique_groups,
     .adagrad_dense = adagrad_dense,
     .cross_fwd = cross_fwd,

@@ -104,6 +104,10 @@ static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, co
     (void)hoff; /* one thread per packed history row: the row's sample is not needed */
     nb_cuda_ctr_lists(s, cat, target, hist, rows, dst, src, S(c));
 }
+static void lists_mv(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                     int64_t *dst, int64_t *src) {
+    nb_cuda_ctr_lists_mv(s, mv, moff, rows, dst, src, S(c));
+}
 static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                           int n, int64_t maxrow) {
     nb_cuda_emb_unique_groups(uniq, order, seg, count, rows, n, maxrow, S(c));
@@ -118,7 +122,7 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
 #define NB_CUDA_CTR_TABLE(SUF)                                                                             \
     {                                                                                                      \
         .name = "cuda-" #SUF, .emb_gather = emb_gather_##SUF, .emb_grad_unique = emb_grad_unique_##SUF,    \
-        .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .lists = lists,                    \
+        .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .lists = lists, .lists_mv = lists_mv, \
         .adagrad_dense = adagrad_dense, .exact_adagrad = exact_adagrad,                                    \
         .unique_groups = unique_groups, .cross_fwd = cross_fwd_##SUF,                                      \
         .cross_bwd = cross_bwd_##SUF, .relu_fwd = relu_fwd_##SUF, .relu_bwd = relu_bwd_##SUF,              \

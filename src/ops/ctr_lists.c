@@ -44,3 +44,33 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
         src[k] = 0;
     }
 }
+
+/* The reference: one pass in (sample, column, value) order, the lookups appended as they come. */
+void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                     int64_t *dst, int64_t *src) {
+    NB_ASSERT(s->ncols >= 0 && s->ncols <= s->ncat && s->nvals >= 0 && s->nmv >= 0);
+    if (s->ncols == 0) return;
+    NB_ASSERT(moff[0] == 0 && moff[(size_t)s->B * s->ncols] == s->nvals);
+    const int nf = s->ncat + 1;
+    const int64_t E = s->E;
+    size_t k = (size_t)s->B * (nf + 1);
+    for (int i = 0; i < s->B; i++)
+        for (int j = 0; j < s->ncols; j++) {
+            const size_t g = (size_t)i * s->ncols + j;
+            const int f = s->col_field[j];
+            const size_t slot = (size_t)i * nf + f;
+            const int32_t r0 = moff[g], r1 = moff[g + 1];
+            if (r1 == r0) {
+                rows[slot] = rows[(size_t)i * nf + s->ncat];
+                src[slot] = s->zero_src;
+                continue;
+            }
+            rows[slot] = s->off[f] + (int64_t)(mv[r0] % (uint64_t)s->rows[f]);
+            for (int32_t r = r0 + 1; r < r1; r++, k++) {
+                rows[k] = s->off[f] + (int64_t)(mv[r] % (uint64_t)s->rows[f]);
+                dst[k] = r * E;
+                src[k] = s->mv_src + r * E;
+            }
+        }
+    NB_ASSERT(k == (size_t)s->B * (nf + 1) + (size_t)s->nmv);
+}

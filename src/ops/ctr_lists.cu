@@ -15,14 +15,17 @@
 
 #define THREADS 256
 
-/* Lookups [0, (nf + 1) B) and the padding rows: one thread each. */
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Lookups [0, (nf + 1) B) and the padding rows (after the nmv multi-valued lookups and the
+ * history rows): one thread each. */
 static __global__ void lists_fixed_kernel(nb_ctr_lists_shape s, const uint32_t *cat, const uint32_t *target,
                                           int64_t *rows, int64_t *dst, int64_t *src) {
     const int nf = s.ncat + 1;
     const long fixed = (long)(nf + 1) * s.B, pad = s.nh_pad - s.nh;
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < fixed + pad; k += (long)gridDim.x * blockDim.x) {
         if (k >= fixed) { /* padding row r */
-            const int64_t r = s.nh + (k - fixed), at = fixed + r;
+            const int64_t r = s.nh + (k - fixed), at = fixed + s.nmv + r;
             rows[at] = s.pad_row, dst[at] = r * s.E, src[at] = 0;
             continue;
         }
@@ -40,7 +43,7 @@ static __global__ void lists_fixed_kernel(nb_ctr_lists_shape s, const uint32_t *
 /* History rows: one thread per packed row. */
 static __global__ void lists_hist_kernel(nb_ctr_lists_shape s, const uint32_t *hist, int64_t *rows, int64_t *dst,
                                          int64_t *src) {
-    const long first = (long)(s.ncat + 2) * s.B;
+    const long first = (long)(s.ncat + 2) * s.B + s.nmv;
     const int64_t item_off = s.off[s.ncat];
     const uint64_t item_rows = (uint64_t)s.rows[s.ncat];
     for (long r = (long)blockIdx.x * blockDim.x + threadIdx.x; r < s.nh; r += (long)gridDim.x * blockDim.x) {
@@ -52,7 +55,7 @@ static __global__ void lists_hist_kernel(nb_ctr_lists_shape s, const uint32_t *h
 
 extern "C" void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                                   const uint32_t *hist, int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream) {
-    NB_CUDA_SHAPE(s && s->nmv == 0 && s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 &&
+    NB_CUDA_SHAPE(s && s->nmv >= 0 && s->ncat >= 0 && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 && s->nh >= 0 &&
                       s->nh_pad >= s->nh && (s->B == 0 || (cat && target)) && (s->nh == 0 || hist) &&
                       (nb_ctr_lists_count(s) == 0 || (rows && dst && src)),
                   "nb_cuda_ctr_lists");
@@ -65,6 +68,92 @@ extern "C" void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *c
         lists_hist_kernel<<<nb_grid_1d((size_t)s->nh, THREADS), THREADS, 0, stream>>>(*s, hist, rows, dst, src);
         CUDA_CHECK_LAUNCH("lookup lists (histories)");
     }
+}
+
+/* ---- multi-valued columns (nb_ctr_lists_mv): field g = sample i's column j; its values
+ * moff[g] .. moff[g + 1] - 1. A value's lookup is (nf + 1) B + r - e_g - 1 with e_g the fields
+ * before g that have a value: an exclusive scan of the "has a value" flags gives every e_g, and a
+ * value finds its field by binary search in moff. Each output is written by one thread, from
+ * integers only, so the lists are the host's bits whatever the launch shape. ---- */
+
+static __device__ __forceinline__ int64_t mv_row(const nb_ctr_lists_shape &s, int f, uint32_t id) {
+    return s.off[f] + (int64_t)(id % (uint64_t)s.rows[f]);
+}
+
+/* The last field g of [0, G) with moff[g] <= r (moff non-decreasing, moff[0] = 0 <= r): the field
+ * that holds value r (an empty field's start equals the next one's, so the search passes it). */
+static __device__ __forceinline__ long mv_field_of(const int32_t *moff, long G, int32_t r) {
+    long lo = 0, hi = G; /* moff[lo] <= r; the answer is in [lo, hi) */
+    while (hi - lo > 1) {
+        const long mid = lo + (hi - lo) / 2;
+        if (moff[mid] <= r) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static __global__ void mv_flags_kernel(int32_t *flag, const int32_t *moff, long G) {
+    for (long g = (long)blockIdx.x * blockDim.x + threadIdx.x; g < G; g += (long)gridDim.x * blockDim.x)
+        flag[g] = moff[g + 1] > moff[g];
+}
+
+/* Each field's slot: its first value's row, or (no value) the target row with a zero gradient. */
+static __global__ void mv_slots_kernel(nb_ctr_lists_shape s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                                       int64_t *src) {
+    const int nf = s.ncat + 1;
+    const long G = (long)s.B * s.ncols;
+    for (long g = (long)blockIdx.x * blockDim.x + threadIdx.x; g < G; g += (long)gridDim.x * blockDim.x) {
+        const long i = g / s.ncols;
+        const int f = s.col_field[g % s.ncols];
+        const long slot = i * nf + f;
+        const int32_t r0 = moff[g];
+        if (moff[g + 1] == r0) {
+            rows[slot] = rows[i * nf + s.ncat];
+            src[slot] = s.zero_src;
+        } else {
+            rows[slot] = mv_row(s, f, mv[r0]);
+        }
+    }
+}
+
+/* Every value after its field's first: one lookup each. */
+static __global__ void mv_values_kernel(nb_ctr_lists_shape s, const uint32_t *mv, const int32_t *moff,
+                                        const int32_t *before, int64_t *rows, int64_t *dst, int64_t *src) {
+    const long G = (long)s.B * s.ncols, first = (long)(s.ncat + 2) * s.B;
+    for (long r = (long)blockIdx.x * blockDim.x + threadIdx.x; r < s.nvals; r += (long)gridDim.x * blockDim.x) {
+        const long g = mv_field_of(moff, G, (int32_t)r);
+        if (moff[g] == r) continue; /* the field's first value: its slot's lookup */
+        const long k = first + r - before[g] - 1;
+        rows[k] = mv_row(s, s.col_field[g % s.ncols], mv[r]);
+        dst[k] = r * s.E;
+        src[k] = s.mv_src + r * s.E;
+    }
+}
+
+extern "C" void nb_cuda_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff,
+                                     int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream) {
+    NB_CUDA_SHAPE(s && s->ncols >= 0 && s->ncols <= s->ncat && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 &&
+                      s->nvals >= 0 && s->nmv >= 0 && s->nmv <= s->nvals &&
+                      (s->ncols == 0 || s->B == 0 || (moff && rows && dst && src)) && (s->nvals == 0 || mv),
+                  "nb_cuda_ctr_lists_mv");
+    const long G = (long)s->B * s->ncols;
+    if (G == 0) return;
+    mv_slots_kernel<<<nb_grid_1d((size_t)G, THREADS), THREADS, 0, stream>>>(*s, mv, moff, rows, src);
+    CUDA_CHECK_LAUNCH("lookup lists (multi-valued slots)");
+    if (s->nmv == 0) return; /* every field has at most one value */
+    size_t scan_bytes = 0;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(NULL, scan_bytes, (const int32_t *)NULL, (int32_t *)NULL, (int)G, stream));
+    const size_t ints = align256((size_t)G * sizeof(int32_t));
+    char *base = (char *)nb_cuda_scratch(2 * ints + scan_bytes, stream);
+    int32_t *flag = (int32_t *)base, *before = (int32_t *)(base + ints);
+    mv_flags_kernel<<<nb_grid_1d((size_t)G, THREADS), THREADS, 0, stream>>>(flag, moff, G);
+    CUDA_CHECK_LAUNCH("lookup lists (multi-valued fields with a value)");
+    size_t bytes = scan_bytes;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(base + 2 * ints, bytes, flag, before, (int)G, stream));
+    mv_values_kernel<<<nb_grid_1d((size_t)s->nvals, THREADS), THREADS, 0, stream>>>(*s, mv, moff, before, rows, dst,
+                                                                                     src);
+    CUDA_CHECK_LAUNCH("lookup lists (multi-valued values)");
+    nb_cuda_scratch_free(base, stream);
 }
 
 /* Sort input: the row as the key (rows < 2^32), the position as the value. */
@@ -86,8 +175,6 @@ static __global__ void unique_scatter_kernel(int64_t *uniq, int32_t *seg, int32_
         if (k == n - 1) seg[id[k]] = n, *count = id[k];
     }
 }
-
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 extern "C" void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count,
                                           const int64_t *rows, int n, int64_t maxrow, nb_stream_t stream) {

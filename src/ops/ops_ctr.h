@@ -59,8 +59,8 @@ void nb_embag_bag_backward_unique(float *dunique, const float *dout, const int32
  *                          f = ncat: target[i]), into x0: dst = src = i D0 + (1 + f) E
  *   [nf B, (nf + 1) B)     sample i's target row again (its gradient through target.wq):
  *                          dst -1 (not gathered), src MB D0 + i E
- *   [(nf + 1) B, + nmv)    multi-valued columns' values: left to the caller (model/seqctr_batch.c;
- *                          nmv = 0 without such columns, and always on CUDA)
+ *   [(nf + 1) B, + nmv)    multi-valued columns' values after each field's first: nb_ctr_lists_mv
+ *                          (nmv = 0 without such columns)
  *   [.. + nmv, + nh)       packed history row r (sample i's item j, r = hoff[i] + j): row
  *                          off[ncat] + hist[r] mod rows[ncat], dst r E, src MB (D0 + E) + r E
  *   [.., + nh_pad - nh)    padding rows r = nh .. nh_pad - 1: row pad_row, dst r E, src 0
@@ -70,11 +70,27 @@ typedef struct {
     int B, ncat, nh, nh_pad, nmv;
     int64_t D0, E, MB, pad_row;
     int64_t off[NB_CTR_LISTS_MAX_FIELDS], rows[NB_CTR_LISTS_MAX_FIELDS]; /* per field; [ncat]: the item table */
+    /* multi-valued columns (nb_ctr_lists_mv): ncols of them, column j is field col_field[j]; their
+     * nvals values packed; mv_src and zero_src: element offsets of their gradient rows and of a
+     * zero row in the gradient region */
+    int ncols, nvals;
+    int64_t mv_src, zero_src;
+    int32_t col_field[NB_CTR_LISTS_MAX_FIELDS];
 } nb_ctr_lists_shape;
 /* Lookups the lists hold: (ncat + 2) B + nmv + nh_pad. */
 long nb_ctr_lists_count(const nb_ctr_lists_shape *s);
 void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
                   const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
+/* The multi-valued columns' part of the lists, after nb_ctr_lists (it reads the target rows and
+ * rewrites those fields' slots). Field g = i ncols + j (sample i, column j, field f = col_field[j])
+ * has values mv[moff[g] .. moff[g + 1]) (packed in (sample, column, value) order, moff[0] = 0,
+ * moff[B ncols] = nvals). Its slot i nf + f takes the first value r0: row off[f] + mv[r0] mod
+ * rows[f] (dst and src stay the slot's); without a value the sample's target row with src
+ * zero_src (a zero gradient). Every other value r of the field is lookup (nf + 1) B + r - e_g - 1,
+ * e_g the fields before g that have a value: row off[f] + mv[r] mod rows[f], dst r E, src
+ * mv_src + r E. So the lookups come in (sample, column, value) order, nmv of them. */
+void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                     int64_t *dst, int64_t *src);
 
 /* ---- mvpool.c (CUDA twin: mvpool.cu): multi-valued categorical columns ---- */
 /* Sample i's values are rows off[i * off_stride] .. off[i * off_stride + 1] - 1 (r0 .. r1 - 1;

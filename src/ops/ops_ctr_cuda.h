@@ -43,6 +43,9 @@ void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int6
  * unique rows' count goes to *count (device memory), nothing waits. rows must be < 2^32. ---- */
 void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target, const uint32_t *hist,
                        int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream);
+/* after nb_cuda_ctr_lists on the same stream (ops_ctr.h's nb_ctr_lists_mv) */
+void nb_cuda_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
+                          int64_t *dst, int64_t *src, nb_stream_t stream);
 void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                                int n, int64_t maxrow, nb_stream_t stream);
 

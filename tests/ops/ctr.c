@@ -19,6 +19,7 @@
 #include "core.h"
 #include "ops/ops_ctr.h"
 #include "optest.h"
+#include "mvlists_case.h"
 #include "optim/optim_sparse.h"
 #include "rng.h"
 
@@ -748,6 +749,82 @@ TEST_CASE(test_sparse_rejects_duplicate_rows) {
     CHECK(st == 1, "duplicate rows in a sparse update: want exit 1, got %d", st);
 }
 
+/* ---- lookup lists with multi-valued columns (nb_ctr_lists + nb_ctr_lists_mv) against the
+ * lists written out from ops_ctr.h's formula: the slots, lookup (nf + 1) B + r - e_g - 1 of every
+ * value after its field's first, the histories and padding after them; every byte compared. ---- */
+static void check_lists_mv(const char *name, mvl_case *c) {
+    const nb_ctr_lists_shape *s = &c->sh;
+    size_t n = (size_t)c->n;
+    int64_t *got[3], *want[3];
+    for (int a = 0; a < 3; a++) {
+        got[a] = nb_malloc(n * 8 + 8, "lists"), want[a] = nb_malloc(n * 8 + 8, "lists");
+        for (size_t k = 0; k < n; k++) got[a][k] = want[a][k] = -7; /* nothing may stay unwritten */
+    }
+    nb_ctr_lists(s, c->cat, c->target, c->hist, c->hoff, got[0], got[1], got[2]);
+    nb_ctr_lists_mv(s, c->mv, c->moff, got[0], got[1], got[2]);
+    const int nf = s->ncat + 1;
+    const size_t first = (size_t)s->B * (nf + 1);
+    for (int i = 0; i < s->B; i++) {
+        for (int f = 0; f <= nf; f++) { /* f = nf: the second target lookup */
+            int ff = f < nf ? f : s->ncat;
+            uint64_t id = ff < s->ncat ? c->cat[(size_t)i * s->ncat + ff] : c->target[i];
+            size_t k = f < nf ? (size_t)i * nf + f : (size_t)s->B * nf + i;
+            want[0][k] = s->off[ff] + (int64_t)(id % (uint64_t)s->rows[ff]);
+            want[1][k] = f < nf ? i * s->D0 + (1 + ff) * s->E : -1;
+            want[2][k] = f < nf ? i * s->D0 + (1 + ff) * s->E : s->MB * s->D0 + i * s->E;
+        }
+    }
+    int64_t before = 0; /* e_g */
+    for (int i = 0; i < s->B; i++)
+        for (int j = 0; j < s->ncols; j++) {
+            size_t g = (size_t)i * s->ncols + j, slot = (size_t)i * nf + s->col_field[j];
+            int f = s->col_field[j];
+            int32_t r0 = c->moff[g], r1 = c->moff[g + 1];
+            if (r1 == r0) {
+                want[0][slot] = want[0][(size_t)i * nf + s->ncat], want[2][slot] = s->zero_src;
+                continue;
+            }
+            want[0][slot] = s->off[f] + (int64_t)(c->mv[r0] % (uint64_t)s->rows[f]);
+            for (int32_t r = r0 + 1; r < r1; r++) {
+                size_t k = first + (size_t)(r - before - 1);
+                want[0][k] = s->off[f] + (int64_t)(c->mv[r] % (uint64_t)s->rows[f]);
+                want[1][k] = (int64_t)r * s->E, want[2][k] = s->mv_src + (int64_t)r * s->E;
+            }
+            before++;
+        }
+    for (int64_t r = 0; r < s->nh_pad; r++) {
+        size_t k = first + (size_t)s->nmv + (size_t)r;
+        want[0][k] = r < s->nh ? s->off[s->ncat] + (int64_t)(c->hist[r] % (uint64_t)s->rows[s->ncat]) : s->pad_row;
+        want[1][k] = r * s->E;
+        want[2][k] = r < s->nh ? s->MB * (s->D0 + s->E) + r * s->E : 0;
+    }
+    const char *what[3] = {"rows", "gather destinations", "gradient sources"};
+    for (int a = 0; a < 3; a++) {
+        size_t bad = n;
+        for (size_t k = 0; k < n && bad == n; k++)
+            if (got[a][k] != want[a][k]) bad = k;
+        CHECK(bad == n, "lists_mv %s: %s differ at lookup %zu of %zu (%lld, want %lld)", name, what[a], bad, n,
+              bad < n ? (long long)got[a][bad] : 0LL, bad < n ? (long long)want[a][bad] : 0LL);
+    }
+    ot_log("    lists_mv %-40s %d samples, %d values, %d lookups past the firsts, %ld in all\n", name, s->B, s->nvals,
+           s->nmv, c->n);
+    for (int a = 0; a < 3; a++) free(got[a]), free(want[a]);
+}
+
+TEST_CASE(test_lists_mv) {
+    static const int cols[4] = {0, 3, 4, 9}, kmax[4] = {5, 1, 12, 3};
+    mvl_case c = mvl_make(300, 12, cols, kmax, 4, 9, 0, 11);
+    check_lists_mv("empty, one-value, long fields, histories", &c);
+    mvl_free(&c);
+    c = mvl_make(64, 12, cols, kmax, 4, 0, 1, 17);
+    check_lists_mv("fixed sizes, no history (DLRM's)", &c);
+    mvl_free(&c);
+    static const int one[1] = {1}, k1[1] = {1};
+    c = mvl_make(50, 3, one, k1, 1, 4, 0, 23);
+    check_lists_mv("at most one value (no lookup past the firsts)", &c);
+    mvl_free(&c);
+}
+
 static const ot_row rows[] = {
     {"embag_bad_row", "cpu", OT_NONE, "row 9 of 9", 0, OT_EVAL, test_embag_rejects_bad_row, 0, OT_FORK},
     {"sparse_dup_rows", "cpu", OT_NONE, "rows {4, 4}", 0, OT_EVAL, test_sparse_rejects_duplicate_rows, 0, OT_FORK},
@@ -756,6 +833,7 @@ static const ot_row rows[] = {
     {"embag_bag", "cpu", OT_F32, "sum, mean: 4 bags of 9x70", GRAD_TOL, OT_GRAD, test_embag_bag, 0, 0},
     {"mvpool", "cpu", OT_F32, "sum, mean: 3x2 bags {3,0,1,4,0,3} of 11x70", FWD_TOL, OT_EVAL, test_mvpool, 0, 0},
     {"mvpool", "cpu", OT_F32, "sum, mean: 3x2 bags {3,0,1,4,0,3} of 11x70", GRAD_TOL, OT_GRAD, test_mvpool, 0, 0},
+    {"lists_mv", "cpu", OT_NONE, "empty, one-value, 12-value fields; DLRM's fixed sizes", 0, OT_EVAL, test_lists_mv, 0, 0},
     {"embag_unique_large", "cpu", OT_NONE, "3000 rows to ~5M", 0, OT_EVAL, test_embag_unique_large, 0, 0},
     {"embag_unique_groups", "cpu", OT_NONE, "parallel, hot head, ascending", 0, OT_EVAL, test_embag_unique_groups_parallel, 0, 0},
     {"cross", "cpu", OT_F32, "N3 D13 r4", FWD_TOL, OT_EVAL, test_cross, 0, 0},

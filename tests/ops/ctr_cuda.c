@@ -14,6 +14,7 @@
 
 #ifdef NB_WITH_CUDA
 #include "ctr_cuda.h"
+#include "mvlists_case.h"
 
 /* ---- embeddings ---- */
 
@@ -271,6 +272,57 @@ TEST_CASE(test_lists) {
     free(cat), free(target), free(hoff), free(hist), free(rows), free(dst), free(src);
 }
 
+/* nb_cuda_ctr_lists + nb_cuda_ctr_lists_mv against the CPU's nb_ctr_lists + nb_ctr_lists_mv, byte
+ * for byte, twice; and the deduplication of those lists. */
+static void check_lists_mv_case(const char *name, mvl_case *c) {
+    const nb_ctr_lists_shape *sh = &c->sh;
+    size_t n = (size_t)c->n, B = (size_t)sh->B, G = B * (size_t)sh->ncols;
+    int64_t *rows = nb_malloc(n * 8 + 8, "rows"), *dst = nb_malloc(n * 8 + 8, "dst"), *src = nb_malloc(n * 8 + 8, "src");
+    CPU->lists(&ot_cctx, sh, c->cat, c->target, c->hist, c->hoff, rows, dst, src);
+    CPU->lists_mv(&ot_cctx, sh, c->mv, c->moff, rows, dst, src);
+    void *dcat = dev_raw(c->cat, B * (size_t)sh->ncat * 4), *dtar = dev_raw(c->target, B * 4);
+    void *dhist = dev_raw(c->hist, (size_t)sh->nh * 4), *dhoff = dev_raw(c->hoff, (B + 1) * 4);
+    void *dmv = dev_raw(c->mv, (size_t)sh->nvals * 4), *dmoff = dev_raw(c->moff, (G + 1) * 4);
+    for (int run = 0; run < 2; run++) {
+        void *drows = dev_nan(n * 2, 0), *ddst = dev_nan(n * 2, 0), *dsrc = dev_nan(n * 2, 0);
+        gpu(run)->lists(&ot_gctx, sh, dcat, dtar, dhist, dhoff, drows, ddst, dsrc);
+        gpu(run)->lists_mv(&ot_gctx, sh, dmv, dmoff, drows, ddst, dsrc);
+        void *g[3] = {dev_get_raw(drows, n * 8), dev_get_raw(ddst, n * 8), dev_get_raw(dsrc, n * 8)};
+        char what[160];
+        snprintf(what, sizeof what, "lists_mv %s (run %d): rows", name, run);
+        expect_bytes(what, g[0], rows, n * 8);
+        snprintf(what, sizeof what, "lists_mv %s (run %d): gather destinations", name, run);
+        expect_bytes(what, g[1], dst, n * 8);
+        snprintf(what, sizeof what, "lists_mv %s (run %d): gradient sources", name, run);
+        expect_bytes(what, g[2], src, n * 8);
+        for (int k = 0; k < 3; k++) free(g[k]);
+        dev_free(drows), dev_free(ddst), dev_free(dsrc);
+    }
+    int64_t maxrow = sh->off[sh->ncat] + sh->rows[sh->ncat] - 1;
+    check_unique_case(name, rows, (int)(B * (size_t)(sh->ncat + 2) + (size_t)sh->nmv + (size_t)sh->nh), maxrow);
+    ot_log("    lists_mv %-44s %zu samples, %d values, %d lookups past the firsts\n", name, B, sh->nvals, sh->nmv);
+    dev_free(dcat), dev_free(dtar), dev_free(dhist), dev_free(dhoff), dev_free(dmv), dev_free(dmoff);
+    free(rows), free(dst), free(src);
+}
+
+TEST_CASE(test_lists_mv) {
+    static const int cols[4] = {0, 3, 4, 9}, kmax[4] = {5, 1, 12, 3};
+    mvl_case c = mvl_make(300, 12, cols, kmax, 4, 9, 0, 11);
+    check_lists_mv_case("empty, one-value, long fields, histories", &c);
+    mvl_free(&c);
+    static const int one[1] = {1}, k1[1] = {1};
+    c = mvl_make(50, 3, one, k1, 1, 4, 0, 23);
+    check_lists_mv_case("at most one value each", &c);
+    mvl_free(&c);
+    /* DLRM-DCNv2 at MLPerf's per-GPU batch: 26 multi-hot columns of fixed sizes, no history */
+    static const int dk[26] = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+    int dc[26];
+    for (int j = 0; j < 26; j++) dc[j] = j;
+    c = mvl_make(6912, 26, dc, dk, 26, 0, 1, 29);
+    check_lists_mv_case("DLRM-DCNv2, B 6912", &c);
+    mvl_free(&c);
+}
+
 /* The device count: with count in device memory and U only a bound, the gradient sums and the
  * updates are those of the exact U (rows past the count are not touched). */
 TEST_CASE(test_device_count) {
@@ -388,6 +440,7 @@ static const ot_row rows[] = {
     {"emb_grad_unique", "cuda", OT_BF16, "E 12, 64, 200; a hot row", 1e-2, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
     {"unique_groups", "cuda", OT_NONE, "200k Criteo-scale, 100k of one row, 2^32", 0, OT_EVAL, FN(test_unique_groups), 0, 0},
     {"lists", "cuda", OT_NONE, "empty, short, long histories", 0, OT_EVAL, FN(test_lists), 0, 0},
+    {"lists_mv", "cuda", OT_NONE, "empty, one-value, 12-value fields; DLRM B 6912", 0, OT_EVAL, FN(test_lists_mv), 0, 0},
     {"device_count", "cuda", OT_F32, "n 3000 E 64, counts on the device", 1e-5, OT_EVAL, FN(test_device_count), 0, 0},
     {"device_count", "cuda", OT_BF16, "n 3000 E 64, counts on the device", 1e-2, OT_EVAL, FN(test_device_count), 0, 0},
     {"sparse_optim", "cuda", OT_F32, "adagrad, adam: E 12, 64", 1e-5, OT_EVAL, FN(test_sparse_optim), 0, 0},
