@@ -402,26 +402,29 @@ def peft_bench(args, cfg, base_rec, emit):
             else:
                 model.gradient_checkpointing_disable() if hasattr(model, "gradient_checkpointing_disable") else None
             rec["grad_ckpt"] = ("on" + (f" (needed: without it {need})" if need else " (--grad-ckpt on)")) if on else "off"
+            err = None
             try:
                 ms, losses = run_peft_mode(args, cfg, mode, model, params, xs, ys, torch, F, rec)
                 finish(rec, ms, losses, args, cfg, torch)
                 gc_on = on
                 break
-            except Exception as e:
-                oom = is_oom(e)
+            except Exception as e:   # only its text is kept: its traceback holds the step's tensors
+                oom, err = is_oom(e), first_line(e)
+                if not oom:
+                    traceback.print_exc()
+            if err is not None:
                 gc.collect()
                 torch.cuda.empty_cache()
                 if oom and k + 1 < len(tries):
-                    need = f"{mode} ran out of GPU memory ({first_line(e)[:160]})"
+                    need = f"{mode} ran out of GPU memory ({err[:160]})"
                     print(f"{mode}: out of GPU memory without activation checkpointing; again with it", file=sys.stderr, flush=True)
                     if mode == "compile":
                         torch._dynamo.reset()
                     continue
-                rec.update(status="oom" if oom else "error", error=first_line(e), peak_mem_gb=gib(torch.cuda.max_memory_allocated()))
+                rec.update(status="oom" if oom else "error", error=err, peak_mem_gb=gib(torch.cuda.max_memory_allocated()))
                 if oom:
                     rec["oom_where"] = "gpu"
                 else:
-                    traceback.print_exc()
                     rc = 1
         emit(rec)
         if rec.get("status") == "ok":
@@ -455,6 +458,7 @@ def fsdp2_child(args, cfg, base_rec, emit):
         finally:
             torch.set_default_dtype(torch.float32)
         model = peft.get_peft_model(hf, lora_config(args))
+        model.to("meta")   # the adapters too, wherever PEFT made them: to_empty gives every tensor its host memory
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         stage = "fully_shard"
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
