@@ -21,9 +21,10 @@
 #    first checks the host memory it estimates; where that says "oom" without starting, it runs
 #    again with --no-host-check under the guard, so the row holds what happened, not the estimate.
 # Every nobubble run also runs under the guard (watchdog only: the host RSS peak, and a kill before
-# the kernel's OOM killer would act). Each row gets a time cap from what is left of --budget
-# (default 570 s) less what the rows after it reserve; a row that has no time left is listed as
-# "skipped (time budget)". The whole benchmark does not fit one 10-minute device call: --only a,
+# the kernel's OOM killer would act). Time: --budget (default 570 s, the build included) is shared
+# among the parts asked for (a 6, b 7, c 5 parts of what is left when each starts), each row gets
+# a fraction of its part's time; a row left with too little is listed as "skipped (time
+# budget)", never dropped. The whole benchmark does not fit one 10-minute device call: --only a,
 # --only b and --only c are one call each (expected: a ~6 min, b ~7 min, c ~5 min).
 # --quick: a CPU smoke check of the script with tiny shapes (llama-tiny), nobubble's side only.
 # Model TFLOP/s (bench/lora_torch.py's docstring): LoRA = 4 N_matmul (frozen base: forward and
@@ -103,8 +104,18 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, GPU {torch.cuda.is
         | sed 's/^/python side: /'
 fi
 
-# cap RESERVE: seconds a row may take, leaving RESERVE for the rows after it (0: none left)
-cap() { local c=$(( $(left) - $1 )); [ "$c" -gt 0 ] && echo "$c" || echo 0; }
+# Time: each part gets a share of what is left when it starts (a 6, b 7, c 5 among the parts still
+# to run), each row a fraction of what is left of its part (the last row: all of it), at most MAX.
+declare -A WEIGHT=([a]=6 [b]=7 [c]=5)
+part_end=0
+part_begin() {   # PART: sets part_end
+    local w=0 p
+    for p in a b c; do case ",$only," in *",$p,"*) [[ "$p" < "$1" ]] || w=$((w + WEIGHT[$p])) ;; esac; done
+    part_end=$(( $(date +%s) + $(left) * WEIGHT[$1] / w ))
+}
+cap() {   # FRAC MAX: seconds the next row may take
+    awk -v l=$(( part_end - $(date +%s) )) -v f="$1" -v m="$2" 'BEGIN { c = int(l * f); if (c > m) c = m; if (c < 0) c = 0; print c }'
+}
 skip_row() {   # PART ENGINE LABEL B: a row that had no time left
     "$PY" -c 'import json, sys
 print(json.dumps(dict(part=sys.argv[1], engine=sys.argv[2], label=sys.argv[3], batch=int(sys.argv[4]), seq=int(sys.argv[5]),
@@ -112,15 +123,15 @@ print(json.dumps(dict(part=sys.argv[1], engine=sys.argv[2], label=sys.argv[3], b
     echo "   $3: skipped (time budget: $(left) s left)"
 }
 
-# nb_row PART TAG LABEL RESERVE MAXCAP PSHAPE_FLAGS... -- TRAIN_FLAGS...: one nobubble run under the
+# nb_row PART TAG LABEL FRAC MAXCAP PSHAPE_FLAGS... -- TRAIN_FLAGS...: one nobubble run under the
 # guard (watchdog only), its row in rows.jsonl; returns 0 when it trained
 nb_row() {
-    local part=$1 tag=$2 label=$3 reserve=$4 maxcap=$5; shift 5
+    local part=$1 tag=$2 label=$3 frac=$4 maxcap=$5; shift 5
     local pshape=() rank=0
     while [ $# -gt 0 ] && [ "$1" != -- ]; do pshape+=("$1"); shift; done
     shift
     case " $* " in *" --lora "*) rank=$R ;; esac
-    local c; c=$(cap "$reserve"); [ "$c" -gt "$maxcap" ] && c=$maxcap
+    local c; c=$(cap "$frac" "$maxcap")
     local log=$OUT/$tag.log
     if [ "$c" -lt 20 ]; then skip_row "$part" nobubble "$label" "$(batch_of "$@")"; return 1; fi
     echo "== $part: $label (at most $c s) $(stamp)"
@@ -135,10 +146,10 @@ nb_row() {
 }
 batch_of() { local b=''; while [ $# -gt 0 ]; do [ "$1" = --batch ] && b=$2; shift; done; echo "${b:-1}"; }
 
-# torch_row PART TAG RESERVE MAXCAP LORA_TORCH_FLAGS...: lora_torch.py's lines into rows.jsonl
+# torch_row PART TAG FRAC MAXCAP LORA_TORCH_FLAGS...: lora_torch.py's lines into rows.jsonl
 torch_row() {
-    local part=$1 tag=$2 reserve=$3 maxcap=$4; shift 4
-    local c; c=$(cap "$reserve"); [ "$c" -gt "$maxcap" ] && c=$maxcap
+    local part=$1 tag=$2 frac=$3 maxcap=$4; shift 4
+    local c; c=$(cap "$frac" "$maxcap")
     local log=$OUT/$tag.log json=$OUT/$tag.jsonl
     rm -f "$json"
     if [ "$c" -lt 30 ]; then skip_row "$part" pytorch "$tag" "$(batch_of "$@")"; return; fi
@@ -174,57 +185,56 @@ plan_stream() {
 
 # ---------------------------------------------------------------- a. LoRA 8B resident
 if want a; then
-    RES_A=0; want b && RES_A=$((RES_A + 420)); want c && RES_A=$((RES_A + 300))
-    [ $quick = 1 ] && RES_A=0
-    echo "== a: plan $(stamp)"
+    part_begin a; F1=0.4; [ $quick = 1 ] && F1=1
+    echo "== a: plan $(stamp) (until $(( part_end - start )) s)"
     "$NB" plan "${SH8[@]}" "${LORA[@]}" --batch "$BA" --seq "$T" "${PLAN_MACHINE[@]}" > "$OUT/plan-a.txt" 2>&1
     sed -n '/^plain/,/^bytes   plain/p' "$OUT/plan-a.txt" | sed 's/^/   /'
     A=("${SH8[@]}" "${LORA[@]}" "${COMMON[@]}" --batch "$BA" --steps "$steps")
-    if ! nb_row a a-nb-plain "nobubble plain (resident)" $((RES_A + 300)) 240 "${PSH8[@]}" -- "${A[@]}" --schedule plain; then
-        nb_row a a-nb-stream "nobubble stream, as many layers kept on the GPU as fit" $((RES_A + 240)) 240 "${PSH8[@]}" -- \
+    if ! nb_row a a-nb-plain "nobubble plain (resident)" $F1 240 "${PSH8[@]}" -- "${A[@]}" --schedule plain; then
+        nb_row a a-nb-stream "nobubble stream, as many layers kept on the GPU as fit" $F1 240 "${PSH8[@]}" -- \
             "${A[@]}" --schedule stream --ckpt-interval 1 --keep-layers -1 --gpu-layers -1 --stream-slots -1
     fi
-    [ $quick = 1 ] || torch_row a a-peft $RES_A 420 "${PSH8[@]}" --batch "$BA" --seq "$T" --rank "$R" --alpha 32 --targets q,k,v,o \
+    [ $quick = 1 ] || torch_row a a-peft 1 420 "${PSH8[@]}" --batch "$BA" --seq "$T" --rank "$R" --alpha 32 --targets q,k,v,o \
         --mode eager,compile --steps 8 --data "$DATA"
 fi
 
 # ---------------------------------------------------------------- b. LoRA 70B stream
 if want b; then
-    RES_B=0; want c && RES_B=300
-    [ $quick = 1 ] && RES_B=0
-    echo "== b: plan $(stamp)"
+    part_begin b; F1=0.6; [ $quick = 1 ] && F1=1
+    echo "== b: plan $(stamp) (until $(( part_end - start )) s)"
     B=("${SH70[@]}" "${LORA[@]}" --batch "$BB" --seq "$T")
     flags=$(plan_stream "$OUT/plan-b.txt" "${B[@]}" --schedule stream --ckpt-interval 1)
     # shellcheck disable=SC2206  # the plan's flags are words
     if [ -n "$flags" ]; then fl=($flags); note="the plan's flags"; else fl=(--schedule stream --ckpt-interval 1 --gpu-layers -1); note="the plan suggested none"; fi
-    nb_row b b-nb-stream "nobubble stream ($note: ${fl[*]}${B_ARGS:+ $B_ARGS})" $((RES_B + 150)) 360 "${PSH70[@]}" -- \
+    nb_row b b-nb-stream "nobubble stream ($note: ${fl[*]}${B_ARGS:+ $B_ARGS})" $F1 360 "${PSH70[@]}" -- \
         "${B[@]}" "${COMMON[@]}" --steps "$(( steps < 6 ? steps : 6 ))" "${fl[@]}" ${B_ARGS:-}
     if [ $quick = 0 ]; then
-        torch_row b b-peft-gpu $((RES_B + 90)) 120 "${PSH70[@]}" --batch "$BB" --seq "$T" --rank "$R" --alpha 32 --targets q,k,v,o \
+        torch_row b b-peft-gpu 0.4 120 "${PSH70[@]}" --batch "$BB" --seq "$T" --rank "$R" --alpha 32 --targets q,k,v,o \
             --mode eager --steps 3 --data "$DATA" --label "PEFT, the bf16 base on the GPU"
-        torch_row b b-fsdp2-offload $RES_B 240 "${PSH70[@]}" --impl fsdp2-offload --batch "$BB" --seq "$T" --rank "$R" --alpha 32 \
+        torch_row b b-fsdp2-offload 1 240 "${PSH70[@]}" --impl fsdp2-offload --batch "$BB" --seq "$T" --rank "$R" --alpha 32 \
             --targets q,k,v,o --steps 2 --warmup 1 --data "$DATA" --label "FSDP2 CPU offload + PEFT, the bf16 base in host memory"
     fi
 fi
 
 # ---------------------------------------------------------------- c. full fine-tuning 8B: stream vs FSDP2
 if want c; then
-    echo "== c: plan $(stamp)"
+    part_begin c; F1=0.4; [ $quick = 1 ] && F1=1
+    echo "== c: plan $(stamp) (until $(( part_end - start )) s)"
     C=("${SHC[@]}" "${COMMON[@]}" --batch "$BC" --steps "$(( steps < 6 ? steps : 6 ))")
     plan_stream "$OUT/plan-c.txt" "${SHC[@]}" --batch "$BC" --seq "$T" --schedule stream --ckpt-interval 1 --keep-layers -1 >/dev/null
     nb_row c c-nb-stream "nobubble stream --ckpt-interval 1 --keep-layers -1 --gpu-layers -1 --stream-slots -1" \
-        $([ $quick = 1 ] && echo 0 || echo 200) 200 "${PSHC[@]}" -- "${C[@]}" --schedule stream --ckpt-interval 1 --keep-layers -1 \
+        $F1 200 "${PSHC[@]}" -- "${C[@]}" --schedule stream --ckpt-interval 1 --keep-layers -1 \
         --gpu-layers -1 --stream-slots -1
     if [ $quick = 0 ]; then
-        fj=$OUT/c-fsdp2.jsonl flog=$OUT/c-fsdp2.log; rm -f "$fj"
+        fj=$OUT/c-fsdp2.jsonl flog=$OUT/c-fsdp2.log; rm -f "$fj" "$OUT/c-fsdp2-estimate.jsonl"
         FS=(bench/fsdp_offload.py --model llama-8b --batch "$BC" --seq "$T" --steps 3 --warmup 1 --adamw fused --json "$fj")
-        c=$(cap 0)
+        c=$(cap 1 100000)
         if [ "$c" -ge 60 ]; then
             echo "== c: FSDP2 CPU offload, fused AdamW (at most $c s) $(stamp)"
             "$PY" $LT --guard-timeout "$c" --guard-log "$flog" --guard -- "$PY" "${FS[@]}" --deadline $(( $(date +%s) + c - 15 )) 2>/dev/null
             if grep -q '"host (estimated, not started)"' "$fj" 2>/dev/null; then
                 echo "   its estimate says the host is too small: $(grep -o '"error": "[^"]*"' "$fj" | head -n 1)"
-                c=$(cap 0); mv "$fj" "$OUT/c-fsdp2-estimate.jsonl"
+                c=$(cap 1 100000); mv "$fj" "$OUT/c-fsdp2-estimate.jsonl"
                 echo "== c: FSDP2 again with --no-host-check, under the guard (at most $c s) $(stamp)"
                 [ "$c" -ge 60 ] && "$PY" $LT --guard-timeout "$c" --guard-log "$flog" --guard -- "$PY" "${FS[@]}" --no-host-check \
                     --deadline $(( $(date +%s) + c - 15 )) 2>/dev/null
@@ -248,6 +258,11 @@ if rec is None:
     if g.get("killed") and not g.get("timed_out"):
         rec["oom_where"] = "host (the guard)"
 rec.update(part="c", engine="pytorch", label="FSDP2 CPU offload, fused AdamW (bench/fsdp_offload.py)")
+try:   # the first attempt stopped at its own estimate: said beside what the second one did
+    est = json.loads([l for l in open(fj.replace(".jsonl", "-estimate.jsonl")) if l.strip()][-1])
+    rec["note"] = "run with --no-host-check: its estimate said " + str(est.get("error", ""))[:160]
+except (OSError, ValueError, IndexError):
+    pass
 if g.get("rss_peak_gb") is not None:
     rec["host_rss_peak_gb"] = max(rec.get("host_rss_peak_gb") or 0, g["rss_peak_gb"])
 open(rows, "a").write(json.dumps(rec) + "\n")

@@ -162,6 +162,15 @@ def guard_run(cmd, guard_bytes, log_path, echo=True, timeout=0, rlimit=True):
     floor = 2 * GiB
     with open(log_path, "w") as log:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE if echo else log, stderr=log, preexec_fn=limit, text=True)
+
+        def on_term(signum, frame):   # `timeout` ends this process: the child (own session) goes too
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            sys.exit(128 + signum)
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
         killed, timed_out, why, rss_peak, avail_min, t_start = False, False, "", 0, None, time.time()
         out_lines = []
         import threading
@@ -275,13 +284,18 @@ def time_steps(torch, step, warmup, steps, deadline, rec):
             rec["first_step_s"] = round(time.perf_counter() - t_w, 2)
     torch.cuda.synchronize()
     rec["warmup_s"] = round(time.perf_counter() - t_w, 2)
+    # a steady step's time from the warm-up (the first compiles), so that the timed steps that
+    # fit before the deadline are known before they start (no host sync inside the loop)
+    est = (rec["warmup_s"] - rec.get("first_step_s", 0)) / (warmup - 1) if warmup > 1 else rec["warmup_s"]
+    if deadline and est > 0 and time.time() + steps * est > deadline:
+        fit = max(1, int((deadline - time.time()) / est))
+        if fit < steps:
+            rec["stopped_early"] = f"--deadline: {fit} of {steps} timed steps"
+            steps = fit
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     ev[0].record()
     done = 0
     for i in range(steps):
-        if deadline and i > 0 and time.time() + 2 * (time.perf_counter() - t_w) / (warmup + i) > deadline:
-            rec["stopped_early"] = f"--deadline: {i} of {steps} timed steps"
-            break
         losses.append(step(warmup + i))
         ev[i + 1].record()
         done += 1
@@ -783,7 +797,7 @@ def main(argv):
     cmd = [sys.executable, os.path.abspath(__file__)] + argv + ["--in-child", res]
     print(f"fsdp2-offload: child under the host-memory guard of {guard / GiB:.1f} GiB (host MemAvailable "
           f"{gib(meminfo())} GiB; the bf16 base alone is {c['base'] * 2 / GiB:.1f} GiB); its log: {log}", file=sys.stderr, flush=True)
-    g = guard_run(cmd, guard, log, echo=False)
+    g = guard_run(cmd, guard, log, echo=False, timeout=max(30.0, args.deadline - time.time()) if args.deadline else 0)
     out = None
     try:
         with open(res) as f:
