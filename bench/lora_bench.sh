@@ -26,7 +26,8 @@
 # a fraction of its part's time; a row left with too little is listed as "skipped (time
 # budget)", never dropped. The whole benchmark does not fit one 10-minute device call: --only a,
 # --only b and --only c are one call each (expected: a ~6 min, b ~7 min, c ~5 min).
-# --quick: a CPU smoke check of the script with tiny shapes (llama-tiny), nobubble's side only.
+# --quick: a CPU smoke check of the script with tiny shapes (llama-tiny), nobubble's side only,
+#   with the build there is (it builds only where there is none).
 # Model TFLOP/s (bench/lora_torch.py's docstring): LoRA = 4 N_matmul (frozen base: forward and
 # activation gradients) + 12 L C T (attention) + 6 N_lora per token; full = 6 N_matmul + 12 L C T.
 # Output: $OUT (default bench/out/lora): logs, rows.jsonl (every row), table.md (printed at the end).
@@ -92,6 +93,7 @@ COMMON=(--device "$DEV" --seq "$T" --lr 2e-4 --data "$DATA" --val-data none --ev
 echo "== device $(stamp)"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
 grep -E 'MemTotal|MemAvailable' /proc/meminfo
+[ $quick = 1 ] && [ -x "$NB" ] && build=0   # the smoke check uses the build there is
 if [ $build = 1 ]; then
     echo "== build $(stamp)"
     [ $quick = 1 ] || source scripts/device_deps.sh use || echo "device_deps.sh: not used"
