@@ -19,6 +19,9 @@ void nb_tf_lora_plan(nb_run *r) {
     size_t n = tr->model.total;
     tr->plan.hb = nb_arena_plan_bytes(&r->host, n * sizeof(float));
     if (nb_tf_on_device(tr)) tr->plan.db = nb_arena_plan_bytes(&r->dev, n * nb_tf_es(tr));
+    r->mem.host.weights += n * sizeof(float); /* the plan's terms: the base beside the adapters */
+    if (nb_tf_on_device(tr)) r->mem.dev.weights += n * nb_tf_es(tr);
+    r->mem.params = n;
     nb_tf_lora_log(tr);
 }
 

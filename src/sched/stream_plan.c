@@ -175,7 +175,7 @@ static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t act
         nb_mem_side *d = on_device(st) ? &m->dev : &m->host;
         if (on_device(st)) d->weights = (gw + G * lw) * e + a + aw, d->moments = 2 * a;
         d->grads = a, d->acts = acts, d->slots = (size_t)st->wslots * lw * e, d->other = st->li->io_bytes(r);
-        m->saved = "";
+        m->saved = "", m->params = s->total;
         r->sched_dev_bytes = dev_need;
         r->sched_pinned_bytes = nb_stream_pinned_need(s, r->o.pinned_slabs, st->glayers);
         return;

@@ -328,6 +328,8 @@ typedef struct {
 typedef struct {
     nb_mem_side host, dev;
     int glayers, wslots, keep; /* the stream schedule's choices (-1 options resolved) */
+    size_t params;             /* the model's elements, when the weights terms are not its fp32 master
+                                * (LoRA: the frozen base in compute precision beside the adapters); 0 */
     const char *saved;         /* what the options left out of host memory, in words ("" none) */
     char saved_buf[192];
 } nb_mem_plan;
