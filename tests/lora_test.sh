@@ -6,7 +6,7 @@
 #  - --schedule erase gives plain's bits (both --detach 1); 2 ranks (mpirun) give --grad-accum 2's;
 #  - --schedule stream (the frozen base streamed, group by group from the import or the seeded
 #    init) gives plain's bits: losses, adapters and their moments, with --gpu-layers, one slot,
-#    --ckpt-interval recompute, and across a stop and resume; its eval and export read the same;
+#    --ckpt-interval recompute, across a stop and resume, and resuming plain's checkpoint;
 #  - a run stopped after 2 steps and started again resumes to the straight run's bits;
 #  - export --hf writes a PEFT adapter (names, shapes, adapter_config.json); export --merge loads
 #    back with --init-from and evaluates to the LoRA run's loss;
@@ -73,6 +73,10 @@ grep -q "per step: [1-9][0-9]* layer uploads.* 0 B down" "$TMP/s1.log" && pass "
 run sagain "${F[@]}" "${L[@]}" --schedule stream --gpu-layers 1 --stop-after 2
 run sagain "${F[@]}" "${L[@]}" --schedule stream --gpu-layers 1
 same_state "LoRA: --schedule stream stopped after 2 steps, resumed, vs plain straight" "$TMP/lora" "$TMP/sagain"
+# the base's CRC is the same bits whichever loaded it (whole, or group by group for stream)
+run cross "${F[@]}" "${L[@]}" --stop-after 2
+run cross "${F[@]}" "${L[@]}" --schedule stream --stream-slots 1
+same_state "LoRA: plain stopped after 2 steps, resumed under --schedule stream, vs plain straight" "$TMP/lora" "$TMP/cross"
 
 # export: a PEFT adapter, and the merged model back through --init-from
 $NB export --ckpt "$TMP/lora" --hf "$TMP/adapter" >"$TMP/export.log" 2>&1 || { fail "export (adapter)"; cat "$TMP/export.log"; }

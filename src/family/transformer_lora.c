@@ -2,7 +2,9 @@
  * uploaded, and the adapters' start. Everything the optimizer touches (the master, moments,
  * gradients, AdamW spans, buckets, checkpoints) is the adapters' slab (nb_tf_trained); the base
  * has no gradient and no optimizer state: fp32 on the host (the import or the seeded init fills
- * it) and, on a device, one copy in compute precision (bf16: 2 bytes per parameter). */
+ * it) and, on a device, one copy in compute precision (bf16: 2 bytes per parameter). Under
+ * stream the family holds no base at all: it reads it one group at a time and hands each to the
+ * schedule (bind_base), which keeps it in compute precision where it streams it from. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -53,7 +53,16 @@
  *
  *   no clipping (--grad-clip 0): nothing waits for the norm, so each layer's AdamW runs as soon
  *             as its gradient has landed (a device layer's: after its backward), during the rest
- *             of the backward; the next forward's uploads are staged from the master. */
+ *             of the backward; the next forward's uploads are staged from the master.
+ *
+ *   LoRA (the family's slab is frozen: nb_layer_slab.frozen): the schedule keeps only the frozen
+ *             base, in compute precision, loaded group by group through bind_base (base_sink):
+ *             the streamed layers' in one pinned host buffer, the stages' and the device layers'
+ *             on the device. A load is one h2d copy from that buffer into a slot (nothing staged);
+ *             slots keep their layer across steps (the base never changes). The backward gives no
+ *             gradient for the base: the layer's adapters add theirs into the family's resident
+ *             slab, and the family's own AdamW item (plain's) follows the step on the compute
+ *             lane. Nothing comes down; the host lanes have no work. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -198,7 +198,9 @@ static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t act
  * (nb_stream_host_need); device (or host on the CPU backend): activations, tokens, step scalars.
  * The slots are the schedule's own (init). The family reserves its part (its master and moments;
  * its activations and per-step buffers) through its layers capability, this schedule the host
- * gradient slab between them. */
+ * gradient slab between them. LoRA (a frozen slab): the family reserves its adapters resident (as
+ * under plain) and trains them with its own items (keeps_state off); the schedule's own memory is
+ * the frozen base (pinned host, slots, device layers: nb_stream_device_need, nb_stream_pinned_need). */
 static void stream_plan(nb_run *r) {
     nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
     r->ss = st;
