@@ -181,7 +181,7 @@ static void plan_schedule(const nb_train_opts *o, const machine *m) {
     if (o->lora_r > 0)
         printf("  lora     the frozen base in compute precision (%s), the adapters' fp32 master, gradient and AdamW "
                "moments where they train\n", !strcmp(o->schedule, "stream") ? "streamed layers' in pinned host memory, the "
-               "stages' and device layers' on the GPU" : "on the GPU, plus an fp32 host copy");
+               "stages' and device layers' where the step runs" : "where the step runs, plus an fp32 host copy");
     else if (!strcmp(o->schedule, "stream") && o->grad_clip > 0)
         printf("  --grad-clip 0 would leave out the layers' fp32 gradient slab (4 bytes/param of the streamed layers)\n");
     int best = largest_batch(*o, m);
