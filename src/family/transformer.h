@@ -138,7 +138,7 @@ void nb_tf_lora_plan(nb_run *r);                     /* the base's buffers (no-o
 void nb_tf_lora_log(const nb_tf_train *tr);           /* the 'lora' line at start */
 void nb_tf_upload_base(nb_tf_train *tr, nb_ctx ctx); /* host fp32 base -> its compute copy */
 void nb_tf_lora_start(nb_run *r, const char *resume_dir);
-void nb_tf_lora_check(const nb_train_opts *o); /* refusals: stream, dropout, targets */
+void nb_tf_lora_check(const nb_train_opts *o); /* refusals: other schedules, dropout, targets */
 
 /* family/transformer_eval.c: held-out loss, sampling, checkpoint tensors and config */
 /* Mean loss over the first n batches of a token stream (forward only; 0: all of it); covers

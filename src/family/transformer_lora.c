@@ -58,8 +58,6 @@ void nb_tf_upload_base(nb_tf_train *tr, nb_ctx ctx) {
     }
 }
 
-/* The base from its reference (the --init-from folder, or the run's seeded init), then the
- * adapters: the checkpoint's, or PEFT's init (the moments start at zero: the arenas are zeroed). */
 /* Under stream the base never sits whole in fp32: one group at a time is read (or drawn) and
  * handed to the schedule, which keeps it in compute precision; the groups tile the slab in order,
  * so the chained CRC-32C is the whole slab's, as plain computes it. */
@@ -83,6 +81,8 @@ static uint32_t base_by_groups(nb_tf_train *tr) {
     return crc;
 }
 
+/* The base from its reference (the --init-from folder, or the run's seeded init), then the
+ * adapters: the checkpoint's, or PEFT's init (the moments start at zero: the arenas are zeroed). */
 void nb_tf_lora_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;

@@ -252,7 +252,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
     st->pending = nb_calloc((size_t)(L ? L : 1), sizeof(opt_item *), "stream items");
     for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
-    size_t nblk = (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+    size_t nblk = frozen ? 0 : (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK; /* LoRA: the family's norm */
     st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
     st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
     st->glob_part[0] = (opt_item){st, -1, -1, NULL, NULL};
