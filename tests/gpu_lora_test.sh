@@ -49,7 +49,7 @@ for prec in fp32 bf16; do
 done
 grep -q "0 B down" "$TMP/s1-bf16.log" && pass "cuda LoRA stream: $(grep -o 'per step: .*down' "$TMP/s1-bf16.log")" \
     || fail "cuda LoRA stream's copies: $(grep 'per step' "$TMP/s1-bf16.log")"
-run r "${F[@]}" --schedule stream --stop-after 6
-run r "${F[@]}" --schedule stream
+run r "${F[@]}" --precision bf16 --schedule stream --stop-after 6
+run r "${F[@]}" --precision bf16 --schedule stream
 same_state "cuda bf16 LoRA stream: stopped after 6 steps and resumed vs straight" "$TMP/s-bf16" "$TMP/r"
 finish
