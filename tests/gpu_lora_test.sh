@@ -8,7 +8,8 @@
 #    algorithm for other addresses);
 #  - bf16: the base rounded on the host (stream) as the device cast rounds it (plain): within 1e-2
 #    relative (bitwise is reported when it holds);
-#  - stream with one slot, with --gpu-layers 1 and --ckpt-interval 1, and across a stop and resume.
+#  - stream with one slot, with --gpu-layers 1 and --ckpt-interval 1, and across a stop and resume;
+#  - nobubble plan's host and device bytes are what the run allocates (within 1%).
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: no GPU ($("$NB" info 2>&1 | head -n 1 | sed 's/  */ /g'))"; exit 0; }
 need_sotu
@@ -46,6 +47,17 @@ for prec in fp32 bf16; do
     run "gp-$prec" "${G[@]}" "${P[@]}"
     run "gs-$prec" "${G[@]}" "${P[@]}" --schedule stream --ckpt-interval 1
     close "cuda $prec gpt2 (seeded base): LoRA stream --ckpt-interval 1 vs plain" "$TMP/gp-$prec" "$TMP/gs-$prec" $tol
+done
+# nobubble plan's bytes against what the run allocated (its "allocated" line), within 1%
+within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a > 0 ? (a - b) / a : b; if (d < 0) d = -d; exit !(a != "" && b != "" && d < 0.01) }'; }
+for v in "s-bf16|--gpu-layers 0" "sg-bf16|--gpu-layers 1 --ckpt-interval 1"; do
+    tag=${v%%|*} extra=${v#*|}
+    $NB plan "${F[@]}" --precision bf16 --schedule stream $extra --gpu-mem ${PLAN_GPU_MEM:-80G} --host-mem 64G >"$TMP/plan-$tag" 2>&1
+    read -r ph pd <<< "$(sed -n 's/^bytes   stream host \([0-9]*\) device \([0-9]*\) .*/\1 \2/p' "$TMP/plan-$tag")"
+    read -r ah ad <<< "$(sed -n 's/^allocated   host \([0-9]*\) bytes, device \([0-9]*\) bytes.*/\1 \2/p' "$TMP/$tag.log")"
+    within "$ah" "$ph" && within "$ad" "$pd" \
+        && pass "LoRA stream $extra: plan host $ph / device $pd bytes, the run $ah / $ad" \
+        || fail "LoRA stream $extra: plan host '$ph' / device '$pd' bytes vs the run's '$ah' / '$ad'"
 done
 grep -q "0 B down" "$TMP/s1-bf16.log" && pass "cuda LoRA stream: $(grep -o 'per step: .*down' "$TMP/s1-bf16.log")" \
     || fail "cuda LoRA stream's copies: $(grep 'per step' "$TMP/s1-bf16.log")"
