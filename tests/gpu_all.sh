@@ -58,6 +58,9 @@ TAILN=30 step hf_finetune 400 python3 tests/torch/hf_finetune_check.py --nb "$NB
 # LoRA against peft: logits (losses), adapter gradients, 20 AdamW steps, the exported adapter in
 # peft and the merged export in transformers (issue 33; needs peft)
 TAILN=20 step lora_peft 300 python3 tests/torch/lora_peft_check.py --nb "$NB" --work /tmp/nblora
+# LoRA under --schedule stream against plain LoRA on the GPU: fp32 and bf16, slots, device layers,
+# recompute, resume (issue 33)
+TAILN=20 step gpu_lora 300 env NB_BUILD="$B" bash tests/gpu_lora_test.sh
 if [ -z "${NB_SKIP_GPT2_REF:-}" ]; then
     step gpt2_ref 300 bash -c "python3 tests/torch/ref_check.py gen --preset gpt2 --T 1024 --no-final-weights --tol-weights 2e-2 --out /tmp/gpt2_ref.safetensors && $B/tests/test_torch_ref --ref /tmp/gpt2_ref.safetensors --threads 16"
 fi

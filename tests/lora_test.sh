@@ -4,10 +4,13 @@
 #  - step 1's loss (B = 0) is the base's: the same run without --lora logs the same bits;
 #  - the checkpoint holds the adapters and their AdamW moments only;
 #  - --schedule erase gives plain's bits (both --detach 1); 2 ranks (mpirun) give --grad-accum 2's;
+#  - --schedule stream (the frozen base streamed, group by group from the import or the seeded
+#    init) gives plain's bits: losses, adapters and their moments, with --gpu-layers, one slot,
+#    --ckpt-interval recompute, across a stop and resume, and resuming plain's checkpoint;
 #  - a run stopped after 2 steps and started again resumes to the straight run's bits;
 #  - export --hf writes a PEFT adapter (names, shapes, adapter_config.json); export --merge loads
 #    back with --init-from and evaluates to the LoRA run's loss;
-#  - refusals: --schedule stream, --lora-dropout != 0, targets a layout has no matrix for, a resume
+#  - refusals: --lora-dropout != 0, targets a layout has no matrix for, a resume
 #    whose base (the --init-from folder) changed since.
 # The math itself (finite differences, zero B, merge) is tests/test_lora.c's.
 source "$(dirname "$0")/lib.sh"
@@ -58,6 +61,22 @@ fi
 run again "${F[@]}" "${L[@]}" --stop-after 2
 run again "${F[@]}" "${L[@]}"
 same_state "LoRA: stopped after 2 steps, the same command again, vs straight" "$TMP/lora" "$TMP/again"
+
+# stream: the imported base streamed through the slots; the adapters train where plain trains them
+for case in "s|" "sg|--gpu-layers 1" "s1|--stream-slots 1" "sk|--ckpt-interval 1 --keep-layers 1" "sgk|--gpu-layers 1 --ckpt-interval 1"; do
+    tag=${case%%|*} extra=${case#*|}
+    run "$tag" "${F[@]}" "${L[@]}" --schedule stream $extra
+    same_state "LoRA: --schedule stream ${extra:-(2 slots)} vs plain (imported base)" "$TMP/lora" "$TMP/$tag"
+done
+grep -q "per step: [1-9][0-9]* layer uploads.* 0 B down" "$TMP/s1.log" && pass "LoRA stream, one slot: only the base goes up, nothing comes down ($(grep -o 'per step: .*down' "$TMP/s1.log"))" \
+    || fail "LoRA stream copies: $(grep 'per step' "$TMP/s1.log")"
+run sagain "${F[@]}" "${L[@]}" --schedule stream --gpu-layers 1 --stop-after 2
+run sagain "${F[@]}" "${L[@]}" --schedule stream --gpu-layers 1
+same_state "LoRA: --schedule stream stopped after 2 steps, resumed, vs plain straight" "$TMP/lora" "$TMP/sagain"
+# the base's CRC is the same bits whichever loaded it (whole, or group by group for stream)
+run cross "${F[@]}" "${L[@]}" --stop-after 2
+run cross "${F[@]}" "${L[@]}" --schedule stream --stream-slots 1
+same_state "LoRA: plain stopped after 2 steps, resumed under --schedule stream, vs plain straight" "$TMP/lora" "$TMP/cross"
 
 # export: a PEFT adapter, and the merged model back through --init-from
 $NB export --ckpt "$TMP/lora" --hf "$TMP/adapter" >"$TMP/export.log" 2>&1 || { fail "export (adapter)"; cat "$TMP/export.log"; }
@@ -113,7 +132,8 @@ $NB export --ckpt "$TMP/glora" --hf "$TMP/gad" >/dev/null 2>&1 && [ -f "$TMP/gad
     && grep -q '"c_attn"' "$TMP/gad/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$TMP/gad/adapter_config.json" \
     && pass "gpt2 export: adapter (c_attn, c_proj, c_fc) and the seeded base in OUT/base" || fail "gpt2 adapter export"
 
-expect_error "--lora with --schedule stream" "stream" $NB train "${G[@]}" --lora 2 --schedule stream --out "$TMP/x1"
+run gstream "${G[@]}" --lora 2 --lora-targets q,k,v,o,up,down --schedule stream --ckpt-interval 1
+same_state "gpt2 (seeded base, tied head): --schedule stream --ckpt-interval 1 vs plain" "$TMP/glora" "$TMP/gstream"
 expect_error "--lora-dropout 0.1" "lora-dropout" $NB train "${G[@]}" --lora 2 --lora-dropout 0.1 --out "$TMP/x2"
 expect_error "gate on GPT-2" "gate\|GPT-2" $NB train "${G[@]}" --lora 2 --lora-targets gate --out "$TMP/x3"
 expect_error "part of q,k,v on GPT-2" "q,k,v" $NB train "${G[@]}" --lora 2 --lora-targets q,v --out "$TMP/x4"

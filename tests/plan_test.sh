@@ -6,6 +6,9 @@
 #    --grad-clip 0 the layers' gradient slab;
 #  - eval allocates the weights and activations only (no gradients or moments);
 #  - a plan over the host memory says "does not fit", and the run refuses it before allocating;
+#  - LoRA (plain, stream with and without device layers): the base in compute precision where it
+#    lives, the adapters' state; Llama-3.1-70B's shape with --lora 16 on a 141 GB GPU and a 128 GB
+#    host: plain does not fit, stream does with most layers' base on the GPU;
 #  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
 #    and from a Hugging Face config.json (Llama-3.1-8B's shape): plain does not fit, stream does.
 source "$(dirname "$0")/lib.sh"
@@ -18,9 +21,11 @@ close() { # close NAME A B: within 1%
     [ -n "$2" ] && [ -n "$3" ] && awk -v a="$2" -v b="$3" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d < 0.01) }' \
         && pass "$1: plan $3 bytes, the run $2" || fail "$1: plan '$3' bytes vs the run's '$2'"
 }
-for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "stream|--gpu-layers 2 --grad-clip 0 --ckpt-interval 1"; do
-    sched=${case%%|*} extra=${case#*|}
-    $NB train "${C[@]}" --model llama-tiny --schedule $sched $extra --out "$TMP/run" 2>"$TMP/run.err" >/dev/null \
+for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "stream|--gpu-layers 2 --grad-clip 0 --ckpt-interval 1" \
+    "plain|--lora 4" "stream|--lora 4" "stream|--lora 4 --gpu-layers 1 --ckpt-interval 1"; do
+    sched=${case%%|*} extra=${case#*|} out=$TMP/run
+    case $extra in *--lora*) out=$TMP/lrun ;; esac # eval below reads the last run without LoRA
+    $NB train "${C[@]}" --model llama-tiny --schedule $sched $extra --out "$out" 2>"$TMP/run.err" >/dev/null \
         || { fail "$sched $extra: the run failed"; tail -3 "$TMP/run.err"; continue; }
     $NB plan --model llama-tiny --batch 2 --seq 64 $extra --gpu-mem 0 --host-mem 64G >"$TMP/plan.out" 2>&1 \
         || { fail "$sched $extra: plan failed"; tail -3 "$TMP/plan.out"; continue; }
@@ -65,4 +70,14 @@ EOF
 $NB plan --config "$TMP/l31/config.json" --batch 8 --seq 2048 --ckpt-interval 1 --gpu-mem 80G --host-mem 128G >"$TMP/l31.out" 2>&1
 grep -q "vocab 128256" "$TMP/l31.out" && grep -q "^stream  fits" "$TMP/l31.out" \
     && pass "Llama-3.1-8B config.json: $(grep -m1 '^stream' "$TMP/l31.out")" || fail "Llama-3.1-8B plan: $(cat "$TMP/l31.out")"
+# LoRA on Llama-3.1-70B's shape (a 141 GB GPU, a 128 GB host): the bf16 base (2 bytes/param) of
+# most layers on the GPU, the rest streamed from pinned host memory; plain holds an fp32 host copy
+mkdir -p "$TMP/l70"
+sed 's/"hidden_size": 4096, "intermediate_size": 14336/"hidden_size": 8192, "intermediate_size": 28672/; s/"num_hidden_layers": 32, "num_attention_heads": 32/"num_hidden_layers": 80, "num_attention_heads": 64/' \
+    "$TMP/l31/config.json" >"$TMP/l70/config.json"
+$NB plan --config "$TMP/l70/config.json" --lora 16 --batch 4 --seq 2048 --ckpt-interval 1 --gpu-mem 141GB --host-mem 128G >"$TMP/l70.out" 2>&1
+grep -q "layers 80, dim 8192" "$TMP/l70.out" && grep -q "^plain   does not fit" "$TMP/l70.out" && grep -q "^stream  fits" "$TMP/l70.out" \
+    && grep -q "flags  --schedule stream --batch 4 --seq 2048 --gpu-layers [1-7][0-9] " "$TMP/l70.out" \
+    && pass "Llama-3.1-70B --lora 16, B x T = 4 x 2048, 141 GB GPU, 128 GB host: $(grep -m1 '^stream' "$TMP/l70.out"), $(grep -o 'gpu-layers [0-9]*' "$TMP/l70.out") of 80" \
+    || fail "Llama-3.1-70B LoRA plan: $(cat "$TMP/l70.out")"
 finish

@@ -2,7 +2,9 @@
  *  - a zero B gives the base model's per-token losses, bit for bit (the branch adds exact zeros);
  *  - the gradients of A and B (the base frozen: no gradient asked) against central finite
  *    differences of the mean loss;
- *  - merging scale * B A into the base weights gives the LoRA model's losses (export --merge). */
+ *  - merging scale * B A into the base weights gives the LoRA model's losses (export --merge);
+ *  - the seeded init group by group (stream's LoRA loads its base so) is the whole init's bits,
+ *    and the groups tile the slab (their chained CRC-32C is the slab's). */
 #include <omp.h>
 #include <string.h>
 
@@ -186,10 +188,34 @@ TEST_CASE(merge_gives_lora_losses) {
     merge_matches(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2");
 }
 
+static void groups_match(nb_arch arch, unsigned sites, const char *what) {
+    rig r;
+    rig_init(&r, arch, sites);
+    nb_tf_init_weights(&r.m, r.w, 1337);
+    float *g = nb_malloc(r.m.total * sizeof(float), "group");
+    size_t at = 0;
+    int same = 1;
+    for (int k = 0; k < r.m.ngroups; k++) {
+        same &= r.m.group_offset[k] == at;
+        nb_tf_init_group(&r.m, k, g, 1337);
+        same &= !memcmp(g, r.w + at, r.m.group_numel[k] * sizeof(float));
+        at += r.m.group_numel[k];
+    }
+    CHECK(same && at == r.m.total, "%s: %d groups drawn one by one give the whole init's bits", what, r.m.ngroups);
+    free(g);
+    rig_free(&r);
+}
+
+TEST_CASE(init_by_groups_is_the_whole_init) {
+    groups_match(NB_ARCH_LLAMA, ALL, "llama");
+    groups_match(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2");
+}
+
 int main(void) {
     omp_set_num_threads(1); /* shapes of a few hundred elements: threads only add their wake-ups */
     RUN(zero_b_gives_base_losses);
     RUN(adapter_grads_vs_finite_differences);
     RUN(merge_gives_lora_losses);
+    RUN(init_by_groups_is_the_whole_init);
     return nb_test_failures ? 1 : 0;
 }

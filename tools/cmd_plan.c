@@ -167,7 +167,8 @@ static void print_flags(const nb_train_opts *o, const plan_result *p, int batch)
 
 static void plan_schedule(const nb_train_opts *o, const machine *m) {
     plan_result p = plan_one(o, m);
-    size_t params = p.mem.host.weights / sizeof(float); /* the fp32 master: every parameter (and padding) */
+    /* the fp32 master: every parameter (and padding); LoRA: the model's, the base is not fp32 */
+    size_t params = p.mem.params ? p.mem.params : p.mem.host.weights / sizeof(float);
     char a[32], b[32], c[32], d[32];
     printf("%-7s %s at --batch %d (host %s of %s%s%s%s%s)\n", o->schedule, p.fits ? "fits" : "does not fit", o->batch,
            nb_fmt_bytes(a, 32, (double)p.host), nb_fmt_bytes(b, 32, (double)m->host), m->has_gpu ? ", GPU " : "",
@@ -177,7 +178,11 @@ static void plan_schedule(const nb_train_opts *o, const machine *m) {
     /* the CPU backend's "device" memory is host RAM: its terms are counted in the host total */
     if (m->has_gpu || p.mem.dev.weights + p.mem.dev.acts) print_side(m->has_gpu ? "gpu" : "(in RAM)", &p.mem.dev, m->has_gpu ? p.dev : 0, params);
     if (p.saved[0]) printf("  left out of host memory: %s\n", p.saved);
-    if (!strcmp(o->schedule, "stream") && o->grad_clip > 0)
+    if (o->lora_r > 0)
+        printf("  lora     the frozen base in compute precision (%s), the adapters' fp32 master, gradient and AdamW "
+               "moments where they train\n", !strcmp(o->schedule, "stream") ? "streamed layers' in pinned host memory, the "
+               "stages' and device layers' where the step runs" : "where the step runs, plus an fp32 host copy");
+    else if (!strcmp(o->schedule, "stream") && o->grad_clip > 0)
         printf("  --grad-clip 0 would leave out the layers' fp32 gradient slab (4 bytes/param of the streamed layers)\n");
     int best = largest_batch(*o, m);
     printf("  largest batch that fits: %d\n", best);

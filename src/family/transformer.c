@@ -103,10 +103,12 @@ static void layer_views(nb_tf_train *tr, int l, nb_tf_layer_view *w, nb_tf_layer
 }
 
 void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w) {
-    if (tr->fetch)
-        nb_tf_bind_layer(&tr->model, l, (void *)tr->fetch(tr->fetch_self, ctx, l), es_of(tr), w);
-    else
+    if (!tr->fetch) {
         layer_views(tr, l, w, NULL);
+        return;
+    }
+    nb_tf_bind_layer(&tr->model, l, (void *)tr->fetch(tr->fetch_self, ctx, l), es_of(tr), w);
+    nb_tf_lora_bind(tr->model.lora, l, tr->d_weights, es_of(tr), w); /* stream's LoRA: the resident adapters */
 }
 
 /* ---------------------------------------------------------------- work items */
@@ -387,6 +389,25 @@ static void reserve_state(nb_run *r, size_t moment_numel) {
     tr->plan.hm = plan_in(&r->host, mom), tr->plan.hv = plan_in(&r->host, mom);
 }
 
+/* stream's reservation; with LoRA (the schedule keeps the frozen base) the adapters stay resident
+ * where the step runs, as under plain, and train with the family's own AdamW item */
+static void layers_reserve_state(nb_run *r, size_t moment_numel) {
+    nb_tf_train *tr = r->fs;
+    size_t slab = trained_total(tr) * sizeof(float);
+    reserve_state(r, nb_tf_lora_on(tr) ? trained_total(tr) : moment_numel);
+    if (!nb_tf_lora_on(tr) || r->eval_only) return;
+    nb_tf_plan *p = &tr->plan;
+    p->resident = 1;
+    nb_tf_lora_log(tr);
+    if (!nb_tf_on_device(tr)) {
+        p->hg = plan_in(&r->host, slab);
+        return;
+    }
+    p->dp = plan_in(&r->dev, slab), p->dg = plan_in(&r->dev, slab);
+    p->dm = plan_in(&r->dev, slab), p->dv = plan_in(&r->dev, slab);
+    if (lowp_weights(tr)) p->dw = plan_in(&r->dev, trained_total(tr) * es_of(tr));
+}
+
 /* the activations (and the segments' scratch after them), tokens and step scalars */
 static void reserve_work(nb_run *r, int ckpt_interval, int keep) {
     nb_tf_train *tr = r->fs;
@@ -520,6 +541,10 @@ static void layers_slab(nb_run *r, nb_layer_slab *s) {
         .k = tr->h_step ? tr->h_step->k : NULL, /* NULL while planning: the scalars are bound later */
         .elem = es_of(tr),
     };
+    if (nb_tf_lora_on(tr)) { /* the base is frozen: the schedule keeps it, the adapters train here */
+        s->frozen = 1, s->trained = trained_total(tr);
+        s->params = s->m = s->v = NULL, s->spans = NULL, s->nspans = 0;
+    }
     for (int l = 0; l < L; l++) NB_ASSERT(m->group_numel[1 + l] == s->layer_numel);
 }
 
@@ -539,10 +564,12 @@ static void layers_bind_state(nb_run *r, const nb_state_map *map) {
     tr->has_state_map = 1;
 }
 
+/* LoRA: the base at w (dw NULL), the adapters and their gradient in the family's resident slabs */
 static void layers_forward(nb_run *r, nb_ctx ctx, int l, const void *w) {
     nb_tf_train *tr = r->fs;
     nb_tf_layer_view v;
     nb_tf_bind_layer(&tr->model, l, (void *)w, es_of(tr), &v);
+    nb_tf_lora_bind(tr->model.lora, l, tr->d_weights, es_of(tr), &v);
     nb_tf_layer_forward(&tr->model, tr->be, ctx, &v, l, &tr->acts);
 }
 
@@ -550,21 +577,29 @@ static void layers_backward(nb_run *r, nb_ctx ctx, int l, const void *w, float *
     nb_tf_train *tr = r->fs;
     nb_tf_layer_view v, dv;
     nb_tf_bind_layer(&tr->model, l, (void *)w, es_of(tr), &v);
+    nb_tf_lora_bind(tr->model.lora, l, tr->d_weights, es_of(tr), &v);
     nb_tf_bind_layer(&tr->model, l, dw, sizeof(float), &dv);
+    nb_tf_lora_bind(tr->model.lora, l, tr->g_cur, sizeof(float), &dv);
     nb_tf_layer_backward(&tr->model, tr->be, ctx, &v, &dv, l, &tr->acts);
+}
+
+static void layers_bind_base(nb_run *r, nb_base_sink_fn sink, void *self) {
+    nb_tf_train *tr = r->fs;
+    tr->base_sink = sink, tr->base_sink_self = self;
 }
 
 static const nb_layers_i tf_layers = {
     .slab = layers_slab,
     .acts_bytes = layers_acts_bytes,
     .io_bytes = layers_io_bytes,
-    .reserve_state = reserve_state,
+    .reserve_state = layers_reserve_state,
     .reserve_work = reserve_work,
     .place = place,
     .bind = layers_bind,
     .bind_state = layers_bind_state,
     .forward = layers_forward,
     .backward = layers_backward,
+    .bind_base = layers_bind_base,
 };
 
 /* ---------------------------------------------------------------- family entries */

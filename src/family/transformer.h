@@ -52,6 +52,8 @@ struct nb_tf_train {
     nb_tf_lora lora;
     float *base;  /* host fp32 base weights (the model's slab) */
     void *d_base; /* the base in compute precision where the step reads it (CPU: base itself) */
+    nb_base_sink_fn base_sink; /* stream: the base goes group by group to the schedule instead */
+    void *base_sink_self;
     float *params, *m, *v; /* host fp32 master weights and AdamW moments (checkpoints) */
     /* backend memory (the same buffers as the host ones on the CPU): */
     float *d_params, *d_grads, *d_m, *d_v;
@@ -133,9 +135,10 @@ void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view 
 
 /* family/transformer_lora.c: LoRA's base and adapters */
 void nb_tf_lora_plan(nb_run *r);                     /* the base's buffers (no-op without LoRA) */
+void nb_tf_lora_log(const nb_tf_train *tr);           /* the 'lora' line at start */
 void nb_tf_upload_base(nb_tf_train *tr, nb_ctx ctx); /* host fp32 base -> its compute copy */
 void nb_tf_lora_start(nb_run *r, const char *resume_dir);
-void nb_tf_lora_check(const nb_train_opts *o); /* refusals: stream, dropout, targets */
+void nb_tf_lora_check(const nb_train_opts *o); /* refusals: other schedules, dropout, targets */
 
 /* family/transformer_eval.c: held-out loss, sampling, checkpoint tensors and config */
 /* Mean loss over the first n batches of a token stream (forward only; 0: all of it); covers

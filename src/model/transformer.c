@@ -226,24 +226,32 @@ static int is_residual_projection(const char *name) {
     return strstr(name, "attn.proj.weight") || strstr(name, "mlp.proj.weight") || strstr(name, "mlp.down.weight");
 }
 
+/* One tensor's init into w (its own Philox stream: the same values whatever else is filled). */
+static void init_param(const nb_tf_model *m, const nb_param *p, float *w, uint64_t seed) {
+    float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
+    if (p->ndim == 1) {
+        /* norm weights start at 1, biases at 0 */
+        if ((strstr(p->name, "ln") || strstr(p->name, "_norm")) && strstr(p->name, ".weight"))
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        return;
+    }
+    /* Padded vocabulary rows stay zero: no token ever reads them. */
+    size_t n = p->numel;
+    if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head.weight")) n = (size_t)m->cfg.vocab * (size_t)p->shape[1];
+    float std = is_residual_projection(p->name) ? resid_std : 0.02f;
+    nb_rng_fill_normal(w, n, seed, nb_rng_stream_id(p->name), 0.0f, std);
+}
+
 void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed) {
     nb_zero_par(slab, m->total * sizeof(float));
-    float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
-    for (int i = 0; i < m->nparams; i++) {
-        const nb_param *p = &m->params[i];
-        float *w = slab + p->offset;
-        if (p->ndim == 1) {
-            /* norm weights start at 1, biases at 0 */
-            if ((strstr(p->name, "ln") || strstr(p->name, "_norm")) && strstr(p->name, ".weight"))
-                for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
-            continue;
-        }
-        /* Padded vocabulary rows stay zero: no token ever reads them. */
-        size_t n = p->numel;
-        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head.weight")) n = (size_t)m->cfg.vocab * (size_t)p->shape[1];
-        float std = is_residual_projection(p->name) ? resid_std : 0.02f;
-        nb_rng_fill_normal(w, n, seed, nb_rng_stream_id(p->name), 0.0f, std);
-    }
+    for (int i = 0; i < m->nparams; i++) init_param(m, &m->params[i], slab + m->params[i].offset, seed);
+}
+
+void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed) {
+    size_t g0 = m->group_offset[g];
+    nb_zero_par(dst, m->group_numel[g] * sizeof(float));
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].group == g) init_param(m, &m->params[i], dst + (m->params[i].offset - g0), seed);
 }
 
 void *nb_tf_param_ptr(const nb_tf_model *m, int i, void *slab, size_t es) {

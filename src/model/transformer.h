@@ -126,6 +126,10 @@ void nb_tf_model_free(nb_tf_model *m);
 /* GPT-2 init into an fp32 slab: normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
  * biases 0, norm weights 1. Each tensor draws from its own Philox stream (seed, name). */
 void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed);
+/* Group g's part of that init into dst ([group_numel[g]], offsets from the group's start): the
+ * same values, one group at a time (stream's LoRA loads its frozen base so, never the whole
+ * model in fp32). */
+void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed);
 
 /* A layer's tensors bound to a buffer that holds that layer's group (base = group start). */
 typedef struct {

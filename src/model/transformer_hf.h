@@ -103,6 +103,9 @@ void nb_hf_import_check(const char *dir, const nb_tf_model *m);
  * straight from the mapped files; everything the checkpoint does not set (vocab padding rows)
  * is zero. */
 void nb_hf_import(const char *dir, const nb_tf_model *m, float *params);
+/* Group g of that import into dst ([group_numel[g]], offsets from the group's start): the same
+ * bits as the whole import's group, one group in memory at a time. */
+void nb_hf_import_group(const char *dir, const nb_tf_model *m, int g, float *dst);
 /* The dtype most of the checkpoint's tensors have (F32, BF16 or F16). */
 nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m);
 

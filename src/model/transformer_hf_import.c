@@ -445,10 +445,11 @@ static float value_at(const unsigned char *data, nb_dtype dt, size_t i) {
 
 /* The HF tensor into our parameter rows: straight, or transposed (GPT-2's Conv1D holds [in, out]
  * where we hold [out, in]). Reads the mapping and writes the slab, nothing in between. */
-static void copy_tensor(const nb_st_file *f, const nb_st_tensor *st, const nb_hf_tensor *t, const nb_tf_model *m, float *slab) {
+static void copy_tensor(const nb_st_file *f, const nb_st_tensor *st, const nb_hf_tensor *t, const nb_tf_model *m, float *slab,
+                        size_t slab0) {
     const nb_param *p = &m->params[t->param];
     size_t cols = p->ndim > 1 ? (size_t)p->shape[1] : 1, rows = (size_t)t->rows;
-    float *dst = slab + p->offset + (size_t)t->row0 * cols;
+    float *dst = slab + (p->offset - slab0) + (size_t)t->row0 * cols;
     const unsigned char *src = st->data;
     nb_st_verify(f, st); /* nobubble's own exports carry checksums */
     if (t->transpose) {
@@ -465,20 +466,22 @@ static void copy_tensor(const nb_st_file *f, const nb_st_tensor *st, const nb_hf
                  nb_st_path(f), st->name, k);
 }
 
-/* Check every tensor (slab NULL) or load them all into the slab. */
-static void walk(const char *dir, const nb_tf_model *m, float *slab) {
+/* Check every tensor (slab NULL) or load them into the slab: all of them (group -1), or group
+ * g's into a slab that starts at the group (offsets from group_offset[g]). */
+static void walk(const char *dir, const nb_tf_model *m, float *slab, int group) {
     hf_src s;
     src_open(&s, dir);
     nb_hf_tensor *t;
     int n = nb_hf_tensors(m, &t);
     check_unclaimed(&s, m, t, n);
     for (int i = 0; i < n; i++) {
+        if (group >= 0 && m->params[t[i].param].group != group) continue;
         const nb_st_file *f = NULL;
         const nb_st_tensor *st = lookup(&s, m, t[i].name, &f);
         NB_CHECK(st, CFG_HINT, "%s: tensor '%s' is missing (config.json describes a %s with it)", dir, t[i].name,
                  nb_hf_class_name(m));
         check_tensor(f, st, &t[i], t[i].param == m->global_idx[NB_TF_WPE]);
-        if (slab) copy_tensor(f, st, &t[i], m, slab);
+        if (slab) copy_tensor(f, st, &t[i], m, slab, group >= 0 ? m->group_offset[group] : 0);
     }
     free(t);
     src_close(&s);
@@ -486,7 +489,7 @@ static void walk(const char *dir, const nb_tf_model *m, float *slab) {
 
 void nb_hf_import_check(const char *dir, const nb_tf_model *m) {
     int was = nb_fail_set_exit_code(2);
-    walk(dir, m, NULL);
+    walk(dir, m, NULL, -1);
     nb_fail_set_exit_code(was);
 }
 
@@ -495,7 +498,14 @@ void nb_hf_import(const char *dir, const nb_tf_model *m, float *params) {
     /* everything the checkpoint does not set is zero: the vocabulary's padding rows, the gaps
      * between tensors */
     nb_zero_par(params, m->total * sizeof(float));
-    walk(dir, m, params);
+    walk(dir, m, params, -1);
+    nb_fail_set_exit_code(was);
+}
+
+void nb_hf_import_group(const char *dir, const nb_tf_model *m, int g, float *dst) {
+    int was = nb_fail_set_exit_code(2);
+    nb_zero_par(dst, m->group_numel[g] * sizeof(float));
+    walk(dir, m, dst, g);
     nb_fail_set_exit_code(was);
 }
 

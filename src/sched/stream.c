@@ -53,7 +53,16 @@
  *
  *   no clipping (--grad-clip 0): nothing waits for the norm, so each layer's AdamW runs as soon
  *             as its gradient has landed (a device layer's: after its backward), during the rest
- *             of the backward; the next forward's uploads are staged from the master. */
+ *             of the backward; the next forward's uploads are staged from the master.
+ *
+ *   LoRA (the family's slab is frozen: nb_layer_slab.frozen): the schedule keeps only the frozen
+ *             base, in compute precision, loaded group by group through bind_base (base_sink):
+ *             the streamed layers' in one pinned host buffer, the stages' and the device layers'
+ *             on the device. A load is one h2d copy from that buffer into a slot (nothing staged);
+ *             slots keep their layer across steps (the base never changes). The backward gives no
+ *             gradient for the base: the layer's adapters add theirs into the family's resident
+ *             slab, and the family's own AdamW item (plain's) follows the step on the compute
+ *             lane. Nothing comes down; the host lanes have no work. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -150,6 +159,10 @@ static void gpu_layers_init(nb_stream *st) {
         st->gidx[l] = spread_on_device(l, R, L) ? k++ : -1;
     }
     size_t n = (size_t)R * st->layer_numel;
+    if (st->sl.frozen) { /* LoRA: their frozen base only, in compute precision */
+        st->d_gw = dev(st, n * es(st), "device layers' frozen base");
+        return;
+    }
     st->d_gp = dev(st, n * sizeof(float), "device layers' weights");
     st->d_gm = dev(st, n * sizeof(float), "device layers' AdamW m");
     st->d_gv = dev(st, n * sizeof(float), "device layers' AdamW v");
@@ -176,6 +189,11 @@ static void gpu_layers_init(nb_stream *st) {
 static void gpu_layers_free(nb_stream *st) {
     if (st->nglayer == 0) return;
     const nb_backend_i *be = st->r->be;
+    if (st->sl.frozen) {
+        be->free(st->d_gw);
+        free(st->gidx), free(st->hcut);
+        return;
+    }
     be->free(st->d_gp), be->free(st->d_gm), be->free(st->d_gv), be->free(st->d_gg), be->free(st->d_opt);
     be->free(st->d_gpart);
     if (st->d_gw) be->free(st->d_gw);
@@ -184,6 +202,7 @@ static void gpu_layers_free(nb_stream *st) {
 }
 
 static const void *fetch_layer(void *self, nb_ctx ctx, int l);
+static void base_sink(void *self, int group, const float *w);
 
 void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     nb_run *r = st->r;
@@ -194,8 +213,9 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     size_t lw = st->layer_numel, gw = st->glob_numel;
     /* check the device plan before allocating anything (--gpu-mem-limit emulates a smaller GPU) */
     st->nslot = st->wslots;
-    st->ngslot = nb_stream_gradient_slots(st->nslot);
-    st->nslab = st->r->o.pinned_slabs;
+    int frozen = st->sl.frozen; /* LoRA: the frozen base streams, nothing comes back */
+    st->ngslot = frozen ? 0 : nb_stream_gradient_slots(st->nslot);
+    st->nslab = frozen ? 0 : st->r->o.pinned_slabs;
     st->nglayer = st->glayers;
     size_t need = nb_stream_device_need(&st->sl, st->nslot, st->nglayer);
     /* the trainer's plan (other_device_bytes) is allocated already: compare with what was free before it */
@@ -205,7 +225,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
         nb_fail("lower --batch or --seq, or raise --gpu-mem-limit", "--schedule stream needs %s of GPU memory but %s is available",
                 nb_fmt_bytes(a, 32, (double)(need + other_device_bytes)), nb_fmt_bytes(b, 32, (double)budget));
     }
-    st->d_glob_g = dev(st, gw * sizeof(float), "resident gradients");
+    st->d_glob_g = frozen ? NULL : dev(st, gw * sizeof(float), "resident gradients");
     st->d_glob_w = dev(st, gw * es(st), "resident weights");
     st->d_wslot = nb_calloc((size_t)st->nslot, sizeof(void *), "stream slots");
     st->wslot_free = nb_calloc((size_t)st->nslot, sizeof(opt_mark), "stream slots");
@@ -220,7 +240,9 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
         st->h_up[k] = pinned(st, lw * es(st), "upload staging");
         st->h_down[k] = pinned(st, lw * sizeof(float), "download staging");
     }
-    st->h_glob = pinned(st, gw * sizeof(float), "resident-part staging");
+    st->h_glob = frozen ? NULL : pinned(st, gw * sizeof(float), "resident-part staging");
+    size_t hb = nb_stream_base_host_numel(&st->sl, st->glayers) * es(st);
+    st->h_base = frozen && hb ? pinned(st, hb, "the streamed layers' frozen base") : NULL;
     gpu_layers_init(st);
     st->h2d = nb_lane_create(st->r->lanes, "h2d", NB_LANE_DEVICE);
     st->d2h = nb_lane_create(st->r->lanes, "d2h", NB_LANE_DEVICE);
@@ -230,7 +252,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     st->updated = nb_calloc((size_t)(L ? L : 1), sizeof(opt_mark), "stream marks");
     st->pending = nb_calloc((size_t)(L ? L : 1), sizeof(opt_item *), "stream items");
     for (int p = 0; p < 2; p++) st->opt_items[p] = nb_calloc((size_t)L + 2, sizeof(opt_item), "stream items");
-    size_t nblk = (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK;
+    size_t nblk = frozen ? 0 : (st->sl.total + NB_SUMSQ_BLOCK - 1) / NB_SUMSQ_BLOCK; /* LoRA: the family's norm */
     st->norm_part = nb_calloc(nblk ? nblk : 1, sizeof(double), "norm partial sums");
     st->norm_have = nb_calloc(nblk ? nblk : 1, 1, "norm partial sums");
     st->glob_part[0] = (opt_item){st, -1, -1, NULL, NULL};
@@ -243,11 +265,19 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     for (int l = 0; l < L; l++) st->gitems[l] = (stream_item){st, l, -1, -1, -1};
     /* the family's items read and write the resident part here; evaluation fetches layers */
     st->li->bind(r, st->d_glob_w, st->d_glob_g, fetch_layer, st);
+    if (frozen) st->li->bind_base(r, base_sink, st); /* the family loads it at start */
     nb_stream_bind_state(st);
     char a[32], b[32], c[32], d[32];
     nb_stream_host h;
     nb_stream_host_need(&st->sl, st->nglayer, st->noclip, &h);
     r->sched_dev_bytes = st->device_bytes, r->sched_pinned_bytes = st->pinned_bytes; /* what was allocated */
+    if (frozen) {
+        nb_log(1, "stream      LoRA: the frozen base of %d streamed layers in pinned host memory (%s); device: %s (the "
+                  "stages' and %d device layers' base, %d layer slots of %s); the adapters stay and train on the device\n",
+               L - st->nglayer, nb_fmt_bytes(a, 32, (double)st->pinned_bytes), nb_fmt_bytes(b, 32, (double)st->device_bytes),
+               st->nglayer, st->nslot, nb_fmt_bytes(c, 32, (double)(lw * es(st))));
+        return;
+    }
     double host_bytes = (double)(h.master + h.moments + h.grads);
     nb_log(1, "stream      host: %s (%.2f bytes/param: fp32 weights, 2 AdamW moments, gradients) + pinned staging %s; "
               "device: %s for weights and gradients (embeddings, final norm and head resident; %d layer weight slots "
@@ -272,7 +302,7 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
 void nb_stream_free(nb_stream *st) {
     if (!st) return;
     const nb_backend_i *be = st->r->be;
-    be->free(st->d_glob_g);
+    if (st->d_glob_g) be->free(st->d_glob_g);
     be->free(st->d_glob_w);
     for (int k = 0; k < st->nslot; k++) be->free(st->d_wslot[k]);
     for (int k = 0; k < st->ngslot; k++) be->free(st->d_gslot[k]);
@@ -281,7 +311,8 @@ void nb_stream_free(nb_stream *st) {
         be->host_free(st->h_up[k]);
         be->host_free(st->h_down[k]);
     }
-    be->host_free(st->h_glob);
+    if (st->h_glob) be->host_free(st->h_glob);
+    if (st->h_base) be->host_free(st->h_base);
     gpu_layers_free(st);
     free(st->norm_part), free(st->norm_have);
     free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->pending), free(st->opt_items[0]), free(st->opt_items[1]);
@@ -294,15 +325,54 @@ void nb_stream_free(nb_stream *st) {
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
  * uploads do not come here: the update of the step before writes them (run_update). */
-static void stage_w(const nb_stream *st, void *dst, size_t offset, size_t n) {
+static void cast_w(const nb_stream *st, void *dst, const float *p, size_t n) {
     if (!lowp(st)) {
-        copy_par(st, dst, st->sl.params + offset, n * sizeof(float));
+        copy_par(st, dst, p, n * sizeof(float));
     } else {
         uint16_t *d = dst;
-        const float *p = st->sl.params + offset;
 #pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (n > 65536)
         for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
     }
+}
+
+static void stage_w(const nb_stream *st, void *dst, size_t offset, size_t n) { cast_w(st, dst, st->sl.params + offset, n); }
+
+/* ---- LoRA: the frozen base ---- */
+
+/* streamed layer l's frozen base in the pinned host copy (the device layers have none there) */
+static void *base_of(const nb_stream *st, int l) {
+    return (char *)st->h_base + (size_t)(l - (st->hcut ? st->hcut[l] : 0)) * st->layer_numel * es(st);
+}
+
+typedef struct {
+    nb_stream *st;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} base_job;
+
+static void work_base_up(void *arg, const nb_task_ctx *ctx) {
+    base_job *j = arg;
+    j->st->r->be->to_backend(ctx, j->dst, j->src, j->bytes);
+}
+
+/* The family's base, one group at a time (nb_base_sink_fn), rounded to compute precision as the
+ * device cast rounds it under plain: a streamed layer's into the pinned host copy, the stages'
+ * and the device layers' up to their place on the device (in order on the compute lane). */
+static void base_sink(void *self, int group, const float *w) {
+    nb_stream *st = self;
+    int L = st->sl.layers, l = group - 1;
+    size_t n = group == 0 ? st->sl.in_n : group == L + 1 ? st->sl.out_n : st->layer_numel;
+    if (l >= 0 && l < L && !nb_stream_on_gpu(st, l)) {
+        cast_w(st, base_of(st, l), w, n);
+        return;
+    }
+    void *dst = group == 0 ? st->d_glob_w : group == L + 1 ? (char *)st->d_glob_w + st->sl.in_n * es(st) : gw_of(st, l);
+    void *tmp = nb_malloc(n * es(st) + 1, "a group of the LoRA base");
+    cast_w(st, tmp, w, n);
+    base_job j = {st, dst, tmp, n * es(st)};
+    nb_run_on_compute(st->r, "LoRA base up", work_base_up, &j);
+    free(tmp);
 }
 
 /* Compute-precision weights of one half of the resident part into its place in the staging slab. */
@@ -337,6 +407,7 @@ static void gpu_state_copy(nb_stream *st, nb_ctx ctx, int up) {
 /* The resident part and the device layers from the host master, on ctx (start, resume). */
 static void work_upload(void *arg, const nb_task_ctx *ctx) {
     nb_stream *st = arg;
+    if (st->sl.frozen) return; /* LoRA: the base went up as the family loaded it (base_sink) */
     glob_pack_w(st, st->h_glob);
     st->r->be->to_backend(ctx, st->d_glob_w, st->h_glob, st->glob_numel * es(st));
     gpu_state_copy(st, ctx, 1);
@@ -355,7 +426,8 @@ static void work_stage_up(void *arg, const nb_task_ctx *ctx) {
 static void work_h2d(void *arg, const nb_task_ctx *ctx) {
     load_item *it = arg;
     nb_stream *st = it->st;
-    st->r->be->to_backend(ctx, st->d_wslot[it->wslot], st->h_up[it->uslot], st->layer_numel * es(st));
+    const void *src = st->sl.frozen ? base_of(st, it->layer) : st->h_up[it->uslot]; /* LoRA: read in place */
+    st->r->be->to_backend(ctx, st->d_wslot[it->wslot], src, st->layer_numel * es(st));
 }
 
 /* an item's weights and gradient: its slots, or a device layer's own buffers (wslot -1) */
@@ -377,6 +449,10 @@ static void work_fwd(void *arg, const nb_task_ctx *ctx) {
 static void work_bwd(void *arg, const nb_task_ctx *ctx) {
     stream_item *it = arg;
     nb_stream *st = it->st;
+    if (st->sl.frozen) { /* LoRA: no gradient for the base; the adapters' is the family's */
+        st->li->backward(st->r, ctx, it->layer, item_w(st, it), NULL);
+        return;
+    }
     st->r->be->zero(ctx, item_g(st, it), st->layer_numel * sizeof(float));
     st->li->backward(st->r, ctx, it->layer, item_w(st, it), item_g(st, it));
     if (it->wslot < 0) { /* a device layer: its share of the norm, block by block, where it is */
@@ -597,6 +673,18 @@ static int lru_slot(const nb_stream *st) {
     return w;
 }
 
+/* The upload of a load's layer into its weight slot, once the slot's last reader is done; the
+ * compute lane is told to wait for it. */
+static int load_into(nb_stream *st, load_item *it, int step) {
+    char name[40];
+    wait_if(st->h2d, st->wslot_free[it->wslot]);
+    snprintf(name, sizeof name, "h2d L%d", it->layer);
+    nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
+    nb_lane_wait(st->r->compute, nb_lane_mark(st->h2d));
+    st->wslot_layer[it->wslot] = it->layer;
+    return it->wslot;
+}
+
 /* Enqueues the upload of layer l into a weight slot (reusing the slot if it already holds l)
  * and returns the slot; the compute lane is told to wait for it. */
 static int load(nb_stream *st, int l, int step) {
@@ -604,10 +692,14 @@ static int load(nb_stream *st, int l, int step) {
         if (st->wslot_layer[k] == l) return k;
     int w = lru_slot(st), u = st->next_up;
     st->wslot_used[w] = ++st->uses;
-    st->next_up = (u + 1) % st->nslab;
     load_item *it = &st->loads[st->nloads++];
-    *it = (load_item){st, l, u, w};
     char name[40];
+    if (st->sl.frozen) { /* LoRA: the frozen base goes up from its pinned copy, nothing to stage */
+        *it = (load_item){st, l, -1, w};
+        return load_into(st, it, step);
+    }
+    st->next_up = (u + 1) % st->nslab;
+    *it = (load_item){st, l, u, w};
     nb_lane *fill = st->pending[l] ? st->optim : st->stage;
     wait_if(fill, st->up_free[u]); /* the slab's previous upload has left it */
     if (st->pending[l]) {          /* the previous step's update of layer l fills the slab */
@@ -618,12 +710,8 @@ static int load(nb_stream *st, int l, int step) {
         nb_lane_run(st->stage, name, NB_SPAN_OTHER, step, work_stage_up, it);
     }
     nb_lane_wait(st->h2d, nb_lane_mark(fill));
-    wait_if(st->h2d, st->wslot_free[w]); /* the slot's last reader is done */
-    snprintf(name, sizeof name, "h2d L%d", l);
-    nb_lane_run(st->h2d, name, NB_SPAN_H2D, step, work_h2d, it);
+    w = load_into(st, it, step);
     st->up_free[u] = mark(st->h2d);
-    nb_lane_wait(st->r->compute, nb_lane_mark(st->h2d));
-    st->wslot_layer[w] = l;
     return w;
 }
 
@@ -645,7 +733,7 @@ static void gpu_update(nb_stream *st, int l, int ustep, int step) {
  * pending update), a streamed one is loaded into a slot. */
 static stream_item forward_item(nb_stream *st, int l, int step) {
     if (!nb_stream_on_gpu(st, l)) return (stream_item){st, l, load(st, l, step), 0, 0};
-    if (st->gpending[l]) gpu_update(st, l, st->gpend_step, step);
+    if (st->gpending && st->gpending[l]) gpu_update(st, l, st->gpend_step, step);
     return (stream_item){st, l, -1, -1, -1};
 }
 
@@ -670,11 +758,18 @@ static void gpu_backward(nb_stream *st, int l, int step) {
 static void backward_layer(nb_stream *st, int l, int step) {
     nb_lane *c = st->r->compute;
     char name[40];
+    stream_item *it = &st->bwd[l];
+    if (st->sl.frozen) { /* LoRA: the backward alone, its gradient is the family's resident adapters' */
+        *it = (stream_item){st, l, nb_stream_on_gpu(st, l) ? -1 : load(st, l, step), -1, -1};
+        snprintf(name, sizeof name, "bwd L%d", l);
+        nb_lane_run(c, name, NB_SPAN_BWD, step, work_bwd, it);
+        if (it->wslot >= 0) slot_used(st, it->wslot);
+        return;
+    }
     if (nb_stream_on_gpu(st, l)) {
         gpu_backward(st, l, step);
         return;
     }
-    stream_item *it = &st->bwd[l];
     int w = load(st, l, step), g = st->next_gslot, d = st->next_down;
     st->next_gslot = (g + 1) % st->ngslot;
     st->next_down = (d + 1) % st->nslab;
@@ -710,31 +805,12 @@ static void run_stage_items(nb_stream *st, const nb_items *l, nb_lane *lane, int
         if (l->v[i].layer < 0 && !l->v[i].hook) nb_lane_run(lane, l->v[i].name, l->v[i].kind, step, l->v[i].fn, l->v[i].arg);
 }
 
-nb_mark nb_stream_step(nb_stream *st, int step) {
-    const nb_step_items *items_of = &st->r->items;
+/* Every layer's backward, from the last: the layers kept whole, then block by block from their
+ * checkpoints (--ckpt-interval). */
+static void backward_layers(nb_stream *st, int step) {
     nb_lane *c = st->r->compute;
     int L = st->sl.layers;
     char name[40];
-    st->nloads = 0;
-    for (int k = 0; k < st->nslot; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
-    memcpy(st->k[step & 1], st->sl.k, sizeof st->k[0]); /* this step's AdamW scalars */
-    wait_if(c, st->emb_ready);
-    run_stage_items(st, &items_of->input, c, step); /* embed fwd */
-    for (int l = 0; l < L; l++) {
-        stream_item *it = &st->fwd[l];
-        *it = forward_item(st, l, step);
-        snprintf(name, sizeof name, "fwd L%d", l);
-        nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
-        if (it->wslot >= 0) slot_used(st, it->wslot);
-    }
-    upload_head(st, step);
-    wait_if(c, st->final_ready);
-    run_stage_items(st, &items_of->bwd[0], c, step); /* head + loss */
-    /* the final norm's and head's gradients are complete now: down and landed under the backward */
-    nb_lane_wait(st->d2h, nb_lane_mark(c));
-    nb_lane_run(st->d2h, "d2h head", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[1]);
-    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
-    nb_lane_run(st->host, "grad head", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[1]);
     int K = st->r->o.ckpt_interval > 0 ? st->r->o.ckpt_interval : L; /* 0: every activation kept */
     int Lw = st->r->o.ckpt_interval > 0 ? L - st->keep : L;          /* below the layers kept whole */
     for (int l = L - 1; l >= Lw; l--) backward_layer(st, l, step);
@@ -752,6 +828,43 @@ nb_mark nb_stream_step(nb_stream *st, int step) {
         }
         for (int l = e - 1; l >= b; l--) backward_layer(st, l, step);
     }
+}
+
+/* LoRA's step after the head: the layers' backward (each adds to the resident adapters'
+ * gradient), then the input stage's items; the family's AdamW item follows on the compute lane. */
+static nb_mark frozen_backward(nb_stream *st, int step) {
+    backward_layers(st, step);
+    run_stage_items(st, &st->r->items.tail, st->r->compute, step);
+    return nb_lane_mark(st->r->compute);
+}
+
+nb_mark nb_stream_step(nb_stream *st, int step) {
+    const nb_step_items *items_of = &st->r->items;
+    nb_lane *c = st->r->compute;
+    int L = st->sl.layers;
+    char name[40];
+    st->nloads = 0;
+    for (int k = 0; k < st->nslot && !st->sl.frozen; k++) st->wslot_layer[k] = -1; /* the optimizer changed every layer */
+    if (st->sl.k) memcpy(st->k[step & 1], st->sl.k, sizeof st->k[0]); /* this step's AdamW scalars */
+    wait_if(c, st->emb_ready);
+    run_stage_items(st, &items_of->input, c, step); /* embed fwd */
+    for (int l = 0; l < L; l++) {
+        stream_item *it = &st->fwd[l];
+        *it = forward_item(st, l, step);
+        snprintf(name, sizeof name, "fwd L%d", l);
+        nb_lane_run(c, name, NB_SPAN_FWD, step, work_fwd, it);
+        if (it->wslot >= 0) slot_used(st, it->wslot);
+    }
+    upload_head(st, step);
+    wait_if(c, st->final_ready);
+    run_stage_items(st, &items_of->bwd[0], c, step); /* head + loss */
+    if (st->sl.frozen) return frozen_backward(st, step);
+    /* the final norm's and head's gradients are complete now: down and landed under the backward */
+    nb_lane_wait(st->d2h, nb_lane_mark(c));
+    nb_lane_run(st->d2h, "d2h head", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[1]);
+    nb_lane_wait(st->host, nb_lane_mark(st->d2h));
+    nb_lane_run(st->host, "grad head", NB_SPAN_OTHER, step, work_glob_land, &st->glob_part[1]);
+    backward_layers(st, step);
     run_stage_items(st, &items_of->tail, c, step); /* embed bwd */
     nb_lane_wait(st->d2h, nb_lane_mark(c));
     nb_lane_run(st->d2h, "d2h embeddings", NB_SPAN_D2H, step, work_glob_d2h, &st->glob_part[0]);
@@ -794,7 +907,8 @@ float nb_stream_grad_norm(const nb_stream *st) { return (float)sqrt(st->sumsq); 
 void nb_stream_report(const nb_stream *st) {
     int L = st->sl.layers;
     double lb = (double)st->layer_numel, up = (double)st->nloads * lb * (double)es(st) + (double)st->glob_numel * (double)es(st);
-    double down = ((double)(L - st->nglayer) * lb + (double)st->glob_numel) * sizeof(float);
+    double down = st->sl.frozen ? 0.0 : ((double)(L - st->nglayer) * lb + (double)st->glob_numel) * sizeof(float);
+    if (st->sl.frozen) up -= (double)st->glob_numel * (double)es(st); /* LoRA: the stages stay, frozen */
     char a[32], b[32];
     int streamed = L - st->nglayer;
     int cpu = st->r->be->device == NB_DEV_CPU; /* the same copies, but no bus: memory to memory */
@@ -807,7 +921,7 @@ void nb_stream_report(const nb_stream *st) {
  * the end read the host master). */
 void nb_stream_quiesce(nb_stream *st) {
     upload_head(st, -1);
-    for (int l = 0; l < st->sl.layers && st->nglayer; l++)
+    for (int l = 0; l < st->sl.layers && st->gpending; l++)
         if (st->gpending[l]) gpu_update(st, l, st->gpend_step, -1);
     if (st->gdirty) {
         nb_lane_run(st->r->compute, "device layers down", NB_SPAN_OTHER, -1, work_gpu_download, st);
@@ -823,8 +937,9 @@ void nb_stream_quiesce(nb_stream *st) {
 static const void *fetch_layer(void *self, nb_ctx ctx, int l) {
     nb_stream *st = self;
     if (nb_stream_on_gpu(st, l)) return gw_of(st, l); /* up to date: quiesce ran the pending update */
-    stage_w(st, st->h_up[0], st->sl.layer_offset[l], st->layer_numel);
-    st->r->be->to_backend(ctx, st->d_wslot[0], st->h_up[0], st->layer_numel * es(st));
+    const void *src = st->h_base ? base_of(st, l) : st->h_up[0]; /* LoRA: the frozen base in place */
+    if (!st->h_base) stage_w(st, st->h_up[0], st->sl.layer_offset[l], st->layer_numel);
+    st->r->be->to_backend(ctx, st->d_wslot[0], src, st->layer_numel * es(st));
     /* every layer is staged through h_up[0]: the copy must have read it before the next call
      * overwrites it (to_host returns when ctx's work is done; without this wait a CUDA
      * evaluation sometimes ran a layer with the next layer's weights) */

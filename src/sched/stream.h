@@ -75,6 +75,8 @@ struct nb_stream {
     float *d_gslot[NB_STREAM_MAX_SLOTS];        /* layer gradients */
     void *h_up[NB_STREAM_MAX_SLOTS];            /* pinned staging: weights up (compute precision) */
     float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
+    void *h_base;                 /* LoRA (sl.frozen): the streamed layers' frozen base, compute
+                                   * precision, pinned (uploads read it in place; nothing is staged) */
     nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
     opt_mark *wslot_free, gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
     opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
@@ -221,6 +223,10 @@ void nb_stream_bind_state(nb_stream *st);
 /* nb_sumsq_finish over a host gradient slab that lacks the device layers. */
 double nb_stream_sumsq_split(nb_stream *st);
 size_t nb_stream_wslot_bytes(const nb_layer_slab *s);
+/* LoRA (a frozen slab): elements of the base the host keeps (the streamed layers', pinned: the
+ * uploads read it in place); bytes of the adapters the family keeps on the device */
+size_t nb_stream_base_host_numel(const nb_layer_slab *s, int glayers);
+size_t nb_stream_trained_dev_bytes(const nb_layer_slab *s);
 size_t nb_stream_glayer_bytes(const nb_layer_slab *s);
 
 #endif

@@ -61,7 +61,8 @@ static size_t stream_budget(const nb_stream *st) {
 /* Device bytes of the stream's fixed part (resident part, wslots weight slots, glayers layers on
  * the device, the tokens). */
 static size_t stream_fixed(const nb_stream *st, int wslots, int glayers) {
-    return nb_stream_device_need(&st->sl, wslots, glayers) + st->li->io_bytes(st->r);
+    size_t adapters = on_device(st) ? nb_stream_trained_dev_bytes(&st->sl) : 0; /* LoRA: resident, the family's */
+    return nb_stream_device_need(&st->sl, wslots, glayers) + st->li->io_bytes(st->r) + adapters;
 }
 
 /* Device bytes the stream's budget has left (negative: over) with wslots weight slots, glayers
@@ -137,6 +138,15 @@ static void print_plan(const nb_stream *st, const nb_stream_host *h, size_t acts
     const nb_train_opts *o = &st->r->o;
     char kept[128], b[6][32];
     kept_text(st, kept, sizeof kept);
+    if (st->sl.frozen) {
+        nb_log(1, "memory      LoRA: host: frozen base of %d streamed layers %s (pinned) + adapters %s (master, 2 moments); "
+                  "%s: base of the stages and %d device layers + adapters, activations %s (B=%d, T=%d), %s\n",
+               st->sl.layers - st->glayers,
+               nb_fmt_bytes(b[0], 32, (double)(nb_stream_base_host_numel(&st->sl, st->glayers) * st->sl.elem)),
+               nb_fmt_bytes(b[1], 32, (double)(h->master + h->moments)), on_device(st) ? "device" : "host", st->glayers,
+               nb_fmt_bytes(b[3], 32, (double)acts), o->batch, o->seq, kept);
+        return;
+    }
     nb_log(1, "memory      host: params %s + adamw %s + grads %s (%.2f bytes/param%s%s%s%s); %s: activations %s (B=%d, T=%d), %s\n",
            nb_fmt_bytes(b[0], 32, (double)h->master), nb_fmt_bytes(b[1], 32, (double)h->moments),
            nb_fmt_bytes(b[2], 32, (double)h->grads),
@@ -158,6 +168,18 @@ static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t act
     size_t dev_need = nb_stream_device_need(s, st->wslots, st->glayers);
     nb_mem_plan *m = &r->mem;
     m->glayers = st->glayers, m->wslots = st->wslots, m->keep = st->keep;
+    if (s->frozen) { /* LoRA: the base (2 bytes/param in bf16) where it lives; the adapters' full state */
+        size_t a = s->trained * sizeof(float), aw = on_device(st) && e != sizeof(float) ? s->trained * e : 0;
+        size_t hbase = nb_stream_base_host_numel(s, st->glayers) * e;
+        m->host = (nb_mem_side){.weights = hbase + a, .moments = 2 * a};
+        nb_mem_side *d = on_device(st) ? &m->dev : &m->host;
+        if (on_device(st)) d->weights = (gw + G * lw) * e + a + aw, d->moments = 2 * a;
+        d->grads = a, d->acts = acts, d->slots = (size_t)st->wslots * lw * e, d->other = st->li->io_bytes(r);
+        m->saved = "", m->params = s->total;
+        r->sched_dev_bytes = dev_need;
+        r->sched_pinned_bytes = nb_stream_pinned_need(s, r->o.pinned_slabs, st->glayers);
+        return;
+    }
     m->host = (nb_mem_side){.weights = h->master, .grads = h->grads, .moments = h->moments};
     size_t slots = (size_t)st->wslots * lw * e + (size_t)nb_stream_gradient_slots(st->wslots) * lw * sizeof(float);
     size_t dw = gw * e + G * lw * (sizeof(float) + (e == sizeof(float) ? 0 : e)), dm = G * lw * 2 * sizeof(float);
@@ -176,7 +198,9 @@ static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t act
  * (nb_stream_host_need); device (or host on the CPU backend): activations, tokens, step scalars.
  * The slots are the schedule's own (init). The family reserves its part (its master and moments;
  * its activations and per-step buffers) through its layers capability, this schedule the host
- * gradient slab between them. */
+ * gradient slab between them. LoRA (a frozen slab): the family reserves its adapters resident (as
+ * under plain) and trains them with its own items (keeps_state off); the schedule's own memory is
+ * the frozen base (pinned host, slots, device layers: nb_stream_device_need, nb_stream_pinned_need). */
 static void stream_plan(nb_run *r) {
     nb_stream *st = nb_calloc(1, sizeof *st, "stream schedule");
     r->ss = st;
@@ -187,13 +211,17 @@ static void stream_plan(nb_run *r) {
     st->glayers = resolve_glayers(st);
     st->wslots = fit_wslots(st, st->glayers);
     int K = r->o.ckpt_interval;
-    st->noclip = r->o.grad_clip <= 0;
+    /* LoRA: the family trains its resident adapters with its own AdamW item (after the step, as
+     * under plain); the schedule keeps and streams the frozen base only */
+    if (st->sl.frozen) r->traits.keeps_state = 0;
+    st->noclip = r->o.grad_clip <= 0 && !st->sl.frozen;
     size_t mom = nb_stream_moment_numel(&st->sl, st->glayers), acts = st->li->acts_bytes(r, K, st->keep);
     nb_stream_host h;
     nb_stream_host_need(&st->sl, st->glayers, st->noclip, &h);
     print_plan(st, &h, acts);
     st->li->reserve_state(r, mom);
-    st->hg = nb_arena_plan_bytes(&r->host, nb_stream_grads_numel(&st->sl, st->glayers, st->noclip) * sizeof(float));
+    size_t grads = st->sl.frozen ? 0 : nb_stream_grads_numel(&st->sl, st->glayers, st->noclip) * sizeof(float);
+    st->hg = grads ? nb_arena_plan_bytes(&r->host, grads) : 0;
     size_t edges = nb_stream_edges_numel(&st->sl, st->noclip) * sizeof(float);
     st->he = edges ? nb_arena_plan_bytes(&r->host, edges) : 0;
     st->li->reserve_work(r, K, st->keep);
@@ -202,7 +230,7 @@ static void stream_plan(nb_run *r) {
     nb_run_alloc_arenas(r, "pass --gpu-layers N (their moments and gradients stay on the GPU), --grad-clip 0 (no host "
                            "gradient slab), lower --batch or --seq, or pick a smaller --model");
     /* the arena starts zeroed, so alignment gaps stay zero: the global norm sums them */
-    st->h_grads = (float *)(r->host.base + st->hg);
+    st->h_grads = grads ? (float *)(r->host.base + st->hg) : NULL;
     st->h_edges = edges ? (float *)(r->host.base + st->he) : NULL;
 }
 
@@ -212,7 +240,7 @@ static nb_mark stream_step(nb_run *r, int step) { return nb_stream_step(S(r), st
 static void stream_drain(nb_run *r) { nb_stream_quiesce(S(r)); }
 static void stream_report(nb_run *r) { nb_stream_report(S(r)); }
 static void stream_upload(nb_run *r) { nb_stream_upload(S(r)); }
-static float stream_grad_norm(nb_run *r) { return nb_stream_grad_norm(S(r)); }
+static float stream_grad_norm(nb_run *r) { return S(r)->sl.frozen ? r->grad_norm : nb_stream_grad_norm(S(r)); }
 static void stream_free(nb_run *r) {
     nb_stream_free(S(r));
     r->ss = NULL;

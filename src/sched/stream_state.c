@@ -20,10 +20,17 @@ size_t nb_stream_wslot_bytes(const nb_layer_slab *s) { return s->layer_numel * s
  * and its norm blocks */
 size_t nb_stream_glayer_bytes(const nb_layer_slab *s) {
     size_t lw = s->layer_numel, e = s->elem;
+    if (s->frozen) return lw * e; /* LoRA: its frozen base only */
     return lw * (4 * sizeof(float) + (e == sizeof(float) ? 0 : e)) + (lw / NB_SUMSQ_BLOCK + 2) * sizeof(double);
 }
 
 int nb_stream_gradient_slots(int wslots) { return wslots < 2 ? wslots : 2; }
+
+/* LoRA: the adapters the family keeps resident where the step runs (master, gradient, moments,
+ * and a compute copy in bf16) */
+size_t nb_stream_trained_dev_bytes(const nb_layer_slab *s) {
+    return s->frozen ? s->trained * (4 * sizeof(float) + (s->elem == sizeof(float) ? 0 : s->elem)) : 0;
+}
 
 
 size_t nb_stream_moment_numel(const nb_layer_slab *s, int glayers) { return s->total - (size_t)glayers * s->layer_numel; }
@@ -37,6 +44,10 @@ size_t nb_stream_edges_numel(const nb_layer_slab *s, int noclip) {
 }
 
 void nb_stream_host_need(const nb_layer_slab *s, int glayers, int noclip, nb_stream_host *h) {
+    if (s->frozen) { /* LoRA: the adapters' fp32 master and moments (the family's); the base is pinned */
+        *h = (nb_stream_host){s->trained * sizeof(float), 2 * s->trained * sizeof(float), 0, 0, 0};
+        return;
+    }
     size_t mom = nb_stream_moment_numel(s, glayers) * sizeof(float);
     h->master = s->total * sizeof(float);
     h->moments = 2 * mom;
@@ -47,12 +58,19 @@ void nb_stream_host_need(const nb_layer_slab *s, int glayers, int noclip, nb_str
 
 size_t nb_stream_pinned_need(const nb_layer_slab *s, int nslab, int glayers) {
     size_t lw = s->layer_numel, gw = s->in_n + s->out_n;
+    if (s->frozen) return nb_stream_base_host_numel(s, glayers) * s->elem; /* uploads read it in place */
     size_t g = glayers ? 2 * sizeof(gpu_opt) + (size_t)glayers * nb_stream_gnorm_stride(lw) : 0;
     return (size_t)nslab * lw * (s->elem + sizeof(float)) + gw * sizeof(float) + g;
 }
 
+size_t nb_stream_base_host_numel(const nb_layer_slab *s, int glayers) {
+    return (size_t)(s->layers - glayers) * s->layer_numel;
+}
+
 size_t nb_stream_device_need(const nb_layer_slab *s, int wslots, int glayers) {
     size_t lw = s->layer_numel, gw = s->in_n + s->out_n, e = s->elem;
+    if (s->frozen) /* LoRA: the stages' and device layers' frozen base, the weight slots; no gradient */
+        return (gw + (size_t)wslots * lw + (size_t)glayers * lw) * e;
     return gw * (e + 4) + (size_t)wslots * lw * e + (size_t)nb_stream_gradient_slots(wslots) * lw * sizeof(float) +
            (size_t)glayers * nb_stream_glayer_bytes(s) + sizeof(gpu_opt);
 }
@@ -101,7 +119,7 @@ static void work_zero_moments(void *arg, const nb_task_ctx *ctx) {
 /* The family reaches the device layers' moments through the map (checkpoints, resume); they start
  * at zero, as the host's would. */
 void nb_stream_bind_state(nb_stream *st) {
-    if (!st->nglayer) return;
+    if (!st->nglayer || st->sl.frozen) return;
     nb_run_on_compute(st->r, "zero device moments", work_zero_moments, st);
     st->map = (nb_state_map){st, state_host_off, state_fetch, state_store};
     st->li->bind_state(st->r, &st->map);

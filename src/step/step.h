@@ -154,7 +154,18 @@ typedef struct {
     float *params, *m, *v;            /* host fp32 master weights and AdamW moments (the family's) */
     const nb_adamw_scalars *k;        /* this step's AdamW scalars [2], host (set by begin_step) */
     size_t elem;                      /* bytes per compute-precision element */
+    /* frozen (LoRA): the slab above is the frozen base (no gradient, no optimizer state: params,
+     * m, v NULL); what trains is the family's own slab of trained elements (the adapters), which
+     * the family keeps resident where the step runs and updates with its own optimizer items;
+     * the schedule keeps and streams only the base (bind_base) */
+    int frozen;
+    size_t trained;
 } nb_layer_slab;
+
+/* Receives the frozen base group by group (0: the input stage, 1 + l: layer l, layers + 1: the
+ * output stage), fp32, [group's elements]; called in group order, synchronously (the buffer is
+ * reused after it returns). */
+typedef void (*nb_base_sink_fn)(void *self, int group, const float *w);
 
 /* Gives layer l's compute-precision weights where the backend reads them, for a forward-only pass
  * (evaluation): the slot a schedule loaded them into. */
@@ -197,6 +208,11 @@ typedef struct nb_layers_i {
      * weights at w: what the family's layer items compute over their own slabs. */
     void (*forward)(nb_run *r, nb_ctx ctx, int l, const void *w);
     void (*backward)(nb_run *r, nb_ctx ctx, int l, const void *w, float *dw);
+    /* A frozen slab: the family loads its base one group at a time at start (and resume) and hands
+     * each to sink, which keeps it in compute precision where the schedule streams it from. dw
+     * above is NULL then: the layer's trained part (the adapters) accumulates its gradient in the
+     * family's own resident slab. */
+    void (*bind_base)(nb_run *r, nb_base_sink_fn sink, void *self);
 } nb_layers_i;
 
 /* ---------------------------------------------------------------- a model family */
@@ -312,6 +328,8 @@ typedef struct {
 typedef struct {
     nb_mem_side host, dev;
     int glayers, wslots, keep; /* the stream schedule's choices (-1 options resolved) */
+    size_t params;             /* the model's elements, when the weights terms are not its fp32 master
+                                * (LoRA: the frozen base in compute precision beside the adapters); 0 */
     const char *saved;         /* what the options left out of host memory, in words ("" none) */
     char saved_buf[192];
 } nb_mem_plan;
