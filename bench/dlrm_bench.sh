@@ -15,7 +15,11 @@
 # Environment: OUT (results; default bench/out/dlrm), NB_BUILD [build], PYTHON [python3],
 #   NB_FLAGS (nobubble's extra flags) [--graphs: the step captured once and replayed; if that run
 #   fails, one run without it follows when time allows], MODES [eager,compile,reduce-overhead],
-#   TORCH_RESERVE (seconds kept for PyTorch while nobubble runs: only a cap on a run that hangs) [240].
+#   TORCH_RESERVE (seconds kept for PyTorch while nobubble runs: only a cap on a run that hangs) [240],
+#   NB_DATA [files]: nobubble reads its samples from MLPerf-layout day files that `nobubble synth-dump
+#   --format mlperf` writes first (the generator's samples 0.., memory-mapped: the step is not bound
+#   by making samples on the host); synth: `--data synth`, the generator inside the run (its host
+#   time per step is in the "host ms/step" line; above the step time it bounds nobubble's rate).
 # Writes to $OUT: build.log, nb/ (train.log, metrics.jsonl), nobubble.jsonl, torch.jsonl, torch.log,
 # params.json, table.md; prints the table last. bench/README.md (dlrm-dcnv2 section) has the rest.
 set -uo pipefail   # no -e: one failing run must not hide the numbers of the others
@@ -52,6 +56,8 @@ NB=$NB_BUILD/nobubble
 PY=${PYTHON:-python3}
 DEVICE=cuda DTYPE=bf16
 MODES=${MODES:-eager,compile,reduce-overhead}
+NB_DATA=${NB_DATA:-files}
+case "$NB_DATA" in files|synth) ;; *) echo "dlrm_bench.sh: NB_DATA is files or synth, got '$NB_DATA'" >&2; exit 2 ;; esac
 NB_FLAGS=${NB_FLAGS---graphs}
 TORCH_RESERVE=${TORCH_RESERVE:-240}
 if [ $quick = 1 ]; then
@@ -127,7 +133,7 @@ nb_run() {
     rm -rf "$TMP/nb" && rm -f "$OUT/nb/metrics.jsonl"
     local row_start; row_start=$(date +%s)
     # --eval-every 0 --eval-samples 1024: one small held-out pass after the last step, outside the step times
-    timeout "$t" "$NB" train --model dlrm-dcnv2 --device "$DEVICE" --data synth --table-cap "$cap" --batch "$batch" \
+    timeout "$t" "$NB" train --model dlrm-dcnv2 --device "$DEVICE" --data "$NB_SRC" --table-cap "$cap" --batch "$batch" \
         --steps $(( steps + WARM )) --eval-every 0 --eval-samples 1024 --log-every 0 --no-ckpt --out "$TMP/nb" "$@" \
         >"$OUT/nb/train.log" 2>&1
     local rc=$?
@@ -138,7 +144,9 @@ nb_run() {
         [ $rc -eq 0 ] || { echo "nobubble exited $rc after its last step (see $OUT/nb/train.log)"; status=1; }
         "$PY" bench/dlrm_torch.py --collect-nobubble "$OUT/nb" --impl "$impl" --batch "$batch" --table-cap "$cap" --skip $WARM \
             --device-name "${GPU_NAME:-unknown}" --json "$OUT/nobubble.jsonl" || status=1
-        grep -E '^(dlrm-dcnv2|memory|throughput|breakdown) ' "$OUT/nb/train.log"   # the trainer's own summary
+        # the trainer's own summary; "host ms/step" is the synthetic batch generation on the host,
+        # overlapped with the step before: when it exceeds the step, it is what bounds nobubble's rate
+        grep -E '^(dlrm-dcnv2|memory|throughput|breakdown|host ms/step) ' "$OUT/nb/train.log"
         return 0
     fi
     local why; why=$([ $rc -eq 124 ] && echo "timed out after $t s" || tail -n 1 "$OUT/nb/train.log")
@@ -155,7 +163,23 @@ if [ -x "$NB" ]; then
     "$NB" train --model dlrm-dcnv2 --device cpu --data synth --table-cap 1000 --batch 8 --steps 1 --eval-every 0 \
         --eval-samples 16 --out "$TMP/nb-params" --quiet >"$OUT/nb/params.log" 2>&1 \
         || { echo "the parameter-count run failed:"; tail -3 "$OUT/nb/params.log"; status=1; }
-    echo "== nobubble train --model dlrm-dcnv2 --device $DEVICE ${NB_FLAGS} $(stamp)"
+    NB_SRC=synth
+    if [ "$NB_DATA" = files ]; then
+        # the samples the run trains on (day_0: steps x batch, no wrap) and a small held-out day 23
+        spec="synth:multi_hot=1,items=1,max_len=0,cap=$cap"
+        echo "== synth-dump --format mlperf: $(( batch * (steps + WARM) )) samples of $spec $(stamp)"
+        mkdir -p "$TMP/mlperf"
+        if "$NB" synth-dump --data "$spec" --format mlperf --samples $(( batch * (steps + WARM) )) --out "$TMP/mlperf/day_0" \
+                --quiet >"$OUT/nb/dump.log" 2>&1 \
+            && "$NB" synth-dump --data "$spec" --format mlperf --samples 2048 --first 1099511627776 \
+                --out "$TMP/mlperf/day_23" --quiet >>"$OUT/nb/dump.log" 2>&1; then
+            NB_SRC="mlperf:$TMP/mlperf"
+            du -sh "$TMP/mlperf" | awk '{ print "wrote " $1 " of day files" }'
+        else
+            echo "synth-dump failed (the run makes its samples itself: --data synth):"; tail -3 "$OUT/nb/dump.log"; status=1
+        fi
+    fi
+    echo "== nobubble train --model dlrm-dcnv2 --device $DEVICE --data ${NB_SRC%%:*} ${NB_FLAGS} $(stamp)"
     # shellcheck disable=SC2086
     if ! nb_run "nobubble${NB_FLAGS:+ $NB_FLAGS}" $NB_FLAGS && [[ " $NB_FLAGS " == *" --graphs "* ]]; then
         echo "== nobubble again without --graphs $(stamp)"

@@ -192,7 +192,8 @@ def make_optimizers(model, emb, cuda):
     except TypeError:   # a torch without foreach (older than 1.12)
         opt = torch.optim.Adagrad(dense, lr=LR, eps=DENSE_EPS, initial_accumulator_value=0.0)
         kind = "single-tensor"
-    opt_emb = torch.optim.Adagrad([emb.weight], lr=LR, eps=EMB_EPS, initial_accumulator_value=0.0)
+    # sparse gradients take the single-tensor path whatever foreach says; say it outright
+    opt_emb = torch.optim.Adagrad([emb.weight], lr=LR, eps=EMB_EPS, initial_accumulator_value=0.0, foreach=False)
     return dense, (opt, opt_emb), kind
 
 
