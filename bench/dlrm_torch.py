@@ -647,7 +647,7 @@ def print_table(rows, params_json=None):
     """Markdown: nobubble, the PyTorch modes, the MLPerf reference. ratio = the row's samples/s over
     the best PyTorch mode's (best by median; median and p90 ratios each), > 1: faster."""
     order = {"nobubble": 0, "torch-eager": 1, "torch-compile": 2, "torch-reduce-overhead": 3}
-    rows = sorted(rows, key=lambda r: order.get(r.get("impl"), 0.5 if str(r.get("impl", "")).startswith("nobubble") else 9))
+    rows = sorted(rows, key=lambda r: 0 if r.get("engine") == "nobubble" else order.get(r.get("impl"), 9))   # stable
     ok = [r for r in rows if r.get("engine") == "pytorch" and r.get("status") == "ok"]
     best = max(ok, key=lambda r: r["median_samples_per_s"]) if ok else None
     print("| impl | batch | median samples/s | p90 samples/s | vs best torch (median / p90) | unique rows / step | loss first -> last |")
