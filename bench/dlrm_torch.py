@@ -359,8 +359,8 @@ def bench(args):
     if cuda:
         if not torch.cuda.is_available():
             fail("no CUDA device is visible to torch", "run on the GPU machine, or --device cpu for a smoke check")
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        # TF32 off, as nobubble's --precision fp32 (under bf16 autocast the matmuls are bf16 anyway)
+        torch.backends.cuda.matmul.allow_tf32 = False
     else:
         torch.set_num_threads(os.cpu_count())
     modes = args.mode.split(",")
