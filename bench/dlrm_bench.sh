@@ -21,8 +21,9 @@
 #   --format mlperf` writes first (the generator's samples 0.., memory-mapped: the step is not bound
 #   by making samples on the host); synth: `--data synth`, the generator inside the run (its host
 #   time per step is in the "host ms/step" line; above the step time it bounds nobubble's rate).
-# Writes to $OUT: build.log, nb/ (train.log, metrics.jsonl), nobubble.jsonl, torch.jsonl, torch.log,
-# params.json, table.md; prints the table last. bench/README.md (dlrm-dcnv2 section) has the rest.
+# Writes to $OUT (8 files: the device tool's limit): table.md, nobubble.jsonl, torch.jsonl, torch.log,
+# params.json, nb/train.log, nb/metrics.jsonl, and logs.tgz (build.log, nb/dump.log, nb/params.log,
+# the log of a failed nobubble run); prints the table last. bench/README.md (dlrm-dcnv2 section) has the rest.
 set -uo pipefail   # no -e: one failing run must not hide the numbers of the others
 cd "$(dirname "$0")/.." || exit 1
 WARM=10
@@ -73,7 +74,7 @@ fi
 
 start=$(date +%s)
 mkdir -p "$OUT/nb" || exit 1
-rm -f "$OUT/nobubble.jsonl" "$OUT/torch.jsonl" "$OUT/torch.log" "$OUT/table.md" "$OUT/params.json" "$OUT/nb/metrics.jsonl" "$OUT/nb/train.log"
+rm -f "$OUT/nobubble.jsonl" "$OUT/torch.jsonl" "$OUT/torch.log" "$OUT/table.md" "$OUT/params.json" "$OUT/logs.tgz" "$OUT"/nb/*.log "$OUT/nb/metrics.jsonl"
 TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT
 export PYTHONUNBUFFERED=1
@@ -221,5 +222,11 @@ fi
 
 echo "== table $(stamp)"
 "$PY" bench/dlrm_torch.py --table "$OUT/nobubble.jsonl" "$OUT/torch.jsonl" --params-json "$OUT/params.json" | tee "$OUT/table.md"
-echo "done in $(( $(date +%s) - start )) s; results in $OUT"
+# the device tool brings back at most 8 files: the logs beside the results go into one archive
+logs=()
+for f in build.log nb/dump.log nb/params.log nb/train-*.log; do [ -f "$OUT/$f" ] && logs+=("$f"); done
+if [ ${#logs[@]} -gt 0 ] && tar czf "$OUT/logs.tgz" -C "$OUT" "${logs[@]}"; then
+    (cd "$OUT" && rm -f "${logs[@]}")
+fi
+echo "done in $(( $(date +%s) - start )) s; results in $OUT (table.md, nobubble.jsonl, torch.jsonl, torch.log, params.json, nb/train.log, nb/metrics.jsonl, logs.tgz)"
 exit $status
