@@ -519,6 +519,7 @@ def nb_ckpt_counts(run_dir):
         fail(f"cannot read {path}: {e}", "point --nb-ckpt at a nobubble run directory with a checkpoint")
     dense = cat_rows = other_rows = 0
     E = None
+    shapes = {n: t["shape"] for n, t in head.items() if n != "__metadata__"}
     for name, t in head.items():
         if name == "__metadata__":
             continue
@@ -530,7 +531,36 @@ def nb_ckpt_counts(run_dir):
             other_rows += t["shape"][0]
         else:
             dense += numel
-    return dict(dense=dense, rows=cat_rows, unread_rows=other_rows, E=E)
+    return dict(dense=dense, rows=cat_rows, unread_rows=other_rows, E=E, shapes=shapes)
+
+
+def shape_check(nb_shapes, model, cap):
+    """Layer by layer: nobubble's checkpoint tensors against this model's parameters (names mapped
+    as tests/torch/dlrm_twin_check.py maps them; nobubble's block.l.V is V_l transposed) and the 26
+    tables' rows. Returns the list of mismatches (empty: the same layers)."""
+    P = {n: list(p.shape) for n, p in model.named_parameters()}
+    want, bad = {}, []
+    for i in range(3):
+        for k in ("weight", "bias"):
+            want[f"bottom.{i}.{k}"] = P.get(f"bottom.{2 * i}.{k}")
+    nb_blocks = sorted({int(n.split(".")[1]) for n in nb_shapes if n.startswith("block.")})
+    for l in range(max(len(model.W), len(nb_blocks))):
+        want[f"block.{l}.U"] = P.get(f"W.{l}")
+        want[f"block.{l}.V"] = P[f"V.{l}"][::-1] if f"V.{l}" in P else None
+        want[f"block.{l}.b"] = P.get(f"bias.{l}")
+    ntop = sum(1 for m in model.top if isinstance(m, nn.Linear))
+    for j in range(ntop):
+        for k in ("weight", "bias"):
+            want[f"top.{j}.{k}"] = P.get(f"top.{2 * j}.{k}")
+    for f, n in enumerate(table_rows(cap)):
+        want[f"emb.cat.{f}"] = [n, model.W[0].shape[0] // (NCAT + 1)]
+    for name, shp in sorted(want.items()):
+        if nb_shapes.get(name) != shp:
+            bad.append(f"{name}: nobubble {nb_shapes.get(name)}, torch {shp}")
+    for name in sorted(nb_shapes):
+        if name not in want and name != "emb.item":
+            bad.append(f"{name}: nobubble {nb_shapes[name]}, not in the torch model")
+    return bad, len(want)
 
 
 def nb_log_counts(log):
@@ -584,8 +614,14 @@ def params(args):
         nb = nb_ckpt_counts(args.nb_ckpt)
         pc = param_formula(E, args.nb_ckpt_cap, rank, blocks, top)
         same = nb["dense"] == pc["dense"] and nb["rows"] == pc["rows"] and nb["E"] == E
+        shapes = nb.pop("shapes")
         out["nobubble_ckpt"] = dict(nb, cap=args.nb_ckpt_cap)
         out["ok"] &= same
+        if torch is not None:
+            bad, n = shape_check(shapes, DLRMDense(E, rank, blocks, top), args.nb_ckpt_cap)
+            out["ok"] &= not bad
+            say(f"layers      {n} tensors of nobubble's checkpoint against the torch model's: "
+                + ("the same shapes" if not bad else f"{len(bad)} DIFFER: " + "; ".join(bad[:6])))
         say(f"nobubble    checkpoint at cap {args.nb_ckpt_cap:,}: {nb['dense']:,} dense + {nb['rows']:,} rows x {nb['E']} "
             f"(+ {nb['unread_rows']} row of its item table, which the DLRM form never reads) "
             f"{'= the formula at that cap' if same else 'DIFFERS from the formula (' + str(pc['dense']) + ' + ' + str(pc['rows']) + ')'}")
