@@ -12,6 +12,8 @@
 #   the ctr_model perf row with the new-vs-old table last), smfree (bench/smfree_bench.sh: a GEMM beside SM-kernel vs
 #   copy-engine copies; table also in res/smfree.txt), adamw_bench, host_info (CPU and NUMA layout),
 #   seqctr (bench/seqctr_bench.sh: nobubble --graphs vs PyTorch eager/compile; SC_STEPS, SC_BATCH, SC_BUDGET),
+#   dlrm (bench/dlrm_bench.sh: nobubble dlrm-dcnv2 vs PyTorch eager/compile/reduce-overhead at batch 6,912;
+#   DLRM_BUDGET [400], DLRM_ARGS e.g. "--table-cap 4000000 --steps 100"),
 #   gpu_bench (bench/gpu_bench.sh: transformers vs PyTorch's modes; GPU_BENCH_ARGS), lists (bench/lists_bench.sh: --index-lists host vs device, plain and ERASE with graphs; LISTS_ARGS),
 #   balance, balance_e2e, balance_test (issue 17: bench/balance_bench.sh emulated ranks, --e2e, tests/balance_test.sh; env
 #   BAL_ARGS, BAL_E2E_ARGS), stream1b, stream8b, stream14b, erase_tf, erase_ctr, erase_quality, k18 (issue 18's kernels: CUDA op and
@@ -78,6 +80,7 @@ print("validation loss by step:", " ".join("%d:%.4f" % x for x in v), "best %.4f
         ctr_ops_bench) build && "$NB_BUILD/tests/test_ops" --mode perf --op ctr_model ;;
         k19) build && { "$NB_BUILD/tests/test_ops" --backend cuda --op "$CTR_CUDA_OPS" > "$R/k19-test.log" 2>&1; t=$?; grep -E "^(PASS|FAIL|SKIP)|FAIL|^test_ops:" "$R/k19-test.log"; echo "test_ops (ctr cuda rows) rc=$t (NB_CTR_KERNELS=old falls back to the previous kernels)"; "$NB_BUILD/tests/test_ops" --mode perf --op ctr_model; b=$?; [ $t = 0 ] && [ $b = 0 ]; } ;;
         seqctr) build && OUT=$R/seqctr bash bench/seqctr_bench.sh --no-build --steps "${SC_STEPS:-100}" --batch "${SC_BATCH:-4096,1024}" --budget "${SC_BUDGET:-280}" ;;
+        dlrm) build && OUT=$R/dlrm bash bench/dlrm_bench.sh --no-build --budget "${DLRM_BUDGET:-400}" ${DLRM_ARGS:-} ;;
         gpu_bench) build && OUT=$R/gpu_bench bash bench/gpu_bench.sh --no-build ${GPU_BENCH_ARGS:---no-llama --budget 270} ;;
         lists) build && OUT=$R/lists bash bench/lists_bench.sh --no-build ${LISTS_ARGS:---steps 60 --batch 4096,1024 --erase} ;;
         balance) build && OUT=$R/balance bash bench/balance_bench.sh --no-build ${BAL_ARGS:-} ;;
