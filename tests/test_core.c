@@ -54,7 +54,7 @@ TEST_CASE(test_normal_fill) {
     /* element i depends only on (seed, stream, i): a suffix drawn alone matches */
     CHECK(nb_rng_normal_at(7, nb_rng_stream_id("w"), 12345) == a[12345], "random access differs");
     /* the fill makes Box-Muller pairs together: every element (an odd count's last one too, and
-     * a mean and std applied) is still nb_rng_normal_at's, the function the CUDA init uses */
+     * a mean and std applied) is still nb_rng_normal_at's (random access to the stream) */
     size_t odd = 100001, bad = 0;
     nb_rng_fill_normal(b, odd, 11, 5, 0.25f, 0.02f);
     for (size_t i = 0; i < odd; i++) bad += b[i] != 0.25f + 0.02f * nb_rng_normal_at(11, 5, i);
