@@ -137,4 +137,16 @@ same_state "gpt2 (seeded base, tied head): --schedule stream --ckpt-interval 1 v
 expect_error "--lora-dropout 0.1" "lora-dropout" $NB train "${G[@]}" --lora 2 --lora-dropout 0.1 --out "$TMP/x2"
 expect_error "gate on GPT-2" "gate\|GPT-2" $NB train "${G[@]}" --lora 2 --lora-targets gate --out "$TMP/x3"
 expect_error "part of q,k,v on GPT-2" "q,k,v" $NB train "${G[@]}" --lora 2 --lora-targets q,v --out "$TMP/x4"
+
+# export of an adapter reads its on-disk base group by group (only to check it): under a data limit
+# below the base's fp32 size (146 M parameters: 584 MB) it still exports, the same bytes as without
+B=(--model llama-tiny --vocab 32000 --dim 512 --heads 8 --kv-heads 4 --ffn 4096 --layers 16 --seq 32 --batch 1 --steps 1
+   --data "$TMP/train.bin" --val-data none --no-progress --quiet)
+run bigbase "${B[@]}" --ckpt-weights-only && $NB export --ckpt "$TMP/bigbase" --hf "$TMP/bighf" --dtype bf16 >/dev/null 2>&1 \
+    && run biglora --init-from "$TMP/bighf" --seq 32 --batch 1 --steps 1 --data "$TMP/train.bin" --val-data none --no-progress \
+        --quiet --lora 2 && $NB export --ckpt "$TMP/biglora" --hf "$TMP/bigad" >/dev/null 2>&1 || fail "the 146 M base and its adapter"
+( ulimit -d 409600 && $NB export --ckpt "$TMP/biglora" --hf "$TMP/bigad2" ) >"$TMP/bigad2.log" 2>&1 \
+    && cmp -s "$TMP/bigad/adapter_model.safetensors" "$TMP/bigad2/adapter_model.safetensors" \
+    && pass "export of a 146 M base's adapter under a 400 MiB data limit (the base is 584 MB in fp32): the same adapter" \
+    || { fail "export of the adapter under a 400 MiB data limit"; tail -n 2 "$TMP/bigad2.log"; }
 finish

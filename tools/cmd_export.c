@@ -88,7 +88,20 @@ void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *devi
                        size_t cap);
 
 /* seqctr: the model's tensors from a forward-only run of the checkpoint on the CPU */
-/* The base of a LoRA run: its reference (the --init-from folder), or nobubble's seeded init. */
+static void check_base_crc(const nb_train_opts *o, uint64_t crc) {
+    NB_CHECK(!o->lora_base_crc || o->lora_base_crc == crc, "put back the base the run was trained on",
+             "the LoRA run's base (%s) is not the one it was trained on: its weights changed since",
+             o->init_source[0] ? o->init_source : "nobubble's seeded init");
+}
+
+/* The --init-from folder a LoRA run started from, read group by group: its CRC. */
+static uint64_t base_from_disk(const nb_train_opts *o, const nb_tf_model *m) {
+    NB_CHECK(nb_file_exists(o->init_source), "put the base model back where the run found it (state.json's init_source)",
+             "the LoRA run's base %s is gone", o->init_source);
+    return nb_tf_base_by_groups(m, o->init_source, o->seed, NULL, NULL);
+}
+
+/* The base of a LoRA run whole: its reference (the --init-from folder), or nobubble's seeded init. */
 static void load_base(const nb_train_opts *o, const nb_tf_model *m, float *slab) {
     if (o->init_source[0]) {
         NB_CHECK(nb_file_exists(o->init_source), "put the base model back where the run found it (state.json's init_source)",
@@ -97,10 +110,7 @@ static void load_base(const nb_train_opts *o, const nb_tf_model *m, float *slab)
     } else {
         nb_tf_init_weights(m, slab, o->seed);
     }
-    uint64_t crc = 1 + (uint64_t)nb_crc32c(0, slab, m->total * sizeof(float));
-    NB_CHECK(!o->lora_base_crc || o->lora_base_crc == crc, "put back the base the run was trained on",
-             "the LoRA run's base (%s) is not the one it was trained on: its weights changed since",
-             o->init_source[0] ? o->init_source : "nobubble's seeded init");
+    check_base_crc(o, 1 + (uint64_t)nb_crc32c(0, slab, m->total * sizeof(float)));
 }
 
 /* Returns the adapters' slab (from the checkpoint) of lo. */
@@ -189,11 +199,17 @@ int nb_cmd_export(int argc, char **argv) {
     x.dtype = (nb_dtype)nb_hf_dtype_parse(dt);
     nb_tf_model m;
     nb_tf_model_init(&m, &o.model);
-    float *slab = nb_aligned_alloc(m.total * sizeof(float), "model weights");
     double t0 = nb_now();
+    /* An adapter of an on-disk base needs the base only to check it: read group by group (a
+     * 70B base would be 282 GB of fp32); a seeded base is written to OUT/base, so it is made whole. */
+    int whole_base = merge || o.lora_r <= 0 || !o.init_source[0];
+    float *slab = whole_base ? nb_aligned_alloc(m.total * sizeof(float), "model weights") : NULL;
     if (o.lora_r > 0) {
         nb_tf_lora lo;
-        load_base(&o, &m, slab);
+        if (slab)
+            load_base(&o, &m, slab);
+        else
+            check_base_crc(&o, base_from_disk(&o, &m));
         float *ls = load_adapters(dir, &o, &lo);
         if (!merge) {
             int n = export_adapter(out, &o, &m, &lo, ls, slab, &x);

@@ -58,37 +58,14 @@ void nb_tf_upload_base(nb_tf_train *tr, nb_ctx ctx) {
     }
 }
 
-/* Under stream the base never sits whole in fp32: one group at a time is read (or drawn) and
- * handed to the schedule, which keeps it in compute precision; the groups tile the slab in order,
- * so the chained CRC-32C is the whole slab's, as plain computes it. */
-static uint32_t base_by_groups(nb_tf_train *tr) {
-    const nb_tf_model *m = &tr->model;
-    const nb_train_opts *o = &tr->o;
-    size_t most = 0;
-    for (int g = 0; g < m->ngroups; g++) most = m->group_numel[g] > most ? m->group_numel[g] : most;
-    float *buf = nb_malloc(most ? most * sizeof(float) : 1, "a group of the LoRA base");
-    uint32_t crc = 0;
-    for (int g = 0; g < m->ngroups; g++) {
-        NB_ASSERT(m->group_offset[g] == (g ? m->group_offset[g - 1] + m->group_numel[g - 1] : 0));
-        if (o->init_source[0])
-            nb_hf_import_group(o->init_source, m, g, buf);
-        else
-            nb_tf_init_group(m, g, buf, o->seed);
-        crc = nb_crc32c(crc, buf, m->group_numel[g] * sizeof(float));
-        tr->base_sink(tr->base_sink_self, g, buf);
-    }
-    free(buf);
-    return crc;
-}
-
 /* The base from its reference (the --init-from folder, or the run's seeded init), then the
  * adapters: the checkpoint's, or PEFT's init (the moments start at zero: the arenas are zeroed). */
 void nb_tf_lora_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;
     uint64_t crc;
-    if (tr->base_sink) {
-        crc = 1 + (uint64_t)base_by_groups(tr);
+    if (tr->base_sink) { /* stream: the base never sits whole in fp32; the schedule keeps each group */
+        crc = nb_tf_base_by_groups(&tr->model, o->init_source, o->seed, tr->base_sink, tr->base_sink_self);
     } else {
         if (o->init_source[0])
             nb_hf_import(o->init_source, &tr->model, tr->base);

@@ -106,6 +106,12 @@ void nb_hf_import(const char *dir, const nb_tf_model *m, float *params);
 /* Group g of that import into dst ([group_numel[g]], offsets from the group's start): the same
  * bits as the whole import's group, one group in memory at a time. */
 void nb_hf_import_group(const char *dir, const nb_tf_model *m, int g, float *dst);
+/* A LoRA run's frozen base one group at a time, in slab order: read from the --init-from folder
+ * dir, or drawn from the seeded init (dir ""), each group handed to sink (NULL: none). Returns
+ * state.json's lora_base_crc (1 + the CRC-32C of the whole fp32 slab, chained group by group),
+ * with one group in memory, never the whole base (a 70B base is 282 GB in fp32). */
+uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed,
+                              void (*sink)(void *self, int group, const float *w), void *self);
 /* The dtype most of the checkpoint's tensors have (F32, BF16 or F16). */
 nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m);
 
