@@ -121,6 +121,7 @@ size_t nb_tf_es(const nb_tf_train *tr); /* bytes per compute-precision element *
 int nb_tf_lora_on(const nb_tf_train *tr);
 /* What the optimizer trains: the model's parameter table, or (LoRA) the adapters'. */
 const nb_param *nb_tf_trained(const nb_tf_train *tr, int *nparams, size_t *total);
+size_t nb_tf_trained_total(const nb_tf_train *tr); /* its element count */
 int nb_tf_on_device(const nb_tf_train *tr);
 /* A tensor of the input or output stage (NB_TF_WTE ..) in the weights / gradients the step uses. */
 void *nb_tf_wptr(nb_tf_train *tr, int which);
@@ -132,6 +133,9 @@ void nb_tf_batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const i
 void nb_tf_stage_batch(nb_tf_train *tr, nb_loader_slot *slot);
 /* Layer l's weights for a forward-only pass (evaluation, sampling), bound into w. */
 void nb_tf_forward_weights(nb_tf_train *tr, nb_ctx ctx, int l, nb_tf_layer_view *w);
+/* family/transformer_step.c: the step's work items into r->items, and the gradient buckets */
+void nb_tf_build_items(nb_run *r, nb_tf_train *tr);
+void nb_tf_set_buckets(nb_run *r, nb_tf_train *tr);
 
 /* family/transformer_lora.c: LoRA's base and adapters */
 void nb_tf_lora_plan(nb_run *r);                     /* the base's buffers (no-op without LoRA) */
