@@ -9,6 +9,7 @@
 #  - LoRA (plain, stream with and without device layers): the base in compute precision where it
 #    lives, the adapters' state; Llama-3.1-70B's shape with --lora 16 on a 141 GB GPU and a 128 GB
 #    host: plain does not fit, stream does with most layers' base on the GPU;
+#  - seqctr and dlrm-dcnv2: plan's host bytes are the run's; where MLPerf's tables fit on a GPU;
 #  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
 #    and from a Hugging Face config.json (Llama-3.1-8B's shape): plain does not fit, stream does.
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +33,24 @@ for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "s
     close "llama-tiny $sched $extra: host bytes" "$(allocated "$TMP/run.err")" "$(planned $sched "$TMP/plan.out")"
     cp "$TMP/plan.out" "$TMP/plan-${sched}-$(echo $extra | tr -d ' -')"
 done
+# seqctr and dlrm-dcnv2: the plan's host bytes are the run's (CPU backend), and for a GPU it says
+# where the tables go: MLPerf's tables capped at 4 M rows fit a 141 GB GPU; uncapped (40 M) with
+# element-wise Adagrad they fit neither memory, with row-wise Adagrad in host memory only
+D=(dlrm-dcnv2 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --batch 64)
+for m in "seqctr --batch 64" "${D[*]}"; do
+    $NB train --model $m --steps 1 --data synth --val-data none --eval-every 0 --no-progress --fresh --out "$TMP/sc" 2>"$TMP/sc.err" >/dev/null \
+        || { fail "$m: the run failed"; tail -3 "$TMP/sc.err"; continue; }
+    $NB plan --model $m --gpu-mem 0 --host-mem 64G >"$TMP/scplan.out" 2>&1 || { fail "$m: plan failed"; tail -3 "$TMP/scplan.out"; continue; }
+    close "${m%% *} host bytes" "$(allocated "$TMP/sc.err")" "$(planned tables "$TMP/scplan.out")"
+done
+$NB plan --model dlrm-dcnv2 --batch 6912 --table-cap 4000000 --gpu-mem 139G --host-mem 125G >"$TMP/dl4.out" 2>&1
+$NB plan --model dlrm-dcnv2 --batch 6912 --gpu-mem 139G --host-mem 125G >"$TMP/dl40.out" 2>&1
+$NB plan --model dlrm-dcnv2 --batch 6912 --emb-optim adagrad --gpu-mem 139G --host-mem 125G >"$TMP/dl40r.out" 2>&1
+grep -q "^--emb-place gpu  fits" "$TMP/dl4.out" && grep -q "^flags   --batch 6912$" "$TMP/dl4.out" \
+    && grep -q "^--emb-place gpu  does not fit" "$TMP/dl40.out" && grep -q "^--emb-place host does not fit" "$TMP/dl40.out" \
+    && grep -q "^flags   none fits" "$TMP/dl40.out" && grep -q "^--emb-place host fits" "$TMP/dl40r.out" \
+    && pass "dlrm-dcnv2 at B 6,912 on a 141 GB GPU + 128 GB host: 4 M-row tables on the GPU; 40 M rows fit with row-wise Adagrad only" \
+    || fail "dlrm-dcnv2 plans: $(cat "$TMP/dl4.out" "$TMP/dl40.out" "$TMP/dl40r.out")"
 # eval plans the forward only (the weights and activations): no gradients or moments, so a model
 # trained with --schedule stream can be evaluated where its training state would not fit
 $NB eval --ckpt "$TMP/run" --data "$VAL" --batches 2 >/dev/null 2>"$TMP/eval.err" || { fail "eval of the stream run"; tail -3 "$TMP/eval.err"; }

@@ -21,7 +21,7 @@
 int nb_train_flags(const char *cmd, const char *summary, int argc, char **argv, nb_train_opts *o, const nb_family_i **famp);
 
 static const char *PLAN_SUMMARY =
-    "Will a transformer train on this machine? For each schedule (plain, erase, stream) the run's own\n"
+    "Will a model train on this machine? For each schedule of a transformer (plain, erase, stream) the run's own\n"
     "memory plan, made without allocating: the bytes per term in host and GPU memory, whether it fits,\n"
     "the largest --batch that fits and the flags to use. The model: --model NAME, --init-from HF_DIR,\n"
     "or --config CONFIG_JSON (a Hugging Face config.json alone); with --batch, --seq and the schedule\n"
@@ -197,6 +197,32 @@ static void plan_schedule(const nb_train_opts *o, const machine *m) {
     printf("bytes   %s host %zu device %zu fits %d\n", o->schedule, p.host, p.dev, p.fits);
 }
 
+/* seqctr and dlrm-dcnv2: the whole plan with the tables' rows and optimizer state in GPU memory,
+ * then in pinned host memory (--emb-place host, read and updated in place by the GPU). */
+static void plan_tables(const nb_train_opts *o, const machine *m) {
+    int fit_at = -1;
+    for (int place = NB_PLACE_GPU; place <= NB_PLACE_HOST; place++) {
+        nb_train_opts p = *o;
+        p.emb_place = place;
+        plan_result r = plan_one(&p, m);
+        char a[32], b[32], c[32], d[32];
+        printf("%s %s at --batch %d (host %s of %s%s%s%s%s)\n",
+               !m->has_gpu ? "tables (CPU backend)" : place == NB_PLACE_GPU ? "--emb-place gpu " : "--emb-place host",
+               r.fits ? "fits" : "does not fit", o->batch, nb_fmt_bytes(a, 32, (double)r.host), nb_fmt_bytes(b, 32, (double)m->host),
+               m->has_gpu ? ", GPU " : "", m->has_gpu ? nb_fmt_bytes(c, 32, (double)r.dev) : "", m->has_gpu ? " of " : "",
+               m->has_gpu ? nb_fmt_bytes(d, 32, (double)m->gpu) : "");
+        printf("  largest batch that fits: %d\n", largest_batch(p, m));
+        printf("bytes   %s host %zu device %zu fits %d\n", !m->has_gpu ? "tables" : place == NB_PLACE_GPU ? "emb-place-gpu" : "emb-place-host",
+               r.host, r.dev, r.fits);
+        if (r.fits && fit_at < 0) fit_at = place;
+        if (!m->has_gpu) break; /* one memory: the placement changes nothing */
+    }
+    if (fit_at >= 0)
+        printf("flags   --batch %d%s\n", o->batch, fit_at == NB_PLACE_HOST ? " --emb-place host" : "");
+    else
+        printf("flags   none fits: lower --batch or --table-cap\n");
+}
+
 int nb_cmd_plan(int argc, char **argv) {
     const char *gpu_v = take_flag(&argc, argv, "--gpu-mem"), *host_v = take_flag(&argc, argv, "--host-mem");
     const char *config = take_flag(&argc, argv, "--config");
@@ -206,7 +232,6 @@ int nb_cmd_plan(int argc, char **argv) {
         printf("plan's own flags: --gpu-mem SIZE, --host-mem SIZE, --config CONFIG_JSON\n");
         return 0;
     }
-    if (!fam->layers) nb_usage_error("plan", "--model %s: plan sizes transformers (the schedules that stream layers)", o.model_name);
     int seq_given = 0;
     for (int i = 1; i < argc; i++) seq_given |= !strncmp(argv[i], "--seq", 5);
     if (config) apply_config(config, &o, seq_given);
@@ -220,6 +245,10 @@ int nb_cmd_plan(int argc, char **argv) {
     fam->print_model(&o, stdout);
     printf("machine host %s%s, GPU %s%s\n", nb_fmt_bytes(a, 32, (double)m.host), host_v ? " (--host-mem)" : " available",
            m.has_gpu ? nb_fmt_bytes(b, 32, (double)m.gpu) : "none (the CPU backend)", gpu_v ? " (--gpu-mem)" : "");
+    if (!fam->layers) { /* seqctr, dlrm-dcnv2: where the tables go */
+        plan_tables(&o, &m);
+        return 0;
+    }
     for (const char *name[] = {"plain", "erase", "stream", NULL}, **s = name; *s; s++) {
         const nb_sched_i *sc = nb_sched_find(*s);
         const char *why = NULL;

@@ -305,7 +305,8 @@ static void sc_init(nb_run *r) {
     nb_sc_plan(&t->m, &mc, t->Bm, r->be, &po, &r->dev, &r->pinned, &r->host);
     t->m.loss_den = (float)o->batch; /* the loss and its gradient: means over the global batch */
     print_memory(r, t);
-    nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap");
+    if (r->dry) return; /* nobubble plan: the arenas' sizes are what it asked for */
+    nb_run_alloc_arenas(r, "lower --batch, --max-len or --table-cap, or keep the tables in host memory (--emb-place host)");
     nb_run_on_compute(r, "bind lane", work_bind_ctx, t);
     nb_sc_bind(&t->m, &t->ctx);
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len, mc.ndense, mc.ncat);

@@ -227,7 +227,8 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
 };
 
 const nb_ctr_ops_i *nb_ctr_ops_for(const nb_backend_i *be) {
-    if (be == &nb_backend_cpu) return &nb_ctr_ops_cpu;
+    /* nobubble plan's copy of the CPU backend that emulates a GPU (nb_run_plan_only) plans and never runs */
+    if (be == &nb_backend_cpu || !strcmp(be->name, nb_backend_cpu.name)) return &nb_ctr_ops_cpu;
 #ifdef NB_WITH_CUDA
     if (be == &nb_backend_cuda_bf16) return &nb_ctr_ops_cuda_bf16;
     if (be == &nb_backend_cuda_f32) return &nb_ctr_ops_cuda_f32;
