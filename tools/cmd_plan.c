@@ -21,15 +21,16 @@
 int nb_train_flags(const char *cmd, const char *summary, int argc, char **argv, nb_train_opts *o, const nb_family_i **famp);
 
 static const char *PLAN_SUMMARY =
-    "Will a model train on this machine? For each schedule of a transformer (plain, erase, stream) the run's own\n"
-    "memory plan, made without allocating: the bytes per term in host and GPU memory, whether it fits,\n"
+    "Will a model train on this machine? For each schedule of a transformer (plain, erase, stream) the\n"
+    "run's own memory plan, made without allocating: the bytes per term in host and GPU memory, whether it fits,\n"
     "the largest --batch that fits and the flags to use. The model: --model NAME, --init-from HF_DIR,\n"
     "or --config CONFIG_JSON (a Hugging Face config.json alone); with --batch, --seq and the schedule\n"
     "options of 'nobubble train' (--gpu-layers, --stream-slots, --ckpt-interval, --keep-layers,\n"
     "--grad-clip, --precision). The machine: the GPU's free memory through the backend and the host's\n"
     "available memory (/proc/meminfo), or --gpu-mem SIZE and --host-mem SIZE (80G, 128G: powers of\n"
     "1024; 80GB: of 1000; --gpu-mem 0: no GPU, the CPU backend). Without --gpu-layers the stream plan\n"
-    "takes -1 (as many layers as fit stay on the GPU).";
+    "takes -1 (as many layers as fit stay on the GPU). seqctr and dlrm-dcnv2: the plan with the tables\n"
+    "in GPU memory and in pinned host memory (--emb-place host), which fits and the flags.";
 
 typedef struct {
     size_t gpu, host;
