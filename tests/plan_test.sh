@@ -7,7 +7,7 @@
 #  - eval allocates the weights and activations only (no gradients or moments);
 #  - a plan over the host memory says "does not fit", and the run refuses it before allocating;
 #  - LoRA (plain, stream with and without device layers): the base in compute precision where it
-#    lives, the adapters' state; Llama-3.1-70B's shape with --lora 16 on a 141 GB GPU and a 128 GB
+#    lives, the adapters' state; under stream the base's load one group at a time (setup) too; Llama-3.1-70B's shape with --lora 16 on a 141 GB GPU and a 128 GB
 #    host: plain does not fit, stream does with most layers' base on the GPU;
 #  - seqctr and dlrm-dcnv2: plan's host bytes are the run's; where MLPerf's tables fit on a GPU;
 #  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
@@ -33,6 +33,18 @@ for case in "plain|" "stream|" "stream|--gpu-layers 1" "stream|--grad-clip 0" "s
     close "llama-tiny $sched $extra: host bytes" "$(allocated "$TMP/run.err")" "$(planned $sched "$TMP/plan.out")"
     cp "$TMP/plan.out" "$TMP/plan-${sched}-$(echo $extra | tr -d ' -')"
 done
+# LoRA under stream reads its base one layer group at a time at start: the plan counts that
+# transient ("setup"), and the run's host check asks for it before allocating anything
+read -r lh ls <<< "$(sed -n 's/^bytes   stream host \([0-9]*\) .* setup \([0-9]*\)$/\1 \2/p' "$TMP/plan-stream-lora4")"
+if [ -n "$lh" ] && [ "${ls:-0}" -gt 0 ]; then
+    expect_error "LoRA stream with host memory for the plan but not its setup" "needs .* of host memory" \
+        $NB train "${C[@]}" --model llama-tiny --schedule stream --lora 4 --host-mem-limit $((lh + ls - 4096)) --out "$TMP/lsetup"
+    $NB train "${C[@]}" --model llama-tiny --schedule stream --lora 4 --host-mem-limit $((lh + ls)) --out "$TMP/lsetup" >/dev/null 2>&1 \
+        && pass "LoRA stream: the plan's $lh bytes + $ls of setup are enough (--host-mem-limit exactly that)" \
+        || fail "LoRA stream with --host-mem-limit $((lh + ls)) (the plan + its setup) was refused"
+else
+    fail "the LoRA stream plan has no setup term: '$(grep '^bytes   stream' "$TMP/plan-stream-lora4")'"
+fi
 # seqctr and dlrm-dcnv2: the plan's host bytes are the run's (CPU backend), and for a GPU it says
 # where the tables go: MLPerf's tables capped at 4 M rows fit a 141 GB GPU; uncapped (40 M) with
 # element-wise Adagrad they fit neither memory, with row-wise Adagrad in host memory only

@@ -124,7 +124,7 @@ static plan_result plan_one(const nb_train_opts *o, const machine *m) {
     nb_run_plan_only(&r, o, m->has_gpu ? m->gpu : 0);
     plan_result p = {nb_run_host_bytes(&r), nb_run_dev_bytes(&r), r.mem, "", 0};
     snprintf(p.saved, sizeof p.saved, "%s", r.mem.saved ? r.mem.saved : "");
-    p.fits = p.host <= m->host && (!m->has_gpu || p.dev <= m->gpu);
+    p.fits = p.host + r.mem.setup <= m->host && (!m->has_gpu || p.dev <= m->gpu);
     nb_run_free(&r);
     nb_verbosity = v;
     return p;
@@ -179,6 +179,9 @@ static void plan_schedule(const nb_train_opts *o, const machine *m) {
     /* the CPU backend's "device" memory is host RAM: its terms are counted in the host total */
     if (m->has_gpu || p.mem.dev.weights + p.mem.dev.acts) print_side(m->has_gpu ? "gpu" : "(in RAM)", &p.mem.dev, m->has_gpu ? p.dev : 0, params);
     if (p.saved[0]) printf("  left out of host memory: %s\n", p.saved);
+    if (p.mem.setup)
+        printf("  setup    %s more host memory while the base loads (one layer group at a time), freed before step 1\n",
+               nb_fmt_bytes(a, 32, (double)p.mem.setup));
     if (o->lora_r > 0)
         printf("  lora     the frozen base in compute precision (%s), the adapters' fp32 master, gradient and AdamW "
                "moments where they train\n", !strcmp(o->schedule, "stream") ? "streamed layers' in pinned host memory, the "
@@ -195,7 +198,7 @@ static void plan_schedule(const nb_train_opts *o, const machine *m) {
         plan_result q = plan_one(&ob, m);
         print_flags(&ob, &q, best);
     }
-    printf("bytes   %s host %zu device %zu fits %d\n", o->schedule, p.host, p.dev, p.fits);
+    printf("bytes   %s host %zu device %zu fits %d setup %zu\n", o->schedule, p.host, p.dev, p.fits, p.mem.setup);
 }
 
 /* seqctr and dlrm-dcnv2: the whole plan with the tables' rows and optimizer state in GPU memory,

@@ -176,6 +176,11 @@ static void record_plan(const nb_stream *st, const nb_stream_host *h, size_t act
         if (on_device(st)) d->weights = (gw + G * lw) * e + a + aw, d->moments = 2 * a;
         d->grads = a, d->acts = acts, d->slots = (size_t)st->wslots * lw * e, d->other = st->li->io_bytes(r);
         m->saved = "", m->params = s->total;
+        /* at start the base comes one group at a time: its fp32 buffer, and the cast of a group
+         * bound for the device (nb_tf_base_by_groups, the stream's base sink) */
+        size_t most = lw > s->in_n ? lw : s->in_n;
+        most = most > s->out_n ? most : s->out_n;
+        m->setup = most * (sizeof(float) + (on_device(st) ? e : 0));
         r->sched_dev_bytes = dev_need;
         r->sched_pinned_bytes = nb_stream_pinned_need(s, r->o.pinned_slabs, st->glayers);
         return;

@@ -121,11 +121,15 @@ size_t nb_run_dev_bytes(const nb_run *r) { return r->be->device == NB_DEV_CPU ? 
 
 /* The whole host plan against the host, before anything is allocated: never an OOM kill halfway. */
 static void check_host(const nb_run *r, const char *hint) {
-    size_t need = nb_run_host_bytes(r), have = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
-    char a[32], b[32], h[512];
+    size_t need = nb_run_host_bytes(r) + r->mem.setup, have = r->o.host_mem_limit ? (size_t)r->o.host_mem_limit : nb_host_mem_available();
+    char a[32], b[32], c[64] = "", h[512];
     snprintf(h, sizeof h, "%s; `nobubble plan` shows what fits", hint);
+    if (r->mem.setup) {
+        char s[32];
+        snprintf(c, sizeof c, " (%s of it only while the base loads)", nb_fmt_bytes(s, 32, (double)r->mem.setup));
+    }
     if (have && need > have)
-        nb_fail(h, "the plan needs %s of host memory but %s is available%s", nb_fmt_bytes(a, 32, (double)need),
+        nb_fail(h, "the plan needs %s of host memory%s but %s is available%s", nb_fmt_bytes(a, 32, (double)need), c,
                 nb_fmt_bytes(b, 32, (double)have), r->o.host_mem_limit ? " (--host-mem-limit)" : "");
 }
 

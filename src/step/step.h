@@ -332,6 +332,8 @@ typedef struct {
                                 * (LoRA: the frozen base in compute precision beside the adapters); 0 */
     const char *saved;         /* what the options left out of host memory, in words ("" none) */
     char saved_buf[192];
+    size_t setup; /* host bytes held only while the run sets up, beside the plan (LoRA under stream:
+                   * the base read one layer group at a time), freed before step 1 */
 } nb_mem_plan;
 
 struct nb_run {
