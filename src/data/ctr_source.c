@@ -638,7 +638,10 @@ void nb_ctr_source_open(nb_ctr_source *s, const nb_ctr_source_opts *o, nb_sc_con
             snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",cap=%lld",
                      (long long)(o->table_cap < 4294967295LL ? o->table_cap : 4294967295LL));
         s->g = nb_malloc(sizeof *s->g, "synthetic generator");
-        nb_synth_open(s->g, spec);
+        nb_synth_opts so;
+        nb_synth_parse(&so, spec);
+        if (o->shape_only) so.calib = 1000; /* a plan draws no sample: its label bias does not matter */
+        nb_synth_init(s->g, &so);
         mc->max_len = s->g->o.max_len;
         s->schema = nb_malloc(sizeof *s->schema, "the schema");
         nb_ctr_schema_synth(s->schema, s->g, o->table_cap); /* the columns nb_synth_fill fills */

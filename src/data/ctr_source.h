@@ -101,6 +101,7 @@ typedef struct {
     int eval_samples, strict;
     int eval_only; /* no training: with val_data, the training data is not read */
     int unlabeled; /* csv: the evaluation file may lack the label column (predict) */
+    int shape_only; /* nobubble plan: the shapes only (synth skips most of its label calibration) */
 } nb_ctr_source_opts;
 
 /* Opens --data and sets the model config's shape from the data's schema: its dense and

@@ -287,7 +287,7 @@ static void sc_init(nb_run *r) {
     nb_sc_config mc = o->ctr;
     nb_ctr_source_opts so = {.data = o->data, .val_data = o->val_data, .schema = o->schema, .table_cap = o->table_cap,
                              .eval_samples = o->eval_samples, .strict = o->strict, .eval_only = r->eval_only,
-                             .unlabeled = o->unlabeled};
+                             .unlabeled = o->unlabeled, .shape_only = r->dry};
     nb_ctr_source_open(&t->src, &so, &mc);
     r->o.ctr.ndense = mc.ndense, r->o.ctr.ncat = mc.ncat; /* the shape state.json keeps */
     memcpy(r->o.ctr.pool, mc.pool, sizeof mc.pool);
