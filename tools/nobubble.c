@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "  criteo-convert  Criteo TSV -> nobubble's binary click-log format\n"
             "  synth-dump  synthetic click samples (--data synth:...) -> a flat binary file for other tools\n"
             "  timeline  draw one step of a --trace file as an SVG timeline (lanes x time)\n"
-            "  plan      will a transformer fit this machine: each schedule's memory by term, the largest batch, the flags\n"
+            "  plan      will a model fit this machine: each schedule's memory by term (seqctr: where the tables go), the largest batch, the flags\n"
             "  info      what this build and this machine offer (CUDA, GPUs, threads)\n"
             "  export    write a checkpoint as a Hugging Face model (config.json + model.safetensors)\n"
             "  predict   a seqctr checkpoint's click probability for every row of a file\n"
