@@ -71,7 +71,7 @@ except ModuleNotFoundError:  # --params, --collect-nobubble and --table run with
     _Module = object
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_anchor import StepTimer, git_commit, is_oom, load_jsonl, release_memory, sync  # noqa: E402
+from torch_anchor import git_commit, is_oom, load_jsonl, release_memory, sync, warm_and_time  # noqa: E402
 
 NDENSE, NCAT = 13, 26
 MLPERF_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -279,24 +279,7 @@ def train_and_time(args, mode, batches, rows):
             o.zero_grad(set_to_none=True)
         losses[i].copy_(loss.detach())
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    sync(cuda)
-    t0 = time.perf_counter()
-    step(0)
-    sync(cuda)
-    first_step_s = time.perf_counter() - t0
-    for i in range(1, args.warmup):
-        step(i)
-    sync(cuda)
-    warmup_s = time.perf_counter() - t0
-    timer = StepTimer(cuda, args.steps)
-    timer.mark(0)
-    for j in range(args.steps):
-        step(args.warmup + j)
-        timer.mark(j + 1)
-    sync(cuda)
-    ms = timer.step_ms()
+    ms, first_step_s, warmup_s, _ = warm_and_time(cuda, step, args.warmup, args.steps)
     lossv = losses.tolist()
     med = statistics.median(ms)
     n_dense = sum(p.numel() for p in dense_params)

@@ -53,6 +53,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_anchor as ta  # noqa: E402  (import-safe without torch: FLOP formula, shards, HF build)
+from torch_anchor import gib, proc_status_bytes  # noqa: E402
 
 IMPL = "fsdp2-cpu-offload"
 MODE = "fsdp2-offload"   # the "mode" column of torch_anchor.py --table
@@ -154,21 +155,6 @@ def host_memory():
     except (OSError, ValueError):
         pass
     return total, avail
-
-
-def proc_status_bytes(key):
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def gib(b):
-    return None if b is None else round(b / GiB, 2)
 
 
 def nobubble_presets():

@@ -69,6 +69,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_anchor as ta  # noqa: E402  (import-safe without torch)
+from torch_anchor import gib, proc_status_bytes  # noqa: E402
 
 GiB = 2 ** 30
 # the published configs (meta-llama/Llama-3.1-8B, -70B, -405B: config.json), and a tiny one
@@ -133,21 +134,6 @@ def meminfo(key="MemAvailable"):
     return None
 
 
-def proc_kb(pid, key):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def gib(b):
-    return None if b is None else round(b / GiB, 2)
-
-
 def guard_run(cmd, guard_bytes, log_path, echo=True, timeout=0, rlimit=True):
     """Runs cmd in a child with RLIMIT_DATA = guard_bytes (unless rlimit is False) and a watchdog
     (module docstring); timeout > 0: killed after that many seconds. Returns dict(rc, killed,
@@ -185,8 +171,8 @@ def guard_run(cmd, guard_bytes, log_path, echo=True, timeout=0, rlimit=True):
             th = threading.Thread(target=pump, daemon=True)
             th.start()
         while p.poll() is None:
-            rss = proc_kb(p.pid, "VmRSS") or 0
-            hwm = proc_kb(p.pid, "VmHWM") or 0
+            rss = proc_status_bytes("VmRSS", p.pid) or 0
+            hwm = proc_status_bytes("VmHWM", p.pid) or 0
             rss_peak = max(rss_peak, rss, hwm)
             avail = meminfo()
             if avail is not None:
@@ -498,7 +484,7 @@ def fsdp2_child(args, cfg, base_rec, emit):
         params = [p for p in model.parameters() if p.requires_grad]
         rec.update(params_trainable=sum(p.numel() for p in params),
                    params_frozen=sum(p.numel() for p in model.parameters() if not p.requires_grad),
-                   setup_s=round(time.perf_counter() - t0, 2), host_rss_after_setup_gb=gib(proc_kb("self", "VmRSS")))
+                   setup_s=round(time.perf_counter() - t0, 2), host_rss_after_setup_gb=gib(proc_status_bytes("VmRSS")))
         stage = "training"
         xs, ys = batches(args, cfg, "cuda")
         opt = adamw(params, torch, fused=False)
@@ -529,7 +515,7 @@ def fsdp2_child(args, cfg, base_rec, emit):
             dist.destroy_process_group()
         except Exception:
             pass
-    rec["host_rss_peak_gb"] = gib(proc_kb("self", "VmHWM"))
+    rec["host_rss_peak_gb"] = gib(proc_status_bytes("VmHWM"))
     emit(rec)
     return rc
 

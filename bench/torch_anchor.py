@@ -298,6 +298,48 @@ def sync(cuda):
         torch.cuda.synchronize()
 
 
+def warm_and_time(cuda, step, warmup, steps):
+    """The timing rule of the PyTorch anchors: step(0) alone (first_step_s: compilation lands
+    there), the rest of the warm-up, then `steps` steps back to back, each timed (CUDA events on a
+    GPU). step(i) trains on batch i. Returns (per-step ms, first_step_s, warmup_s, wall_s of the
+    timed steps); the peak-memory counter starts with the first step."""
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    sync(cuda)
+    t0 = time.perf_counter()
+    step(0)
+    sync(cuda)
+    first_step_s = time.perf_counter() - t0
+    for i in range(1, warmup):
+        step(i)
+    sync(cuda)
+    warmup_s = time.perf_counter() - t0
+    timer = StepTimer(cuda, steps)
+    t1 = time.perf_counter()
+    timer.mark(0)
+    for j in range(steps):
+        step(warmup + j)
+        timer.mark(j + 1)
+    sync(cuda)
+    return timer.step_ms(), first_step_s, warmup_s, time.perf_counter() - t1
+
+
+def proc_status_bytes(key, pid="self"):
+    """A /proc/PID/status memory line (VmRSS, VmHWM, ...) in bytes; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def gib(b):
+    return None if b is None else round(b / 2 ** 30, 2)
+
+
 def train_and_time(args, cfg, mode, B, T, steps, warmup, tokens):
     cuda = args.device == "cuda"
     torch.manual_seed(args.seed)
@@ -329,27 +371,7 @@ def train_and_time(args, cfg, mode, B, T, steps, warmup, tokens):
         opt.zero_grad(set_to_none=True)
         losses[i].copy_(loss.detach())
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    sync(cuda)
-    t0 = time.perf_counter()
-    step(0)
-    sync(cuda)
-    first_step_s = time.perf_counter() - t0
-    for i in range(1, warmup):
-        step(i)
-    sync(cuda)
-    warmup_s = time.perf_counter() - t0
-
-    timer = StepTimer(cuda, steps)
-    t1 = time.perf_counter()
-    timer.mark(0)
-    for j in range(steps):
-        step(warmup + j)
-        timer.mark(j + 1)
-    sync(cuda)
-    wall_s = time.perf_counter() - t1
-    ms = timer.step_ms()
+    ms, first_step_s, warmup_s, wall_s = warm_and_time(cuda, step, warmup, steps)
     ms_med = statistics.median(ms)
     lossv = losses.tolist()
     fpt = flops_per_token(cfg, T)
