@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "core.h"
-#include "io/crc32c.h"
 #include "model/transformer.h"
-#include "model/transformer_hf.h"
 #include "rng.h"
 
 static const char *const site_names[NB_LORA_SITES] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -191,24 +189,4 @@ void nb_tf_lora_merge(const nb_tf_model *m, const nb_tf_lora *lo, float *slab, c
                     *wp = (float)((double)*wp + (double)lo->scale * acc);
                 }
         }
-}
-
-uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed,
-                              void (*sink)(void *self, int group, const float *w), void *self) {
-    size_t most = 0;
-    for (int g = 0; g < m->ngroups; g++) most = m->group_numel[g] > most ? m->group_numel[g] : most;
-    float *buf = nb_malloc(most ? most * sizeof(float) : 1, "a group of the LoRA base");
-    uint32_t crc = 0;
-    for (int g = 0; g < m->ngroups; g++) {
-        /* the groups tile the slab in order, so the chained CRC is the whole slab's */
-        NB_ASSERT(m->group_offset[g] == (g ? m->group_offset[g - 1] + m->group_numel[g - 1] : 0));
-        if (dir && dir[0])
-            nb_hf_import_group(dir, m, g, buf);
-        else
-            nb_tf_init_group(m, g, buf, seed);
-        crc = nb_crc32c(crc, buf, m->group_numel[g] * sizeof(float));
-        if (sink) sink(self, g, buf);
-    }
-    free(buf);
-    return 1 + (uint64_t)crc;
 }
