@@ -149,4 +149,10 @@ run bigbase "${B[@]}" --ckpt-weights-only && $NB export --ckpt "$TMP/bigbase" --
     && cmp -s "$TMP/bigad/adapter_model.safetensors" "$TMP/bigad2/adapter_model.safetensors" \
     && pass "export of a 146 M base's adapter under a 400 MiB data limit (the base is 584 MB in fp32): the same adapter" \
     || { fail "export of the adapter under a 400 MiB data limit"; tail -n 2 "$TMP/bigad2.log"; }
+# the merged model too is made a group at a time (the merge's math: the eval equality above)
+( ulimit -d 409600 && $NB export --ckpt "$TMP/biglora" --hf "$TMP/bigmerged" --merge --dtype bf16 ) >"$TMP/bigm.log" 2>&1 \
+    && $NB train --init-from "$TMP/bigmerged" --seq 32 --batch 1 --steps 0 --data "$TMP/train.bin" --val-data none --no-progress \
+        --quiet --out "$TMP/bigm-load" >"$TMP/bigm-load.log" 2>&1 \
+    && pass "export --merge of the 146 M model under a 400 MiB data limit, and --init-from reads it back" \
+    || { fail "export --merge under a 400 MiB data limit"; tail -n 2 "$TMP/bigm.log" "$TMP/bigm-load.log"; }
 finish

@@ -40,7 +40,7 @@ static void rig_init(rig *r, nb_arch arch, unsigned sites) {
     nb_tf_lora_init(&r->lo, &c, 3, 6.0f, sites);
     r->B = 2, r->T = 8;
     r->w = nb_malloc(r->m.total * sizeof(float), "base");
-    nb_tf_init_weights(&r->m, r->w, 7);
+    nb_tf_init_weights(&r->m, r->w, 7, NULL);
     for (size_t i = 0; i < r->m.total; i++) r->w[i] *= 8.0f; /* larger than GPT-2's 0.02: gradients well above rounding */
     for (int i = 0; i < r->m.nparams; i++) /* norm weights back near 1 */
         if (r->m.params[i].ndim == 1)
@@ -191,13 +191,13 @@ TEST_CASE(merge_gives_lora_losses) {
 static void groups_match(nb_arch arch, unsigned sites, const char *what) {
     rig r;
     rig_init(&r, arch, sites);
-    nb_tf_init_weights(&r.m, r.w, 1337);
+    nb_tf_init_weights(&r.m, r.w, 1337, NULL);
     float *g = nb_malloc(r.m.total * sizeof(float), "group");
     size_t at = 0;
     int same = 1;
     for (int k = 0; k < r.m.ngroups; k++) {
         same &= r.m.group_offset[k] == at;
-        nb_tf_init_group(&r.m, k, g, 1337);
+        nb_tf_init_group(&r.m, k, g, 1337, NULL);
         same &= !memcmp(g, r.w + at, r.m.group_numel[k] * sizeof(float));
         at += r.m.group_numel[k];
     }

@@ -37,11 +37,11 @@
 #include "ops/optest.h"
 
 extern const ot_table ot_dense, ot_headnorm, ot_headnorm_cuda, ot_attention, ot_optim, ot_ctr, ot_dense_cuda, ot_fused_cuda, ot_perf_cuda,
-    ot_ctr_cuda, ot_ctr_cuda_b, ot_perf_ctr_cuda, ot_attention_fa_cuda, ot_attention_cudnn, ot_emu_fa, ot_emu_tc;
+    ot_ctr_cuda, ot_ctr_cuda_b, ot_perf_ctr_cuda, ot_attention_fa_cuda, ot_attention_cudnn, ot_emu_fa, ot_emu_tc, ot_fill_cuda;
 /* the families' tables, in the order they run (a new family adds its table here) */
 static const ot_table *const TABLES[] = {
     &ot_dense,    &ot_headnorm, &ot_attention,       &ot_optim,  &ot_ctr,    &ot_dense_cuda, &ot_headnorm_cuda,
-    &ot_fused_cuda, &ot_ctr_cuda,
+    &ot_fused_cuda, &ot_fill_cuda, &ot_ctr_cuda,
     &ot_ctr_cuda_b, &ot_attention_fa_cuda, &ot_attention_cudnn, &ot_emu_fa, &ot_emu_tc, &ot_perf_cuda,
     &ot_perf_ctr_cuda,
 };

@@ -98,7 +98,48 @@ static void check_base_crc(const nb_train_opts *o, uint64_t crc) {
 static uint64_t base_from_disk(const nb_train_opts *o, const nb_tf_model *m) {
     NB_CHECK(nb_file_exists(o->init_source), "put the base model back where the run found it (state.json's init_source)",
              "the LoRA run's base %s is gone", o->init_source);
-    return nb_tf_base_by_groups(m, o->init_source, o->seed, NULL, NULL);
+    return nb_tf_base_by_groups(m, o->init_source, o->seed, NULL, NULL, NULL);
+}
+
+/* The merged model one group at a time (nb_hf_export_by_groups): the base's group (read or drawn),
+ * its layer's adapters added; the base's CRC is chained as the groups come and checked at the last,
+ * before the file is committed. */
+typedef struct {
+    const nb_train_opts *o;
+    const nb_tf_model *m;
+    const nb_tf_lora *lo;
+    const float *ls;
+    float *buf;
+    int g;
+    uint32_t crc;
+} merged_src;
+
+static const float *merged_group(void *self, int g) {
+    merged_src *s = self;
+    const nb_tf_model *m = s->m;
+    while (s->g < g) { /* a group no tensor reads still counts in the CRC */
+        int k = ++s->g;
+        size_t bytes = m->group_numel[k] * sizeof(float);
+        s->crc = nb_crc32c_combine(s->crc, nb_tf_base_group(m, s->o->init_source, s->o->seed, NULL, k, s->buf), bytes);
+        if (k >= 1 && k <= m->cfg.layers) nb_tf_lora_merge_layer(m, s->lo, k - 1, s->buf, s->ls);
+        if (k == m->ngroups - 1) check_base_crc(s->o, 1 + (uint64_t)s->crc);
+    }
+    NB_ASSERT(s->g == g);
+    return s->buf;
+}
+
+static int export_merged(const char *out, const nb_train_opts *o, const nb_tf_model *m, const nb_tf_lora *lo,
+                         const float *ls, const nb_hf_export_opts *x) {
+    if (o->init_source[0])
+        NB_CHECK(nb_file_exists(o->init_source), "put the base model back where the run found it (state.json's init_source)",
+                 "the LoRA run's base %s is gone", o->init_source);
+    size_t most = 0;
+    for (int g = 0; g < m->ngroups; g++) most = m->group_numel[g] > most ? m->group_numel[g] : most;
+    merged_src s = {o, m, lo, ls, nb_aligned_alloc(most * sizeof(float), "a group of the merged model"), -1, 0};
+    int n = nb_hf_export_by_groups(out, m, merged_group, &s, x);
+    merged_group(&s, m->ngroups - 1); /* the CRC of every group, even where the last tensor sat earlier */
+    free(s.buf);
+    return n;
 }
 
 /* The base of a LoRA run whole: its reference (the --init-from folder), or nobubble's seeded init. */
@@ -108,9 +149,9 @@ static void load_base(const nb_train_opts *o, const nb_tf_model *m, float *slab)
                  "the LoRA run's base %s is gone", o->init_source);
         nb_hf_import(o->init_source, m, slab);
     } else {
-        nb_tf_init_weights(m, slab, o->seed);
+        nb_tf_init_weights(m, slab, o->seed, NULL);
     }
-    check_base_crc(o, 1 + (uint64_t)nb_crc32c(0, slab, m->total * sizeof(float)));
+    check_base_crc(o, 1 + (uint64_t)nb_crc32c_par(NULL, slab, m->total * sizeof(float)));
 }
 
 /* Returns the adapters' slab (from the checkpoint) of lo. */
@@ -200,38 +241,39 @@ int nb_cmd_export(int argc, char **argv) {
     nb_tf_model m;
     nb_tf_model_init(&m, &o.model);
     double t0 = nb_now();
-    /* An adapter of an on-disk base needs the base only to check it: read group by group (a
-     * 70B base would be 282 GB of fp32); a seeded base is written to OUT/base, so it is made whole. */
-    int whole_base = merge || o.lora_r <= 0 || !o.init_source[0];
+    /* An adapter of an on-disk base needs the base only to check it, and a merged model only a
+     * group at a time: both read it group by group (a 70B base would be 282 GB of fp32); a seeded
+     * base is written to OUT/base beside an adapter, so there it is made whole. */
+    int whole_base = o.lora_r <= 0 || (!merge && !o.init_source[0]);
     float *slab = whole_base ? nb_aligned_alloc(m.total * sizeof(float), "model weights") : NULL;
     if (o.lora_r > 0) {
         nb_tf_lora lo;
         if (slab)
             load_base(&o, &m, slab);
-        else
+        else if (!merge)
             check_base_crc(&o, base_from_disk(&o, &m));
         float *ls = load_adapters(dir, &o, &lo);
-        if (!merge) {
-            int n = export_adapter(out, &o, &m, &lo, ls, slab, &x);
-            int files = copy_tokenizer(&o, out);
+        int n = merge ? export_merged(out, &o, &m, &lo, ls, &x) : export_adapter(out, &o, &m, &lo, ls, slab, &x);
+        int files = copy_tokenizer(&o, out);
+        if (merge) {
+            fprintf(stderr, "exported %s with its LoRA adapters merged (rank %d, step %d, %d tensors in %s, %d tokenizer files) to %s in %.1f s\n",
+                    m.cfg.preset, lo.r, st.step, n, dt, files, out, nb_now() - t0);
+            fprintf(stderr, "load it with: transformers.%s.from_pretrained(\"%s\")\n", nb_hf_export_class(&m, &x), out);
+        } else {
             fprintf(stderr, "exported the LoRA adapters of %s (rank %d, step %d, %d tensors, %d tokenizer files) to %s in %.1f s\n",
                     m.cfg.preset, lo.r, st.step, n, files, out, nb_now() - t0);
             fprintf(stderr, "load it with: peft.PeftModel.from_pretrained(base_model, \"%s\")\n", out);
-            free(ls), free(slab);
-            nb_tf_lora_free(&lo);
-            nb_tf_model_free(&m);
-            return 0;
         }
-        nb_tf_lora_merge(&m, &lo, slab, ls);
-        free(ls);
+        free(ls), free(slab);
         nb_tf_lora_free(&lo);
-    } else {
-        nb_ckpt_list list = {0};
-        for (int i = 0; i < m.nparams; i++)
-            nb_ckpt_list_add(&list, m.params[i].name, m.params[i].ndim, m.params[i].shape, slab + m.params[i].offset);
-        nb_ckpt_load_lists(dir, &list, NULL);
-        nb_ckpt_list_free(&list);
+        nb_tf_model_free(&m);
+        return 0;
     }
+    nb_ckpt_list list = {0};
+    for (int i = 0; i < m.nparams; i++)
+        nb_ckpt_list_add(&list, m.params[i].name, m.params[i].ndim, m.params[i].shape, slab + m.params[i].offset);
+    nb_ckpt_load_lists(dir, &list, NULL);
+    nb_ckpt_list_free(&list);
     check_padding(&m, slab, dir);
 
     int n = nb_hf_export(out, &m, slab, &x);

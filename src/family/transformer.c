@@ -440,17 +440,34 @@ static void start_masked(nb_tf_train *tr) {
     tr->masked = 1;
 }
 
+typedef struct {
+    nb_run *r;
+    float *out;
+    size_t n;
+    uint64_t seed, stream;
+    float mean, std;
+} fill_job;
+
+static void work_fill(void *arg, const nb_task_ctx *ctx) {
+    fill_job *j = arg;
+    j->r->be->fill_normal(ctx, j->out, j->n, j->seed, j->stream, j->mean, j->std);
+}
+
+static void fill_on_backend(void *self, float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std) {
+    fill_job j = {self, out, n, seed, stream, mean, std};
+    nb_run_on_compute(self, "seeded init", work_fill, &j);
+}
+
+const nb_tf_filler *nb_tf_filler_of(nb_run *r, nb_tf_filler *f) {
+    if (!nb_tf_on_device(nb_tf_of(r))) return NULL;
+    f->fn = fill_on_backend, f->self = r;
+    return f;
+}
+
 static void tf_start(nb_run *r, const char *resume_dir) {
     nb_tf_train *tr = r->fs;
     const nb_train_opts *o = &tr->o;
-    if (nb_tf_lora_on(tr))
-        nb_tf_lora_start(r, resume_dir);
-    else if (resume_dir)
-        nb_tf_load_tensors(r, resume_dir);
-    else if (o->init_from[0])
-        nb_hf_import(o->init_from, &tr->model, tr->params);
-    else
-        nb_tf_init_weights(&tr->model, tr->params, o->seed);
+    /* the data before the weights: a bad shard fails in a second, not after minutes of init */
     if (o->val_data[0]) {
         /* validate the shards now rather than at the first eval, minutes into the run */
         nb_shardset probe;
@@ -460,17 +477,7 @@ static void tf_start(nb_run *r, const char *resume_dir) {
         nb_shardset_close(&probe);
         tr->has_val = 1;
     }
-    if (r->eval_only) return;
-    if (nb_verbosity > 0) {
-        double per_token = nb_tf_flops_per_token(&tr->model, o->seq);
-        double rec = nb_tf_recompute_flops_per_token(&tr->model, o->seq, tr->ckpt_interval, tr->keep);
-        fprintf(stderr, "parameters  %.2f M (%zu tensors), %.1f MFLOP per token\n", tr->model.n_real / 1e6,
-                (size_t)tr->model.nparams, per_token / 1e6);
-        if (rec > 0)
-            fprintf(stderr, "recompute   +%.3f MFLOP per token (layer forwards run twice): hardware %.3f MFLOP per token\n",
-                    rec / 1e6, (per_token + rec) / 1e6);
-    }
-    if (o->data[0]) {
+    if (!r->eval_only && o->data[0]) {
         /* this rank's sequences of every global batch: micro-batch k of rank r is global
          * micro-batch r * K + k, as one rank with --grad-accum (ranks x K) would read it */
         nb_loader_open_slice(&tr->train, o->data, o->model.vocab, tr->Bl, o->seq, tr->Bg, (size_t)r->rank * tr->Bl,
@@ -483,6 +490,24 @@ static void tf_start(nb_run *r, const char *resume_dir) {
                     tr->train.shards.n > 1 ? ", read in this order:" : " in", what);
         }
         if (tr->train.masked) start_masked(tr);
+    }
+    if (nb_tf_lora_on(tr))
+        nb_tf_lora_start(r, resume_dir);
+    else if (resume_dir)
+        nb_tf_load_tensors(r, resume_dir);
+    else if (o->init_from[0])
+        nb_hf_import(o->init_from, &tr->model, tr->params);
+    else
+        nb_tf_init_weights(&tr->model, tr->params, o->seed, nb_tf_filler_of(r, &(nb_tf_filler){0}));
+    if (r->eval_only) return;
+    if (nb_verbosity > 0) {
+        double per_token = nb_tf_flops_per_token(&tr->model, o->seq);
+        double rec = nb_tf_recompute_flops_per_token(&tr->model, o->seq, tr->ckpt_interval, tr->keep);
+        fprintf(stderr, "parameters  %.2f M (%zu tensors), %.1f MFLOP per token\n", tr->model.n_real / 1e6,
+                (size_t)tr->model.nparams, per_token / 1e6);
+        if (rec > 0)
+            fprintf(stderr, "recompute   +%.3f MFLOP per token (layer forwards run twice): hardware %.3f MFLOP per token\n",
+                    rec / 1e6, (per_token + rec) / 1e6);
     }
 }
 

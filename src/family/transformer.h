@@ -123,6 +123,9 @@ int nb_tf_lora_on(const nb_tf_train *tr);
 const nb_param *nb_tf_trained(const nb_tf_train *tr, int *nparams, size_t *total);
 size_t nb_tf_trained_total(const nb_tf_train *tr); /* its element count */
 int nb_tf_on_device(const nb_tf_train *tr);
+/* Who draws the seeded init's normals: on a GPU its backend (same bits, far faster for big
+ * models), on the CPU the host (NULL). *f is the filler's storage. */
+const nb_tf_filler *nb_tf_filler_of(nb_run *r, nb_tf_filler *f);
 /* A tensor of the input or output stage (NB_TF_WTE ..) in the weights / gradients the step uses. */
 void *nb_tf_wptr(nb_tf_train *tr, int which);
 float *nb_tf_gptr(nb_tf_train *tr, int which);

@@ -65,13 +65,14 @@ void nb_tf_lora_start(nb_run *r, const char *resume_dir) {
     const nb_train_opts *o = &tr->o;
     uint64_t crc;
     if (tr->base_sink) { /* stream: the base never sits whole in fp32; the schedule keeps each group */
-        crc = nb_tf_base_by_groups(&tr->model, o->init_source, o->seed, tr->base_sink, tr->base_sink_self);
+        crc = nb_tf_base_by_groups(&tr->model, o->init_source, o->seed, nb_tf_filler_of(r, &(nb_tf_filler){0}),
+                                   tr->base_sink, tr->base_sink_self);
     } else {
         if (o->init_source[0])
             nb_hf_import(o->init_source, &tr->model, tr->base);
         else
-            nb_tf_init_weights(&tr->model, tr->base, o->seed);
-        crc = 1 + (uint64_t)nb_crc32c(0, tr->base, tr->model.total * sizeof(float));
+            nb_tf_init_weights(&tr->model, tr->base, o->seed, nb_tf_filler_of(r, &(nb_tf_filler){0}));
+        crc = 1 + (uint64_t)nb_crc32c_par(NULL, tr->base, tr->model.total * sizeof(float));
     }
     NB_CHECK(!resume_dir || !o->lora_base_crc || o->lora_base_crc == crc,
              "put back the base the run started from, or start over with --fresh",

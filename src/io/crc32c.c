@@ -1,6 +1,7 @@
 #include "io/crc32c.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -165,6 +166,23 @@ uint32_t nb_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n) {
 uint32_t nb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
     pthread_once(&once, init_tables);
     return multmodp(x8nmodp(len_b), crc_a) ^ crc_b;
+}
+
+uint32_t nb_crc32c_par(void *dst, const void *src, size_t n) {
+    const size_t seg = (size_t)8 << 20;
+    long nseg = (long)((n + seg - 1) / seg);
+    if (nseg <= 1) return dst ? nb_crc32c_copy(0, dst, src, n) : nb_crc32c(0, src, n);
+    uint32_t *part = malloc((size_t)nseg * sizeof *part);
+    if (!part) return dst ? nb_crc32c_copy(0, dst, src, n) : nb_crc32c(0, src, n); /* one thread will do */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long i = 0; i < nseg; i++) {
+        size_t o = (size_t)i * seg, k = n - o < seg ? n - o : seg;
+        part[i] = dst ? nb_crc32c_copy(0, (char *)dst + o, (const char *)src + o, k) : nb_crc32c(0, (const char *)src + o, k);
+    }
+    uint32_t crc = part[0];
+    for (long i = 1; i < nseg; i++) crc = nb_crc32c_combine(crc, part[i], n - (size_t)i * seg < seg ? n - (size_t)i * seg : seg);
+    free(part);
+    return crc;
 }
 
 const char *nb_crc32c_impl(void) {

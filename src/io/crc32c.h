@@ -23,6 +23,9 @@ uint32_t nb_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 /* The CRC32C of A then B from crc_a = CRC(A), crc_b = CRC(B) and B's length (zlib's
  * crc32_combine): lets threads checksum pieces of one buffer. */
 uint32_t nb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+/* nb_crc32c(0, src, n) (with the copy to dst when dst is not NULL), pieces of 8 MiB on the
+ * OpenMP threads, their checksums combined: a multi-GB buffer at the memory's speed. */
+uint32_t nb_crc32c_par(void *dst, const void *src, size_t n);
 /* The portable path alone, for tests against the instruction path. */
 uint32_t nb_crc32c_portable(uint32_t crc, const void *data, size_t n);
 /* "sse4.2" or "portable": what nb_crc32c runs on this machine. */

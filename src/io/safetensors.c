@@ -611,37 +611,19 @@ static const nb_st_tensor *need(const nb_st_file *f, const char *name, nb_dtype 
     return t;
 }
 
-/* Checksum of src[0..n), copied to dst in the same pass when dst is not NULL; pieces of a large
- * tensor go to the OpenMP threads and their checksums are combined. */
-static uint32_t crc_copy(void *dst, const unsigned char *src, size_t n) {
-    const size_t seg = (size_t)8 << 20;
-    long nseg = (long)((n + seg - 1) / seg);
-    if (nseg <= 1) return dst ? nb_crc32c_copy(0, dst, src, n) : nb_crc32c(0, src, n);
-    uint32_t *part = nb_malloc((size_t)nseg * sizeof *part, "checksum pieces");
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long i = 0; i < nseg; i++) {
-        size_t o = (size_t)i * seg, k = n - o < seg ? n - o : seg;
-        part[i] = crc_copy(dst ? (char *)dst + o : NULL, src + o, k);
-    }
-    uint32_t crc = part[0];
-    for (long i = 1; i < nseg; i++) crc = nb_crc32c_combine(crc, part[i], n - (size_t)i * seg < seg ? n - (size_t)i * seg : seg);
-    free(part);
-    return crc;
-}
-
 static void copy_checked(const nb_st_file *f, const nb_st_tensor *t, void *dst) {
     if (!t->has_crc) {
         if (t->nbytes) memcpy(dst, t->data, t->nbytes);
         return;
     }
-    uint32_t crc = crc_copy(dst, t->data, t->nbytes);
+    uint32_t crc = nb_crc32c_par(dst, t->data, t->nbytes);
     NB_CHECK(crc == t->crc32c, DAMAGED_HINT, "checksum mismatch in tensor '%s' of '%s': the file is damaged", t->name,
              f->path);
 }
 
 void nb_st_verify(const nb_st_file *f, const nb_st_tensor *t) {
     if (!t->has_crc) return;
-    NB_CHECK(crc_copy(NULL, t->data, t->nbytes) == t->crc32c, DAMAGED_HINT,
+    NB_CHECK(nb_crc32c_par(NULL, t->data, t->nbytes) == t->crc32c, DAMAGED_HINT,
              "checksum mismatch in tensor '%s' of '%s': the file is damaged", t->name, f->path);
 }
 

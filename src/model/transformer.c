@@ -227,31 +227,57 @@ static int is_residual_projection(const char *name) {
 }
 
 /* One tensor's init into w (its own Philox stream: the same values whatever else is filled). */
-static void init_param(const nb_tf_model *m, const nb_param *p, float *w, uint64_t seed) {
+/* Writes every element of p's tensor (so init never zeroes a slab first and writes it again). */
+static void init_param(const nb_tf_model *m, const nb_param *p, float *w, uint64_t seed, const nb_tf_filler *fill) {
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
     if (p->ndim == 1) {
         /* norm weights start at 1, biases at 0 */
-        if ((strstr(p->name, "ln") || strstr(p->name, "_norm")) && strstr(p->name, ".weight"))
-            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        float v = (strstr(p->name, "ln") || strstr(p->name, "_norm")) && strstr(p->name, ".weight") ? 1.0f : 0.0f;
+        for (size_t j = 0; j < p->numel; j++) w[j] = v;
         return;
     }
     /* Padded vocabulary rows stay zero: no token ever reads them. */
     size_t n = p->numel;
     if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head.weight")) n = (size_t)m->cfg.vocab * (size_t)p->shape[1];
     float std = is_residual_projection(p->name) ? resid_std : 0.02f;
-    nb_rng_fill_normal(w, n, seed, nb_rng_stream_id(p->name), 0.0f, std);
+    uint64_t stream = nb_rng_stream_id(p->name);
+    if (fill && fill->fn)
+        fill->fn(fill->self, w, n, seed, stream, 0.0f, std);
+    else
+        nb_rng_fill_normal(w, n, seed, stream, 0.0f, std);
+    if (n < p->numel) nb_zero_par(w + n, (p->numel - n) * sizeof(float));
 }
 
-void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed) {
-    nb_zero_par(slab, m->total * sizeof(float));
-    for (int i = 0; i < m->nparams; i++) init_param(m, &m->params[i], slab + m->params[i].offset, seed);
-}
-
-void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed) {
-    size_t g0 = m->group_offset[g];
-    nb_zero_par(dst, m->group_numel[g] * sizeof(float));
+/* The tensors of group g (every group: g < 0) into dst, which starts at slab offset g0 and holds
+ * numel elements; what no tensor covers (alignment padding) is zeroed. */
+static void init_span(const nb_tf_model *m, int g, float *dst, size_t g0, size_t numel, uint64_t seed,
+                      const nb_tf_filler *fill) {
+    size_t end = 0;
+    int ascending = 1;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].group == g) init_param(m, &m->params[i], dst + (m->params[i].offset - g0), seed);
+        if (g < 0 || m->params[i].group == g) {
+            ascending &= m->params[i].offset - g0 >= end;
+            end = m->params[i].offset - g0 + m->params[i].numel;
+        }
+    if (!ascending) nb_zero_par(dst, numel * sizeof(float)); /* gaps unknown: zero all first */
+    end = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const nb_param *p = &m->params[i];
+        if (g >= 0 && p->group != g) continue;
+        size_t off = p->offset - g0;
+        if (ascending && off > end) nb_zero_par(dst + end, (off - end) * sizeof(float));
+        init_param(m, p, dst + off, seed, fill);
+        end = off + p->numel;
+    }
+    if (ascending && numel > end) nb_zero_par(dst + end, (numel - end) * sizeof(float));
+}
+
+void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed, const nb_tf_filler *fill) {
+    init_span(m, -1, slab, 0, m->total, seed, fill);
+}
+
+void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed, const nb_tf_filler *fill) {
+    init_span(m, g, dst, m->group_offset[g], m->group_numel[g], seed, fill);
 }
 
 void *nb_tf_param_ptr(const nb_tf_model *m, int i, void *slab, size_t es) {

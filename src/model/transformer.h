@@ -125,11 +125,17 @@ void nb_tf_model_init(nb_tf_model *m, const nb_tf_config *cfg);
 void nb_tf_model_free(nb_tf_model *m);
 /* GPT-2 init into an fp32 slab: normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
  * biases 0, norm weights 1. Each tensor draws from its own Philox stream (seed, name). */
-void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed);
+/* fill draws the normals (a backend's fill_normal: the GPU's has nb_rng_fill_normal's bits and is
+ * far faster on big models); NULL: nb_rng_fill_normal on the host. */
+typedef struct {
+    void (*fn)(void *self, float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
+    void *self;
+} nb_tf_filler;
+void nb_tf_init_weights(const nb_tf_model *m, float *slab, uint64_t seed, const nb_tf_filler *fill);
 /* Group g's part of that init into dst ([group_numel[g]], offsets from the group's start): the
  * same values, one group at a time (stream's LoRA loads its frozen base so, never the whole
  * model in fp32). */
-void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed);
+void nb_tf_init_group(const nb_tf_model *m, int g, float *dst, uint64_t seed, const nb_tf_filler *fill);
 
 /* A layer's tensors bound to a buffer that holds that layer's group (base = group start). */
 typedef struct {
@@ -236,6 +242,8 @@ void nb_tf_lora_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
                          void *dx, const void *dy);
 /* W += scale * B A for every adapted site, into an fp32 slab of the model (export --merge). */
 void nb_tf_lora_merge(const nb_tf_model *m, const nb_tf_lora *lo, float *model_slab, const float *lora_slab);
+/* The same for layer l alone, into a buffer that holds that layer's group (group start first). */
+void nb_tf_lora_merge_layer(const nb_tf_model *m, const nb_tf_lora *lo, int l, float *group, const float *lora_slab);
 
 /* Model FLOPs per token for training (6N + attention; LoRA: 4N for the frozen weights + 6 per
  * adapter parameter), for MFU and the benchmarks. */

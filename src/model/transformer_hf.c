@@ -395,8 +395,20 @@ static uint16_t f16_bits(float x) {
     return sign | (uint16_t)(h + (rem > half || (rem == half && (h & 1))));
 }
 
+/* Where the weights come from: a whole slab, or one group at a time (nb_hf_group_fn). */
 typedef struct {
-    const float *src; /* first source row */
+    const nb_tf_model *m;
+    const float *slab;
+    nb_hf_group_fn group;
+    void *self;
+    size_t overflows; /* f16 values beyond its range, counted as written */
+} export_from;
+
+typedef struct {
+    const float *src; /* first source row (a slab); NULL: from the group, found when written */
+    size_t rel;       /* the first row's offset from its group's start */
+    int g;            /* its group */
+    export_from *from;
     int64_t rows, cols;
     int transpose;
     nb_dtype dtype;
@@ -407,67 +419,94 @@ typedef struct {
  * so only a bounded piece is ever materialized. */
 static void fill(void *ctx, void *dst, size_t offset, size_t bytes) {
     const export_src *s = ctx;
-    size_t es = s->dtype == NB_F32 ? 4 : 2;
+    size_t es = s->dtype == NB_F32 ? 4 : 2, bad = 0;
     NB_ASSERT(offset % es == 0 && bytes % es == 0);
     size_t k0 = offset / es, n = bytes / es, R = (size_t)s->rows, C = (size_t)s->cols;
+    const float *src = s->src ? s->src : s->from->group(s->from->self, s->g) + s->rel;
     for (size_t k = 0; k < n; k++) {
         size_t e = k0 + k;
-        float v = s->transpose ? s->src[(e % R) * C + e / R] : s->src[e];
+        float v = s->transpose ? src[(e % R) * C + e / R] : src[e];
         if (s->dtype == NB_F32) {
             memcpy((char *)dst + 4 * k, &v, 4);
         } else {
             uint16_t h = s->dtype == NB_BF16 ? bf16_bits(v) : f16_bits(v);
+            bad += s->dtype == NB_F16 && (h & 0x7c00) == 0x7c00;
             memcpy((char *)dst + 2 * k, &h, 2);
         }
     }
+    s->from->overflows += bad;
 }
 
-/* Values a half cannot hold (they become infinite), to say so once. */
-static size_t f16_overflows(const export_src *s) {
-    size_t n = (size_t)s->rows * (size_t)s->cols, bad = 0;
-    for (size_t k = 0; k < n; k++) bad += (f16_bits(s->src[k]) & 0x7c00) == 0x7c00;
-    return bad;
+static int by_group(const void *a, const void *b) {
+    const export_src *x = a, *y = b;
+    return x->g != y->g ? (x->g < y->g ? -1 : 1) : 0;
 }
 
-int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x) {
-    nb_dtype dtype = x ? x->dtype : NB_F32;
-    NB_ASSERT(dtype == NB_F32 || dtype == NB_BF16 || dtype == NB_F16);
+/* The tensors in file order: the table's, or with weights from groups, the groups' order (stable:
+ * the table's within a group), so that each group is asked for once. */
+static int export_weights(const char *out_dir, const nb_tf_model *m, export_from *from, nb_dtype dtype) {
     nb_hf_tensor *t;
     int n = nb_hf_tensors(m, &t);
     char path[4096];
     NB_CHECK(strlen(out_dir) < sizeof path - 32, "choose a shorter output path", "output path too long: %s", out_dir);
     nb_mkdir_p(out_dir);
-
     export_src *es = nb_calloc((size_t)n, sizeof *es, "export sources");
+    int *order = nb_malloc((size_t)n * sizeof *order, "export order");
+    for (int i = 0; i < n; i++) {
+        const nb_param *p = &m->params[t[i].param];
+        int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
+        size_t off = p->offset + (size_t)t[i].row0 * (size_t)cols;
+        es[i] = (export_src){from->slab ? from->slab + off : NULL, off - m->group_offset[p->group], p->group, from,
+                             t[i].rows, cols, t[i].transpose, dtype};
+        order[i] = i;
+    }
+    if (!from->slab) /* insertion sort of the indices by group: stable, n is a few hundred */
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && by_group(&es[order[j - 1]], &es[order[j]]) > 0; j--) {
+                int k = order[j];
+                order[j] = order[j - 1], order[j - 1] = k;
+            }
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     nb_st_writer *w = nb_st_begin(path);
     /* from_pretrained refuses safetensors files whose metadata format is not "pt" */
     nb_st_meta(w, "format", "pt");
     nb_st_meta(w, "producer", "nobubble");
-    size_t overflows = 0;
-    for (int i = 0; i < n; i++) {
-        const nb_param *p = &m->params[t[i].param];
-        int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
-        const float *src = params + p->offset + (size_t)t[i].row0 * (size_t)cols;
-        es[i] = (export_src){src, t[i].rows, cols, t[i].transpose, dtype};
-        if (dtype == NB_F16) overflows += f16_overflows(&es[i]);
-        if (dtype == NB_F32 && !t[i].transpose)
-            nb_st_add(w, t[i].name, NB_F32, t[i].ndim, t[i].shape, src);
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        if (dtype == NB_F32 && !t[i].transpose && es[i].src)
+            nb_st_add(w, t[i].name, NB_F32, t[i].ndim, t[i].shape, es[i].src);
         else
             nb_st_add_fn(w, t[i].name, dtype, t[i].ndim, t[i].shape, fill, &es[i]);
     }
-    if (overflows)
-        fprintf(stderr, "warning: %zu weights are beyond float16's range (65504) and are written as infinities: export "
-                        "with --dtype bf16 or f32\n", overflows);
     nb_st_end(w);
-    free(es);
-    free(t);
+    if (from->overflows)
+        fprintf(stderr, "warning: %zu weights are beyond float16's range (65504) and were written as infinities: export "
+                        "with --dtype bf16 or f32\n", from->overflows);
+    free(order), free(es), free(t);
+    return n;
+}
 
+static void export_config(const char *out_dir, const nb_tf_model *m, const nb_hf_export_opts *x) {
+    char path[4096];
     /* config.json last: the weights are the write likely to fail (size), and when it fails the
      * previous export in out_dir stays whole (both files are replaced atomically) */
     char *cfg = nb_hf_config_json(m, x);
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     nb_write_file_atomic(path, cfg, strlen(cfg));
     free(cfg);
+}
+
+int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x) {
+    export_from from = {m, params, NULL, NULL, 0};
+    int n = export_weights(out_dir, m, &from, x ? x->dtype : NB_F32);
+    export_config(out_dir, m, x);
+    return n;
+}
+
+int nb_hf_export_by_groups(const char *out_dir, const nb_tf_model *m, nb_hf_group_fn group, void *self,
+                           const nb_hf_export_opts *x) {
+    export_from from = {m, NULL, group, self, 0};
+    int n = export_weights(out_dir, m, &from, x ? x->dtype : NB_F32);
+    export_config(out_dir, m, x);
     return n;
 }

@@ -75,6 +75,14 @@ char *nb_hf_config_json(const nb_tf_model *m, const nb_hf_export_opts *x);
 /* Write out_dir/config.json and out_dir/model.safetensors from fp32 weights in the model's slab
  * layout; creates out_dir. Returns the number of tensors written. */
 int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x);
+/* The same export with the weights from group(self, g): group g's fp32 values (offsets from the
+ * group's start), valid until a call for another group. The tensors go in group order, so the
+ * groups are asked for in ascending order (the same g many times: a piece at a time): one group
+ * in memory, never the whole model (a merged 70B LoRA). The same tensors as nb_hf_export's; the
+ * file may list them in another order. */
+typedef const float *(*nb_hf_group_fn)(void *self, int g);
+int nb_hf_export_by_groups(const char *out_dir, const nb_tf_model *m, nb_hf_group_fn group, void *self,
+                           const nb_hf_export_opts *x);
 /* transformer_hf_lora.c: a LoRA run's adapters as a PEFT adapter directory: adapter_config.json
  * (r, lora_alpha, target_modules as HF module names, base_model_name_or_path = base_ref) and
  * adapter_model.safetensors (fp32, peft's names: base_model.model.model.layers.N.self_attn.q_proj
@@ -110,7 +118,11 @@ void nb_hf_import_group(const char *dir, const nb_tf_model *m, int g, float *dst
  * dir, or drawn from the seeded init (dir ""), each group handed to sink (NULL: none). Returns
  * state.json's lora_base_crc (1 + the CRC-32C of the whole fp32 slab, chained group by group),
  * with one group in memory, never the whole base (a 70B base is 282 GB in fp32). */
-uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed,
+/* Group g of that base into buf ([group_numel[g]]), drawn with fill where seeded (NULL: the host);
+ * returns the group's CRC-32C, which nb_crc32c_combine chains in slab order. */
+uint32_t nb_tf_base_group(const nb_tf_model *m, const char *dir, uint64_t seed, const nb_tf_filler *fill, int g,
+                          float *buf);
+uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed, const nb_tf_filler *fill,
                               void (*sink)(void *self, int group, const float *w), void *self);
 /* The dtype most of the checkpoint's tensors have (F32, BF16 or F16). */
 nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m);

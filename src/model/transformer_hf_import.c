@@ -530,7 +530,16 @@ nb_dtype nb_hf_import_dtype(const char *dir, const nb_tf_model *m) {
     return most;
 }
 
-uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed,
+uint32_t nb_tf_base_group(const nb_tf_model *m, const char *dir, uint64_t seed, const nb_tf_filler *fill, int g,
+                          float *buf) {
+    if (dir && dir[0])
+        nb_hf_import_group(dir, m, g, buf);
+    else
+        nb_tf_init_group(m, g, buf, seed, fill);
+    return nb_crc32c_par(NULL, buf, m->group_numel[g] * sizeof(float));
+}
+
+uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t seed, const nb_tf_filler *fill,
                               void (*sink)(void *self, int group, const float *w), void *self) {
     size_t most = 0;
     for (int g = 0; g < m->ngroups; g++) most = m->group_numel[g] > most ? m->group_numel[g] : most;
@@ -539,11 +548,7 @@ uint64_t nb_tf_base_by_groups(const nb_tf_model *m, const char *dir, uint64_t se
     for (int g = 0; g < m->ngroups; g++) {
         /* the groups tile the slab in order, so the chained CRC is the whole slab's */
         NB_ASSERT(m->group_offset[g] == (g ? m->group_offset[g - 1] + m->group_numel[g - 1] : 0));
-        if (dir && dir[0])
-            nb_hf_import_group(dir, m, g, buf);
-        else
-            nb_tf_init_group(m, g, buf, seed);
-        crc = nb_crc32c(crc, buf, m->group_numel[g] * sizeof(float));
+        crc = nb_crc32c_combine(crc, nb_tf_base_group(m, dir, seed, fill, g, buf), m->group_numel[g] * sizeof(float));
         if (sink) sink(self, g, buf);
     }
     free(buf);

@@ -173,20 +173,25 @@ void nb_tf_lora_backward(const nb_tf_model *m, const nb_backend_i *be, nb_ctx ct
 }
 
 /* W[off + o, k] += scale * sum_j B[o, j] A[j, k], in double, rounded once */
+void nb_tf_lora_merge_layer(const nb_tf_model *m, const nb_tf_lora *lo, int l, float *group, const float *lslab) {
+    size_t g0 = m->group_offset[1 + l];
+    for (int s = 0; s < NB_LORA_SITES; s++) {
+        nb_lora_site g;
+        int ia = lo->idx[l][s][0], ib = lo->idx[l][s][1];
+        if (ia < 0 || !nb_tf_lora_site(&m->cfg, s, &g)) continue;
+        const float *A = lslab + lo->params[ia].offset, *B = lslab + lo->params[ib].offset;
+        float *W = group + (m->params[m->layer_idx[l][g.w]].offset - g0);
+#pragma omp parallel for schedule(static) if ((size_t)g.OC * g.K > (1u << 20))
+        for (int o = 0; o < g.OC; o++)
+            for (int k = 0; k < g.K; k++) {
+                double acc = 0;
+                for (int j = 0; j < lo->r; j++) acc += (double)B[(size_t)o * lo->r + j] * A[(size_t)j * g.K + k];
+                float *wp = &W[(size_t)(g.off + o) * g.K + k];
+                *wp = (float)((double)*wp + (double)lo->scale * acc);
+            }
+    }
+}
+
 void nb_tf_lora_merge(const nb_tf_model *m, const nb_tf_lora *lo, float *slab, const float *lslab) {
-    for (int l = 0; l < m->cfg.layers; l++)
-        for (int s = 0; s < NB_LORA_SITES; s++) {
-            nb_lora_site g;
-            int ia = lo->idx[l][s][0], ib = lo->idx[l][s][1];
-            if (ia < 0 || !nb_tf_lora_site(&m->cfg, s, &g)) continue;
-            const float *A = lslab + lo->params[ia].offset, *B = lslab + lo->params[ib].offset;
-            float *W = slab + m->params[m->layer_idx[l][g.w]].offset;
-            for (int o = 0; o < g.OC; o++)
-                for (int k = 0; k < g.K; k++) {
-                    double acc = 0;
-                    for (int j = 0; j < lo->r; j++) acc += (double)B[(size_t)o * lo->r + j] * A[(size_t)j * g.K + k];
-                    float *wp = &W[(size_t)(g.off + o) * g.K + k];
-                    *wp = (float)((double)*wp + (double)lo->scale * acc);
-                }
-        }
+    for (int l = 0; l < m->cfg.layers; l++) nb_tf_lora_merge_layer(m, lo, l, slab + m->group_offset[1 + l], lslab);
 }

@@ -123,6 +123,11 @@ typedef struct nb_backend_i {
     /* params_lowp[0..n) = params converted to act_dtype (NULL-op for fp32 backends) */
     void (*cast_params)(nb_ctx, void *params_lowp, const float *params, size_t n);
 
+    /* n normals of (seed, stream) into HOST memory out, element i = mean + std * nb_rng_normal_at(seed,
+     * stream, i): nb_rng_fill_normal's bits (the CUDA backend draws them on the GPU: fill.cu);
+     * returns when out is written. The seeded init of big models. */
+    void (*fill_normal)(nb_ctx, float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
+
     /* ---- memory (backend memory: host RAM on the CPU, device memory on CUDA) ---- */
     void *(*alloc)(size_t bytes, const char *what);
     void (*free)(void *ptr);

@@ -7,6 +7,7 @@
 #include "host.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
+#include "rng.h"
 #include "optim/optim.h"
 
 #define F(p) ((float *)(p))
@@ -110,6 +111,9 @@ static void adamw_spans(nb_ctx c, float *p, const float *g, float *m, float *v, 
     nb_adamw_apply_spans(p, g, m, v, spans, nspans, k, clip);
 }
 static void cast_params(nb_ctx c, void *lowp, const float *p, size_t n) {}
+static void fill_normal(nb_ctx c, float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std) {
+    nb_rng_fill_normal(out, n, seed, stream, mean, std);
+}
 static void *alloc(size_t bytes, const char *what) { return nb_aligned_alloc(bytes, what); }
 static void release(void *p) { free(p); }
 static void zero(nb_ctx c, void *p, size_t bytes) { memset(p, 0, bytes); }
@@ -199,7 +203,7 @@ const nb_backend_i nb_backend_cpu = {
     .xent_fwd_bwd = xent_fwd_bwd,
     .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,
     .adamw_spans = adamw_spans,
-    .cast_params = cast_params, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
+    .cast_params = cast_params, .fill_normal = fill_normal, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
     .to_host = copy_in, .to_host_async = copy_in, .host_alloc = alloc, .host_free = release,
     .mem_available = mem_available,
 };

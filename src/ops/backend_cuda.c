@@ -7,11 +7,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 #include "cuda_check.h"
 #include "ops/ops_cuda.h"
+#include "rng.h"
 
 #define S(c) ((nb_stream_t)(c)->stream)
 #define LT(c) (nb_backend_of(c)->blas) /* the instance's cuBLASLt handle */
@@ -182,6 +184,52 @@ static void adamw_spans(nb_ctx c, float *p, const float *g, float *m, float *v, 
 static void cast_bf16(nb_ctx c, void *lowp, const float *p, size_t n) { nb_cuda_cast_f32_to_bf16(lowp, p, n, S(c)); }
 static void cast_none(nb_ctx c, void *lowp, const float *p, size_t n) {}
 
+/* nb_rng_fill_normal's bits drawn on the GPU, a chunk at a time through one device buffer; the
+ * elements the kernel lists as near a float rounding boundary (fill.cu says why) are redrawn here
+ * with the host's nb_rng_normal_at, and a chunk that lists more than FILL_LIST is redrawn whole. */
+#define FILL_CHUNK ((size_t)1 << 24)
+#define FILL_LIST 65536u
+size_t nb_cuda_fill_normal_host(float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std,
+                                double margin, nb_stream_t s) {
+    size_t chunk = n < FILL_CHUNK ? n + (n & 1) : FILL_CHUNK, redrawn = 0;
+    if (!n) return 0;
+    char *buf = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&buf, chunk * sizeof(float) + FILL_LIST * sizeof(uint32_t) + 64, s));
+    float *d_out = (float *)buf;
+    uint32_t *d_list = (uint32_t *)(buf + chunk * sizeof(float));
+    unsigned int *d_count = (unsigned int *)(d_list + FILL_LIST);
+    uint32_t *list = nb_malloc(FILL_LIST * sizeof(uint32_t), "the redraw list of the GPU's normal init");
+    for (size_t first = 0; first < n; first += chunk) {
+        size_t len = n - first < chunk ? n - first : chunk;
+        unsigned int count = 0;
+        CUDA_CHECK(cudaMemsetAsync(d_count, 0, sizeof count, s));
+        nb_cuda_fill_normal(d_out, first, len, seed, stream, mean, std, margin, d_list, FILL_LIST, d_count, s);
+        CUDA_CHECK(cudaMemcpyAsync(out + first, d_out, len * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaMemcpyAsync(&count, d_count, sizeof count, cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (count > FILL_LIST) {
+            float *o = out + first;
+#pragma omp parallel for schedule(static)
+            for (size_t j = 0; j < len; j++) o[j] = mean + std * nb_rng_normal_at(seed, stream, first + j);
+            redrawn += len;
+            continue;
+        }
+        if (!count) continue;
+        CUDA_CHECK(cudaMemcpyAsync(list, d_list, count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        for (unsigned int k = 0; k < count; k++)
+            out[first + list[k]] = mean + std * nb_rng_normal_at(seed, stream, first + list[k]);
+        redrawn += count;
+    }
+    free(list);
+    CUDA_CHECK(cudaFreeAsync(buf, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return redrawn;
+}
+static void fill_normal(nb_ctx c, float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std) {
+    nb_cuda_fill_normal_host(out, n, seed, stream, mean, std, NB_FILL_MARGIN, S(c));
+}
+
 static void *dev_alloc(size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
@@ -216,7 +264,7 @@ static void *pinned_alloc(size_t bytes, const char *what) {
                 "cannot pin %s of host memory for %s (%s)", nb_fmt_bytes(b, sizeof b, (double)bytes), what,
                 cudaGetErrorString(e));
     }
-    memset(p, 0, bytes);
+    nb_zero_par(p, bytes); /* tens of GB under stream: every core */
     return p;
 }
 static void pinned_free(void *p) {
@@ -248,7 +296,7 @@ static size_t dev_available(void) {
         .attention_fwd = attention_fwd_##SUF, .attention_bwd = attention_bwd_##SUF,                        \
         .embed_fwd = embed_fwd_##SUF, .embed_bwd = embed_bwd_##SUF, .xent_fwd_bwd = xent_##SUF,            \
         .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,            \
-        .adamw_spans = adamw_spans, .cast_params = CAST, .alloc = dev_alloc, .free = dev_free,             \
+        .adamw_spans = adamw_spans, .cast_params = CAST, .fill_normal = fill_normal, .alloc = dev_alloc, .free = dev_free,             \
         .zero = dev_zero, .to_backend = to_dev, .to_host = to_host, .host_alloc = pinned_alloc,            \
         .to_host_async = to_host_async, .host_free = pinned_free,                                          \
         .mem_available = dev_available,                                                                    \

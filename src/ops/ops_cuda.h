@@ -155,6 +155,19 @@ void nb_cuda_scale_cols_f32(float *dst, int ld_dst, const float *src, int ld_src
 void nb_cuda_scale_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_src, int rows, int cols,
                              float alpha, int acc, nb_stream_t stream);
 /* dst = src converted (bf16: round to nearest even). */
+/* Elements [first, first + len) of nb_rng_fill_normal's sequence (first even) into device out;
+ * the index (from first) of each element whose double lies within margin (relative) of a float
+ * rounding boundary is appended to list (cap entries; *count counts them all). fill.cu. */
+void nb_cuda_fill_normal(float *out, size_t first, size_t len, uint64_t seed, uint64_t stream, float mean, float std,
+                         double margin, uint32_t *list, uint32_t cap, unsigned int *count, nb_stream_t stream_);
+/* The relative distance to a rounding boundary under which the host redraws an element: 64 ulps
+ * of a double, far beyond the few ulps CUDA's and glibc's log/sin/cos may differ by. */
+#define NB_FILL_MARGIN 0x1p-46
+/* n elements of nb_rng_fill_normal's sequence into host memory out, drawn on the GPU, listed
+ * elements redrawn on the host (backend_cuda.c): the same bits. Returns how many were redrawn.
+ * Synchronous. */
+size_t nb_cuda_fill_normal_host(float *out, size_t n, uint64_t seed, uint64_t stream, float mean, float std,
+                                double margin, nb_stream_t s);
 void nb_cuda_cast_f32_to_bf16(nb_bf16 *dst, const float *src, size_t n, nb_stream_t stream);
 void nb_cuda_cast_bf16_to_f32(float *dst, const nb_bf16 *src, size_t n, nb_stream_t stream);
 

@@ -313,6 +313,7 @@ void nb_stream_free(nb_stream *st) {
     }
     if (st->h_glob) be->host_free(st->h_glob);
     if (st->h_base) be->host_free(st->h_base);
+    free(st->base_tmp);
     gpu_layers_free(st);
     free(st->norm_part), free(st->norm_have);
     free(st->fwd), free(st->rec), free(st->bwd), free(st->loads), free(st->updated), free(st->pending), free(st->opt_items[0]), free(st->opt_items[1]);
@@ -325,17 +326,18 @@ void nb_stream_free(nb_stream *st) {
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
  * uploads do not come here: the update of the step before writes them (run_update). */
-static void cast_w(const nb_stream *st, void *dst, const float *p, size_t n) {
+/* threads 0: the copies' share of the cores (copy_threads); the base's load at start takes all */
+static void cast_w(const nb_stream *st, void *dst, const float *p, size_t n, int threads) {
     if (!lowp(st)) {
         copy_par(st, dst, p, n * sizeof(float));
     } else {
         uint16_t *d = dst;
-#pragma omp parallel for schedule(static) num_threads(copy_threads(st)) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(threads ? threads : copy_threads(st)) if (n > 65536)
         for (size_t i = 0; i < n; i++) d[i] = nb_bf16_from_f32(p[i]);
     }
 }
 
-static void stage_w(const nb_stream *st, void *dst, size_t offset, size_t n) { cast_w(st, dst, st->sl.params + offset, n); }
+static void stage_w(const nb_stream *st, void *dst, size_t offset, size_t n) { cast_w(st, dst, st->sl.params + offset, n, 0); }
 
 /* ---- LoRA: the frozen base ---- */
 
@@ -359,20 +361,23 @@ static void work_base_up(void *arg, const nb_task_ctx *ctx) {
 /* The family's base, one group at a time (nb_base_sink_fn), rounded to compute precision as the
  * device cast rounds it under plain: a streamed layer's into the pinned host copy, the stages'
  * and the device layers' up to their place on the device (in order on the compute lane). */
+static size_t n_max(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
 static void base_sink(void *self, int group, const float *w) {
     nb_stream *st = self;
     int L = st->sl.layers, l = group - 1;
     size_t n = group == 0 ? st->sl.in_n : group == L + 1 ? st->sl.out_n : st->layer_numel;
     if (l >= 0 && l < L && !nb_stream_on_gpu(st, l)) {
-        cast_w(st, base_of(st, l), w, n);
-        return;
+        cast_w(st, base_of(st, l), w, n, nb_host_max_threads());
+    } else {
+        void *dst = group == 0 ? st->d_glob_w : group == L + 1 ? (char *)st->d_glob_w + st->sl.in_n * es(st) : gw_of(st, l);
+        if (!st->base_tmp) /* one buffer for every group that goes up: pages faulted in once */
+            st->base_tmp = nb_malloc(n_max(st->sl.in_n, st->sl.out_n, st->layer_numel) * es(st) + 1, "a group of the LoRA base");
+        cast_w(st, st->base_tmp, w, n, nb_host_max_threads());
+        base_job j = {st, dst, st->base_tmp, n * es(st)};
+        nb_run_on_compute(st->r, "LoRA base up", work_base_up, &j);
     }
-    void *dst = group == 0 ? st->d_glob_w : group == L + 1 ? (char *)st->d_glob_w + st->sl.in_n * es(st) : gw_of(st, l);
-    void *tmp = nb_malloc(n * es(st) + 1, "a group of the LoRA base");
-    cast_w(st, tmp, w, n);
-    base_job j = {st, dst, tmp, n * es(st)};
-    nb_run_on_compute(st->r, "LoRA base up", work_base_up, &j);
-    free(tmp);
+    if (group == L + 1) free(st->base_tmp), st->base_tmp = NULL; /* the last group */
 }
 
 /* Compute-precision weights of one half of the resident part into its place in the staging slab. */

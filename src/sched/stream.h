@@ -77,6 +77,7 @@ struct nb_stream {
     float *h_down[NB_STREAM_MAX_SLOTS], *h_glob; /* gradients down; the resident part both ways */
     void *h_base;                 /* LoRA (sl.frozen): the streamed layers' frozen base, compute
                                    * precision, pinned (uploads read it in place; nothing is staged) */
+    void *base_tmp;               /* LoRA: a device-bound group cast while the base loads (base_sink) */
     nb_lane *h2d, *d2h, *stage, *host; /* stage: weights into up slabs; host: gradients out of down slabs */
     opt_mark *wslot_free, gslot_free[NB_STREAM_MAX_SLOTS], up_free[NB_STREAM_MAX_SLOTS], down_free[NB_STREAM_MAX_SLOTS], emb_ready, final_ready, norm_done;
     opt_item *head_item;          /* the head's update, not enqueued yet (or NULL) */
