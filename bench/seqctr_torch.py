@@ -357,6 +357,18 @@ def train_timed(args, dev, B, batches, fwd_bwd, opts, dense_params, total_rows):
                 dense_params=sum(p.numel() for p in dense_params), emb_rows=total_rows)
 
 
+class OverBudget(Exception):
+    """--deadline passed while a run was stepping: the run stops there (its estimate was short)."""
+
+
+DEADLINE = 0.0  # --deadline, for the step loops (run_guarded checks the estimate before a run starts)
+
+
+def check_deadline():
+    if DEADLINE and time.time() > DEADLINE:
+        raise OverBudget("the --deadline passed during the run")
+
+
 def time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, opts, losses):
     """The timing rule every PyTorch configuration follows: step(0) alone (first_step_s), the rest
     of the warm-up, then one forward + backward for each padded length the timed steps meet that
@@ -370,6 +382,7 @@ def time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, opts, losses):
     sync(cuda)
     first_step_s = time.perf_counter() - t0
     for i in range(1, warmup):
+        check_deadline()
         step(i)
     seen = {batches[i % len(batches)]["Lb"] for i in range(warmup)}
     extra = {}
@@ -387,6 +400,7 @@ def time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, opts, losses):
     timer = StepTimer(cuda, steps)
     timer.mark(0)
     for j in range(steps):
+        check_deadline()  # host clock only: no sync inside the timed loop
         step(warmup + j)
         timer.mark(j + 1)
     sync(cuda)
@@ -416,6 +430,8 @@ def run_guarded(args, rec, est_s, train):
         return rec
     try:
         rec.update(train())
+    except OverBudget:
+        rec["status"] = "stopped (time budget)"
     except Exception as e:
         if is_oom(e):
             rec["status"] = "OOM"
@@ -722,6 +738,8 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
+    global DEADLINE
+    DEADLINE = args.deadline
     if args.table:
         print_table(load_jsonl(args.table))
         return 0
