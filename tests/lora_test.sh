@@ -112,6 +112,12 @@ want=$(grep -o 'validation loss [0-9.]*' "$TMP/lora.log" | tail -n 1 | awk '{pri
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$want" ] \
     && pass "eval of the LoRA run ($a, training's last validation loss) = eval of export --merge imported again ($b)" \
     || fail "merged model's loss '$b' vs the LoRA run's '$a' (training's last: '$want')"
+# eval and sample of a stream LoRA run stream its base too (a 70B base is never whole in fp32);
+# that run's state is plain's, bit for bit (above), so are its loss and its samples
+c=$($NB eval --ckpt "$TMP/s1" --batches 2 --threads 1 2>"$TMP/seval.log" | grep -o 'loss [0-9.]* nats' | awk '{print $2}')
+[ -n "$c" ] && [ "$c" = "$a" ] && grep -q '^stream ' "$TMP/seval.log" \
+    && pass "eval of a --schedule stream LoRA checkpoint runs stream and gives plain's loss ($c)" \
+    || fail "eval of the stream LoRA checkpoint: '$c' vs plain's '$a' ($(grep -c '^stream ' "$TMP/seval.log") stream lines)"
 
 # a resume re-reads the base from its folder: one whose weights changed since is refused
 cp -r "$TMP/hf" "$TMP/hf2"
@@ -126,6 +132,10 @@ G=(--model gpt2-tiny --dim 32 --heads 2 --layers 2 --seq 32 --batch 4 --steps 2 
    --no-progress --threads 1)
 run gfull "${G[@]}" --steps 1
 run glora "${G[@]}" --lora 2 --lora-targets q,k,v,o,up,down
+run gslora "${G[@]}" --lora 2 --lora-targets q,k,v,o,up,down --schedule stream
+sa=$($NB sample --ckpt "$TMP/glora" --tokens 8 --threads 1 2>/dev/null) sb=$($NB sample --ckpt "$TMP/gslora" --tokens 8 --threads 1 2>/dev/null)
+[ -n "$sa" ] && [ "$sa" = "$sb" ] && pass "sample of a --schedule stream LoRA checkpoint (streamed again) = plain's: '$(echo "$sa" | tr '\n' ' ' | head -c 40)'" \
+    || fail "sample: stream '$sb' vs plain '$sa'"
 [ "$(step1 "$TMP/gfull")" = "$(step1 "$TMP/glora")" ] && pass "gpt2: step 1 with LoRA gives the base's loss bit for bit" \
     || fail "gpt2 step 1: $(step1 "$TMP/glora") vs $(step1 "$TMP/gfull")"
 $NB export --ckpt "$TMP/glora" --hf "$TMP/gad" >/dev/null 2>&1 && [ -f "$TMP/gad/base/model.safetensors" ] \

@@ -280,10 +280,13 @@ void nb_opts_from_ckpt(const char *dir, int batch, int threads, const char *devi
     snprintf(o->device, sizeof o->device, "%s", device);
     o->precision = NB_PREC_DEFAULT;
     o->graphs = 0;
-    /* forward only: no segments, no side lanes, no streaming */
+    /* forward only: no segments, no side lanes; streaming only for a LoRA base (a 70B base is
+     * 141 GB in bf16: plain would hold it whole in fp32 on the host) */
     o->detach[0] = 0;
-    o->ckpt_interval = o->keep_layers = o->gpu_layers = 0;
-    snprintf(o->schedule, sizeof o->schedule, "plain");
+    int stream = o->lora_r > 0 && !strcmp(o->schedule, "stream");
+    o->ckpt_interval = o->keep_layers = 0;
+    o->gpu_layers = stream ? -1 : 0;
+    snprintf(o->schedule, sizeof o->schedule, "%s", stream ? "stream" : "plain");
 }
 
 static const char *EVAL_SUMMARY =

@@ -143,16 +143,16 @@ static void layers_reserve_state(nb_run *r, size_t moment_numel) {
     nb_tf_train *tr = r->fs;
     size_t slab = nb_tf_trained_total(tr) * sizeof(float);
     reserve_state(r, nb_tf_lora_on(tr) ? nb_tf_trained_total(tr) : moment_numel);
-    if (!nb_tf_lora_on(tr) || r->eval_only) return;
+    if (!nb_tf_lora_on(tr)) return;
     nb_tf_plan *p = &tr->plan;
     p->resident = 1;
     nb_tf_lora_log(tr);
     if (!nb_tf_on_device(tr)) {
-        p->hg = plan_in(&r->host, slab);
+        if (!r->eval_only) p->hg = plan_in(&r->host, slab);
         return;
     }
-    p->dp = plan_in(&r->dev, slab), p->dg = plan_in(&r->dev, slab);
-    p->dm = plan_in(&r->dev, slab), p->dv = plan_in(&r->dev, slab);
+    p->dp = plan_in(&r->dev, slab); /* eval: the adapters alone, no gradient or moments */
+    if (!r->eval_only) p->dg = plan_in(&r->dev, slab), p->dm = plan_in(&r->dev, slab), p->dv = plan_in(&r->dev, slab);
     if (lowp_weights(tr)) p->dw = plan_in(&r->dev, nb_tf_trained_total(tr) * es_of(tr));
 }
 
