@@ -64,4 +64,9 @@ grep -q "0 B down" "$TMP/s1-bf16.log" && pass "cuda LoRA stream: $(grep -o 'per 
 run r "${F[@]}" --precision bf16 --schedule stream --stop-after 6
 run r "${F[@]}" --precision bf16 --schedule stream
 same_state "cuda bf16 LoRA stream: stopped after 6 steps and resumed vs straight" "$TMP/s-bf16" "$TMP/r"
+# eval of a stream LoRA checkpoint streams the base again: plain's loss (fp32: the same state, bitwise above)
+ev() { $NB eval --ckpt "$1" --device cuda --data "$TMP/train.bin" --batches 4 2>"$1.eval.log" | grep -o 'loss [0-9.]* nats' | awk '{print $2}'; }
+a=$(ev "$TMP/p-fp32") b=$(ev "$TMP/s1-fp32")
+[ -n "$a" ] && [ "$a" = "$b" ] && grep -q '^stream ' "$TMP/s1-fp32.eval.log" \
+    && pass "cuda fp32 eval of a stream LoRA checkpoint (streamed again) = plain's ($a)" || fail "cuda eval: stream '$b' vs plain '$a'"
 finish
