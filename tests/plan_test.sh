@@ -111,4 +111,9 @@ grep -q "layers 80, dim 8192" "$TMP/l70.out" && grep -q "^plain   does not fit" 
     && grep -q "flags  --schedule stream --batch 4 --seq 2048 --gpu-layers [1-7][0-9] " "$TMP/l70.out" \
     && pass "Llama-3.1-70B --lora 16, B x T = 4 x 2048, 141 GB GPU, 128 GB host: $(grep -m1 '^stream' "$TMP/l70.out"), $(grep -o 'gpu-layers [0-9]*' "$TMP/l70.out") of 80" \
     || fail "Llama-3.1-70B LoRA plan: $(cat "$TMP/l70.out")"
+# a plan reads no tokens: it runs where there is no data at all (a fresh GPU machine)
+mkdir -p "$TMP/nodata" && (cd "$TMP/nodata" && NB_DATA_DIR="$TMP/nodata" $NB plan --model llama-8b --batch 8 --gpu-mem 80G --host-mem 128G) \
+    >"$TMP/nodata.out" 2>&1 && grep -q "^bytes   stream .* fits 1" "$TMP/nodata.out" \
+    && pass "plan with no token shards anywhere: $(grep -m1 '^stream' "$TMP/nodata.out")" \
+    || fail "plan without data: $(tail -n 2 "$TMP/nodata.out")"
 finish

@@ -209,7 +209,7 @@ int nb_train_flags(const char *cmd, const char *summary, int argc, char **argv, 
     if (nb_args_parse(cmd, summary, args, nargs, argc, argv)) return 1;
     reject_foreign(args, nargs, fam->option_groups);
     parsed_flags seen = {args, nargs};
-    if (fam->after_flags) fam->after_flags(o, flag_seen, &seen, 0);
+    if (fam->after_flags) fam->after_flags(o, flag_seen, &seen, NB_FLAGS_PLAN);
     *famp = fam;
     return 0;
 }
@@ -244,7 +244,7 @@ int nb_cmd_train(int argc, char **argv) {
     if (nb_args_parse("train", TRAIN_SUMMARY, args, nargs, argc, argv)) return 0;
     reject_foreign(args, nargs, fam->option_groups);
     parsed_flags seen = {args, nargs};
-    if (fam->after_flags) fam->after_flags(&o, flag_seen, &seen, resume != NULL);
+    if (fam->after_flags) fam->after_flags(&o, flag_seen, &seen, resume ? NB_FLAGS_RESUME : NB_FLAGS_NEW);
     if (!resume && o.steps == 0 && !o.init_from[0]) nb_usage_error("train", "--steps is 0: it must be at least 1 (0 only with --init-from)");
     if (o.quiet || nb_comm_rank() > 0) nb_verbosity = 0; /* rank 0 speaks for the job */
     if (resume) {

@@ -537,7 +537,8 @@ static void dlrm_recipe(nb_train_opts *o, int (*seen)(const void *, const char *
 
 /* The table's sparse Adam wants a smaller rate than Adagrad's default; the local heads of
  * detached blocks are off (weight 0) unless --detach asks for them. A resumed run keeps its own. */
-static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+static void sc_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int how) {
+    int resuming = how == NB_FLAGS_RESUME; /* a plan reads the data too: its schema sizes the tables */
     nb_seqctr_schema_flags(o, seen, ctx); /* also on resume: --model seqctr resets the shape to the preset's */
     if (o->top_mlp[0]) {
         NB_CHECK(nb_sc_dlrm(&o->ctr), "drop --top-mlp (it is dlrm-dcnv2's)", "--top-mlp with --model seqctr");

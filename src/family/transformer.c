@@ -682,7 +682,8 @@ static void import_shape(nb_train_opts *o, int (*seen)(const void *, const char 
     if (!seen(ctx, "tokenizer") && nb_hf_tokenizer_present(o->init_from)) snprintf(o->tokenizer, sizeof o->tokenizer, "%s", o->init_source);
 }
 
-static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int resuming) {
+static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const char *), const void *ctx, int how) {
+    int resuming = how == NB_FLAGS_RESUME;
     /* a resume has its shape and weights in the checkpoint (a rerun of the first command
      * resumes the run it started) */
     if (o->init_from[0] && resuming && seen(ctx, "init-from") && o->lora_r > 0)
@@ -705,6 +706,7 @@ static void tf_after_flags(nb_train_opts *o, int (*seen)(const void *, const cha
     static const char *fetch_hint = "run 'bash scripts/fetch_data.sh' for the default corpus, set NB_DATA_DIR to a data folder, "
                                     "or pass --data SHARD (a glob in quotes, or a comma-separated list)";
     char why[2048];
+    if (how == NB_FLAGS_PLAN) return; /* a plan reads no tokens */
     /* a file missing on one rank is the same clear error on every rank */
     nb_comm_check_all(nb_shardset_check(o->data, why, sizeof why), fetch_hint, "training data: %s", why);
     if (o->val_data[0] && !seen(ctx, "val-data") && !nb_shardset_check(o->val_data, why, sizeof why)) {

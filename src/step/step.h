@@ -217,6 +217,9 @@ typedef struct nb_layers_i {
 
 /* ---------------------------------------------------------------- a model family */
 
+/* nb_family_i.after_flags: what the options are for */
+enum { NB_FLAGS_NEW = 0, NB_FLAGS_RESUME = 1, NB_FLAGS_PLAN = 2 };
+
 typedef struct nb_family_i {
     const char *name; /* "transformer", "seqctr" (state.json's "family") */
     const char *unit; /* what a step trains on, per second: "tokens" or "samples" */
@@ -232,9 +235,11 @@ typedef struct nb_family_i {
     unsigned option_groups;
     const char *const *option_defaults;
     void (*defaults)(nb_train_opts *o);
-    /* after the flags (seen(ctx, "name"): was --name given?; resuming: on top of a checkpoint's
-     * options): what follows from them, and the checks that need the file system */
-    void (*after_flags)(nb_train_opts *o, int (*seen)(const void *ctx, const char *name), const void *ctx, int resuming);
+    /* after the flags (seen(ctx, "name"): was --name given?; how: NB_FLAGS_NEW, NB_FLAGS_RESUME (on
+     * top of a checkpoint's options) or NB_FLAGS_PLAN (nobubble plan: what is only read by a run,
+     * such as token shards, need not exist)): what follows from them, and the checks that need
+     * the file system */
+    void (*after_flags)(nb_train_opts *o, int (*seen)(const void *ctx, const char *name), const void *ctx, int how);
     /* the model line of the printed configuration */
     void (*print_model)(const nb_train_opts *o, FILE *f);
     /* options of this family (flags or state.json), before anything is built */

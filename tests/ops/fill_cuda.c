@@ -50,7 +50,8 @@ TEST_CASE(test_fill_normal) {
                                                         margins[m], st);
                     d = count_diff(ref, got, n);
                     CHECK(d == 0, "n %zu margin %g: %zu elements differ", n, margins[m], d);
-                    CHECK(m ? r == n : (r > 0 && r < n / 100), "n %zu margin %g: %zu redrawn", n, margins[m], r);
+                    /* at 2^-38 about n / 8,000 (a 4,099-element draw may list none) */
+                    CHECK(m ? r == n : (r < n / 100 && (r > 0 || n < 100000)), "n %zu margin %g: %zu redrawn", n, margins[m], r);
                 }
             }
             free(ref), free(got);
