@@ -397,7 +397,6 @@ static uint16_t f16_bits(float x) {
 
 /* Where the weights come from: a whole slab, or one group at a time (nb_hf_group_fn). */
 typedef struct {
-    const nb_tf_model *m;
     const float *slab;
     nb_hf_group_fn group;
     void *self;
@@ -443,8 +442,9 @@ static int by_group(const void *a, const void *b) {
 }
 
 /* The tensors in file order: the table's, or with weights from groups, the groups' order (stable:
- * the table's within a group), so that each group is asked for once. */
+ * the table's within a group), so that the groups are asked for in ascending order. */
 static int export_weights(const char *out_dir, const nb_tf_model *m, export_from *from, nb_dtype dtype) {
+    NB_ASSERT(dtype == NB_F32 || dtype == NB_BF16 || dtype == NB_F16);
     nb_hf_tensor *t;
     int n = nb_hf_tensors(m, &t);
     char path[4096];
@@ -497,7 +497,7 @@ static void export_config(const char *out_dir, const nb_tf_model *m, const nb_hf
 }
 
 int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params, const nb_hf_export_opts *x) {
-    export_from from = {m, params, NULL, NULL, 0};
+    export_from from = {params, NULL, NULL, 0};
     int n = export_weights(out_dir, m, &from, x ? x->dtype : NB_F32);
     export_config(out_dir, m, x);
     return n;
@@ -505,7 +505,7 @@ int nb_hf_export(const char *out_dir, const nb_tf_model *m, const float *params,
 
 int nb_hf_export_by_groups(const char *out_dir, const nb_tf_model *m, nb_hf_group_fn group, void *self,
                            const nb_hf_export_opts *x) {
-    export_from from = {m, NULL, group, self, 0};
+    export_from from = {NULL, group, self, 0};
     int n = export_weights(out_dir, m, &from, x ? x->dtype : NB_F32);
     export_config(out_dir, m, x);
     return n;
