@@ -325,8 +325,8 @@ void nb_stream_free(nb_stream *st) {
 
 /* n compute-precision weights from slab offset into dst: the fp32 master itself, or rounded to
  * bf16 on the way (round to nearest even, as AdamW's bf16 output and the device cast). Most
- * uploads do not come here: the update of the step before writes them (run_update). */
-/* threads 0: the copies' share of the cores (copy_threads); the base's load at start takes all */
+ * uploads do not come here: the update of the step before writes them (run_update). threads 0:
+ * the copies' share of the cores (copy_threads); the LoRA base's load at start takes them all. */
 static void cast_w(const nb_stream *st, void *dst, const float *p, size_t n, int threads) {
     if (!lowp(st)) {
         copy_par(st, dst, p, n * sizeof(float));
