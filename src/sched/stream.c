@@ -273,9 +273,9 @@ void nb_stream_init(nb_stream *st, size_t other_device_bytes) {
     r->sched_dev_bytes = st->device_bytes, r->sched_pinned_bytes = st->pinned_bytes; /* what was allocated */
     if (frozen) {
         nb_log(1, "stream      LoRA: the frozen base of %d streamed layers in pinned host memory (%s); device: %s (the "
-                  "stages' and %d device layers' base, %d layer slots of %s); the adapters stay and train on the device\n",
+                  "stages' and %d device layers' base, %d layer slots of %s); the adapters stay%s on the device\n",
                L - st->nglayer, nb_fmt_bytes(a, 32, (double)st->pinned_bytes), nb_fmt_bytes(b, 32, (double)st->device_bytes),
-               st->nglayer, st->nslot, nb_fmt_bytes(c, 32, (double)(lw * es(st))));
+               st->nglayer, st->nslot, nb_fmt_bytes(c, 32, (double)(lw * es(st))), r->eval_only ? "" : " and train");
         return;
     }
     double host_bytes = (double)(h.master + h.moments + h.grads);
