@@ -25,6 +25,9 @@ typedef struct nb_backend_i {
     const char *name;
     nb_device_kind device;
     nb_dtype act_dtype; /* element type of activations and compute weights */
+    /* the recommendation ops on this backend (ops/backend_ctr.h); a copy of the table (nobubble
+     * plan's CPU backend planning as a GPU) keeps its own */
+    const struct nb_ctr_ops_i *ctr;
 
     void (*matmul_fwd)(nb_ctx, void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
     void (*matmul_bwd)(nb_ctx, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,

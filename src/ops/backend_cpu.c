@@ -6,6 +6,7 @@
 #include "core.h"
 #include "host.h"
 #include "ops/backend.h"
+#include "ops/backend_ctr.h"
 #include "ops/ops.h"
 #include "rng.h"
 #include "optim/optim.h"
@@ -203,7 +204,7 @@ const nb_backend_i nb_backend_cpu = {
     .xent_fwd_bwd = xent_fwd_bwd,
     .sum_f64 = sum_f64, .sumsq_f64 = sumsq_f64, .sumsq_blocks = sumsq_blocks, .clip_factor = clip_factor, .adamw = adamw,
     .adamw_spans = adamw_spans,
-    .cast_params = cast_params, .fill_normal = fill_normal, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
+    .ctr = &nb_ctr_ops_cpu, .cast_params = cast_params, .fill_normal = fill_normal, .alloc = alloc, .free = release, .zero = zero, .to_backend = copy_in,
     .to_host = copy_in, .to_host_async = copy_in, .host_alloc = alloc, .host_free = release,
     .mem_available = mem_available,
 };

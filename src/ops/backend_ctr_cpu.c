@@ -227,18 +227,13 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
 };
 
 const nb_ctr_ops_i *nb_ctr_ops_for(const nb_backend_i *be) {
-    /* nobubble plan's copy of the CPU backend that emulates a GPU (nb_run_plan_only) plans and never runs */
-    if (be == &nb_backend_cpu || !strcmp(be->name, nb_backend_cpu.name)) return &nb_ctr_ops_cpu;
-#ifdef NB_WITH_CUDA
-    if (be == &nb_backend_cuda_bf16) return &nb_ctr_ops_cuda_bf16;
-    if (be == &nb_backend_cuda_f32) return &nb_ctr_ops_cuda_f32;
-#endif
-    nb_fail("use --device cpu or cuda", "backend %s has no seqctr ops", be->name);
+    if (!be->ctr) nb_fail("use --device cpu or cuda", "backend %s has no seqctr ops", be->name);
+    return be->ctr;
 }
 
 const nb_ctr_ops_i *nb_ctr_ops_f32_for(const nb_backend_i *be) {
 #ifdef NB_WITH_CUDA
-    if (be == &nb_backend_cuda_bf16 || be == &nb_backend_cuda_f32) return &nb_ctr_ops_cuda_f32;
+    if (be->ctr == &nb_ctr_ops_cuda_bf16 || be->ctr == &nb_ctr_ops_cuda_f32) return &nb_ctr_ops_cuda_f32;
 #endif
     return nb_ctr_ops_for(be);
 }

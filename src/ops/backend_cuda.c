@@ -12,6 +12,7 @@
 
 #include "core.h"
 #include "cuda_check.h"
+#include "ops/backend_ctr.h"
 #include "ops/ops_cuda.h"
 #include "rng.h"
 
@@ -284,7 +285,8 @@ static size_t dev_available(void) {
 #define NB_CUDA_BACKEND_TABLE(SUF, DT, CAST, FUSED)                                                        \
     {                                                                                                      \
         FUSED                                                                                              \
-        .name = "cuda-" #SUF, .device = NB_DEV_CUDA, .act_dtype = DT, .matmul_fwd = matmul_fwd_##SUF,      \
+        .name = "cuda-" #SUF, .device = NB_DEV_CUDA, .act_dtype = DT, .ctr = &nb_ctr_ops_cuda_##SUF,       \
+        .matmul_fwd = matmul_fwd_##SUF,                                                                    \
         .matmul_bwd = matmul_bwd_##SUF, .layernorm_fwd = layernorm_fwd_##SUF,                              \
         .layernorm_bwd = layernorm_bwd_##SUF, .rmsnorm_fwd = rmsnorm_fwd_##SUF,                            \
         .rmsnorm_bwd = rmsnorm_bwd_##SUF, .matmul_gelu_fwd = matmul_gelu_fwd_##SUF,                        \
