@@ -6,6 +6,10 @@ case $NB_BUILD in /*) ;; *) NB_BUILD=$ROOT/$NB_BUILD ;; esac
 NB=$NB_BUILD/nobubble
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# Open MPI's session directory in this test's own folder: tests/run.sh runs tests side by side, and
+# two mpiruns sharing /tmp/ompi.HOST.UID can race (one's cleanup under the other's start:
+# "orte_session_dir failed", seen once in pipe_test)
+export OMPI_MCA_orte_tmpdir_base=$TMP
 fails=0
 # python3 resolved once: a version manager's shim (pyenv's) costs ~0.3 s a call, and some tests
 # call python3 dozens of times; the function runs the interpreter the shim would pick.
