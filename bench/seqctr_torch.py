@@ -77,7 +77,7 @@ EMB_OPTIM_NOTE = "torch.optim.Adagrad: element-wise accumulators (nobubble: row-
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the timing and run helpers of the transformer anchor (import-safe without torch)
-from torch_anchor import StepTimer, check_cuda, git_commit, is_oom, load_jsonl, release_memory, sync  # noqa: E402,F401
+from torch_anchor import check_cuda, git_commit, is_oom, load_jsonl, release_memory, sync, warm_and_time  # noqa: E402,F401
 
 
 def fail(msg, hint):
@@ -374,37 +374,20 @@ def time_steps(cuda, B, batches, warmup, steps, step, fwd_bwd, opts, losses):
     of the warm-up, then one forward + backward for each padded length the timed steps meet that
     the warm-up did not (no optimizer step, gradients dropped), so no compilation lands inside the
     timed loop; then `steps` steps timed back to back. step(i) trains on batch i, writes losses[i]."""
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    sync(cuda)
-    t0 = time.perf_counter()
-    step(0)
-    sync(cuda)
-    first_step_s = time.perf_counter() - t0
-    for i in range(1, warmup):
-        check_deadline()
-        step(i)
     seen = {batches[i % len(batches)]["Lb"] for i in range(warmup)}
     extra = {}
     for i in range(warmup, warmup + steps):
         bt = batches[i % len(batches)]
         if bt["Lb"] not in seen and bt["Lb"] not in extra:
             extra[bt["Lb"]] = bt
-    for bt in extra.values():
-        fwd_bwd(bt)
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-    sync(cuda)
-    warmup_s = time.perf_counter() - t0
 
-    timer = StepTimer(cuda, steps)
-    timer.mark(0)
-    for j in range(steps):
-        check_deadline()  # host clock only: no sync inside the timed loop
-        step(warmup + j)
-        timer.mark(j + 1)
-    sync(cuda)
-    ms = timer.step_ms()
+    def warm_lengths():
+        for bt in extra.values():
+            fwd_bwd(bt)
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+
+    ms, first_step_s, warmup_s, _ = warm_and_time(cuda, step, warmup, steps, warm_lengths, check_deadline)
     lossv = losses.tolist()
     med = statistics.median(ms)
     timed = [batches[i % len(batches)] for i in range(warmup, warmup + steps)]

@@ -298,11 +298,13 @@ def sync(cuda):
         torch.cuda.synchronize()
 
 
-def warm_and_time(cuda, step, warmup, steps):
+def warm_and_time(cuda, step, warmup, steps, before_timing=None, each_step=None):
     """The timing rule of the PyTorch anchors: step(0) alone (first_step_s: compilation lands
-    there), the rest of the warm-up, then `steps` steps back to back, each timed (CUDA events on a
-    GPU). step(i) trains on batch i. Returns (per-step ms, first_step_s, warmup_s, wall_s of the
-    timed steps); the peak-memory counter starts with the first step."""
+    there), the rest of the warm-up, before_timing() (more warm-up work, counted in warmup_s),
+    then `steps` steps back to back, each timed (CUDA events on a GPU). step(i) trains on batch i;
+    each_step() runs on the host before every step after the first (a deadline check: no sync).
+    Returns (per-step ms, first_step_s, warmup_s, wall_s of the timed steps); the peak-memory
+    counter starts with the first step."""
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     sync(cuda)
@@ -311,13 +313,19 @@ def warm_and_time(cuda, step, warmup, steps):
     sync(cuda)
     first_step_s = time.perf_counter() - t0
     for i in range(1, warmup):
+        if each_step:
+            each_step()
         step(i)
+    if before_timing:
+        before_timing()
     sync(cuda)
     warmup_s = time.perf_counter() - t0
     timer = StepTimer(cuda, steps)
     t1 = time.perf_counter()
     timer.mark(0)
     for j in range(steps):
+        if each_step:
+            each_step()
         step(warmup + j)
         timer.mark(j + 1)
     sync(cuda)
