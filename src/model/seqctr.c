@@ -103,14 +103,15 @@ static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
 static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 1 || m->cfg.aux_weight > 0; }
 
 /* Multi-valued columns: their values' rows (but the first, which the slot's own lookup put into
- * x0), then each column's pool into its slot. Their gradient region is zeroed here too. */
+ * x0), then each column's pool into its slot. The averaged columns' gradient rows are zeroed here
+ * too (a summed column's values read their slot's gradient: no rows of their own). */
 static void mv_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, nmv = nb_sc_nmv(cf);
     size_t first = (size_t)B * NLK_PER_SAMPLE(cf);
-    if (s->nmv_vals > 0) m->be->zero(c, a->dmv, (size_t)s->nmv_vals * E * act_es(m));
+    if (s->nmv_vals > 0 && a->dmv) m->be->zero(c, a->dmv, (size_t)s->nmv_vals * E * act_es(m));
     m->be->zero(c, AT(m, a->dsrc, a->zero_src), (size_t)E * act_es(m));
     if (s->nmv > 0) m->co->emb_gather(c, a->mv, s->d_dst + first, nb_emb_lookup_table(&m->emb), s->d_rows + first, s->nmv, E);
     for (int f = 0, j = 0; f < cf->ncat; f++)
@@ -271,14 +272,15 @@ static void join_bwd(nb_sc_model *m, nb_ctx c) {
     for (int k = 1; k < m->nseg; k++) m->be->add_inplace(c, a->dx0, a->seg[k].dx0, (size_t)B * D0);
     m->co->copy_cols(c, a->dbot, E, a->dx0, D0, B, E);
     m->co->copy_cols(c, a->dpooled, E, AT(m, a->dx0, (size_t)(m->cfg.ncat + 2) * E), D0, B, E);
-    /* multi-valued columns: each slot's gradient to its values' rows (dmv; the first value's stays
-     * in the slot, scaled for mean) */
+    /* averaged columns: each slot's gradient, scaled, to its values' rows (dmv; the first value's
+     * stays in the slot). A summed column's values read the slot's gradient as it is (lists_mv). */
     const nb_sc_config *cf = &m->cfg;
     int nmv = nb_sc_nmv(cf);
-    for (int f = 0, j = 0; f < cf->ncat && nmv; f++)
-        if (cf->pool[f] != NB_SC_POOL_NONE)
-            m->co->mvpool_bwd(c, a->dmv, AT(m, a->dx0, (size_t)(1 + f) * E), D0, m->stage->d_moff + j++, nmv, B, E,
-                              cf->pool[f] == NB_SC_POOL_MEAN);
+    for (int f = 0, j = 0; f < cf->ncat && nmv; f++) {
+        if (cf->pool[f] == NB_SC_POOL_MEAN)
+            m->co->mvpool_bwd(c, a->dmv, AT(m, a->dx0, (size_t)(1 + f) * E), D0, m->stage->d_moff + j, nmv, B, E, 1);
+        j += cf->pool[f] != NB_SC_POOL_NONE;
+    }
 }
 
 static void history_bwd(nb_sc_model *m, nb_ctx c) {

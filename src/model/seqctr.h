@@ -111,6 +111,13 @@ static inline int nb_sc_mv_width(const nb_sc_config *c) {
     for (int f = 0; f < c->ncat; f++) n += c->pool[f] != NB_SC_POOL_NONE ? c->mv_max[f] : 0;
     return n;
 }
+/* Whether a multi-valued column is averaged: only those need their values' gradient rows (a sum's
+ * values read their slot's gradient: ops_ctr.h, col_sum). */
+static inline int nb_sc_has_mean(const nb_sc_config *c) {
+    for (int f = 0; f < c->ncat; f++)
+        if (c->pool[f] == NB_SC_POOL_MEAN) return 1;
+    return 0;
+}
 /* The tables: ncat categorical ones, then the item table (its index: nb_sc_item_table). */
 static inline int nb_sc_ntables(const nb_sc_config *c) { return c->ncat + 1; }
 static inline int nb_sc_item_table(const nb_sc_config *c) { return c->ncat; }

@@ -162,7 +162,10 @@ static nb_ctr_lists_shape stage_shape(const nb_sc_model *m, const nb_sc_stage *s
     sh.mv_src = (int64_t)m->acts->mv_src;
     sh.zero_src = (int64_t)m->acts->zero_src;
     for (int f = 0; f < c->ncat; f++)
-        if (c->pool[f] != NB_SC_POOL_NONE) sh.col_field[sh.ncols++] = f;
+        if (c->pool[f] != NB_SC_POOL_NONE) {
+            sh.col_sum[sh.ncols] = c->pool[f] == NB_SC_POOL_SUM;
+            sh.col_field[sh.ncols++] = f;
+        }
     return sh;
 }
 

@@ -31,7 +31,7 @@ struct nb_sc_acts {
     void *temb, *q, *kv, *pooled;
     void *mv;  /* [MB * mv_width, E]: the multi-valued columns' values packed (a field's first value
                 * is gathered into its x0 slot instead: its row here is unused) */
-    void *dmv; /* their gradient (in dsrc, after dh), then one zero row (zero_src) */
+    void *dmv; /* their gradient (in dsrc, after dh; only with averaged columns), then one zero row (zero_src) */
     size_t mv_src, zero_src; /* element offsets of dmv and of the zero row in dsrc */
     float *attn;
     void **h; /* [layers + 1] encoder inputs; h[layers] is the output */

@@ -273,7 +273,8 @@ static void layout_acts(nb_sc_model *m) {
     }
     size_t MV = MB * (size_t)nb_sc_mv_width(c);
     a->mv = MV ? A(m, MV * E) : NULL;
-    a->dsrc = A(m, MB * D0 + MB * E + NH * E + (MV ? MV * E + E : 0));
+    size_t DMV = nb_sc_has_mean(c) ? MV : 0; /* the values' gradient rows: averaged columns only */
+    a->dsrc = A(m, MB * D0 + MB * E + NH * E + (MV ? DMV * E + E : 0));
     for (int k = 0; k < m->nseg; k++) {
         seg_scratch *g = &a->seg[k];
         g->dcur = A(m, MB * D0);
@@ -304,8 +305,8 @@ static void layout_acts(nb_sc_model *m) {
     a->dtemb = AT(m, a->dsrc, MB * D0);
     a->dh = AT(m, a->dsrc, MB * D0 + MB * E);
     a->mv_src = MB * D0 + MB * E + NH * E;
-    a->zero_src = a->mv_src + MV * E;
-    a->dmv = MV ? AT(m, a->dsrc, a->mv_src) : NULL;
+    a->zero_src = a->mv_src + DMV * E;
+    a->dmv = DMV ? AT(m, a->dsrc, a->mv_src) : NULL;
     a->seg[0].dx0 = a->dx0;
 }
 

@@ -124,9 +124,10 @@ static __global__ void mv_values_kernel(nb_ctr_lists_shape s, const uint32_t *mv
         const long g = mv_field_of(moff, G, (int32_t)r);
         if (moff[g] == r) continue; /* the field's first value: its slot's lookup */
         const long k = first + r - before[g] - 1;
-        rows[k] = mv_row(s, s.col_field[g % s.ncols], mv[r]);
+        const int j = (int)(g % s.ncols), f = s.col_field[j];
+        rows[k] = mv_row(s, f, mv[r]);
         dst[k] = r * s.E;
-        src[k] = s.mv_src + r * s.E;
+        src[k] = s.col_sum[j] ? (g / s.ncols) * s.D0 + (int64_t)(1 + f) * s.E : s.mv_src + r * s.E;
     }
 }
 

@@ -72,10 +72,12 @@ typedef struct {
     int64_t off[NB_CTR_LISTS_MAX_FIELDS], rows[NB_CTR_LISTS_MAX_FIELDS]; /* per field; [ncat]: the item table */
     /* multi-valued columns (nb_ctr_lists_mv): ncols of them, column j is field col_field[j]; their
      * nvals values packed; mv_src and zero_src: element offsets of their gradient rows and of a
-     * zero row in the gradient region */
+     * zero row in the gradient region; col_sum[j]: column j is sum-pooled, so each of its values'
+     * gradient is its slot's own and the values read the slot's (no per-value copy of it) */
     int ncols, nvals;
     int64_t mv_src, zero_src;
     int32_t col_field[NB_CTR_LISTS_MAX_FIELDS];
+    int8_t col_sum[NB_CTR_LISTS_MAX_FIELDS];
 } nb_ctr_lists_shape;
 /* Lookups the lists hold: (ncat + 2) B + nmv + nh_pad. */
 long nb_ctr_lists_count(const nb_ctr_lists_shape *s);
@@ -88,7 +90,9 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
  * rows[f] (dst and src stay the slot's); without a value the sample's target row with src
  * zero_src (a zero gradient). Every other value r of the field is lookup (nf + 1) B + r - e_g - 1,
  * e_g the fields before g that have a value: row off[f] + mv[r] mod rows[f], dst r E, src
- * mv_src + r E. So the lookups come in (sample, column, value) order, nmv of them. */
+ * mv_src + r E, or for a sum-pooled column (col_sum[j]) the slot's own src i D0 + (1 + f) E (a sum's
+ * gradient reaches every value unchanged). So the lookups come in (sample, column, value) order,
+ * nmv of them. */
 void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
                      int64_t *dst, int64_t *src);
 

@@ -788,7 +788,8 @@ static void check_lists_mv(const char *name, mvl_case *c) {
             for (int32_t r = r0 + 1; r < r1; r++) {
                 size_t k = first + (size_t)(r - before - 1);
                 want[0][k] = s->off[f] + (int64_t)(c->mv[r] % (uint64_t)s->rows[f]);
-                want[1][k] = (int64_t)r * s->E, want[2][k] = s->mv_src + (int64_t)r * s->E;
+                want[1][k] = (int64_t)r * s->E;
+                want[2][k] = s->col_sum[j] ? i * s->D0 + (1 + f) * s->E : s->mv_src + (int64_t)r * s->E;
             }
             before++;
         }

@@ -20,8 +20,8 @@ typedef struct {
 
 static inline uint32_t mvl_u32(uint64_t stream, uint64_t i) { return nb_philox(20261206u, stream, i).v[0]; }
 
-/* B samples, ncat fields of which the columns in cols[ncols] are multi-valued with at most kmax[j]
- * values each (fixed: every field holds exactly kmax[j], as MLPerf's multi-hot data; otherwise
+/* B samples, ncat fields of which the columns in cols[ncols] are multi-valued (summed where the
+ * field's index is even, averaged where odd) with at most kmax[j] values each (fixed: every field holds exactly kmax[j], as MLPerf's multi-hot data; otherwise
  * 0 .. kmax[j], empty and one-value fields included), histories up to max_len and 37 padding
  * rows (max_len 0: none). */
 static inline mvl_case mvl_make(int B, int ncat, const int *cols, const int *kmax, int ncols, int max_len, int fixed,
@@ -38,7 +38,7 @@ static inline mvl_case mvl_make(int B, int ncat, const int *cols, const int *kma
     }
     s->pad_row = s->off[ncat];
     s->ncols = ncols;
-    for (int j = 0; j < ncols; j++) s->col_field[j] = cols[j];
+    for (int j = 0; j < ncols; j++) s->col_field[j] = cols[j], s->col_sum[j] = cols[j] % 2 == 0; /* both kinds */
     c.cat = nb_malloc((size_t)B * ncat * 4 + 4, "cat");
     c.target = nb_malloc((size_t)B * 4 + 4, "target");
     c.hoff = nb_malloc(((size_t)B + 1) * 4, "hoff");
