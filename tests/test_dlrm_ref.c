@@ -21,6 +21,7 @@
 #include "core.h"
 #include "io/safetensors.h"
 #include "model/seqctr.h"
+#include "model/seqctr_internal.h"
 #include "ops/backend.h"
 #include "optim/optim.h"
 
@@ -136,6 +137,49 @@ static int row(const char *what, double err, double tol) {
     return bad;
 }
 
+/* A device's activation (bf16 or fp32) downloaded as floats. */
+static float *act_down(const void *src, size_t n) {
+    size_t es = nb_dtype_size(M.be->act_dtype);
+    float *f = nb_malloc(n * sizeof(float), "diagnosis");
+    uint16_t *h = nb_malloc(n * es, "diagnosis");
+    M.be->to_host(M.ctx ? M.ctx : &M.own_ctx, h, src, n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (es == 2) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(f + i, &u, 4);
+        } else {
+            memcpy(f + i, (const char *)h + 4 * i, 4);
+        }
+    }
+    free(h);
+    return f;
+}
+
+/* Where top.0's gradients go wrong on a device (the bf16 twin bug, bench/NOTES.md): its weight
+ * gradient recomputed on the host from the device's own dout (dtp) and input (the last cross's
+ * output), and dtp from the device's dt and ReLU output. Both near 0: the GEMM and the ReLU did
+ * what their inputs say, and the inputs differ from the reference's; large: that op is wrong. */
+static void diagnose_top0(void) {
+    nb_sc_acts *a = M.acts;
+    int B = M.stage->B, Dx = (M.cfg.ncat + 1) * M.cfg.E, K = M.cfg.top[0];
+    float *dtp = act_down(a->dtp, (size_t)B * K), *dt = act_down(a->dt, (size_t)B * K);
+    float *top0 = act_down(a->top[0], (size_t)B * K), *xs = act_down(a->xs[M.cfg.blocks - 1], (size_t)B * Dx);
+    const float *dw = NULL;
+    for (int i = 0; i < M.ntensors; i++)
+        if (!strcmp(M.t[i].name, "top.0.weight")) dw = M.grads + M.t[i].off;
+    double relu_err = 0, num = 0, den = 0;
+    for (int i = 0; i < B * K; i++) relu_err = fmax(relu_err, fabs(dtp[i] - (top0[i] > 0 ? dt[i] : 0.0f)));
+    for (int k = 0; k < K && dw; k++)
+        for (int d = 0; d < Dx; d++) {
+            double s = 0;
+            for (int b = 0; b < B; b++) s += (double)dtp[(size_t)b * K + k] * xs[(size_t)b * Dx + d];
+            num += (dw[(size_t)k * Dx + d] - s) * (dw[(size_t)k * Dx + d] - s), den += s * s;
+        }
+    printf("  diagnosis: top.0's dtp vs ReLU'(top.0) * dt: max abs diff %.3e; top.0.weight gradient vs dtp^T xs "
+           "recomputed on the host from the device's own buffers: rel err %.3e\n", relu_err, den > 0 ? sqrt(num / den) : -1.0);
+    free(dtp), free(dt), free(top0), free(xs);
+}
+
 TEST_CASE(forward_backward_matches_torch) {
     int B = BT.B, E = M.cfg.E;
     float *logits = nb_malloc((size_t)B * sizeof(float), "logits");
@@ -180,6 +224,7 @@ TEST_CASE(forward_backward_matches_torch) {
     printf("  loss %.9f (torch %.9f); worst dense gradient %s %.3e\n", loss, (double)ref_loss[0], worst_name, worst);
     const char *n32 = nb_st_meta_get(F, "torch32_err");
     if (n32) printf("  torch's float32 run vs float64 (noise floor): %s\n", n32);
+    if (bad && M.be->device != NB_DEV_CPU && M.cfg.ntop >= 1) diagnose_top0();
     free(logits), free(ref_last), free(ref_loss), free(rows);
     CHECK(bad == 0, "%d comparison(s) out of tolerance (table above)", bad);
 }
