@@ -102,22 +102,23 @@ static void bottom_bwd(nb_sc_model *m, nb_ctx c, int B) {
 /* Whether head i contributes to the loss. */
 static int head_used(const nb_sc_model *m, int i) { return i == m->cfg.blocks - 1 || m->cfg.aux_weight > 0; }
 
-/* Multi-valued columns: their values' rows (but the first, which the slot's own lookup put into
- * x0), then each column's pool into its slot. The averaged columns' gradient rows are zeroed here
- * too (a summed column's values read their slot's gradient: no rows of their own). */
+/* Multi-valued columns: each column's pool into its slot (which the slot's own lookup gave the first
+ * value), the other values' table rows read where they are. The averaged columns' gradient rows
+ * are zeroed here too (a summed column's values read their slot's gradient: no rows of their own). */
 static void mv_fwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_acts *a = m->acts;
     nb_sc_stage *s = m->stage;
     const nb_sc_config *cf = &m->cfg;
     int B = s->B, E = cf->E, nmv = nb_sc_nmv(cf);
-    size_t first = (size_t)B * NLK_PER_SAMPLE(cf);
+    const int64_t *vrows = s->d_rows + (size_t)B * NLK_PER_SAMPLE(cf); /* the lookups past the firsts */
     if (s->nmv_vals > 0 && a->dmv) m->be->zero(c, a->dmv, (size_t)s->nmv_vals * E * act_es(m));
     m->be->zero(c, AT(m, a->dsrc, a->zero_src), (size_t)E * act_es(m));
-    if (s->nmv > 0) m->co->emb_gather(c, a->mv, s->d_dst + first, nb_emb_lookup_table(&m->emb), s->d_rows + first, s->nmv, E);
     for (int f = 0, j = 0; f < cf->ncat; f++)
-        if (cf->pool[f] != NB_SC_POOL_NONE)
-            m->co->mvpool_fwd(c, AT(m, a->x0, (size_t)(1 + f) * E), m->D0, a->mv, s->d_moff + j++, nmv, B, E,
-                              cf->pool[f] == NB_SC_POOL_MEAN);
+        if (cf->pool[f] != NB_SC_POOL_NONE) {
+            m->co->mvpool_fwd(c, AT(m, a->x0, (size_t)(1 + f) * E), m->D0, nb_emb_lookup_table(&m->emb), vrows,
+                              s->d_mvb + j, s->d_moff + j, nmv, B, E, cf->pool[f] == NB_SC_POOL_MEAN);
+            j++;
+        }
 }
 
 /* x0 = [bottom | ncat categorical | target | (pooled, later)] and the target embedding. */
@@ -133,7 +134,7 @@ static void embedding_fwd(nb_sc_model *m, nb_ctx c) {
     bottom_fwd(m, c, B);
     co->copy_cols(c, a->x0, D0, a->bot, E, B, E);
     co->emb_gather(c, a->x0, s->d_dst, nb_emb_lookup_table(&m->emb), s->d_rows, B * nb_sc_ntables(&m->cfg), E);
-    if (a->mv) mv_fwd(m, c);
+    if (nb_sc_nmv(&m->cfg)) mv_fwd(m, c);
     co->copy_cols(c, a->temb, E, AT(m, a->x0, (size_t)(1 + m->cfg.ncat) * E), D0, B, E);
 }
 

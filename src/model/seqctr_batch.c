@@ -225,7 +225,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
     }
     nb_ctr_lists_shape sh = stage_shape(m, s);
     nb_ctr_lists(&sh, b->cat, b->target, s->h_hist, s->h_off, s->h_rows, s->h_dst, s->h_src);
-    nb_ctr_lists_mv(&sh, s->h_mv, s->h_moff, s->h_rows, s->h_dst, s->h_src);
+    nb_ctr_lists_mv(&sh, s->h_mv, s->h_moff, s->h_rows, s->h_dst, s->h_src, s->h_mvb);
     size_t k = (size_t)s->nlk_real;
     if (sharded(m)) nb_emb_owner_keys(&m->emb, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
@@ -250,7 +250,7 @@ static void upload_build(nb_sc_model *m, nb_ctx c, const nb_sc_stage *s) {
     }
     nb_ctr_lists_shape sh = stage_shape(m, s);
     m->co->lists(c, &sh, s->d_cat, s->d_target, s->d_hist, s->d_off, s->d_rows, s->d_dst, s->d_src);
-    if (nmvc) m->co->lists_mv(c, &sh, s->d_mv, s->d_moff, s->d_rows, s->d_dst, s->d_src);
+    if (nmvc) m->co->lists_mv(c, &sh, s->d_mv, s->d_moff, s->d_rows, s->d_dst, s->d_src, s->d_mvb);
     m->co->unique_groups(c, s->d_uniq, s->d_order, s->d_seg, s->d_count, s->d_rows, s->nlk_real,
                          nb_sc_total_rows(m) - 1);
 }
@@ -274,7 +274,10 @@ void nb_sc_upload_slot(nb_sc_model *m, nb_ctx c, int slot) {
     be->to_backend(c, s->d_uniq, s->h_uniq, U * sizeof(int64_t));
     be->to_backend(c, s->d_off, s->h_off, ((size_t)s->B + 1) * sizeof(int32_t));
     size_t nmvc = (size_t)nb_sc_nmv(&m->cfg);
-    if (nmvc) be->to_backend(c, s->d_moff, s->h_moff, ((size_t)s->B * nmvc + 1) * sizeof(int32_t));
+    if (nmvc) {
+        be->to_backend(c, s->d_moff, s->h_moff, ((size_t)s->B * nmvc + 1) * sizeof(int32_t));
+        be->to_backend(c, s->d_mvb, s->h_mvb, (size_t)s->B * nmvc * sizeof(int32_t));
+    }
     nb_emb_upload(&m->emb, c, slot); /* sharded: the exchange's lists */
 }
 

@@ -29,9 +29,8 @@ typedef struct {
 struct nb_sc_acts {
     void *dense, *a1, *a2, *bot, *x0;
     void *temb, *q, *kv, *pooled;
-    void *mv;  /* [MB * mv_width, E]: the multi-valued columns' values packed (a field's first value
-                * is gathered into its x0 slot instead: its row here is unused) */
-    void *dmv; /* their gradient (in dsrc, after dh; only with averaged columns), then one zero row (zero_src) */
+    void *dmv; /* the multi-valued columns' values' gradient rows (in dsrc, after dh; only with averaged
+                * columns), then one zero row (zero_src) */
     size_t mv_src, zero_src; /* element offsets of dmv and of the zero row in dsrc */
     float *attn;
     void **h; /* [layers + 1] encoder inputs; h[layers] is the output */
@@ -60,6 +59,7 @@ struct nb_sc_stage {
     int nmv_vals;          /* their values, first ones too (rows of acts.mv) */
     uint32_t *h_mv;        /* their ids packed ([nmv_vals]) */
     int32_t *h_moff, *d_moff; /* [B * ncols_mv + 1]: sample i's column j: values moff[i*ncols+j] .. */
+    int32_t *h_mvb, *d_mvb;   /* [B * ncols_mv]: lists_mv's before (the pooling finds values' lookups by it) */
     uint32_t *h_hist;      /* the history items packed ([nh_real]) */
     /* device lists: the batch's raw ids staged (pinned), their device copies, the device's count
      * of unique rows */

@@ -272,7 +272,6 @@ static void layout_acts(nb_sc_model *m) {
         a->dz[i] = F32(m, MB);
     }
     size_t MV = MB * (size_t)nb_sc_mv_width(c);
-    a->mv = MV ? A(m, MV * E) : NULL;
     size_t DMV = nb_sc_has_mean(c) ? MV : 0; /* the values' gradient rows: averaged columns only */
     a->dsrc = A(m, MB * D0 + MB * E + NH * E + (MV ? DMV * E + E : 0));
     for (int k = 0; k < m->nseg; k++) {
@@ -334,6 +333,8 @@ static void layout_stage(nb_sc_model *m, nb_sc_stage *s, const nb_sc_stage *dev)
         s->h_mv = take(m, AR_PIN, MB * (size_t)nb_sc_mv_width(&m->cfg) * sizeof(uint32_t));
         s->h_moff = take(m, AR_PIN, (MB * nmvc + 1) * sizeof(int32_t));
         s->d_moff = on_cpu(m) ? s->h_moff : dev ? dev->d_moff : take(m, AR_DEV, (MB * nmvc + 1) * sizeof(int32_t));
+        s->h_mvb = take(m, AR_PIN, MB * nmvc * sizeof(int32_t));
+        s->d_mvb = on_cpu(m) ? s->h_mvb : dev ? dev->d_mvb : take(m, AR_DEV, MB * nmvc * sizeof(int32_t));
     }
     if (m->dev_lists) {
         s->h_cat = take(m, AR_PIN, MB * (size_t)m->cfg.ncat * sizeof(uint32_t));

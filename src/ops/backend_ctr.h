@@ -59,7 +59,7 @@ typedef struct nb_ctr_ops_i {
                   const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);
     /* ops_ctr.h's nb_ctr_lists_mv (after lists): the multi-valued columns' values mv and offsets moff */
     void (*lists_mv)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                     int64_t *dst, int64_t *src);
+                     int64_t *dst, int64_t *src, int32_t *before);
     /* nb_embag_unique_groups of rows[n] (every row <= maxrow < 2^32) into uniq, order, seg and the
      * count of unique rows into *count, all in backend memory */
     void (*unique_groups)(nb_ctx, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
@@ -95,12 +95,13 @@ typedef struct nb_ctr_ops_i {
     /* dst[i * ld_dst + j] += src[i * ld_src + j] */
     void (*add_cols)(nb_ctx, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols);
     /* Multi-valued columns (ops_ctr.h's nb_mvpool_forward / _backward): the slot out [B, ld_out]
-     * holds each sample's first value; it becomes the sum (mean: times 1/n) of it and rows
-     * off[i * off_stride] + 1 .. of vals [*, E]; backward dvals += the slot's gradient (times 1/n)
-     * at those rows, then (mean) the slot's gradient dout is scaled by 1/n in place: the first
-     * value's (act_dtype, off int32). */
-    void (*mvpool_fwd)(nb_ctx, void *out, int ld_out, const void *vals, const int32_t *off, int off_stride, int B,
-                       int E, int mean);
+     * holds each sample's first value; it becomes the sum (mean: times 1/n) of it and its other
+     * values' rows of the fp32 table (rows and before: lists_mv's), each rounded to act_dtype as a
+     * gather would; backward dvals += the slot's gradient (times 1/n) at rows off[i * off_stride]
+     * + 1 .. of dvals [*, E], then (mean) the slot's gradient dout is scaled by 1/n in place: the
+     * first value's (act_dtype, off int32). */
+    void (*mvpool_fwd)(nb_ctx, void *out, int ld_out, const float *table, const int64_t *rows, const int32_t *before,
+                       const int32_t *off, int off_stride, int B, int E, int mean);
     void (*mvpool_bwd)(nb_ctx, void *dvals, void *dout, int ld_out, const int32_t *off, int off_stride, int B,
                        int E, int mean);
 

@@ -76,8 +76,8 @@ static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, co
 }
 
 static void lists_mv(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                     int64_t *dst, int64_t *src) {
-    nb_ctr_lists_mv(s, mv, moff, rows, dst, src);
+                     int64_t *dst, int64_t *src, int32_t *before) {
+    nb_ctr_lists_mv(s, mv, moff, rows, dst, src, before);
 }
 
 static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
@@ -122,9 +122,9 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
     if (loss) *loss += l;
 }
 
-static void mvpool_fwd(nb_ctx c, void *out, int ld_out, const void *vals, const int32_t *off, int off_stride, int B,
-                       int E, int mean) {
-    nb_mvpool_forward(F(out), ld_out, CF(vals), off, off_stride, B, E, mean);
+static void mvpool_fwd(nb_ctx c, void *out, int ld_out, const float *table, const int64_t *rows, const int32_t *before,
+                       const int32_t *off, int off_stride, int B, int E, int mean) {
+    nb_mvpool_forward(F(out), ld_out, table, rows, before, off, off_stride, B, E, mean);
 }
 
 static void mvpool_bwd(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off, int off_stride, int B,

@@ -54,9 +54,9 @@
                                int cols) {                                                                  \
         nb_cuda_add_cols_##SUF((T *)dst, ld_dst, (const T *)src, ld_src, rows, cols, S(c));                 \
     }                                                                                                       \
-    static void mvpool_fwd_##SUF(nb_ctx c, void *out, int ld_out, const void *vals, const int32_t *off,      \
-                                 int os, int B, int E, int mean) {                                          \
-        nb_cuda_mvpool_forward_##SUF((T *)out, ld_out, (const T *)vals, off, os, B, E, mean, S(c));         \
+    static void mvpool_fwd_##SUF(nb_ctx c, void *out, int ld_out, const float *table, const int64_t *rows,   \
+                                 const int32_t *before, const int32_t *off, int os, int B, int E, int mean) { \
+        nb_cuda_mvpool_forward_##SUF((T *)out, ld_out, table, rows, before, off, os, B, E, mean, S(c));     \
     }                                                                                                       \
     static void mvpool_bwd_##SUF(nb_ctx c, void *dvals, void *dout, int ld_out, const int32_t *off,          \
                                  int os, int B, int E, int mean) {                                          \
@@ -105,8 +105,8 @@ static void lists(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *cat, co
     nb_cuda_ctr_lists(s, cat, target, hist, rows, dst, src, S(c));
 }
 static void lists_mv(nb_ctx c, const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                     int64_t *dst, int64_t *src) {
-    nb_cuda_ctr_lists_mv(s, mv, moff, rows, dst, src, S(c));
+                     int64_t *dst, int64_t *src, int32_t *before) {
+    nb_cuda_ctr_lists_mv(s, mv, moff, rows, dst, src, before, S(c));
 }
 static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                           int n, int64_t maxrow) {

@@ -47,7 +47,7 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
 
 /* The reference: one pass in (sample, column, value) order, the lookups appended as they come. */
 void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                     int64_t *dst, int64_t *src) {
+                     int64_t *dst, int64_t *src, int32_t *before) {
     NB_ASSERT(s->ncols >= 0 && s->ncols <= s->ncat && s->nvals >= 0 && s->nmv >= 0);
     if (s->ncols == 0) return;
     NB_ASSERT(moff[0] == 0 && moff[(size_t)s->B * s->ncols] == s->nvals);
@@ -60,6 +60,7 @@ void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int3
             const int f = s->col_field[j];
             const size_t slot = (size_t)i * nf + f;
             const int32_t r0 = moff[g], r1 = moff[g + 1];
+            before[g] = (int32_t)((size_t)r0 - (k - (size_t)s->B * (nf + 1))); /* the fields with a value so far */
             if (r1 == r0) {
                 rows[slot] = rows[(size_t)i * nf + s->ncat];
                 src[slot] = s->zero_src;

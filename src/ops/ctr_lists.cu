@@ -132,27 +132,27 @@ static __global__ void mv_values_kernel(nb_ctr_lists_shape s, const uint32_t *mv
 }
 
 extern "C" void nb_cuda_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff,
-                                     int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream) {
+                                     int64_t *rows, int64_t *dst, int64_t *src, int32_t *before, nb_stream_t stream) {
     NB_CUDA_SHAPE(s && s->ncols >= 0 && s->ncols <= s->ncat && s->ncat < NB_CTR_LISTS_MAX_FIELDS && s->B >= 0 &&
                       s->nvals >= 0 && s->nmv >= 0 && s->nmv <= s->nvals &&
-                      (s->ncols == 0 || s->B == 0 || (moff && rows && dst && src)) && (s->nvals == 0 || mv),
+                      (s->ncols == 0 || s->B == 0 || (moff && rows && dst && src && before)) && (s->nvals == 0 || mv),
                   "nb_cuda_ctr_lists_mv");
     const long G = (long)s->B * s->ncols;
     if (G == 0) return;
     mv_slots_kernel<<<nb_grid_1d((size_t)G, THREADS), THREADS, 0, stream>>>(*s, mv, moff, rows, src);
     CUDA_CHECK_LAUNCH("lookup lists (multi-valued slots)");
-    if (s->nmv == 0) return; /* every field has at most one value */
     size_t scan_bytes = 0;
     CUDA_CHECK(cub::DeviceScan::ExclusiveSum(NULL, scan_bytes, (const int32_t *)NULL, (int32_t *)NULL, (int)G, stream));
     const size_t ints = align256((size_t)G * sizeof(int32_t));
-    char *base = (char *)nb_cuda_scratch(2 * ints + scan_bytes, stream);
-    int32_t *flag = (int32_t *)base, *before = (int32_t *)(base + ints);
+    char *base = (char *)nb_cuda_scratch(ints + scan_bytes, stream);
+    int32_t *flag = (int32_t *)base;
     mv_flags_kernel<<<nb_grid_1d((size_t)G, THREADS), THREADS, 0, stream>>>(flag, moff, G);
     CUDA_CHECK_LAUNCH("lookup lists (multi-valued fields with a value)");
     size_t bytes = scan_bytes;
-    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(base + 2 * ints, bytes, flag, before, (int)G, stream));
-    mv_values_kernel<<<nb_grid_1d((size_t)s->nvals, THREADS), THREADS, 0, stream>>>(*s, mv, moff, before, rows, dst,
-                                                                                     src);
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(base + ints, bytes, flag, before, (int)G, stream));
+    if (s->nmv > 0) /* some field has more than one value */
+        mv_values_kernel<<<nb_grid_1d((size_t)s->nvals, THREADS), THREADS, 0, stream>>>(*s, mv, moff, before, rows,
+                                                                                         dst, src);
     CUDA_CHECK_LAUNCH("lookup lists (multi-valued values)");
     nb_cuda_scratch_free(base, stream);
 }

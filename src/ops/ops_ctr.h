@@ -92,22 +92,24 @@ void nb_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32
  * e_g the fields before g that have a value: row off[f] + mv[r] mod rows[f], dst r E, src
  * mv_src + r E, or for a sum-pooled column (col_sum[j]) the slot's own src i D0 + (1 + f) E (a sum's
  * gradient reaches every value unchanged). So the lookups come in (sample, column, value) order,
- * nmv of them. */
+ * nmv of them. before[g] = e_g for g < B ncols: the pooling's way from a value to its lookup. */
 void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                     int64_t *dst, int64_t *src);
+                     int64_t *dst, int64_t *src, int32_t *before);
 
 /* ---- mvpool.c (CUDA twin: mvpool.cu): multi-valued categorical columns ---- */
-/* Sample i's values are rows off[i * off_stride] .. off[i * off_stride + 1] - 1 (r0 .. r1 - 1;
+/* Sample i's values are r = off[i * off_stride] .. off[i * off_stride + 1] - 1 (r0 .. r1 - 1;
  * off non-decreasing; off_stride lets one offset array serve several columns: column j of nmv
- * passes off + j and stride nmv); row r0 is not read from vals: the caller gathered that first
- * value into the slot out[i * ld_out ..] itself (as a single-valued column's one id), and rows
- * r0 + 1 .. of vals [*, E] hold the others. The slot becomes the sum of its values, the first,
- * then the others added in row order, times 1/n for mean (float 1.0f / n); no value: zeros. So a
- * one-value field is its row bit for bit, and so is its gradient. Backward: dvals[r] += the slot's
- * gradient dout[i] (times 1/n for mean) for r = r0 + 1 .. r1 - 1, then (mean) dout[i] *= 1/n in
- * place: the slot's gradient becomes the first value's (dvals NULL: only that). */
-void nb_mvpool_forward(float *out, int ld_out, const float *vals, const int32_t *off, int off_stride, int B, int E,
-                       int mean);
+ * passes off + j and stride nmv, and before + j likewise). Value r0 is not read: the caller
+ * gathered that first value into the slot out[i * ld_out ..] itself (as a single-valued column's
+ * one id); value r > r0 is the table row rows[r - before[i * off_stride] - 1] (nb_ctr_lists_mv's
+ * lookups past the firsts and its before), read from the table directly (no gathered copy). The
+ * slot becomes the sum of its values, the first, then the others added in value order, times 1/n
+ * for mean (float 1.0f / n); no value: zeros. So a one-value field is its row bit for bit, and so
+ * is its gradient. Backward: dvals[r] += the slot's gradient dout[i] (times 1/n for mean) for r =
+ * r0 + 1 .. r1 - 1, then (mean) dout[i] *= 1/n in place: the slot's gradient becomes the first
+ * value's (dvals NULL: only that). */
+void nb_mvpool_forward(float *out, int ld_out, const float *table, const int64_t *rows, const int32_t *before,
+                       const int32_t *off, int off_stride, int B, int E, int mean);
 void nb_mvpool_backward(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride, int B, int E,
                         int mean);
 

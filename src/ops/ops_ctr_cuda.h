@@ -45,7 +45,7 @@ void nb_cuda_ctr_lists(const nb_ctr_lists_shape *s, const uint32_t *cat, const u
                        int64_t *rows, int64_t *dst, int64_t *src, nb_stream_t stream);
 /* after nb_cuda_ctr_lists on the same stream (ops_ctr.h's nb_ctr_lists_mv) */
 void nb_cuda_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int32_t *moff, int64_t *rows,
-                          int64_t *dst, int64_t *src, nb_stream_t stream);
+                          int64_t *dst, int64_t *src, int32_t *before, nb_stream_t stream);
 void nb_cuda_emb_unique_groups(int64_t *uniq, int32_t *order, int32_t *seg, int32_t *count, const int64_t *rows,
                                int n, int64_t maxrow, nb_stream_t stream);
 
@@ -101,10 +101,11 @@ void nb_cuda_add_cols_bf16(nb_bf16 *dst, int ld_dst, const nb_bf16 *src, int ld_
                            nb_stream_t stream);
 
 /* ---- multi-valued pooling (mvpool.cu): nb_mvpool_forward / _backward ---- */
-void nb_cuda_mvpool_forward_f32(float *out, int ld_out, const float *vals, const int32_t *off, int off_stride, int B,
-                                int E, int mean, nb_stream_t stream);
-void nb_cuda_mvpool_forward_bf16(nb_bf16 *out, int ld_out, const nb_bf16 *vals, const int32_t *off, int off_stride,
-                                 int B, int E, int mean, nb_stream_t stream);
+void nb_cuda_mvpool_forward_f32(float *out, int ld_out, const float *table, const int64_t *rows, const int32_t *before,
+                                const int32_t *off, int off_stride, int B, int E, int mean, nb_stream_t stream);
+void nb_cuda_mvpool_forward_bf16(nb_bf16 *out, int ld_out, const float *table, const int64_t *rows,
+                                 const int32_t *before, const int32_t *off, int off_stride, int B, int E, int mean,
+                                 nb_stream_t stream);
 void nb_cuda_mvpool_backward_f32(float *dvals, float *dout, int ld_out, const int32_t *off, int off_stride,
                                  int B, int E, int mean, nb_stream_t stream);
 void nb_cuda_mvpool_backward_bf16(nb_bf16 *dvals, nb_bf16 *dout, int ld_out, const int32_t *off,

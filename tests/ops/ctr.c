@@ -271,15 +271,32 @@ static void mv_bwd(const void *p, float *const *g) {
     free(d);
 }
 
+/* The lookups past each bag's first value as nb_ctr_lists_mv makes them (bag order, value order),
+ * each value r stored at table row (5 r + 2) mod MV_ROWS, and each bag's before (the bags with a
+ * value ahead of it): how the forward finds a value's row. */
+static void mv_lookups(const float *vals, float *table, int64_t *rows, int32_t *before) {
+    int k = 0, nonempty = 0;
+    for (int r = 0; r < MV_ROWS; r++) memcpy(table + (size_t)((5 * r + 2) % MV_ROWS) * EE, vals + (size_t)r * EE, EE * sizeof(float));
+    for (int g = 0; g < MV_B * 2; g++) {
+        before[g] = nonempty;
+        for (int r = MV_OFF[g] + 1; r < MV_OFF[g + 1]; r++) rows[k++] = (5 * r + 2) % MV_ROWS;
+        nonempty += MV_OFF[g + 1] > MV_OFF[g];
+    }
+}
+
 static void check_mvpool(int mean) {
     float *vals = randn((size_t)MV_ROWS * EE, 31, 0.0f, 1.0f), *out = randn((size_t)MV_B * MV_LD, 32, 0.0f, 1.0f);
+    float *table = nb_malloc((size_t)MV_ROWS * EE * sizeof(float), "table");
+    int64_t rows[MV_ROWS];
+    int32_t before[MV_B * 2];
+    mv_lookups(vals, table, rows, before);
     mv_case c = {mean, randn((size_t)MV_B * MV_LD, 33, 0.0f, 1.0f), to_double(vals, (size_t)MV_ROWS * EE)};
     for (int i = 0; i < MV_B; i++) /* the slots' own lookups: the first values (garbage in an empty bag's) */
         for (int j = 0; j < 2; j++)
             if (MV_OFF[i * 2 + j + 1] > MV_OFF[i * 2 + j])
                 memcpy(out + (size_t)i * MV_LD + j * EE, vals + (size_t)MV_OFF[i * 2 + j] * EE, EE * sizeof(float));
     float gap = out[EE * 2];
-    for (int j = 0; j < 2; j++) nb_mvpool_forward(out + j * EE, MV_LD, vals, MV_OFF + j, 2, MV_B, EE, mean);
+    for (int j = 0; j < 2; j++) nb_mvpool_forward(out + j * EE, MV_LD, table, rows, before + j, MV_OFF + j, 2, MV_B, EE, mean);
     double fe = 0;
     for (int i = 0; i < MV_B; i++)
         for (int j = 0; j < 2; j++)
@@ -301,7 +318,7 @@ static void check_mvpool(int mean) {
     double ge[1] = {fd_error(mv_loss, &c, c.xv, ref[0], (size_t)MV_ROWS * EE)};
     CHECK(ge[0] < GRAD_TOL, "%s gradient error %.3g", op.name, ge[0]);
     report(op.name, fe, ge, &op);
-    free(vals), free(out), free(ref[0]), free((void *)c.R), free(c.xv);
+    free(vals), free(table), free(out), free(ref[0]), free((void *)c.R), free(c.xv);
 }
 
 TEST_CASE(test_mvpool) {
@@ -760,8 +777,11 @@ static void check_lists_mv(const char *name, mvl_case *c) {
         got[a] = nb_malloc(n * 8 + 8, "lists"), want[a] = nb_malloc(n * 8 + 8, "lists");
         for (size_t k = 0; k < n; k++) got[a][k] = want[a][k] = -7; /* nothing may stay unwritten */
     }
+    const size_t G = (size_t)s->B * s->ncols;
+    int32_t *before = nb_malloc(G * 4 + 4, "before");
+    for (size_t g = 0; g < G; g++) before[g] = -7;
     nb_ctr_lists(s, c->cat, c->target, c->hist, c->hoff, got[0], got[1], got[2]);
-    nb_ctr_lists_mv(s, c->mv, c->moff, got[0], got[1], got[2]);
+    nb_ctr_lists_mv(s, c->mv, c->moff, got[0], got[1], got[2], before);
     const int nf = s->ncat + 1;
     const size_t first = (size_t)s->B * (nf + 1);
     for (int i = 0; i < s->B; i++) {
@@ -774,24 +794,26 @@ static void check_lists_mv(const char *name, mvl_case *c) {
             want[2][k] = f < nf ? i * s->D0 + (1 + ff) * s->E : s->MB * s->D0 + i * s->E;
         }
     }
-    int64_t before = 0; /* e_g */
+    int64_t before_want = 0; /* e_g */
+    size_t bad_before = G;
     for (int i = 0; i < s->B; i++)
         for (int j = 0; j < s->ncols; j++) {
             size_t g = (size_t)i * s->ncols + j, slot = (size_t)i * nf + s->col_field[j];
             int f = s->col_field[j];
             int32_t r0 = c->moff[g], r1 = c->moff[g + 1];
+            if (bad_before == G && before[g] != before_want) bad_before = g;
             if (r1 == r0) {
                 want[0][slot] = want[0][(size_t)i * nf + s->ncat], want[2][slot] = s->zero_src;
                 continue;
             }
             want[0][slot] = s->off[f] + (int64_t)(c->mv[r0] % (uint64_t)s->rows[f]);
             for (int32_t r = r0 + 1; r < r1; r++) {
-                size_t k = first + (size_t)(r - before - 1);
+                size_t k = first + (size_t)(r - before_want - 1);
                 want[0][k] = s->off[f] + (int64_t)(c->mv[r] % (uint64_t)s->rows[f]);
                 want[1][k] = (int64_t)r * s->E;
                 want[2][k] = s->col_sum[j] ? i * s->D0 + (1 + f) * s->E : s->mv_src + (int64_t)r * s->E;
             }
-            before++;
+            before_want++;
         }
     for (int64_t r = 0; r < s->nh_pad; r++) {
         size_t k = first + (size_t)s->nmv + (size_t)r;
@@ -799,6 +821,8 @@ static void check_lists_mv(const char *name, mvl_case *c) {
         want[1][k] = r * s->E;
         want[2][k] = r < s->nh ? s->MB * (s->D0 + s->E) + r * s->E : 0;
     }
+    CHECK(bad_before == G, "lists_mv %s: before differs at field %zu of %zu", name, bad_before, G);
+    free(before);
     const char *what[3] = {"rows", "gather destinations", "gradient sources"};
     for (int a = 0; a < 3; a++) {
         size_t bad = n;

@@ -279,16 +279,22 @@ static void check_lists_mv_case(const char *name, mvl_case *c) {
     size_t n = (size_t)c->n, B = (size_t)sh->B, G = B * (size_t)sh->ncols;
     int64_t *rows = nb_malloc(n * 8 + 8, "rows"), *dst = nb_malloc(n * 8 + 8, "dst"), *src = nb_malloc(n * 8 + 8, "src");
     CPU->lists(&ot_cctx, sh, c->cat, c->target, c->hist, c->hoff, rows, dst, src);
-    CPU->lists_mv(&ot_cctx, sh, c->mv, c->moff, rows, dst, src);
+    int32_t *before = nb_malloc(G * 4 + 4, "before");
+    CPU->lists_mv(&ot_cctx, sh, c->mv, c->moff, rows, dst, src, before);
     void *dcat = dev_raw(c->cat, B * (size_t)sh->ncat * 4), *dtar = dev_raw(c->target, B * 4);
     void *dhist = dev_raw(c->hist, (size_t)sh->nh * 4), *dhoff = dev_raw(c->hoff, (B + 1) * 4);
     void *dmv = dev_raw(c->mv, (size_t)sh->nvals * 4), *dmoff = dev_raw(c->moff, (G + 1) * 4);
     for (int run = 0; run < 2; run++) {
         void *drows = dev_nan(n * 2, 0), *ddst = dev_nan(n * 2, 0), *dsrc = dev_nan(n * 2, 0);
+        void *dbefore = dev_nan(G + 1, 0);
         gpu(run)->lists(&ot_gctx, sh, dcat, dtar, dhist, dhoff, drows, ddst, dsrc);
-        gpu(run)->lists_mv(&ot_gctx, sh, dmv, dmoff, drows, ddst, dsrc);
+        gpu(run)->lists_mv(&ot_gctx, sh, dmv, dmoff, drows, ddst, dsrc, dbefore);
         void *g[3] = {dev_get_raw(drows, n * 8), dev_get_raw(ddst, n * 8), dev_get_raw(dsrc, n * 8)};
+        void *gb = dev_get_raw(dbefore, G * 4);
         char what[160];
+        snprintf(what, sizeof what, "lists_mv %s (run %d): before", name, run);
+        expect_bytes(what, gb, before, G * 4);
+        free(gb), dev_free(dbefore);
         snprintf(what, sizeof what, "lists_mv %s (run %d): rows", name, run);
         expect_bytes(what, g[0], rows, n * 8);
         snprintf(what, sizeof what, "lists_mv %s (run %d): gather destinations", name, run);
@@ -302,7 +308,7 @@ static void check_lists_mv_case(const char *name, mvl_case *c) {
     check_unique_case(name, rows, (int)(B * (size_t)(sh->ncat + 2) + (size_t)sh->nmv + (size_t)sh->nh), maxrow);
     ot_log("    lists_mv %-44s %zu samples, %d values, %d lookups past the firsts\n", name, B, sh->nvals, sh->nmv);
     dev_free(dcat), dev_free(dtar), dev_free(dhist), dev_free(dhoff), dev_free(dmv), dev_free(dmoff);
-    free(rows), free(dst), free(src);
+    free(rows), free(dst), free(src), free(before);
 }
 
 TEST_CASE(test_lists_mv) {

@@ -293,35 +293,50 @@ TEST_CASE(test_cols) {
 
 /* ---- multi-valued pooling: 2 columns sharing one offset array (stride 2), bags of 3, 0, 1, 4,
  * 0, 3 values, forward into strided slots (holding garbage: the op reads what the caller
- * gathered there) and backward into the value rows and the slots (rescaled for mean) ---- */
+ * gathered there) from an fp32 table through the lookups past the firsts (value r at table row
+ * (5 r + 2) mod 11, lists_mv's before), and backward into the value rows and the slots (rescaled
+ * for mean) ---- */
 
 static void check_mvpool(int mean) {
     enum { B = 3, NV = 11, E = 70, LD = 2 * E + 1 };
     static const int32_t off[2 * B + 1] = {0, 3, 3, 4, 8, 8, 11};
     char what[96];
     FOR_DTYPE(bf) {
-        float *vals = randn_bf((size_t)NV * E, 0, 1, bf), *out0 = randn_bf((size_t)B * LD, 0, 1, bf);
+        float *vals = randn((size_t)NV * E, 0, 1), *out0 = randn_bf((size_t)B * LD, 0, 1, bf);
+        float *table = zeros((size_t)NV * E);
+        int64_t rows[NV];
+        int32_t before[2 * B];
+        for (int r = 0; r < NV; r++) memcpy(table + (size_t)((5 * r + 2) % NV) * E, vals + (size_t)r * E, E * sizeof(float));
+        for (int g = 0, k = 0, nonempty = 0; g < 2 * B; g++) {
+            before[g] = nonempty;
+            for (int r = off[g] + 1; r < off[g + 1]; r++) rows[k++] = (5 * r + 2) % NV;
+            nonempty += off[g + 1] > off[g];
+        }
         float *dv0 = randn_bf((size_t)NV * E, 0, 1, bf), *dout = randn_bf((size_t)B * LD, 0, 1, bf);
         float *ref = copy_of(out0, (size_t)B * LD), *dref = copy_of(dv0, (size_t)NV * E);
         float *doref = copy_of(dout, (size_t)B * LD);
         for (int j = 0; j < 2; j++) {
-            CPU->mvpool_fwd(&ot_cctx, ref + j * E, LD, vals, off + j, 2, B, E, mean);
+            CPU->mvpool_fwd(&ot_cctx, ref + j * E, LD, table, rows, before + j, off + j, 2, B, E, mean);
             CPU->mvpool_bwd(&ot_cctx, dref, doref + j * E, LD, off + j, 2, B, E, mean);
         }
         round_bf(ref, (size_t)B * LD, bf), round_bf(dref, (size_t)NV * E, bf), round_bf(doref, (size_t)B * LD, bf);
         float *got[2], *dgot[2], *dogot[2];
         for (int run = 0; run < 2; run++) {
-            void *dvals = dev_up(vals, (size_t)NV * E, bf), *dout_d = dev_up(out0, (size_t)B * LD, bf);
+            float *dtab = dev_raw(table, (size_t)NV * E * sizeof(float));
+            int64_t *drows = dev_raw(rows, sizeof rows);
+            int32_t *dbefore = dev_raw(before, sizeof before);
+            void *dout_d = dev_up(out0, (size_t)B * LD, bf);
             void *ddv = dev_up(dv0, (size_t)NV * E, bf), *ddo = dev_up(dout, (size_t)B * LD, bf);
             int32_t *doff = dev_raw(off, sizeof off);
             for (int j = 0; j < 2; j++) {
-                gpu(bf)->mvpool_fwd(&ot_gctx, dev_at(dout_d, (size_t)j * E, bf), LD, dvals, doff + j, 2, B, E, mean);
+                gpu(bf)->mvpool_fwd(&ot_gctx, dev_at(dout_d, (size_t)j * E, bf), LD, dtab, drows, dbefore + j, doff + j,
+                                    2, B, E, mean);
                 gpu(bf)->mvpool_bwd(&ot_gctx, ddv, dev_at(ddo, (size_t)j * E, bf), LD, doff + j, 2, B, E, mean);
             }
             got[run] = dev_get(dout_d, (size_t)B * LD, bf);
             dgot[run] = dev_get(ddv, (size_t)NV * E, bf);
             dogot[run] = dev_get(ddo, (size_t)B * LD, bf);
-            dev_free(dvals), dev_free(dout_d), dev_free(ddv), dev_free(ddo), dev_free(doff);
+            dev_free(dtab), dev_free(drows), dev_free(dbefore), dev_free(dout_d), dev_free(ddv), dev_free(ddo), dev_free(doff);
         }
         snprintf(what, sizeof what, "mvpool %s forward", mean ? "mean" : "sum");
         expect_close(what, bf, got[0], ref, (size_t)B * LD);
@@ -332,7 +347,7 @@ static void check_mvpool(int mean) {
         snprintf(what, sizeof what, "mvpool %s backward (slots)", mean ? "mean" : "sum");
         expect_close(what, bf, dogot[0], doref, (size_t)B * LD);
         expect_same(what, dogot[0], dogot[1], (size_t)B * LD);
-        free(vals), free(out0), free(dv0), free(dout), free(ref), free(dref), free(doref);
+        free(vals), free(table), free(out0), free(dv0), free(dout), free(ref), free(dref), free(doref);
         for (int run = 0; run < 2; run++) free(got[run]), free(dgot[run]), free(dogot[run]);
     }
 }
