@@ -11,11 +11,16 @@
 #  2. bench/sft_from_corpus.py makes chat examples from data/sotu/raw, `nobubble tokenize --chat`
 #     renders them with the family's template (Llama 3: data/hf_tokenizers/llama3, Qwen:
 #     data/hf_tokenizers/qwen3) into packed uint32 shards and a loss mask (the responses);
-#  3. nobubble trains --steps steps (the first --warmup-steps are left out of its p90/median);
+#  3. nobubble trains --steps steps (the first --warmup-steps are left out of its p90/median) with
+#     `nobubble plan`'s stream flags for this machine (--ckpt-interval 1 and as many layers' state on
+#     the GPU as fit; without a plan: --ckpt-interval 1 --gpu-layers -1);
 #  4. FSDP2 runs --anchor-steps timed steps after 2 warm-up steps on the same shape. Where its
 #     host-memory estimate says the model does not fit the machine, it runs again without that
 #     check under lora_torch.py's host-memory guard, and the row holds what happened (its steps,
-#     or the guard's kill with the RSS it reached), not the estimate.
+#     or the guard's kill with the RSS it reached), not the estimate. Where the fp32 state did not
+#     run, FSDP2 runs again with --dtype bf16 (weights, gradients and AdamW moments in bf16: 8 bytes
+#     a parameter on the host, torchtune's way), the best setting that fits such a host; the ratio
+#     is against the best FSDP2 row that ran (the table says which).
 # --layers: one row per entry, in that order: 0 is the published model, N the same shape cut to
 #   its first N layers (a checkpoint of N layers, imported the same way), so that there is a
 #   ratio on a model both sides fit when FSDP2 cannot hold the whole one (e.g. --layers 20,0).
@@ -87,18 +92,32 @@ keys = [("layers", "num_hidden_layers"), ("dim", "hidden_size"), ("heads", "num_
         ("kv-heads", "num_key_value_heads"), ("ffn", "intermediate_size"), ("vocab", "vocab_size")]
 print(" ".join("--%s %d" % (flag, c[key]) for flag, key in keys))' "$1" || echo "--shape-unreadable"
 }
-printf '| model | B x T | nobubble stream median tokens/s (p90) | FSDP2 CPU offload (fused AdamW) median tokens/s | nobubble / FSDP2 |\n|---|---|---|---|---|\n' > "$OUT/table.md"
+printf '| model | B x T | nobubble stream median tokens/s (p90) | FSDP2 CPU offload, fused AdamW, fp32 state: median tokens/s | FSDP2, bf16 state | nobubble / best FSDP2 |\n|---|---|---|---|---|---|\n' > "$OUT/table.md"
+
+# fsdp_cell: a fsdp_offload.py result line (stdin) as a table cell: its tokens/s, or its status and error
+fsdp_cell() {
+    "$PY" -c 'import json, sys
+try:
+    r = json.loads(sys.stdin.read())
+except Exception:
+    print("failed"); sys.exit()
+print(r["tokens_per_s"] if r.get("status") == "ok" else r.get("status", "failed") + ": " + str(r.get("error", ""))[:120])'
+}
 
 # row LAYERS: checkpoint, nobubble, FSDP2, one table row
 row() {
     local layers=$1 dir=$HF_DIR tag=full label=$shape
     [ "$layers" -gt 0 ] && dir=$HF_DIR-L$layers tag=L$layers label="$shape, first $layers layers"
-    [ "$(left)" -gt 60 ] || { echo "| $label | $batch x $seq | skipped (time budget) | | |" >> "$OUT/table.md"; return 1; }
+    [ "$(left)" -gt 60 ] || { echo "| $label | $batch x $seq | skipped (time budget) | | | |" >> "$OUT/table.md"; return 1; }
     echo "== checkpoint $label $(stamp)"
     "$PY" bench/hf_random_model.py --shape "$shape" --out "$dir" --layers "$layers" || return 1
-    echo "== nobubble $label: stream $(stamp)"
-    local log=$OUT/nb-$tag.log med="" p90="" fsdp=""
-    timeout "$(left)" "$NB" train --init-from "$dir" --schedule stream --device cuda --batch "$batch" --seq "$seq" \
+    local log=$OUT/nb-$tag.log med="" p90="" fsdp="" fl
+    fl=$("$NB" plan --init-from "$dir" --device cuda --batch "$batch" --seq "$seq" --schedule stream --ckpt-interval 1 2> "$OUT/plan-$tag.txt" \
+        | tee -a "$OUT/plan-$tag.txt" | sed -n '/^stream/,/^bytes   stream/p' | grep -E '^  flags' | head -n 1 | sed 's/^  flags *//')
+    [ -n "$fl" ] || fl="--schedule stream --ckpt-interval 1 --gpu-layers -1"
+    echo "== nobubble $label: $fl $(stamp)"
+    # shellcheck disable=SC2086  # the plan's flags are words
+    timeout "$(left)" "$NB" train --init-from "$dir" $fl --device cuda --batch "$batch" --seq "$seq" \
         --steps "$steps" --warmup 0 --lr 1e-5 --data "$DATA/train.bin" --val-data "$DATA/val.bin" --eval-every 0 --eval-batches 2 \
         --no-ckpt --out "$OUT/run-$tag" --fresh --no-progress > "$log" 2>&1 || { echo "nobubble failed:"; tail -5 "$log"; status=1; }
     grep -E '^(memory|stream|data|throughput|done)' "$log"
@@ -123,16 +142,28 @@ print(f"nobubble masked loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}")' "$
         if [ "$(wc -l < "$OUT/fsdp.jsonl")" -gt "$n0" ]; then rec=$(tail -n 1 "$OUT/fsdp.jsonl")
         else rec="{\"status\": \"failed\", \"error\": \"$(grep -m1 '^guard:' "$OUT/fsdp-$tag-guard.log" | tr -d '"\\' | cut -c1-150)\"}"; fi
     fi
-    fsdp=$(echo "$rec" | "$PY" -c 'import json, sys
-try:
-    r = json.loads(sys.stdin.read())
-except Exception:
-    print("failed"); sys.exit()
-print(r["tokens_per_s"] if r.get("status") == "ok" else r.get("status", "failed") + ": " + str(r.get("error", ""))[:120])')
-    echo "FSDP2: $fsdp"
+    fsdp=$(echo "$rec" | fsdp_cell)
+    echo "FSDP2 (fp32 state): $fsdp"
+    local bf="not run (the fp32 state ran)"
+    if ! echo "$rec" | grep -q '"status": "ok"'; then
+        if [ "$(left)" -gt 90 ]; then
+            echo "== FSDP2 CPU offload $label, --dtype bf16 (the best setting that fits) $(stamp)"
+            local n0; n0=$(wc -l < "$OUT/fsdp.jsonl" 2>/dev/null || echo 0)
+            "$PY" bench/lora_torch.py --guard-timeout "$(( $(left) - 10 ))" --guard-log "$OUT/fsdp-$tag-bf16.log" --guard -- \
+                "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" --steps "$asteps" \
+                --warmup 2 --adamw fused --dtype bf16 --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) > /dev/null 2>&1
+            grep -E '^(setup|step|guard:)' "$OUT/fsdp-$tag-bf16.log" | sed 's/^/   /'
+            if [ "$(wc -l < "$OUT/fsdp.jsonl" 2>/dev/null || echo 0)" -gt "$n0" ]; then bf=$(tail -n 1 "$OUT/fsdp.jsonl" | fsdp_cell)
+            else bf="failed: $(grep -m1 '^guard:' "$OUT/fsdp-$tag-bf16.log" | cut -c1-150)"; fi
+        else
+            bf="skipped (time budget)"
+        fi
+        echo "FSDP2 (bf16 state): $bf"
+    fi
     local ratio
-    ratio=$(awk -v a="$med" -v b="$fsdp" 'BEGIN { if (a > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }')
-    echo "| $label | $batch x $seq | ${med:-failed} (${p90:-}) | $fsdp | $ratio |" >> "$OUT/table.md"
+    ratio=$(awk -v a="$med" -v b="$fsdp" -v c="$bf" 'BEGIN { b += 0; c += 0; best = b > c ? b : c
+        if (a > 0 && best > 0) printf "%.2fx (vs %s)", a / best, best == b ? "fp32 state" : "bf16 state"; else print "-" }')
+    echo "| $label | $batch x $seq | ${med:-failed} (${p90:-}) | $fsdp | $bf | $ratio |" >> "$OUT/table.md"
 }
 
 for layers in ${rows//,/ }; do row "$layers"; done

@@ -23,6 +23,12 @@ LlamaForCausalLM (sdpa attention) with nobubble's preset shapes (src/model/trans
     forloop (what AdamW() picks by itself for CPU DTensors)),
   * torch.nn.utils.clip_grad_norm_(1.0) (nobubble's default clip; --grad-clip 0 turns it off).
 
+--dtype bf16: the model is cast to bf16 before fully_shard, so the host holds bf16 weights,
+gradients and AdamW moments (8 bytes per parameter instead of 16; torchtune's full fine-tuning
+recipes train this way). It is not the same arithmetic as nobubble's fp32 master weights and
+moments, but it is what a user runs when the fp32 state does not fit the host: the best setting
+that fits, so the benchmarks run it where the fp32 one does not.
+
 One process, world size 1: init_process_group on a FileStore in a fresh temp folder (or
 --rendezvous env: MASTER_ADDR 127.0.0.1 and a free port), backend "cpu:gloo,cuda:nccl" (NCCL for
 FSDP's collectives on the GPU; gloo because the gradients are CPU DTensors and clip_grad_norm_'s
@@ -120,7 +126,7 @@ def pow2ceil(n):
     return 1 << (n - 1).bit_length() if n > 1 else n
 
 
-def host_estimate(cfg, adamw):
+def host_estimate(cfg, adamw, dtype="fp32"):
     """Host bytes the run needs at its peak, by parts. Pinned memory comes from PyTorch's
     CachingHostAllocator, which rounds every block up to a power of two: the fp32 parameter shards
     (CPUOffloadPolicy(pin_memory=True) pins each one) and the fp32 gradients (copied device-to-host
@@ -128,9 +134,10 @@ def host_estimate(cfg, adamw):
     also makes one fp32 temporary per parameter at once (torch._foreach_sqrt of the second moments)."""
     shapes = [s for _, s in tensors(cfg)]
     n = sum(numel(s) for s in shapes)
-    pinned = sum(pow2ceil(4 * numel(s)) for s in shapes)
-    parts = dict(params_pinned=pinned, grads_pinned=pinned, adamw_moments=8 * n,
-                 adamw_temporary=4 * n if adamw == "foreach" else 0, runtime=3 * GiB)
+    es = 2 if dtype == "bf16" else 4   # --dtype bf16: weights, gradients and moments in bf16
+    pinned = sum(pow2ceil(es * numel(s)) for s in shapes)
+    parts = dict(params_pinned=pinned, grads_pinned=pinned, adamw_moments=2 * es * n,
+                 adamw_temporary=es * n if adamw == "foreach" else 0, runtime=3 * GiB)
     return sum(parts.values()), parts
 
 
@@ -199,7 +206,7 @@ def dry_run(args, cfg, rec):
 
     # the selected configuration
     T = args.seq
-    need, parts = host_estimate(cfg, args.adamw)
+    need, parts = host_estimate(cfg, args.adamw, args.dtype)
     total, avail = host_memory()
     rec.update(params=param_count(cfg), flops_per_token=ta.flops_per_token(cfg, T),
                host_need_gb=gib(need), host_need_parts_gb={k: gib(v) for k, v in parts.items()},
@@ -289,7 +296,11 @@ def build(args, cfg, torch, rec):
             layers = hf.model.layers
             for i in range(len(layers)):
                 layers[i] = checkpoint_wrapper(layers[i], checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.dtype == "bf16":   # the whole state in bf16 (module docstring); gradients reduced in bf16
+        hf.to(torch.bfloat16)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+    else:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     off = CPUOffloadPolicy(pin_memory=not args.no_pin)
     for layer in hf.model.layers:
         fully_shard(layer, mp_policy=mp, offload_policy=off)
@@ -425,6 +436,8 @@ def parse_args(argv):
     p.add_argument("--ckpt-impl", choices=("hf", "wrapper"), default="hf",
                    help="hf: gradient_checkpointing_enable(use_reentrant=False); wrapper: torch checkpoint_wrapper per layer [hf]")
     p.add_argument("--no-pin", action="store_true", help="CPUOffloadPolicy(pin_memory=False)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="the offloaded state: fp32 master weights, gradients and moments, or all bf16 [fp32]")
     p.add_argument("--data", help="llm.c token shard (default: random tokens in [0, 50257) from --seed)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -471,7 +484,8 @@ def main(argv):
                steps=args.steps, warmup=args.warmup, shape={k: cfg[k] for k in SHAPE_KEYS}, overrides=over or None,
                act_ckpt=(args.ckpt_impl if args.act_ckpt else "off"), adamw=args.adamw, optimizer_device="cpu",
                lr=args.lr, grad_clip=args.grad_clip, pin_memory=not args.no_pin,
-               mixed_precision="param bf16, reduce fp32, master fp32", backend=args.backend,
+               mixed_precision=("param bf16, reduce bf16, master bf16, AdamW moments bf16" if args.dtype == "bf16"
+                                else "param bf16, reduce fp32, master fp32"), dtype=args.dtype, backend=args.backend,
                data=args.data or f"random tokens, seed {args.seed}", host=socket.gethostname(), commit=ta.git_commit(),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     if args.dry_run:
@@ -482,13 +496,13 @@ def main(argv):
         rec["status"] = "skipped (time budget)"
         emit(args, rec)
         return 0
-    need, parts = host_estimate(cfg, args.adamw)
+    need, parts = host_estimate(cfg, args.adamw, args.dtype)
     total, avail = host_memory()
     rec.update(params=param_count(cfg), host_need_gb=gib(need), host_total_gb=gib(total), host_available_gb=gib(avail))
     rc = 0
     try:
         if avail is not None and need > avail and not args.no_host_check:
-            hint = ("; --adamw fused or forloop need " + f"{host_estimate(cfg, 'fused')[0] / GiB:.1f} GiB"
+            hint = ("; --adamw fused or forloop need " + f"{host_estimate(cfg, 'fused', args.dtype)[0] / GiB:.1f} GiB"
                     if args.adamw == "foreach" else "")
             raise Stop("oom", f"host memory: ~{need / GiB:.1f} GiB needed, {avail / GiB:.1f} GiB available "
                               f"(estimate; --no-host-check starts anyway){hint}", oom_where="host (estimated, not started)")
