@@ -176,7 +176,7 @@ static void segment_fwd(nb_sc_model *m, nb_ctx c, int k) {
     for (int i = m->seg_first[k]; i < m->seg_first[k + 1]; i++) {
         const nb_sc_block_view *w = &m->w.block[i];
         const void *xprev = i ? a->xs[i - 1] : a->x0;
-        co->cross_fwd(c, a->c[i], a->vx[i], a->x0, xprev, w->U, w->V, w->b, B, D0, r);
+        co->cross_fwd(c, a->c[i], a->vx[i], a->u[i], a->x0, xprev, w->U, w->V, w->b, B, D0, r);
         be->matmul_fwd(c, a->hid[i], a->c[i], w->w1, w->b1, B, D0, H);
         co->relu_fwd(c, a->hid[i], a->hid[i], (size_t)B * H);
         be->matmul_fwd(c, a->xs[i], a->hid[i], w->w2, w->b2, B, H, D0);
@@ -256,7 +256,7 @@ static void segment_bwd(nb_sc_model *m, nb_ctx c, int k) {
         int keep_prev = i > first || first == 0; /* the detached input's gradient is not needed */
         if (keep_prev) be->zero(c, g->dprev, BD * es);
         co->cross_bwd(c, g->dx0, keep_prev ? g->dprev : NULL, dw->U, dw->V, dw->b, g->dc, a->x0, xprev, w->U, w->V,
-                      w->b, a->vx[i], B, D0, r);
+                      w->b, a->vx[i], a->u[i], B, D0, r);
         if (keep_prev) {
             void *t = g->dcur;
             g->dcur = g->dprev;

@@ -16,7 +16,7 @@ void nb_sc_dlrm_fwd(nb_sc_model *m, nb_ctx c) {
     co->copy_cols(c, a->xd, Dx, a->x0, m->D0, B, Dx);
     for (int i = 0; i < cf->blocks; i++) {
         const nb_sc_block_view *w = &m->w.block[i];
-        co->cross_fwd(c, a->xs[i], a->vx[i], a->xd, i ? a->xs[i - 1] : a->xd, w->U, w->V, w->b, B, Dx, r);
+        co->cross_fwd(c, a->xs[i], a->vx[i], a->u[i], a->xd, i ? a->xs[i - 1] : a->xd, w->U, w->V, w->b, B, Dx, r);
     }
     const void *in = a->xs[last];
     int nin = Dx;
@@ -71,7 +71,7 @@ void nb_sc_dlrm_bwd(nb_sc_model *m, nb_ctx c) {
         const nb_sc_block_view *w = &m->w.block[i], *dw = &m->dw.block[i];
         be->zero(c, g->dprev, BD * es);
         m->co->cross_bwd(c, a->dxd, g->dprev, dw->U, dw->V, dw->b, g->dcur, a->xd, i ? a->xs[i - 1] : a->xd, w->U, w->V,
-                         w->b, a->vx[i], B, Dx, r);
+                         w->b, a->vx[i], a->u[i], B, Dx, r);
         void *t = g->dcur;
         g->dcur = g->dprev;
         g->dprev = t;

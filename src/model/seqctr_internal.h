@@ -36,6 +36,7 @@ struct nb_sc_acts {
     void **h; /* [layers + 1] encoder inputs; h[layers] is the output */
     enc_acts *enc;
     void **xs, **c, **vx, **hid;
+    void **u; /* [blocks]: each cross's U vx + b [MB, D0 or Dx], kept so its backward need not make it again */
     float **logit, **dz;
     /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)],
      * with multi-valued columns then [dmv (MB*mv_width*E) | a zero row (E)] */

@@ -205,6 +205,7 @@ static void acts_tables(nb_sc_model *m) {
     a->xs = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->c = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->vx = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
+    a->u = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->hid = nb_calloc((size_t)nb, sizeof(void *), "seqctr");
     a->logit = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
     a->dz = nb_calloc((size_t)nb, sizeof(float *), "seqctr");
@@ -267,6 +268,7 @@ static void layout_acts(nb_sc_model *m) {
         a->xs[i] = A(m, MB * D0);
         a->c[i] = dlrm ? NULL : A(m, MB * D0);
         a->vx[i] = A(m, MB * r);
+        a->u[i] = A(m, MB * (dlrm ? (size_t)dlrm_dx(m) : D0));
         a->hid[i] = dlrm ? NULL : A(m, MB * H);
         a->logit[i] = F32(m, MB);
         a->dz[i] = F32(m, MB);
@@ -548,7 +550,7 @@ void nb_sc_init_on(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const
 void nb_sc_free(nb_sc_model *m) {
     nb_sc_acts *a = m->acts;
     if (!a) return;
-    free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->hid), free(a->logit), free(a->dz);
+    free(a->seg), free(a->h), free(a->enc), free(a->xs), free(a->c), free(a->vx), free(a->u), free(a->hid), free(a->logit), free(a->dz);
     for (int k = 0; k <= NB_SC_RING; k++) free(m->stages[k]);
     nb_emb_free(&m->emb);
     free(m->spans);

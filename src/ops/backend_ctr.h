@@ -71,13 +71,14 @@ typedef struct nb_ctr_ops_i {
     void (*adagrad_dense)(nb_ctx, float *params, const float *grads, float *acc, void *params_lowp, size_t n,
                           const nb_adamw_scalars *k);
     /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,
-     * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype).
+     * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype),
+     * u = vx @ Uw^T + b [N, D] saved where not NULL (the backward then does not make it again).
      * Backward: dx0, dx (act_dtype, +=), dU, dV, db (fp32, +=); any may be NULL. */
-    void (*cross_fwd)(nb_ctx, void *c, void *vx, const void *x0, const void *x, const void *Uw, const void *Vw,
-                      const void *b, int N, int D, int r);
+    void (*cross_fwd)(nb_ctx, void *c, void *vx, void *u, const void *x0, const void *x, const void *Uw,
+                      const void *Vw, const void *b, int N, int D, int r);
     void (*cross_bwd)(nb_ctx, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, const void *x0,
-                      const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, int N, int D,
-                      int r);
+                      const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, const void *u,
+                      int N, int D, int r);
     /* out = max(inp, 0) (out may alias inp); dinp += dout where inp > 0 */
     void (*relu_fwd)(nb_ctx, void *out, const void *inp, size_t n);
     void (*relu_bwd)(nb_ctx, void *dinp, const void *inp, const void *dout, size_t n);

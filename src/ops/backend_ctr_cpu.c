@@ -88,15 +88,15 @@ static void unique_groups(nb_ctx c, int64_t *uniq, int32_t *order, int32_t *seg,
     free(inverse);
 }
 
-static void cross_fwd(nb_ctx c, void *out, void *vx, const void *x0, const void *x, const void *Uw, const void *Vw,
-                      const void *b, int N, int D, int r) {
-    nb_cross_forward(F(out), F(vx), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), N, D, r);
+static void cross_fwd(nb_ctx c, void *out, void *vx, void *u, const void *x0, const void *x, const void *Uw,
+                      const void *Vw, const void *b, int N, int D, int r) {
+    nb_cross_forward(F(out), F(vx), F(u), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), N, D, r);
 }
 
 static void cross_bwd(nb_ctx c, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, const void *x0,
-                      const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, int N, int D,
-                      int r) {
-    nb_cross_backward(F(dx0), F(dx), dU, dV, db, CF(dc), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), CF(vx), N, D, r);
+                      const void *x, const void *Uw, const void *Vw, const void *b, const void *vx, const void *u,
+                      int N, int D, int r) {
+    nb_cross_backward(F(dx0), F(dx), dU, dV, db, CF(dc), CF(x0), CF(x), CF(Uw), CF(Vw), CF(b), CF(vx), CF(u), N, D, r);
 }
 
 static void adagrad_dense(nb_ctx c, float *p, const float *g, float *acc, void *lowp, size_t n, const nb_adamw_scalars *k) {

@@ -20,17 +20,17 @@
                                       int E) {                                                              \
         nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, count, U, E, S(c));     \
     }                                                                                                       \
-    static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, const void *x0, const void *x, const void *Uw, \
-                                const void *Vw, const void *b, int N, int D, int r) {                       \
-        nb_cuda_cross_forward_##SUF((T *)out, (T *)vx, (const T *)x0, (const T *)x, (const T *)Uw,          \
-                                    (const T *)Vw, (const T *)b, N, D, r, LT(c), S(c));                            \
+    static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, void *u, const void *x0, const void *x,      \
+                                const void *Uw, const void *Vw, const void *b, int N, int D, int r) {       \
+        nb_cuda_cross_forward_##SUF((T *)out, (T *)vx, (T *)u, (const T *)x0, (const T *)x, (const T *)Uw,  \
+                                    (const T *)Vw, (const T *)b, N, D, r, LT(c), S(c));                     \
     }                                                                                                       \
     static void cross_bwd_##SUF(nb_ctx c, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, \
                                 const void *x0, const void *x, const void *Uw, const void *Vw, const void *b, \
-                                const void *vx, int N, int D, int r) {                                      \
+                                const void *vx, const void *u, int N, int D, int r) {                       \
         nb_cuda_cross_backward_##SUF((T *)dx0, (T *)dx, dU, dV, db, (const T *)dc, (const T *)x0, (const T *)x, \
-                                     (const T *)Uw, (const T *)Vw, (const T *)b, (const T *)vx, N, D, r, LT(c), \
-                                     S(c));                                                                 \
+                                     (const T *)Uw, (const T *)Vw, (const T *)b, (const T *)vx, (const T *)u, N, D, \
+                                     r, LT(c), S(c));                                                       \
     }                                                                                                       \
     static void relu_fwd_##SUF(nb_ctx c, void *out, const void *inp, size_t n) {                            \
         nb_cuda_relu_forward_##SUF((T *)out, (const T *)inp, n, S(c));                                      \

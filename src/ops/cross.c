@@ -1,8 +1,8 @@
 /* Low-rank DCNv2 cross layer on the CPU: c = x0 * (U (V^T x) + b) + x for each row.
  *
  * With rows as batch entries, V^T x for all rows is x @ Vw ([N, D] @ [D, r]) and U (.) is
- * vx @ Uw^T. Only vx [N, r] is saved; the backward recomputes u = vx @ Uw^T + b (one GEMM of the
- * same size as the forward's) instead of keeping another [N, D] activation per block.
+ * vx @ Uw^T. vx [N, r] is saved, and u = vx @ Uw^T + b [N, D] where the caller keeps it (the
+ * backward then skips the GEMM that would make it again).
  * The GEMMs go to OpenBLAS (fixed per-element dot-product order, see matmul.c); the bias
  * gradient owns channel blocks and sums rows in order, so nothing depends on the thread count. */
 #include <cblas.h>
@@ -22,16 +22,17 @@ static void cross_u(float *u, const float *vx, const float *Uw, const float *b, 
         for (int d = 0; d < D; d++) u[(size_t)n * D + d] += b[d];
 }
 
-void nb_cross_forward(float *c, float *vx, const float *x0, const float *x, const float *Uw, const float *Vw,
+void nb_cross_forward(float *c, float *vx, float *u, const float *x0, const float *x, const float *Uw, const float *Vw,
                       const float *b, int N, int D, int r) {
     NB_ASSERT(c && vx && x0 && x && Uw && Vw && N >= 0 && D > 0 && r > 0);
     if (N == 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, r, D, 1.0f, x, D, Vw, r, 0.0f, vx, r);
-    /* c doubles as u's buffer: c = x0 * u + x is elementwise, in place. c may not alias x0 or x. */
-    cross_u(c, vx, Uw, b, N, D, r);
+    /* without u, c doubles as u's buffer: c = x0 * u + x is elementwise, in place */
+    const float *uu = u ? u : c;
+    cross_u(u ? u : c, vx, Uw, b, N, D, r);
     size_t nd = (size_t)N * D;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < nd; i++) c[i] = x0[i] * c[i] + x[i];
+    for (size_t i = 0; i < nd; i++) c[i] = x0[i] * uu[i] + x[i];
 }
 
 static void cross_db(float *db, const float *du, int N, int D) {
@@ -47,18 +48,22 @@ static void cross_db(float *db, const float *du, int N, int D) {
 }
 
 void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc, const float *x0,
-                       const float *x, const float *Uw, const float *Vw, const float *b, const float *vx, int N,
-                       int D, int r) {
+                       const float *x, const float *Uw, const float *Vw, const float *b, const float *vx,
+                       const float *u, int N, int D, int r) {
     NB_ASSERT(dc && N >= 0 && D > 0 && r > 0);
     if (N == 0) return;
     size_t nd = (size_t)N * D;
     if (dx0) {
-        NB_ASSERT(vx && Uw);
-        float *u = nb_malloc(nd * sizeof(float), "cross backward u");
-        cross_u(u, vx, Uw, b, N, D, r);
+        float *made = NULL;
+        if (!u) {
+            NB_ASSERT(vx && Uw);
+            made = nb_malloc(nd * sizeof(float), "cross backward u");
+            cross_u(made, vx, Uw, b, N, D, r);
+            u = made;
+        }
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < nd; i++) dx0[i] += dc[i] * u[i];
-        free(u);
+        free(made);
     }
     if (dx) {
 #pragma omp parallel for schedule(static)

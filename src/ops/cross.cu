@@ -1,12 +1,14 @@
 /* The low-rank DCNv2 cross layer on CUDA (cross.c's): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw.
  * The products are cuBLASLt GEMMs (row-major through rm_gemm); the elementwise combine and the
- * backward's elementwise pass are ours, the bias gradient a column sum over fixed row blocks. */
+ * backward's elementwise pass are ours, the bias gradient a column sum over fixed row blocks.
+ * u = vx @ Uw^T + b is kept where the caller gives it a buffer; otherwise the backward makes it
+ * again with the forward's GEMM (the same shapes, alignments and algorithm: the same bits). */
 #include "ctr_cuda.cuh"
 
 /* c = x0 * u + x, with u in c's buffer (nb_cross_forward's order of operations) */
 static __device__ __forceinline__ float cross_f(float u, float x0, float x) { return x0 * u + x; }
 
-/* out[i] = cross_f(a[i], b[i], c[i]), four elements per thread (out aliases a) */
+/* out[i] = cross_f(a[i], b[i], c[i]), four elements per thread (out may alias a) */
 template <typename T>
 static __global__ void cross_combine_kernel(T *out, const T *a, const T *b, const T *c, size_t n, int vec) {
     NB_GRID_STRIDE(g, (n + 3) / 4) {
@@ -22,11 +24,12 @@ static __global__ void cross_combine_kernel(T *out, const T *a, const T *b, cons
     }
 }
 
-/* One pass of the backward over [N, D]: dx0 += dc * u (u read from buf), dx += dc,
- * buf = du = dc * x0 (when want_du), and db's partial sums of du (when part). */
+/* One pass of the backward over [N, D]: dx0 += dc * u, dx += dc, buf = du = dc * x0 (when
+ * want_du; u may be buf itself: each element is read before it is written, by the same thread),
+ * and db's partial sums of du (when part). */
 template <typename T>
-static __global__ void cross_bwd_elem_kernel(T *dx0, T *dx, T *buf, float *part, const T *dc, const T *x0, int N, int D,
-                                             int want_du) {
+static __global__ void cross_bwd_elem_kernel(T *dx0, T *dx, T *buf, float *part, const T *dc, const T *x0, const T *u,
+                                             int N, int D, int want_du) {
     int c = blockIdx.x * 32 + threadIdx.x;
     int r1 = min(N, (int)(blockIdx.y + 1) * NB_COL_ROWS);
     float acc = 0.0f;
@@ -34,7 +37,7 @@ static __global__ void cross_bwd_elem_kernel(T *dx0, T *dx, T *buf, float *part,
         for (int r = blockIdx.y * NB_COL_ROWS + threadIdx.y; r < r1; r += 8) {
             size_t i = (size_t)r * D + c;
             float g = nb_ld(dc + i);
-            if (dx0) nb_st(dx0 + i, nb_ld(dx0 + i) + g * nb_ld(buf + i));
+            if (dx0) nb_st(dx0 + i, nb_ld(dx0 + i) + g * nb_ld(u + i));
             if (dx) nb_st(dx + i, nb_ld(dx + i) + g);
             if (want_du || part) {
                 float du = g * nb_ld(x0 + i);
@@ -57,7 +60,8 @@ static __device__ __forceinline__ void ld8(const nb_bf16_t *p, size_t i, float *
 static __device__ __forceinline__ void st8(nb_bf16_t *p, size_t i, const float *v) { *(uint4 *)(p + i) = nb_bf16x8_pack(v); }
 
 static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, nb_bf16_t *buf, float *part,
-                                                const nb_bf16_t *dc, const nb_bf16_t *x0, int N, int D, int want_du) {
+                                                const nb_bf16_t *dc, const nb_bf16_t *x0, const nb_bf16_t *u, int N,
+                                                int D, int want_du) {
     __shared__ float sh[8][8][33]; /* [row lane][element][column vector]: no bank conflicts */
     const int v = blockIdx.x * 32 + threadIdx.x, nv = D / 8;
     const int r1 = min(N, (int)(blockIdx.y + 1) * NB_COL_ROWS);
@@ -69,7 +73,7 @@ static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, n
             ld8(dc, i, g);
             if (dx0) {
                 ld8(dx0, i, t);
-                ld8(buf, i, b);
+                ld8(u, i, b);
 #pragma unroll
                 for (int e = 0; e < 8; e++) t[e] = t[e] + g[e] * b[e];
                 st8(dx0, i, t);
@@ -105,19 +109,19 @@ static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, n
 /* Whether a pointer may take the 16-byte vector loads (NULL: it is not accessed). */
 static int al16(const void *p) { return p == NULL || (uintptr_t)p % 16 == 0; }
 
-static void cross_bwd_elem(float *dx0, float *dx, float *buf, float *part, const float *dc, const float *x0, int N,
-                           int D, int want_du, cudaStream_t stream) {
+static void cross_bwd_elem(float *dx0, float *dx, float *buf, float *part, const float *dc, const float *x0,
+                           const float *u, int N, int D, int want_du, cudaStream_t stream) {
     dim3 grid((D + 31) / 32, nb_col_parts(N));
-    cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, N, D, want_du);
+    cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
 }
 static void cross_bwd_elem(nb_bf16_t *dx0, nb_bf16_t *dx, nb_bf16_t *buf, float *part, const nb_bf16_t *dc,
-                           const nb_bf16_t *x0, int N, int D, int want_du, cudaStream_t stream) {
-    if (D % 8 == 0 && al16(dx0) && al16(dx) && al16(buf) && al16(dc) && al16(x0)) {
+                           const nb_bf16_t *x0, const nb_bf16_t *u, int N, int D, int want_du, cudaStream_t stream) {
+    if (D % 8 == 0 && al16(dx0) && al16(dx) && al16(buf) && al16(dc) && al16(x0) && al16(u)) {
         dim3 grid((D / 8 + 31) / 32, nb_col_parts(N));
-        cross_bwd_elem_v8_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, N, D, want_du);
+        cross_bwd_elem_v8_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
     } else {
         dim3 grid((D + 31) / 32, nb_col_parts(N));
-        cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, N, D, want_du);
+        cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
     }
 }
 
@@ -140,38 +144,41 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
 }
 
 template <typename T>
-static void cross_forward(T *c, T *vx, const T *x0, const T *x, const T *Uw, const T *Vw, const T *b, int N, int D,
-                          int r, nb_blas_t lt, cudaStream_t stream, const char *name) {
+static void cross_forward(T *c, T *vx, T *u, const T *x0, const T *x, const T *Uw, const T *Vw, const T *b, int N,
+                          int D, int r, nb_blas_t lt, cudaStream_t stream, const char *name) {
     const cudaDataType_t CT = nb_cuda_dtype(c);
-    NB_CUDA_SHAPE(c && vx && x0 && x && Uw && Vw && N >= 0 && D > 0 && r > 0 && c != x0 && c != x, name);
+    NB_CUDA_SHAPE(c && vx && x0 && x && Uw && Vw && N >= 0 && D > 0 && r > 0 && c != x0 && c != x && c != u, name);
     if (N == 0) return;
+    T *uu = u ? u : c; /* without a kept u, c holds it until the combine overwrites it in place */
     rm_gemm(vx, r, x, D, 0, Vw, r, 0, N, r, D, CT, CT, 0.0f, NULL, lt, stream); /* vx = x Vw */
-    rm_gemm(c, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);    /* u = vx Uw^T + b */
+    rm_gemm(uu, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);   /* u = vx Uw^T + b */
     size_t n = (size_t)N * D;
-    int vec = al4(c, sizeof(T)) && al4(x0, sizeof(T)) && al4(x, sizeof(T));
-    cross_combine_kernel<<<ctr_elem_grid(n), CTR_THREADS, 0, stream>>>(c, (const T *)c, x0, x, n, vec);
+    int vec = al4(c, sizeof(T)) && al4(uu, sizeof(T)) && al4(x0, sizeof(T)) && al4(x, sizeof(T));
+    cross_combine_kernel<<<ctr_elem_grid(n), CTR_THREADS, 0, stream>>>(c, (const T *)uu, x0, x, n, vec);
     CUDA_CHECK_LAUNCH("cross forward (x0 * u + x)");
 }
 
 template <typename T>
 static void cross_backward(T *dx0, T *dx, float *dU, float *dV, float *db, const T *dc, const T *x0, const T *x,
-                           const T *Uw, const T *Vw, const T *b, const T *vx, int N, int D, int r, nb_blas_t lt,
-                           cudaStream_t stream, const char *name) {
+                           const T *Uw, const T *Vw, const T *b, const T *vx, const T *u, int N, int D, int r,
+                           nb_blas_t lt, cudaStream_t stream, const char *name) {
     const cudaDataType_t CT = nb_cuda_dtype(dc);
     int want_du = dU || dV || dx;
     NB_CUDA_SHAPE(dc && N >= 0 && D > 0 && r > 0, name);
-    NB_CUDA_SHAPE((!dx0 || (vx && Uw)) && (!(want_du || db) || x0) && (!dU || vx) && (!(dV || dx) || Uw) &&
+    NB_CUDA_SHAPE((!dx0 || u || (vx && Uw)) && (!(want_du || db) || x0) && (!dU || vx) && (!(dV || dx) || Uw) &&
                       (!dV || x) && (!dx || Vw),
                   name);
     if (N == 0 || !(dx0 || dx || want_du || db)) return;
     size_t n = (size_t)N * D;
     int nparts = nb_col_parts(N);
     NB_CUDA_SHAPE(nparts <= 65535, name);
-    /* buf holds u = vx Uw^T + b for dx0, then du = dc * x0 in its place (same thread) */
-    T *buf = dx0 || want_du ? (T *)nb_cuda_scratch(n * sizeof(T), stream) : NULL;
+    /* buf: du = dc * x0; without a kept u it holds u = vx Uw^T + b first (read, then overwritten by
+     * the same thread) */
+    const int make_u = dx0 && !u;
+    T *buf = make_u || want_du ? (T *)nb_cuda_scratch(n * sizeof(T), stream) : NULL;
     float *part = db ? (float *)nb_cuda_scratch((size_t)nparts * D * sizeof(float), stream) : NULL;
-    if (dx0) rm_gemm(buf, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);
-    cross_bwd_elem(dx0, dx, buf, part, dc, x0, N, D, want_du, stream);
+    if (make_u) rm_gemm(buf, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);
+    cross_bwd_elem(dx0, dx, buf, part, dc, x0, make_u ? (const T *)buf : u, N, D, want_du, stream);
     CUDA_CHECK_LAUNCH("cross backward (elementwise)");
     if (db) nb_col_finish(db, part, nparts, D, stream);
     if (dU) rm_gemm(dU, r, buf, D, 1, vx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, lt, stream); /* du^T vx */
@@ -186,27 +193,27 @@ static void cross_backward(T *dx0, T *dx, float *dU, float *dV, float *db, const
     nb_cuda_scratch_free(buf, stream);
 }
 
-extern "C" void nb_cuda_cross_forward_f32(float *c, float *vx, const float *x0, const float *x, const float *Uw,
-                                          const float *Vw, const float *b, int N, int D, int r, nb_blas_t lt,
-                                          nb_stream_t stream) {
-    cross_forward(c, vx, x0, x, Uw, Vw, b, N, D, r, lt, stream, __func__);
+extern "C" void nb_cuda_cross_forward_f32(float *c, float *vx, float *u, const float *x0, const float *x,
+                                          const float *Uw, const float *Vw, const float *b, int N, int D, int r,
+                                          nb_blas_t lt, nb_stream_t stream) {
+    cross_forward(c, vx, u, x0, x, Uw, Vw, b, N, D, r, lt, stream, __func__);
 }
-extern "C" void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, const nb_bf16 *x0, const nb_bf16 *x,
+extern "C" void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, nb_bf16 *u, const nb_bf16 *x0, const nb_bf16 *x,
                                            const nb_bf16 *Uw, const nb_bf16 *Vw, const nb_bf16 *b, int N, int D, int r,
                                            nb_blas_t lt, nb_stream_t stream) {
-    cross_forward(nb_kt(c), nb_kt(vx), nb_kt(x0), nb_kt(x), nb_kt(Uw), nb_kt(Vw), nb_kt(b), N, D, r, lt, stream,
-                  __func__);
+    cross_forward(nb_kt(c), nb_kt(vx), nb_kt(u), nb_kt(x0), nb_kt(x), nb_kt(Uw), nb_kt(Vw), nb_kt(b), N, D, r, lt,
+                  stream, __func__);
 }
 extern "C" void nb_cuda_cross_backward_f32(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc,
                                            const float *x0, const float *x, const float *Uw, const float *Vw,
-                                           const float *b, const float *vx, int N, int D, int r, nb_blas_t lt,
-                                           nb_stream_t stream) {
-    cross_backward(dx0, dx, dU, dV, db, dc, x0, x, Uw, Vw, b, vx, N, D, r, lt, stream, __func__);
+                                           const float *b, const float *vx, const float *u, int N, int D, int r,
+                                           nb_blas_t lt, nb_stream_t stream) {
+    cross_backward(dx0, dx, dU, dV, db, dc, x0, x, Uw, Vw, b, vx, u, N, D, r, lt, stream, __func__);
 }
 extern "C" void nb_cuda_cross_backward_bf16(nb_bf16 *dx0, nb_bf16 *dx, float *dU, float *dV, float *db,
                                             const nb_bf16 *dc, const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw,
-                                            const nb_bf16 *Vw, const nb_bf16 *b, const nb_bf16 *vx, int N, int D,
-                                            int r, nb_blas_t lt, nb_stream_t stream) {
+                                            const nb_bf16 *Vw, const nb_bf16 *b, const nb_bf16 *vx, const nb_bf16 *u,
+                                            int N, int D, int r, nb_blas_t lt, nb_stream_t stream) {
     cross_backward(nb_kt(dx0), nb_kt(dx), dU, dV, db, nb_kt(dc), nb_kt(x0), nb_kt(x), nb_kt(Uw), nb_kt(Vw), nb_kt(b),
-                   nb_kt(vx), N, D, r, lt, stream, __func__);
+                   nb_kt(vx), nb_kt(u), N, D, r, lt, stream, __func__);
 }

@@ -116,13 +116,15 @@ void nb_mvpool_backward(float *dvals, float *dout, int ld_out, const int32_t *of
 /* ---- cross.c ---- */
 /* Low-rank DCNv2 cross layer: c = x0 * (U (V^T x) + b) + x, per row.
  * x0, x, c are [N, D]; Uw and Vw are [D, r]; b is [D] (NULL: no bias). vx[N, r] = x @ Vw (i.e.
- * V^T x per row) is saved for backward. c must not alias x0 or x (it holds U vx + b first). */
-void nb_cross_forward(float *c, float *vx, const float *x0, const float *x, const float *Uw, const float *Vw,
+ * V^T x per row) is saved for backward, and u [N, D] = U vx + b too unless u is NULL (then c holds
+ * it first). c must not alias x0, x or u. */
+void nb_cross_forward(float *c, float *vx, float *u, const float *x0, const float *x, const float *Uw, const float *Vw,
                       const float *b, int N, int D, int r);
-/* dx0, dx [N, D], dU, dV [D, r], db [D] (+=; any may be NULL). Recomputes U vx + b from vx. */
+/* dx0, dx [N, D], dU, dV [D, r], db [D] (+=; any may be NULL). u: the forward's saved U vx + b, or
+ * NULL: recomputed from vx (the same GEMM, the same bits). */
 void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc, const float *x0,
-                       const float *x, const float *Uw, const float *Vw, const float *b, const float *vx, int N,
-                       int D, int r);
+                       const float *x, const float *Uw, const float *Vw, const float *b, const float *vx,
+                       const float *u, int N, int D, int r);
 
 /* ---- relu.c ---- */
 /* out = max(inp, 0) (out may alias inp). */

@@ -58,18 +58,21 @@ void nb_cuda_exact_adagrad(float *table, float *acc, const int64_t *rows, const 
 void nb_cuda_sparse_adam(float *table, float *m, float *v, const int64_t *rows, const float *grads, const int32_t *count,
                          int U, int E, float lr, float beta1, float beta2, float eps, int t, nb_stream_t stream);
 
-/* ---- DCNv2 low-rank cross (cross.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved) ---- */
-void nb_cuda_cross_forward_f32(float *c, float *vx, const float *x0, const float *x, const float *Uw,
+/* ---- DCNv2 low-rank cross (cross.cu): c = x0 * (vx @ Uw^T + b) + x, vx = x @ Vw (saved), and
+ * u = vx @ Uw^T + b (saved where u is not NULL; the backward makes it again where its u is NULL) ---- */
+void nb_cuda_cross_forward_f32(float *c, float *vx, float *u, const float *x0, const float *x, const float *Uw,
                                const float *Vw, const float *b, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
-void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw,
-                                const nb_bf16 *Vw, const nb_bf16 *b, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
+void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, nb_bf16 *u, const nb_bf16 *x0, const nb_bf16 *x,
+                                const nb_bf16 *Uw, const nb_bf16 *Vw, const nb_bf16 *b, int N, int D, int r, nb_blas_t lt,
+                                nb_stream_t stream);
 /* dx0, dx (act dtype), dU, dV, db (fp32): +=, each may be NULL */
 void nb_cuda_cross_backward_f32(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc,
                                 const float *x0, const float *x, const float *Uw, const float *Vw, const float *b,
-                                const float *vx, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
+                                const float *vx, const float *u, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
 void nb_cuda_cross_backward_bf16(nb_bf16 *dx0, nb_bf16 *dx, float *dU, float *dV, float *db, const nb_bf16 *dc,
                                  const nb_bf16 *x0, const nb_bf16 *x, const nb_bf16 *Uw, const nb_bf16 *Vw,
-                                 const nb_bf16 *b, const nb_bf16 *vx, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);
+                                 const nb_bf16 *b, const nb_bf16 *vx, const nb_bf16 *u, int N, int D, int r, nb_blas_t lt,
+                                 nb_stream_t stream);
 
 /* ---- ReLU (relu.cu), one-output linear (linear1.cu), BCE (bce.cu), column slices (cols.cu) ---- */
 void nb_cuda_relu_forward_f32(float *out, const float *inp, size_t n, nb_stream_t stream);

@@ -402,7 +402,7 @@ TEST_CASE(test_embag_rejects_bad_row) {
 
 enum { CN = 3, CD = 13, CR = 4 };
 typedef struct {
-    const float *x0, *x, *U, *V, *b, *vx, *R;
+    const float *x0, *x, *U, *V, *b, *vx, *u, *R;
     double *d[5]; /* x0, x, U, V, b */
 } cross_case;
 
@@ -426,19 +426,21 @@ static double cross_loss(const void *p) {
 
 static void cross_bwd(const void *p, float *const *g) {
     const cross_case *c = p;
-    nb_cross_backward(g[0], g[1], g[2], g[3], g[4], c->R, c->x0, c->x, c->U, c->V, c->b, c->vx, CN, CD, CR);
+    nb_cross_backward(g[0], g[1], g[2], g[3], g[4], c->R, c->x0, c->x, c->U, c->V, c->b, c->vx, c->u, CN, CD, CR);
 }
 
 TEST_CASE(test_cross) {
     size_t nx = (size_t)CN * CD, nw = (size_t)CD * CR;
     cross_case c = {randn(nx, 10, 0.0f, 1.0f), randn(nx, 11, 0.0f, 1.0f), randn(nw, 12, 0.0f, 0.5f), randn(nw, 13, 0.0f, 0.5f),
-                    randn(CD, 14, 0.0f, 1.0f), NULL, randn(nx, 15, 0.0f, 1.0f), {0}};
+                    randn(CD, 14, 0.0f, 1.0f), NULL, NULL, randn(nx, 15, 0.0f, 1.0f), {0}};
     size_t sz[5] = {nx, nx, nw, nw, CD};
     const float *src[5] = {c.x0, c.x, c.U, c.V, c.b};
     for (int k = 0; k < 5; k++) c.d[k] = to_double(src[k], sz[k]);
-    float *out = zeros(nx), *vx = zeros((size_t)CN * CR);
-    nb_cross_forward(out, vx, c.x0, c.x, c.U, c.V, c.b, CN, CD, CR);
-    c.vx = vx;
+    float *out = zeros(nx), *vx = zeros((size_t)CN * CR), *u = zeros(nx), *out_nou = zeros(nx);
+    nb_cross_forward(out, vx, u, c.x0, c.x, c.U, c.V, c.b, CN, CD, CR);
+    nb_cross_forward(out_nou, vx, NULL, c.x0, c.x, c.U, c.V, c.b, CN, CD, CR);
+    CHECK(same_bits(out, out_nou, nx), "cross forward: keeping u changed c");
+    c.vx = vx, c.u = u;
     double *want = nb_malloc(nx * sizeof(double), "want");
     for (int n = 0; n < CN; n++)
         for (int d = 0; d < CD; d++) want[(size_t)n * CD + d] = cross_ref(&c, n, d);
@@ -454,8 +456,17 @@ TEST_CASE(test_cross) {
         CHECK(ge[k] < GRAD_TOL, "cross %s error %.3g", op.gname[k], ge[k]);
     }
     report("cross", fe, ge, &op);
+    /* u made again from vx: the same bits as the kept one */
+    float *g0[5], *g1[5];
+    for (int k = 0; k < 5; k++) g0[k] = zeros(sz[k]), g1[k] = zeros(sz[k]);
+    nb_cross_backward(g0[0], g0[1], g0[2], g0[3], g0[4], c.R, c.x0, c.x, c.U, c.V, c.b, c.vx, c.u, CN, CD, CR);
+    nb_cross_backward(g1[0], g1[1], g1[2], g1[3], g1[4], c.R, c.x0, c.x, c.U, c.V, c.b, c.vx, NULL, CN, CD, CR);
+    for (int k = 0; k < 5; k++) {
+        CHECK(same_bits(g0[k], g1[k], sz[k]), "cross backward %s: the kept u and the remade one differ", op.gname[k]);
+        free(g0[k]), free(g1[k]);
+    }
     for (int k = 0; k < 5; k++) free(ref[k]), free(c.d[k]), free((void *)src[k]);
-    free(out), free(vx), free(want), free((void *)c.R);
+    free(out), free(out_nou), free(vx), free(u), free(want), free((void *)c.R);
 }
 
 /* ---- relu, BCE ---- */

@@ -12,23 +12,25 @@ typedef struct {
     float *dx0, *dx, *dU, *dV, *db;
 } cross_grads;
 
-/* Runs the GPU backward on copies of g (NULL members skipped) and downloads the results into g. */
+/* Runs the GPU backward on copies of g (NULL members skipped) and downloads the results into g;
+ * u: the forward's kept U vx + b (NULL: the backward makes it from vx). */
 static void gpu_cross_bwd(int bf, cross_grads *g, const float *dc, const float *x0, const float *x, const float *Uw,
-                          const float *Vw, const float *b, const float *vx, int N, int D, int r) {
+                          const float *Vw, const float *b, const float *vx, const float *u, int N, int D, int r) {
     size_t nd = (size_t)N * D, nw = (size_t)D * r;
     void *ddc = dev_up(dc, nd, bf), *dx0_ = dev_up(x0, nd, bf), *dx_ = dev_up(x, nd, bf), *dU_ = dev_up(Uw, nw, bf);
     void *dV_ = dev_up(Vw, nw, bf), *db_ = dev_up(b, D, bf), *dvx = dev_up(vx, (size_t)N * r, bf);
+    void *du_ = u ? dev_up(u, nd, bf) : NULL;
     void *gx0 = g->dx0 ? dev_up(g->dx0, nd, bf) : NULL, *gx = g->dx ? dev_up(g->dx, nd, bf) : NULL;
     void *gU = g->dU ? dev_up(g->dU, nw, 0) : NULL, *gV = g->dV ? dev_up(g->dV, nw, 0) : NULL;
     void *gb = g->db ? dev_up(g->db, D, 0) : NULL;
-    gpu(bf)->cross_bwd(&ot_gctx, gx0, gx, gU, gV, gb, ddc, dx0_, dx_, dU_, dV_, db_, dvx, N, D, r);
+    gpu(bf)->cross_bwd(&ot_gctx, gx0, gx, gU, gV, gb, ddc, dx0_, dx_, dU_, dV_, db_, dvx, du_, N, D, r);
     if (gx0) dev_down(g->dx0, gx0, nd, bf);
     if (gx) dev_down(g->dx, gx, nd, bf);
     if (gU) dev_down(g->dU, gU, nw, 0);
     if (gV) dev_down(g->dV, gV, nw, 0);
     if (gb) dev_down(g->db, gb, D, 0);
     dev_free(ddc), dev_free(dx0_), dev_free(dx_), dev_free(dU_), dev_free(dV_), dev_free(db_), dev_free(dvx);
-    dev_free(gx0), dev_free(gx), dev_free(gU), dev_free(gV), dev_free(gb);
+    dev_free(du_), dev_free(gx0), dev_free(gx), dev_free(gU), dev_free(gV), dev_free(gb);
 }
 
 static void check_cross(int N, int D, int r) {
@@ -38,36 +40,54 @@ static void check_cross(int N, int D, int r) {
         float *x0 = randn_bf(nd, 0, 1, bf), *x = randn_bf(nd, 0, 1, bf), *b = randn_bf(D, 0, 0.3f, bf);
         float *Uw = randn_bf(nw, 0, 1.0f / sqrtf((float)r), bf), *Vw = randn_bf(nw, 0, 1.0f / sqrtf((float)D), bf);
         float *rc = zeros(nd), *rvx = zeros(nv);
-        CPU->cross_fwd(&ot_cctx, rc, rvx, x0, x, Uw, Vw, b, N, D, r);
-        float *gc[2], *gvx[2];
+        CPU->cross_fwd(&ot_cctx, rc, rvx, NULL, x0, x, Uw, Vw, b, N, D, r);
+        /* run 1 keeps u, run 0 does not: the same c and vx */
+        float *gc[2], *gvx[2], *gu = NULL;
         for (int run = 0; run < 2; run++) {
             void *dc = dev_nan(nd, bf), *dvx = dev_nan(nv, bf), *dx0 = dev_up(x0, nd, bf), *dx = dev_up(x, nd, bf);
             void *dU = dev_up(Uw, nw, bf), *dV = dev_up(Vw, nw, bf), *db = dev_up(b, D, bf);
-            gpu(bf)->cross_fwd(&ot_gctx, dc, dvx, dx0, dx, dU, dV, db, N, D, r);
+            void *du = run ? dev_nan(nd, bf) : NULL;
+            gpu(bf)->cross_fwd(&ot_gctx, dc, dvx, du, dx0, dx, dU, dV, db, N, D, r);
             gc[run] = dev_get(dc, nd, bf), gvx[run] = dev_get(dvx, nv, bf);
-            dev_free(dc), dev_free(dvx), dev_free(dx0), dev_free(dx), dev_free(dU), dev_free(dV), dev_free(db);
+            if (du) gu = dev_get(du, nd, bf);
+            dev_free(dc), dev_free(dvx), dev_free(dx0), dev_free(dx), dev_free(dU), dev_free(dV), dev_free(db), dev_free(du);
         }
         snprintf(what, sizeof what, "cross fwd c (N=%d D=%d r=%d)", N, D, r);
         expect_close(what, bf, gc[0], rc, nd);
         expect_close("cross fwd vx", bf, gvx[0], rvx, nv);
-        expect_same("cross fwd c", gc[0], gc[1], nd);
-        expect_same("cross fwd vx", gvx[0], gvx[1], nv);
+        expect_same("cross fwd c (u kept or not)", gc[0], gc[1], nd);
+        expect_same("cross fwd vx (u kept or not)", gvx[0], gvx[1], nv);
+        {   /* the backward from the forward's vx: its kept u or u made again, the same bits */
+            float *dcr = randn_bf(nd, 0, 1, bf);
+            cross_grads k = {zeros(nd), zeros(nd), zeros(nw), zeros(nw), zeros(D)};
+            cross_grads m = {zeros(nd), zeros(nd), zeros(nw), zeros(nw), zeros(D)};
+            gpu_cross_bwd(bf, &k, dcr, x0, x, Uw, Vw, b, gvx[1], gu, N, D, r);
+            gpu_cross_bwd(bf, &m, dcr, x0, x, Uw, Vw, b, gvx[1], NULL, N, D, r);
+            expect_same("cross bwd dx0 (u kept / made again)", k.dx0, m.dx0, nd);
+            expect_same("cross bwd dx (u kept / made again)", k.dx, m.dx, nd);
+            expect_same("cross bwd dU (u kept / made again)", k.dU, m.dU, nw);
+            expect_same("cross bwd dV (u kept / made again)", k.dV, m.dV, nw);
+            expect_same("cross bwd db (u kept / made again)", k.db, m.db, D);
+            cross_grads *km[] = {&k, &m};
+            for (int q = 0; q < 2; q++) free(km[q]->dx0), free(km[q]->dx), free(km[q]->dU), free(km[q]->dV), free(km[q]->db);
+            free(dcr), free(gu);
+        }
 
         /* backward from the CPU's vx (rounded like the GPU's in bf16 mode) */
         round_bf(rvx, nv, bf);
         float *dcg = randn_bf(nd, 0, 1, bf);
         cross_grads z = {zeros(nd), zeros(nd), zeros(nw), zeros(nw), zeros(D)};
-        CPU->cross_bwd(&ot_cctx, z.dx0, z.dx, z.dU, z.dV, z.db, dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+        CPU->cross_bwd(&ot_cctx, z.dx0, z.dx, z.dU, z.dV, z.db, dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         cross_grads init = {grad_init(z.dx0, nd, bf), grad_init(z.dx, nd, bf), grad_init(z.dU, nw, 0),
                             grad_init(z.dV, nw, 0), grad_init(z.db, D, 0)};
         cross_grads ref = {copy_of(init.dx0, nd), copy_of(init.dx, nd), copy_of(init.dU, nw), copy_of(init.dV, nw),
                            copy_of(init.db, D)};
-        CPU->cross_bwd(&ot_cctx, ref.dx0, ref.dx, ref.dU, ref.dV, ref.db, dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+        CPU->cross_bwd(&ot_cctx, ref.dx0, ref.dx, ref.dU, ref.dV, ref.db, dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         cross_grads g[2];
         for (int run = 0; run < 2; run++) {
             g[run] = (cross_grads){copy_of(init.dx0, nd), copy_of(init.dx, nd), copy_of(init.dU, nw),
                                    copy_of(init.dV, nw), copy_of(init.db, D)};
-            gpu_cross_bwd(bf, &g[run], dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+            gpu_cross_bwd(bf, &g[run], dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         }
         expect_grad("cross bwd dx0", bf, g[0].dx0, ref.dx0, init.dx0, nd);
         expect_grad("cross bwd dx", bf, g[0].dx, ref.dx, init.dx, nd);
@@ -81,15 +101,15 @@ static void check_cross(int N, int D, int r) {
         expect_same("cross bwd db", g[0].db, g[1].db, D);
         /* NULL gradients: the parameter ones alone, dx0 alone, dx alone: the same bits */
         cross_grads p = {NULL, NULL, copy_of(init.dU, nw), copy_of(init.dV, nw), copy_of(init.db, D)};
-        gpu_cross_bwd(bf, &p, dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+        gpu_cross_bwd(bf, &p, dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         expect_same("cross bwd dU (dx0, dx NULL)", p.dU, g[0].dU, nw);
         expect_same("cross bwd dV (dx0, dx NULL)", p.dV, g[0].dV, nw);
         expect_same("cross bwd db (dx0, dx NULL)", p.db, g[0].db, D);
         cross_grads a0 = {copy_of(init.dx0, nd), NULL, NULL, NULL, NULL};
-        gpu_cross_bwd(bf, &a0, dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+        gpu_cross_bwd(bf, &a0, dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         expect_same("cross bwd dx0 (others NULL)", a0.dx0, g[0].dx0, nd);
         cross_grads a1 = {NULL, copy_of(init.dx, nd), NULL, NULL, NULL};
-        gpu_cross_bwd(bf, &a1, dcg, x0, x, Uw, Vw, b, rvx, N, D, r);
+        gpu_cross_bwd(bf, &a1, dcg, x0, x, Uw, Vw, b, rvx, NULL, N, D, r);
         expect_same("cross bwd dx (others NULL)", a1.dx, g[0].dx, nd);
         cross_grads *all[] = {&z, &init, &ref, &g[0], &g[1], &p, &a0, &a1};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)

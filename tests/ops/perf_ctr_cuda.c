@@ -13,8 +13,8 @@
  * seq" = the median time between the events recorded after each op of the phase's sequence (warm L2, as in the model).
  * GB/s = bytes / alone time, bytes = the least traffic: each input read once, each output written once, an accumulated
  * (+=) output read and written, weights and fp32 gradients / statistics included, index lists included. TFLOP/s = 2 x
- * multiply-adds (attention: the valid pairs only; backward = 2.5 x forward; cross backward = 5 GEMMs of N x D x r, as
- * t = vx U^T is recomputed).
+ * multiply-adds (attention: the valid pairs only; backward = 2.5 x forward; cross backward = 4 GEMMs of N x D x r:
+ * t = vx U^T + b is kept by the forward).
  *
  * Per phase: the sums of both, then the sequence enqueued back to back with one event pair around it, (a) behind the
  * memset (kernels only, launch latency hidden) and (b) with the GPU idle before it (b - a = launch and host gaps), the
@@ -86,7 +86,7 @@ static struct {
     void *dense_c, *a1, *a2, *bot, *x0, *temb;
     void *h0, *h1, *ln1, *qkv, *att, *x1, *ln2, *f1, *q, *kv, *pooled;
     float *mean1, *rstd1, *lse, *mean2, *rstd2, *attn;
-    void *xprev, *c, *vx, *hid, *xs;
+    void *xprev, *c, *vx, *u, *hid, *xs;
     float *logit, *dz;
     double *loss;
     void *dsrc, *dx0, *dtemb, *dh, *dcur, *dprev, *dc, *dhid, *dhidp, *dbot, *da2, *da2p, *da1, *da1p;
@@ -318,7 +318,7 @@ static void op_copy_pooled(void) { CO->copy_cols(CX, ACT(BD.x0, (size_t)28 * nE)
 
 /* dense fwd: one block's ops (every block has the same shapes), then the last head's loss */
 static void op_cross_f(void) {
-    CO->cross_fwd(CX, BD.c, BD.vx, BD.x0, BD.xprev, TW.U.w, TW.V.w, TW.cb.w, nB, BT.D0, BT.R);
+    CO->cross_fwd(CX, BD.c, BD.vx, BD.u, BD.x0, BD.xprev, TW.U.w, TW.V.w, TW.cb.w, nB, BT.D0, BT.R);
 }
 static void op_w1_f(void) { BE->matmul_fwd(CX, BD.hid, BD.c, TW.w1.w, TW.b1.w, nB, BT.D0, BT.HID); }
 static void op_relu_hid(void) { CO->relu_fwd(CX, BD.hid, BD.hid, (size_t)nB * BT.HID); }
@@ -342,7 +342,7 @@ static void op_w1_b(void) { BE->matmul_bwd(CX, BD.dc, TW.w1.g, TW.b1.g, BD.dhidp
 static void op_zero_dprev(void) { BE->zero(CX, BD.dprev, (size_t)nB * BT.D0 * ES); }
 static void op_cross_b(void) {
     CO->cross_bwd(CX, BD.dx0, BD.dprev, TW.U.g, TW.V.g, TW.cb.g, BD.dc, BD.x0, BD.xprev, TW.U.w, TW.V.w, TW.cb.w,
-                  BD.vx, nB, BT.D0, BT.R);
+                  BD.vx, BD.u, nB, BT.D0, BT.R);
 }
 static void op_add_dx0(void) { BE->add_inplace(CX, BD.dx0, BD.dcur, (size_t)nB * BT.D0); }
 
@@ -515,7 +515,7 @@ static void build_ops(void) {
 
     ph = NB_SC_FWD_SEG;
     add_op(ph, nb, "cross_fwd", 4 * B * D0 * R + 3 * B * D0,
-           es * (2 * B * D0 + 2 * D0 * R + D0 + B * D0 + B * R), op_cross_f, "N=%d D=%d r=%d", iB, iD0, BT.R);
+           es * (2 * B * D0 + 2 * D0 * R + D0 + 2 * B * D0 + B * R), op_cross_f, "N=%d D=%d r=%d", iB, iD0, BT.R);
     add_op(ph, nb, "matmul_fwd w1", f_mm(B, D0, HID), b_mm_f(B, D0, HID, 1), op_w1_f, "N=%d C=%d OC=%d", iB, iD0,
            BT.HID);
     add_op(ph, nb, "relu_fwd", 0, 2 * es * B * HID, op_relu_hid, "%dx%d", iB, BT.HID);
@@ -539,7 +539,7 @@ static void build_ops(void) {
     add_op(ph, nb, "matmul_bwd w1", 2 * f_mm(B, D0, HID), b_mm_b(1, B, D0, HID, 1), op_w1_b, "N=%d C=%d OC=%d", iB,
            iD0, BT.HID);
     add_op(ph, nb, "zero dprev", 0, es * B * D0, op_zero_dprev, "%dx%d", iB, iD0);
-    add_op(ph, nb, "cross_bwd", 10 * B * D0 * R,
+    add_op(ph, nb, "cross_bwd", 8 * B * D0 * R,
            es * (3 * B * D0 + 2 * D0 * R + D0 + B * R + 4 * B * D0) + 4 * (4 * D0 * R + 2 * D0), op_cross_b,
            "N=%d D=%d r=%d", iB, iD0, BT.R);
     add_op(ph, 1, "add_inplace dx0", 0, 3 * es * B * D0, op_add_dx0, "%dx%d", iB, iD0);
@@ -656,7 +656,7 @@ static void bn_alloc(void) {
     BD.q = bn_act(B * E, 1), BD.kv = bn_act(nh * 2 * E, 1), BD.pooled = bn_act(B * E, 1);
     BD.mean1 = bn_f32(nh, 0.1f, 0), BD.rstd1 = bn_f32(nh, 2.0f, 1), BD.lse = bn_f32(nh * (size_t)BT.H, 3.0f, 1);
     BD.mean2 = bn_f32(nh, 0.1f, 0), BD.rstd2 = bn_f32(nh, 2.0f, 1), BD.attn = bn_f32(nh, 0.1f, 1);
-    BD.xprev = bn_act(B * D0, 1), BD.c = bn_act(B * D0, 1), BD.vx = bn_act(B * R, 1), BD.hid = bn_act(B * HID, 1);
+    BD.xprev = bn_act(B * D0, 1), BD.c = bn_act(B * D0, 1), BD.vx = bn_act(B * R, 1), BD.u = bn_act(B * D0, 1), BD.hid = bn_act(B * HID, 1);
     BD.xs = bn_act(B * D0, 1), BD.logit = bn_f32(B, 2.0f, 0), BD.dz = bn_f32(B, 1e-3f, 0);
     BD.loss = bn_dev(sizeof(double));
     CUDA_CHECK(cudaMemset(BD.loss, 0, sizeof(double)));
