@@ -155,11 +155,13 @@ void nb_emb_layout_batch(nb_emb *e, int slot) {
     }
 }
 
-static void init_tables(nb_emb *e, uint64_t seed) {
+/* The seeded rows: whole tables are one draw, made by the backend (on a GPU: drawn there with the
+ * host's bits, fill.cu), as the transformers' weights are; a shard's rows are every world-th of it. */
+static void init_tables(nb_emb *e, uint64_t seed, nb_ctx c) {
     size_t E = (size_t)e->E;
     uint64_t stream = nb_rng_stream_id("emb");
     if (!nb_emb_sharded(e)) {
-        nb_rng_fill_normal(e->table, (size_t)e->rows * E, seed, stream, 0.0f, 0.05f);
+        e->be->fill_normal(c, e->table, (size_t)e->rows * E, seed, stream, 0.0f, 0.05f);
         return;
     }
     int64_t N = e->shard.world, r = e->shard.rank;
@@ -177,7 +179,7 @@ void nb_emb_init(nb_emb *e, uint64_t seed, nb_ctx c) {
         for (size_t i = 0; i < e->max_lookups; i++) e->h_iota[i] = (int64_t)i;
         if (!e->on_cpu) e->be->to_backend(c, e->d_iota, e->h_iota, e->max_lookups * sizeof(int64_t));
     }
-    init_tables(e, seed);
+    init_tables(e, seed, c);
 }
 
 void nb_emb_free(nb_emb *e) {
