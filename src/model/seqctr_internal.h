@@ -39,7 +39,7 @@ struct nb_sc_acts {
     void **u; /* [blocks]: each cross's U vx + b [MB, D0 or Dx], kept so its backward need not make it again */
     float **logit, **dz;
     /* gradient region the embedding rows are summed from: [dx0 (MB*D0) | dtemb (MB*E) | dh (NH*E)],
-     * with multi-valued columns then [dmv (MB*mv_width*E) | a zero row (E)] */
+     * with multi-valued columns then [dmv (MB*mv_width*E; averaged columns only) | a zero row (E)] */
     void *dsrc, *dx0, *dtemb, *dh;
     seg_scratch *seg; /* [segments]: each segment's backward has its own, so segments can run at once */
     void *dbot, *da2, *da2p, *da1, *da1p;
