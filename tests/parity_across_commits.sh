@@ -68,6 +68,8 @@ common_args() {
                   --batch 32 --steps 8 --eval-every 4 --eval-samples 50 --table-cap 1000 --ckpt-every 4 --seed 5" ;;
         movielens) echo "--model seqctr --warmup 0 --data movielens --max-len 32 --table-cap 200000 --emb-dim 16 --blocks 2 --cross-rank 32
                   --block-hidden 64 --batch 64 --steps 6 --eval-every 3 --eval-samples 2048 --ckpt-every 3 --seed 6" ;;
+        dlrm) echo "--model dlrm-dcnv2 --data synth:calib=16384 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32
+                  --batch 64 --steps 8 --eval-every 4 --eval-samples 512 --ckpt-every 4 --seed 8" ;;
     esac
 }
 
@@ -149,6 +151,13 @@ CPU_ROWS=(
     "sc-np2-vbs-resume|2|scbal|4|--balance vbs --micro-batches 2"
     "sc-criteo|1|criteo||"
     "sc-movielens|1|movielens||"
+    # dlrm-dcnv2 (seqctr's DLRM form: multi-hot columns, crosses, top MLP, Adagrad)
+    "dlrm-plain|1|dlrm||"
+    "dlrm-graphs|1|dlrm||--graphs"
+    "dlrm-host|1|dlrm||--emb-place host"
+    "dlrm-row|1|dlrm||--emb-shard row"
+    "dlrm-pipe|1|dlrm||--emb-shard row --schedule pipe"
+    "dlrm-resume|1|dlrm|4|"
 )
 
 CUDA_ROWS=(
@@ -183,6 +192,11 @@ CUDA_ROWS=(
     "sc-pipe-resume|1|sc|4|--emb-shard row --schedule pipe"
     "sc-criteo|1|criteo||"
     "sc-movielens|1|movielens||"
+    "dlrm-plain|1|dlrm||"
+    "dlrm-fp32|1|dlrm||--precision fp32"
+    "dlrm-graphs|1|dlrm||--graphs"
+    "dlrm-host-lists|1|dlrm||--emb-place host --index-lists host"
+    "dlrm-pipe|1|dlrm||--emb-shard row --schedule pipe"
 )
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
