@@ -104,6 +104,20 @@ except Exception:
 print(r["tokens_per_s"] if r.get("status") == "ok" else r.get("status", "failed") + ": " + str(r.get("error", ""))[:120])'
 }
 
+# fsdp_guarded DIR LOG FLAGS...: fsdp_offload.py on DIR's shape under lora_torch.py's host-memory
+# guard (killed before the kernel's OOM killer would act); echoes its result line, or a failed one
+# with the guard's reason
+fsdp_guarded() {
+    local dir=$1 log=$2 n0; shift 2
+    n0=$(wc -l 2>/dev/null < "$OUT/fsdp.jsonl" || echo 0)
+    "$PY" bench/lora_torch.py --guard-timeout "$(( $(left) - 10 ))" --guard-log "$log" --guard -- \
+        "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" --steps "$asteps" \
+        --warmup 2 --adamw fused --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) "$@" > /dev/null 2>&1
+    grep -E '^(setup|step|guard:)' "$log" | sed 's/^/   /' >&2
+    if [ "$(wc -l 2>/dev/null < "$OUT/fsdp.jsonl" || echo 0)" -gt "$n0" ]; then tail -n 1 "$OUT/fsdp.jsonl"
+    else echo "{\"status\": \"failed\", \"error\": \"$(grep -m1 '^guard:' "$log" | tr -d '"\\' | cut -c1-150)\"}"; fi
+}
+
 # row LAYERS: checkpoint, nobubble, FSDP2, one table row
 row() {
     local layers=$1 dir=$HF_DIR tag=full label=$shape
@@ -131,16 +145,9 @@ print(f"nobubble masked loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}")' "$
         --steps "$asteps" --warmup 2 --adamw fused --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) > "$OUT/fsdp-$tag.log" 2>&1
     local rec; rec=$(tail -n 1 "$OUT/fsdp.jsonl" 2>/dev/null)
     if echo "$rec" | grep -q '"host (estimated, not started)"' && [ "$(left)" -gt 90 ]; then
-        # its estimate is not a measurement: run it anyway, under lora_torch.py's host-memory guard
-        # (killed before the kernel's OOM killer would act), and record what happened
+        # its estimate is not a measurement: run it anyway, under the guard, and record what happened
         echo "   its estimate says the host is too small: again with --no-host-check, under the guard $(stamp)"
-        local n0; n0=$(wc -l < "$OUT/fsdp.jsonl")
-        "$PY" bench/lora_torch.py --guard-timeout "$(( $(left) - 10 ))" --guard-log "$OUT/fsdp-$tag-guard.log" --guard -- \
-            "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" --steps "$asteps" \
-            --warmup 2 --adamw fused --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) --no-host-check > /dev/null 2>&1
-        grep -E '^(setup|step|guard:)' "$OUT/fsdp-$tag-guard.log" | sed 's/^/   /'
-        if [ "$(wc -l < "$OUT/fsdp.jsonl")" -gt "$n0" ]; then rec=$(tail -n 1 "$OUT/fsdp.jsonl")
-        else rec="{\"status\": \"failed\", \"error\": \"$(grep -m1 '^guard:' "$OUT/fsdp-$tag-guard.log" | tr -d '"\\' | cut -c1-150)\"}"; fi
+        rec=$(fsdp_guarded "$dir" "$OUT/fsdp-$tag-guard.log" --no-host-check)
     fi
     fsdp=$(echo "$rec" | fsdp_cell)
     echo "FSDP2 (fp32 state): $fsdp"
@@ -148,13 +155,7 @@ print(f"nobubble masked loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}")' "$
     if ! echo "$rec" | grep -q '"status": "ok"'; then
         if [ "$(left)" -gt 90 ]; then
             echo "== FSDP2 CPU offload $label, --dtype bf16 (the best setting that fits) $(stamp)"
-            local n0; n0=$(wc -l < "$OUT/fsdp.jsonl" 2>/dev/null || echo 0)
-            "$PY" bench/lora_torch.py --guard-timeout "$(( $(left) - 10 ))" --guard-log "$OUT/fsdp-$tag-bf16.log" --guard -- \
-                "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" --steps "$asteps" \
-                --warmup 2 --adamw fused --dtype bf16 --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) > /dev/null 2>&1
-            grep -E '^(setup|step|guard:)' "$OUT/fsdp-$tag-bf16.log" | sed 's/^/   /'
-            if [ "$(wc -l < "$OUT/fsdp.jsonl" 2>/dev/null || echo 0)" -gt "$n0" ]; then bf=$(tail -n 1 "$OUT/fsdp.jsonl" | fsdp_cell)
-            else bf="failed: $(grep -m1 '^guard:' "$OUT/fsdp-$tag-bf16.log" | cut -c1-150)"; fi
+            bf=$(fsdp_guarded "$dir" "$OUT/fsdp-$tag-bf16.log" --dtype bf16 | fsdp_cell)
         else
             bf="skipped (time budget)"
         fi

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16_host.h"
 #include "check.h"
 #include "core.h"
 #include "io/safetensors.h"
@@ -139,18 +140,15 @@ static int row(const char *what, double err, double tol) {
 
 /* A device's activation (bf16 or fp32) downloaded as floats. */
 static float *act_down(const void *src, size_t n) {
-    size_t es = nb_dtype_size(M.be->act_dtype);
+    nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
     float *f = nb_malloc(n * sizeof(float), "diagnosis");
-    uint16_t *h = nb_malloc(n * es, "diagnosis");
-    M.be->to_host(M.ctx ? M.ctx : &M.own_ctx, h, src, n * es);
-    for (size_t i = 0; i < n; i++) {
-        if (es == 2) {
-            uint32_t u = (uint32_t)h[i] << 16;
-            memcpy(f + i, &u, 4);
-        } else {
-            memcpy(f + i, (const char *)h + 4 * i, 4);
-        }
+    if (M.be->act_dtype != NB_BF16) {
+        M.be->to_host(c, f, src, n * sizeof(float));
+        return f;
     }
+    uint16_t *h = nb_malloc(n * sizeof(uint16_t), "diagnosis");
+    M.be->to_host(c, h, src, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) f[i] = bf2f(h[i]);
     free(h);
     return f;
 }

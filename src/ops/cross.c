@@ -28,8 +28,8 @@ void nb_cross_forward(float *c, float *vx, float *u, const float *x0, const floa
     if (N == 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, r, D, 1.0f, x, D, Vw, r, 0.0f, vx, r);
     /* without u, c doubles as u's buffer: c = x0 * u + x is elementwise, in place */
-    const float *uu = u ? u : c;
-    cross_u(u ? u : c, vx, Uw, b, N, D, r);
+    float *uu = u ? u : c;
+    cross_u(uu, vx, Uw, b, N, D, r);
     size_t nd = (size_t)N * D;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < nd; i++) c[i] = x0[i] * uu[i] + x[i];

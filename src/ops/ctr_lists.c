@@ -67,11 +67,10 @@ void nb_ctr_lists_mv(const nb_ctr_lists_shape *s, const uint32_t *mv, const int3
                 continue;
             }
             rows[slot] = s->off[f] + (int64_t)(mv[r0] % (uint64_t)s->rows[f]);
-            const int64_t slot_src = (int64_t)i * s->D0 + (int64_t)(1 + f) * E;
             for (int32_t r = r0 + 1; r < r1; r++, k++) {
                 rows[k] = s->off[f] + (int64_t)(mv[r] % (uint64_t)s->rows[f]);
                 dst[k] = r * E;
-                src[k] = s->col_sum[j] ? slot_src : s->mv_src + r * E;
+                src[k] = s->col_sum[j] ? src[slot] : s->mv_src + r * E; /* a sum: the slot's own gradient */
             }
         }
     NB_ASSERT(k == (size_t)s->B * (nf + 1) + (size_t)s->nmv);

@@ -127,7 +127,8 @@ static __global__ void mv_values_kernel(nb_ctr_lists_shape s, const uint32_t *mv
         const int j = (int)(g % s.ncols), f = s.col_field[j];
         rows[k] = mv_row(s, f, mv[r]);
         dst[k] = r * s.E;
-        src[k] = s.col_sum[j] ? (g / s.ncols) * s.D0 + (int64_t)(1 + f) * s.E : s.mv_src + r * s.E;
+        /* a sum: the slot's own gradient (nb_cuda_ctr_lists set the slot's src, earlier on this stream) */
+        src[k] = s.col_sum[j] ? src[(g / s.ncols) * (s.ncat + 1) + f] : s.mv_src + r * s.E;
     }
 }
 
