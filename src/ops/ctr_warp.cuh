@@ -26,7 +26,16 @@ typedef struct {
     unsigned x, y;
 } tc_u2;
 
-/* ---- primitives: warp collectives and 8-byte accesses ---- */
+/* 16 bytes: four floats (CUDA's float4 on the device, for its 16-byte loads and stores) */
+#ifndef CTR_TC_EMU
+typedef float4 tc_f4;
+#else
+typedef struct {
+    float x, y, z, w;
+} tc_f4;
+#endif
+
+/* ---- primitives: warp collectives and 8- and 16-byte accesses ---- */
 #ifndef CTR_TC_EMU
 static __device__ __forceinline__ float tc_shfl_f(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 static __device__ __forceinline__ int tc_shfl_i(int v, int src) { return __shfl_sync(0xffffffffu, v, src); }
@@ -42,10 +51,14 @@ static __device__ __forceinline__ tc_u2 tc_ld8(const nb_bf16 *p) {
     return r;
 }
 static __device__ __forceinline__ void tc_st8(nb_bf16 *p, tc_u2 v) { *(uint2 *)p = make_uint2(v.x, v.y); }
+static __device__ __forceinline__ tc_f4 tc_ld16f(const float *p) { return *(const float4 *)p; }
+static __device__ __forceinline__ void tc_st16f(float *p, tc_f4 v) { *(float4 *)p = v; }
 #else
 /* the emulator defines these after including the kernel files */
 static tc_u2 tc_ld8(const nb_bf16 *p);
 static void tc_st8(nb_bf16 *p, tc_u2 v);
+static tc_f4 tc_ld16f(const float *p);
+static void tc_st16f(float *p, tc_f4 v);
 #endif
 
 static __device__ __forceinline__ float tc_lo(unsigned u) { return __uint_as_float(u << 16); }

@@ -73,8 +73,10 @@ extern "C" void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const 
 
 #define EGU_CHUNK NB_EMB_GRAD_CHUNK
 #define EGU_TILE 64     /* lookup positions per pass-1 work item */
-#define EGU_COLS 64     /* columns per pass over a row (2 per lane) */
-#define EGU_SMEM_BYTES (TC_WARPS * 32 * EGU_COLS * 4)
+#define EGU_COLS 64     /* pass 2's columns per pass over a row (2 per lane) */
+#define EGU_COLS1 128   /* pass 1's columns per walk over the positions (4 per lane) */
+#define EGU_BATCH 16    /* pass 1's positions per batch of loads (EGU_BATCH x 4 floats a lane) */
+#define EGU_SMEM_BYTES (TC_WARPS * EGU_BATCH * 32 * 16)
 
 /* column e of the src row at element offset o (fp32 or bf16 src) */
 static __device__ __forceinline__ float egu_ld(const void *src, long long o, const int BF) {
@@ -108,15 +110,54 @@ static __device__ __forceinline__ void egu_chunk_direct(float acc[2], const void
     }
 }
 
-/* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile. */
+/* Columns col .. col + 3 of the src row at element offset o; vec: the four are one aligned 8-byte
+ * (bf16) or 16-byte (fp32) load wherever they are all in the row. */
+static __device__ __forceinline__ tc_f4 egu_ld4(const void *src, long long o, int col, int E, int vec, const int BF) {
+    tc_f4 v;
+    if (vec && col + 3 < E) {
+        if (BF) {
+            const tc_u2 u = tc_ld8((const nb_bf16 *)src + o + col);
+            v.x = tc_lo(u.x), v.y = tc_hi(u.x), v.z = tc_lo(u.y), v.w = tc_hi(u.y);
+        } else {
+            v = tc_ld16f((const float *)src + o + col);
+        }
+    } else {
+        v.x = col < E ? egu_ld(src, o + col, BF) : 0.0f;
+        v.y = col + 1 < E ? egu_ld(src, o + col + 1, BF) : 0.0f;
+        v.z = col + 2 < E ? egu_ld(src, o + col + 2, BF) : 0.0f;
+        v.w = col + 3 < E ? egu_ld(src, o + col + 3, BF) : 0.0f;
+    }
+    return v;
+}
+
+/* dst[col .. col + 3] = a, the columns inside the row (vec: one 16-byte store) */
+static __device__ __forceinline__ void egu_st4(float *dst, int col, int E, int vec, tc_f4 a) {
+    if (vec && col + 3 < E) {
+        tc_st16f(dst + col, a);
+    } else {
+        if (col < E) dst[col] = a.x;
+        if (col + 1 < E) dst[col + 1] = a.y;
+        if (col + 2 < E) dst[col + 2] = a.z;
+        if (col + 3 < E) dst[col + 3] = a.w;
+    }
+}
+
+/* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile.
+ * Each lane owns four adjacent columns (EGU_COLS1 = 128 a pass: E = 128 is one walk over the
+ * positions) and adds them in k order, so each column's sum is the same chain of additions as
+ * one column a lane would make: the CPU table's bits. */
 static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, int cap, const void *src,
                                                  const int64_t *src_off, const int32_t *order, const int32_t *seg,
                                                  int U, int E, const int BF) {
     TC_SMEM(sm);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *rows = (float *)sm + (size_t)warp * 32 * EGU_COLS; /* [32 positions][EGU_COLS] */
+    tc_f4 *rows = (tc_f4 *)sm + (size_t)warp * EGU_BATCH * 32; /* [EGU_BATCH positions][32 lanes] */
     const int n = seg[U], ntiles = (n + EGU_TILE - 1) / EGU_TILE;
     const int nw = (int)(gridDim.x * (blockDim.x >> 5));
+    /* loads of four columns need the base aligned to their width (and each row's offset to 4
+     * elements, checked per position); stores need E % 4 == 0 (rows of dunique and part) */
+    const int src_al = ((uintptr_t)src & (BF ? 7 : 15)) == 0;
+    const int dst_vec = E % 4 == 0 && ((uintptr_t)dunique & 15) == 0 && ((uintptr_t)part & 15) == 0;
     for (int t = (int)(blockIdx.x * (blockDim.x >> 5)) + warp; t < ntiles; t += nw) {
         const int kb = t * EGU_TILE, ke = min(n, kb + EGU_TILE);
         int u = egu_find(seg, U, kb, lane), s = seg[u], e = seg[u + 1];
@@ -128,57 +169,54 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
         if (c >= ke) continue;
         /* no chunk starting in the tile reaches past lim */
         const int lim = min(n, ke + EGU_CHUNK - 1);
-        for (int e0 = 0; e0 < E; e0 += EGU_COLS) {
-            const int col0 = e0 + lane, col1 = e0 + 32 + lane;
+        for (int e0 = 0; e0 < E; e0 += EGU_COLS1) {
+            const int col = e0 + 4 * lane;
             /* the walk: chunk j of row u is [c, c1); sb/segc: seg[sb + lane], a window of ends */
-            int cu = u, cs = s, ce = e, cj = j, cc = c, c1 = min(e, c + EGU_CHUNK), done = 0;
+            int cu = u, ce = e, cj = j, cc = c, c1 = min(e, c + EGU_CHUNK), done = 0;
             int sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
-            float acc0 = 0.0f, acc1 = 0.0f;
-            (void)cs;
+            tc_f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int gb = c; !done; gb += 32) {
-                /* 32 positions' rows, coalesced, into the warp's shared rows: every load is
-                 * issued before the first store (a store could alias a later load for all the
-                 * compiler knows, so interleaving them would leave one load in flight) */
                 const long long mine = gb + lane < lim ? (long long)src_off[order[gb + lane]] : 0;
-                float v0[32], v1[32];
-                TC_UNROLL
-                for (int q = 0; q < 32; q++) {
-                    const long long o = tc_shfl_ll(mine, q);
-                    const int ok = gb + q < lim;
-                    v0[q] = ok && col0 < E ? egu_ld(src, o + col0, BF) : 0.0f;
-                    v1[q] = ok && col1 < E ? egu_ld(src, o + col1, BF) : 0.0f;
-                }
-                TC_UNROLL
-                for (int q = 0; q < 32; q++) rows[q * EGU_COLS + lane] = v0[q], rows[q * EGU_COLS + 32 + lane] = v1[q];
-                tc_syncwarp();
-                /* each lane adds its own two columns in k order; chunk ends are warp-uniform */
-                const int gend = min(gb + 32, lim);
-                for (int k = gb; k < gend && !done; k++) {
-                    acc0 += rows[(k - gb) * EGU_COLS + lane];
-                    acc1 += rows[(k - gb) * EGU_COLS + 32 + lane];
-                    if (k + 1 == c1) {
-                        float *dst = cj == 0 ? dunique + (size_t)cu * E
-                                             : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
-                        if (dst) {
-                            if (col0 < E) dst[col0] = acc0;
-                            if (col1 < E) dst[col1] = acc1;
-                        }
-                        acc0 = acc1 = 0.0f;
-                        if (c1 == ce) { /* next row */
-                            if (++cu >= U) {
-                                done = 1;
-                                break;
-                            }
-                            if (cu + 1 - sb >= 32) sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
-                            cs = ce, ce = tc_shfl_i(segc, cu + 1 - sb), cj = 0, cc = cs;
-                        } else {
-                            cj++, cc = c1;
-                        }
-                        if (cc >= ke) done = 1;
-                        c1 = min(ce, cc + EGU_CHUNK);
+                for (int h = 0; h < 32 && !done; h += EGU_BATCH) {
+                    /* EGU_BATCH positions' columns into the warp's shared rows: every load is
+                     * issued before the first store (a store could alias a later load for all
+                     * the compiler knows, so interleaving them would leave one load in flight) */
+                    const int hb = gb + h, hend = min(hb + EGU_BATCH, lim);
+                    tc_f4 v[EGU_BATCH];
+                    TC_UNROLL
+                    for (int q = 0; q < EGU_BATCH; q++) {
+                        const long long o = tc_shfl_ll(mine, h + q);
+                        const tc_f4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
+                        v[q] = hb + q < lim ? egu_ld4(src, o, col, E, src_al && (o & 3) == 0, BF) : zero;
                     }
+                    TC_UNROLL
+                    for (int q = 0; q < EGU_BATCH; q++) rows[q * 32 + lane] = v[q];
+                    tc_syncwarp();
+                    /* each lane adds its own columns in k order; chunk ends are warp-uniform */
+                    for (int k = hb; k < hend && !done; k++) {
+                        const tc_f4 r = rows[(k - hb) * 32 + lane];
+                        acc.x += r.x, acc.y += r.y, acc.z += r.z, acc.w += r.w;
+                        if (k + 1 == c1) {
+                            float *dst = cj == 0 ? dunique + (size_t)cu * E
+                                                 : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
+                            if (dst) egu_st4(dst, col, E, dst_vec, acc);
+                            acc.x = acc.y = acc.z = acc.w = 0.0f;
+                            if (c1 == ce) { /* next row */
+                                if (++cu >= U) {
+                                    done = 1;
+                                    break;
+                                }
+                                if (cu + 1 - sb >= 32) sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+                                cc = ce, ce = tc_shfl_i(segc, cu + 1 - sb), cj = 0;
+                            } else {
+                                cj++, cc = c1;
+                            }
+                            if (cc >= ke) done = 1;
+                            c1 = min(ce, cc + EGU_CHUNK);
+                        }
+                    }
+                    tc_syncwarp(); /* the rows are read before the next positions overwrite them */
                 }
-                tc_syncwarp(); /* the rows are read before the next positions overwrite them */
             }
         }
     }

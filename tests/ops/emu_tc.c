@@ -17,8 +17,8 @@
  * 32, 64, histories of length 0, 1, 15, 16, 17, 63..65, 100, 256 and past max_len, B = 1;
  * outputs poisoned with NaN; the backward accumulates (dqkv starts random). Embedding gradient:
  * the CPU table's bits exactly (fp32 and bf16 src), one row looked up 100k times among 5000 others,
- * E = 12, 64, 200, unaligned source rows, two grid sizes, and a scratch too small for the hot row
- * (pass 2's own path) giving the same bits. */
+ * E = 12, 64, 200 on unaligned source rows and 128 on aligned ones, two grid sizes, and a scratch
+ * too small for the hot row (pass 2's own path) giving the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -216,6 +216,16 @@ static tc_u2 tc_ld8(const nb_bf16 *p) {
 static void tc_st8(nb_bf16 *p, tc_u2 v) {
     if ((uintptr_t)p & 7) emu_die("8-byte store not 8-byte aligned");
     memcpy(p, &v, 8);
+}
+static tc_f4 tc_ld16f(const float *p) {
+    if ((uintptr_t)p & 15) emu_die("16-byte load not 16-byte aligned");
+    tc_f4 r;
+    memcpy(&r, p, 16);
+    return r;
+}
+static void tc_st16f(float *p, tc_f4 v) {
+    if ((uintptr_t)p & 15) emu_die("16-byte store not 16-byte aligned");
+    memcpy(p, &v, 16);
 }
 
 static void emu_entry(void) {
@@ -488,13 +498,14 @@ static float *emu_egu(const void *src, int bf, const int64_t *src_off, const int
     return d;
 }
 
-/* n lookups of rows from rows_of(i); src rows at scattered, unaligned offsets of a [n, E + 3] buffer. */
-static void check_egu(const char *name, const int64_t *rows, int n, int E) {
-    int ld = E + 3;
+/* n lookups of rows from rows_of(i); src rows at scattered offsets of a [n, E + 3] buffer, unaligned
+ * (the four-column loads' other path), or of [n, E] (aligned: DLRM's gradient rows). */
+static void check_egu(const char *name, const int64_t *rows, int n, int E, int aligned) {
+    int ld = aligned ? E : E + 3;
     int64_t *src_off = nb_malloc((size_t)n * 8, "src_off"), *uniq = nb_malloc((size_t)n * 8, "uniq");
     int32_t *order = nb_malloc((size_t)n * 4, "order"), *inverse = nb_malloc((size_t)n * 4, "inverse");
     int32_t *seg = nb_malloc(((size_t)n + 1) * 4, "seg");
-    for (int i = 0; i < n; i++) src_off[i] = (int64_t)(((long long)i * 7919) % n) * ld + i % 3;
+    for (int i = 0; i < n; i++) src_off[i] = (int64_t)(((long long)i * 7919) % n) * ld + (aligned ? 0 : i % 3);
     int U = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n, NULL);
     int most = 0;
     for (int u = 0; u < U; u++) most = seg[u + 1] - seg[u] > most ? seg[u + 1] - seg[u] : most;
@@ -533,21 +544,22 @@ static void emu_emb_grad(void) {
     for (int i = 0; i < n; i++)
         rows[i] = i % 5 < 2 ? 7 : i % 5 == 2 ? 1000 + i : (int64_t)(nb_philox(SEED, s, (uint64_t)i).v[0] % 50);
     switch (ot_cur->arg) {
-    case 0: check_egu("mixed", rows, n, 64); break;
-    case 1: check_egu("mixed", rows, n, 12); break;
-    case 2: check_egu("mixed", rows, n, 200); break;
+    case 0: check_egu("mixed", rows, n, 64, 0); break;
+    case 1: check_egu("mixed", rows, n, 12, 0); break;
+    case 2: check_egu("mixed", rows, n, 200, 0); break;
+    case 6: check_egu("mixed aligned", rows, n, 128, 1); break;
     case 3: /* one lookup */
         rows[0] = 5;
-        check_egu("one", rows, 1, 64);
+        check_egu("one", rows, 1, 64, 0);
         break;
     case 4: /* 129 lookups of one row (a chunk of one past the first) */
         for (int i = 0; i < 129; i++) rows[i] = 3;
-        check_egu("129 of one", rows, 129, 64);
+        check_egu("129 of one", rows, 129, 64, 0);
         break;
     case 5: /* the hot row: 100k lookups of one row among 5000 rows looked up once, interleaved */
         n = 105000;
         for (int i = 0; i < n; i++) rows[i] = i % 21 == 5 ? 100000 + i : 42;
-        check_egu("hot row", rows, n, 64);
+        check_egu("hot row", rows, n, 64, 0);
         break;
     }
     free(rows);
@@ -566,6 +578,7 @@ static const ot_row rows[] = {
     EGU_ROW("n3000 mixed E64", 0, 0),
     EGU_ROW("n3000 mixed E12", 1, OT_SMALL),
     EGU_ROW("n3000 mixed E200", 2, 0),
+    EGU_ROW("n3000 mixed E128 aligned (DLRM's rows)", 6, 0),
     EGU_ROW("n1 E64", 3, 0),
     EGU_ROW("n129 of one row E64", 4, 0),
     EGU_ROW("hot row: 100k of one among 5000", 5, 0),
