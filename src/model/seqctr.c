@@ -254,7 +254,6 @@ static void segment_bwd(nb_sc_model *m, nb_ctx c, int k) {
         be->matmul_bwd(c, g->dc, dw->w1, dw->b1, g->dhidp, a->c[i], w->w1, B, D0, H);
         const void *xprev = i ? a->xs[i - 1] : a->x0;
         int keep_prev = i > first || first == 0; /* the detached input's gradient is not needed */
-        if (keep_prev) be->zero(c, g->dprev, BD * es);
         co->cross_bwd(c, g->dx0, keep_prev ? g->dprev : NULL, dw->U, dw->V, dw->b, g->dc, a->x0, xprev, w->U, w->V,
                       w->b, a->vx[i], a->u[i], B, D0, r);
         if (keep_prev) {

@@ -69,7 +69,6 @@ void nb_sc_dlrm_bwd(nb_sc_model *m, nb_ctx c) {
     be->zero(c, a->dxd, BD * es);
     for (int i = cf->blocks - 1; i >= 0; i--) {
         const nb_sc_block_view *w = &m->w.block[i], *dw = &m->dw.block[i];
-        be->zero(c, g->dprev, BD * es);
         m->co->cross_bwd(c, a->dxd, g->dprev, dw->U, dw->V, dw->b, g->dcur, a->xd, i ? a->xs[i - 1] : a->xd, w->U, w->V,
                          w->b, a->vx[i], a->u[i], B, Dx, r);
         void *t = g->dcur;

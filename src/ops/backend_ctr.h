@@ -73,7 +73,8 @@ typedef struct nb_ctr_ops_i {
     /* DCNv2 low-rank cross (ops_ctr.h's nb_cross_forward/backward): c = x0 * (vx @ Uw^T + b) + x,
      * vx = x @ Vw; x0, x, c [N, D], Uw, Vw [D, r], b [D] (act_dtype), vx [N, r] saved (act_dtype),
      * u = vx @ Uw^T + b [N, D] saved where not NULL (the backward then does not make it again).
-     * Backward: dx0, dx (act_dtype, +=), dU, dV, db (fp32, +=); any may be NULL. */
+     * Backward: dx0 (act_dtype, +=), dx (act_dtype, written: x's whole gradient), dU, dV, db
+     * (fp32, +=); any may be NULL. */
     void (*cross_fwd)(nb_ctx, void *c, void *vx, void *u, const void *x0, const void *x, const void *Uw,
                       const void *Vw, const void *b, int N, int D, int r);
     void (*cross_bwd)(nb_ctx, void *dx0, void *dx, float *dU, float *dV, float *db, const void *dc, const void *x0,

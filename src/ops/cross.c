@@ -50,7 +50,7 @@ static void cross_db(float *db, const float *du, int N, int D) {
 void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc, const float *x0,
                        const float *x, const float *Uw, const float *Vw, const float *b, const float *vx,
                        const float *u, int N, int D, int r) {
-    NB_ASSERT(dc && N >= 0 && D > 0 && r > 0);
+    NB_ASSERT(dc && N >= 0 && D > 0 && r > 0 && dx != dc);
     if (N == 0) return;
     size_t nd = (size_t)N * D;
     if (dx0) {
@@ -65,9 +65,9 @@ void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, c
         for (size_t i = 0; i < nd; i++) dx0[i] += dc[i] * u[i];
         free(made);
     }
-    if (dx) {
+    if (dx) { /* written: the residual "+ x" first, the product's share added below */
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < nd; i++) dx[i] += dc[i]; /* the residual "+ x" */
+        for (size_t i = 0; i < nd; i++) dx[i] = dc[i];
     }
     if (!dU && !dV && !db && !dx) return;
     NB_ASSERT(x0);

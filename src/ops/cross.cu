@@ -24,12 +24,12 @@ static __global__ void cross_combine_kernel(T *out, const T *a, const T *b, cons
     }
 }
 
-/* One pass of the backward over [N, D]: dx0 += dc * u, dx += dc, buf = du = dc * x0 (when
- * want_du; u may be buf itself: each element is read before it is written, by the same thread),
- * and db's partial sums of du (when part). */
+/* One pass of the backward over [N, D]: dx0 += dc * u, buf = du = dc * x0 (when want_du; u may be
+ * buf itself: each element is read before it is written, by the same thread), and db's partial
+ * sums of du (when part). (dx = dc + dvx Vw^T is one GEMM that reads dc as its C.) */
 template <typename T>
-static __global__ void cross_bwd_elem_kernel(T *dx0, T *dx, T *buf, float *part, const T *dc, const T *x0, const T *u,
-                                             int N, int D, int want_du) {
+static __global__ void cross_bwd_elem_kernel(T *dx0, T *buf, float *part, const T *dc, const T *x0, const T *u, int N,
+                                             int D, int want_du) {
     int c = blockIdx.x * 32 + threadIdx.x;
     int r1 = min(N, (int)(blockIdx.y + 1) * NB_COL_ROWS);
     float acc = 0.0f;
@@ -38,7 +38,6 @@ static __global__ void cross_bwd_elem_kernel(T *dx0, T *dx, T *buf, float *part,
             size_t i = (size_t)r * D + c;
             float g = nb_ld(dc + i);
             if (dx0) nb_st(dx0 + i, nb_ld(dx0 + i) + g * nb_ld(u + i));
-            if (dx) nb_st(dx + i, nb_ld(dx + i) + g);
             if (want_du || part) {
                 float du = g * nb_ld(x0 + i);
                 if (want_du) nb_st(buf + i, du);
@@ -59,9 +58,8 @@ static __device__ __forceinline__ void ld8(const nb_bf16_t *p, size_t i, float *
 }
 static __device__ __forceinline__ void st8(nb_bf16_t *p, size_t i, const float *v) { *(uint4 *)(p + i) = nb_bf16x8_pack(v); }
 
-static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, nb_bf16_t *buf, float *part,
-                                                const nb_bf16_t *dc, const nb_bf16_t *x0, const nb_bf16_t *u, int N,
-                                                int D, int want_du) {
+static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *buf, float *part, const nb_bf16_t *dc,
+                                                const nb_bf16_t *x0, const nb_bf16_t *u, int N, int D, int want_du) {
     __shared__ float sh[8][8][33]; /* [row lane][element][column vector]: no bank conflicts */
     const int v = blockIdx.x * 32 + threadIdx.x, nv = D / 8;
     const int r1 = min(N, (int)(blockIdx.y + 1) * NB_COL_ROWS);
@@ -77,12 +75,6 @@ static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, n
 #pragma unroll
                 for (int e = 0; e < 8; e++) t[e] = t[e] + g[e] * b[e];
                 st8(dx0, i, t);
-            }
-            if (dx) {
-                ld8(dx, i, t);
-#pragma unroll
-                for (int e = 0; e < 8; e++) t[e] = t[e] + g[e];
-                st8(dx, i, t);
             }
             if (want_du || part) {
                 ld8(x0, i, t);
@@ -109,28 +101,28 @@ static __global__ void cross_bwd_elem_v8_kernel(nb_bf16_t *dx0, nb_bf16_t *dx, n
 /* Whether a pointer may take the 16-byte vector loads (NULL: it is not accessed). */
 static int al16(const void *p) { return p == NULL || (uintptr_t)p % 16 == 0; }
 
-static void cross_bwd_elem(float *dx0, float *dx, float *buf, float *part, const float *dc, const float *x0,
-                           const float *u, int N, int D, int want_du, cudaStream_t stream) {
+static void cross_bwd_elem(float *dx0, float *buf, float *part, const float *dc, const float *x0, const float *u,
+                           int N, int D, int want_du, cudaStream_t stream) {
     dim3 grid((D + 31) / 32, nb_col_parts(N));
-    cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
+    cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, buf, part, dc, x0, u, N, D, want_du);
 }
-static void cross_bwd_elem(nb_bf16_t *dx0, nb_bf16_t *dx, nb_bf16_t *buf, float *part, const nb_bf16_t *dc,
-                           const nb_bf16_t *x0, const nb_bf16_t *u, int N, int D, int want_du, cudaStream_t stream) {
-    if (D % 8 == 0 && al16(dx0) && al16(dx) && al16(buf) && al16(dc) && al16(x0) && al16(u)) {
+static void cross_bwd_elem(nb_bf16_t *dx0, nb_bf16_t *buf, float *part, const nb_bf16_t *dc, const nb_bf16_t *x0,
+                           const nb_bf16_t *u, int N, int D, int want_du, cudaStream_t stream) {
+    if (D % 8 == 0 && al16(dx0) && al16(buf) && al16(dc) && al16(x0) && al16(u)) {
         dim3 grid((D / 8 + 31) / 32, nb_col_parts(N));
-        cross_bwd_elem_v8_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
+        cross_bwd_elem_v8_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, buf, part, dc, x0, u, N, D, want_du);
     } else {
         dim3 grid((D + 31) / 32, nb_col_parts(N));
-        cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, dx, buf, part, dc, x0, u, N, D, want_du);
+        cross_bwd_elem_kernel<<<grid, dim3(32, 8), 0, stream>>>(dx0, buf, part, dc, x0, u, N, D, want_du);
     }
 }
 
-/* Row-major C[M, N] = op(A)[M, K] @ op(B)[K, N] + beta C (+ bias[N] on every row). Row-major is
- * column-major transposed, so cuBLASLt computes C^T = op(B)^T op(A)^T: B is its first operand.
- * ta: A is stored [K, M]; tb: B is stored [N, K]. */
-static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void *B, int ldb, int tb, int M, int N,
-                    int K, cudaDataType_t tab, cudaDataType_t tc, float beta, const void *bias, nb_blas_t lt,
-                    cudaStream_t stream) {
+/* Row-major C[M, N] = op(A)[M, K] @ op(B)[K, N] + beta Cin (+ bias[N] on every row); Cin: C's
+ * layout, NULL: C itself. Row-major is column-major transposed, so cuBLASLt computes
+ * C^T = op(B)^T op(A)^T: B is its first operand. ta: A is stored [K, M]; tb: B is stored [N, K]. */
+static void rm_gemm_c(void *C, int ldc, const void *A, int lda, int ta, const void *B, int ldb, int tb, int M, int N,
+                      int K, cudaDataType_t tab, cudaDataType_t tc, float beta, const void *Cin, const void *bias,
+                      nb_blas_t lt, cudaStream_t stream) {
     nb_lt_gemm g = {};
     g.m = N, g.n = M, g.k = K;
     g.A = B, g.lda = ldb, g.transa = tb;
@@ -140,7 +132,13 @@ static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void
     g.beta = beta;
     g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = bias;
+    g.C = Cin;
     nb_lt_run(&g, lt, stream, 0);
+}
+static void rm_gemm(void *C, int ldc, const void *A, int lda, int ta, const void *B, int ldb, int tb, int M, int N,
+                    int K, cudaDataType_t tab, cudaDataType_t tc, float beta, const void *bias, nb_blas_t lt,
+                    cudaStream_t stream) {
+    rm_gemm_c(C, ldc, A, lda, ta, B, ldb, tb, M, N, K, tab, tc, beta, NULL, bias, lt, stream);
 }
 
 template <typename T>
@@ -166,7 +164,7 @@ static void cross_backward(T *dx0, T *dx, float *dU, float *dV, float *db, const
     int want_du = dU || dV || dx;
     NB_CUDA_SHAPE(dc && N >= 0 && D > 0 && r > 0, name);
     NB_CUDA_SHAPE((!dx0 || u || (vx && Uw)) && (!(want_du || db) || x0) && (!dU || vx) && (!(dV || dx) || Uw) &&
-                      (!dV || x) && (!dx || Vw),
+                      (!dV || x) && (!dx || Vw) && dx != dc,
                   name);
     if (N == 0 || !(dx0 || dx || want_du || db)) return;
     size_t n = (size_t)N * D;
@@ -178,7 +176,7 @@ static void cross_backward(T *dx0, T *dx, float *dU, float *dV, float *db, const
     T *buf = make_u || want_du ? (T *)nb_cuda_scratch(n * sizeof(T), stream) : NULL;
     float *part = db ? (float *)nb_cuda_scratch((size_t)nparts * D * sizeof(float), stream) : NULL;
     if (make_u) rm_gemm(buf, D, vx, r, 0, Uw, r, 1, N, D, r, CT, CT, 0.0f, b, lt, stream);
-    cross_bwd_elem(dx0, dx, buf, part, dc, x0, make_u ? (const T *)buf : u, N, D, want_du, stream);
+    cross_bwd_elem(dx0, buf, part, dc, x0, make_u ? (const T *)buf : u, N, D, want_du, stream);
     CUDA_CHECK_LAUNCH("cross backward (elementwise)");
     if (db) nb_col_finish(db, part, nparts, D, stream);
     if (dU) rm_gemm(dU, r, buf, D, 1, vx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, lt, stream); /* du^T vx */
@@ -186,7 +184,7 @@ static void cross_backward(T *dx0, T *dx, float *dU, float *dV, float *db, const
         T *dvx = (T *)nb_cuda_scratch((size_t)N * r * sizeof(T), stream);
         rm_gemm(dvx, r, buf, D, 0, Uw, r, 0, N, r, D, CT, CT, 0.0f, NULL, lt, stream);                  /* du Uw */
         if (dV) rm_gemm(dV, r, x, D, 1, dvx, r, 0, D, r, N, CT, CUDA_R_32F, 1.0f, NULL, lt, stream); /* x^T dvx */
-        if (dx) rm_gemm(dx, D, dvx, r, 0, Vw, r, 1, N, D, r, CT, CT, 1.0f, NULL, lt, stream);        /* dvx Vw^T */
+        if (dx) rm_gemm_c(dx, D, dvx, r, 0, Vw, r, 1, N, D, r, CT, CT, 1.0f, dc, NULL, lt, stream); /* dc + dvx Vw^T */
         nb_cuda_scratch_free(dvx, stream);
     }
     nb_cuda_scratch_free(part, stream);

@@ -120,8 +120,9 @@ void nb_mvpool_backward(float *dvals, float *dout, int ld_out, const int32_t *of
  * it first). c must not alias x0, x or u. */
 void nb_cross_forward(float *c, float *vx, float *u, const float *x0, const float *x, const float *Uw, const float *Vw,
                       const float *b, int N, int D, int r);
-/* dx0, dx [N, D], dU, dV [D, r], db [D] (+=; any may be NULL). u: the forward's saved U vx + b, or
- * NULL: recomputed from vx (the same GEMM, the same bits). */
+/* dx0 [N, D], dU, dV [D, r], db [D] (+=); dx [N, D] written (x's whole gradient: dc through the
+ * residual plus the product's share, so the caller need not zero it); any may be NULL. u: the
+ * forward's saved U vx + b, or NULL: recomputed from vx (the same GEMM, the same bits). */
 void nb_cross_backward(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc, const float *x0,
                        const float *x, const float *Uw, const float *Vw, const float *b, const float *vx,
                        const float *u, int N, int D, int r);

@@ -65,7 +65,7 @@ void nb_cuda_cross_forward_f32(float *c, float *vx, float *u, const float *x0, c
 void nb_cuda_cross_forward_bf16(nb_bf16 *c, nb_bf16 *vx, nb_bf16 *u, const nb_bf16 *x0, const nb_bf16 *x,
                                 const nb_bf16 *Uw, const nb_bf16 *Vw, const nb_bf16 *b, int N, int D, int r, nb_blas_t lt,
                                 nb_stream_t stream);
-/* dx0, dx (act dtype), dU, dV, db (fp32): +=, each may be NULL */
+/* dx0 (act dtype), dU, dV, db (fp32): +=; dx (act dtype) written; each may be NULL */
 void nb_cuda_cross_backward_f32(float *dx0, float *dx, float *dU, float *dV, float *db, const float *dc,
                                 const float *x0, const float *x, const float *Uw, const float *Vw, const float *b,
                                 const float *vx, const float *u, int N, int D, int r, nb_blas_t lt, nb_stream_t stream);

@@ -339,7 +339,6 @@ static void op_w2_b(void) {
 static void op_zero_dhidp(void) { BE->zero(CX, BD.dhidp, (size_t)nB * BT.HID * ES); }
 static void op_relu_hid_b(void) { CO->relu_bwd(CX, BD.dhidp, BD.hid, BD.dhid, (size_t)nB * BT.HID); }
 static void op_w1_b(void) { BE->matmul_bwd(CX, BD.dc, TW.w1.g, TW.b1.g, BD.dhidp, BD.c, TW.w1.w, nB, BT.D0, BT.HID); }
-static void op_zero_dprev(void) { BE->zero(CX, BD.dprev, (size_t)nB * BT.D0 * ES); }
 static void op_cross_b(void) {
     CO->cross_bwd(CX, BD.dx0, BD.dprev, TW.U.g, TW.V.g, TW.cb.g, BD.dc, BD.x0, BD.xprev, TW.U.w, TW.V.w, TW.cb.w,
                   BD.vx, BD.u, nB, BT.D0, BT.R);
@@ -538,9 +537,8 @@ static void build_ops(void) {
     add_op(ph, nb, "relu_bwd", 0, 4 * es * B * HID, op_relu_hid_b, "%dx%d", iB, BT.HID);
     add_op(ph, nb, "matmul_bwd w1", 2 * f_mm(B, D0, HID), b_mm_b(1, B, D0, HID, 1), op_w1_b, "N=%d C=%d OC=%d", iB,
            iD0, BT.HID);
-    add_op(ph, nb, "zero dprev", 0, es * B * D0, op_zero_dprev, "%dx%d", iB, iD0);
     add_op(ph, nb, "cross_bwd", 8 * B * D0 * R,
-           es * (3 * B * D0 + 2 * D0 * R + D0 + B * R + 4 * B * D0) + 4 * (4 * D0 * R + 2 * D0), op_cross_b,
+           es * (3 * B * D0 + 2 * D0 * R + D0 + B * R + 2 * B * D0) + 4 * (4 * D0 * R + 2 * D0), op_cross_b,
            "N=%d D=%d r=%d", iB, iD0, BT.R);
     add_op(ph, 1, "add_inplace dx0", 0, 3 * es * B * D0, op_add_dx0, "%dx%d", iB, iD0);
 
