@@ -116,7 +116,10 @@ static void build_items(nb_run *r, sc_train *t) {
         nb_items_add_hook(&it->post, "grads all-to-all", hook_grads, t);
         add_fixed(&it->post, t, NB_SC_EMB_SUM);
     }
-    add_fixed(&it->post, t, NB_SC_OPT_EMB);
+    /* unsharded element-wise Adagrad: applied in the embedding backward as each row's gradient
+     * completes (one pass over the gradients instead of a write and a read) */
+    t->m.emb_update_in_bwd = !t->sharded && t->optim.emb_exact;
+    if (!t->m.emb_update_in_bwd) add_fixed(&it->post, t, NB_SC_OPT_EMB);
     if (t->pipelined) {
         add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");

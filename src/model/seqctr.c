@@ -312,6 +312,17 @@ static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
                            rows_bound(m, s), m->cfg.E);
 }
 
+/* The same gradient, each row applied by element-wise Adagrad as it completes (no pass that writes
+ * the [U, E] gradient and another that reads it back): nb_emb_update's exact_adagrad, same bits. */
+static void embedding_bwd_update(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o) {
+    nb_sc_stage *s = m->stage;
+    nb_emb *e = &m->emb;
+    NB_CHECK(!nb_emb_sharded(e) && o->emb_exact && e->d_avg_sq, "this is a bug in nobubble; please report it",
+             "the fused embedding update needs unsharded tables with element-wise Adagrad");
+    m->co->emb_grad_adagrad(c, e->d_table, e->d_avg_sq, s->d_uniq, m->d_uniq_grads, m->acts->dsrc, s->d_src,
+                            s->d_order, s->d_seg, dev_count(m, s), rows_bound(m, s), m->cfg.E, o->emb_lr, o->emb_eps);
+}
+
 void nb_sc_backward_enqueue(nb_sc_model *m) {
     nb_ctx c = CTX(m);
     for (int k = m->nseg - 1; k >= 0; k--) segment_bwd(m, c, k);
@@ -392,8 +403,14 @@ void nb_sc_enqueue_phase(nb_sc_model *m, const nb_task_ctx *ctx, nb_sc_phase p, 
     case NB_SC_BWD_JOIN: join_bwd(m, c); break;
     case NB_SC_BWD_HIST: history_bwd(m, c); break;
     case NB_SC_BWD_BOTTOM: bottom_bwd(m, c, m->stage->B); break;
-    case NB_SC_BWD_EMB: embedding_bwd(m, c); break;
-    case NB_SC_OPT_EMB: optim_emb(m, c, o, t); break;
+    case NB_SC_BWD_EMB:
+        if (m->emb_update_in_bwd) embedding_bwd_update(m, c, o);
+        else embedding_bwd(m, c);
+        break;
+    case NB_SC_OPT_EMB:
+        NB_ASSERT(!m->emb_update_in_bwd); /* the trainer leaves this phase out then */
+        optim_emb(m, c, o, t);
+        break;
     case NB_SC_OPT_DENSE: optim_dense(m, c, o); break;
     case NB_SC_RESYNC_SERVE: /* the next batch's (nothing without one) */
     case NB_SC_RESYNC_APPLY:

@@ -257,6 +257,9 @@ typedef struct {
     int pad_rows; /* device backends: histories padded to a bucket (seqctr_batch.c: bucket_rows) */
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     int full_mv;   /* nb_sc_plan_opts.full_mv */
+    /* set by the trainer: the embedding backward phase applies element-wise Adagrad to each unique
+     * row as its gradient completes (unsharded tables), and the embedding optim phase is not run */
+    int emb_update_in_bwd;
     nb_sc_acts *acts;
     int max_batch;
     unsigned char *init_kind; /* [ntensors] */

@@ -54,6 +54,12 @@ typedef struct nb_ctr_ops_i {
                         const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t);
     void (*exact_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads,
                           const int32_t *count, int U, int E, float lr, float eps);
+    /* emb_grad_unique of src, each unique row's gradient applied by exact_adagrad to rows[u] as soon
+     * as it is whole: the two in turn, the same bits, without a pass that writes and one that reads a
+     * [U, E] gradient. scratch [U, E] fp32 (afterwards unspecified); count as above. */
+    void (*emb_grad_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
+                             const int64_t *src_off, const int32_t *order, const int32_t *seg, const int32_t *count,
+                             int U, int E, float lr, float eps);
     /* ops_ctr.h's nb_ctr_lists from the batch's ids (backend memory) */
     void (*lists)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                   const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);

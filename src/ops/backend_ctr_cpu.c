@@ -63,6 +63,14 @@ static void exact_adagrad(nb_ctx c, float *table, float *acc, const int64_t *row
     nb_exact_adagrad_update(table, acc, rows, grads, U, E, rows_bound(rows, U), (nb_rowwise_adagrad_cfg){lr, eps});
 }
 
+/* The CPU's is the two in turn (one writer per row either way; the fusion is the GPU's bandwidth). */
+static void emb_grad_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
+                             const int64_t *src_off, const int32_t *order, const int32_t *seg, const int32_t *count,
+                             int U, int E, float lr, float eps) {
+    emb_grad_unique(c, scratch, src, src_off, order, seg, count, U, E);
+    exact_adagrad(c, table, acc, rows, scratch, count, U, E, lr, eps);
+}
+
 static void sparse_adam(nb_ctx c, float *table, float *m, float *v, const int64_t *rows, const float *grads,
                         const int32_t *count, int U, int E, float lr, float beta1, float beta2, float eps, int t) {
     if (count) U = *count;
@@ -205,6 +213,7 @@ const nb_ctr_ops_i nb_ctr_ops_cpu = {
     .rowwise_adagrad = rowwise_adagrad,
     .sparse_adam = sparse_adam,
     .exact_adagrad = exact_adagrad,
+    .emb_grad_adagrad = emb_grad_adagrad,
     .lists = lists,
     .lists_mv = lists_mv,
     .unique_groups = unique_groups,

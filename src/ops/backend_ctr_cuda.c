@@ -20,6 +20,13 @@
                                       int E) {                                                              \
         nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, count, U, E, S(c));     \
     }                                                                                                       \
+    static void emb_grad_adagrad_##SUF(nb_ctx c, float *table, float *acc, const int64_t *rows, float *scratch, \
+                                       const void *src, const int64_t *src_off, const int32_t *order,       \
+                                       const int32_t *seg, const int32_t *count, int U, int E, float lr,    \
+                                       float eps) {                                                         \
+        nb_cuda_emb_grad_adagrad(table, acc, rows, scratch, src, sizeof(T) == 2, src_off, order, seg, count, U, E, \
+                                 lr, eps, S(c));                                                            \
+    }                                                                                                       \
     static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, void *u, const void *x0, const void *x,      \
                                 const void *Uw, const void *Vw, const void *b, int N, int D, int r) {       \
         nb_cuda_cross_forward_##SUF((T *)out, (T *)vx, (T *)u, (const T *)x0, (const T *)x, (const T *)Uw,  \
@@ -124,6 +131,7 @@ static void bce(nb_ctx c, float *dz, double *loss, const float *z, const float *
         .name = "cuda-" #SUF, .emb_gather = emb_gather_##SUF, .emb_grad_unique = emb_grad_unique_##SUF,    \
         .rowwise_adagrad = rowwise_adagrad, .sparse_adam = sparse_adam, .lists = lists, .lists_mv = lists_mv, \
         .adagrad_dense = adagrad_dense, .exact_adagrad = exact_adagrad,                                    \
+        .emb_grad_adagrad = emb_grad_adagrad_##SUF,                                                        \
         .unique_groups = unique_groups, .cross_fwd = cross_fwd_##SUF,                                      \
         .cross_bwd = cross_bwd_##SUF, .relu_fwd = relu_fwd_##SUF, .relu_bwd = relu_bwd_##SUF,              \
         .linear1_fwd = linear1_fwd_##SUF, .linear1_bwd = linear1_bwd_##SUF, .bce = bce,                    \

@@ -142,13 +142,49 @@ static __device__ __forceinline__ void egu_st4(float *dst, int col, int E, int v
     }
 }
 
+/* Where a row's gradient is applied at once (emb_grad_adagrad): element-wise Adagrad on the
+ * table's rows (table == NULL: the gradient is stored in dunique, emb_grad_unique). */
+typedef struct {
+    float *table, *acc;
+    const int64_t *rows;
+    float lr, eps;
+} egu_upd;
+
+/* One element of element-wise Adagrad: sparse_optim.cu's exact_adagrad_kernel's operations, each
+ * explicitly rounded, so the fused update gives that kernel's (and the CPU's) bits. */
+static __device__ __forceinline__ void egu_adagrad1(float *w, float *s, float g, float lr, float eps) {
+    const float a = __fadd_rn(*s, __fmul_rn(g, g));
+    *s = a;
+    *w = __fsub_rn(*w, __fdiv_rn(__fmul_rn(lr, g), __fadd_rn(__fsqrt_rn(a), eps)));
+}
+
+/* The row's gradient g in columns col .. col + 3 applied (vec: 16-byte loads and stores) */
+static __device__ __forceinline__ void egu_update4(const egu_upd *up, int u, int col, int E, int vec, tc_f4 g) {
+    const size_t o = (size_t)up->rows[u] * E + col;
+    float *w = up->table + o, *s = up->acc + o;
+    if (vec && col + 3 < E) {
+        tc_f4 wv = tc_ld16f(w), sv = tc_ld16f(s);
+        egu_adagrad1(&wv.x, &sv.x, g.x, up->lr, up->eps);
+        egu_adagrad1(&wv.y, &sv.y, g.y, up->lr, up->eps);
+        egu_adagrad1(&wv.z, &sv.z, g.z, up->lr, up->eps);
+        egu_adagrad1(&wv.w, &sv.w, g.w, up->lr, up->eps);
+        tc_st16f(w, wv);
+        tc_st16f(s, sv);
+    } else {
+        if (col < E) egu_adagrad1(w, s, g.x, up->lr, up->eps);
+        if (col + 1 < E) egu_adagrad1(w + 1, s + 1, g.y, up->lr, up->eps);
+        if (col + 2 < E) egu_adagrad1(w + 2, s + 2, g.z, up->lr, up->eps);
+        if (col + 3 < E) egu_adagrad1(w + 3, s + 3, g.w, up->lr, up->eps);
+    }
+}
+
 /* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile.
  * Each lane owns four adjacent columns (EGU_COLS1 = 128 a pass: E = 128 is one walk over the
  * positions) and adds them in k order, so each column's sum is the same chain of additions as
  * one column a lane would make: the CPU table's bits. */
 static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, int cap, const void *src,
                                                  const int64_t *src_off, const int32_t *order, const int32_t *seg,
-                                                 int U, int E, const int BF) {
+                                                 int U, int E, const int BF, egu_upd up) {
     TC_SMEM(sm);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     tc_f4 *rows = (tc_f4 *)sm + (size_t)warp * EGU_BATCH * 32; /* [EGU_BATCH positions][32 lanes] */
@@ -158,6 +194,7 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
      * elements, checked per position); stores need E % 4 == 0 (rows of dunique and part) */
     const int src_al = ((uintptr_t)src & (BF ? 7 : 15)) == 0;
     const int dst_vec = E % 4 == 0 && ((uintptr_t)dunique & 15) == 0 && ((uintptr_t)part & 15) == 0;
+    const int upd_vec = E % 4 == 0 && ((uintptr_t)up.table & 15) == 0 && ((uintptr_t)up.acc & 15) == 0;
     for (int t = (int)(blockIdx.x * (blockDim.x >> 5)) + warp; t < ntiles; t += nw) {
         const int kb = t * EGU_TILE, ke = min(n, kb + EGU_TILE);
         int u = egu_find(seg, U, kb, lane), s = seg[u], e = seg[u + 1];
@@ -199,7 +236,10 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                         if (k + 1 == c1) {
                             float *dst = cj == 0 ? dunique + (size_t)cu * E
                                                  : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
-                            if (dst) egu_st4(dst, col, E, dst_vec, acc);
+                            if (up.table && cj == 0 && c1 == ce) /* the row's only chunk: its whole gradient */
+                                egu_update4(&up, cu, col, E, upd_vec, acc);
+                            else if (dst)
+                                egu_st4(dst, col, E, dst_vec, acc);
                             acc.x = acc.y = acc.z = acc.w = 0.0f;
                             if (c1 == ce) { /* next row */
                                 if (++cu >= U) {
@@ -225,7 +265,7 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
 /* Pass 2: a warp per 32 rows; rows of more than one chunk add their chunk sums in order. */
 static __device__ __forceinline__ void egu_finish(float *dunique, const float *part, int cap, const void *src,
                                                   const int64_t *src_off, const int32_t *order, const int32_t *seg,
-                                                  int U, int E, const int BF) {
+                                                  int U, int E, const int BF, egu_upd up) {
     const int lane = threadIdx.x & 31;
     const int u0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32;
     if (u0 >= U) return;
@@ -253,31 +293,37 @@ static __device__ __forceinline__ void egu_finish(float *dunique, const float *p
                 a0 += v[0];
                 a1 += v[1];
             }
-            if (col0 < E) d[col0] = a0;
-            if (col1 < E) d[col1] = a1;
+            if (up.table) { /* the row's gradient is whole: applied, not stored */
+                const size_t o = (size_t)up.rows[u] * E;
+                if (col0 < E) egu_adagrad1(up.table + o + col0, up.acc + o + col0, a0, up.lr, up.eps);
+                if (col1 < E) egu_adagrad1(up.table + o + col1, up.acc + o + col1, a1, up.lr, up.eps);
+            } else {
+                if (col0 < E) d[col0] = a0;
+                if (col1 < E) d[col1] = a1;
+            }
         }
     }
 }
 
 static __global__ void __launch_bounds__(32 * TC_WARPS)
     egu_tiles_f32(float *dunique, float *part, int cap, const void *src, const int64_t *src_off, const int32_t *order,
-                  const int32_t *seg, const int32_t *count, int U, int E) {
-    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0);
+                  const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
+    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0, up);
 }
 static __global__ void __launch_bounds__(32 * TC_WARPS)
     egu_tiles_bf16(float *dunique, float *part, int cap, const void *src, const int64_t *src_off,
-                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
-    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1);
+                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
+    egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1, up);
 }
 static __global__ void __launch_bounds__(32 * TC_WARPS)
     egu_finish_f32(float *dunique, const float *part, int cap, const void *src, const int64_t *src_off,
-                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
-    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0);
+                   const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
+    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0, up);
 }
 static __global__ void __launch_bounds__(32 * TC_WARPS)
     egu_finish_bf16(float *dunique, const float *part, int cap, const void *src, const int64_t *src_off,
-                    const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E) {
-    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1);
+                    const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
+    egu_finish(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1, up);
 }
 
 /* ---- launch shapes (shared with the emulator) ---- */
@@ -295,27 +341,30 @@ static unsigned egu_finish_blocks(int U) { return (unsigned)((U + 32 * TC_WARPS 
 /* ---- launcher ---- */
 #ifndef CTR_TC_EMU
 
-/* dunique = the unique rows' gradient of src (fp32, or bf16 when src_bf16), backend_ctr.h's order. */
+/* dunique = the unique rows' gradient of src (fp32, or bf16 when src_bf16), backend_ctr.h's order;
+ * with up.table, each row's gradient is applied to the table by element-wise Adagrad as soon as it
+ * is whole (dunique then holds only the first chunk sums of rows of several chunks). */
 static void emb_grad_unique(float *dunique, const void *src, int src_bf16, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, const int32_t *count, int U, int E, cudaStream_t stream,
+                            const int32_t *seg, const int32_t *count, int U, int E, egu_upd up, cudaStream_t stream,
                             const char *name) {
     NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), name);
+    NB_CUDA_SHAPE(!up.table || (up.acc && up.rows), name);
     if (U == 0 || E == 0) return;
     const int cap = egu_cap(U, E);
     float *part = (float *)nb_cuda_scratch((size_t)cap * E * sizeof(float), stream);
     if (src_bf16)
         egu_tiles_bf16<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
-                                                                                   order, seg, count, U, E);
+                                                                                   order, seg, count, U, E, up);
     else
         egu_tiles_f32<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
-                                                                                  order, seg, count, U, E);
+                                                                                  order, seg, count, U, E, up);
     CUDA_CHECK_LAUNCH("embedding unique-row gradient (chunk sums)");
     if (src_bf16)
         egu_finish_bf16<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
-                                                                            seg, count, U, E);
+                                                                            seg, count, U, E, up);
     else
         egu_finish_f32<<<egu_finish_blocks(U), 32 * TC_WARPS, 0, stream>>>(dunique, part, cap, src, src_off, order,
-                                                                           seg, count, U, E);
+                                                                           seg, count, U, E, up);
     CUDA_CHECK_LAUNCH("embedding unique-row gradient (rows of several chunks)");
     nb_cuda_scratch_free(part, stream);
 }
@@ -323,12 +372,20 @@ static void emb_grad_unique(float *dunique, const void *src, int src_bf16, const
 extern "C" void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off,
                                             const int32_t *order, const int32_t *seg, const int32_t *count, int U,
                                             int E, nb_stream_t stream) {
-    emb_grad_unique(dunique, src, 0, src_off, order, seg, count, U, E, stream, __func__);
+    emb_grad_unique(dunique, src, 0, src_off, order, seg, count, U, E, egu_upd{}, stream, __func__);
 }
 extern "C" void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off,
                                              const int32_t *order, const int32_t *seg, const int32_t *count, int U,
                                              int E, nb_stream_t stream) {
-    emb_grad_unique(dunique, src, 1, src_off, order, seg, count, U, E, stream, __func__);
+    emb_grad_unique(dunique, src, 1, src_off, order, seg, count, U, E, egu_upd{}, stream, __func__);
+}
+extern "C" void nb_cuda_emb_grad_adagrad(float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
+                                         int src_bf16, const int64_t *src_off, const int32_t *order,
+                                         const int32_t *seg, const int32_t *count, int U, int E, float lr, float eps,
+                                         nb_stream_t stream) {
+    NB_CUDA_SHAPE(U == 0 || (table && acc && rows), __func__);
+    emb_grad_unique(scratch, src, src_bf16, src_off, order, seg, count, U, E, egu_upd{table, acc, rows, lr, eps}, stream,
+                    __func__);
 }
 
 #endif /* CTR_TC_EMU */

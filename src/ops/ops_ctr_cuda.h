@@ -37,6 +37,12 @@ void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t
                                  const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
 void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off, const int32_t *order,
                                   const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
+/* The same gradient (src bf16 where src_bf16, else fp32) applied to table[rows[u]] by element-wise
+ * Adagrad (nb_cuda_exact_adagrad's operations) as each row's sum completes; scratch [U, E] fp32
+ * holds the first chunk sums of rows of several chunks. The two launches in turn, the same bits. */
+void nb_cuda_emb_grad_adagrad(float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
+                              int src_bf16, const int64_t *src_off, const int32_t *order, const int32_t *seg,
+                              const int32_t *count, int U, int E, float lr, float eps, nb_stream_t stream);
 
 /* ---- lookup lists and their deduplication on the device (ctr_lists.cu): ops_ctr.h's
  * nb_ctr_lists and nb_embag_unique_groups (without inverse), the same outputs bit for bit. The

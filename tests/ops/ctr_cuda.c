@@ -68,11 +68,33 @@ TEST_CASE(test_emb_gather) {
     check_emb_gather(13, 0);
 }
 
+/* The fused gradient + element-wise Adagrad against the CPU's gradient then Adagrad: the table and
+ * its sums bit for bit. */
+static void check_emb_grad_adagrad(int bf, const float *src, const void *dsrc, const int64_t *src_off, const void *doff,
+                                   const int32_t *order, const void *dord, const int32_t *seg, const void *dseg,
+                                   const int64_t *uniq, int U, int E) {
+    size_t nt = (size_t)(uniq[U - 1] + 1) * E, nu = (size_t)U * E;
+    float *t0 = randn(nt, 0, 0.1f), *a0 = randn(nt, 0, 1), *scratch = zeros(nu);
+    for (size_t i = 0; i < nt; i++) a0[i] = fabsf(a0[i]);
+    float *t1 = copy_of(t0, nt), *a1 = copy_of(a0, nt);
+    CPU->emb_grad_adagrad(&ot_cctx, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, E, 0.05f, 1e-8f);
+    void *dt = dev_up(t0, nt, 0), *da = dev_up(a0, nt, 0), *dsc = dev_nan(nu, 0);
+    void *duniq = dev_raw(uniq, (size_t)U * 8);
+    gpu(bf)->emb_grad_adagrad(&ot_gctx, dt, da, duniq, dsc, dsrc, doff, dord, dseg, NULL, U, E, 0.05f, 1e-8f);
+    float *gt = dev_get(dt, nt, 0), *ga = dev_get(da, nt, 0);
+    char what[96];
+    snprintf(what, sizeof what, "emb_grad_adagrad E=%d U=%d table", E, U);
+    expect_same(what, gt, t1, nt);
+    expect_same("emb_grad_adagrad Adagrad sums", ga, a1, nt);
+    dev_free(dt), dev_free(da), dev_free(dsc), dev_free(duniq);
+    free(t0), free(a0), free(t1), free(a1), free(gt), free(ga), free(scratch);
+}
+
 /* 40% of the lookups hit one row (more than one 32-lookup batch), one in five is a row of its
  * own (groups of one), the rest spread over 50 rows; src rows are read at scattered, unaligned
- * offsets. E = 200 takes two passes over the lookups. */
-static void check_emb_grad_unique(int E) {
-    int n = 3000, ld = E + 3;
+ * offsets (aligned: [n, E] rows, DLRM's layout). E = 200 takes two passes over the lookups. */
+static void check_emb_grad_unique(int E, int aligned) {
+    int n = 3000, ld = aligned ? E : E + 3;
     int64_t *rows = nb_malloc((size_t)n * 8, "rows"), *src_off = nb_malloc((size_t)n * 8, "src_off");
     int64_t *uniq = nb_malloc((size_t)n * 8, "uniq");
     int32_t *order = nb_malloc((size_t)n * 4, "order"), *inverse = nb_malloc((size_t)n * 4, "inverse");
@@ -80,7 +102,7 @@ static void check_emb_grad_unique(int E) {
     uint64_t s = ot_stream++;
     for (int i = 0; i < n; i++) {
         rows[i] = i % 5 < 2 ? 7 : i % 5 == 2 ? 1000 + i : (int64_t)(rand_u32(s, (uint64_t)i) % 50);
-        src_off[i] = (int64_t)((i * 7919) % n) * ld + i % 3;
+        src_off[i] = (int64_t)((i * 7919) % n) * ld + (aligned ? 0 : i % 3);
     }
     int U = nb_embag_unique_groups(uniq, order, seg, inverse, rows, n, NULL);
     void *doff = dev_raw(src_off, (size_t)n * 8), *dord = dev_raw(order, (size_t)n * 4);
@@ -103,6 +125,7 @@ static void check_emb_grad_unique(int E) {
         /* backend_ctr.h's chunked order, in every table: the CPU's float additions */
         expect_same("emb_grad_unique vs CPU (same order of adds)", got[0], ref, nu);
         expect_same(what, got[0], got[1], nu);
+        check_emb_grad_adagrad(bf, src, dsrc, src_off, doff, order, dord, seg, dseg, uniq, U, E);
         dev_free(dsrc), free(src), free(ref), free(got[0]), free(got[1]);
     }
     dev_free(doff), dev_free(dord), dev_free(dseg);
@@ -148,6 +171,7 @@ static void check_emb_grad_hot(void) {
         ot_log("    %-58s %-4s %s; %.3f ms\n", what, MODE[bf], same ? "same bits as the CPU" : "DIFFERENT", ms[0]);
         CHECK(same, "%s (%s): differs from the CPU (rel err %.3g)", what, MODE[bf], rel_err(got[0], ref, nu));
         expect_same("emb_grad_unique hot row, two runs", got[0], got[1], nu);
+        check_emb_grad_adagrad(bf, src, dsrc, src_off, doff, order, dord, seg, dseg, uniq, U, E);
         dev_free(dsrc), free(src), free(ref);
         for (int run = 0; run < 2; run++) free(got[run]);
     }
@@ -158,9 +182,10 @@ static void check_emb_grad_hot(void) {
 }
 
 TEST_CASE(test_emb_grad_unique) {
-    check_emb_grad_unique(12);
-    check_emb_grad_unique(64);
-    check_emb_grad_unique(200);
+    check_emb_grad_unique(12, 0);
+    check_emb_grad_unique(64, 0);
+    check_emb_grad_unique(200, 0);
+    check_emb_grad_unique(128, 1);
     check_emb_grad_hot();
 }
 
@@ -442,8 +467,8 @@ TEST_CASE(test_sparse_optim) {
 static const ot_row rows[] = {
     {"emb_gather", "cuda", OT_F32, "B77 F5, E 12, 13, 64, pad", 1e-5, OT_EVAL, FN(test_emb_gather), 0, OT_SMALL},
     {"emb_gather", "cuda", OT_BF16, "B77 F5, E 12, 13, 64, pad", 1e-2, OT_EVAL, FN(test_emb_gather), 0, OT_SMALL},
-    {"emb_grad_unique", "cuda", OT_F32, "E 12, 64, 200; a hot row", 1e-5, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
-    {"emb_grad_unique", "cuda", OT_BF16, "E 12, 64, 200; a hot row", 1e-2, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
+    {"emb_grad_unique", "cuda", OT_F32, "E 12, 64, 200, 128 aligned; hot row; +Adagrad", 1e-5, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
+    {"emb_grad_unique", "cuda", OT_BF16, "E 12, 64, 200, 128 aligned; hot row; +Adagrad", 1e-2, OT_EVAL, FN(test_emb_grad_unique), 0, 0},
     {"unique_groups", "cuda", OT_NONE, "200k Criteo-scale, 100k of one row, 2^32", 0, OT_EVAL, FN(test_unique_groups), 0, 0},
     {"lists", "cuda", OT_NONE, "empty, short, long histories", 0, OT_EVAL, FN(test_lists), 0, 0},
     {"lists_mv", "cuda", OT_NONE, "empty, one-value, 12-value fields; DLRM B 6912", 0, OT_EVAL, FN(test_lists_mv), 0, 0},

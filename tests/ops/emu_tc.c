@@ -202,6 +202,18 @@ static int tc_clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 #define blockDim (emu.block_dim)
 #define __uint_as_float emu_uint_as_float
 #define min emu_min
+/* CUDA's explicitly rounded float operations: IEEE's single operations on the host (C11 without
+ * contraction: -std=c11 compiles a * b + c as two roundings) */
+static float emu_fadd_rn(float a, float b) { return a + b; }
+static float emu_fsub_rn(float a, float b) { return a - b; }
+static float emu_fmul_rn(float a, float b) { return a * b; }
+static float emu_fdiv_rn(float a, float b) { return a / b; }
+static float emu_fsqrt_rn(float a) { return sqrtf(a); }
+#define __fadd_rn emu_fadd_rn
+#define __fsub_rn emu_fsub_rn
+#define __fmul_rn emu_fmul_rn
+#define __fdiv_rn emu_fdiv_rn
+#define __fsqrt_rn emu_fsqrt_rn
 #define CTR_TC_EMU 1
 #include "ops/seqattn_tc.cu"
 #include "ops/embag.cu"
@@ -471,31 +483,61 @@ typedef struct {
     const void *src;
     const int64_t *src_off;
     const int32_t *order, *seg;
+    egu_upd up;
 } egu_args;
 
 static void egu_tiles_body(void *p) {
     egu_args *e = p;
-    if (e->bf) egu_tiles_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
-    else egu_tiles_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
+    if (e->bf)
+        egu_tiles_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E, e->up);
+    else
+        egu_tiles_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E, e->up);
 }
 static void egu_finish_body(void *p) {
     egu_args *e = p;
-    if (e->bf) egu_finish_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
-    else egu_finish_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E);
+    if (e->bf)
+        egu_finish_bf16(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E, e->up);
+    else
+        egu_finish_f32(e->dunique, e->part, e->cap, e->src, e->src_off, e->order, e->seg, NULL, e->U, e->E, e->up);
 }
 
-/* The launcher's two passes on the emulator (pass 1 with `blocks` blocks, scratch of cap slots). */
+/* The launcher's two passes on the emulator (pass 1 with `blocks` blocks, scratch of cap slots);
+ * with up.table, the fused Adagrad (the returned gradient then holds only what it left there). */
 static float *emu_egu(const void *src, int bf, const int64_t *src_off, const int32_t *order, const int32_t *seg,
-                      int U, int E, unsigned blocks, int cap) {
+                      int U, int E, unsigned blocks, int cap, egu_upd up) {
     size_t nu = (size_t)U * E;
     float *d = zeros(nu), *part = nb_malloc((size_t)cap * E * 4, "chunk sums");
     memset(d, 0xff, nu * 4);
     memset(part, 0xff, (size_t)cap * E * 4);
-    egu_args e = {d, part, cap, U, E, bf, src, src_off, order, seg};
+    egu_args e = {d, part, cap, U, E, bf, src, src_off, order, seg, up};
     emu_launch(blocks, 32 * TC_WARPS, EGU_SMEM_BYTES, egu_tiles_body, &e);
     emu_launch(egu_finish_blocks(U), 32 * TC_WARPS, 0, egu_finish_body, &e);
     free(part);
     return d;
+}
+
+/* The fused gradient + element-wise Adagrad (emb_grad_adagrad) against the CPU's two in turn: the
+ * table and its sums bit for bit, with a scratch big enough for the hot row's chunk sums and one
+ * too small (pass 2 sums them itself). */
+static void check_egu_adagrad(const void *s, int bf, const float *src, const int64_t *src_off, const int32_t *order,
+                              const int32_t *seg, const int64_t *uniq, int U, int E) {
+    size_t nt = (size_t)(uniq[U - 1] + 1) * E;
+    float *t0 = randn_f(nt, 0.1f), *a0 = randn_f(nt, 1.0f), *scratch = zeros((size_t)U * E);
+    for (size_t i = 0; i < nt; i++) a0[i] = fabsf(a0[i]);
+    float *t1 = copy_of(t0, nt), *a1 = copy_of(a0, nt);
+    const float lr = 0.05f, eps = 1e-8f;
+    /* the CPU reads the fp32 copy of src (bf16: the same values) */
+    nb_ctr_ops_cpu.emb_grad_adagrad(NULL, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, E, lr, eps);
+    for (int small = 0; small <= 1; small++) {
+        float *t = copy_of(t0, nt), *a = copy_of(a0, nt);
+        egu_upd up = {t, a, uniq, lr, eps};
+        free(emu_egu(s, bf, src_off, order, seg, U, E, 64, small ? 3 : egu_cap(U, E), up));
+        CHECK(memcmp(t, t1, nt * 4) == 0 && memcmp(a, a1, nt * 4) == 0,
+              "emb_grad_adagrad %s E=%d U=%d%s: the table or its sums differ from the CPU's gradient then Adagrad",
+              bf ? "bf16" : "f32", E, U, small ? " (scratch too small)" : "");
+        free(t), free(a);
+    }
+    free(t0), free(a0), free(t1), free(a1), free(scratch);
 }
 
 /* n lookups of rows from rows_of(i); src rows at scattered offsets of a [n, E + 3] buffer, unaligned
@@ -517,11 +559,12 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E, int a
         const void *s = bf ? (const void *)sb : (const void *)src;
         double t0 = nb_now();
         emu.by_warp = 0;
-        float *a = emu_egu(s, bf, src_off, order, seg, U, E, 64, egu_cap(U, E));
+        egu_upd none = {0};
+        float *a = emu_egu(s, bf, src_off, order, seg, U, E, 64, egu_cap(U, E), none);
         double t1 = nb_now();
         emu.by_warp = 1;
-        float *b = emu_egu(s, bf, src_off, order, seg, U, E, 7, egu_cap(U, E)); /* another grid */
-        float *c = emu_egu(s, bf, src_off, order, seg, U, E, 64, 3);          /* scratch too small */
+        float *b = emu_egu(s, bf, src_off, order, seg, U, E, 7, egu_cap(U, E), none); /* another grid */
+        float *c = emu_egu(s, bf, src_off, order, seg, U, E, 64, 3, none);          /* scratch too small */
         char what[200];
         snprintf(what, sizeof what, "emb_grad_unique %s %s E=%d n=%d U=%d (largest row %d)", name, bf ? "bf16" : "f32",
                  E, n, U, most);
@@ -530,6 +573,7 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E, int a
         CHECK(same, "%s: differs from the CPU table (rel err %.3g)", what, rel_err(a, ref, nu));
         expect_same("emb_grad_unique: another grid and order of blocks", a, b, nu * 4);
         expect_same("emb_grad_unique: pass 2 summing chunks without slots", a, c, nu * 4);
+        check_egu_adagrad(s, bf, src, src_off, order, seg, uniq, U, E);
         free(src), free(ref), free(sb), free(a), free(b), free(c);
     }
     free(src_off), free(uniq), free(order), free(inverse), free(seg);
