@@ -32,6 +32,18 @@ void nb_sc_dlrm_fwd(nb_sc_model *m, nb_ctx c) {
     }
 }
 
+/* din = dout @ w (written), dw and db += as matmul_bwd: the backend's writing variant where it has
+ * one (CUDA bf16), else a zeroed din accumulated into. */
+static void matmul_bwd_into(const nb_backend_i *be, nb_ctx c, void *din, void *dw, void *db, const void *dout,
+                            const void *in, const void *w, int B, int nin, int nout, size_t es) {
+    if (be->matmul_bwd_set) {
+        be->matmul_bwd_set(c, din, dw, db, dout, in, w, B, nin, nout);
+        return;
+    }
+    be->zero(c, din, (size_t)B * nin * es);
+    be->matmul_bwd(c, din, dw, db, dout, in, w, B, nin, nout);
+}
+
 /* The top MLP's backward: the gradient of the last cross's output into g->dcur. */
 static void top_bwd(nb_sc_model *m, nb_ctx c, seg_scratch *g) {
     nb_sc_acts *a = m->acts;
@@ -50,8 +62,7 @@ static void top_bwd(nb_sc_model *m, nb_ctx c, seg_scratch *g) {
         in = j ? a->top[j - 1] : a->xs[last];
         nin = j ? cf->top[j - 1] : Dx;
         din = j ? a->dt : g->dcur;
-        be->zero(c, din, (size_t)B * nin * es);
-        be->matmul_bwd(c, din, m->dw.top_w[j], m->dw.top_b[j], a->dtp, in, m->w.top_w[j], B, nin, cf->top[j]);
+        matmul_bwd_into(be, c, din, m->dw.top_w[j], m->dw.top_b[j], a->dtp, in, m->w.top_w[j], B, nin, cf->top[j], es);
     }
 }
 
