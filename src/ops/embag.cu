@@ -14,8 +14,8 @@
  * shared memory, then each lane adds its columns in k order. A row's first chunk sum goes to
  * dunique[u]; chunk j >= 1 (starting at k) to part[k / CHUNK], a slot no other chunk uses (the
  * row contains position (k / CHUNK) * CHUNK, and only one row does).
- * Pass 2 (egu_finish): a warp per 32 rows; each row with more than one chunk adds its chunk sums
- * to dunique[u] in chunk order. Slots past the scratch's capacity (only with far more lookups than
+ * Pass 2 (egu_finish): a block per 32 rows; each row with more than one chunk adds its chunk sums
+ * to dunique[u] in chunk order (its columns split over the block's warps). Slots past the scratch's capacity (only with far more lookups than
  * 64 per unique row) are summed by pass 2 itself, in the same order: same bits, slower.
  * The result depends only on the lookups (not on the grid), and equals the CPU table's.
  *
@@ -73,9 +73,9 @@ extern "C" void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const 
 
 #define EGU_CHUNK NB_EMB_GRAD_CHUNK
 #define EGU_TILE 64     /* lookup positions per pass-1 work item */
-#define EGU_COLS 64     /* pass 2's columns per pass over a row (2 per lane) */
 #define EGU_COLS1 128   /* pass 1's columns per walk over the positions (4 per lane) */
 #define EGU_BATCH 16    /* pass 1's positions per batch of loads (EGU_BATCH x 4 floats a lane) */
+#define EGU_FOLD 32     /* pass 2's chunk sums per batch of loads (one float each a lane) */
 #define EGU_SMEM_BYTES (TC_WARPS * EGU_BATCH * 32 * 16)
 
 /* column e of the src row at element offset o (fp32 or bf16 src) */
@@ -97,17 +97,13 @@ static __device__ __forceinline__ int egu_find(const int32_t *seg, int U, int k,
     return lo + 31 - tc_clz(m);
 }
 
-/* Sum of lookups c .. c1-1 (one chunk) of columns e0 + lane, e0 + 32 + lane, one lookup at a
- * time: pass 2's path for chunks without a slot (same additions as pass 1's). */
-static __device__ __forceinline__ void egu_chunk_direct(float acc[2], const void *src, const int64_t *src_off,
-                                                        const int32_t *order, int c, int c1, int e0, int E,
-                                                        int lane, const int BF) {
-    acc[0] = acc[1] = 0.0f;
-    for (int k = c; k < c1; k++) {
-        const long long o = src_off[order[k]];
-        if (e0 + lane < E) acc[0] += egu_ld(src, o + e0 + lane, BF);
-        if (e0 + 32 + lane < E) acc[1] += egu_ld(src, o + e0 + 32 + lane, BF);
-    }
+/* Sum of lookups c .. c1-1 (one chunk) of column col, one lookup at a time: pass 2's path for
+ * chunks without a slot (the same additions as pass 1's). */
+static __device__ __forceinline__ float egu_chunk_direct(const void *src, const int64_t *src_off, const int32_t *order,
+                                                         int c, int c1, int col, const int BF) {
+    float acc = 0.0f;
+    for (int k = c; k < c1; k++) acc += egu_ld(src, src_off[order[k]] + col, BF);
+    return acc;
 }
 
 /* Columns col .. col + 3 of the src row at element offset o; vec: the four are one aligned 8-byte
@@ -159,8 +155,8 @@ static __device__ __forceinline__ void egu_adagrad1(float *w, float *s, float g,
 }
 
 /* The row's gradient g in columns col .. col + 3 applied (vec: 16-byte loads and stores) */
-static __device__ __forceinline__ void egu_update4(const egu_upd *up, int u, int col, int E, int vec, tc_f4 g) {
-    const size_t o = (size_t)up->rows[u] * E + col;
+static __device__ __forceinline__ void egu_update4(const egu_upd *up, long long row, int col, int E, int vec, tc_f4 g) {
+    const size_t o = (size_t)row * E + col;
     float *w = up->table + o, *s = up->acc + o;
     if (vec && col + 3 < E) {
         tc_f4 wv = tc_ld16f(w), sv = tc_ld16f(s);
@@ -208,9 +204,11 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
         const int lim = min(n, ke + EGU_CHUNK - 1);
         for (int e0 = 0; e0 < E; e0 += EGU_COLS1) {
             const int col = e0 + 4 * lane;
-            /* the walk: chunk j of row u is [c, c1); sb/segc: seg[sb + lane], a window of ends */
+            /* the walk: chunk j of row u is [c, c1); sb/segc: seg[sb + lane], a window of ends;
+             * rowc: the same rows' table rows (rows[sb - 1 + lane]) where they are updated */
             int cu = u, ce = e, cj = j, cc = c, c1 = min(e, c + EGU_CHUNK), done = 0;
             int sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+            long long rowc = up.table && sb - 1 + lane < U ? (long long)up.rows[sb - 1 + lane] : 0;
             tc_f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int gb = c; !done; gb += 32) {
                 const long long mine = gb + lane < lim ? (long long)src_off[order[gb + lane]] : 0;
@@ -237,7 +235,7 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                             float *dst = cj == 0 ? dunique + (size_t)cu * E
                                                  : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
                             if (up.table && cj == 0 && c1 == ce) /* the row's only chunk: its whole gradient */
-                                egu_update4(&up, cu, col, E, upd_vec, acc);
+                                egu_update4(&up, tc_shfl_ll(rowc, cu + 1 - sb), col, E, upd_vec, acc);
                             else if (dst)
                                 egu_st4(dst, col, E, dst_vec, acc);
                             acc.x = acc.y = acc.z = acc.w = 0.0f;
@@ -246,7 +244,10 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                                     done = 1;
                                     break;
                                 }
-                                if (cu + 1 - sb >= 32) sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+                                if (cu + 1 - sb >= 32) {
+                                    sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
+                                    if (up.table) rowc = sb - 1 + lane < U ? (long long)up.rows[sb - 1 + lane] : 0;
+                                }
                                 cc = ce, ce = tc_shfl_i(segc, cu + 1 - sb), cj = 0;
                             } else {
                                 cj++, cc = c1;
@@ -262,12 +263,15 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
     }
 }
 
-/* Pass 2: a warp per 32 rows; rows of more than one chunk add their chunk sums in order. */
+/* Pass 2: a block per 32 rows; a row of more than one chunk adds its chunk sums in chunk order,
+ * column by column: warp w takes columns w * 32 .. w * 32 + 31 (of each 32 * TC_WARPS), and a lane
+ * loads the next EGU_FOLD chunk sums of its column before it adds them in turn, so a hot row's
+ * chain of additions waits on one batch of loads per EGU_FOLD chunks, on all of a block's warps. */
 static __device__ __forceinline__ void egu_finish(float *dunique, const float *part, int cap, const void *src,
                                                   const int64_t *src_off, const int32_t *order, const int32_t *seg,
                                                   int U, int E, const int BF, egu_upd up) {
-    const int lane = threadIdx.x & 31;
-    const int u0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int u0 = (int)blockIdx.x * 32;
     if (u0 >= U) return;
     const int mine = u0 + lane < U ? seg[u0 + lane] : 0, cnt = u0 + lane < U ? seg[u0 + lane + 1] - mine : 0;
     unsigned long_rows = tc_ballot(cnt > EGU_CHUNK);
@@ -276,30 +280,31 @@ static __device__ __forceinline__ void egu_finish(float *dunique, const float *p
         long_rows &= ~(1u << l);
         const int u = u0 + l, s = tc_shfl_i(mine, l), e = s + tc_shfl_i(cnt, l);
         const int nch = (e - s + EGU_CHUNK - 1) / EGU_CHUNK;
-        for (int e0 = 0; e0 < E; e0 += EGU_COLS) {
-            const int col0 = e0 + lane, col1 = e0 + 32 + lane;
-            float *d = dunique + (size_t)u * E;
-            float a0 = col0 < E ? d[col0] : 0.0f, a1 = col1 < E ? d[col1] : 0.0f;
-            TC_UNROLL_N(8)
-            for (int jj = 1; jj < nch; jj++) {
-                const int c = s + jj * EGU_CHUNK, w = c / EGU_CHUNK;
-                float v[2];
-                if (w < cap) {
-                    v[0] = col0 < E ? part[(size_t)w * E + col0] : 0.0f;
-                    v[1] = col1 < E ? part[(size_t)w * E + col1] : 0.0f;
-                } else {
-                    egu_chunk_direct(v, src, src_off, order, c, min(e, c + EGU_CHUNK), e0, E, lane, BF);
+        float *d = dunique + (size_t)u * E;
+        for (int col = warp * 32 + lane; col - lane < E; col += 32 * TC_WARPS) {
+            const int in = col < E;
+            float a = in ? d[col] : 0.0f;
+            for (int j0 = 1; j0 < nch; j0 += EGU_FOLD) {
+                float v[EGU_FOLD];
+                TC_UNROLL
+                for (int q = 0; q < EGU_FOLD; q++) {
+                    const int jj = j0 + q, c = s + jj * EGU_CHUNK, w = c / EGU_CHUNK;
+                    v[q] = jj < nch && in && w < cap ? part[(size_t)w * E + col] : 0.0f;
                 }
-                a0 += v[0];
-                a1 += v[1];
+                TC_UNROLL
+                for (int q = 0; q < EGU_FOLD; q++) {
+                    const int jj = j0 + q, c = s + jj * EGU_CHUNK, w = c / EGU_CHUNK;
+                    if (jj >= nch) break;
+                    if (w >= cap && in) v[q] = egu_chunk_direct(src, src_off, order, c, min(e, c + EGU_CHUNK), col, BF);
+                    a += v[q];
+                }
             }
+            if (!in) continue;
             if (up.table) { /* the row's gradient is whole: applied, not stored */
-                const size_t o = (size_t)up.rows[u] * E;
-                if (col0 < E) egu_adagrad1(up.table + o + col0, up.acc + o + col0, a0, up.lr, up.eps);
-                if (col1 < E) egu_adagrad1(up.table + o + col1, up.acc + o + col1, a1, up.lr, up.eps);
+                const size_t o = (size_t)up.rows[u] * E + col;
+                egu_adagrad1(up.table + o, up.acc + o, a, up.lr, up.eps);
             } else {
-                if (col0 < E) d[col0] = a0;
-                if (col1 < E) d[col1] = a1;
+                d[col] = a;
             }
         }
     }
@@ -336,7 +341,7 @@ static int egu_cap(int U, int E) {
     return (int)(c > 1 ? c : 1);
 }
 #define EGU_TILE_BLOCKS 1024 /* pass 1's grid (grid-stride over the tiles; the result does not depend on it) */
-static unsigned egu_finish_blocks(int U) { return (unsigned)((U + 32 * TC_WARPS - 1) / (32 * TC_WARPS)); }
+static unsigned egu_finish_blocks(int U) { return (unsigned)((U + 31) / 32); }
 
 /* ---- launcher ---- */
 #ifndef CTR_TC_EMU
