@@ -74,9 +74,11 @@ extern "C" void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const 
 #define EGU_CHUNK NB_EMB_GRAD_CHUNK
 #define EGU_TILE 64     /* lookup positions per pass-1 work item */
 #define EGU_COLS1 128   /* pass 1's columns per walk over the positions (4 per lane) */
-#define EGU_BATCH 16    /* pass 1's positions per batch of loads (EGU_BATCH x 4 floats a lane) */
+#define EGU_BATCH 8     /* pass 1's positions per batch of loads (EGU_BATCH x 4 floats a lane) */
 #define EGU_FOLD 32     /* pass 2's chunk sums per batch of loads (one float each a lane) */
-#define EGU_SMEM_BYTES (TC_WARPS * EGU_BATCH * 32 * 16)
+#define EGU_QUEUE 4     /* pass 1's finished rows whose table updates are issued together */
+#define EGU_TILE_MIN_BLOCKS 4 /* pass 1's blocks per SM: at most 128 registers a thread */
+#define EGU_SMEM_BYTES (TC_WARPS * (EGU_BATCH + EGU_QUEUE) * 32 * 16)
 
 /* column e of the src row at element offset o (fp32 or bf16 src) */
 static __device__ __forceinline__ float egu_ld(const void *src, long long o, const int BF) {
@@ -174,6 +176,39 @@ static __device__ __forceinline__ void egu_update4(const egu_upd *up, long long 
     }
 }
 
+/* The queued rows' updates (qn of them, warp-uniform): the table and sum loads of all of them are
+ * issued before the first is used, so the warp waits on memory once per EGU_QUEUE rows, not once
+ * per row (a table of GBs misses the TLB on nearly every row). Lane q's qrow is queued row q;
+ * queue[q * 32 + lane] its gradient in the lane's columns. */
+static __device__ __forceinline__ void egu_flush(const egu_upd *up, const tc_f4 *queue, long long qrow, int qn,
+                                                 int col, int lane, int E, int vec) {
+    tc_f4 w[EGU_QUEUE], a[EGU_QUEUE];
+    long long r[EGU_QUEUE];
+    TC_UNROLL
+    for (int q = 0; q < EGU_QUEUE; q++) {
+        r[q] = tc_shfl_ll(qrow, q);
+        if (vec && q < qn && col + 3 < E) {
+            w[q] = tc_ld16f(up->table + (size_t)r[q] * E + col);
+            a[q] = tc_ld16f(up->acc + (size_t)r[q] * E + col);
+        }
+    }
+    TC_UNROLL
+    for (int q = 0; q < EGU_QUEUE; q++) {
+        if (q >= qn) break;
+        const tc_f4 g = queue[q * 32 + lane];
+        if (vec && col + 3 < E) {
+            egu_adagrad1(&w[q].x, &a[q].x, g.x, up->lr, up->eps);
+            egu_adagrad1(&w[q].y, &a[q].y, g.y, up->lr, up->eps);
+            egu_adagrad1(&w[q].z, &a[q].z, g.z, up->lr, up->eps);
+            egu_adagrad1(&w[q].w, &a[q].w, g.w, up->lr, up->eps);
+            tc_st16f(up->table + (size_t)r[q] * E + col, w[q]);
+            tc_st16f(up->acc + (size_t)r[q] * E + col, a[q]);
+        } else {
+            egu_update4(up, r[q], col, E, 0, g);
+        }
+    }
+}
+
 /* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile.
  * Each lane owns four adjacent columns (EGU_COLS1 = 128 a pass: E = 128 is one walk over the
  * positions) and adds them in k order, so each column's sum is the same chain of additions as
@@ -184,6 +219,7 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
     TC_SMEM(sm);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     tc_f4 *rows = (tc_f4 *)sm + (size_t)warp * EGU_BATCH * 32; /* [EGU_BATCH positions][32 lanes] */
+    tc_f4 *queue = (tc_f4 *)sm + (size_t)TC_WARPS * EGU_BATCH * 32 + (size_t)warp * EGU_QUEUE * 32; /* rows to update */
     const int n = seg[U], ntiles = (n + EGU_TILE - 1) / EGU_TILE;
     const int nw = (int)(gridDim.x * (blockDim.x >> 5));
     /* loads of four columns need the base aligned to their width (and each row's offset to 4
@@ -209,6 +245,8 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
             int cu = u, ce = e, cj = j, cc = c, c1 = min(e, c + EGU_CHUNK), done = 0;
             int sb = cu + 1, segc = sb + lane <= U ? seg[sb + lane] : 0;
             long long rowc = up.table && sb - 1 + lane < U ? (long long)up.rows[sb - 1 + lane] : 0;
+            long long qrow = 0; /* lane q: the table row of queued update q (qn queued) */
+            int qn = 0;
             tc_f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int gb = c; !done; gb += 32) {
                 const long long mine = gb + lane < lim ? (long long)src_off[order[gb + lane]] : 0;
@@ -234,9 +272,12 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                         if (k + 1 == c1) {
                             float *dst = cj == 0 ? dunique + (size_t)cu * E
                                                  : (cc / EGU_CHUNK < cap ? part + (size_t)(cc / EGU_CHUNK) * E : NULL);
-                            if (up.table && cj == 0 && c1 == ce) /* the row's only chunk: its whole gradient */
-                                egu_update4(&up, tc_shfl_ll(rowc, cu + 1 - sb), col, E, upd_vec, acc);
-                            else if (dst)
+                            if (up.table && cj == 0 && c1 == ce) { /* the row's only chunk: its whole gradient */
+                                const long long row = tc_shfl_ll(rowc, cu + 1 - sb);
+                                queue[qn * 32 + lane] = acc;
+                                qrow = lane == qn ? row : qrow;
+                                if (++qn == EGU_QUEUE) egu_flush(&up, queue, qrow, qn, col, lane, E, upd_vec), qn = 0;
+                            } else if (dst)
                                 egu_st4(dst, col, E, dst_vec, acc);
                             acc.x = acc.y = acc.z = acc.w = 0.0f;
                             if (c1 == ce) { /* next row */
@@ -259,6 +300,7 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                     tc_syncwarp(); /* the rows are read before the next positions overwrite them */
                 }
             }
+            if (qn) egu_flush(&up, queue, qrow, qn, col, lane, E, upd_vec);
         }
     }
 }
@@ -310,12 +352,12 @@ static __device__ __forceinline__ void egu_finish(float *dunique, const float *p
     }
 }
 
-static __global__ void __launch_bounds__(32 * TC_WARPS)
+static __global__ void __launch_bounds__(32 * TC_WARPS, EGU_TILE_MIN_BLOCKS)
     egu_tiles_f32(float *dunique, float *part, int cap, const void *src, const int64_t *src_off, const int32_t *order,
                   const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
     egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 0, up);
 }
-static __global__ void __launch_bounds__(32 * TC_WARPS)
+static __global__ void __launch_bounds__(32 * TC_WARPS, EGU_TILE_MIN_BLOCKS)
     egu_tiles_bf16(float *dunique, float *part, int cap, const void *src, const int64_t *src_off,
                    const int32_t *order, const int32_t *seg, const int32_t *count, int U, int E, egu_upd up) {
     egu_tiles(dunique, part, cap, src, src_off, order, seg, count ? *count : U, E, 1, up);
