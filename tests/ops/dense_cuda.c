@@ -104,19 +104,34 @@ TEST_CASE(test_matmul_gelu_forward_large) {
     free(inp), free(w), free(b), free(rpre), free(rout), free(o1), free(p1), free(o2), free(p2);
 }
 
+/* Element offset of every tensor of gpu_matmul_bwd within its allocation: a model's tensors are
+ * views into slabs, only as aligned as their element size (0: cudaMalloc's 256 bytes). */
+static int mm_shift;
+
+/* h uploaded mm_shift elements into a fresh allocation (*base, to free) */
+static void *dev_up_at(const float *h, size_t n, int bf, void **base) {
+    float *t = zeros(n + (size_t)mm_shift);
+    memcpy(t + mm_shift, h, n * sizeof(float));
+    *base = dev_up(t, n + (size_t)mm_shift, bf);
+    free(t);
+    return (char *)*base + (size_t)mm_shift * (bf ? 2 : 4);
+}
+
 /* Gradients: dinp is an activation gradient (bf16 in bf16 mode), dw and dbias parameter
  * gradients (always fp32). */
 static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                            const float *w, int N, int C, int OC) {
-    void *ddo = dev_up(dout, (size_t)N * OC, bf), *di = dev_up(inp, (size_t)N * C, bf);
-    void *dwt = dev_up(w, (size_t)OC * C, bf);
-    void *gdi = dinp ? dev_up(dinp, (size_t)N * C, bf) : NULL;
-    void *gdw = dw ? dev_up(dw, (size_t)OC * C, 0) : NULL, *gdb = dbias ? dev_up(dbias, OC, 0) : NULL;
+    void *b[6] = {0};
+    void *ddo = dev_up_at(dout, (size_t)N * OC, bf, &b[0]), *di = dev_up_at(inp, (size_t)N * C, bf, &b[1]);
+    void *dwt = dev_up_at(w, (size_t)OC * C, bf, &b[2]);
+    void *gdi = dinp ? dev_up_at(dinp, (size_t)N * C, bf, &b[3]) : NULL;
+    void *gdw = dw ? dev_up_at(dw, (size_t)OC * C, 0, &b[4]) : NULL;
+    void *gdb = dbias ? dev_up_at(dbias, OC, 0, &b[5]) : NULL;
     CALL(bf, nb_cuda_matmul_backward, gdi, gdw, gdb, ddo, di, dwt, N, C, OC, lt, st);
     if (dinp) dev_down(dinp, gdi, (size_t)N * C, bf);
     if (dw) dev_down(dw, gdw, (size_t)OC * C, 0);
     if (dbias) dev_down(dbias, gdb, OC, 0);
-    dev_free(ddo), dev_free(di), dev_free(dwt), dev_free(gdi), dev_free(gdw), dev_free(gdb);
+    for (int k = 0; k < 6; k++) dev_free(b[k]);
 }
 
 /* N > 2 * 128: several dbias partials. With OC % 8 == 0 the bf16 bias gradient takes the
@@ -169,6 +184,13 @@ TEST_CASE(test_matmul_backward_tiny) {
     check_matmul_backward(6, 7, 8);
     check_matmul_backward(6, 8, 5);
     check_matmul_backward(1, 3, 3);
+    /* the twin's shapes with every tensor only element-aligned, as views into the model's slabs */
+    for (mm_shift = 1; mm_shift <= 3; mm_shift += 2) {
+        check_matmul_backward(6, 7, 5);
+        check_matmul_backward(6, 5, 7);
+        check_matmul_backward(6, 216, 7);
+    }
+    mm_shift = 0;
 }
 
 /* ---- layernorm / rmsnorm ---- */
@@ -976,8 +998,8 @@ static const ot_row rows[] = {
     {"matmul_gelu_fwd", "cuda", OT_BF16, "32768x768x3072 candidates -1, 0", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward_large), 0, 0},
     {"matmul_bwd", "cuda", OT_F32, "303x77x53, 303x64x264", 1e-5, OT_EVAL, FN(test_matmul_backward), 0, 0},
     {"matmul_bwd", "cuda", OT_BF16, "303x77x53, 303x64x264", 1e-2, OT_EVAL, FN(test_matmul_backward), 0, 0},
-    {"matmul_bwd", "cuda", OT_F32, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3", 1e-5, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
-    {"matmul_bwd", "cuda", OT_BF16, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3", 1e-2, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
+    {"matmul_bwd", "cuda", OT_F32, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3; +1, +3 elements", 1e-5, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
+    {"matmul_bwd", "cuda", OT_BF16, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3; +1, +3 elements", 1e-2, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
     {"layernorm", "cuda", OT_F32, "6 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_layernorm), 0, 0},
     {"layernorm", "cuda", OT_BF16, "6 shapes: 303x77 .. 40x6400", 1e-2, OT_EVAL, FN(test_layernorm), 0, 0},
     {"rmsnorm", "cuda", OT_F32, "5 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_rmsnorm), 0, 0},
