@@ -157,6 +157,34 @@ static float *act_down(const void *src, size_t n) {
  * gradient recomputed on the host from the device's own dout (dtp) and input (the last cross's
  * output), and dtp from the device's dt and ReLU output. Both near 0: the GEMM and the ReLU did
  * what their inputs say, and the inputs differ from the reference's; large: that op is wrong. */
+/* dt (top.0's output gradient, which top.1's input-gradient GEMM wrote) recomputed on the host
+ * from the device's own buffers, for a top MLP of two layers: dt1 = dz w2 (the logit's linear,
+ * rounded as the device stores it), dtp1 = ReLU'(top.1) dt1, dt = dtp1 W1. */
+static void diagnose_dt(const float *dt) {
+    nb_sc_acts *a = M.acts;
+    nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
+    int B = M.stage->B, K0 = M.cfg.top[0], K1 = M.cfg.top[1];
+    float *dz = nb_malloc((size_t)B * sizeof(float), "diagnosis");
+    M.be->to_host(c, dz, a->dz[M.cfg.blocks - 1], (size_t)B * sizeof(float));
+    float *w2 = act_down(M.w.top_w[2], (size_t)K1), *w1 = act_down(M.w.top_w[1], (size_t)K1 * K0);
+    float *top1 = act_down(a->top[1], (size_t)B * K1);
+    double num = 0, den = 0;
+    for (int b = 0; b < B; b++)
+        for (int k0 = 0; k0 < K0; k0++) {
+            double s = 0;
+            for (int k1 = 0; k1 < K1; k1++) {
+                float d1 = dz[b] * w2[k1];
+                if (M.be->act_dtype == NB_BF16) d1 = bf2f(f2bf(d1));
+                s += (top1[(size_t)b * K1 + k1] > 0 ? d1 : 0.0f) * (double)w1[(size_t)k1 * K0 + k0];
+            }
+            double d = dt[(size_t)b * K0 + k0] - s;
+            num += d * d, den += s * s;
+        }
+    printf("  diagnosis: dt (top.1's input gradient) vs dz w2 through ReLU'(top.1) then W1, recomputed on the host "
+           "from the device's buffers: rel err %.3e (bf16 rounding: ~1e-2)\n", den > 0 ? sqrt(num / den) : -1.0);
+    free(dz), free(w2), free(w1), free(top1);
+}
+
 static void diagnose_top0(void) {
     nb_sc_acts *a = M.acts;
     int B = M.stage->B, Dx = (M.cfg.ncat + 1) * M.cfg.E, K = M.cfg.top[0];
@@ -175,6 +203,7 @@ static void diagnose_top0(void) {
         }
     printf("  diagnosis: top.0's dtp vs ReLU'(top.0) * dt: max abs diff %.3e; top.0.weight gradient vs dtp^T xs "
            "recomputed on the host from the device's own buffers: rel err %.3e\n", relu_err, den > 0 ? sqrt(num / den) : -1.0);
+    if (M.cfg.ntop == 2) diagnose_dt(dt);
     free(dtp), free(dt), free(top0), free(xs);
 }
 
