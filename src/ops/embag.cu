@@ -15,8 +15,9 @@
  * dunique[u]; chunk j >= 1 (starting at k) to part[k / CHUNK], a slot no other chunk uses (the
  * row contains position (k / CHUNK) * CHUNK, and only one row does).
  * Pass 2 (egu_finish): a block per 32 rows; each row with more than one chunk adds its chunk sums
- * to dunique[u] in chunk order (its columns split over the block's warps). Slots past the scratch's capacity (only with far more lookups than
- * 64 per unique row) are summed by pass 2 itself, in the same order: same bits, slower.
+ * to dunique[u] in chunk order (its columns split over the block's warps). Slots past the
+ * scratch's capacity (only with far more lookups than 64 per unique row) are summed by pass 2
+ * itself, in the same order: same bits, slower.
  * The result depends only on the lookups (not on the grid), and equals the CPU table's.
  *
  * The gradient's kernels are plain C between ctr_warp.cuh's primitives and the launchers, so
@@ -156,24 +157,12 @@ static __device__ __forceinline__ void egu_adagrad1(float *w, float *s, float g,
     *w = __fsub_rn(*w, __fdiv_rn(__fmul_rn(lr, g), __fadd_rn(__fsqrt_rn(a), eps)));
 }
 
-/* The row's gradient g in columns col .. col + 3 applied (vec: 16-byte loads and stores) */
-static __device__ __forceinline__ void egu_update4(const egu_upd *up, long long row, int col, int E, int vec, tc_f4 g) {
-    const size_t o = (size_t)row * E + col;
-    float *w = up->table + o, *s = up->acc + o;
-    if (vec && col + 3 < E) {
-        tc_f4 wv = tc_ld16f(w), sv = tc_ld16f(s);
-        egu_adagrad1(&wv.x, &sv.x, g.x, up->lr, up->eps);
-        egu_adagrad1(&wv.y, &sv.y, g.y, up->lr, up->eps);
-        egu_adagrad1(&wv.z, &sv.z, g.z, up->lr, up->eps);
-        egu_adagrad1(&wv.w, &sv.w, g.w, up->lr, up->eps);
-        tc_st16f(w, wv);
-        tc_st16f(s, sv);
-    } else {
-        if (col < E) egu_adagrad1(w, s, g.x, up->lr, up->eps);
-        if (col + 1 < E) egu_adagrad1(w + 1, s + 1, g.y, up->lr, up->eps);
-        if (col + 2 < E) egu_adagrad1(w + 2, s + 2, g.z, up->lr, up->eps);
-        if (col + 3 < E) egu_adagrad1(w + 3, s + 3, g.w, up->lr, up->eps);
-    }
+/* Four adjacent elements of it, held in registers */
+static __device__ __forceinline__ void egu_adagrad4(tc_f4 *w, tc_f4 *s, tc_f4 g, float lr, float eps) {
+    egu_adagrad1(&w->x, &s->x, g.x, lr, eps);
+    egu_adagrad1(&w->y, &s->y, g.y, lr, eps);
+    egu_adagrad1(&w->z, &s->z, g.z, lr, eps);
+    egu_adagrad1(&w->w, &s->w, g.w, lr, eps);
 }
 
 /* The queued rows' updates (qn of them, warp-uniform): the table and sum loads of all of them are
@@ -196,15 +185,15 @@ static __device__ __forceinline__ void egu_flush(const egu_upd *up, const tc_f4 
     for (int q = 0; q < EGU_QUEUE; q++) {
         if (q >= qn) break;
         const tc_f4 g = queue[q * 32 + lane];
+        const size_t o = (size_t)r[q] * E + col;
         if (vec && col + 3 < E) {
-            egu_adagrad1(&w[q].x, &a[q].x, g.x, up->lr, up->eps);
-            egu_adagrad1(&w[q].y, &a[q].y, g.y, up->lr, up->eps);
-            egu_adagrad1(&w[q].z, &a[q].z, g.z, up->lr, up->eps);
-            egu_adagrad1(&w[q].w, &a[q].w, g.w, up->lr, up->eps);
-            tc_st16f(up->table + (size_t)r[q] * E + col, w[q]);
-            tc_st16f(up->acc + (size_t)r[q] * E + col, a[q]);
-        } else {
-            egu_update4(up, r[q], col, E, 0, g);
+            egu_adagrad4(&w[q], &a[q], g, up->lr, up->eps);
+            tc_st16f(up->table + o, w[q]);
+            tc_st16f(up->acc + o, a[q]);
+        } else { /* element by element, the columns inside the row */
+            const float gs[4] = {g.x, g.y, g.z, g.w};
+            for (int i = 0; i < 4 && col + i < E; i++)
+                egu_adagrad1(up->table + o + i, up->acc + o + i, gs[i], up->lr, up->eps);
         }
     }
 }

@@ -219,26 +219,24 @@ static float emu_fsqrt_rn(float a) { return sqrtf(a); }
 #include "ops/embag.cu"
 #undef min
 
+/* n bytes from `from` to `to`, the device's n-byte access at addr: aligned to n or an error */
+static void emu_access(void *to, const void *from, size_t n, const void *addr) {
+    if ((uintptr_t)addr & (n - 1))
+        emu_die(n == 8 ? "8-byte access not 8-byte aligned" : "16-byte access not 16-byte aligned");
+    memcpy(to, from, n);
+}
 static tc_u2 tc_ld8(const nb_bf16 *p) {
-    if ((uintptr_t)p & 7) emu_die("8-byte load not 8-byte aligned");
     tc_u2 r;
-    memcpy(&r, p, 8);
+    emu_access(&r, p, 8, p);
     return r;
 }
-static void tc_st8(nb_bf16 *p, tc_u2 v) {
-    if ((uintptr_t)p & 7) emu_die("8-byte store not 8-byte aligned");
-    memcpy(p, &v, 8);
-}
+static void tc_st8(nb_bf16 *p, tc_u2 v) { emu_access(p, &v, 8, p); }
 static tc_f4 tc_ld16f(const float *p) {
-    if ((uintptr_t)p & 15) emu_die("16-byte load not 16-byte aligned");
     tc_f4 r;
-    memcpy(&r, p, 16);
+    emu_access(&r, p, 16, p);
     return r;
 }
-static void tc_st16f(float *p, tc_f4 v) {
-    if ((uintptr_t)p & 15) emu_die("16-byte store not 16-byte aligned");
-    memcpy(p, &v, 16);
-}
+static void tc_st16f(float *p, tc_f4 v) { emu_access(p, &v, 16, p); }
 
 static void emu_entry(void) {
     emu.body(emu.arg);
