@@ -3,7 +3,8 @@
 # (--table-cap) and a narrower dense part (--emb-dim, --cross-rank, --top-mlp) so it runs in seconds:
 #  - on multi-hot synthetic data the held-out loss falls and the AUC ends above 0.6 (0.5: chance);
 #  - a run stopped at step 10 and resumed == 20 straight steps, bitwise;
-#  - plain == sparse-dist == --emb-place host == --graphs (multi-hot fields always full) ==
+#  - plain == sparse-dist == pipe with whole tables == --emb-place host == --graphs (multi-hot
+#    fields always full) ==
 #    sharded sync == pipe, and pipe == sync on 2 ranks (the one engine's schedules);
 #  - the MLPerf multi-hot binary reader: files written in the reference's layout train like the
 #    same samples from the generator (bitwise), and damaged files are refused with clear errors;
@@ -26,7 +27,7 @@ $NB train "${SMALL[@]}" "${R[@]}" --out "$TMP/straight" >/dev/null || fail "stra
 $NB train "${SMALL[@]}" "${R[@]}" --stop-after 10 --out "$TMP/split" >/dev/null && $NB train --resume "$TMP/split" --quiet >/dev/null \
     || fail "stopped / resumed run"
 same_state "stopped at 10, resumed to 20 == 20 straight" "$TMP/straight" "$TMP/split"
-for v in "--schedule sparse-dist" "--emb-place host" "--graphs"; do
+for v in "--schedule sparse-dist" "--schedule pipe --emb-shard none" "--emb-place host" "--graphs"; do
     $NB train "${SMALL[@]}" "${R[@]}" $v --out "$TMP/v" >/dev/null 2>"$TMP/v.err" || { fail "$v"; tail -3 "$TMP/v.err"; }
     same_state "plain == $v" "$TMP/straight" "$TMP/v"
     rm -rf "$TMP/v"

@@ -6,7 +6,8 @@
 #  - sparse Adam, MovieLens (beats item popularity) and the shared Criteo sample run on the GPU;
 #  - index lists built on the device = on the host, bitwise, also with multi-valued columns
 #    (dlrm-dcnv2's multi-hot columns in fp32 / bf16 / --emb-place host / --graphs, a schema's
-#    empty fields), and dlrm-dcnv2 with --graphs bitwise its eager steps.
+#    empty fields), and dlrm-dcnv2 with --graphs bitwise its eager steps, with --schedule pipe and
+#    whole tables (the next batch's lists built ahead) bitwise plain.
 source "$(dirname "$0")/lib.sh"
 "$NB" info >/dev/null 2>&1 || { echo "skip: $("$NB" info | head -n 1 | sed 's/  */ /g')"; exit 77; }
 SMALL="--emb-dim 16 --blocks 2 --cross-rank 32 --block-hidden 64 --quiet"
@@ -100,6 +101,14 @@ same_dl() { cmp -s "$1/ckpt/model.safetensors" "$2/ckpt/model.safetensors" && cm
 same_dl "$TMP/d-dev-bf16" "$TMP/d-dev-bf16graphs" && [ "${reps%% *}" -ge 10 ] 2>/dev/null \
     && pass "GPU dlrm-dcnv2 --graphs ($reps) is bitwise equal to eager steps (device lists)" \
     || fail "GPU dlrm-dcnv2 --graphs differs from eager ($reps)"
+# pipe with whole tables: the next batch's lists built on a side lane while the step trains
+for v in "" "--graphs"; do
+    tag=pipe$(echo "$v" | tr -dc 'a-z')
+    $NB train "${DL[@]}" --quiet --precision bf16 $v --schedule pipe --emb-shard none --out "$TMP/d-$tag" >"$TMP/d-$tag.out" 2>&1 \
+        || { fail "dlrm pipe whole tables $v"; tail -3 "$TMP/d-$tag.out"; }
+    same_dl "$TMP/d-dev-bf16" "$TMP/d-$tag" && pass "GPU dlrm-dcnv2 --schedule pipe --emb-shard none $v is bitwise plain (weights, optimizer state, losses)" \
+        || fail "GPU dlrm-dcnv2 pipe with whole tables $v differs from plain"
+done
 $NB train "${DL[@]}" --steps 1 --no-ckpt 2>&1 | grep -q "^dlrm-dcnv2 .*index lists on the device" \
     && pass "dlrm-dcnv2 on a GPU builds its index lists on the device by default" \
     || fail "dlrm-dcnv2 on a GPU: the index lists are not the device's by default"

@@ -120,8 +120,10 @@ static void build_items(nb_run *r, sc_train *t) {
      * completes (one pass over the gradients instead of a write and a read) */
     t->m.emb_update_in_bwd = !t->sharded && t->optim.emb_exact;
     if (!t->m.emb_update_in_bwd) add_fixed(&it->post, t, NB_SC_OPT_EMB);
-    if (t->pipelined) {
-        add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
+    /* pipelined with whole tables: only the next batch's lists go in ahead (the step's lookups
+     * read the tables themselves, after the update before them: nothing to re-sync) */
+    if (t->pipelined) add_next(&it->next, t, NB_SC_FWD_UPLOAD, "batch upload (next)");
+    if (t->pipelined && t->sharded) {
         add_next(&it->next, t, NB_SC_EMB_SERVE, "embedding serve (next)");
         nb_items_add_hook(&it->next, "rows all-to-all (next)", hook_rows_next, t);
         if (t->m.emb.priority) add_next(&it->next, t, NB_SC_FETCH_APPLY, "rows apply (next)");
@@ -178,11 +180,11 @@ int nb_seqctr_shard_opts(const nb_train_opts *o, int world) {
 static int fwp_parts(const nb_train_opts *o) { return o->micro_batches > 1 ? o->micro_batches : o->grad_accum; }
 
 /* Do the tables go through the sharded exchange? With several ranks, under a prefetching schedule
- * (its work buffers are the dual buffers), and when a step's parts (micro-batches, emulated ranks)
- * sum their table gradients at the owners. (Whole tables in host memory need none of it: the
- * device reads and updates them in place.) */
+ * unless --emb-shard none says whole tables (its work buffers are the dual buffers), and when a
+ * step's parts (micro-batches, emulated ranks) sum their table gradients at the owners. (Whole
+ * tables in host memory need none of it: the device reads and updates them in place.) */
 static int uses_exchange(const nb_train_opts *o, int world, const nb_sched_traits *tr) {
-    return nb_seqctr_shard_opts(o, world) || tr->prefetches || nb_train_parts(o) > 1;
+    return nb_seqctr_shard_opts(o, world) || (tr->prefetches && o->emb_shard != NB_SHARD_NONE) || nb_train_parts(o) > 1;
 }
 
 static int sc_wants_comm(const nb_train_opts *o, const nb_sched_traits *t) { return uses_exchange(o, nb_comm_size(), t); }
@@ -242,12 +244,10 @@ static void plan_ranks(nb_run *r, sc_train *t, int max_len, int ncat) {
     if (r->eval_only) return;
     NB_CHECK(parts == 1 || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --micro-batches / --emulate-ranks",
              "--micro-batches sums the window's table gradients at the owners: the tables go through the sharded exchange");
-    NB_CHECK(!o->emb_priority || t->pipelined, "add --schedule pipe with --emb-priority",
+    NB_CHECK(!o->emb_priority || (t->pipelined && t->sharded), "add --schedule pipe (sharded tables) with --emb-priority",
              "--emb-priority orders the rows the pipe schedule fetches ahead: exclusive rows early, collision rows after the update");
     NB_CHECK(!o->emb_priority || !o->pipe_skip_resync, "drop --pipe-skip-resync with --emb-priority",
              "with --emb-priority the collision rows arrive only through the re-sync");
-    NB_CHECK(!t->pipelined || o->emb_shard != NB_SHARD_NONE, "drop --emb-shard none with --schedule pipe",
-             "--schedule pipe fetches the rows through the sharded tables' exchange (its work buffers are the dual buffers)");
     NB_CHECK(r->world == 1 || t->sharded, "use --emb-shard row (the default with several ranks)",
              "--emb-shard none with %d ranks: every rank holding every row is not built (the ranks' row updates would have "
              "to be merged)", r->world);
@@ -473,8 +473,8 @@ static void sc_sync_to_host(nb_run *r) { nb_sc_to_host(&T(r)->m); }
 static int sc_graph_key(nb_run *r) {
     const nb_sc_model *m = &T(r)->m;
     if (r->be->device == NB_DEV_CPU) return 0;
-    /* pipelined: each ring slot has its own device lists and work buffer */
-    return m->emb.pipelined ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
+    /* pipelined: each ring slot has its own device lists (and, sharded, work buffer) */
+    return m->ahead ? nb_sc_prepared_rows(m) * NB_SC_RING + nb_sc_current_slot(m) : nb_sc_prepared_rows(m);
 }
 
 static const char *sc_model_name(const nb_train_opts *o) { return nb_sc_dlrm(&o->ctr) ? "dlrm-dcnv2" : "seqctr"; }

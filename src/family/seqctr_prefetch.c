@@ -65,7 +65,7 @@ static void prefetch(sc_train *t) {
     double t2 = nb_now();
     if (t->sharded && t->ids_ahead) nb_emb_route_ids(&t->m.emb);
     double t3 = nb_now();
-    if (t->pipelined) nb_emb_route_collisions(&t->m.emb);
+    if (t->pipelined && t->sharded) nb_emb_route_collisions(&t->m.emb);
     double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
     *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_nh, b.B, 0, {0}};

@@ -257,6 +257,8 @@ typedef struct {
     int pad_rows; /* device backends: histories padded to a bucket (seqctr_batch.c: bucket_rows) */
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     int full_mv;   /* nb_sc_plan_opts.full_mv */
+    int ahead;     /* nb_sc_plan_opts.emb.pipelined (sharded or not): the next batch's lists go in
+                    * while the step's are read, so each ring slot has its own device lists */
     /* set by the trainer: the embedding backward phase applies element-wise Adagrad to each unique
      * row as its gradient completes (unsharded tables), and the embedding optim phase is not run */
     int emb_update_in_bwd;

@@ -399,7 +399,7 @@ static void layout(nb_sc_model *m) {
      * model's lane), except when pipelined: the next batch's lists are copied in while this one's
      * are read */
     for (int k = 0; k <= NB_SC_RING; k++) {
-        layout_stage(m, m->stages[k], k && !m->emb.pipelined ? m->stages[0] : NULL);
+        layout_stage(m, m->stages[k], k && !m->ahead ? m->stages[0] : NULL);
         nb_emb_layout_batch(&m->emb, k);
     }
     nb_emb_layout_windows(&m->emb);
@@ -486,6 +486,7 @@ void nb_sc_plan(nb_sc_model *m, const nb_sc_config *cfg, int max_batch, const nb
         m->emb_off[t + 1] = m->emb_off[t] + rows;
     }
     nb_emb_plan(&m->emb, &po->emb, nb_sc_total_rows(m), c->E, max_lookups(m), be, dev, pinned, host);
+    m->ahead = po->emb.pipelined;
     m->dev_lists = choose_lists(m, po->lists);
     m->full_mv = po->full_mv;
     m->spans = nb_malloc((size_t)m->ntensors * sizeof *m->spans, "seqctr AdamW tensor table");
