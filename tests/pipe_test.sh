@@ -147,10 +147,10 @@ for s in range(1, 5):
 print(f"in {early} of 4 steps the next batch's exclusive rows moved before the step's update; in {first} of 4 the collision rows' all-to-all was the comm lane's first op after it")
 sys.exit(0 if early == 4 and first == 4 else 1)
 PY
-expect_error "--emb-priority without pipe" "add --schedule pipe with --emb-priority" $NB train "${C[@]}" --emb-priority --steps 1
+expect_error "--emb-priority without pipe" "add --schedule pipe (sharded tables) with --emb-priority" $NB train "${C[@]}" --emb-priority --steps 1
+expect_error "--emb-priority with whole tables" "add --schedule pipe (sharded tables) with --emb-priority" $NB train "${C[@]}" --schedule pipe --emb-shard none --emb-priority --steps 1
 
 expect_error "pipe for a transformer" "does not run transformer models" $NB train --model gpt2-tiny --schedule pipe --steps 1
-expect_error "pipe with --emb-shard none" "fetches the rows through the sharded" $NB train "${C[@]}" --schedule pipe --emb-shard none --steps 1
 expect_error "--cluster-keys without micro-batches" "there is one" $NB train "${C[@]}" --cluster-keys --steps 1
 expect_error "--pipe-skip-resync without pipe" "debug switch of --schedule pipe" $NB train "${C[@]}" --pipe-skip-resync --steps 1
 finish
