@@ -5,6 +5,9 @@
 #   sparse-dist  TorchRec's TrainPipelineSparseDist: the next batch's ids routed while the step trains
 #   pipe         dual-buffer pipelining (DBP): the next batch's lookups and rows fetched while the
 #                step trains, staleness-free (the rows a step updates are sent again)
+#   pipe-whole   one rank, whole tables (--emb-shard none): pipe's stage 2 alone, the next batch's
+#                ids uploaded and its index lists built on the device while the step trains (beside
+#                the unsharded row, its plain form)
 #   pipe-prio    DBP + FreeScale's collision-first exchange (--emb-priority: only the exclusive rows
 #                move ahead, the collision rows after the update)
 #   pipe-fwp     DBP + Frozen-Window Pipelining (--micro-batches M: the next part's rows fetched
@@ -21,7 +24,7 @@
 #   bash bench/pipe_bench.sh [--no-build] [--steps 150] [--batch 4096] [--device cuda|cpu]
 #        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
-#   --rows: comma list of unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
+#   --rows: comma list of unsharded,pipe-whole,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
 #           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 #   --args "FLAGS": more nobubble flags for every run (e.g. --graph-cache 64)
@@ -31,7 +34,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
 build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit="" graphs="" small=0 parts=4 extra=""
-rows=unsharded,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
+rows=unsharded,pipe-whole,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
@@ -76,7 +79,7 @@ run() {
 }
 
 {
-    echo "| schedule | tables | p90 samples/s | median samples/s | exposed transfer % | rows moved / step | re-synced / step | p90 vs sync |"
+    echo "| schedule | tables | p90 samples/s | median samples/s | exposed transfer % | rows moved / step | re-synced / step | p90 vs sync (pipe-whole: vs unsharded) |"
     echo "|---|---|---|---|---|---|---|---|"
 } > "$OUT/table.md"
 # the GPU the host rows emulate: 1% under what sync needs with the shards in device memory (its
@@ -94,10 +97,11 @@ for place in gpu host; do
         echo "sync (gpu, --gpu-mem-limit $gpu_limit): $res"
         echo "| sync | gpu, --gpu-mem-limit $gpu_limit | ${res:0:100} | | | | | |" >> "$OUT/table.md"
     fi
-    sync_p90=""
+    sync_p90="" whole_p90=""
     for row in ${rows//,/ }; do
         case $row in
             unsharded) [ "$ranks" -gt 1 ] && continue; res=$(run unsharded "$place" --emb-shard none) ;;
+            pipe-whole) [ "$ranks" -gt 1 ] && continue; res=$(run pipe-whole "$place" --emb-shard none --schedule pipe) ;;
             sync) res=$(run sync "$place" --emb-shard row --schedule plain) ;;
             sparse-dist) res=$(run sparse-dist "$place" --emb-shard row --schedule sparse-dist) ;;
             pipe) res=$(run pipe "$place" --emb-shard row --schedule pipe) ;;
@@ -110,7 +114,10 @@ for place in gpu host; do
         case $res in failed*) echo "| $row | $place | $res | | | | | |" >> "$OUT/table.md"; continue ;; esac
         set -- $res
         [ "$row" = sync ] && sync_p90=$1
-        ratio=$(awk -v a="$sync_p90" -v b="$1" 'BEGIN {if (a + 0 > 0) printf "%.2fx", b / a; else print "-"}')
+        [ "$row" = unsharded ] && whole_p90=$1
+        base=$sync_p90
+        [ "$row" = pipe-whole ] && base=$whole_p90
+        ratio=$(awk -v a="$base" -v b="$1" 'BEGIN {if (a + 0 > 0) printf "%.2fx", b / a; else print "-"}')
         echo "| $row | $place | $1 | $2 | $3 | $4 | $5 | $ratio |" >> "$OUT/table.md"
     done
 done
