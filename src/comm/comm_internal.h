@@ -36,6 +36,7 @@ typedef struct nb_hc {
     int rank, size;
     double timeout_s;
     double own_stall_s; /* time this process did not run in the current wait (SIGSTOP, a debugger): not its peers' lateness */
+    double posted_at;   /* when the first request of the current wait was posted: its deadline counts from there */
     size_t piece_bytes; /* the largest MPI message (4 MiB; nb_hc_set_sizes) */
     size_t seg_bytes;   /* all-reduce and reduce-scatter segments (64 MiB) */
     const char *what; /* the op in progress, for messages ("all-reduce") */

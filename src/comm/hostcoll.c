@@ -146,6 +146,7 @@ static void hc_post(nb_hc *h, int peer, const void *buf, size_t bytes, int is_re
     do {
         size_t piece = left < h->piece_bytes ? left : h->piece_bytes;
         hc_reserve(h, 1);
+        if (h->nreq == 0) h->posted_at = nb_now();
         MPI_Request *rq = &h->reqs[h->nreq];
         int rc = is_recv ? MPI_Irecv(p, (int)piece, MPI_BYTE, peer, h->tag, h->comm, rq)
                          : MPI_Isend(p, (int)piece, MPI_BYTE, peer, h->tag, h->comm, rq);
@@ -231,25 +232,26 @@ static void hc_backoff(double idle_s) {
 
 static void hc_wait(nb_hc *h) {
     int left = h->nreq;
-    double last = nb_now(), polled = last;
+    double last = h->posted_at, polled = last;
     h->own_stall_s = 0;
     while (left > 0) {
-        /* this rank's own stop is not its peers' lateness (they could not answer a stopped rank
-         * either): the deadline restarts, so a resumed rank does not blame a peer for its stop */
-        double now = nb_now();
-        if (now - polled > NB_HC_OWN_STALL_S) h->own_stall_s += now - polled, last = now;
-        polled = now;
         int n = 0;
         int rc = MPI_Testsome(h->nreq, h->reqs, &n, h->done_idx, h->stats);
         if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) hc_mpi_fail(h, rc, "MPI_Testsome", -1);
+        /* this rank's own stop is not its peers' lateness (they could not answer a stopped rank
+         * either): the deadline restarts, so a resumed rank does not blame a peer for its stop.
+         * Measured after the poll: a stop inside MPI_Testsome or the backoff counts too. */
+        double now = nb_now();
+        if (now - polled > NB_HC_OWN_STALL_S) h->own_stall_s += now - polled, last = now;
+        polled = now;
         if (n == MPI_UNDEFINED) break;
         for (int k = 0; k < n; k++) hc_check_done(h, h->done_idx[k], &h->stats[k], rc);
         if (n > 0) {
             left -= n;
-            last = nb_now();
+            last = now;
             continue;
         }
-        double idle = nb_now() - last;
+        double idle = now - last;
         if (idle > h->timeout_s) hc_timeout(h);
         hc_backoff(idle);
     }
