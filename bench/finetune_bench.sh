@@ -4,7 +4,7 @@
 # offload (bench/fsdp_offload.py: fp32 master weights, gradients and AdamW state in host memory,
 # the CPU optimizer; --adamw fused, its fastest setting) on the same shape, batch and sequence.
 #   bash bench/finetune_bench.sh [--shape llama3.1-8b] [--batch 8] [--seq 2048] [--steps 10]
-#        [--anchor-steps 3] [--layers 0,20] [--no-build] [--budget S]
+#        [--anchor-steps 3] [--layers 0,20] [--no-build] [--budget S] [--no-fp32-retry]
 # Steps:
 #  1. bench/hf_random_model.py writes the checkpoint as the hub ships it (bf16 shards, config.json)
 #     with random weights to $HF_DIR (default /tmp/nb-hf-SHAPE; kept when it exists);
@@ -20,7 +20,9 @@
 #     or the guard's kill with the RSS it reached), not the estimate. Where the fp32 state did not
 #     run, FSDP2 runs again with --dtype bf16 (weights, gradients and AdamW moments in bf16: 8 bytes
 #     a parameter on the host, torchtune's way), the best setting that fits such a host; the ratio
-#     is against the best FSDP2 row that ran (the table says which).
+#     is against the best FSDP2 row that ran (the table says which). --no-fp32-retry: where the
+#     estimate refuses the fp32 state, go straight to bf16 (the guarded fp32 run takes minutes to
+#     reach the host's limit; for a call short of time on a host where that kill was measured).
 # --layers: one row per entry, in that order: 0 is the published model, N the same shape cut to
 #   its first N layers (a checkpoint of N layers, imported the same way), so that there is a
 #   ratio on a model both sides fit when FSDP2 cannot hold the whole one (e.g. --layers 20,0).
@@ -28,7 +30,7 @@
 # steps. Output: $OUT (default bench/out/finetune): logs and table.md (printed at the end).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-shape=llama3.1-8b batch=8 seq=2048 steps=10 asteps=3 rows=0 build=1 budget=570
+shape=llama3.1-8b batch=8 seq=2048 steps=10 asteps=3 rows=0 build=1 budget=570 fp32_retry=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --shape) shape=$2; shift ;;
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
         --anchor-steps) asteps=$2; shift ;;
         --layers) rows=$2; shift ;;
         --no-build) build=0 ;;
+        --no-fp32-retry) fp32_retry=0 ;;
         --budget) budget=$2; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "finetune_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -144,7 +147,7 @@ print(f"nobubble masked loss: step 1 {l[0]:.4f}, step {len(l)} {l[-1]:.4f}")' "$
     timeout "$(left)" "$PY" bench/fsdp_offload.py --model llama-8b $(shape_of "$dir") --batch "$batch" --seq "$seq" \
         --steps "$asteps" --warmup 2 --adamw fused --json "$OUT/fsdp.jsonl" --deadline $(( start + budget )) > "$OUT/fsdp-$tag.log" 2>&1
     local rec; rec=$(tail -n 1 "$OUT/fsdp.jsonl" 2>/dev/null)
-    if echo "$rec" | grep -q '"host (estimated, not started)"' && [ "$(left)" -gt 90 ]; then
+    if echo "$rec" | grep -q '"host (estimated, not started)"' && [ $fp32_retry = 1 ] && [ "$(left)" -gt 90 ]; then
         # its estimate is not a measurement: run it anyway, under the guard, and record what happened
         echo "   its estimate says the host is too small: again with --no-host-check, under the guard $(stamp)"
         rec=$(fsdp_guarded "$dir" "$OUT/fsdp-$tag-guard.log" --no-host-check)
