@@ -175,7 +175,7 @@ void nb_emb_sum(nb_emb *e, nb_ctx c) {
     if (!nb_emb_window_end(s)) return;
     const nb_emb_window *w = s->win;
     nb_ctr_ops_f32_for(e->be)->emb_grad_unique(c, e->d_own_grads, e->d_serve_grads, w->d_off, w->d_order, w->d_seg, NULL,
-                                               w->nown, e->E);
+                                               w->nown, (int)w->n, e->E);
 }
 
 void nb_emb_update(nb_emb *e, nb_ctx c, const nb_emb_optim *o, int t, const int64_t *uniq, const float *grads,

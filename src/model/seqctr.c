@@ -309,7 +309,7 @@ static int rows_bound(const nb_sc_model *m, const nb_sc_stage *s) { return m->de
 static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
     m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, dev_count(m, s),
-                           rows_bound(m, s), m->cfg.E);
+                           rows_bound(m, s), s->nlk_real, m->cfg.E);
 }
 
 /* The same gradient, each row applied by element-wise Adagrad as it completes (no pass that writes
@@ -320,7 +320,8 @@ static void embedding_bwd_update(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o)
     NB_CHECK(!nb_emb_sharded(e) && o->emb_exact && e->d_avg_sq, "this is a bug in nobubble; please report it",
              "the fused embedding update needs unsharded tables with element-wise Adagrad");
     m->co->emb_grad_adagrad(c, e->d_table, e->d_avg_sq, s->d_uniq, m->d_uniq_grads, m->acts->dsrc, s->d_src,
-                            s->d_order, s->d_seg, dev_count(m, s), rows_bound(m, s), m->cfg.E, o->emb_lr, o->emb_eps);
+                            s->d_order, s->d_seg, dev_count(m, s), rows_bound(m, s), s->nlk_real, m->cfg.E, o->emb_lr,
+                            o->emb_eps);
 }
 
 void nb_sc_backward_enqueue(nb_sc_model *m) {

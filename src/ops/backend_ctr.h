@@ -44,9 +44,10 @@ typedef struct nb_ctr_ops_i {
      * order (the first chunk's sum is the start); a row of at most NB_EMB_GRAD_CHUNK lookups is
      * the plain k-order sum. (Chunks let the GPU split a hot row over many warps.)
      * count: NULL (U rows), or the number of rows in backend memory (unique_groups wrote it) with
-     * U its upper bound: the host need not wait to learn it. */
+     * U its upper bound: the host need not wait to learn it. n: the lookups (seg[U]) or an upper
+     * bound of them (a GPU sizes its chunk sums' scratch by it). */
     void (*emb_grad_unique)(nb_ctx, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, const int32_t *count, int U, int E);
+                            const int32_t *seg, const int32_t *count, int U, int n, int E);
     /* optim_sparse.h's formulas on the U listed rows (strictly increasing global rows); count as above */
     void (*rowwise_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, const float *grads,
                             const int32_t *count, int U, int E, float lr, float eps);
@@ -56,10 +57,10 @@ typedef struct nb_ctr_ops_i {
                           const int32_t *count, int U, int E, float lr, float eps);
     /* emb_grad_unique of src, each unique row's gradient applied by exact_adagrad to rows[u] as soon
      * as it is whole: the two in turn, the same bits, without a pass that writes and one that reads a
-     * [U, E] gradient. scratch [U, E] fp32 (afterwards unspecified); count as above. */
+     * [U, E] gradient. scratch [U, E] fp32 (afterwards unspecified); count and n as above. */
     void (*emb_grad_adagrad)(nb_ctx, float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
                              const int64_t *src_off, const int32_t *order, const int32_t *seg, const int32_t *count,
-                             int U, int E, float lr, float eps);
+                             int U, int n, int E, float lr, float eps);
     /* ops_ctr.h's nb_ctr_lists from the batch's ids (backend memory) */
     void (*lists)(nb_ctx, const nb_ctr_lists_shape *s, const uint32_t *cat, const uint32_t *target,
                   const uint32_t *hist, const int32_t *hoff, int64_t *rows, int64_t *dst, int64_t *src);

@@ -22,8 +22,11 @@ static void emb_gather(nb_ctx c, void *out, const int64_t *dst, const float *tab
 
 /* backend_ctr.h's order: chunk 0 summed into d, every later chunk summed apart and added to d. */
 static void emb_grad_unique(nb_ctx c, float *dunique, const void *src, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, const int32_t *count, int U, int E) {
+                            const int32_t *seg, const int32_t *count, int U, int n, int E) {
     if (count) U = *count; /* backend memory is host memory here */
+    /* the GPU's scratch follows n: a caller's n below the lookups would only slow it there; here it shows */
+    NB_CHECK(U == 0 || seg[U] <= n, "this is a bug in nobubble; please report it",
+             "emb_grad_unique: %d lookups, but the caller bounds them by %d", U ? seg[U] : 0, n);
 #pragma omp parallel
     {
         float *part = nb_malloc((size_t)(E > 0 ? E : 1) * sizeof(float), "embedding gradient chunk");
@@ -66,8 +69,8 @@ static void exact_adagrad(nb_ctx c, float *table, float *acc, const int64_t *row
 /* The CPU's is the two in turn (one writer per row either way; the fusion is the GPU's bandwidth). */
 static void emb_grad_adagrad(nb_ctx c, float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
                              const int64_t *src_off, const int32_t *order, const int32_t *seg, const int32_t *count,
-                             int U, int E, float lr, float eps) {
-    emb_grad_unique(c, scratch, src, src_off, order, seg, count, U, E);
+                             int U, int n, int E, float lr, float eps) {
+    emb_grad_unique(c, scratch, src, src_off, order, seg, count, U, n, E);
     exact_adagrad(c, table, acc, rows, scratch, count, U, E, lr, eps);
 }
 

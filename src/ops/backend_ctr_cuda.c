@@ -17,15 +17,15 @@
     }                                                                                                       \
     static void emb_grad_unique_##SUF(nb_ctx c, float *dunique, const void *src, const int64_t *src_off,    \
                                       const int32_t *order, const int32_t *seg, const int32_t *count, int U, \
-                                      int E) {                                                              \
-        nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, count, U, E, S(c));     \
+                                      int n, int E) {                                                       \
+        nb_cuda_emb_grad_unique_##SUF(dunique, (const T *)src, src_off, order, seg, count, U, n, E, S(c));  \
     }                                                                                                       \
     static void emb_grad_adagrad_##SUF(nb_ctx c, float *table, float *acc, const int64_t *rows, float *scratch, \
                                        const void *src, const int64_t *src_off, const int32_t *order,       \
-                                       const int32_t *seg, const int32_t *count, int U, int E, float lr,    \
-                                       float eps) {                                                         \
-        nb_cuda_emb_grad_adagrad(table, acc, rows, scratch, src, sizeof(T) == 2, src_off, order, seg, count, U, E, \
-                                 lr, eps, S(c));                                                            \
+                                       const int32_t *seg, const int32_t *count, int U, int n, int E,       \
+                                       float lr, float eps) {                                               \
+        nb_cuda_emb_grad_adagrad(table, acc, rows, scratch, src, sizeof(T) == 2, src_off, order, seg, count, U, n, \
+                                 E, lr, eps, S(c));                                                         \
     }                                                                                                       \
     static void cross_fwd_##SUF(nb_ctx c, void *out, void *vx, void *u, const void *x0, const void *x,      \
                                 const void *Uw, const void *Vw, const void *b, int N, int D, int r) {       \

@@ -15,9 +15,10 @@
  * dunique[u]; chunk j >= 1 (starting at k) to part[k / CHUNK], a slot no other chunk uses (the
  * row contains position (k / CHUNK) * CHUNK, and only one row does).
  * Pass 2 (egu_finish): a block per 32 rows; each row with more than one chunk adds its chunk sums
- * to dunique[u] in chunk order (its columns split over the block's warps). Slots past the
- * scratch's capacity (only with far more lookups than 64 per unique row) are summed by pass 2
- * itself, in the same order: same bits, slower.
+ * to dunique[u] in chunk order (its columns split over the block's warps). The scratch has a slot
+ * per chunk of the caller's lookup count n (up to 256 MB); slots past it are summed by pass 2
+ * itself, one lookup at a time, in the same order: same bits, far slower (a hot row's chunks then
+ * run serially on one block: at B 55,296 with a 16 MB scratch that was 87 ms of a 107 ms step).
  * The result depends only on the lookups (not on the grid), and equals the CPU table's.
  *
  * The gradient's kernels are plain C between ctr_warp.cuh's primitives and the launchers, so
@@ -364,10 +365,10 @@ static __global__ void __launch_bounds__(32 * TC_WARPS)
 
 /* ---- launch shapes (shared with the emulator) ---- */
 
-/* Slots of pass 1's chunk-sum scratch: one per NB_EMB_GRAD_CHUNK lookup positions for up to
- * 64 lookups per unique row (plus 2^17), at most 16 MB. */
-static int egu_cap(int U, int E) {
-    long long want = (64LL * U + (1LL << 17)) / EGU_CHUNK + 1, most = (16LL << 20) / (4LL * (E > 0 ? E : 1));
+/* Slots of pass 1's chunk-sum scratch: one per NB_EMB_GRAD_CHUNK of the n lookup positions (slot
+ * k / NB_EMB_GRAD_CHUNK for a chunk starting at k), at most 256 MB. */
+static int egu_cap(int n, int E) {
+    long long want = (long long)n / EGU_CHUNK + 1, most = (256LL << 20) / (4LL * (E > 0 ? E : 1));
     long long c = want < most ? want : most;
     return (int)(c > 1 ? c : 1);
 }
@@ -381,12 +382,12 @@ static unsigned egu_finish_blocks(int U) { return (unsigned)((U + 31) / 32); }
  * with up.table, each row's gradient is applied to the table by element-wise Adagrad as soon as it
  * is whole (dunique then holds only the first chunk sums of rows of several chunks). */
 static void emb_grad_unique(float *dunique, const void *src, int src_bf16, const int64_t *src_off, const int32_t *order,
-                            const int32_t *seg, const int32_t *count, int U, int E, egu_upd up, cudaStream_t stream,
-                            const char *name) {
-    NB_CUDA_SHAPE(U >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), name);
+                            const int32_t *seg, const int32_t *count, int U, int n, int E, egu_upd up,
+                            cudaStream_t stream, const char *name) {
+    NB_CUDA_SHAPE(U >= 0 && n >= 0 && E >= 0 && (U == 0 || (dunique && src && src_off && order && seg)), name);
     NB_CUDA_SHAPE(!up.table || (up.acc && up.rows), name);
     if (U == 0 || E == 0) return;
-    const int cap = egu_cap(U, E);
+    const int cap = egu_cap(n, E);
     float *part = (float *)nb_cuda_scratch((size_t)cap * E * sizeof(float), stream);
     if (src_bf16)
         egu_tiles_bf16<<<EGU_TILE_BLOCKS, 32 * TC_WARPS, EGU_SMEM_BYTES, stream>>>(dunique, part, cap, src, src_off,
@@ -407,21 +408,21 @@ static void emb_grad_unique(float *dunique, const void *src, int src_bf16, const
 
 extern "C" void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off,
                                             const int32_t *order, const int32_t *seg, const int32_t *count, int U,
-                                            int E, nb_stream_t stream) {
-    emb_grad_unique(dunique, src, 0, src_off, order, seg, count, U, E, egu_upd{}, stream, __func__);
+                                            int n, int E, nb_stream_t stream) {
+    emb_grad_unique(dunique, src, 0, src_off, order, seg, count, U, n, E, egu_upd{}, stream, __func__);
 }
 extern "C" void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off,
                                              const int32_t *order, const int32_t *seg, const int32_t *count, int U,
-                                             int E, nb_stream_t stream) {
-    emb_grad_unique(dunique, src, 1, src_off, order, seg, count, U, E, egu_upd{}, stream, __func__);
+                                             int n, int E, nb_stream_t stream) {
+    emb_grad_unique(dunique, src, 1, src_off, order, seg, count, U, n, E, egu_upd{}, stream, __func__);
 }
 extern "C" void nb_cuda_emb_grad_adagrad(float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
                                          int src_bf16, const int64_t *src_off, const int32_t *order,
-                                         const int32_t *seg, const int32_t *count, int U, int E, float lr, float eps,
-                                         nb_stream_t stream) {
+                                         const int32_t *seg, const int32_t *count, int U, int n, int E, float lr,
+                                         float eps, nb_stream_t stream) {
     NB_CUDA_SHAPE(U == 0 || (table && acc && rows), __func__);
-    emb_grad_unique(scratch, src, src_bf16, src_off, order, seg, count, U, E, egu_upd{table, acc, rows, lr, eps}, stream,
-                    __func__);
+    emb_grad_unique(scratch, src, src_bf16, src_off, order, seg, count, U, n, E, egu_upd{table, acc, rows, lr, eps},
+                    stream, __func__);
 }
 
 #endif /* CTR_TC_EMU */

@@ -32,17 +32,19 @@ void nb_cuda_emb_gather_bf16(nb_bf16 *out, const int64_t *dst, const float *tabl
                              int E, nb_stream_t stream);
 /* dunique[u, e] = sum over k = seg[u] .. seg[u+1]-1 in k order of src[src_off[order[k]] + e]
  * (OVERWRITES dunique [U, E], fp32). count: NULL, or the number of rows in device memory (the
- * device's deduplication wrote it) and U only its upper bound; likewise for the sparse optimizers. */
+ * device's deduplication wrote it) and U only its upper bound; likewise for the sparse optimizers.
+ * n: the lookups (seg[U]) or an upper bound: the chunk sums' scratch holds a slot per
+ * NB_EMB_GRAD_CHUNK of them (chunks past it are summed by pass 2 itself: same bits, far slower). */
 void nb_cuda_emb_grad_unique_f32(float *dunique, const float *src, const int64_t *src_off, const int32_t *order,
-                                 const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
+                                 const int32_t *seg, const int32_t *count, int U, int n, int E, nb_stream_t stream);
 void nb_cuda_emb_grad_unique_bf16(float *dunique, const nb_bf16 *src, const int64_t *src_off, const int32_t *order,
-                                  const int32_t *seg, const int32_t *count, int U, int E, nb_stream_t stream);
+                                  const int32_t *seg, const int32_t *count, int U, int n, int E, nb_stream_t stream);
 /* The same gradient (src bf16 where src_bf16, else fp32) applied to table[rows[u]] by element-wise
  * Adagrad (nb_cuda_exact_adagrad's operations) as each row's sum completes; scratch [U, E] fp32
  * holds the first chunk sums of rows of several chunks. The two launches in turn, the same bits. */
 void nb_cuda_emb_grad_adagrad(float *table, float *acc, const int64_t *rows, float *scratch, const void *src,
                               int src_bf16, const int64_t *src_off, const int32_t *order, const int32_t *seg,
-                              const int32_t *count, int U, int E, float lr, float eps, nb_stream_t stream);
+                              const int32_t *count, int U, int n, int E, float lr, float eps, nb_stream_t stream);
 
 /* ---- lookup lists and their deduplication on the device (ctr_lists.cu): ops_ctr.h's
  * nb_ctr_lists and nb_embag_unique_groups (without inverse), the same outputs bit for bit. The

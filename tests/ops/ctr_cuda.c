@@ -77,10 +77,10 @@ static void check_emb_grad_adagrad(int bf, const float *src, const void *dsrc, c
     float *t0 = randn(nt, 0, 0.1f), *a0 = randn(nt, 0, 1), *scratch = zeros(nu);
     for (size_t i = 0; i < nt; i++) a0[i] = fabsf(a0[i]);
     float *t1 = copy_of(t0, nt), *a1 = copy_of(a0, nt);
-    CPU->emb_grad_adagrad(&ot_cctx, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, E, 0.05f, 1e-8f);
+    CPU->emb_grad_adagrad(&ot_cctx, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, seg[U], E, 0.05f, 1e-8f);
     void *dt = dev_up(t0, nt, 0), *da = dev_up(a0, nt, 0), *dsc = dev_nan(nu, 0);
     void *duniq = dev_raw(uniq, (size_t)U * 8);
-    gpu(bf)->emb_grad_adagrad(&ot_gctx, dt, da, duniq, dsc, dsrc, doff, dord, dseg, NULL, U, E, 0.05f, 1e-8f);
+    gpu(bf)->emb_grad_adagrad(&ot_gctx, dt, da, duniq, dsc, dsrc, doff, dord, dseg, NULL, U, seg[U], E, 0.05f, 1e-8f);
     float *gt = dev_get(dt, nt, 0), *ga = dev_get(da, nt, 0);
     char what[96];
     snprintf(what, sizeof what, "emb_grad_adagrad E=%d U=%d table", E, U);
@@ -112,12 +112,12 @@ static void check_emb_grad_unique(int E, int aligned) {
     snprintf(what, sizeof what, "emb_grad_unique E=%d U=%d", E, U);
     FOR_DTYPE(bf) {
         float *src = randn_bf(nsrc, 0, 1, bf), *ref = randn(nu, 0, 1); /* overwritten */
-        CPU->emb_grad_unique(&ot_cctx, ref, src, src_off, order, seg, NULL, U, E);
+        CPU->emb_grad_unique(&ot_cctx, ref, src, src_off, order, seg, NULL, U, n, E);
         void *dsrc = dev_up(src, nsrc, bf);
         float *got[2];
         for (int run = 0; run < 2; run++) {
             void *dd = dev_nan(nu, 0);
-            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, E);
+            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, n, E);
             got[run] = dev_get(dd, nu, 0);
             dev_free(dd);
         }
@@ -150,15 +150,15 @@ static void check_emb_grad_hot(void) {
     CUDA_CHECK(cudaEventCreate(&e1));
     FOR_DTYPE(bf) {
         float *src = randn_bf(nsrc, 0, 1, bf), *ref = zeros(nu);
-        CPU->emb_grad_unique(&ot_cctx, ref, src, src_off, order, seg, NULL, U, E);
+        CPU->emb_grad_unique(&ot_cctx, ref, src, src_off, order, seg, NULL, U, n, E);
         void *dsrc = dev_up(src, nsrc, bf);
         float *got[2], ms[2] = {0, 0};
         for (int run = 0; run < 2; run++) {
             void *dd = dev_nan(nu, 0);
-            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, E); /* warm-up */
+            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, n, E); /* warm-up */
             CUDA_CHECK(cudaMemsetAsync(dd, 0xff, nu * 4, st));
             CUDA_CHECK(cudaEventRecord(e0, st));
-            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, E);
+            gpu(bf)->emb_grad_unique(&ot_gctx, dd, dsrc, doff, dord, dseg, NULL, U, n, E);
             CUDA_CHECK(cudaEventRecord(e1, st));
             CUDA_CHECK(cudaEventSynchronize(e1));
             CUDA_CHECK(cudaEventElapsedTime(&ms[run], e0, e1));
@@ -372,8 +372,8 @@ TEST_CASE(test_device_count) {
     FOR_DTYPE(bf) {
         float *src = randn_bf(nsrc, 0, 1, bf);
         void *dsrc = dev_up(src, nsrc, bf), *d1 = dev_nan(nb, 0), *d2 = dev_nan(nb, 0);
-        gpu(bf)->emb_grad_unique(&ot_gctx, d1, dsrc, doff, dord, dseg, NULL, U, E);
-        gpu(bf)->emb_grad_unique(&ot_gctx, d2, dsrc, doff, dord, dseg, dcnt, n, E);
+        gpu(bf)->emb_grad_unique(&ot_gctx, d1, dsrc, doff, dord, dseg, NULL, U, n, E);
+        gpu(bf)->emb_grad_unique(&ot_gctx, d2, dsrc, doff, dord, dseg, dcnt, n, n, E);
         float *g1 = dev_get(d1, nb, 0), *g2 = dev_get(d2, nb, 0);
         expect_same("emb_grad_unique, the count on the device vs the host's", g2, g1, nb); /* NaN past U in both */
         free(g1), free(g2), free(src);

@@ -525,11 +525,11 @@ static void check_egu_adagrad(const void *s, int bf, const float *src, const int
     float *t1 = copy_of(t0, nt), *a1 = copy_of(a0, nt);
     const float lr = 0.05f, eps = 1e-8f;
     /* the CPU reads the fp32 copy of src (bf16: the same values) */
-    nb_ctr_ops_cpu.emb_grad_adagrad(NULL, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, E, lr, eps);
+    nb_ctr_ops_cpu.emb_grad_adagrad(NULL, t1, a1, uniq, scratch, src, src_off, order, seg, NULL, U, seg[U], E, lr, eps);
     for (int small = 0; small <= 1; small++) {
         float *t = copy_of(t0, nt), *a = copy_of(a0, nt);
         egu_upd up = {t, a, uniq, lr, eps};
-        free(emu_egu(s, bf, src_off, order, seg, U, E, 64, small ? 3 : egu_cap(U, E), up));
+        free(emu_egu(s, bf, src_off, order, seg, U, E, 64, small ? 3 : egu_cap(seg[U], E), up));
         CHECK(memcmp(t, t1, nt * 4) == 0 && memcmp(a, a1, nt * 4) == 0,
               "emb_grad_adagrad %s E=%d U=%d%s: the table or its sums differ from the CPU's gradient then Adagrad",
               bf ? "bf16" : "f32", E, U, small ? " (scratch too small)" : "");
@@ -552,16 +552,16 @@ static void check_egu(const char *name, const int64_t *rows, int n, int E, int a
     size_t nsrc = (size_t)n * ld, nu = (size_t)U * E;
     for (int bf = 0; bf <= 1; bf++) {
         float *src = bf ? randn_bf(nsrc, 1.0f) : randn_f(nsrc, 1.0f), *ref = randn_f(nu, 1.0f); /* overwritten */
-        nb_ctr_ops_cpu.emb_grad_unique(NULL, ref, src, src_off, order, seg, NULL, U, E);
+        nb_ctr_ops_cpu.emb_grad_unique(NULL, ref, src, src_off, order, seg, NULL, U, n, E);
         nb_bf16 *sb = bf ? to_bf(src, nsrc) : NULL;
         const void *s = bf ? (const void *)sb : (const void *)src;
         double t0 = nb_now();
         emu.by_warp = 0;
         egu_upd none = {0};
-        float *a = emu_egu(s, bf, src_off, order, seg, U, E, 64, egu_cap(U, E), none);
+        float *a = emu_egu(s, bf, src_off, order, seg, U, E, 64, egu_cap(n, E), none);
         double t1 = nb_now();
         emu.by_warp = 1;
-        float *b = emu_egu(s, bf, src_off, order, seg, U, E, 7, egu_cap(U, E), none); /* another grid */
+        float *b = emu_egu(s, bf, src_off, order, seg, U, E, 7, egu_cap(n, E), none); /* another grid */
         float *c = emu_egu(s, bf, src_off, order, seg, U, E, 64, 3, none);          /* scratch too small */
         char what[200];
         snprintf(what, sizeof what, "emb_grad_unique %s %s E=%d n=%d U=%d (largest row %d)", name, bf ? "bf16" : "f32",

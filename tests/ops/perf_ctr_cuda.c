@@ -406,7 +406,7 @@ static void op_bot0_b(void) {
                    NB_SC_BOTTOM1);
 }
 static void op_grad_unique(void) {
-    CO->emb_grad_unique(CX, BD.ugrad, BD.dsrc, BD.src, BD.order, BD.seg, NULL, BT.U, nE);
+    CO->emb_grad_unique(CX, BD.ugrad, BD.dsrc, BD.src, BD.order, BD.seg, NULL, BT.U, BT.nlk, nE);
 }
 
 /* optimizers */
