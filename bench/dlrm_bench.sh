@@ -13,8 +13,10 @@
 #     --quick         CPU smoke run with tiny sizes (cap 1000, batch 128, 10 steps): nobubble on the CPU,
 #                     PyTorch eager on the CPU only if this python has torch (else its rows say skipped)
 # Environment: OUT (results; default bench/out/dlrm), NB_BUILD [build], PYTHON [python3],
-#   NB_FLAGS (nobubble's extra flags) [--graphs: the step captured once and replayed; if that run
-#   fails, one run without it follows when time allows], MODES [eager,compile,reduce-overhead],
+#   NB_FLAGS (nobubble's extra flags) [--graphs --schedule pipe --emb-shard none: the step captured
+#   once and replayed, and the next batch's ids uploaded and its index lists built on the emb lane
+#   while the step trains (PyTorch's batches wait on the GPU before its timed steps); if that run
+#   fails, one run without --graphs follows when time allows], MODES [eager,compile,reduce-overhead],
 #   TORCH_RESERVE (seconds kept for PyTorch while nobubble runs: only a cap on a run that hangs) [240],
 #   NB_MIN (seconds nobubble's run gets even when that leaves PyTorch less than its reserve) [120],
 #   NB_DATA [files]: nobubble reads its samples from MLPerf-layout day files that `nobubble synth-dump
@@ -60,7 +62,7 @@ DEVICE=cuda DTYPE=bf16
 MODES=${MODES:-eager,compile,reduce-overhead}
 NB_DATA=${NB_DATA:-files}
 case "$NB_DATA" in files|synth) ;; *) echo "dlrm_bench.sh: NB_DATA is files or synth, got '$NB_DATA'" >&2; exit 2 ;; esac
-NB_FLAGS=${NB_FLAGS---graphs}
+NB_FLAGS=${NB_FLAGS---graphs --schedule pipe --emb-shard none}
 TORCH_RESERVE=${TORCH_RESERVE:-240}
 NB_MIN=${NB_MIN:-120}
 if [ $quick = 1 ]; then
