@@ -185,6 +185,76 @@ static void diagnose_dt(const float *dt) {
     free(dz), free(w2), free(w1), free(top1);
 }
 
+/* rel err of out[N, nout] against act(in[N, nin] W^T + b) (W [nout, nin]), on the host in double */
+static double layer_err(const float *out, const float *in, const float *W, const float *b, int N, int nin, int nout,
+                        int relu) {
+    double num = 0, den = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < nout; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int k = 0; k < nin; k++) s += (double)in[(size_t)n * nin + k] * W[(size_t)o * nin + k];
+            if (relu && s < 0) s = 0;
+            double d = out[(size_t)n * nout + o] - s;
+            num += d * d, den += s * s;
+        }
+    return den > 0 ? sqrt(num / den) : -1.0;
+}
+
+/* The forward's ops one by one, each recomputed on the host from the device's own inputs (so an
+ * op that is wrong shows alone, not through the ops after it): the bottom MLP, each cross (vx =
+ * x V, u = vx U^T + b, out = xd * u + x) and top.0; first, whether the backward changed the last
+ * cross's output (top.0's input) before the forward wrote it again. */
+static void diagnose_forward(void) {
+    nb_sc_acts *a = M.acts;
+    const nb_sc_config *cf = &M.cfg;
+    int B = M.stage->B, E = cf->E, D = (cf->ncat + 1) * E, r = cf->cross_rank, L = cf->blocks;
+    size_t BD = (size_t)B * D;
+    float *after_bwd = act_down(a->xs[L - 1], BD);
+    nb_sc_forward(&M, &BT, NULL);
+    float *fresh = act_down(a->xs[L - 1], BD);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < BD; i++) num += (double)(after_bwd[i] - fresh[i]) * (after_bwd[i] - fresh[i]), den += (double)fresh[i] * fresh[i];
+    printf("  diagnosis: the last cross's output after the backward vs the forward's again: rel err %.3e (0: the "
+           "backward left top.0's input alone)\n", den > 0 ? sqrt(num / den) : -1.0);
+    const int nb[4] = {NB_SC_STD_NDENSE, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
+    const void *outs[3] = {a->a1, a->a2, a->bot};
+    /* the bottom's input: its act-dtype copy (bf16), or the batch's fp32 dense features themselves */
+    float *in = act_down(a->dense ? a->dense : M.stage->d_dense, (size_t)B * nb[0]);
+    for (int l = 0; l < 3; l++) {
+        float *W = act_down(M.w.bottom.weight[l], (size_t)nb[l + 1] * nb[l]), *b = act_down(M.w.bottom.bias[l], (size_t)nb[l + 1]);
+        float *out = act_down(outs[l], (size_t)B * nb[l + 1]);
+        printf("  diagnosis: bottom.%d (%d -> %d, ReLU) vs the host from its input: rel err %.3e\n", l, nb[l], nb[l + 1],
+               layer_err(out, in, W, b, B, nb[l], nb[l + 1], 1));
+        free(W), free(b), free(in);
+        in = out;
+    }
+    free(in);
+    float *xd = act_down(a->xd, BD);
+    for (int i = 0; i < L; i++) {
+        float *xp = act_down(i ? a->xs[i - 1] : a->xd, BD), *vx = act_down(a->vx[i], (size_t)B * r);
+        float *u = act_down(a->u[i], BD), *xs = act_down(a->xs[i], BD);
+        float *U = act_down(M.w.block[i].U, (size_t)D * r), *V = act_down(M.w.block[i].V, (size_t)D * r);
+        float *bb = act_down(M.w.block[i].b, (size_t)D), *Vt = nb_malloc((size_t)D * r * sizeof(float), "diagnosis");
+        for (int d = 0; d < D; d++)
+            for (int k = 0; k < r; k++) Vt[(size_t)k * D + d] = V[(size_t)d * r + k];
+        double e_vx = layer_err(vx, xp, Vt, NULL, B, D, r, 0), e_u = layer_err(u, vx, U, bb, B, r, D, 0);
+        double n2 = 0, d2 = 0;
+        for (size_t j = 0; j < BD; j++) {
+            double want = (double)xd[j] * u[j] + xp[j];
+            n2 += (xs[j] - want) * (xs[j] - want), d2 += want * want;
+        }
+        printf("  diagnosis: cross %d (D %d, rank %d) from the device's inputs: vx rel err %.3e, u %.3e, out %.3e\n", i, D,
+               r, e_vx, e_u, d2 > 0 ? sqrt(n2 / d2) : -1.0);
+        free(xp), free(vx), free(u), free(xs), free(U), free(V), free(bb), free(Vt);
+    }
+    int K = cf->top[0];
+    float *W0 = act_down(M.w.top_w[0], (size_t)K * D), *b0 = act_down(M.w.top_b[0], (size_t)K);
+    float *top0 = act_down(a->top[0], (size_t)B * K);
+    printf("  diagnosis: top.0 (%d -> %d, ReLU) from the last cross's output: rel err %.3e\n", D, K,
+           layer_err(top0, fresh, W0, b0, B, D, K, 1));
+    free(W0), free(b0), free(top0), free(xd), free(after_bwd), free(fresh);
+}
+
 static void diagnose_top0(void) {
     nb_sc_acts *a = M.acts;
     int B = M.stage->B, Dx = (M.cfg.ncat + 1) * M.cfg.E, K = M.cfg.top[0];
@@ -204,6 +274,7 @@ static void diagnose_top0(void) {
     printf("  diagnosis: top.0's dtp vs ReLU'(top.0) * dt: max abs diff %.3e; top.0.weight gradient vs dtp^T xs "
            "recomputed on the host from the device's own buffers: rel err %.3e\n", relu_err, den > 0 ? sqrt(num / den) : -1.0);
     if (M.cfg.ntop == 2) diagnose_dt(dt);
+    diagnose_forward();
     free(dtp), free(dt), free(top0), free(xs);
 }
 

@@ -122,6 +122,7 @@ static void check_cross(int N, int D, int r) {
 TEST_CASE(test_cross) {
     check_cross(101, 29 * 12, 20);   /* E = 12: D = 348 */
     check_cross(300, 29 * 64, 256); /* the target's D and rank */
+    check_cross(6, 27 * 8, 3);      /* test_dlrm_ref's twin: B 6, E 8, rank 3 (its bf16 gradients fail) */
 }
 
 /* ---- ReLU ---- */
@@ -582,8 +583,8 @@ TEST_CASE(test_targetattn) {
 #endif
 
 static const ot_row rows[] = {
-    {"cross", "cuda", OT_F32, "101x348 r20, 300x1856 r256", 1e-5, OT_EVAL, FN(test_cross), 0, 0},
-    {"cross", "cuda", OT_BF16, "101x348 r20, 300x1856 r256", 1e-2, OT_EVAL, FN(test_cross), 0, 0},
+    {"cross", "cuda", OT_F32, "101x348 r20, 300x1856 r256, 6x216 r3", 1e-5, OT_EVAL, FN(test_cross), 0, 0},
+    {"cross", "cuda", OT_BF16, "101x348 r20, 300x1856 r256, 6x216 r3", 1e-2, OT_EVAL, FN(test_cross), 0, 0},
     {"relu", "cuda", OT_F32, "100003, in place", 1e-5, OT_EVAL, FN(test_relu), 0, 0},
     {"relu", "cuda", OT_BF16, "100003, in place", 1e-2, OT_EVAL, FN(test_relu), 0, 0},
     {"linear1", "cuda", OT_F32, "301x348, 301x77, 1029x1856", 1e-5, OT_EVAL, FN(test_linear1), 0, 0},

@@ -20,8 +20,8 @@
 /* ---- matmul ---- */
 
 
-TEST_CASE(test_matmul_forward) {
-    int N = 3 * 101, C = 77, OC = 53;
+static void check_matmul_forward(int N, int C, int OC) {
+    char what[96];
     FOR_DTYPE(bf)
         for (int with_bias = 0; with_bias <= 1; with_bias++) {
             float *inp = randn((size_t)N * C, 0, 1), *w = randn((size_t)OC * C, 0, 0.1f), *b = randn(OC, 0, 1);
@@ -30,14 +30,22 @@ TEST_CASE(test_matmul_forward) {
             nb_matmul_forward(ref, inp, w, with_bias ? b : NULL, N, C, OC);
             gpu_matmul_fwd(bf, g1, inp, w, with_bias ? b : NULL, N, C, OC);
             gpu_matmul_fwd(bf, g2, inp, w, with_bias ? b : NULL, N, C, OC);
-            expect_close(with_bias ? "matmul fwd (bias epilogue) out" : "matmul fwd out", bf, g1, ref, (size_t)N * OC);
+            snprintf(what, sizeof what, "matmul fwd%s out (%dx%dx%d)", with_bias ? " (bias epilogue)" : "", N, C, OC);
+            expect_close(what, bf, g1, ref, (size_t)N * OC);
             expect_same("matmul fwd", g1, g2, (size_t)N * OC);
             free(inp), free(w), free(b), free(ref), free(g1), free(g2);
         }
 }
 
-
-
+/* and test_dlrm_ref's twin (B 6): its bottom MLP 13 -> 512 -> 256 -> 8, its top 216 -> 7 -> 5 */
+TEST_CASE(test_matmul_forward) {
+    check_matmul_forward(3 * 101, 77, 53);
+    check_matmul_forward(6, 13, 512);
+    check_matmul_forward(6, 512, 256);
+    check_matmul_forward(6, 256, 8);
+    check_matmul_forward(6, 216, 7);
+    check_matmul_forward(6, 7, 5);
+}
 
 /* OC = 64 takes the fused cuBLASLt GELU epilogue (if offered), OC = 53 the GEMM + GELU path. */
 TEST_CASE(test_matmul_gelu_forward) {
@@ -184,6 +192,9 @@ TEST_CASE(test_matmul_backward_tiny) {
     check_matmul_backward(6, 7, 8);
     check_matmul_backward(6, 8, 5);
     check_matmul_backward(1, 3, 3);
+    check_matmul_backward(6, 13, 512); /* the twin's bottom MLP: 13 -> 512 -> 256 -> 8 */
+    check_matmul_backward(6, 512, 256);
+    check_matmul_backward(6, 256, 8);
     /* the twin's shapes with every tensor only element-aligned, as views into the model's slabs */
     for (mm_shift = 1; mm_shift <= 3; mm_shift += 2) {
         check_matmul_backward(6, 7, 5);
@@ -991,15 +1002,15 @@ TEST_CASE(test_adamw_spans) {
 #endif
 
 static const ot_row rows[] = {
-    {"matmul_fwd", "cuda", OT_F32, "303x77x53 +-bias", 1e-5, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
-    {"matmul_fwd", "cuda", OT_BF16, "303x77x53 +-bias", 1e-2, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
+    {"matmul_fwd", "cuda", OT_F32, "303x77x53, the DLRM twin's 6x13x512 .. 6x7x5; +-bias", 1e-5, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
+    {"matmul_fwd", "cuda", OT_BF16, "303x77x53, the DLRM twin's 6x13x512 .. 6x7x5; +-bias", 1e-2, OT_EVAL, FN(test_matmul_forward), 0, OT_SMALL},
     {"matmul_gelu_fwd", "cuda", OT_F32, "303x80x64|53 +-bias, candidates", 1e-5, OT_EVAL, FN(test_matmul_gelu_forward), 0, 0},
     {"matmul_gelu_fwd", "cuda", OT_BF16, "303x80x64|53 +-bias, candidates", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward), 0, 0},
     {"matmul_gelu_fwd", "cuda", OT_BF16, "32768x768x3072 candidates -1, 0", 1e-2, OT_EVAL, FN(test_matmul_gelu_forward_large), 0, 0},
     {"matmul_bwd", "cuda", OT_F32, "303x77x53, 303x64x264", 1e-5, OT_EVAL, FN(test_matmul_backward), 0, 0},
     {"matmul_bwd", "cuda", OT_BF16, "303x77x53, 303x64x264", 1e-2, OT_EVAL, FN(test_matmul_backward), 0, 0},
-    {"matmul_bwd", "cuda", OT_F32, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3; +1, +3 elements", 1e-5, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
-    {"matmul_bwd", "cuda", OT_BF16, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3; +1, +3 elements", 1e-2, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
+    {"matmul_bwd", "cuda", OT_F32, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3, bottom 6x13x512x256x8; +1, +3 elements", 1e-5, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
+    {"matmul_bwd", "cuda", OT_BF16, "tiny: 6x7x5, 6x5x7, 6x216x7, 6x7x8, 6x8x5, 1x3x3, bottom 6x13x512x256x8; +1, +3 elements", 1e-2, OT_EVAL, FN(test_matmul_backward_tiny), 0, OT_SMALL},
     {"layernorm", "cuda", OT_F32, "6 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_layernorm), 0, 0},
     {"layernorm", "cuda", OT_BF16, "6 shapes: 303x77 .. 40x6400", 1e-2, OT_EVAL, FN(test_layernorm), 0, 0},
     {"rmsnorm", "cuda", OT_F32, "5 shapes: 303x77 .. 40x6400", 1e-5, OT_EVAL, FN(test_rmsnorm), 0, 0},
