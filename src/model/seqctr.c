@@ -303,13 +303,16 @@ static void history_bwd(nb_sc_model *m, nb_ctx c) {
 /* Device lists: the unique rows' count is on the device, and the lookups bound it. */
 static const int32_t *dev_count(const nb_sc_model *m, const nb_sc_stage *s) { return m->dev_lists ? s->d_count : NULL; }
 static int rows_bound(const nb_sc_model *m, const nb_sc_stage *s) { return m->dev_lists ? s->nlk_real : s->nuniq; }
+/* The lookups' bound with the history padding: the same for every batch of a captured graph's
+ * bucket (the chunk sums' scratch is sized by it) */
+static int lookups_bound(const nb_sc_stage *s) { return s->nlk; }
 
 /* The embedding rows: one dedup over all lookups, so an item row's target and history
  * gradients are summed. */
 static void embedding_bwd(nb_sc_model *m, nb_ctx c) {
     nb_sc_stage *s = m->stage;
     m->co->emb_grad_unique(c, m->d_uniq_grads, m->acts->dsrc, s->d_src, s->d_order, s->d_seg, dev_count(m, s),
-                           rows_bound(m, s), s->nlk_real, m->cfg.E);
+                           rows_bound(m, s), lookups_bound(s), m->cfg.E);
 }
 
 /* The same gradient, each row applied by element-wise Adagrad as it completes (no pass that writes
@@ -320,7 +323,7 @@ static void embedding_bwd_update(nb_sc_model *m, nb_ctx c, const nb_sc_optim *o)
     NB_CHECK(!nb_emb_sharded(e) && o->emb_exact && e->d_avg_sq, "this is a bug in nobubble; please report it",
              "the fused embedding update needs unsharded tables with element-wise Adagrad");
     m->co->emb_grad_adagrad(c, e->d_table, e->d_avg_sq, s->d_uniq, m->d_uniq_grads, m->acts->dsrc, s->d_src,
-                            s->d_order, s->d_seg, dev_count(m, s), rows_bound(m, s), s->nlk_real, m->cfg.E, o->emb_lr,
+                            s->d_order, s->d_seg, dev_count(m, s), rows_bound(m, s), lookups_bound(s), m->cfg.E, o->emb_lr,
                             o->emb_eps);
 }
 
