@@ -7,7 +7,8 @@
  *   batch: each step's loss (rel 1e-4).
  * On the CPU backend always; with a GPU also on CUDA fp32 (the same tolerances) and CUDA bf16
  * (logits and the first 3 steps' losses 3e-2, gradients 1e-1, then a falling loss).
- *   test_dlrm_ref [--ref FILE] [--verbose]
+ *   test_dlrm_ref [--ref FILE] [--verbose] [--diagnose]   (--diagnose: the device diagnosis on every
+ *   backend, failing or not; on the CPU it compares the CPU run with itself)
  * Without the reference file (made where torch is: the GPU machine): exit 77. */
 #include <libgen.h>
 #include <limits.h>
@@ -31,7 +32,7 @@
 static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
 
 static const char *ref_path;
-static int verbose;
+static int verbose, diagnose; /* --diagnose: the diagnosis on every backend, failing or not */
 static nb_st_file *F;
 static nb_sc_model M;
 static nb_sc_batch BT;
@@ -255,7 +256,87 @@ static void diagnose_forward(void) {
     free(W0), free(b0), free(top0), free(xd), free(after_bwd), free(fresh);
 }
 
+/* The forward's and backward's buffers of the CPU run (float64-faithful: it matches torch to 1e-6),
+ * kept to say where a device run leaves them: each buffer's rel err against the CPU's and, for
+ * ReLU outputs, how many units changed side (a pre-activation within rounding of zero flips the
+ * unit, and its gradient with it: a conditioning effect, not a wrong op). */
+enum { MAX_SNAP = 64 };
+typedef struct {
+    char name[24];
+    const void *p;
+    size_t n;
+    int is_f32, relu;
+} snap_buf;
+static float *cpu_snap[MAX_SNAP];
+static int cpu_snap_n;
+
+static int snap_list(snap_buf *s) {
+    nb_sc_acts *a = M.acts;
+    const nb_sc_config *cf = &M.cfg;
+    int B = M.stage->B, E = cf->E, D = (cf->ncat + 1) * E, r = cf->cross_rank, L = cf->blocks, n = 0;
+    size_t BD = (size_t)B * D;
+    struct { const char *name; const void *p; size_t n; int f32, relu; } t[] = {
+        {"a1", a->a1, (size_t)B * NB_SC_BOTTOM1, 0, 1}, {"a2", a->a2, (size_t)B * NB_SC_BOTTOM2, 0, 1},
+        {"bot", a->bot, (size_t)B * E, 0, 1},           {"xd", a->xd, BD, 0, 0},
+        {"top0", a->top[0], (size_t)B * cf->top[0], 0, 1},
+        {"top1", cf->ntop >= 2 ? a->top[1] : NULL, (size_t)B * cf->top[cf->ntop >= 2 ? 1 : 0], 0, 1},
+        {"logit", a->logit[L - 1], (size_t)B, 1, 0},    {"dz", a->dz[L - 1], (size_t)B, 1, 0},
+        {"dt", a->dt, (size_t)B * cf->top[0], 0, 0},   {"dtp", a->dtp, (size_t)B * cf->top[0], 0, 0},
+        {"dxd", a->dxd, BD, 0, 0},                     {"dbot", a->dbot, (size_t)B * E, 0, 0},
+        {"dbotp", a->dbotp, (size_t)B * E, 0, 0},      {"da2", a->da2, (size_t)B * NB_SC_BOTTOM2, 0, 0},
+        {"da2p", a->da2p, (size_t)B * NB_SC_BOTTOM2, 0, 0}, {"da1", a->da1, (size_t)B * NB_SC_BOTTOM1, 0, 0},
+        {"da1p", a->da1p, (size_t)B * NB_SC_BOTTOM1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i].p) s[n] = (snap_buf){.p = t[i].p, .n = t[i].n, .is_f32 = t[i].f32, .relu = t[i].relu}, snprintf(s[n].name, 24, "%s", t[i].name), n++;
+    for (int i = 0; i < L && n + 3 <= MAX_SNAP; i++) {
+        s[n] = (snap_buf){.p = a->vx[i], .n = (size_t)B * r}, snprintf(s[n].name, 24, "vx%d", i), n++;
+        s[n] = (snap_buf){.p = a->u[i], .n = BD}, snprintf(s[n].name, 24, "u%d", i), n++;
+        s[n] = (snap_buf){.p = a->xs[i], .n = BD}, snprintf(s[n].name, 24, "xs%d", i), n++;
+    }
+    return n;
+}
+
+static float *snap_down(const snap_buf *b) {
+    if (!b->is_f32) return act_down(b->p, b->n);
+    nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
+    float *f = nb_malloc(b->n * sizeof(float), "diagnosis");
+    M.be->to_host(c, f, b->p, b->n * sizeof(float));
+    return f;
+}
+
+static void snap_keep_cpu(void) {
+    snap_buf s[MAX_SNAP];
+    cpu_snap_n = snap_list(s);
+    for (int i = 0; i < cpu_snap_n; i++) cpu_snap[i] = snap_down(&s[i]);
+}
+
+static void snap_compare(void) {
+    snap_buf s[MAX_SNAP];
+    int n = snap_list(s);
+    if (n != cpu_snap_n) {
+        printf("  diagnosis: %d buffers here, %d in the CPU run: not compared\n", n, cpu_snap_n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        float *d = snap_down(&s[i]);
+        const float *ref = cpu_snap[i];
+        double num = 0, den = 0, near = 0, rms = 0;
+        int flips = 0;
+        for (size_t j = 0; j < s[i].n; j++) {
+            num += (double)(d[j] - ref[j]) * (d[j] - ref[j]), den += (double)ref[j] * ref[j];
+            if (s[i].relu && (d[j] > 0) != (ref[j] > 0)) flips++, near = fmax(near, fmax(fabs(d[j]), fabs(ref[j])));
+        }
+        rms = sqrt(den / (double)s[i].n);
+        printf("  diagnosis: %-6s vs the CPU run: rel err %.3e", s[i].name, den > 0 ? sqrt(num / den) : -1.0);
+        if (s[i].relu) printf(", %d of %zu units on the other side of 0 (largest flipped value %.2e, rms %.2e)", flips, s[i].n, near, rms);
+        printf("\n");
+        free(d);
+    }
+}
+
 static void diagnose_top0(void) {
+    snap_compare();
     nb_sc_acts *a = M.acts;
     int B = M.stage->B, Dx = (M.cfg.ncat + 1) * M.cfg.E, K = M.cfg.top[0];
     float *dtp = act_down(a->dtp, (size_t)B * K), *dt = act_down(a->dt, (size_t)B * K);
@@ -284,6 +365,7 @@ TEST_CASE(forward_backward_matches_torch) {
     nb_sc_zero_grads(&M);
     double loss = nb_sc_forward(&M, &BT, logits);
     nb_sc_backward(&M, &BT);
+    if (M.be->device == NB_DEV_CPU && !cpu_snap_n) snap_keep_cpu();
     float *ref_last = read_raw("logits", NB_F32, B), *ref_loss = read_raw("loss", NB_F32, 1);
     int bad = 0;
     bad += row("logits", rel_err(logits, ref_last, (size_t)B), TOL_LOGITS);
@@ -322,7 +404,9 @@ TEST_CASE(forward_backward_matches_torch) {
     printf("  loss %.9f (torch %.9f); worst dense gradient %s %.3e\n", loss, (double)ref_loss[0], worst_name, worst);
     const char *n32 = nb_st_meta_get(F, "torch32_err");
     if (n32) printf("  torch's float32 run vs float64 (noise floor): %s\n", n32);
-    if (bad && M.be->device != NB_DEV_CPU && M.cfg.ntop >= 1) diagnose_top0();
+    const char *n16 = nb_st_meta_get(F, "torch_bf16_err");
+    if (n16 && M.be->act_dtype == NB_BF16) printf("  torch's bfloat16 step vs float64 (the bf16 floor): %s\n", n16);
+    if ((bad || diagnose) && M.cfg.ntop >= 1) diagnose_top0();
     free(logits), free(ref_last), free(ref_loss), free(rows);
     CHECK(bad == 0, "%d comparison(s) out of tolerance (table above)", bad);
 }
@@ -381,8 +465,10 @@ int main(int argc, char **argv) {
             ref_path = argv[++i];
         else if (!strcmp(argv[i], "--verbose"))
             verbose = 1;
+        else if (!strcmp(argv[i], "--diagnose"))
+            diagnose = 1;
         else
-            nb_fail("usage: test_dlrm_ref [--ref FILE] [--verbose]", "unknown argument '%s'", argv[i]);
+            nb_fail("usage: test_dlrm_ref [--ref FILE] [--verbose] [--diagnose]", "unknown argument '%s'", argv[i]);
     }
     if (!ref_path) {
         /* tests/torch/ref/ from the working directory, else next to the source tree of this binary */
