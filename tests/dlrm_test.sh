@@ -71,6 +71,14 @@ $NB train "${SMALL[@]}" "${R[@]}" --out "$TMP/gen" >/dev/null || fail "generator
     && [ "$(grep -o '"eval_auc":[0-9.e+-]*' "$TMP/mlp/metrics.jsonl")" = "$(grep -o '"eval_auc":[0-9.e+-]*' "$TMP/gen/metrics.jsonl")" ] \
     && pass "MLPerf multi-hot files: the same 20 losses and held-out AUCs as the generator's samples" \
     || fail "MLPerf files train differently from the same samples"
+# the files' rows are read by several threads at once: the same batches (against the generator at
+# 2 threads too: the CPU's results at 2 threads differ from 1 thread's in the last digits)
+T2=(--model dlrm-dcnv2 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --threads 2 --quiet)
+$NB train "${T2[@]}" --data "mlperf:$TMP/mlperf" "${M[@]}" --out "$TMP/mlp2" >/dev/null 2>&1 || fail "train on the MLPerf files, 2 threads"
+$NB train "${T2[@]}" "${R[@]}" --out "$TMP/gen2" >/dev/null 2>&1 || fail "generator twin, 2 threads"
+[ -n "$(losses "$TMP/mlp2")" ] && [ "$(losses "$TMP/mlp2")" = "$(losses "$TMP/gen2")" ] \
+    && pass "MLPerf files read by 2 threads: the same 20 losses as the generator's samples" \
+    || fail "MLPerf files at 2 threads train differently from the same samples"
 cp -r "$TMP/mlperf" "$TMP/bad"
 printf 'NOTNUMPY' | dd of="$TMP/bad/day_0_dense.npy" bs=1 conv=notrunc 2>/dev/null
 expect_error "a .npy without the magic" "day_0_dense.npy: not a .npy file" \
