@@ -27,7 +27,7 @@
 #include "ops/backend.h"
 #include "optim/optim.h"
 
-#define REGEN_HINT "generate it with /usr/bin/python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors"
+#define REGEN_HINT "generate it with python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors"
 #define NSTEPS 20
 static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
 

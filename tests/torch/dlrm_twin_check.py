@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """nobubble's --model dlrm-dcnv2 against a PyTorch twin in MLPerf's reference layout (issue 34).
 
-  /usr/bin/python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors
+  python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors
   build/tests/test_dlrm_ref [--ref FILE] [--verbose]      (CPU fp32; with a GPU also CUDA fp32, bf16)
 
 The twin is built as mlcommons/training recommendation_v2/torchrec_dlrm builds DLRM_DCN (torchrec's
