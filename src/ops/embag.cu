@@ -199,11 +199,6 @@ static __device__ __forceinline__ void egu_flush(const egu_upd *up, const tc_f4 
     }
 }
 
-/* Where lookup position k's gradient row starts in src (0 past lim: never read) */
-static __device__ __forceinline__ long long egu_offset(const int64_t *src_off, const int32_t *order, int k, int lim) {
-    return k < lim ? (long long)src_off[order[k]] : 0;
-}
-
 /* Pass 1: a warp per tile of EGU_TILE positions (grid-stride); each chunk starting in the tile.
  * Each lane owns four adjacent columns (EGU_COLS1 = 128 a pass: E = 128 is one walk over the
  * positions) and adds them in k order, so each column's sum is the same chain of additions as
@@ -243,11 +238,8 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
             long long qrow = 0; /* lane q: the table row of queued update q (qn queued) */
             int qn = 0;
             tc_f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
-            /* lane l: position gb + l's offset; the next 32 positions' offsets (two dependent
-             * loads) are asked for before this 32's rows are read and summed, not after */
-            long long mine = egu_offset(src_off, order, c + lane, lim);
             for (int gb = c; !done; gb += 32) {
-                const long long ahead = egu_offset(src_off, order, gb + 32 + lane, lim);
+                const long long mine = gb + lane < lim ? (long long)src_off[order[gb + lane]] : 0;
                 for (int h = 0; h < 32 && !done; h += EGU_BATCH) {
                     /* EGU_BATCH positions' columns into the warp's shared rows: every load is
                      * issued before the first store (a store could alias a later load for all
@@ -297,7 +289,6 @@ static __device__ __forceinline__ void egu_tiles(float *dunique, float *part, in
                     }
                     tc_syncwarp(); /* the rows are read before the next positions overwrite them */
                 }
-                mine = ahead;
             }
             if (qn) egu_flush(&up, queue, qrow, qn, col, lane, E, upd_vec);
         }
