@@ -10,7 +10,8 @@
 #    same samples from the generator (bitwise), and damaged files are refused with clear errors;
 #  - the preset's shape, recipe and parameter count (full size, no training) are the documented ones.
 source "$(dirname "$0")/lib.sh"
-SMALL=(--model dlrm-dcnv2 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --threads 1 --quiet)
+TINY=(--model dlrm-dcnv2 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32)
+SMALL=("${TINY[@]}" --threads 1 --quiet)
 SYN="synth:calib=16384"
 get() { echo "$2" | tr ' ' '\n' | grep "^$1=" | cut -d= -f2; }
 
@@ -73,7 +74,7 @@ $NB train "${SMALL[@]}" "${R[@]}" --out "$TMP/gen" >/dev/null || fail "generator
     || fail "MLPerf files train differently from the same samples"
 # the files' rows are read by several threads at once: the same batches (against the generator at
 # 2 threads too: the CPU's results at 2 threads differ from 1 thread's in the last digits)
-T2=(--model dlrm-dcnv2 --table-cap 1000 --emb-dim 16 --cross-rank 32 --top-mlp 64,32 --threads 2 --quiet)
+T2=("${TINY[@]}" --threads 2 --quiet)
 $NB train "${T2[@]}" --data "mlperf:$TMP/mlperf" "${M[@]}" --out "$TMP/mlp2" >/dev/null 2>&1 || fail "train on the MLPerf files, 2 threads"
 $NB train "${T2[@]}" "${R[@]}" --out "$TMP/gen2" >/dev/null 2>&1 || fail "generator twin, 2 threads"
 [ -n "$(losses "$TMP/mlp2")" ] && [ "$(losses "$TMP/mlp2")" = "$(losses "$TMP/gen2")" ] \

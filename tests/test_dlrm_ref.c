@@ -139,14 +139,19 @@ static int row(const char *what, double err, double tol) {
     return bad;
 }
 
-/* A device's activation (bf16 or fp32) downloaded as floats. */
-static float *act_down(const void *src, size_t n) {
+/* A device's fp32 buffer downloaded. */
+static float *f32_down(const void *src, size_t n) {
     nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
     float *f = nb_malloc(n * sizeof(float), "diagnosis");
-    if (M.be->act_dtype != NB_BF16) {
-        M.be->to_host(c, f, src, n * sizeof(float));
-        return f;
-    }
+    M.be->to_host(c, f, src, n * sizeof(float));
+    return f;
+}
+
+/* A device's activation (bf16 or fp32) downloaded as floats. */
+static float *act_down(const void *src, size_t n) {
+    if (M.be->act_dtype != NB_BF16) return f32_down(src, n);
+    nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
+    float *f = nb_malloc(n * sizeof(float), "diagnosis");
     uint16_t *h = nb_malloc(n * sizeof(uint16_t), "diagnosis");
     M.be->to_host(c, h, src, n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) f[i] = bf2f(h[i]);
@@ -213,10 +218,8 @@ static void diagnose_forward(void) {
     float *after_bwd = act_down(a->xs[L - 1], BD);
     nb_sc_forward(&M, &BT, NULL);
     float *fresh = act_down(a->xs[L - 1], BD);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < BD; i++) num += (double)(after_bwd[i] - fresh[i]) * (after_bwd[i] - fresh[i]), den += (double)fresh[i] * fresh[i];
     printf("  diagnosis: the last cross's output after the backward vs the forward's again: rel err %.3e (0: the "
-           "backward left top.0's input alone)\n", den > 0 ? sqrt(num / den) : -1.0);
+           "backward left top.0's input alone)\n", rel_err(after_bwd, fresh, BD));
     const int nb[4] = {NB_SC_STD_NDENSE, NB_SC_BOTTOM1, NB_SC_BOTTOM2, E};
     const void *outs[3] = {a->a1, a->a2, a->bot};
     /* the bottom's input: its act-dtype copy (bf16), or the batch's fp32 dense features themselves */
@@ -297,13 +300,7 @@ static int snap_list(snap_buf *s) {
     return n;
 }
 
-static float *snap_down(const snap_buf *b) {
-    if (!b->is_f32) return act_down(b->p, b->n);
-    nb_ctx c = M.ctx ? M.ctx : &M.own_ctx;
-    float *f = nb_malloc(b->n * sizeof(float), "diagnosis");
-    M.be->to_host(c, f, b->p, b->n * sizeof(float));
-    return f;
-}
+static float *snap_down(const snap_buf *b) { return b->is_f32 ? f32_down(b->p, b->n) : act_down(b->p, b->n); }
 
 static void snap_keep_cpu(void) {
     snap_buf s[MAX_SNAP];
@@ -321,14 +318,14 @@ static void snap_compare(void) {
     for (int i = 0; i < n; i++) {
         float *d = snap_down(&s[i]);
         const float *ref = cpu_snap[i];
-        double num = 0, den = 0, near = 0, rms = 0;
+        double sq = 0, near = 0; /* near: the largest value of a unit that changed side */
         int flips = 0;
         for (size_t j = 0; j < s[i].n; j++) {
-            num += (double)(d[j] - ref[j]) * (d[j] - ref[j]), den += (double)ref[j] * ref[j];
+            sq += (double)ref[j] * ref[j];
             if (s[i].relu && (d[j] > 0) != (ref[j] > 0)) flips++, near = fmax(near, fmax(fabs(d[j]), fabs(ref[j])));
         }
-        rms = sqrt(den / (double)s[i].n);
-        printf("  diagnosis: %-6s vs the CPU run: rel err %.3e", s[i].name, den > 0 ? sqrt(num / den) : -1.0);
+        const double rms = sqrt(sq / (double)s[i].n);
+        printf("  diagnosis: %-6s vs the CPU run: rel err %.3e", s[i].name, rel_err(d, ref, s[i].n));
         if (s[i].relu) printf(", %d of %zu units on the other side of 0 (largest flipped value %.2e, rms %.2e)", flips, s[i].n, near, rms);
         printf("\n");
         free(d);
