@@ -112,7 +112,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnobubble.a
 	$(CC) -o $@ $^ $(LDLIBS)

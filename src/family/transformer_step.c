@@ -95,8 +95,12 @@ void nb_tf_batch_tokens(nb_tf_train *tr, nb_ctx ctx, const int32_t **in, const i
         *tg = tr->batch->targets + at;
         return;
     }
-    tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens + at, n * sizeof(int32_t));
-    tr->be->to_backend(ctx, tr->d_tokens + n, tr->h_tokens + tr->stage_n + at, n * sizeof(int32_t));
+    if (tr->stage_n == n) { /* one micro-batch: inputs and targets lie back to back on both sides */
+        tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens, 2 * n * sizeof(int32_t));
+    } else {
+        tr->be->to_backend(ctx, tr->d_tokens, tr->h_tokens + at, n * sizeof(int32_t));
+        tr->be->to_backend(ctx, tr->d_tokens + n, tr->h_tokens + tr->stage_n + at, n * sizeof(int32_t));
+    }
     *in = tr->d_tokens;
     *tg = tr->d_tokens + n;
 }

@@ -143,7 +143,7 @@ static void gpu_matmul_bwd(int bf, float *dinp, float *dw, float *dbias, const f
 }
 
 /* N > 2 * 128: several dbias partials. With OC % 8 == 0 the bf16 bias gradient takes the
- * 8-column vector kernel: its second run takes the scalar one (NB_DBIAS_V8=0), the same bits. */
+ * 8-column vector kernel (check_dbias_order pins its bits). */
 static void check_matmul_backward(int N, int C, int OC) {
     size_t ni = (size_t)N * C, nw = (size_t)OC * C;
     FOR_DTYPE(bf) {
@@ -157,9 +157,7 @@ static void check_matmul_backward(int N, int C, int OC) {
         float *gi[2], *gw[2], *gb[2];
         for (int run = 0; run < 2; run++) {
             gi[run] = copy_of(ii, ni), gw[run] = copy_of(iw, nw), gb[run] = copy_of(ib, OC);
-            setenv("NB_DBIAS_V8", run ? "0" : "1", 1);
             gpu_matmul_bwd(bf, gi[run], gw[run], gb[run], dout, inp, w, N, C, OC);
-            unsetenv("NB_DBIAS_V8");
         }
         expect_grad("matmul bwd dinp", bf, gi[0], ri, ii, ni);
         expect_grad("matmul bwd dw", bf, gw[0], rw, iw, nw);
@@ -177,9 +175,65 @@ static void check_matmul_backward(int N, int C, int OC) {
     }
 }
 
+/* The bias gradient's summation order, on the host: partial k adds rows [128k, 128k + 128) as 8 row
+ * lanes (r = 128k + y, + 8, ...) added in lane order; then nb_col_finish's 16 lanes over the
+ * partials (k = l, l + 16, ...), added in lane order, and db += the total. */
+static void dbias_in_order(float *db, const float *dout, int N, int OC) {
+    int nparts = (N + 127) / 128;
+    float *part = zeros((size_t)nparts * OC);
+    for (int k = 0; k < nparts; k++)
+        for (int c = 0; c < OC; c++) {
+            float s = 0.0f;
+            for (int y = 0; y < 8; y++) {
+                float acc = 0.0f;
+                for (int r = 128 * k + y; r < N && r < 128 * (k + 1); r += 8) acc += dout[(size_t)r * OC + c];
+                s += acc;
+            }
+            part[(size_t)k * OC + c] = s;
+        }
+    for (int c = 0; c < OC; c++) {
+        float t = 0.0f;
+        for (int l = 0; l < 16; l++) {
+            float s = 0.0f;
+            for (int k = l; k < nparts; k += 16) s += part[(size_t)k * OC + c];
+            t += s;
+        }
+        db[c] += t;
+    }
+    free(part);
+}
+
+/* The bias gradient in exactly that order, bit for bit, whether its partials kernel finishes the
+ * sums itself (at most 64 partials: its last block per column group) or nb_col_finish does (more):
+ * fp32 rows, bf16 rows of 8-column vectors (OC % 8 == 0), bf16 scalar rows (odd OC); run twice
+ * (the arrival counters go back to 0 after each launch). */
+static void check_dbias_order(int N, int OC) {
+    FOR_DTYPE(bf) {
+        float *dout = randn((size_t)N * OC, 0, 1), *db0 = randn(OC, 0, 1), *inp = zeros((size_t)N * 8),
+              *w = zeros((size_t)OC * 8);
+        round_bf(dout, (size_t)N * OC, bf);
+        float *want = copy_of(db0, OC);
+        dbias_in_order(want, dout, N, OC);
+        for (int run = 0; run < 2; run++) {
+            float *got = copy_of(db0, OC);
+            gpu_matmul_bwd(bf, NULL, NULL, got, dout, inp, w, N, 8, OC);
+            char what[96];
+            snprintf(what, sizeof what, "dbias in its fixed order (N %d, OC %d, run %d)", N, OC, run);
+            expect_same(what, got, want, OC);
+            free(got);
+        }
+        free(dout), free(db0), free(want), free(inp), free(w);
+    }
+}
+
 TEST_CASE(test_matmul_backward) {
     check_matmul_backward(3 * 101, 77, 53);
     check_matmul_backward(3 * 101, 64, 264); /* two blocks of 32 column vectors */
+    check_dbias_order(2048, 256);            /* the proxy's: 16 partials, finished in the kernel */
+    check_dbias_order(2048, 264);            /* two column groups, each with its own counter */
+    check_dbias_order(8192, 53);             /* 64 partials: the last in-kernel size */
+    check_dbias_order(8192 + 1, 24);         /* 65: the second launch */
+    check_dbias_order(200, 7);               /* 2 partials, the last one short */
 }
 
 /* The tiny odd shapes of the DLRM twin's top MLP (test_dlrm_ref: B 6, widths 216 -> 7 -> 5 -> 1):
