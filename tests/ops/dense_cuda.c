@@ -203,10 +203,8 @@ static void dbias_in_order(float *db, const float *dout, int N, int OC) {
     free(part);
 }
 
-/* The bias gradient in exactly that order, bit for bit, whether its partials kernel finishes the
- * sums itself (at most 64 partials: its last block per column group) or nb_col_finish does (more):
- * fp32 rows, bf16 rows of 8-column vectors (OC % 8 == 0), bf16 scalar rows (odd OC); run twice
- * (the arrival counters go back to 0 after each launch). */
+/* The bias gradient in exactly that order, bit for bit (any faster finish must keep it): fp32
+ * rows, bf16 rows of 8-column vectors (OC % 8 == 0), bf16 scalar rows (odd OC); each run twice. */
 static void check_dbias_order(int N, int OC) {
     FOR_DTYPE(bf) {
         float *dout = randn((size_t)N * OC, 0, 1), *db0 = randn(OC, 0, 1), *inp = zeros((size_t)N * 8),
@@ -229,10 +227,10 @@ static void check_dbias_order(int N, int OC) {
 TEST_CASE(test_matmul_backward) {
     check_matmul_backward(3 * 101, 77, 53);
     check_matmul_backward(3 * 101, 64, 264); /* two blocks of 32 column vectors */
-    check_dbias_order(2048, 256);            /* the proxy's: 16 partials, finished in the kernel */
-    check_dbias_order(2048, 264);            /* two column groups, each with its own counter */
-    check_dbias_order(8192, 53);             /* 64 partials: the last in-kernel size */
-    check_dbias_order(8192 + 1, 24);         /* 65: the second launch */
+    check_dbias_order(2048, 256);            /* the proxy's: 16 partials */
+    check_dbias_order(2048, 264);            /* two column groups */
+    check_dbias_order(8192, 53);             /* 64 partials: 4 per row lane of the finish */
+    check_dbias_order(8192 + 1, 24);         /* 65: one lane with a fifth */
     check_dbias_order(200, 7);               /* 2 partials, the last one short */
 }
 
