@@ -175,9 +175,10 @@ static void check_matmul_backward(int N, int C, int OC) {
     }
 }
 
-/* The bias gradient's summation order, on the host: partial k adds rows [128k, 128k + 128) as 8 row
- * lanes (r = 128k + y, + 8, ...) added in lane order; then nb_col_finish's 16 lanes over the
- * partials (k = l, l + 16, ...), added in lane order, and db += the total. */
+/* The bias gradient's summation order, on the host (the kernels' constants: NB_COL_ROWS = 128 rows
+ * a partial, 8 row lanes, nb_col_finish's 16 lanes): partial k adds rows [128k, 128k + 128) as 8
+ * row lanes (r = 128k + y, + 8, ...) added in lane order; then 16 lanes over the partials (k = l,
+ * l + 16, ...), added in lane order, and db += the total. */
 static void dbias_in_order(float *db, const float *dout, int N, int OC) {
     int nparts = (N + 127) / 128;
     float *part = zeros((size_t)nparts * OC);
