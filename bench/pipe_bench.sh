@@ -26,6 +26,11 @@
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
 #   --rows: comma list of unsharded,pipe-whole,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
 #           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
+#           FWP on one GPU: each part is a batch of B / M samples, and the GPU runs a batch of 1,024
+#           at about half the rate of one of 4,096 (seqctr on the H200: 490 k vs 1.0 M samples/s), so
+#           at --batch 4096 with 4 parts FWP is bounded near 0.5x sync by its parts' size alone. Its
+#           check where a part fills the GPU: --batch 16384 --rows sync,pipe-fwp,pipe-fwp-ck (parts
+#           of 4,096; the CPU backend plans ~46 GiB for sync at 16,384 and ~17 GiB for FWP)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 #   --args "FLAGS": more nobubble flags for every run (e.g. --graph-cache 64)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
