@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core.h"
+#include "datapath.h"
 #include "ops/ops_ctr.h"
 
 #define POP_SMOOTH 10.0 /* popularity baseline: prior strength, in pseudo-ratings */
@@ -453,34 +453,18 @@ static void ml_read(const char *path, nb_ctr_set *set, uint32_t maxid[6]) {
 
 static int64_t cap_rows(int64_t rows, int64_t cap) { return rows < cap ? rows : cap; }
 
-/* movielens[:DIR]: DIR, or data/movielens from the working directory, $NB_DATA_DIR, or the data/
- * folder of the repository the binary was built in (REPO/build/nobubble) */
+/* movielens[:DIR]: DIR, or data/movielens wherever data/ paths are found (core/datapath.h: the
+ * working directory, $NB_DATA_DIR, the data/ folder of the binary's repository or installation) */
 static void ml_dir(const char *spec, char *dir, size_t cap) {
     if (spec[9] == ':') {
         snprintf(dir, cap, "%s", spec + 10);
         return;
     }
-    char tried[3][NB_PATH_MAX], exe[NB_PATH_MAX];
-    int n = 0;
-    snprintf(tried[n++], NB_PATH_MAX, "data/movielens");
-    const char *env = getenv("NB_DATA_DIR");
-    if (env && env[0]) snprintf(tried[n++], NB_PATH_MAX, "%.*s/movielens", NB_PATH_MAX - 16, env);
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0 && (size_t)len < sizeof exe - 1) {
-        exe[len] = 0;
-        snprintf(tried[n++], NB_PATH_MAX, "%.*s/../data/movielens", NB_PATH_MAX - 32, dirname(dirname(exe)));
-    }
-    char probe[4 * NB_PATH_MAX];
-    for (int k = 0; k < n; k++) {
-        snprintf(probe, sizeof probe, "%s/clicks_train.tsv", tried[k]);
-        if (nb_file_exists(probe)) {
-            snprintf(dir, cap, "%.*s", (int)cap - 1, tried[k]);
-            return;
-        }
-    }
-    nb_fail("run 'bash scripts/fetch_movielens.sh', or pass --data movielens:DIR (the folder of clicks_train.tsv)",
-            "no MovieLens files: looked in %s%s%s%s%s", tried[0], n > 1 ? ", " : "", n > 1 ? tried[1] : "", n > 2 ? ", " : "",
-            n > 2 ? tried[2] : "");
+    char file[NB_PATH_MAX], looked[NB_DATA_PLACES * (2 * NB_PATH_MAX + 40)];
+    if (!nb_data_path("data/movielens/clicks_train.tsv", file, sizeof file, looked, sizeof looked))
+        nb_fail("run 'bash scripts/fetch_movielens.sh', or pass --data movielens:DIR (the folder of clicks_train.tsv)",
+                "no MovieLens files: looked for %s", looked);
+    snprintf(dir, cap, "%s", dirname(file));
 }
 
 /* The evaluation set: every good sample of Criteo file(s) */
