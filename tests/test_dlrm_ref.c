@@ -10,7 +10,6 @@
  *   test_dlrm_ref [--ref FILE] [--verbose] [--diagnose]   (--diagnose: the device diagnosis on every
  *   backend, failing or not; on the CPU it compares the CPU run with itself)
  * Without the reference file (made where torch is: the GPU machine): exit 77. */
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 #include "model/seqctr.h"
 #include "model/seqctr_internal.h"
 #include "ops/backend.h"
+#include "ref_file.h"
 #include "optim/optim.h"
 
 #define REGEN_HINT "generate it with python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors"
@@ -453,8 +453,6 @@ static void run_on(const nb_backend_i *be, double tol_scale_logits, double tol_g
     free(dense), free(cat), free(target), free(hist), free(hist_len), free(label), free(mv), free(mv_len);
 }
 
-static int exists(const char *p) { return access(p, R_OK) == 0; }
-
 int main(int argc, char **argv) {
     static char path[PATH_MAX];
     for (int i = 1; i < argc; i++) {
@@ -468,32 +466,15 @@ int main(int argc, char **argv) {
             nb_fail("usage: test_dlrm_ref [--ref FILE] [--verbose] [--diagnose]", "unknown argument '%s'", argv[i]);
     }
     if (!ref_path) {
-        /* tests/torch/ref/ from the working directory, else next to the source tree of this binary */
-        snprintf(path, sizeof path, "tests/torch/ref/dlrm_tiny.safetensors");
-        if (!exists(path)) {
-            char exe[PATH_MAX];
-            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-            if (n > 0) {
-                exe[n] = 0;
-                snprintf(path, sizeof path, "%.3900s/../../tests/torch/ref/dlrm_tiny.safetensors", dirname(exe));
-            }
-        }
+        ref_file("dlrm_tiny.safetensors", path, sizeof path);
         ref_path = path;
     }
-    if (!exists(ref_path)) {
+    if (access(ref_path, R_OK) != 0) {
         printf("skipped: reference file %s not found; %s\n", ref_path, REGEN_HINT);
         return 77;
     }
     F = nb_st_open(ref_path);
-    run_on(&nb_backend_cpu, 1e-5, 1e-4);
-#ifdef NB_WITH_CUDA
-    if (nb_cuda_device_count(NULL, 0) > 0) {
-        run_on(nb_backend_for("cuda", "fp32"), 1e-5, 1e-4);
-        run_on(nb_backend_for("cuda", "bf16"), 3e-2, 1e-1);
-    } else {
-        printf("no GPU: the CUDA half of this test did not run\n");
-    }
-#endif
+    ref_run_backends(run_on);
     nb_st_close(F);
     TEST_EXIT();
 }

@@ -10,7 +10,6 @@
  *   test_seqctr_ref [--ref FILE] [--verbose]
  * Beside the errors it prints torch's own float32 run against the same float64 reference.
  * Without the reference file: exit 77. */
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +22,7 @@
 #include "io/safetensors.h"
 #include "model/seqctr.h"
 #include "ops/backend.h"
+#include "ref_file.h"
 #include "optim/optim.h"
 
 #define REGEN_HINT "regenerate it with /usr/bin/python3 tests/torch/seqctr_ref.py gen (see tests/torch/README.md)"
@@ -211,8 +211,6 @@ static void run_on(const nb_backend_i *be, double tol_scale_logits, double tol_g
     free(dense), free(cat), free(target), free(hist), free(hist_len), free(label);
 }
 
-static int exists(const char *p) { return access(p, R_OK) == 0; }
-
 int main(int argc, char **argv) {
     static char path[PATH_MAX];
     for (int i = 1; i < argc; i++) {
@@ -224,32 +222,15 @@ int main(int argc, char **argv) {
             nb_fail("usage: test_seqctr_ref [--ref FILE] [--verbose]", "unknown argument '%s'", argv[i]);
     }
     if (!ref_path) {
-        /* tests/torch/ref/ from the working directory, else next to the source tree of this binary */
-        snprintf(path, sizeof path, "tests/torch/ref/seqctr_tiny.safetensors");
-        if (!exists(path)) {
-            char exe[PATH_MAX];
-            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-            if (n > 0) {
-                exe[n] = 0;
-                snprintf(path, sizeof path, "%.3900s/../../tests/torch/ref/seqctr_tiny.safetensors", dirname(exe));
-            }
-        }
+        ref_file("seqctr_tiny.safetensors", path, sizeof path);
         ref_path = path;
     }
-    if (!exists(ref_path)) {
+    if (access(ref_path, R_OK) != 0) {
         printf("skipped: reference file %s not found; %s\n", ref_path, REGEN_HINT);
         return 77;
     }
     F = nb_st_open(ref_path);
-    run_on(&nb_backend_cpu, 1e-5, 1e-4);
-#ifdef NB_WITH_CUDA
-    if (nb_cuda_device_count(NULL, 0) > 0) {
-        run_on(nb_backend_for("cuda", "fp32"), 1e-5, 1e-4);
-        run_on(nb_backend_for("cuda", "bf16"), 3e-2, 1e-1);
-    } else {
-        printf("no GPU: the CUDA half of this test did not run\n");
-    }
-#endif
+    ref_run_backends(run_on);
     nb_st_close(F);
     TEST_EXIT();
 }

@@ -17,13 +17,11 @@
  *   test_torch_ref [--ref FILE]... [--backend NAME] [--save-ckpt DIR] [--threads N] [--verbose]
  * --save-ckpt DIR writes each reference's initial weights as a nobubble checkpoint DIR/<name>/
  * (for 'nobubble export' + 'ref_check.py check-export'). Without reference files: exit 77. */
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -34,6 +32,7 @@
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "ops/backend.h"
+#include "ref_file.h"
 #include "optim/optim.h"
 #include "run/ckpt.h"
 #include "run/run.h"
@@ -484,33 +483,12 @@ static void save_ckpt(const reference *r, const char *dir) {
 
 /* ---------------------------------------------------------------- main */
 
-static int file_exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
-/* Default references: tests/torch/ref/ from the working directory, else next to the source
- * tree this binary was built in (build/tests/test_torch_ref -> ../../tests/torch/ref). */
+/* Default references: those of the four transformer layouts that exist (ref_file.h says where). */
 static int default_refs(char paths[][PATH_MAX], int cap) {
     static const char *names[] = {"gpt2_tiny.safetensors", "llama_tiny.safetensors", "qwen2_tiny.safetensors",
                                   "qwen3_tiny.safetensors"};
-    char dirs[2][PATH_MAX] = {"tests/torch/ref", ""};
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        snprintf(dirs[1], sizeof dirs[1], "%.3900s/../../tests/torch/ref", dirname(exe));
-    }
     int k = 0;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]) && k < cap; i++) {
-        for (int d = 0; d < 2; d++) {
-            snprintf(paths[k], PATH_MAX, "%.3900s/%s", dirs[d], names[i]);
-            if (dirs[d][0] && file_exists(paths[k])) {
-                k++;
-                break;
-            }
-        }
-    }
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]) && k < cap; i++) k += ref_file(names[i], paths[k], PATH_MAX);
     return k;
 }
 
