@@ -20,7 +20,8 @@
 #   attention tests, torch refs, GPU trainer tests), attn_cudnn (test_ops's attention_cudnn rows, eval and
 #   perf, bench/attn_ab.sh: the step with each --attn; ATTN_AB_ARGS), gpu_quick (test_ops --backend cuda, test_kprof,
 #   tests/gpu_train_test.sh), quality (gpt2 B=16 600 steps on data/sotu: the validation losses), attn_quality (gpt2 B=16 600 steps on data/sotu with NB_ATTN=fa and auto:
-#   the validation losses side by side), sc_profile (a seqctr run with emulated ranks under nsys:
+#   the validation losses side by side), finetune (bench/finetune_bench.sh; FT_ARGS), capacity (tests/gpu_capacity.sh;
+#   CAP_ARGS [--only full14b]), lora (bench/lora_bench.sh; LORA_ARGS [--only a]), sc_profile (a seqctr run with emulated ranks under nsys:
 #   the kernels' time table; SCP_CAP, SCP_RANKS, SCP_BALANCE, SCP_STEPS), ktable (bench/kernel_table.sh: each
 #   model's step kernel by kernel from CUPTI; KTABLE_ARGS), clocks (nvidia-smi's clocks, power, throttling).
 #   The stream runs take env
@@ -110,6 +111,9 @@ for m in sys.argv[1:]:
         erase_tf) build && OUT=$R/erase-tf bash bench/erase_transformer.sh --no-build --steps 40 ;;
         erase_ctr) build && OUT=$R/erase bash bench/erase_seqctr.sh --no-build --steps 40 --batch 1024,4096 --torch ;;
         erase_quality) build && OUT=$R/erase-q bash bench/erase_seqctr.sh --no-build --steps 20 --batch 4096 --quality 300 ;;
+        finetune) build && OUT=$R/finetune bash bench/finetune_bench.sh --no-build ${FT_ARGS:---shape llama3.1-8b --layers 0 --steps 8 --anchor-steps 2 --no-fp32-retry --budget 560} ;;
+        capacity) build && bash tests/gpu_capacity.sh ${CAP_ARGS:---only full14b} ;;
+        lora) build && OUT=$R/lora bash bench/lora_bench.sh --no-build ${LORA_ARGS:---only a --budget 560} ;;
         k18) build && { T=$NB_BUILD/tests; r=0; k18_part() { echo "--- k18: $*"; "$@" || { echo "--- k18 FAILED (rc $?): $*"; r=1; }; }
             k18_part $T/test_ops
             mkdir -p tests/torch/ref; k18_part python3 tests/torch/ref_check.py gen --preset gpt2-tiny --out tests/torch/ref/gpt2_tiny.safetensors
