@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ops/backend.h"
