@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "child.h"
 #include "core.h"
 #include "data/criteo.h"
 
@@ -80,27 +81,6 @@ static int find_shared(void) {
     snprintf(shared_kaggle, sizeof shared_kaggle, "%s/%s", base, rel);
     snprintf(shared_csv, sizeof shared_csv, "%s/data/ctr_samples/criteo_200_deepctr.csv", base);
     return file_exists(shared_kaggle);
-}
-
-/* Run fn(arg) in a child with stderr sent to a file; returns the exit status (-1 if signalled)
- * and the child's stderr in err. */
-static int run_child(void (*fn)(const void *), const void *arg, char *err, size_t cap) {
-    const char *errf = tmp_path("child.err");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    NB_ASSERT(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(errf, "w", stderr)) _exit(99);
-        fn(arg);
-        _exit(0);
-    }
-    int status = 0;
-    NB_ASSERT(waitpid(pid, &status, 0) == pid);
-    char *e = read_all(errf, NULL);
-    snprintf(err, cap, "%s", e);
-    free(e);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static int sample_eq(const nb_ctr_sample *a, const nb_ctr_sample *b) {
@@ -340,7 +320,7 @@ static void expect_fail(const char *path, nb_criteo_layout layout, int strict, c
     snprintf(lay, sizeof lay, "%d", (int)layout);
     snprintf(st, sizeof st, "%d", strict);
     const char *args[3] = {path, lay, st};
-    int rc = run_child(child_read_all, args, err, sizeof err);
+    int rc = child_stderr(child_read_all, args, err, sizeof err);
     CHECK(rc == 1, "reading %s: exit %d, stderr: %s", path, rc, err);
     CHECK(strstr(err, "nobubble: error: ") && strstr(err, needle1), "missing '%s' in: %s", needle1, err);
     if (needle2) CHECK(strstr(err, needle2), "missing '%s' in: %s", needle2, err);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes.h"
@@ -60,31 +61,6 @@ static int count_threads(void) {
         if (sscanf(line, "Threads: %d", &n) == 1) break;
     fclose(f);
     return n;
-}
-
-/* Run fn in a child process with stderr captured; returns the exit status (-1 if signalled). */
-static int run_child(void (*fn)(void), char *err, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return -2;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -2;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while ((r = read(fd[0], err + n, cap - 1 - n)) > 0 && n < cap - 1) n += (size_t)r;
-    err[n] = '\0';
-    close(fd[0]);
-    int st = 0;
-    if (waitpid(pid, &st, 0) != pid) return -2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* ---- 0. backends and the debug timeout ---- */

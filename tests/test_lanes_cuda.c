@@ -29,6 +29,7 @@ int main(void) {
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes_cuda_testkern.h"
@@ -493,30 +494,12 @@ static int child_main(const char *mode) {
     return 0;
 }
 
-static int spawn_self(const char *mode, char *err, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return -2;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -2;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        execl("/proc/self/exe", "test_lanes_cuda", "--child", mode, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n < cap - 1 && (r = read(fd[0], err + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    err[n] = '\0';
-    close(fd[0]);
-    int st = 0;
-    if (waitpid(pid, &st, 0) != pid) return -2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+static void exec_child(const void *mode) {
+    execl("/proc/self/exe", "test_lanes_cuda", "--child", (const char *)mode, (char *)NULL);
+    _exit(127);
 }
+
+static int spawn_self(const char *mode, char *err, size_t cap) { return child_stderr(exec_child, mode, err, cap); }
 
 TEST_CASE(test_capture_errors) {
     char err[4096];

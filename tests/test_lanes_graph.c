@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes_cuda_testkern.h"
@@ -344,31 +345,6 @@ static void graph_vs_direct(const char *backend) {
 }
 
 /* ---- capture rules (CPU backend, in child processes) ---- */
-
-static int run_child(void (*fn)(void), char *err, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return -2;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -2;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n < cap - 1 && (r = read(fd[0], err + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    err[n] = '\0';
-    close(fd[0]);
-    int st = 0;
-    if (waitpid(pid, &st, 0) != pid) return -2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void noop(void *arg, const nb_task_ctx *ctx) {}
 
