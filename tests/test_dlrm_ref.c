@@ -24,51 +24,22 @@
 #include "model/seqctr.h"
 #include "model/seqctr_internal.h"
 #include "ops/backend.h"
-#include "ref_file.h"
 #include "optim/optim.h"
+#include "ref_file.h"
 
 #define REGEN_HINT "generate it with python3 tests/torch/dlrm_twin_check.py gen --out tests/torch/ref/dlrm_tiny.safetensors"
+#include "ref_tensors.h"
+
 #define NSTEPS 20
 static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
 
-static const char *ref_path;
 static int verbose, diagnose; /* --diagnose: the diagnosis on every backend, failing or not */
-static nb_st_file *F;
 static nb_sc_model M;
 static nb_sc_batch BT;
 static float *dense, *label;
 static uint32_t *cat, *target, *hist, *mv;
 static int32_t *hist_len, *mv_len;
 static float LR, EPS, EMB_EPS;
-static int meta_int(const char *key) {
-    const char *v = nb_st_meta_get(F, key);
-    NB_CHECK(v != NULL, REGEN_HINT, "%s: metadata '%s' missing", ref_path, key);
-    return atoi(v);
-}
-
-static const nb_st_tensor *need(const char *name, nb_dtype dt, int64_t numel) {
-    const nb_st_tensor *t = nb_st_find(F, name);
-    NB_CHECK(t != NULL, REGEN_HINT, "%s: tensor '%s' missing", ref_path, name);
-    NB_CHECK(t->dtype == dt && t->numel == numel, REGEN_HINT, "%s: tensor '%s' has dtype %d and %lld elements, want %d and %lld",
-             ref_path, name, (int)t->dtype, (long long)t->numel, (int)dt, (long long)numel);
-    return t;
-}
-
-/* bf16 bit patterns to float32 (exact) */
-static void read_bf16(const char *name, float *dst, int64_t n) {
-    const uint16_t *s = need(name, NB_BF16, n)->data;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)s[i] << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
-}
-
-static void *read_raw(const char *name, nb_dtype dt, int64_t n) {
-    const nb_st_tensor *t = need(name, dt, n);
-    void *p = nb_malloc(t->nbytes ? t->nbytes : 1, "reference tensor");
-    memcpy(p, t->data, t->nbytes);
-    return p;
-}
 
 /* "a,b,c" into v[0..n-1] (nb_fail unless exactly n numbers) */
 static void meta_list(const char *key, int64_t *v, int n) {

@@ -22,54 +22,24 @@
 #include "io/safetensors.h"
 #include "model/seqctr.h"
 #include "ops/backend.h"
-#include "ref_file.h"
 #include "optim/optim.h"
+#include "ref_file.h"
 
 #define REGEN_HINT "regenerate it with /usr/bin/python3 tests/torch/seqctr_ref.py gen (see tests/torch/README.md)"
+#include "ref_tensors.h"
+
 #define NSTEPS 10
 /* the reference's optimizer settings (seqctr_ref.py ADAMW / ADAGRAD): the CTR trainer's lr,
  * betas, eps and --emb-lr default; weight decay 0.1 so the 2-D-only rule is exercised */
 static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.999f, EPS = 1e-8f, WD = 0.1f, EMB_LR = 0.05f, EMB_EPS = 1e-8f;
 static double TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_LOSSES;
 
-static const char *ref_path;
 static int verbose;
-static nb_st_file *F;
 static nb_sc_model M;
 static nb_sc_batch BT;
 static float *dense, *label;
 static uint32_t *cat, *target, *hist;
 static int32_t *hist_len;
-
-static int meta_int(const char *key) {
-    const char *v = nb_st_meta_get(F, key);
-    NB_CHECK(v != NULL, REGEN_HINT, "%s: metadata '%s' missing", ref_path, key);
-    return atoi(v);
-}
-
-static const nb_st_tensor *need(const char *name, nb_dtype dt, int64_t numel) {
-    const nb_st_tensor *t = nb_st_find(F, name);
-    NB_CHECK(t != NULL, REGEN_HINT, "%s: tensor '%s' missing", ref_path, name);
-    NB_CHECK(t->dtype == dt && t->numel == numel, REGEN_HINT, "%s: tensor '%s' has dtype %d and %lld elements, want %d and %lld",
-             ref_path, name, (int)t->dtype, (long long)t->numel, (int)dt, (long long)numel);
-    return t;
-}
-
-/* bf16 bit patterns to float32 (exact) */
-static void read_bf16(const char *name, float *dst, int64_t n) {
-    const uint16_t *s = need(name, NB_BF16, n)->data;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)s[i] << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
-}
-
-static void *read_raw(const char *name, nb_dtype dt, int64_t n) {
-    const nb_st_tensor *t = need(name, dt, n);
-    void *p = nb_malloc(t->nbytes ? t->nbytes : 1, "reference tensor");
-    memcpy(p, t->data, t->nbytes);
-    return p;
-}
 
 static void table_name(char *buf, size_t cap, int t) {
     if (t == NB_SC_STD_NCAT)
