@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "rel_err.h"
+
 static int nb_test_failures = 0;
 
 #define CHECK(cond, ...)                                                                           \
@@ -18,18 +20,6 @@ static int nb_test_failures = 0;
             nb_test_failures++;                                                                    \
         }                                                                                          \
     } while (0)
-
-/* Relative error ||a - b|| / max(||b||, tiny) over n elements. */
-static inline double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        num += d * d;
-        den += (double)b[i] * (double)b[i];
-        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
-    }
-    return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
-}
 
 #define TEST_CASE(name) static void name(void)
 #define RUN(name)                                                                                  \

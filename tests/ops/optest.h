@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../rel_err.h"
+
 enum { OT_EVAL = 1, OT_GRAD = 2, OT_PERF = 4 };
 enum { OT_F32 = 0, OT_BF16 = 1, OT_BOTH = 2, OT_NONE = 3 }; /* BOTH: one row loops over f32 and bf16 */
 enum {
@@ -79,18 +81,6 @@ int ot_cuda_ready(const char **why);
     for (int bf = ot_cur->dtype == OT_BF16; bf <= (ot_cur->dtype == OT_F32 ? 0 : 1); bf++)
 static inline int ot_eval(void) { return ot_mode == OT_EVAL; }
 static inline int ot_grad(void) { return ot_mode == OT_GRAD; }
-
-/* Relative error ||a - b|| / max(||b||, tiny) over n elements. */
-static inline double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        num += d * d;
-        den += (double)b[i] * (double)b[i];
-        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
-    }
-    return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
-}
 
 /* Runs fn in a child process (stderr to /dev/null) and returns its exit status, or -1 if it
  * did not exit: the death tests (a bad input must end in nb_fail's exit 1, not a wild access). */
