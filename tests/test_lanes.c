@@ -20,30 +20,7 @@
 #include "child.h"
 #include "core.h"
 #include "lanes/lanes.h"
-#include "lanes/lanes.h"
-
-static atomic_int task_failures;
-
-#define TASK_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "  FAIL (in task) %s:%d: %s\n", __FILE__, __LINE__, #cond);            \
-            atomic_fetch_add(&task_failures, 1);                                                   \
-        }                                                                                          \
-    } while (0)
-
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+#include "lanes_test.h"
 
 /* Deterministic per-task jitter: nothing, a yield, or a sleep of up to 200 us. */
 static void jitter(uint64_t key) {

@@ -33,35 +33,13 @@ int main(void) {
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes_cuda_testkern.h"
-#include "lanes/lanes.h"
+#include "lanes_test.h"
 
 static int cu_ok(cudaError_t e, const char *call) {
     if (e != cudaSuccess) fprintf(stderr, "  %s: %s\n", call, cudaGetErrorString(e));
     return e == cudaSuccess;
 }
 #define CU(call) CHECK(cu_ok((call), #call), "a CUDA call failed")
-
-static atomic_int task_failures;
-#define TASK_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "  FAIL (in task) %s:%d: %s\n", __FILE__, __LINE__, #cond);            \
-            atomic_fetch_add(&task_failures, 1);                                                   \
-        }                                                                                          \
-    } while (0)
-
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* ---- tasks ---- */
 

@@ -24,23 +24,11 @@
 #include "core.h"
 #include "lanes/lanes.h"
 #include "lanes/lanes_cuda_testkern.h"
+#include "lanes_test.h"
 
 #ifdef NB_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
-
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* ---- the program: a DAG over device lanes ---- */
 
