@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "core.h"
 #include "data/loader.h"
 #include "data/shard.h"
@@ -46,32 +47,21 @@ static unsigned char *shard_image(int32_t magic, int32_t version, int32_t count,
     return b;
 }
 
-/* Runs fn(arg) in a child with stderr captured; returns its exit status (-1 if it crashed) and
- * the first line of its stderr in err. */
-static int run_child(void (*fn)(const char *), const char *arg, char *err, size_t cap,
-                     int *lines) {
-    const char *errpath = tmp_path("child.err");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    NB_ASSERT(pid >= 0);
-    if (pid == 0) {
-        NB_ASSERT(freopen(errpath, "w", stderr));
-        fn(arg);
-        _exit(0);
-    }
-    int st;
-    NB_ASSERT(waitpid(pid, &st, 0) == pid);
-    err[0] = 0;
+/* fn(arg) in a child (child.h): its exit status (-1 if it crashed), its stderr in err and the
+ * number of lines there (an error is one line). */
+typedef struct {
+    void (*fn)(const char *);
+    const char *arg;
+} path_child;
+
+static void call_path_child(const void *c) { ((const path_child *)c)->fn(((const path_child *)c)->arg); }
+
+static int run_child_on(void (*fn)(const char *), const char *arg, char *err, size_t cap, int *lines) {
+    path_child c = {fn, arg};
+    int rc = child_stderr(call_path_child, &c, err, cap);
     *lines = 0;
-    FILE *f = fopen(errpath, "r");
-    char line[2048];
-    while (f && fgets(line, sizeof line, f)) {
-        if (*lines == 0) snprintf(err, cap, "%s", line);
-        (*lines)++;
-    }
-    if (f) fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    for (const char *p = err; *p; p++) *lines += *p == '\n';
+    return rc;
 }
 
 static void load_50257(const char *path) {
@@ -84,7 +74,7 @@ static void load_50257(const char *path) {
 static void expect_load_error(const char *path, const char *want) {
     char err[2048];
     int lines;
-    int rc = run_child(load_50257, path, err, sizeof err, &lines);
+    int rc = run_child_on(load_50257, path, err, sizeof err, &lines);
     CHECK(rc == 1, "loading %s: exit status %d, expected 1", path, rc);
     CHECK(lines == 1, "loading %s: %d lines on stderr, expected 1", path, lines);
     CHECK(strstr(err, path) != NULL, "error does not name the file: %s", err);
@@ -109,7 +99,7 @@ TEST_CASE(test_mask_load) {
     nb_mask_write(mpath, m, 3);
     char err[2048];
     int lines;
-    int rc = run_child(load_mask_of_4, shard, err, sizeof err, &lines);
+    int rc = run_child_on(load_mask_of_4, shard, err, sizeof err, &lines);
     CHECK(rc == 1 && strstr(err, mpath) && strstr(err, "holds 3 entries but its shard") && strstr(err, "hint:"),
           "a 3-entry mask for a 4-token shard: rc %d, %s", rc, err);
     unlink(mpath);
@@ -270,11 +260,11 @@ TEST_CASE(test_write_refuses_bad_ids) {
     char err[2048];
     int lines;
     const char *path = tmp_path("badid.bin");
-    int rc = run_child(write_bad_id, path, err, sizeof err, &lines);
+    int rc = run_child_on(write_bad_id, path, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1, "exit %d, %d lines", rc, lines);
     CHECK(strstr(err, "token 1 is 65536, outside 0..65535"), "%s", err);
     CHECK(file_size(path) == -1, "a shard was written despite the bad id");
-    rc = run_child(write_negative_id, path, err, sizeof err, &lines);
+    rc = run_child_on(write_negative_id, path, err, sizeof err, &lines);
     CHECK(rc == 1 && strstr(err, "token 1 is -1"), "exit %d: %s", rc, err);
     CHECK(file_size(path) == -1, "a shard was written despite the negative id");
 }
@@ -288,7 +278,7 @@ TEST_CASE(test_write_unwritable_dir) {
     char err[2048], path[256];
     int lines;
     snprintf(path, sizeof path, "%s/no/such/dir/x.bin", dir);
-    int rc = run_child(write_into_missing_dir, path, err, sizeof err, &lines);
+    int rc = run_child_on(write_into_missing_dir, path, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1 && strstr(err, "cannot open"), "exit %d: %s", rc, err);
 }
 
@@ -304,7 +294,7 @@ static void expect_loader_error(const char *path, size_t start, const char *want
     char err[2048];
     int lines;
     loader_start = start;
-    int rc = run_child(open_loader_at, path, err, sizeof err, &lines);
+    int rc = run_child_on(open_loader_at, path, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1, "start %zu: exit %d, %d lines: %s", start, rc, lines, err);
     CHECK(strstr(err, path) && strstr(err, want), "start %zu: error lacks the shard or '%s': %s", start, want, err);
     CHECK(strstr(err, "hint: the checkpoint's data_pos does not fit this shard: resume with the shard it was trained on"),
@@ -411,12 +401,12 @@ TEST_CASE(test_shardset_refusals) {
     int32_t ids[20] = {0};
     nb_shard_write(tmp_path("ok_a.bin"), ids, 20);
     snprintf(spec, sizeof spec, "%s/ok_a.bin,%s/ok_*.bin", dir, dir);
-    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    rc = run_child_on(open_set, spec, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1 && strstr(err, "twice"), "repeat: exit %d: %s", rc, err);
     snprintf(spec, sizeof spec, "%s/none_*.bin", dir);
-    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    rc = run_child_on(open_set, spec, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1 && strstr(err, "no file matches") && strstr(err, "looked at"), "no match: exit %d: %s", rc, err);
-    rc = run_child(open_set, "data/no_such_folder/x.bin", err, sizeof err, &lines);
+    rc = run_child_on(open_set, "data/no_such_folder/x.bin", err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1 && strstr(err, "in the working directory") && strstr(err, "next to the binary"),
           "missing default-style path: exit %d: %s", rc, err);
     size_t len;
@@ -425,7 +415,7 @@ TEST_CASE(test_shardset_refusals) {
     write_bytes(tmp_path("ok_b.bin"), bad, len);
     free(bad);
     snprintf(spec, sizeof spec, "%s/ok_*.bin", dir);
-    rc = run_child(open_set, spec, err, sizeof err, &lines);
+    rc = run_child_on(open_set, spec, err, sizeof err, &lines);
     CHECK(rc == 1 && lines == 1 && strstr(err, "ok_b.bin' is not a token shard"), "bad magic in the 2nd shard: exit %d: %s", rc, err);
 }
 
