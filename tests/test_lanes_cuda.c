@@ -19,12 +19,10 @@ int main(void) {
 #else
 
 #include <cuda_runtime.h>
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
