@@ -28,6 +28,9 @@ static inline int child_stderr(void (*fn)(const void *), const void *arg, char *
     ssize_t r;
     while (n < cap - 1 && (r = read(fd[0], err + n, cap - 1 - n)) > 0) n += (size_t)r;
     err[n] = '\0';
+    char rest[256]; /* past cap: read to the end, so a child that says more is not killed by SIGPIPE */
+    while (read(fd[0], rest, sizeof rest) > 0) {
+    }
     close(fd[0]);
     int st = 0;
     if (waitpid(pid, &st, 0) != pid) return -2;
