@@ -12,6 +12,8 @@
 #  - seqctr and dlrm-dcnv2: plan's host bytes are the run's; where MLPerf's tables fit on a GPU;
 #  - llama-8b planned for an 80 GB GPU and a 128 GB host (emulated: no GPU here), from its preset
 #    and from a Hugging Face config.json (Llama-3.1-8B's shape): plain does not fit, stream does.
+#  - a step in micro-batches (--grad-accum, --micro-batches): the largest batch is a multiple of
+#    them, and a schedule that cannot run with the flags is named with its reason.
 source "$(dirname "$0")/lib.sh"
 need_sotu
 C=(--batch 2 --seq 64 --steps 1 --data "$TRAIN" --val-data none --eval-every 0 --no-progress --fresh)
@@ -116,4 +118,19 @@ mkdir -p "$TMP/nodata" && (cd "$TMP/nodata" && NB_DATA_DIR="$TMP/nodata" $NB pla
     >"$TMP/nodata.out" 2>&1 && grep -q "^bytes   stream .* fits 1" "$TMP/nodata.out" \
     && pass "plan with no token shards anywhere: $(grep -m1 '^stream' "$TMP/nodata.out")" \
     || fail "plan without data: $(tail -n 2 "$TMP/nodata.out")"
+# a step split into micro-batches (--grad-accum, seqctr's --micro-batches): the largest batch is a
+# multiple of them (the trainer takes no other), and a schedule that cannot run with the flags is
+# named with its reason instead of ending the plan
+$NB plan --model llama-tiny --batch 9 --seq 64 --grad-accum 3 --gpu-mem 0 --host-mem 400M >"$TMP/ga.out" 2>&1
+rc=$? big=$(sed -n 's/^  largest batch that fits: \([0-9]*\)$/\1/p' "$TMP/ga.out" | head -1)
+fits_at() { $NB plan --model llama-tiny --batch "$1" --seq 64 --grad-accum 3 --gpu-mem 0 --host-mem 400M 2>&1 | grep -q "^plain   fits"; }
+[ $rc = 0 ] && [ -n "$big" ] && [ $((big % 3)) = 0 ] && fits_at "$big" && ! fits_at $((big + 3)) \
+    && grep -q "^stream  does not run with these flags: it does not accumulate micro-batches" "$TMP/ga.out" \
+    && pass "plan --grad-accum 3 in 400 MiB: largest batch $big (a multiple of 3; $((big + 3)) does not fit); stream named as not running with it" \
+    || fail "plan --grad-accum 3: exit $rc, largest '$big': $(tail -n 3 "$TMP/ga.out")"
+$NB plan --model seqctr --batch 64 --emb-shard row --schedule pipe --micro-batches 4 --gpu-mem 0 --host-mem 64G >"$TMP/mb.out" 2>&1
+rc=$? big=$(sed -n 's/^  largest batch that fits: \([0-9]*\)$/\1/p' "$TMP/mb.out" | head -1)
+[ $rc = 0 ] && [ -n "$big" ] && [ $((big % 4)) = 0 ] && [ "$big" -ge 64 ] \
+    && pass "plan seqctr --micro-batches 4: largest batch $big (a multiple of 4)" \
+    || fail "plan seqctr --micro-batches 4: exit $rc: $(tail -n 3 "$TMP/mb.out")"
 finish

@@ -136,7 +136,7 @@ all=$(grep -c "<rect" "$TMP/gpt2-tiny-stream/timeline.svg"); one=$(grep -c "<rec
 expect_error "timeline of a step the trace lacks" "no span of step 99" $NB timeline --trace "$TMP/gpt2-tiny.json" --step 99 --out "$TMP/x.svg"
 expect_error "host plan over --host-mem-limit" "host-mem-limit" $NB train "${C[@]}" --model gpt2-tiny --schedule stream \
     --host-mem-limit 1000000
-expect_error "stream with --detach" "stream does not split" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --detach 1
+expect_error "stream with --detach" "stream: it does not split" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --detach 1
 expect_error "recompute without stream" "stream schedule only" $NB train "${C[@]}" --model gpt2-tiny --ckpt-interval 2
 expect_error "stream with --graphs" "not captured as graphs" $NB train "${C[@]}" --model gpt2-tiny --schedule stream --graphs
 finish

@@ -130,22 +130,28 @@ static plan_result plan_one(const nb_train_opts *o, const machine *m) {
     return p;
 }
 
-/* The largest batch (up to 65536) whose plan fits, 0 when not even 1 does. */
+/* The largest batch (up to 65536) whose plan fits, 0 when not even the smallest does. A batch is
+ * a whole number of ranks x micro-batches (--grad-accum, --micro-batches, --emulate-ranks: the
+ * trainer refuses any other), so the search runs over those multiples. */
+static int batch_fits(nb_train_opts o, int batch, const machine *m) {
+    o.batch = batch;
+    return plan_one(&o, m).fits;
+}
+
 static int largest_batch(nb_train_opts o, const machine *m) {
-    int lo = 0, hi = 1;
-    for (; hi <= 65536; hi *= 2) {
-        o.batch = hi;
-        if (!plan_one(&o, m).fits) break;
-        lo = hi;
+    int unit = (o.world > 0 ? o.world : 1) * nb_train_parts(&o), top = 65536 / unit;
+    int lo = 0, hi = 1; /* in units: lo fits, hi does not */
+    while (hi <= top && batch_fits(o, hi * unit, m)) lo = hi, hi *= 2;
+    if (hi > top) { /* every doubling fit: the cap itself? */
+        if (batch_fits(o, top * unit, m)) return top * unit;
+        hi = top;
     }
-    if (hi > 65536) return lo;
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        o.batch = mid;
-        if (plan_one(&o, m).fits) lo = mid;
+        if (batch_fits(o, mid * unit, m)) lo = mid;
         else hi = mid;
     }
-    return lo;
+    return lo * unit;
 }
 
 static void print_side(const char *name, const nb_mem_side *s, size_t total, size_t params) {
@@ -258,6 +264,11 @@ int nb_cmd_plan(int argc, char **argv) {
         const char *why = NULL;
         if (!sc || (sc->applies && !sc->applies(fam, &why))) continue;
         nb_train_opts p = sched_opts(&o, *s, gl_given, m.has_gpu);
+        const char *hint = NULL, *refused = nb_sched_refuses(sc, &p, &hint);
+        if (refused) {
+            printf("%-7s does not run with these flags: %s (%s)\n", *s, refused, hint);
+            continue;
+        }
         plan_schedule(&p, &m);
     }
     return 0;

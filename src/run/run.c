@@ -95,8 +95,8 @@ static void check_schedule(const nb_run *r) {
              r->o.schedule, nb_sched_names());
     NB_CHECK(!r->sched->applies || r->sched->applies(r->fam, &why), "pick another --schedule (nobubble train --help lists them)",
              "--schedule %s does not run %s models: %s", r->sched->name, r->fam->name, why ? why : "");
-    NB_CHECK(!r->o.graphs || r->sched->traits.graphs, "drop --graphs with this schedule",
-             "--schedule %s steps are not captured as graphs yet", r->sched->name);
+    const char *hint = NULL, *refused = nb_sched_refuses(r->sched, &r->o, &hint);
+    NB_CHECK(!refused, hint, "--schedule %s: %s", r->sched->name, refused);
     if (r->sched->check) r->sched->check(&r->o);
     for (const nb_sched_i *const *s = nb_sched_all(); *s; s++)
         if (*s != r->sched && (*s)->reject) (*s)->reject(&r->o);

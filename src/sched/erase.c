@@ -96,14 +96,18 @@ static nb_mark erase_step(nb_run *r, int step) {
     return nb_lane_mark(r->compute);
 }
 
-static void erase_check(const nb_train_opts *o) {
+static const char *erase_refuses(const nb_train_opts *o, const char **hint) {
     /* the dispatcher threads would enqueue the side lanes' gradient reductions in an order that
      * differs between ranks; every rank must issue its collectives in the same order */
-    NB_CHECK(!(o->world > 1 && o->erase_dispatch == NB_ERASE_ASYNC), "use --erase-dispatch blocking with several ranks",
-             "async dispatch enqueues collectives from several threads: ranks would disagree on their order");
-    NB_CHECK(!(o->graphs && o->erase_dispatch == NB_ERASE_ASYNC),
-             "use --erase-dispatch blocking with --graphs",
-             "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured");
+    if (o->world > 1 && o->erase_dispatch == NB_ERASE_ASYNC) {
+        *hint = "use --erase-dispatch blocking with several ranks";
+        return "async dispatch enqueues collectives from several threads: ranks would disagree on their order";
+    }
+    if (o->graphs && o->erase_dispatch == NB_ERASE_ASYNC) {
+        *hint = "use --erase-dispatch blocking with --graphs";
+        return "--graphs captures the step once, so its dispatch is fixed: async dispatch cannot be captured";
+    }
+    return NULL;
 }
 
 static int st_async(const nb_run *r) { return r->o.erase_dispatch == NB_ERASE_ASYNC; }
@@ -120,7 +124,7 @@ static void erase_free(nb_run *r) {
 const nb_sched_i nb_sched_erase = {
     .name = "erase",
     .summary = "ERASE: detached segments' backward on side lanes while later segments run forward",
-    .check = erase_check,
+    .refuses = erase_refuses,
     .init = erase_init,
     .step = erase_step,
     .free = erase_free,

@@ -23,3 +23,11 @@ const char *nb_sched_names(void) {
     }
     return names;
 }
+
+const char *nb_sched_refuses(const nb_sched_i *s, const nb_train_opts *o, const char **hint) {
+    if (o->graphs && !s->traits.graphs) {
+        *hint = "drop --graphs with this schedule";
+        return "its steps are not captured as graphs yet";
+    }
+    return s->refuses ? s->refuses(o, hint) : NULL;
+}

@@ -26,6 +26,10 @@ typedef struct nb_sched_i {
     int (*applies)(const nb_family_i *fam, const char **why);
     /* its options, from flags or a state.json (the options of other schedules must be unset) */
     void (*check)(const nb_train_opts *o);
+    /* the first of the run's options it cannot run with (what is not built yet), as a sentence,
+     * with what to do in *hint; NULL when it can (NULL hook: none). nb_sched_refuses asks it:
+     * training fails on the answer, `nobubble plan` prints it instead of planning the schedule */
+    const char *(*refuses)(const nb_train_opts *o, const char **hint);
     /* when another schedule runs: fails if an option only this one reads was set (NULL: none) */
     void (*reject)(const nb_train_opts *o);
     /* plans the run's memory instead of the family's resident plan (NULL: the family's) */
@@ -59,6 +63,10 @@ const nb_sched_i *nb_sched_find(const char *name);
 const nb_sched_i *const *nb_sched_all(void);
 /* "plain, erase or stream" */
 const char *nb_sched_names(void);
+/* The first of the run's options that schedule s cannot run with (not built yet: --graphs where
+ * its steps are not captured, and its own refuses()), as a sentence with what to do in *hint;
+ * NULL when it can. Training fails on it; `nobubble plan` prints it. */
+const char *nb_sched_refuses(const nb_sched_i *s, const nb_train_opts *o, const char **hint);
 
 extern const nb_sched_i nb_sched_plain, nb_sched_erase, nb_sched_stream, nb_sched_sparse_dist, nb_sched_pipe;
 /* plain's step (the pass in order on the compute lane), for schedules that add work around it */

@@ -24,10 +24,19 @@ static void slot_ranges(const nb_train_opts *o) {
              "--pinned-slabs %d", o->pinned_slabs);
 }
 
+static const char *stream_refuses(const nb_train_opts *o, const char **hint) {
+    if (o->detach[0]) {
+        *hint = "drop --detach with --schedule stream";
+        return "it does not split the model yet (--detach)";
+    }
+    if (o->world != 1 || o->grad_accum != 1) {
+        *hint = "run --schedule stream on one rank without --grad-accum";
+        return "it does not accumulate micro-batches or reduce over ranks yet";
+    }
+    return NULL;
+}
+
 static void stream_check(const nb_train_opts *o) {
-    NB_CHECK(!o->detach[0], "drop --detach with --schedule stream", "stream does not split the model yet");
-    NB_CHECK(o->world == 1 && o->grad_accum == 1, "run --schedule stream on one rank without --grad-accum",
-             "stream does not accumulate micro-batches or reduce over ranks yet");
     NB_CHECK(o->ckpt_interval >= 0 && o->ckpt_interval <= NB_TF_MAX_CKPT_INTERVAL,
              "pass --ckpt-interval between 0 (keep all) and 64", "--ckpt-interval %d", o->ckpt_interval);
     NB_CHECK(o->keep_layers >= -1, "pass --keep-layers N >= 0, or -1 for as many as fit", "--keep-layers %d", o->keep_layers);
@@ -256,6 +265,7 @@ const nb_sched_i nb_sched_stream = {
     .summary = "MegaTrain: a model's state in host memory, layers streamed through GPU slots, AdamW on the host",
     .applies = applies,
     .check = stream_check,
+    .refuses = stream_refuses,
     .reject = stream_reject,
     .plan = stream_plan,
     .init = stream_init,
