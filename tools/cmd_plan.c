@@ -130,14 +130,14 @@ static plan_result plan_one(const nb_train_opts *o, const machine *m) {
     return p;
 }
 
-/* The largest batch (up to 65536) whose plan fits, 0 when not even the smallest does. A batch is
- * a whole number of ranks x micro-batches (--grad-accum, --micro-batches, --emulate-ranks: the
- * trainer refuses any other), so the search runs over those multiples. */
 static int batch_fits(nb_train_opts o, int batch, const machine *m) {
     o.batch = batch;
     return plan_one(&o, m).fits;
 }
 
+/* The largest batch (up to 65536) whose plan fits, 0 when not even the smallest does. A batch is
+ * a whole number of ranks x micro-batches (--grad-accum, --micro-batches, --emulate-ranks: the
+ * trainer refuses any other), so the search runs over those multiples. */
 static int largest_batch(nb_train_opts o, const machine *m) {
     int unit = (o.world > 0 ? o.world : 1) * nb_train_parts(&o), top = 65536 / unit;
     int lo = 0, hi = 1; /* in units: lo fits, hi does not */
