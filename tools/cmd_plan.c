@@ -140,6 +140,7 @@ static int batch_fits(nb_train_opts o, int batch, const machine *m) {
  * trainer refuses any other), so the search runs over those multiples. */
 static int largest_batch(nb_train_opts o, const machine *m) {
     int unit = (o.world > 0 ? o.world : 1) * nb_train_parts(&o), top = 65536 / unit;
+    if (top == 0) return 0;
     int lo = 0, hi = 1; /* in units: lo fits, hi does not */
     while (hi <= top && batch_fits(o, hi * unit, m)) lo = hi, hi *= 2;
     if (hi > top) { /* every doubling fit: the cap itself? */
