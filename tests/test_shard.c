@@ -53,7 +53,10 @@ typedef struct {
     const char *arg;
 } path_child;
 
-static void call_path_child(const void *c) { ((const path_child *)c)->fn(((const path_child *)c)->arg); }
+static void call_path_child(const void *p) {
+    const path_child *c = p;
+    c->fn(c->arg);
+}
 
 static int run_child_on(void (*fn)(const char *), const char *arg, char *err, size_t cap, int *lines) {
     path_child c = {fn, arg};

@@ -139,7 +139,7 @@ static int batch_fits(nb_train_opts o, int batch, const machine *m) {
  * a whole number of ranks x micro-batches (--grad-accum, --micro-batches, --emulate-ranks: the
  * trainer refuses any other), so the search runs over those multiples. */
 static int largest_batch(nb_train_opts o, const machine *m) {
-    int unit = (o.world > 0 ? o.world : 1) * nb_train_parts(&o), top = 65536 / unit;
+    int unit = o.world * nb_train_parts(&o), top = 65536 / unit; /* --world and the parts are >= 1 */
     if (top == 0) return 0;
     int lo = 0, hi = 1; /* in units: lo fits, hi does not */
     while (hi <= top && batch_fits(o, hi * unit, m)) lo = hi, hi *= 2;
