@@ -93,6 +93,33 @@ static double fd(nb_sc_model *m, const nb_sc_batch *b, float *p) {
     return num;
 }
 
+/* Every dense tensor's gradient g against finite differences at up to six spread entries; counts
+ * the checks, the disagreements and the tensors with any nonzero gradient. */
+typedef struct {
+    int checked, bad, nonzero_tensors;
+} dense_sweep;
+
+static dense_sweep check_dense_grads(nb_sc_model *m, const nb_sc_batch *b, const float *g) {
+    dense_sweep r = {0, 0, 0};
+    for (int k = 0; k < m->ntensors; k++) {
+        const nb_sc_tensor *tt = &m->t[k];
+        double gnorm = 0;
+        for (size_t i = 0; i < tt->n; i++) gnorm += fabs(g[tt->off + i]);
+        r.nonzero_tensors += gnorm > 0;
+        int samples = tt->n < 6 ? (int)tt->n : 6;
+        for (int s = 0; s < samples; s++) {
+            size_t i = (size_t)s * 7919u % tt->n;
+            double num, an = g[tt->off + i];
+            r.checked++;
+            if (!grad_ok(m, b, &m->params[tt->off + i], an, &num)) {
+                r.bad++;
+                fprintf(stderr, "    %s[%zu]: analytic %.6g numeric %.6g\n", tt->name, i, an, num);
+            }
+        }
+    }
+    return r;
+}
+
 /* The default embedding init (std 0.05) puts history rows where LayerNorm over E = 8 divides
  * by a tiny std, so the loss is too curved for a float finite difference there: spread them. */
 static void spread_embeddings(nb_sc_model *m) {
@@ -116,28 +143,13 @@ static void grad_dense_with(int hist_layers, float aux) {
     nb_sc_backward(&m, &t.b);
     float *g = nb_malloc(m.nparams * sizeof(float), "test");
     memcpy(g, m.grads, m.nparams * sizeof(float));
-    int checked = 0, bad = 0, nonzero_tensors = 0;
-    for (int k = 0; k < m.ntensors; k++) {
-        const nb_sc_tensor *tt = &m.t[k];
-        double gnorm = 0;
-        for (size_t i = 0; i < tt->n; i++) gnorm += fabs(g[tt->off + i]);
-        nonzero_tensors += gnorm > 0;
-        int samples = tt->n < 6 ? (int)tt->n : 6;
-        for (int s = 0; s < samples; s++) {
-            size_t i = (size_t)s * 7919u % tt->n;
-            double num, an = g[tt->off + i];
-            checked++;
-            if (!grad_ok(&m, &t.b, &m.params[tt->off + i], an, &num)) {
-                bad++;
-                fprintf(stderr, "    %s[%zu]: analytic %.6g numeric %.6g\n", tt->name, i, an, num);
-            }
-        }
-    }
-    CHECK(bad == 0, "%d of %d sampled dense gradients disagree", bad, checked);
-    CHECK(kinks * 50 <= checked, "%d of %d checks only matched as ReLU kinks", kinks, checked);
+    dense_sweep d = check_dense_grads(&m, &t.b, g);
+    CHECK(d.bad == 0, "%d of %d sampled dense gradients disagree", d.bad, d.checked);
+    CHECK(kinks * 50 <= d.checked, "%d of %d checks only matched as ReLU kinks", kinks, d.checked);
     /* without aux heads, the earlier heads get no gradient: every other tensor must */
     int expect = m.ntensors - (aux > 0 ? 0 : 2 * (c.blocks - 1));
-    CHECK(nonzero_tensors == expect, "%d of %d tensors got a gradient (want %d)", nonzero_tensors, m.ntensors, expect);
+    CHECK(d.nonzero_tensors == expect, "%d of %d tensors got a gradient (want %d)", d.nonzero_tensors, m.ntensors,
+          expect);
     free(g);
     nb_sc_free(&m);
 }
@@ -221,24 +233,10 @@ TEST_CASE(grad_dlrm) {
     nb_sc_backward(&m, &t.b);
     float *g = nb_malloc(m.nparams * sizeof(float), "test");
     memcpy(g, m.grads, m.nparams * sizeof(float));
-    int checked = 0, bad = 0, nonzero = 0;
-    for (int k = 0; k < m.ntensors; k++) {
-        const nb_sc_tensor *tt = &m.t[k];
-        double gn = 0;
-        for (size_t i = 0; i < tt->n; i++) gn += fabs(g[tt->off + i]);
-        nonzero += gn > 0;
-        for (int q = 0; q < (tt->n < 6 ? (int)tt->n : 6); q++) {
-            size_t i = (size_t)q * 7919u % tt->n;
-            double num;
-            checked++;
-            if (!grad_ok(&m, &t.b, &m.params[tt->off + i], g[tt->off + i], &num)) {
-                bad++;
-                fprintf(stderr, "    %s[%zu]: analytic %.6g numeric %.6g\n", tt->name, i, g[tt->off + i], num);
-            }
-        }
-    }
+    dense_sweep d = check_dense_grads(&m, &t.b, g);
+    int checked = d.checked, bad = d.bad;
     CHECK(m.ntensors == 6 + 3 * c.blocks + 2 * 3, "%d tensors", m.ntensors);
-    CHECK(nonzero == m.ntensors, "%d of %d tensors got a gradient", nonzero, m.ntensors);
+    CHECK(d.nonzero_tensors == m.ntensors, "%d of %d tensors got a gradient", d.nonzero_tensors, m.ntensors);
     int U = m.nuniq, E = c.E;
     int64_t *rows = nb_malloc((size_t)U * sizeof(int64_t), "test");
     float *gr = nb_malloc((size_t)U * E * sizeof(float), "test");
