@@ -105,6 +105,18 @@ static double run(rig *r, int backward, float *out) {
 
 static const unsigned ALL = (1u << NB_LORA_SITES) - 1;
 
+/* A check over both layouts with every target, and over llama's with Qwen's extras (q/k norm,
+ * head_dim 6, qkv bias). */
+typedef void (*layout_check)(nb_arch arch, unsigned sites, const char *what);
+
+static void on_each_layout(layout_check check) {
+    check(NB_ARCH_LLAMA, ALL, "llama, every target");
+    check(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2, every target");
+    qwen_variant = 1;
+    check(NB_ARCH_LLAMA, ALL, "llama with q/k norm, head_dim 6 and qkv bias (Qwen), every target");
+    qwen_variant = 0;
+}
+
 static void zero_b_is_base(nb_arch arch, unsigned sites, const char *what) {
     rig r;
     rig_init(&r, arch, sites);
@@ -117,13 +129,7 @@ static void zero_b_is_base(nb_arch arch, unsigned sites, const char *what) {
     rig_free(&r);
 }
 
-TEST_CASE(zero_b_gives_base_losses) {
-    zero_b_is_base(NB_ARCH_LLAMA, ALL, "llama, every target");
-    zero_b_is_base(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2, every target");
-    qwen_variant = 1;
-    zero_b_is_base(NB_ARCH_LLAMA, ALL, "llama with q/k norm and qkv bias (Qwen)");
-    qwen_variant = 0;
-}
+TEST_CASE(zero_b_gives_base_losses) { on_each_layout(zero_b_is_base); }
 
 static void grads_vs_fd(nb_arch arch, unsigned sites, const char *what) {
     rig r;
@@ -160,13 +166,7 @@ static void grads_vs_fd(nb_arch arch, unsigned sites, const char *what) {
     rig_free(&r);
 }
 
-TEST_CASE(adapter_grads_vs_finite_differences) {
-    grads_vs_fd(NB_ARCH_LLAMA, ALL, "llama, every target");
-    grads_vs_fd(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2, every target");
-    qwen_variant = 1;
-    grads_vs_fd(NB_ARCH_LLAMA, ALL, "llama with q/k norm, head_dim 6 and qkv bias (Qwen), every target");
-    qwen_variant = 0;
-}
+TEST_CASE(adapter_grads_vs_finite_differences) { on_each_layout(grads_vs_fd); }
 
 static void merge_matches(nb_arch arch, unsigned sites, const char *what) {
     rig r;
@@ -183,10 +183,7 @@ static void merge_matches(nb_arch arch, unsigned sites, const char *what) {
     rig_free(&r);
 }
 
-TEST_CASE(merge_gives_lora_losses) {
-    merge_matches(NB_ARCH_LLAMA, ALL, "llama");
-    merge_matches(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2");
-}
+TEST_CASE(merge_gives_lora_losses) { on_each_layout(merge_matches); }
 
 static void groups_match(nb_arch arch, unsigned sites, const char *what) {
     rig r;
@@ -206,10 +203,7 @@ static void groups_match(nb_arch arch, unsigned sites, const char *what) {
     rig_free(&r);
 }
 
-TEST_CASE(init_by_groups_is_the_whole_init) {
-    groups_match(NB_ARCH_LLAMA, ALL, "llama");
-    groups_match(NB_ARCH_GPT2, nb_tf_lora_parse_targets("q,k,v,o,up,down", NB_ARCH_GPT2), "gpt2");
-}
+TEST_CASE(init_by_groups_is_the_whole_init) { on_each_layout(groups_match); }
 
 int main(void) {
     omp_set_num_threads(1); /* shapes of a few hundred elements: threads only add their wake-ups */
