@@ -37,75 +37,7 @@ static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, si
     return fd_error_sampled(f, ctx, x, g, n, SIZE_MAX, 0, 0);
 }
 
-#define MAX_GRADS 5
-typedef struct {
-    const char *name;
-    int ngrads;
-    size_t sizes[MAX_GRADS];
-    const char *gname[MAX_GRADS];
-    void (*backward)(const void *ctx, float *const *grads);
-    const void *ctx;
-    unsigned written; /* bit k: gradient k is written, not added to (the cross's dx) */
-} grad_op;
-
-/* Gradients from zero into ref[k] (caller frees), plus NULL, accumulation and determinism checks. */
-static void check_grad_semantics(const grad_op *op, float **ref) {
-    float *g[MAX_GRADS] = {0};
-    for (int k = 0; k < op->ngrads; k++) ref[k] = zeros(op->sizes[k]);
-    op->backward(op->ctx, ref);
-    if (!ot_eval()) return; /* grad mode: the gradients for the finite differences only */
-    for (int k = 0; k < op->ngrads; k++) g[k] = zeros(op->sizes[k]);
-    op->backward(op->ctx, g);
-    for (int k = 0; k < op->ngrads; k++)
-        CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s differs between two runs", op->name, op->gname[k]);
-    for (int k = 0; k < op->ngrads; k++) {
-        float *only[MAX_GRADS] = {0};
-        only[k] = zeros(op->sizes[k]);
-        op->backward(op->ctx, only);
-        CHECK(same_bits(only[k], ref[k], op->sizes[k]), "%s: %s alone differs", op->name, op->gname[k]);
-        free(only[k]);
-    }
-    float *none[MAX_GRADS] = {0};
-    op->backward(op->ctx, none);
-    for (int k = 0; k < op->ngrads; k++) nb_rng_fill_normal(g[k], op->sizes[k], SEED, 900 + k, 0.0f, 1.0f);
-    op->backward(op->ctx, g);
-    op->backward(op->ctx, g);
-    for (int k = 0; k < op->ngrads; k++) {
-        if (op->written >> k & 1) {
-            CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s is not written over what it held", op->name,
-                  op->gname[k]);
-            continue;
-        }
-        float *g0 = randn(op->sizes[k], 900 + k, 0.0f, 1.0f);
-        double *want = nb_malloc(op->sizes[k] * sizeof(double), "test tensor");
-        for (size_t i = 0; i < op->sizes[k]; i++) want[i] = (double)g0[i] + 2.0 * ref[k][i];
-        double e = max_rel(g[k], want, op->sizes[k]);
-        CHECK(e < 1e-5, "%s: %s does not accumulate (G0 + 2g): error %.3g", op->name, op->gname[k], e);
-        free(want);
-        free(g0);
-    }
-    int counts[2] = {1, 3};
-    for (int c = 0; c < 2; c++) {
-        omp_set_num_threads(counts[c]);
-        for (int k = 0; k < op->ngrads; k++) memset(g[k], 0, op->sizes[k] * sizeof(float));
-        op->backward(op->ctx, g);
-        for (int k = 0; k < op->ngrads; k++)
-            CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s changes with %d threads", op->name, op->gname[k],
-                  counts[c]);
-    }
-    omp_set_num_threads(ot_threads);
-    for (int k = 0; k < op->ngrads; k++) free(g[k]);
-}
-
-static void report(const char *name, double fwd_err, const double *grad_err, const grad_op *op) {
-    if (ot_eval()) ot_err(fwd_err, FWD_TOL);
-    ot_log("  %-16s fwd %.1e", name, fwd_err);
-    for (int k = 0; k < op->ngrads; k++) {
-        if (ot_grad()) ot_err(grad_err[k], GRAD_TOL);
-        ot_log("  %s %.1e", op->gname[k], grad_err[k]);
-    }
-    ot_log("\n");
-}
+#include "grad_semantics.h"
 
 /* ---- shared history shapes ---- */
 enum { SB = 3, SL = 5, SE = 12, SH = 3 };
@@ -216,7 +148,7 @@ static void check_bag(nb_embag_mode mode) {
     for (int e = 0; e < EE; e++) zero &= out[EE + e] == 0.0f;
     CHECK(zero, "empty bag must give a zero row");
 
-    grad_op op = {mode == NB_EMBAG_MEAN ? "bag mean" : "bag sum", 1, {(size_t)U * EE}, {"dunique"}, bag_bwd, &c, 0};
+    grad_op op = {mode == NB_EMBAG_MEAN ? "bag mean" : "bag sum", 1, {(size_t)U * EE}, {"dunique"}, bag_bwd, &c, 0, 0};
     float *ref[1];
     check_grad_semantics(&op, ref);
     /* FD over the whole table: touched rows must match dunique, untouched rows (2, 4, 8) must be 0. */
@@ -318,7 +250,7 @@ static void check_mvpool(int mean) {
     for (int e = 0; e < EE; e++) zero &= out[EE + e] == 0.0f && out[(size_t)2 * MV_LD + e] == 0.0f;
     CHECK(zero, "an empty bag must give a zero row");
     CHECK(same_bits(out + EE * 2, &gap, 1), "the pool wrote past its slots");
-    grad_op op = {mean ? "mvpool mean" : "mvpool sum", 1, {(size_t)MV_ROWS * EE}, {"dvals"}, mv_bwd, &c, 0};
+    grad_op op = {mean ? "mvpool mean" : "mvpool sum", 1, {(size_t)MV_ROWS * EE}, {"dvals"}, mv_bwd, &c, 0, 0};
     float *ref[1];
     check_grad_semantics(&op, ref);
     double ge[1] = {fd_error(mv_loss, &c, c.xv, ref[0], (size_t)MV_ROWS * EE)};
@@ -453,7 +385,7 @@ TEST_CASE(test_cross) {
     double fe = max_rel(out, want, nx);
     CHECK(fe < FWD_TOL, "cross forward error %.3g", fe);
 
-    grad_op op = {"cross", 5, {nx, nx, nw, nw, CD}, {"dx0", "dx", "dU", "dV", "db"}, cross_bwd, &c, 1u << 1};
+    grad_op op = {"cross", 5, {nx, nx, nw, nw, CD}, {"dx0", "dx", "dU", "dV", "db"}, cross_bwd, &c, 1u << 1, 0};
     float *ref[5];
     check_grad_semantics(&op, ref);
     double ge[5];
@@ -599,7 +531,7 @@ TEST_CASE(test_seqattn) {
             for (int e = 0; e < SE; e++) zero &= out[((size_t)b * SL + i) * SE + e] == 0.0f;
     CHECK(zero, "padded rows (and the empty history) must output zeros");
 
-    grad_op op = {"seqattn", 1, {nq}, {"dqkv"}, sa_bwd, &c, 0};
+    grad_op op = {"seqattn", 1, {nq}, {"dqkv"}, sa_bwd, &c, 0, 0};
     float *ref[1];
     check_grad_semantics(&op, ref);
     double ge[1] = {fd_error(sa_loss, &c, c.xq, ref[0], nq)};
@@ -675,7 +607,7 @@ TEST_CASE(test_targetattn) {
     nb_targetattn_forward(pooled2, attn2, q, kv, kv + SE, S_LENGTHS, SB, SL, SE, 2 * SE);
     CHECK(same_bits(pooled2, pooled, nq), "fused k|v (ldkv = 2E) differs from separate k, v");
 
-    grad_op op = {"targetattn", 3, {nq, nk, nk}, {"dq", "dk", "dv"}, ta_bwd, &c, 0};
+    grad_op op = {"targetattn", 3, {nq, nk, nk}, {"dq", "dk", "dv"}, ta_bwd, &c, 0, 0};
     float *ref[3];
     check_grad_semantics(&op, ref);
     double ge[3];

@@ -38,83 +38,7 @@ static double fd_error(loss_fn f, const void *ctx, double *x, const float *g, si
     return fd_error_sampled(f, ctx, x, g, n, FD_ALL, FD_SAMPLE, stream);
 }
 
-/* ---- gradient semantics shared by every op ---- */
-
-#define MAX_GRADS 3
-typedef struct {
-    const char *name;
-    int ngrads;
-    size_t sizes[MAX_GRADS];
-    const char *gname[MAX_GRADS];
-    void (*backward)(const void *ctx, float *const *grads); /* grads[k] may be NULL */
-    const void *ctx;
-    unsigned threads_bitwise; /* bit k: grad k must not depend on the OpenMP thread count */
-} grad_op;
-
-static void run_backward(const grad_op *op, float **g) { op->backward(op->ctx, g); }
-
-/* Computes the gradients from zero into ref[k] (caller frees) and checks NULL handling,
- * accumulation, run-to-run and thread-count determinism. */
-static void check_grad_semantics(const grad_op *op, float **ref) {
-    float *g[MAX_GRADS] = {0};
-    for (int k = 0; k < op->ngrads; k++) ref[k] = zeros(op->sizes[k]);
-    run_backward(op, ref);
-    if (!ot_eval()) return; /* grad mode: the gradients for the finite differences only */
-
-    for (int k = 0; k < op->ngrads; k++) g[k] = zeros(op->sizes[k]);
-    run_backward(op, g);
-    for (int k = 0; k < op->ngrads; k++)
-        CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s differs between two runs", op->name, op->gname[k]);
-
-    /* Only gradient k requested: the others are skipped and gradient k is unchanged. */
-    for (int k = 0; k < op->ngrads; k++) {
-        float *only[MAX_GRADS] = {0};
-        only[k] = zeros(op->sizes[k]);
-        run_backward(op, only);
-        CHECK(same_bits(only[k], ref[k], op->sizes[k]), "%s: %s alone differs from %s with all gradients",
-              op->name, op->gname[k], op->gname[k]);
-        free(only[k]);
-    }
-    float *none[MAX_GRADS] = {0};
-    run_backward(op, none); /* every gradient NULL: must not touch memory */
-
-    /* Accumulation: G0 + g + g after two calls. */
-    for (int k = 0; k < op->ngrads; k++) nb_rng_fill_normal(g[k], op->sizes[k], SEED, 900 + k, 0.0f, 1.0f);
-    run_backward(op, g);
-    run_backward(op, g);
-    for (int k = 0; k < op->ngrads; k++) {
-        float *g0 = randn(op->sizes[k], 900 + k, 0.0f, 1.0f);
-        double *want = nb_malloc(op->sizes[k] * sizeof(double), "test tensor");
-        for (size_t i = 0; i < op->sizes[k]; i++) want[i] = (double)g0[i] + 2.0 * ref[k][i];
-        double e = max_rel(g[k], want, op->sizes[k]);
-        CHECK(e < 1e-5, "%s: %s does not accumulate (G0 + 2g): error %.3g", op->name, op->gname[k], e);
-        free(want);
-        free(g0);
-    }
-
-    int counts[2] = {1, 3};
-    for (int c = 0; c < 2; c++) {
-        omp_set_num_threads(counts[c]);
-        for (int k = 0; k < op->ngrads; k++) memset(g[k], 0, op->sizes[k] * sizeof(float));
-        run_backward(op, g);
-        for (int k = 0; k < op->ngrads; k++)
-            if (op->threads_bitwise & (1u << k))
-                CHECK(same_bits(g[k], ref[k], op->sizes[k]), "%s: %s changes with %d threads", op->name,
-                      op->gname[k], counts[c]);
-    }
-    omp_set_num_threads(ot_threads);
-    for (int k = 0; k < op->ngrads; k++) free(g[k]);
-}
-
-static void report(const char *name, double fwd_err, const double *grad_err, const grad_op *op) {
-    if (ot_eval()) ot_err(fwd_err, FWD_TOL);
-    ot_log("  %-22s fwd %.1e", name, fwd_err);
-    for (int k = 0; k < op->ngrads; k++) {
-        if (ot_grad()) ot_err(grad_err[k], GRAD_TOL);
-        ot_log("  %s %.1e", op->gname[k], grad_err[k]);
-    }
-    ot_log("\n");
-}
+#include "grad_semantics.h"
 
 /* ---- matmul ---- */
 
@@ -159,7 +83,7 @@ static void check_matmul(int N, int C, int OC, int with_bias) {
     double fe = max_rel(out, want, no);
     CHECK(fe < FWD_TOL, "matmul forward error %.3g", fe);
 
-    grad_op op = {"matmul", with_bias ? 3 : 2, {ni, nw, OC}, {"dinp", "dw", "dbias"}, matmul_bwd, &m, 4u};
+    grad_op op = {"matmul", with_bias ? 3 : 2, {ni, nw, OC}, {"dinp", "dw", "dbias"}, matmul_bwd, &m, 0, 3u};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     double ge[MAX_GRADS] = {0};
@@ -251,7 +175,7 @@ static void check_layernorm(int N, int C) {
     CHECK(same_bits(out3, out, n) && same_bits(mean3, mean, N) && same_bits(rstd3, rstd, N),
           "layernorm forward changes with the thread count");
 
-    grad_op op = {"layernorm", 3, {n, C, C}, {"dinp", "dw", "db"}, ln_bwd, &l, 7u};
+    grad_op op = {"layernorm", 3, {n, C, C}, {"dinp", "dw", "db"}, ln_bwd, &l, 0, 0};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     double ge[MAX_GRADS] = {0};
@@ -335,7 +259,7 @@ static void check_rmsnorm(int N, int C) {
     omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, n) && same_bits(rstd3, rstd, N), "rmsnorm forward changes with the thread count");
 
-    grad_op op = {"rmsnorm", 2, {n, C}, {"dinp", "dw"}, rms_bwd, &r, 3u};
+    grad_op op = {"rmsnorm", 2, {n, C}, {"dinp", "dw"}, rms_bwd, &r, 0, 0};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     double ge[MAX_GRADS] = {0};
@@ -407,7 +331,7 @@ static void check_gelu(size_t n) {
     omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, n), "gelu forward changes with the thread count");
 
-    grad_op op = {"gelu", 1, {n}, {"dinp"}, gelu_bwd, &c, 1u};
+    grad_op op = {"gelu", 1, {n}, {"dinp"}, gelu_bwd, &c, 0, 0};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     double ge[MAX_GRADS] = {0};
@@ -474,7 +398,7 @@ static void check_swiglu(int N, int F) {
     omp_set_num_threads(ot_threads);
     CHECK(same_bits(out3, out, no), "swiglu forward changes with the thread count");
 
-    grad_op op = {"swiglu", 1, {ngu}, {"dgu"}, swiglu_bwd, &s, 1u};
+    grad_op op = {"swiglu", 1, {ngu}, {"dgu"}, swiglu_bwd, &s, 0, 0};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     int finite = 1;
@@ -607,7 +531,7 @@ static void check_embed(int B, int T, int C, int V) {
     for (int n = 0; n < N; n++) exact &= same_bits(out + (size_t)n * C, e.wte + (size_t)tokens[n] * C, C);
     CHECK(exact, "embed forward without wpe is not wte[token]");
 
-    grad_op op = {"embed", 2, {nte, npe}, {"dwte", "dwpe"}, embed_bwd, &e, 3u};
+    grad_op op = {"embed", 2, {nte, npe}, {"dwte", "dwpe"}, embed_bwd, &e, 0, 0};
     float *g[MAX_GRADS] = {0};
     check_grad_semantics(&op, g);
     double ge[MAX_GRADS] = {0};
