@@ -651,140 +651,169 @@ static void kernel_table_step_end(nb_run *r) {
  * waiting in the next collective). */
 static int agree(nb_run *r, int v) { return r->world > 1 ? (int)nb_comm_agree_max_i64(v) : v; }
 
-void nb_run_train(nb_run *r) {
+/* What the training loop keeps from one step to the next. */
+typedef struct {
+    int first, end;     /* the run's first step and one past its last: the same on every rank */
+    int lead;           /* rank 0 prints and writes the run directory */
+    int tty, log_every; /* progress: one redrawn line on a terminal, else a line every log_every steps */
+    double t0, last_ckpt;
+    double *step_ms;  /* each step's time, for the p90 */
+    int kt, kt_first; /* --kernel-table: recording, and from which step */
+} train_loop;
+
+/* --steps cut by --stop-after; with several ranks, the fewest any rank was told (a rank told
+ * fewer never leaves the others waiting), and every rank must resume from the same step. */
+static int steps_to_run(const nb_run *r) {
     const nb_train_opts *o = &r->o;
-    int end = o->steps, lead = r->rank == 0; /* rank 0 prints and writes the run directory */
+    int end = o->steps;
     if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
-    if (r->world > 1) { /* every rank runs the same steps: a rank told fewer never leaves the others waiting */
+    if (r->world > 1) {
         int agreed = (int)nb_comm_agree_min_i64(end);
         if (agreed != end) fprintf(stderr, "note: rank %d: running %d steps, as many as every rank was told to run\n", r->rank, agreed);
         end = agreed;
         NB_CHECK(nb_comm_agree_min_i64(r->step) == nb_comm_agree_max_i64(r->step), "resume every rank from the same checkpoint",
                  "rank %d resumes at step %d, another rank elsewhere", r->rank, r->step);
     }
-    if (o->out[0] && lead) {
+    return end;
+}
+
+static void loop_start(nb_run *r, train_loop *L) {
+    const nb_train_opts *o = &r->o;
+    L->end = steps_to_run(r), L->lead = r->rank == 0, L->first = r->step;
+    if (o->out[0] && L->lead) {
         nb_mkdir_p(o->out);
         open_metrics(r);
     }
-    int tty = !o->no_progress && isatty(fileno(stderr));
-    int log_every = o->log_every > 0 ? o->log_every : (end - r->step > 20 ? (end - r->step) / 20 : 1);
-    double run_t0 = nb_now();
-    int first = r->step;
-    double *step_ms = nb_malloc((size_t)(end > first ? end - first : 1) * sizeof(double), "step times");
-    int kt_first = first + nb_step_warmup(end - first), kt = kernel_table_open(r, lead);
+    L->tty = !o->no_progress && isatty(fileno(stderr));
+    L->log_every = o->log_every > 0 ? o->log_every : (L->end - r->step > 20 ? (L->end - r->step) / 20 : 1);
+    L->t0 = L->last_ckpt = nb_now();
+    L->step_ms = nb_malloc((size_t)(L->end > L->first ? L->end - L->first : 1) * sizeof(double), "step times");
+    L->kt_first = L->first + nb_step_warmup(L->end - L->first), L->kt = kernel_table_open(r, L->lead);
     catch_stop_signals();
-    double last_ckpt = run_t0;
-    if (end == 0 && o->init_from[0] && !o->resume[0]) {
-        /* --init-from with --steps 0: the imported model as the run's step-0 checkpoint */
-        if (o->out[0] && !o->no_ckpt) save_checkpoint(r, -1);
-        if (lead && o->out[0] && !o->no_ckpt)
+}
+
+/* No step to run: --init-from with --steps 0 writes the imported model as the step-0 checkpoint. */
+static void no_steps(nb_run *r, const train_loop *L) {
+    const nb_train_opts *o = &r->o;
+    int saved = o->out[0] && !o->no_ckpt;
+    if (L->end == 0 && o->init_from[0] && !o->resume[0]) {
+        if (saved) save_checkpoint(r, -1);
+        if (L->lead && saved)
             fprintf(stderr, "imported %s as the step-0 checkpoint in %s; train it with: nobubble train --resume %s --steps N\n",
                     o->init_from, o->out, o->out);
-        else if (lead)
+        else if (L->lead)
             fprintf(stderr, "imported %s (no --out: nothing was saved)\n", o->init_from);
-    } else if (r->step >= end) {
-        fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, end);
+    } else if (r->step >= L->end) {
+        fprintf(stderr, "nothing to do: the checkpoint is at step %d and --steps is %d\n", r->step, L->end);
     }
-    for (; r->step < end; r->step++) {
-        int step = r->step;
-        if (kt && step == kt_first) nb_kprof_mark_begin();
-        double t0 = nb_now();
-        r->fam->begin_step(r, step);
-        run_step(r, step, first);
-        if (r->fam->overlap) r->fam->overlap(r, step);
-        if (r->fam->enqueue_results) r->fam->enqueue_results(r, step);
-        nb_mark done = nb_lane_mark(r->compute);
-        nb_mark_wait_host(done);
-        double t1 = nb_now();
-        /* side lanes' spans enter the trace once synced; a schedule whose step ends with every lane
-         * idle costs nothing to sync */
-        if (r->traits.settles) nb_lanes_sync(r->lanes);
-        if (kt && step >= kt_first) kernel_table_step_end(r);
-        nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
-        r->last_secs = t1 - t0, r->last_stats = st;
-        r->fam->end_step(r, step, done);
-        if (r->sched->grad_norm) r->grad_norm = r->sched->grad_norm(r);
-        if (r->world > 1) {
-            double count = r->fam->loss_count ? r->fam->loss_count(r) : r->fam->per_step(r);
-            double sum = nb_comm_sum_f64_host(r->loss_sum);
-            r->loss = count > 0 ? sum / count : 0.0;
-        }
-        check_finite(r, step);
+}
 
-        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
-         * signal too, without the evaluation (a preempted job has little time left) */
-        int signalled = agree(r, stop_signal);
-        int out_of_time = agree(r, o->time_limit > 0 && nb_now() - run_t0 >= o->time_limit) || signalled;
-        int is_last = step + 1 == end || out_of_time;
-        nb_eval ev = {0};
-        if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
-            nb_run_evaluate(r, &ev);
-            if (ev.done) {
-                r->loop->last_eval = ev;
-                if (lead) r->fam->print_eval(r, step + 1, &ev);
-            }
-        }
-        if (r->loop->metrics) write_metrics(r, step, t1 - t0, &st, &ev);
-        /* --ckpt-minutes: a checkpoint at least this often, so a killed run loses little whatever
-         * its size (the ranks agree on the clock of the slowest) */
-        int due = agree(r, o->ckpt_minutes > 0 && nb_now() - last_ckpt >= 60.0 * o->ckpt_minutes);
-        if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last || due)) {
-            save_checkpoint(r, step);
-            last_ckpt = nb_now();
-        }
-        if (lead) progress_line(r, step, end, first, t1 - t0, &st, &ev, tty, log_every, is_last, run_t0);
-        step_ms[step - first] = 1e3 * (t1 - t0);
-        if (is_last && o->out[0] && lead) write_timeline(r, step);
-        if (!o->trace[0]) nb_lanes_trace_clear(r->lanes); /* keep memory flat on long runs */
-        if (out_of_time && (step + 1 < end || signalled)) {
-            r->step++;
-            end = r->step;
-            if (signalled) {
-                r->stopped_by = signalled;
-                fprintf(stderr, "%s received: stopped after step %d%s%s%s\n", signalled == SIGINT ? "SIGINT" : "SIGTERM", end,
-                        o->out[0] && !o->no_ckpt ? " with a checkpoint; resume with: nobubble train --resume " : "",
-                        o->out[0] && !o->no_ckpt ? o->out : "", o->out[0] ? "" : " (no --out: nothing was saved)");
-            } else {
-                fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
-                        (double)o->time_limit, end);
-            }
-            break;
+/* One optimizer step on the lanes, waited for; its time in *secs and its lanes' statistics. */
+static nb_step_stats train_step(nb_run *r, const train_loop *L, int step, double *secs) {
+    if (L->kt && step == L->kt_first) nb_kprof_mark_begin();
+    double t0 = nb_now();
+    r->fam->begin_step(r, step);
+    run_step(r, step, L->first);
+    if (r->fam->overlap) r->fam->overlap(r, step);
+    if (r->fam->enqueue_results) r->fam->enqueue_results(r, step);
+    nb_mark done = nb_lane_mark(r->compute);
+    nb_mark_wait_host(done);
+    double t1 = nb_now();
+    /* side lanes' spans enter the trace once synced; a schedule whose step ends with every lane
+     * idle costs nothing to sync */
+    if (r->traits.settles) nb_lanes_sync(r->lanes);
+    if (L->kt && step >= L->kt_first) kernel_table_step_end(r);
+    nb_step_stats st = nb_lanes_step_stats(r->lanes, step, nb_lane_index(r->compute), t0, t1);
+    r->last_secs = t1 - t0, r->last_stats = st;
+    r->fam->end_step(r, step, done);
+    if (r->sched->grad_norm) r->grad_norm = r->sched->grad_norm(r);
+    if (r->world > 1) {
+        double count = r->fam->loss_count ? r->fam->loss_count(r) : r->fam->per_step(r);
+        double sum = nb_comm_sum_f64_host(r->loss_sum);
+        r->loss = count > 0 ? sum / count : 0.0;
+    }
+    check_finite(r, step);
+    *secs = t1 - t0;
+    return st;
+}
+
+/* After a step: the held-out evaluation, metrics, a checkpoint when one is due, progress. A
+ * signal skips the evaluation (a preempted job has little time left). */
+static void after_step(nb_run *r, train_loop *L, int step, double secs, const nb_step_stats *st, int is_last,
+                       int signalled) {
+    const nb_train_opts *o = &r->o;
+    nb_eval ev = {0};
+    if (((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last) && !signalled) {
+        nb_run_evaluate(r, &ev);
+        if (ev.done) {
+            r->loop->last_eval = ev;
+            if (L->lead) r->fam->print_eval(r, step + 1, &ev);
         }
     }
-    drain(r);
-    double wall = nb_now() - run_t0, units = r->fam->per_step(r);
-    if (!lead) {
-        free(step_ms);
-        return;
+    if (r->loop->metrics) write_metrics(r, step, secs, st, &ev);
+    /* --ckpt-minutes: a checkpoint at least this often, so a killed run loses little whatever
+     * its size (the ranks agree on the clock of the slowest) */
+    int due = agree(r, o->ckpt_minutes > 0 && nb_now() - L->last_ckpt >= 60.0 * o->ckpt_minutes);
+    if (o->out[0] && !o->no_ckpt && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || is_last || due)) {
+        save_checkpoint(r, step);
+        L->last_ckpt = nb_now();
     }
-    if (o->stop_after > 0 && o->stop_after < o->steps && end == o->stop_after && o->out[0] && !o->no_ckpt)
-        fprintf(stderr, "stopped after step %d of %d with a checkpoint; continue with: nobubble train --resume %s\n", end,
+    if (L->lead) progress_line(r, step, L->end, L->first, secs, st, &ev, L->tty, L->log_every, is_last, L->t0);
+    L->step_ms[step - L->first] = 1e3 * secs;
+    if (is_last && o->out[0] && L->lead) write_timeline(r, step);
+    if (!o->trace[0]) nb_lanes_trace_clear(r->lanes); /* keep memory flat on long runs */
+}
+
+/* --time-limit or a signal ended the run after `step`: the run ends there, and says how to go on. */
+static void stop_early(nb_run *r, train_loop *L, int signalled) {
+    const nb_train_opts *o = &r->o;
+    r->step++;
+    L->end = r->step;
+    if (signalled) {
+        r->stopped_by = signalled;
+        fprintf(stderr, "%s received: stopped after step %d%s%s%s\n", signalled == SIGINT ? "SIGINT" : "SIGTERM", L->end,
+                o->out[0] && !o->no_ckpt ? " with a checkpoint; resume with: nobubble train --resume " : "",
+                o->out[0] && !o->no_ckpt ? o->out : "", o->out[0] ? "" : " (no --out: nothing was saved)");
+    } else {
+        fprintf(stderr, "--time-limit %g s reached after step %d: stopped with a checkpoint (resume with --resume)\n",
+                (double)o->time_limit, L->end);
+    }
+}
+
+static void report_graphs(const nb_run *r, int steps) {
+    const nb_train_opts *o = &r->o;
+    if (r->nmicro > 1) /* a replay per micro-batch pass */
+        fprintf(stderr, "graphs      %d captured (one per pass shape), %d of %d passes replayed (%d micro-batches a step)",
+                r->loop->ngraphs, r->loop->replays, steps * r->nmicro, r->nmicro);
+    else
+        fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->loop->ngraphs, r->loop->replays,
+                steps);
+    /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
+    if (r->loop->ngraphs == o->graph_cache) fprintf(stderr, "; the cache of %d filled up (--graph-cache N keeps more)", o->graph_cache);
+    fputc('\n', stderr);
+}
+
+/* Rank 0, after the last step: the summary lines, the trace, loss.svg. */
+static void report_run(nb_run *r, const train_loop *L) {
+    const nb_train_opts *o = &r->o;
+    int steps = L->end - L->first;
+    double wall = nb_now() - L->t0, units = r->fam->per_step(r);
+    if (o->stop_after > 0 && o->stop_after < o->steps && L->end == o->stop_after && o->out[0] && !o->no_ckpt)
+        fprintf(stderr, "stopped after step %d of %d with a checkpoint; continue with: nobubble train --resume %s\n", L->end,
                 o->steps, o->out);
-    if (end > first) {
-        fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", end - first, wall, units * (end - first) / wall, r->fam->unit);
+    if (steps > 0) {
+        fprintf(stderr, "done: %d steps in %.1f s, %.0f %s/s", steps, wall, units * steps / wall, r->fam->unit);
         const nb_eval *ev = &r->loop->last_eval;
         if (ev->done) fprintf(stderr, ", final %s %.4f%s%s%s", r->fam->held_out, ev->loss, ev->covers[0] ? " (" : "", ev->covers,
                               ev->covers[0] ? ")" : "");
         fputc('\n', stderr);
     }
-    print_p90(r, step_ms, end - first);
-    if (kt) nb_kprof_report(stderr, r->step - kt_first, o->kernel_table);
-    if (o->graphs) {
-        if (r->nmicro > 1) /* a replay per micro-batch pass */
-            fprintf(stderr, "graphs      %d captured (one per pass shape), %d of %d passes replayed (%d micro-batches a step)",
-                    r->loop->ngraphs, r->loop->replays, (end - first) * r->nmicro, r->nmicro);
-        else
-            fprintf(stderr, "graphs      %d captured (one per step shape), %d of %d steps replayed", r->loop->ngraphs, r->loop->replays,
-                    end - first);
-        /* a full cache is why steps of a shape seen late run eagerly (the same bits, slower) */
-        if (r->loop->ngraphs == o->graph_cache)
-            fprintf(stderr, "; the cache of %d filled up (--graph-cache N keeps more)", o->graph_cache);
-        fputc('\n', stderr);
-    }
-    if (r->fam->summary) r->fam->summary(r, end - first);
-    if (r->sched->report && end > first && nb_verbosity > 0) r->sched->report(r);
-    if (r->dev_free0 && end > first && nb_verbosity > 0) report_device_memory(r);
-    free(step_ms);
+    print_p90(r, L->step_ms, steps);
+    if (L->kt) nb_kprof_report(stderr, r->step - L->kt_first, o->kernel_table);
+    if (o->graphs) report_graphs(r, steps);
+    if (r->fam->summary) r->fam->summary(r, steps);
+    if (r->sched->report && steps > 0 && nb_verbosity > 0) r->sched->report(r);
+    if (r->dev_free0 && steps > 0 && nb_verbosity > 0) report_device_memory(r);
     if (o->trace[0]) {
         nb_lanes_sync(r->lanes);
         char title[900];
@@ -800,4 +829,29 @@ void nb_run_train(nb_run *r) {
             fprintf(stderr, "run directory %s: metrics.jsonl, loss.svg%s, ckpt/\n", o->out,
                     access(path, F_OK) == 0 ? ", timeline.svg" : "");
     }
+}
+
+void nb_run_train(nb_run *r) {
+    const nb_train_opts *o = &r->o;
+    train_loop L;
+    loop_start(r, &L);
+    no_steps(r, &L);
+    for (; r->step < L.end; r->step++) {
+        int step = r->step;
+        double secs;
+        nb_step_stats st = train_step(r, &L, step, &secs);
+        /* --time-limit: this step ends the run like the last one (evaluation, checkpoint); a
+         * signal too, without the evaluation */
+        int signalled = agree(r, stop_signal);
+        int out_of_time = agree(r, o->time_limit > 0 && nb_now() - L.t0 >= o->time_limit) || signalled;
+        int is_last = step + 1 == L.end || out_of_time;
+        after_step(r, &L, step, secs, &st, is_last, signalled);
+        if (out_of_time && (step + 1 < L.end || signalled)) {
+            stop_early(r, &L, signalled);
+            break;
+        }
+    }
+    drain(r);
+    if (L.lead) report_run(r, &L);
+    free(L.step_ms);
 }
