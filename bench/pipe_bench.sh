@@ -30,7 +30,9 @@
 #           at about half the rate of one of 4,096 (seqctr on the H200: 490 k vs 1.0 M samples/s), so
 #           at --batch 4096 with 4 parts FWP is bounded near 0.5x sync by its parts' size alone. Its
 #           check where a part fills the GPU: --batch 16384 --rows sync,pipe-fwp,pipe-fwp-ck (parts
-#           of 4,096; the CPU backend plans ~46 GiB for sync at 16,384 and ~17 GiB for FWP)
+#           of 4,096; the CPU backend plans ~46 GiB for sync at 16,384 and ~17 GiB for FWP). There
+#           (H100, 2026-12-07) FWP gave 0.61-0.66x sync: its parts' GPU work is 1.23x sync's, and the
+#           host's index lists for four parts (~15 ms a step against sync's ~7) set its pace
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 #   --args "FLAGS": more nobubble flags for every run (e.g. --graph-cache 64)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
