@@ -13,8 +13,6 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "core.h"
 #include "ops/ops_ctr.h"
