@@ -22,7 +22,7 @@
 # at 2M rows and an item table, E = 64, histories up to 256, B = 4096 per rank. The host rows'
 # --gpu-mem-limit is 1% below what sync needs with the shards in device memory (the first row).
 #   bash bench/pipe_bench.sh [--no-build] [--steps 150] [--batch 4096] [--device cuda|cpu]
-#        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--micro-batches M] [--small]
+#        [--ranks N] [--gpu-mem-limit BYTES] [--graphs] [--rows LIST] [--places gpu,host] [--micro-batches M] [--small]
 #   --ranks N: N ranks (mpirun; on one GPU they share it over --comm host), --batch per rank
 #   --rows: comma list of unsharded,pipe-whole,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck (default all), each
 #           run for both placements; --micro-batches M: the FWP rows' parts (default 4)
@@ -33,6 +33,7 @@
 #           of 4,096; the CPU backend plans ~46 GiB for sync at 16,384 and ~17 GiB for FWP). There
 #           (H100, 2026-12-07) FWP gave 0.61-0.66x sync: its parts' GPU work is 1.23x sync's, and the
 #           host's index lists for four parts (~15 ms a step against sync's ~7) set its pace
+#   --places LIST: the placements to run, gpu and/or host (default both)
 #   --small: tables of 10k rows, histories up to 32 (a smoke run of the script on a CPU machine)
 #   --args "FLAGS": more nobubble flags for every run (e.g. --graph-cache 64)
 # Prints one table (p90 and median samples/s, the mean exposed transfer % and rows moved / re-synced
@@ -40,22 +41,26 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 die() { echo "pipe_bench.sh: $*" >&2; exit 1; }
-build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit="" graphs="" small=0 parts=4 extra=""
+build=1 steps=150 batch=4096 device=cuda ranks=1 gpu_limit="" graphs="" small=0 parts=4 extra="" places=gpu,host
 rows=unsharded,pipe-whole,sync,sparse-dist,pipe,pipe-prio,pipe-fwp,pipe-fwp-ck
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0 ;;
         --graphs) graphs=--graphs ;;
         --small) small=1 ;;
-        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows|--micro-batches|--args)
+        --steps|--batch|--device|--ranks|--gpu-mem-limit|--rows|--places|--micro-batches|--args)
             [ $# -ge 2 ] || die "$1 needs a value"
             case "$1" in --steps) steps=$2 ;; --batch) batch=$2 ;; --device) device=$2 ;; --ranks) ranks=$2 ;;
-                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; --micro-batches) parts=$2 ;; --args) extra=$2 ;; esac
+                --gpu-mem-limit) gpu_limit=$2 ;; --rows) rows=$2 ;; --places) places=$2 ;; --micro-batches) parts=$2 ;;
+                --args) extra=$2 ;; esac
             shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
     shift
+done
+for place in ${places//,/ }; do
+    case $place in gpu|host) ;; *) die "unknown placement '$place' in --places (gpu, host)" ;; esac
 done
 NB=${NB_BUILD:-build}/nobubble
 [ $build = 1 ] && { make -j"$(nproc)" BUILD="${NB_BUILD:-build}" ${NB_MAKE_FLAGS:-} >/dev/null || die "build failed"; }
@@ -95,7 +100,7 @@ limit_below_sync() {
     awk '/^memory +device/ { v = $3; u = $4; gsub(/,/, "", u)
         m = u == "GiB" ? 1073741824 : u == "MiB" ? 1048576 : u == "KiB" ? 1024 : 1; printf "%.0f\n", 0.99 * v * m; exit }' "$OUT/sync-gpu.log"
 }
-for place in gpu host; do
+for place in ${places//,/ }; do
     if [ "$place" = host ] && [ "$device" != cpu ]; then
         [ -z "$gpu_limit" ] && [ -f "$OUT/sync-gpu.log" ] && gpu_limit=$(limit_below_sync)
         [ -n "$gpu_limit" ] || gpu_limit=8200000000

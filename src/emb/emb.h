@@ -161,6 +161,7 @@ typedef struct nb_emb {
     nb_emb_window *wins, *cur_win, *prev_win; /* sharded: windows, a ring */
     int wring;
     nb_emb_route route;
+    double window_dedup_s; /* host seconds the last nb_emb_serve spent grouping its window (0 but at a window's end) */
 } nb_emb;
 
 /* The optimizer of the rows a step touched: row-wise Adagrad (accumulators start at 0) or, with

@@ -60,8 +60,11 @@ void nb_emb_window_add(nb_emb *e, nb_emb_batch *x) {
     w->part_base[x->part] = w->n;
     for (int i = 0; i < x->nserve; i++, w->n++) w->h_serve[w->n] = x->h_serve[i], w->h_off[w->n] = (int64_t)w->n * E;
     w->parts_done++;
+    e->window_dedup_s = 0;
     if (x->part + 1 < x->nparts) return;
+    double t0 = nb_now();
     w->nown = nb_embag_unique_groups(w->h_own, w->h_order, w->h_seg, w->h_inverse, w->h_serve, (int)w->n, w->h_keys);
+    e->window_dedup_s = nb_now() - t0;
     w->complete = 1;
 }
 

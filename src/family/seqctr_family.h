@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     uint64_t pos;
     double fill_s, prep_s, ids_s, coll_s; /* prep_s: the lists, then (sharded) ids_s routing the ids, coll_s the collisions */
+    double dedup_s, wdedup_s;             /* of prep_s, the lists' dedup; of ids_s, the owner's window grouping */
     int nh, B, max_len; /* max_len: the part's longest history */
     double sum_pow[NB_BALANCE_FIT_NA]; /* sum over the part's samples of L^a (the cost fit) */
 } sc_ahead;
@@ -81,7 +82,7 @@ typedef struct sc_train {
     double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, t_start;
     /* host seconds: the samples, their prep (lists, then sharded: ids routed ahead, collisions),
      * and the ids routed in the step (the synchronous baseline) */
-    struct { double samples, prep, ids, coll, ids_in_step; } host;
+    struct { double samples, prep, ids, coll, ids_in_step, dedup, wdedup; } host;
     double *step_secs;
     int nsteps;
 } sc_train;

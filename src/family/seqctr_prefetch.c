@@ -68,7 +68,8 @@ static void prefetch(sc_train *t) {
     if (t->pipelined && t->sharded) nb_emb_route_collisions(&t->m.emb);
     double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
-    *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_nh, b.B, 0, {0}};
+    *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_dedup_s,
+                    t->sharded && t->ids_ahead ? t->m.emb.window_dedup_s : 0, t->m.stage_nh, b.B, 0, {0}};
     if (t->emulate) { /* the shares' statistics: longest history, sums of L^a for the cost fit */
         for (int i = 0; i < b.B; i++) a->max_len = b.hist_len[i] > a->max_len ? b.hist_len[i] : a->max_len;
         nb_balance_fit_lengths(a->sum_pow, b.hist_len, b.B);
@@ -93,6 +94,7 @@ void nb_seqctr_pop_part(nb_run *r, sc_train *t, int step) {
         t->hist_rows += (double)t->ahead[0].nh;
         t->host.samples += t->ahead[0].fill_s, t->host.prep += t->ahead[0].prep_s;
         t->host.ids += t->ahead[0].ids_s, t->host.coll += t->ahead[0].coll_s;
+        t->host.dedup += t->ahead[0].dedup_s, t->host.wdedup += t->ahead[0].wdedup_s;
     }
     for (int k = 1; k < t->nahead; k++) t->ahead[k - 1] = t->ahead[k];
     t->nahead--;
@@ -100,7 +102,7 @@ void nb_seqctr_pop_part(nb_run *r, sc_train *t, int step) {
     if (t->sharded && !t->ids_ahead) { /* the synchronous baseline: in line */
         double t0 = nb_now();
         nb_emb_route_ids(&t->m.emb);
-        if (step >= nb_step_warmup(r->o.steps)) t->host.ids_in_step += nb_now() - t0;
+        if (step >= nb_step_warmup(r->o.steps)) t->host.ids_in_step += nb_now() - t0, t->host.wdedup += t->m.emb.window_dedup_s;
     }
     nb_sc_begin_step(&t->m);
 }

@@ -144,9 +144,11 @@ void nb_seqctr_summary(nb_run *r, int steps_run) {
         for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
         printf(" total=%.3f\n", 1e3 * total / measured);
         printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f (lists %.3f, ids routed %.3f, "
-               "collisions %.3f); in the step: ids routed %.3f\n", 1e3 * t->host.samples / measured, 1e3 * t->host.prep / measured,
+               "collisions %.3f); in the step: ids routed %.3f; of these, the lists' dedup %.3f, the owner's window groups %.3f\n",
+               1e3 * t->host.samples / measured, 1e3 * t->host.prep / measured,
                1e3 * (t->host.prep - t->host.ids - t->host.coll) / measured, 1e3 * t->host.ids / measured,
-               1e3 * t->host.coll / measured, 1e3 * t->host.ids_in_step / measured);
+               1e3 * t->host.coll / measured, 1e3 * t->host.ids_in_step / measured, 1e3 * t->host.dedup / measured,
+               1e3 * t->host.wdedup / measured);
         if (t->m.nseg > 1)
             printf("overlap: %.1f%% of the step had two or more lanes busy (mean over the measured steps)\n",
                    t->overlap_sum / measured);
