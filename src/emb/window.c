@@ -58,7 +58,10 @@ void nb_emb_window_add(nb_emb *e, nb_emb_batch *x) {
     NB_CHECK(w->n + (size_t)x->nserve <= e->max_window, "this is a bug in nobubble; please report it",
              "seqctr: a window's rows exceed the %zu planned", e->max_window);
     w->part_base[x->part] = w->n;
-    for (int i = 0; i < x->nserve; i++, w->n++) w->h_serve[w->n] = x->h_serve[i], w->h_off[w->n] = (int64_t)w->n * E;
+    size_t at = w->n;
+#pragma omp parallel for schedule(static) if (x->nserve >= 65536)
+    for (int i = 0; i < x->nserve; i++) w->h_serve[at + i] = x->h_serve[i], w->h_off[at + i] = (int64_t)(at + i) * E;
+    w->n += (size_t)x->nserve;
     w->parts_done++;
     e->window_dedup_s = 0;
     if (x->part + 1 < x->nparts) return;
