@@ -39,6 +39,8 @@ void nb_balance_placer_free(nb_balance_placer *p) {
     memset(p, 0, sizeof *p);
 }
 
+int nb_balance_placer_local(const nb_balance_placer *p) { return p->world == 1 || !balanced(p); }
+
 int nb_balance_placer_window_cap(const nb_balance_placer *p) {
     if (p->per_rank > 1) return p->Bg; /* every emulated rank's share */
     return p->bal.kind == NB_BALANCE_VBS ? p->cap : p->Bl;

@@ -33,6 +33,9 @@ void nb_balance_placer_init(nb_balance_placer *p, const nb_balance *bal, int Bg,
 void nb_balance_placer_free(nb_balance_placer *p);
 /* Samples this rank's window must hold. */
 int nb_balance_placer_window_cap(const nb_balance_placer *p);
+/* Whether placing a window needs no other rank (one rank, or each rank reads its own slice): then
+ * it may run on a thread other than the one that talks to the ranks. */
+int nb_balance_placer_local(const nb_balance_placer *p);
 /* Reads the next global batch from src and fills win with this rank's samples: its shares one
  * after another, data order within each; idx[k] is window sample k's index in the global batch;
  * share_first[s], s = 0 .. per_rank, where this rank's share s starts. Each share gets at least

@@ -314,12 +314,9 @@ static void sc_init(nb_run *r) {
     nb_sc_bind(&t->m, &t->ctx);
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len, mc.ndense, mc.ncat);
     nb_ctr_batch_alloc_mv(&t->batch, t->Bm, &mc);
-    int wcap = nb_balance_placer_window_cap(&t->place);
-    nb_ctr_batch_alloc(&t->window, wcap, mc.max_len, mc.ndense, mc.ncat);
-    nb_ctr_batch_alloc_mv(&t->window, wcap, &mc);
-    if (o->cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc.max_len, mc.ndense, mc.ncat);
-    t->win_idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
-    t->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
+    nb_seqctr_windows_alloc(t, &mc);
+    if (o->cluster_keys)
+        nb_ctr_cluster_init(&t->cluster, nb_balance_placer_window_cap(&t->place), mc.max_len, mc.ndense, mc.ncat);
     t->part_s = nb_calloc(4 * (size_t)t->M, sizeof(double), "part times");
     t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M, t->part_n = t->part_s + 3 * (size_t)t->M;
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
@@ -360,11 +357,11 @@ static void sc_free(nb_run *r) {
     sc_train *t = T(r);
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
-    nb_ctr_batch_free(&t->window);
+    nb_seqctr_windows_free(t); /* first: its loader reads the source and the placer */
     nb_ctr_cluster_free(&t->cluster);
     nb_balance_placer_free(&t->place);
     nb_balance_fit_free(&t->fit);
-    free(t->win_idx), free(t->part_at), free(t->part_s), free(t->emul_secs), free(t->strag_steps), free(t->rank_s);
+    free(t->part_s), free(t->emul_secs), free(t->strag_steps), free(t->rank_s);
     if (t->samples_log) fclose(t->samples_log);
     nb_sc_free(&t->m);
     nb_ctr_source_close(&t->src);
@@ -463,7 +460,7 @@ static void sc_metrics_losses(const nb_json *line, double *loss, double *held_ou
 
 static size_t sc_data_pos(const nb_run *r) {
     const sc_train *t = CT(r);
-    return t->nahead ? t->ahead[0].pos : nb_ctr_source_position(&t->src);
+    return t->nahead ? t->ahead[0].pos : nb_seqctr_next_position(t);
 }
 
 static void sc_sync_to_host(nb_run *r) { nb_sc_to_host(&T(r)->m); }

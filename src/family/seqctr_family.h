@@ -20,11 +20,23 @@ typedef struct {
 
 typedef struct {
     uint64_t pos;
-    double fill_s, prep_s, ids_s, coll_s; /* prep_s: the lists, then (sharded) ids_s routing the ids, coll_s the collisions */
+    double fill_s, read_s, prep_s, ids_s, coll_s; /* fill_s: getting the window's samples (read_s: reading them, on the loader's
+                                                   * thread or in line); prep_s: the lists, then (sharded) ids_s routing the ids,
+                                                   * coll_s the collisions */
     double dedup_s, wdedup_s;             /* of prep_s, the lists' dedup; of ids_s, the owner's window grouping */
     int nh, B, max_len; /* max_len: the part's longest history */
     double sum_pow[NB_BALANCE_FIT_NA]; /* sum over the part's samples of L^a (the cost fit) */
 } sc_ahead;
+
+/* A window of samples as read, placed over the shares (--balance) and clustered (--cluster-keys):
+ * each sample's index in its global batch, where each part starts, the source position of its
+ * global batch and the host seconds the read took. */
+typedef struct {
+    nb_ctr_batch b;
+    int *idx, *part_at;
+    uint64_t pos;
+    double fill_s;
+} sc_window;
 
 typedef struct sc_train {
     nb_run *run;
@@ -36,14 +48,13 @@ typedef struct sc_train {
      * global batch is a window of M parts of Bm samples (read once into `window`, reordered by
      * --cluster-keys), trained one after another on one embedding state */
     int M, Bm;
-    nb_ctr_batch window;
-    nb_ctr_cluster cluster; /* --cluster-keys: its scratch */
+    sc_window wins[2], *win; /* the windows read (two with the loader), the one being cut into parts */
+    struct sc_loader *loader; /* the thread that reads the next windows (seqctr_loader.c); NULL: read in line */
+    nb_ctr_cluster cluster;   /* --cluster-keys: its scratch */
     /* FreeScale: where the global batch's samples train (--balance), and --emulate-ranks N (this
      * process trains N ranks' shares one after another: the window's parts are the shares) */
     nb_balance_placer place;
     int emulate;
-    int *win_idx;            /* [window capacity] each window sample's index in its global batch */
-    int *part_at;            /* [M + 1] where each part of the window starts */
     FILE *samples_log;       /* NB_SAMPLES_LOG: every trained sample's (step, part, index), for tests */
     /* per part of the step: compute-lane busy seconds (its spans), samples and history rows */
     size_t span_seen;
@@ -61,7 +72,6 @@ typedef struct sc_train {
     double *rank_s;                     /* [max(world, M)]: the step's ranks' compute seconds */
     int nstrag;
     nb_balance_fit fit; /* the cost model's fit (emulated ranks): per part, samples, time, sum of L^a */
-    uint64_t window_pos;       /* the source position of the window being cut into parts */
     long next_u, popped_u;     /* parts prepared, and popped, since the run started (part u = step * M + k) */
     int step_rows, step_resynced; /* the step's parts: distinct rows moved, re-synced */
     int step_ahead;               /* --emb-priority: those moved ahead (the exclusive ones) */
@@ -82,7 +92,7 @@ typedef struct sc_train {
     double phase_s[NB_SC_NPHASES], hist_rows, overlap_sum, t_start;
     /* host seconds: the samples, their prep (lists, then sharded: ids routed ahead, collisions),
      * and the ids routed in the step (the synchronous baseline) */
-    struct { double samples, prep, ids, coll, ids_in_step, dedup, wdedup; } host;
+    struct { double samples, read, prep, ids, coll, ids_in_step, dedup, wdedup; } host;
     double *step_secs;
     int nsteps;
 } sc_train;
@@ -105,6 +115,15 @@ int nb_seqctr_lookahead(const sc_train *t);
 void nb_seqctr_pop_part(nb_run *r, sc_train *t, int step);
 /* The rows the part that ran moved. */
 void nb_seqctr_count_rows(sc_train *t);
+
+/* family/seqctr_loader.c: the windows' samples, read ahead on a thread of their own */
+/* The next window (read now when there is no loader); the one before it is done with. */
+sc_window *nb_seqctr_next_window(sc_train *t);
+/* The source position of the next window not yet cut into parts (a checkpoint's). */
+uint64_t nb_seqctr_next_position(const sc_train *t);
+void nb_seqctr_windows_alloc(sc_train *t, const nb_sc_config *mc);
+/* Stops the loader (after the window it is reading) and frees the windows. */
+void nb_seqctr_windows_free(sc_train *t);
 
 /* family/seqctr_stats.c: timing statistics and the end-of-run summary */
 double nb_seqctr_part_busy(nb_run *r, sc_train *t);

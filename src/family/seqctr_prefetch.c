@@ -1,9 +1,10 @@
 /* The seqctr family's host side of the pipeline: the parts of the step's window made ready ahead
  * of the step that trains them.
  *
- * For each part, while the step before it runs (the family's overlap), the host reads the
- * samples of the next global batch once per window (placed over the ranks by --balance,
- * data/balance_place.c; clustered by --cluster-keys), builds the part's index lists
+ * For each part, while the step before it runs (the family's overlap), the host takes the
+ * samples of the next global batch once per window (read ahead by the loader,
+ * family/seqctr_loader.c: placed over the ranks by --balance, data/balance_place.c; clustered
+ * by --cluster-keys), builds the part's index lists
  * (model/seqctr_batch.c), and routes its keys to their owners (emb/exchange.c) and the owners'
  * collisions back (emb/resync.c): NestPipe's stages 1 (prefetch) and 3 (key routing), see
  * sched/pipe.c. A schedule that does not route ahead (plain) routes the ids at the step's start,
@@ -15,35 +16,22 @@
 #include "host.h"
 #include "step/step_stats.h"
 
-/* Part k of the window in t->window, as a batch (a view). */
+/* Part k of the window being cut, as a batch (a view). */
 static nb_sc_batch part_of(const sc_train *t, int k) {
-    nb_sc_batch b = t->window.b;
-    size_t at = (size_t)t->part_at[k];
-    b.B = t->part_at[k + 1] - t->part_at[k];
-    b.dense += at * (size_t)t->window.nd, b.cat += at * (size_t)t->window.nc, b.target += at, b.hist += at * b.hist_stride;
+    const sc_window *w = t->win;
+    nb_sc_batch b = w->b.b;
+    size_t at = (size_t)w->part_at[k];
+    b.B = w->part_at[k + 1] - w->part_at[k];
+    b.dense += at * (size_t)w->b.nd, b.cat += at * (size_t)w->b.nc, b.target += at, b.hist += at * b.hist_stride;
     b.hist_len += at, b.label += at;
-    if (b.mv) b.mv += at * (size_t)t->window.mw, b.mv_len += at * (size_t)t->window.nmv;
+    if (b.mv) b.mv += at * (size_t)w->b.mw, b.mv_len += at * (size_t)w->b.nmv;
     return b;
-}
-
-/* This rank's samples of the next global batch (placed by --balance) and the window's parts: the
- * emulated ranks' shares, or the rank's samples cut into M near-equal parts. */
-static void fill_window(sc_train *t) {
-    int share_first[NB_BALANCE_MAX_EMULATE + 1];
-    nb_balance_place(&t->place, &t->src, &t->window, t->win_idx, share_first, t->emulate ? 1 : t->M);
-    if (t->emulate) {
-        memcpy(t->part_at, share_first, (size_t)(t->M + 1) * sizeof(int));
-        return;
-    }
-    if (t->run->o.cluster_keys && t->M > 1) nb_ctr_cluster_keys(&t->window, &t->m, t->M, &t->cluster);
-    int n = t->window.b.B;
-    for (int k = 0; k <= t->M; k++) t->part_at[k] = (int)((long)k * n / t->M);
 }
 
 static void log_samples(sc_train *t, int k) {
     long step = t->next_u / t->M;
-    for (int i = t->part_at[k]; i < t->part_at[k + 1]; i++)
-        fprintf(t->samples_log, "%ld %d %d %d\n", step, t->run->rank, k, t->win_idx[i]);
+    for (int i = t->win->part_at[k]; i < t->win->part_at[k + 1]; i++)
+        fprintf(t->samples_log, "%ld %d %d %d\n", step, t->run->rank, k, t->win->idx[i]);
     fflush(t->samples_log);
 }
 
@@ -53,11 +41,8 @@ static void log_samples(sc_train *t, int k) {
 static void prefetch(sc_train *t) {
     NB_ASSERT(t->nahead < NB_SC_RING);
     int k = (int)(t->next_u % t->M);
-    double t0 = nb_now();
-    if (k == 0) {
-        t->window_pos = nb_ctr_source_position(&t->src);
-        fill_window(t);
-    }
+    double t0 = nb_now(), read_s = 0;
+    if (k == 0) read_s = nb_seqctr_next_window(t)->fill_s;
     double t1 = nb_now();
     nb_sc_batch b = part_of(t, k);
     if (t->samples_log) log_samples(t, k);
@@ -68,7 +53,7 @@ static void prefetch(sc_train *t) {
     if (t->pipelined && t->sharded) nb_emb_route_collisions(&t->m.emb);
     double t4 = nb_now();
     sc_ahead *a = &t->ahead[t->nahead++];
-    *a = (sc_ahead){t->window_pos, t1 - t0, t4 - t1, t3 - t2, t4 - t3, t->m.stage_dedup_s,
+    *a = (sc_ahead){t->win->pos, t1 - t0, read_s, t4 - t1, t3 - t2, t4 - t3, t->m.stage_dedup_s,
                     t->sharded && t->ids_ahead ? t->m.emb.window_dedup_s : 0, t->m.stage_nh, b.B, 0, {0}};
     if (t->emulate) { /* the shares' statistics: longest history, sums of L^a for the cost fit */
         for (int i = 0; i < b.B; i++) a->max_len = b.hist_len[i] > a->max_len ? b.hist_len[i] : a->max_len;
@@ -92,7 +77,7 @@ void nb_seqctr_pop_part(nb_run *r, sc_train *t, int step) {
     if (t->emulate && step >= nb_step_warmup(r->o.steps)) nb_balance_fit_add(&t->fit, t->ahead[0].B, t->ahead[0].sum_pow);
     if (step >= nb_step_warmup(r->o.steps)) {
         t->hist_rows += (double)t->ahead[0].nh;
-        t->host.samples += t->ahead[0].fill_s, t->host.prep += t->ahead[0].prep_s;
+        t->host.samples += t->ahead[0].fill_s, t->host.read += t->ahead[0].read_s, t->host.prep += t->ahead[0].prep_s;
         t->host.ids += t->ahead[0].ids_s, t->host.coll += t->ahead[0].coll_s;
         t->host.dedup += t->ahead[0].dedup_s, t->host.wdedup += t->ahead[0].wdedup_s;
     }

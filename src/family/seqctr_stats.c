@@ -143,9 +143,11 @@ void nb_seqctr_summary(nb_run *r, int steps_run) {
         printf("breakdown ms/step%s:", r->world > 1 ? " (rank 0)" : "");
         for (int p = 0; p < NB_SC_NPHASES; p++) printf(" %s=%.3f", nb_sc_phase_name(p), 1e3 * t->phase_s[p] / measured);
         printf(" total=%.3f\n", 1e3 * total / measured);
-        printf("host ms/step (overlapped with the step before): samples=%.3f index_lists=%.3f (lists %.3f, ids routed %.3f, "
-               "collisions %.3f); in the step: ids routed %.3f; of these, the lists' dedup %.3f, the owner's window groups %.3f\n",
-               1e3 * t->host.samples / measured, 1e3 * t->host.prep / measured,
+        printf("host ms/step (overlapped with the step before): samples=%.3f (reading %.3f, %s) index_lists=%.3f (lists %.3f, "
+               "ids routed %.3f, collisions %.3f); in the step: ids routed %.3f; of these, the lists' dedup %.3f, the owner's "
+               "window groups %.3f\n",
+               1e3 * t->host.samples / measured, 1e3 * t->host.read / measured, t->loader ? "on the loader's thread" : "in line",
+               1e3 * t->host.prep / measured,
                1e3 * (t->host.prep - t->host.ids - t->host.coll) / measured, 1e3 * t->host.ids / measured,
                1e3 * t->host.coll / measured, 1e3 * t->host.ids_in_step / measured, 1e3 * t->host.dedup / measured,
                1e3 * t->host.wdedup / measured);
