@@ -75,12 +75,13 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
-/* A quarter of the trainer's threads: the reads overlap the trainer's lists and steps, which use
- * every core in bursts. */
+/* Half the trainer's threads: the reads overlap the trainer's lists, which use every core in
+ * bursts, and on a GPU a window of synthetic samples (or its clustering) is several milliseconds
+ * of all cores, so fewer threads would fall behind the steps. */
 static int loader_threads(void) {
     int n = 1;
 #ifdef _OPENMP
-    n = omp_get_max_threads() / 4;
+    n = omp_get_max_threads() / 2;
 #endif
     return n > 1 ? n : 1;
 }
