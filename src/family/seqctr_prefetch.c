@@ -9,7 +9,6 @@
  * collisions back (emb/resync.c): NestPipe's stages 1 (prefetch) and 3 (key routing), see
  * sched/pipe.c. A schedule that does not route ahead (plain) routes the ids at the step's start,
  * in line: the synchronous baseline. */
-#include <string.h>
 
 #include "core.h"
 #include "family/seqctr_family.h"
