@@ -4,7 +4,7 @@
  * loader fills one while the trainer cuts the other into parts. The samples, their order and
  * every source position are the ones the trainer would read itself; only when they are read
  * changes. On a GPU the trainer's host time sets the pace of small parts (FWP), and reading a
- * window of synthetic samples (or clustering it) was a quarter of it or more.
+ * window of synthetic samples was a fifth of it at B 16,384 (clustering it, half).
  *
  * The loader reads only where a window's placement needs no other rank (host collectives belong
  * to the training thread); elsewhere the trainer reads in line, as before. */
@@ -50,9 +50,13 @@ static void read_window(sc_train *t, sc_window *w) {
     w->fill_s = nb_now() - t0;
 }
 
-static void lock(sc_loader *l) { NB_CHECK(pthread_mutex_lock(&l->mu) == 0, "this is a bug in nobubble; please report it", "the loader's lock"); }
+static void lock(sc_loader *l) {
+    NB_CHECK(pthread_mutex_lock(&l->mu) == 0, "this is a bug in nobubble; please report it", "the sample loader's lock");
+}
 static void unlock(sc_loader *l) { pthread_mutex_unlock(&l->mu); }
-static void wait_cv(sc_loader *l) { NB_CHECK(pthread_cond_wait(&l->cv, &l->mu) == 0, "this is a bug in nobubble; please report it", "the loader's wait"); }
+static void wait_cv(sc_loader *l) {
+    NB_CHECK(pthread_cond_wait(&l->cv, &l->mu) == 0, "this is a bug in nobubble; please report it", "the sample loader's wait");
+}
 
 static void *loader_main(void *arg) {
     sc_loader *l = arg;
