@@ -18,12 +18,13 @@ typedef struct {
     int seg;
 } sc_work;
 
+/* A part prepared ahead, with its host seconds: fill_s getting its window's samples (read_s
+ * reading them, on the loader's thread or in line), prep_s its lists and then (sharded) ids_s
+ * routing its ids and coll_s the collisions; of prep_s, dedup_s the lists' dedup; of ids_s,
+ * wdedup_s the owner's window grouping. */
 typedef struct {
     uint64_t pos;
-    double fill_s, read_s, prep_s, ids_s, coll_s; /* fill_s: getting the window's samples (read_s: reading them, on the loader's
-                                                   * thread or in line); prep_s: the lists, then (sharded) ids_s routing the ids,
-                                                   * coll_s the collisions */
-    double dedup_s, wdedup_s;             /* of prep_s, the lists' dedup; of ids_s, the owner's window grouping */
+    double fill_s, read_s, prep_s, ids_s, coll_s, dedup_s, wdedup_s;
     int nh, B, max_len; /* max_len: the part's longest history */
     double sum_pow[NB_BALANCE_FIT_NA]; /* sum over the part's samples of L^a (the cost fit) */
 } sc_ahead;
@@ -45,7 +46,7 @@ typedef struct sc_train {
      * tables row-wise over the ranks (emb/emb.h) */
     int sharded, Bl, first;
     /* Frozen-Window Pipelining (--micro-batches M, the run's micro-batches): a rank's slice of the
-     * global batch is a window of M parts of Bm samples (read once into `window`, reordered by
+     * global batch is a window of M parts of Bm samples (read once into a window, reordered by
      * --cluster-keys), trained one after another on one embedding state */
     int M, Bm;
     sc_window wins[2], *win; /* the windows read (two with the loader), the one being cut into parts */
