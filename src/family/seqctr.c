@@ -315,8 +315,6 @@ static void sc_init(nb_run *r) {
     nb_ctr_batch_alloc(&t->batch, t->Bm, mc.max_len, mc.ndense, mc.ncat);
     nb_ctr_batch_alloc_mv(&t->batch, t->Bm, &mc);
     nb_seqctr_windows_alloc(t, &mc);
-    if (o->cluster_keys)
-        nb_ctr_cluster_init(&t->cluster, nb_balance_placer_window_cap(&t->place), mc.max_len, mc.ndense, mc.ncat);
     t->part_s = nb_calloc(4 * (size_t)t->M, sizeof(double), "part times");
     t->part_nh = t->part_s + t->M, t->part_maxlen = t->part_s + 2 * (size_t)t->M, t->part_n = t->part_s + 3 * (size_t)t->M;
     t->emul_secs = nb_calloc((size_t)o->steps, sizeof(double), "step times");
@@ -358,7 +356,6 @@ static void sc_free(nb_run *r) {
     if (!t) return;
     nb_ctr_batch_free(&t->batch);
     nb_seqctr_windows_free(t); /* first: its loader reads the source and the placer */
-    nb_ctr_cluster_free(&t->cluster);
     nb_balance_placer_free(&t->place);
     nb_balance_fit_free(&t->fit);
     free(t->part_s), free(t->emul_secs), free(t->strag_steps), free(t->rank_s);

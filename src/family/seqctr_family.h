@@ -122,8 +122,8 @@ void nb_seqctr_count_rows(sc_train *t);
 sc_window *nb_seqctr_next_window(sc_train *t);
 /* The source position of the next window not yet cut into parts (a checkpoint's). */
 uint64_t nb_seqctr_next_position(const sc_train *t);
+/* The windows and --cluster-keys' scratch; free stops the loader (after the window it is reading). */
 void nb_seqctr_windows_alloc(sc_train *t, const nb_sc_config *mc);
-/* Stops the loader (after the window it is reading) and frees the windows. */
 void nb_seqctr_windows_free(sc_train *t);
 
 /* family/seqctr_stats.c: timing statistics and the end-of-run summary */

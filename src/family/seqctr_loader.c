@@ -111,6 +111,7 @@ void nb_seqctr_windows_alloc(sc_train *t, const nb_sc_config *mc) {
         w->idx = nb_malloc((size_t)wcap * sizeof(int), "the window");
         w->part_at = nb_malloc((size_t)(t->M + 1) * sizeof(int), "the window");
     }
+    if (t->run->o.cluster_keys) nb_ctr_cluster_init(&t->cluster, wcap, mc->max_len, mc->ndense, mc->ncat);
 }
 
 void nb_seqctr_windows_free(sc_train *t) {
@@ -132,6 +133,7 @@ void nb_seqctr_windows_free(sc_train *t) {
         free(w->idx), free(w->part_at);
         memset(w, 0, sizeof *w);
     }
+    nb_ctr_cluster_free(&t->cluster);
 }
 
 sc_window *nb_seqctr_next_window(sc_train *t) {

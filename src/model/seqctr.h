@@ -254,7 +254,7 @@ typedef struct {
      * stages[NB_SC_RING] is evaluation's */
     nb_sc_stage *stages[NB_SC_RING + 1];
     int stage_nh;  /* history rows of the prepared batch (before padding) */
-    double stage_dedup_s; /* host seconds its lists' dedup took (0: device lists) */
+    double stage_dedup_s; /* host seconds the lists' dedup (and asks) of the batch prepared last took (0: device lists) */
     int pad_rows; /* device backends: histories padded to a bucket (seqctr_batch.c: bucket_rows) */
     int dev_lists; /* the device builds the index lists (nb_sc_plan_opts.lists) */
     int full_mv;   /* nb_sc_plan_opts.full_mv */

@@ -85,7 +85,6 @@ void nb_sc_prepare_part(nb_sc_model *m, const nb_sc_batch *b, int part, int npar
              "--graphs: a batch of %d samples holds %d multi-valued values, not %d (every field full)", b->B,
              m->stages[slot]->nmv_vals, b->B * nb_sc_mv_width(&m->cfg));
     m->stage_nh = m->stages[slot]->nh_real;
-    m->stage_dedup_s = m->stages[slot]->dedup_s;
 }
 
 int nb_sc_first_part(const nb_sc_model *m) { return nb_emb_first_part(&m->emb); }
@@ -222,7 +221,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
         memcpy(s->h_cat, b->cat, (size_t)B * (size_t)m->cfg.ncat * sizeof(uint32_t));
         memcpy(s->h_target, b->target, (size_t)B * sizeof(uint32_t));
         s->nuniq = -1;
-        s->dedup_s = 0;
+        m->stage_dedup_s = 0;
         return;
     }
     nb_ctr_lists_shape sh = stage_shape(m, s);
@@ -233,7 +232,7 @@ void nb_sc_prepare_into(nb_sc_model *m, const nb_sc_batch *b, int slot) {
     if (sharded(m)) nb_emb_owner_keys(&m->emb, s->h_rows, k);
     s->nuniq = nb_embag_unique_groups(s->h_uniq, s->h_order, s->h_seg, s->h_inverse, s->h_rows, (int)k, s->h_keys);
     if (sharded(m)) nb_emb_ask(&m->emb, slot, s->h_uniq, s->nuniq, s->h_inverse, s->h_rows, k);
-    s->dedup_s = nb_now() - t0;
+    m->stage_dedup_s = nb_now() - t0;
 }
 
 /* Device lists: the raw ids in, the lists built and deduplicated there (an evaluation batch's

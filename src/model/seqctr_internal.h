@@ -58,7 +58,6 @@ struct nb_sc_stage {
     int nlk_real;          /* lookups before the padding rows: the deduplicated ones */
     int nmv;               /* multi-valued columns' lookups (values after each field's first) */
     int nmv_vals;          /* their values, first ones too (rows of acts.mv) */
-    double dedup_s;        /* host seconds the lists' dedup (and the asks) took */
     uint32_t *h_mv;        /* their ids packed ([nmv_vals]) */
     int32_t *h_moff, *d_moff; /* [B * ncols_mv + 1]: sample i's column j: values moff[i*ncols+j] .. */
     int32_t *h_mvb, *d_mvb;   /* [B * ncols_mv]: lists_mv's before (the pooling finds values' lookups by it) */
